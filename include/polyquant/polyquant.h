@@ -1,0 +1,10 @@
+// polyquant: bit-exact quantization operators of QONNX, QKeras, AIMET, Quark and ONNX on one core.
+// This umbrella header is the whole public C++ API; nothing in it depends on the CPU's ISA.
+#pragma once
+
+#include "polyquant/error.h"
+#include "polyquant/export.h"
+#include "polyquant/qonnx.h"
+#include "polyquant/rounding.h"
+#include "polyquant/runtime.h"
+#include "polyquant/tensor.h"

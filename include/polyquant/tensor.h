@@ -1,0 +1,96 @@
+// Tensor views, element types and numpy-style broadcasting: the vocabulary of every polyquant op.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+
+#include "polyquant/export.h"
+
+namespace polyquant {
+
+// Element types a tensor view may carry. Parameters (scales, zero points, bit widths) may be any of
+// them; the data tensor X of an op must be a floating type.
+enum class DType : std::uint8_t {
+  kFloat16,
+  kFloat32,
+  kFloat64,
+  kInt8,
+  kInt16,
+  kInt32,
+  kInt64,
+  kUInt8,
+  kUInt16,
+  kUInt32,
+  kUInt64,
+  kBool,
+};
+
+POLYQUANT_API const char* dtype_name(DType dtype);  // numpy spelling: "float32", "int64", ...
+POLYQUANT_API std::size_t dtype_size(DType dtype);
+POLYQUANT_API bool is_floating(DType dtype);
+
+// numpy's type promotion for the binary arithmetic the references perform (`a / b`, `a + b`),
+// e.g. float32 with int64 gives float64, float16 with uint8 gives float16 (numpy >= 2, NEP 50,
+// both operands arrays).
+POLYQUANT_API DType promote_types(DType a, DType b);
+
+inline constexpr int kMaxRank = 8;
+
+// A shape or a stride list of at most kMaxRank entries.
+struct Dims {
+  int rank = 0;
+  std::array<std::int64_t, kMaxRank> v{};
+
+  Dims() = default;
+  Dims(std::initializer_list<std::int64_t> values);
+  explicit Dims(std::span<const std::int64_t> values);
+  std::int64_t operator[](int i) const { return v[static_cast<std::size_t>(i)]; }
+  std::int64_t& operator[](int i) { return v[static_cast<std::size_t>(i)]; }
+  std::span<const std::int64_t> span() const { return {v.data(), static_cast<std::size_t>(rank)}; }
+  std::int64_t numel() const;
+  bool operator==(const Dims& o) const;
+  std::string str() const;  // "(2, 3)"
+};
+
+// Row-major (C order) strides, in elements, of a contiguous tensor of `shape`.
+POLYQUANT_API Dims contiguous_strides(const Dims& shape);
+
+// Shape, dtype and strides (in elements, any sign, 0 allowed) of a tensor in host memory.
+struct Layout {
+  DType dtype = DType::kFloat32;
+  Dims shape;
+  Dims strides;
+  std::int64_t numel() const { return shape.numel(); }
+  bool is_contiguous() const;
+};
+
+// Read-only view of an input tensor.
+struct TensorView : Layout {
+  const void* data = nullptr;
+  TensorView() = default;
+  TensorView(const void* data, DType dtype, const Dims& shape);                      // contiguous
+  TensorView(const void* data, DType dtype, const Dims& shape, const Dims& strides);  // strided
+};
+
+// Writable view of an output tensor. Output views may be strided too, but must not overlap inputs.
+struct MutableTensorView : Layout {
+  void* data = nullptr;
+  MutableTensorView() = default;
+  MutableTensorView(void* data, DType dtype, const Dims& shape);
+  MutableTensorView(void* data, DType dtype, const Dims& shape, const Dims& strides);
+};
+
+// Shape and dtype an op will produce; the caller allocates an output of this spec.
+struct TensorSpec {
+  DType dtype = DType::kFloat32;
+  Dims shape;
+};
+
+// numpy broadcasting of `shapes` (right-aligned, 1 stretches); throws Error naming `what` when the
+// shapes are incompatible.
+POLYQUANT_API Dims broadcast_shapes(std::span<const Dims> shapes, const char* what);
+
+}  // namespace polyquant
