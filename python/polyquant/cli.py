@@ -1,0 +1,174 @@
+"""The `polyquant` command line: run QONNX models, benchmark the ops, show what was detected.
+
+    polyquant info
+    polyquant run MODEL.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--reference] [--repeat N] [--seed S]
+    polyquant bench [--size N] [--repeat R] [--json] [--ops OP ...] [--no-peers]
+
+Exit status: 0 success; 1 a --reference check (run) or a qonnx comparison (bench) found a mismatch;
+2 bad arguments or a problem with the inputs (missing file, model onnxruntime cannot load, qonnx absent
+for --reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
+
+
+def info_report():
+    """What `polyquant info` prints, as a dict."""
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+
+    import polyquant
+
+    report = {"polyquant": dict(polyquant.runtime_info()), "module": polyquant.__file__}
+    try:
+        import onnxruntime
+
+        report["onnxruntime"] = onnxruntime.__version__
+    except ImportError as exc:
+        report["onnxruntime"] = None
+        report["ort_library"] = {"path": None, "loads": False, "error": f"onnxruntime is not installed ({exc})"}
+    if report["onnxruntime"]:
+        from polyquant import ort as polyquant_ort
+
+        library = {"path": None, "loads": False, "error": None}
+        try:
+            library["path"] = str(polyquant_ort.library_path())
+            options = onnxruntime.SessionOptions()
+            options.register_custom_ops_library(library["path"])
+            library["loads"] = True
+        except Exception as exc:  # a missing file or an ABI mismatch surfaces as various exception types
+            library["error"] = f"{type(exc).__name__}: {exc}"
+        report["ort_library"] = library
+    if importlib.util.find_spec("qonnx") is None:
+        report["qonnx"] = None
+    else:
+        try:
+            report["qonnx"] = version("qonnx")
+        except PackageNotFoundError:
+            report["qonnx"] = "unknown version"
+    return report
+
+
+def info_command(args, out=sys.stdout):
+    report = info_report()
+    if args.json:
+        print(json.dumps(report, indent=2), file=out)
+        return EXIT_OK if report["ort_library"]["loads"] else EXIT_ERROR
+    rt, lib = report["polyquant"], report["ort_library"]
+    lines = [
+        f"polyquant       {rt.get('version')}  ({report['module']})",
+        f"kernels         {rt.get('isa')} (supported here: {', '.join(rt.get('supported', []))})",
+        f"threads         {rt.get('num_threads')}",
+        f"onnxruntime     {report['onnxruntime'] or 'not installed'}",
+        f"custom-op lib   {lib['path'] or '-'}",
+        f"                " + ("registers in onnxruntime.SessionOptions: yes" if lib["loads"]
+                               else f"does NOT load: {lib['error']}"),
+        f"qonnx           {report['qonnx'] or 'not installed (polyquant run --reference needs it)'}",
+    ]
+    print("\n".join(lines), file=out)
+    return EXIT_OK if lib["loads"] else EXIT_ERROR
+
+
+def _run(args, out):
+    from polyquant.runner import run_command
+
+    return run_command(args, out=out)
+
+
+def _bench(args, out):
+    from polyquant.bench import bench_command
+
+    return bench_command(args, out=out)
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def build_parser():
+    from polyquant.bench import CASE_NAMES, DEFAULT_SIZE
+    from polyquant.runner import DEFAULT_OUTPUT_DIR
+
+    parser = argparse.ArgumentParser(
+        prog="polyquant", description="Bit-exact QONNX quantization operators: run models, benchmark, inspect.",
+        epilog="Exit status: 0 ok, 1 mismatch against the qonnx reference, 2 usage or input error.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    info = sub.add_parser("info", help="version, detected ISA, threads, custom-op library, peers",
+                          description="Show the polyquant version, the kernel set (ISA) in use and those this CPU "
+                                      "supports, the worker threads, the ONNX Runtime custom-op library (and whether "
+                                      "it registers), and the onnxruntime and qonnx versions.")
+    info.add_argument("--json", action="store_true", help="print a JSON object")
+    info.set_defaults(func=info_command)
+
+    run = sub.add_parser(
+        "run", help="run an ONNX/QONNX model in onnxruntime with polyquant's custom ops",
+        description="Run MODEL in onnxruntime with the polyquant custom-op library (IntQuant, Quant, BipolarQuant, "
+                    "Trunc v1/v2, FloatQuant in the qonnx.custom_op.general, finn.custom_op.general and onnx.brevitas "
+                    "domains). Inputs not given with --input get random values (standard normal for floats) from "
+                    "--seed; symbolic dimensions become 1. Outputs are saved as DIR/NAME.npy, the inputs used as "
+                    "DIR/inputs/NAME.npy. With --reference the model is also executed by qonnx's execute_onnx and "
+                    "every output must match bit for bit (NaN equals NaN, the sign of zero counts); a mismatch "
+                    "gives exit status 1.")
+    run.add_argument("model", metavar="MODEL.onnx", help="the model file")
+    run.add_argument("--input", "-i", action="append", metavar="NAME=FILE.npy",
+                     help="value of input NAME (repeatable; FILE.npy alone if the model has one input)")
+    run.add_argument("--output-dir", "-o", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
+                     help="where to save the outputs (default: ./%(default)s)")
+    run.add_argument("--reference", action="store_true",
+                     help="also run qonnx's execute_onnx and check the outputs are bit-exact; report the speedup")
+    run.add_argument("--repeat", "-n", type=_positive_int, default=10, metavar="N",
+                     help="timed runs after one warm-up; the median is reported (default: %(default)s)")
+    run.add_argument("--reference-repeat", type=_positive_int, default=3, metavar="N",
+                     help="timed qonnx runs, at most --repeat (default: %(default)s; qonnx is slow)")
+    run.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random inputs (default: %(default)s)")
+    run.set_defaults(func=_run)
+
+    bench = sub.add_parser(
+        "bench", help="throughput of each op vs memcpy and vs qonnx's numpy functions",
+        description="Time each op on N float32 elements against an in-process memcpy of the same bytes (interleaved, "
+                    "medians) and, unless --no-peers, against qonnx's numpy function on the same input (fewer "
+                    "repeats: they are slow), checking the two results are bit-identical.")
+    bench.add_argument("--size", type=_positive_int, default=DEFAULT_SIZE, metavar="N",
+                       help="elements per array, a multiple of 64 (default: %(default)s = 256 MiB of float32)")
+    bench.add_argument("--repeat", "-n", type=_positive_int, default=5, metavar="R",
+                       help="interleaved repeats per op (default: %(default)s)")
+    bench.add_argument("--peer-repeat", type=int, default=3, metavar="R",
+                       help="repeats of each qonnx function (default: %(default)s)")
+    bench.add_argument("--ops", nargs="+", choices=CASE_NAMES, metavar="OP",
+                       help=f"ops to run (default: all): {', '.join(CASE_NAMES)}")
+    bench.add_argument("--no-peers", action="store_true", help="do not time qonnx's numpy functions")
+    bench.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the input data (default: %(default)s)")
+    bench.add_argument("--json", action="store_true", help="print the results as JSON")
+    bench.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv=None, out=None):
+    """Entry point of `polyquant` and `python -m polyquant`; returns the exit status."""
+    from polyquant.runner import CommandError
+
+    out = out or sys.stdout
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args, out)
+    except CommandError as exc:
+        print(f"polyquant {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,371 @@
+"""Run an ONNX model in ONNX Runtime with polyquant's QONNX custom ops, optionally against qonnx.
+
+This is the library behind ``polyquant run``; every function is usable on its own:
+
+    >>> from polyquant import runner
+    >>> session = runner.make_session("examples/qonnx_mlp.onnx")
+    >>> inputs = runner.random_inputs(session, seed=0)
+    >>> outputs, times = runner.run_session(session, inputs, repeat=10)
+    >>> expected, _ = runner.run_reference("examples/qonnx_mlp.onnx", inputs)   # needs qonnx
+    >>> all(runner.compare(outputs[k], expected[k]).exact for k in outputs)
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_OUTPUT_DIR = "polyquant_out"
+
+# ONNX Runtime's type strings for the tensor element types an input can be generated for.
+_ORT_DTYPES = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(int16)": np.int16,
+    "tensor(uint16)": np.uint16, "tensor(int32)": np.int32, "tensor(uint32)": np.uint32,
+    "tensor(int64)": np.int64, "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
+}
+
+
+class CommandError(Exception):
+    """A problem with the user's request (bad argument, missing file); the CLI prints it and exits 2."""
+
+
+class _NoBar:
+    """Stand-in for a tqdm bar when tqdm is not installed."""
+
+    def __init__(self, iterable):
+        self._iterable = iterable
+
+    def __iter__(self):
+        return iter(self._iterable)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n=1):
+        pass
+
+    def set_postfix_str(self, text, refresh=True):
+        pass
+
+
+def progress(iterable, desc, total=None, unit="run"):
+    """A tqdm bar on stderr that shows up only once the work has taken more than a second (usable as an
+    iterable wrapper, or with iterable=None as a manual bar); a silent stand-in when tqdm is missing."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar(iterable if iterable is not None else ())
+    return tqdm(iterable, desc=desc, total=total, file=sys.stderr, delay=1.0, leave=False, unit=unit)
+
+
+# ------------------------------------------------------------------------------------------------
+# ONNX Runtime side
+
+
+def make_session(model_path):
+    """An onnxruntime.InferenceSession on the CPU with the polyquant custom-op library registered."""
+    import onnxruntime
+
+    from polyquant import ort as polyquant_ort
+
+    path = Path(model_path)
+    if not path.is_file():
+        raise CommandError(f"model file not found: {path}")
+    try:
+        return onnxruntime.InferenceSession(str(path), sess_options=polyquant_ort.session_options(),
+                                            providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types for invalid models
+        raise CommandError(f"onnxruntime cannot load {path}: {exc}") from exc
+
+
+def input_spec(node_arg):
+    """(shape, dtype) of an ORT input; symbolic or unknown dimensions become 1."""
+    dtype = _ORT_DTYPES.get(node_arg.type)
+    shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in (node_arg.shape or []))
+    return shape, dtype
+
+
+def random_inputs(session, seed=0, skip=()):
+    """Random values for every session input not in `skip`: standard normal for floats, small integers
+    (clipped to the dtype's range) for integers, fair coins for bool. Deterministic in `seed`."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for arg in session.get_inputs():
+        if arg.name in skip:
+            continue
+        shape, dtype = input_spec(arg)
+        if dtype is None:
+            raise CommandError(f"cannot generate a random value for input {arg.name!r} of type {arg.type}; "
+                               f"pass it with --input {arg.name}=FILE.npy")
+        if np.issubdtype(dtype, np.floating):
+            inputs[arg.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype == np.bool_:
+            inputs[arg.name] = rng.integers(0, 2, shape).astype(np.bool_)
+        else:
+            info = np.iinfo(dtype)
+            inputs[arg.name] = rng.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True).astype(dtype)
+    return inputs
+
+
+def load_inputs(specs, session):
+    """Parse ``NAME=FILE.npy`` specs (``FILE.npy`` alone when the model has a single input), load and check
+    them against the session's inputs. Returns (inputs, notes): notes describe dtype conversions."""
+    args = {arg.name: arg for arg in session.get_inputs()}
+    inputs, notes = {}, []
+    for spec in specs:
+        name, sep, file_name = spec.partition("=")
+        if not sep:
+            if len(args) != 1:
+                raise CommandError(f"--input {spec!r}: the model has {len(args)} inputs, use NAME=FILE.npy "
+                                   f"(inputs: {', '.join(args)})")
+            name, file_name = next(iter(args)), spec
+        if name not in args:
+            raise CommandError(f"--input {spec!r}: the model has no input {name!r} (inputs: {', '.join(args)})")
+        if name in inputs:
+            raise CommandError(f"--input {name!r} given twice")
+        try:
+            value = np.load(file_name, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"--input {spec!r}: cannot read {file_name}: {exc}") from exc
+        shape, dtype = input_spec(args[name])
+        declared = args[name].shape or []
+        if value.ndim != len(declared) or any(isinstance(d, int) and d >= 0 and d != n
+                                              for d, n in zip(declared, value.shape)):
+            raise CommandError(f"--input {name}: {file_name} has shape {value.shape}, the model expects "
+                               f"{tuple(declared)}")
+        if dtype is not None and value.dtype != dtype:
+            if not np.can_cast(value.dtype, dtype, casting="same_kind"):
+                raise CommandError(f"--input {name}: {file_name} has dtype {value.dtype}, the model expects "
+                                   f"{np.dtype(dtype)}")
+            notes.append(f"{name}: converted {value.dtype} to {np.dtype(dtype)}")
+            value = value.astype(dtype)
+        inputs[name] = np.ascontiguousarray(value)
+    return inputs, notes
+
+
+def run_session(session, inputs, repeat=1, show_progress=True):
+    """Run `repeat` times after one untimed warm-up run. Returns ({output name: array}, [seconds per run])."""
+    names = [arg.name for arg in session.get_outputs()]
+    results = session.run(names, inputs)
+    times = []
+    runs = range(repeat)
+    for _ in progress(runs, "polyquant") if show_progress else runs:
+        start = time.perf_counter()
+        results = session.run(names, inputs)
+        times.append(time.perf_counter() - start)
+    return dict(zip(names, results)), times
+
+
+# ------------------------------------------------------------------------------------------------
+# qonnx side
+
+
+def reference_unavailable():
+    """None when qonnx's execute_onnx can be imported, else a sentence saying why not."""
+    try:
+        import qonnx.core.onnx_exec  # noqa: F401
+        import qonnx.core.modelwrapper  # noqa: F401
+    except ImportError as exc:
+        return f"qonnx is not importable ({exc}); install qonnx to use --reference"
+    return None
+
+
+@contextlib.contextmanager
+def _single_node_models_at_ir(onnx_exec, ir_version):
+    """execute_onnx runs every standard op in a one-node model built with onnx.helper.make_model, which stamps
+    the newest IR version of the installed onnx package; an older onnxruntime then refuses it (onnx 1.23
+    writes IR 14, onnxruntime 1.31 reads up to 13). Give those one-node models the IR version of the model
+    being executed, which this onnxruntime has just loaded. Numerics are untouched."""
+    make_model = onnx_exec.qonnx_make_model
+
+    def make_model_at_ir(graph, **kwargs):
+        model = make_model(graph, **kwargs)
+        model.ir_version = min(model.ir_version, ir_version)
+        return model
+
+    onnx_exec.qonnx_make_model = make_model_at_ir
+    try:
+        yield
+    finally:
+        onnx_exec.qonnx_make_model = make_model
+
+
+def _pin_input_shapes(graph, inputs):
+    """execute_onnx allocates every tensor from its declared shape and insists that inputs match it. Replace
+    symbolic input dimensions by those of the given arrays and drop the other shapes (to be inferred again).
+    Returns whether anything changed."""
+    changed = False
+    for value_info in graph.input:
+        if value_info.name not in inputs:
+            continue
+        dims = value_info.type.tensor_type.shape.dim
+        for dim, size in zip(dims, inputs[value_info.name].shape):
+            if not dim.HasField("dim_value"):
+                dim.dim_value = size
+                changed = True
+    if changed:
+        del graph.value_info[:]
+        for value_info in graph.output:
+            value_info.type.tensor_type.ClearField("shape")
+    return changed
+
+
+def run_reference(model_path, inputs, repeat=1, show_progress=True):
+    """Execute the model with qonnx's execute_onnx (node by node, numpy for the QONNX ops).
+    Returns ({output name: array}, [seconds per run])."""
+    reason = reference_unavailable()
+    if reason:
+        raise CommandError(reason)
+    import qonnx.core.onnx_exec as onnx_exec
+    from qonnx.core.modelwrapper import ModelWrapper
+
+    model = ModelWrapper(str(model_path))
+    if _pin_input_shapes(model.model.graph, inputs) or not model.check_all_tensor_shapes_specified():
+        from qonnx.transformation.infer_shapes import InferShapes
+
+        model = model.transform(InferShapes())
+    outputs, times = {}, []
+    with _single_node_models_at_ir(onnx_exec, model.model.ir_version):
+        for _ in progress(range(repeat), "qonnx reference", total=repeat) if show_progress else range(repeat):
+            start = time.perf_counter()
+            outputs = onnx_exec.execute_onnx(model, dict(inputs))
+            times.append(time.perf_counter() - start)
+    return {name: np.asarray(value) for name, value in outputs.items()}, times
+
+
+# ------------------------------------------------------------------------------------------------
+# Comparison
+
+
+@dataclass
+class Comparison:
+    exact: bool
+    mismatches: int = 0          # elements whose bits differ (NaN vs NaN counts as equal)
+    size: int = 0
+    max_abs_diff: float = 0.0    # over mismatching elements where both sides are numbers
+    nan_mismatches: int = 0      # NaN on one side only
+    zero_sign_only: bool = False  # every mismatch is +0 vs -0
+    problem: str = ""            # shape or dtype differ
+
+    def describe(self):
+        if self.problem:
+            return self.problem
+        if self.exact:
+            return "bit-exact"
+        text = f"{self.mismatches} of {self.size} elements differ, max abs diff {self.max_abs_diff:.6g}"
+        if self.nan_mismatches:
+            text += f", {self.nan_mismatches} NaN on one side only"
+        if self.zero_sign_only:
+            text += " (sign of zero only)"
+        return text
+
+
+def compare(actual, expected):
+    """Bit-level comparison: NaN equals NaN (any payload), -0.0 differs from +0.0."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return Comparison(False, size=actual.size, problem=f"shape/dtype differ: {actual.dtype}{list(actual.shape)} "
+                                                            f"vs reference {expected.dtype}{list(expected.shape)}")
+    if np.issubdtype(actual.dtype, np.floating):
+        bits = np.dtype(f"u{actual.dtype.itemsize}")
+        a_nan, e_nan = np.isnan(actual), np.isnan(expected)
+        same = (actual.view(bits) == expected.view(bits)) | (a_nan & e_nan)
+    else:
+        a_nan = e_nan = np.zeros(actual.shape, bool)
+        same = actual == expected
+    mismatches = int(same.size - np.count_nonzero(same))
+    if not mismatches:
+        return Comparison(True, size=actual.size)
+    differ = ~same
+    nan_mismatches = int(np.count_nonzero(differ & (a_nan ^ e_nan)))
+    numeric = differ & ~a_nan & ~e_nan
+    diffs = np.abs(actual[numeric].astype(np.float64) - expected[numeric].astype(np.float64))
+    max_abs = float(diffs.max()) if diffs.size else float("nan")
+    return Comparison(False, mismatches, actual.size, max_abs, nan_mismatches,
+                      zero_sign_only=not nan_mismatches and max_abs == 0.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# `polyquant run`
+
+
+def _file_name(tensor_name):
+    return re.sub(r"[^A-Za-z0-9._-]", "_", tensor_name) + ".npy"
+
+
+def _save(arrays, directory):
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, value in arrays.items():
+        paths[name] = directory / _file_name(name)
+        np.save(paths[name], value)
+    return paths
+
+
+def _ms(seconds):
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def _describe(value):
+    return f"{value.dtype}{list(value.shape)}"
+
+
+def run_command(args, out=sys.stdout):
+    """`polyquant run`: returns the exit status (0 ok, 1 reference mismatch)."""
+    if args.repeat < 1:
+        raise CommandError("--repeat must be at least 1")
+    if args.reference and reference_unavailable():
+        raise CommandError(reference_unavailable())
+    start = time.perf_counter()
+    session = make_session(args.model)
+    load_s = time.perf_counter() - start
+    given, notes = load_inputs(args.input or [], session)
+    inputs = {**given, **random_inputs(session, args.seed, skip=given)}
+    inputs = {arg.name: inputs[arg.name] for arg in session.get_inputs()}
+
+    def say(text=""):
+        print(text, file=out, flush=True)
+
+    say(f"model      {args.model}  (session created in {_ms(load_s)})")
+    for name, value in inputs.items():
+        origin = "from file" if name in given else f"random, seed {args.seed}"
+        say(f"input      {name}: {_describe(value)}  {origin}")
+    for note in notes:
+        say(f"note       {note}")
+
+    outputs, times = run_session(session, inputs, args.repeat)
+    out_dir = Path(args.output_dir)
+    paths = _save(outputs, out_dir)
+    _save(inputs, out_dir / "inputs")
+    for name, value in outputs.items():
+        say(f"output     {name}: {_describe(value)}  -> {paths[name]}")
+    pq_time = statistics.median(times)
+    say(f"polyquant  {_ms(pq_time)} per run (onnxruntime + polyquant ops, median of {len(times)} runs)")
+    if not args.reference:
+        return 0
+
+    ref_repeat = min(args.repeat, args.reference_repeat)
+    expected, ref_times = run_reference(args.model, inputs, ref_repeat)
+    _save({k: v for k, v in expected.items() if k in outputs}, out_dir / "reference")
+    ref_time = statistics.median(ref_times)
+    say(f"reference  {_ms(ref_time)} per run (qonnx execute_onnx, median of {len(ref_times)} runs)")
+    failed = 0
+    for name, value in outputs.items():
+        result = compare(value, expected[name]) if name in expected else Comparison(False, problem="missing in reference")
+        failed += not result.exact
+        say(f"check      {name}: {result.describe()}")
+    verdict = "bit-exact" if not failed else f"MISMATCH in {failed} of {len(outputs)} outputs"
+    say(f"result     {verdict}; speedup {ref_time / pq_time:.1f}x over qonnx execute_onnx (median / median)")
+    return 1 if failed else 0

@@ -1,0 +1,193 @@
+"""The `polyquant` command line: info, run (with and without --reference), bench, argument errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import polyquant
+from polyquant import cli, runner
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "examples" / "qonnx_mlp.onnx"
+
+
+def polyquant_cli(*argv):
+    """Run `polyquant ARGV` in-process; returns (exit status, stdout)."""
+    out = io.StringIO()
+    status = cli.main([str(a) for a in argv], out=out)
+    return status, out.getvalue()
+
+
+# --- comparison helper used by --reference ---------------------------------------------------------
+
+
+def test_compare_is_bitwise_with_nan_equal_to_nan():
+    a = np.array([1.0, np.nan, -0.0, 2.0], np.float32)
+    assert runner.compare(a, a.copy()).exact
+    payload_nan = np.array([0x7FC00001], np.uint32).view(np.float32)
+    b = a.copy()
+    b[1] = payload_nan[0]
+    assert runner.compare(a, b).exact  # any NaN equals any NaN
+
+    zero_sign = runner.compare(np.array([0.0], np.float32), np.array([-0.0], np.float32))
+    assert not zero_sign.exact and zero_sign.zero_sign_only and "sign of zero" in zero_sign.describe()
+
+    c = np.array([1.5, 3.0, -0.0, 1.0], np.float32)
+    result = runner.compare(c, a)
+    assert (result.mismatches, result.nan_mismatches, result.max_abs_diff) == (3, 1, 1.0)
+    assert result.describe() == "3 of 4 elements differ, max abs diff 1, 1 NaN on one side only"
+
+    assert "dtype" in runner.compare(a.astype(np.float64), a).describe()
+
+
+# --- info ----------------------------------------------------------------------------------------
+
+
+def test_info_reports_version_isa_and_a_loadable_library():
+    status, text = polyquant_cli("info")
+    assert status == 0
+    info = polyquant.runtime_info()
+    assert polyquant.__version__ in text and info["isa"] in text
+    assert "registers in onnxruntime.SessionOptions: yes" in text
+
+    status, text = polyquant_cli("info", "--json")
+    report = json.loads(text)
+    assert status == 0 and report["ort_library"]["loads"] and Path(report["ort_library"]["path"]).is_file()
+    assert report["polyquant"]["version"] == polyquant.__version__
+    assert report["polyquant"]["num_threads"] >= 1
+
+
+def test_python_dash_m_polyquant_shows_help():
+    done = subprocess.run([sys.executable, "-m", "polyquant", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0
+    for command in ("run", "bench", "info"):
+        assert command in done.stdout
+
+
+# --- run -----------------------------------------------------------------------------------------
+
+
+def test_run_with_reference_is_bit_exact_and_saves_outputs(tmp_path):
+    pytest.importorskip("qonnx")
+    status, text = polyquant_cli("run", MODEL, "--reference", "--repeat", 2, "--output-dir", tmp_path)
+    assert status == 0, text
+    assert "check      y: bit-exact" in text
+    assert "result     bit-exact; speedup" in text
+    y = np.load(tmp_path / "y.npy")
+    assert y.shape == (256, 10) and y.dtype == np.float32
+    x = np.load(tmp_path / "inputs" / "x.npy")
+    assert np.array_equal(x, runner.random_inputs(runner.make_session(MODEL), seed=0)["x"])
+    assert runner.compare(y, np.load(tmp_path / "reference" / "y.npy")).exact
+
+
+def test_run_with_an_explicit_input(tmp_path):
+    x = np.linspace(-4, 4, 256 * 64).reshape(256, 64)  # float64: converted to the model's float32
+    np.save(tmp_path / "x.npy", x)
+    status, text = polyquant_cli("run", MODEL, "--input", f"x={tmp_path / 'x.npy'}", "--repeat", 1,
+                                 "--output-dir", tmp_path / "out")
+    assert status == 0
+    assert "x: float32[256, 64]  from file" in text and "converted float64 to float32" in text
+    session = runner.make_session(MODEL)
+    expected, _ = runner.run_session(session, {"x": x.astype(np.float32)}, show_progress=False)
+    assert runner.compare(np.load(tmp_path / "out" / "y.npy"), expected["y"]).exact
+    # FILE.npy alone names the only input; the seed does not matter then.
+    status, _ = polyquant_cli("run", MODEL, "-i", tmp_path / "x.npy", "--seed", 5, "-o", tmp_path / "out2")
+    assert status == 0
+    assert np.array_equal(np.load(tmp_path / "out2" / "y.npy"), np.load(tmp_path / "out" / "y.npy"))
+
+
+def test_run_seed_changes_random_inputs(tmp_path):
+    for seed in (1, 2):
+        assert polyquant_cli("run", MODEL, "--seed", seed, "--repeat", 1, "-o", tmp_path / str(seed))[0] == 0
+    assert not np.array_equal(np.load(tmp_path / "1" / "y.npy"), np.load(tmp_path / "2" / "y.npy"))
+
+
+def test_run_reference_mismatch_gives_exit_status_1(tmp_path, monkeypatch):
+    def off_by_one_ulp(model_path, inputs, repeat=1, show_progress=True):
+        session = runner.make_session(model_path)
+        outputs, times = runner.run_session(session, inputs, repeat, show_progress=False)
+        y = outputs["y"].copy()
+        y[0, :3] = np.nextafter(y[0, :3], np.float32(np.inf))
+        return {"y": y}, times
+
+    monkeypatch.setattr(runner, "reference_unavailable", lambda: None)
+    monkeypatch.setattr(runner, "run_reference", off_by_one_ulp)
+    status, text = polyquant_cli("run", MODEL, "--reference", "--repeat", 1, "-o", tmp_path)
+    assert status == 1
+    assert "y: 3 of 2560 elements differ, max abs diff" in text and "MISMATCH in 1 of 1 outputs" in text
+
+
+def test_run_reference_without_qonnx_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(runner, "reference_unavailable", lambda: "qonnx is not importable (test)")
+    status, _ = polyquant_cli("run", MODEL, "--reference", "-o", tmp_path)
+    assert status == 2
+    assert "qonnx is not importable (test)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "no_such_model.onnx"], "model file not found"),
+        (["run", MODEL, "--input", "z=whatever.npy"], "the model has no input 'z'"),
+        (["run", MODEL, "--input", "x=no_such_file.npy"], "cannot read no_such_file.npy"),
+        (["run", MODEL, "--input", "x=WRONG_SHAPE"], "has shape (3, 64), the model expects (256, 64)"),
+        (["run", MODEL, "--input", "x=COMPLEX_INPUT"], "has dtype complex64, the model expects float32"),
+        (["bench", "--size", "100"], "--size must be a positive multiple of 64"),
+    ],
+)
+def test_bad_inputs_are_clear_errors(argv, message, tmp_path, capsys):
+    np.save(tmp_path / "wrong.npy", np.zeros((3, 64), np.float32))
+    np.save(tmp_path / "complex.npy", np.zeros((256, 64), np.complex64))
+    argv = [str(a).replace("WRONG_SHAPE", str(tmp_path / "wrong.npy")).replace("COMPLEX_INPUT", str(tmp_path / "complex.npy"))
+            for a in argv]
+    status, _ = polyquant_cli(*argv, "-o", tmp_path) if argv[0] == "run" else polyquant_cli(*argv)
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"polyquant {argv[0]}: error:") and message in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["frobnicate"], ["run"], ["run", "m.onnx", "--repeat", "0"], ["bench", "--ops", "nope"],
+     ["bench", "--size", "lots"]],
+)
+def test_bad_arguments_exit_2_with_usage(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert "usage: polyquant" in capsys.readouterr().err
+
+
+# --- bench ---------------------------------------------------------------------------------------
+
+
+def test_bench_json_on_a_small_size():
+    qonnx = pytest.importorskip("qonnx")
+    del qonnx
+    status, text = polyquant_cli("bench", "--size", 64 * 512, "--repeat", 2, "--peer-repeat", 1, "--json")
+    assert status == 0
+    report = json.loads(text)
+    assert report["size"] == 64 * 512 and report["repeat"] == 2 and report["peer_repeat"] == 1
+    names = [op["name"] for op in report["ops"]]
+    assert names == ["intquant", "intquant_pc", "intquant_half_up", "bipolar", "trunc", "trunc_v2", "floatquant"]
+    for op in report["ops"]:
+        assert op["polyquant_ms"] > 0 and op["memcpy_ms"] > 0 and op["gbps"] > 0
+        assert len(op["samples_ms"]["polyquant"]) == 2 and len(op["samples_ms"]["qonnx"]) == 1
+        assert op["bit_exact_vs_qonnx"] is True, op["name"]
+        assert op["speedup_vs_qonnx"] == pytest.approx(op["qonnx_ms"] / op["polyquant_ms"])
+    assert report["ops"][1]["shape"] == [64, 512]
+
+
+def test_bench_table_for_selected_ops_without_peers():
+    status, text = polyquant_cli("bench", "--size", 4096, "--repeat", 1, "--ops", "bipolar", "floatquant", "--no-peers")
+    assert status == 0
+    rows = [line.split()[0] for line in text.splitlines() if line.startswith(("bipolar", "floatquant", "intquant"))]
+    assert rows == ["bipolar", "floatquant"]
+    assert "qonnx not used" in text
