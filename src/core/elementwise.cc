@@ -1,0 +1,298 @@
+// Broadcasting iteration over any number of operands, converting and packing only where needed.
+#include "core/elementwise.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/half.h"
+#include "core/parallel.h"
+#include "polyquant/error.h"
+
+namespace polyquant::detail {
+namespace {
+
+// Elements per packed block when an operand must be gathered or converted: small enough for L1.
+constexpr std::int64_t kBlock = 1024;
+// Elements per thread below which threading does not pay.
+constexpr std::int64_t kParallelGrain = 1 << 16;
+// Output bytes above which stores bypass the cache (about the size of a large L3).
+constexpr std::int64_t kStreamBytes = std::int64_t{32} << 20;
+
+template <class T>
+T load_as(const void* p, DType t, std::int64_t i) {
+  switch (t) {
+    case DType::kFloat16: return static_cast<T>(half_bits_to_float(static_cast<const std::uint16_t*>(p)[i]));
+    case DType::kFloat32: return static_cast<T>(static_cast<const float*>(p)[i]);
+    case DType::kFloat64: return static_cast<T>(static_cast<const double*>(p)[i]);
+    case DType::kInt8: return static_cast<T>(static_cast<const std::int8_t*>(p)[i]);
+    case DType::kInt16: return static_cast<T>(static_cast<const std::int16_t*>(p)[i]);
+    case DType::kInt32: return static_cast<T>(static_cast<const std::int32_t*>(p)[i]);
+    case DType::kInt64: return static_cast<T>(static_cast<const std::int64_t*>(p)[i]);
+    case DType::kUInt8: return static_cast<T>(static_cast<const std::uint8_t*>(p)[i]);
+    case DType::kUInt16: return static_cast<T>(static_cast<const std::uint16_t*>(p)[i]);
+    case DType::kUInt32: return static_cast<T>(static_cast<const std::uint32_t*>(p)[i]);
+    case DType::kUInt64: return static_cast<T>(static_cast<const std::uint64_t*>(p)[i]);
+    case DType::kBool: return static_cast<T>(static_cast<const std::uint8_t*>(p)[i] != 0);
+  }
+  return T{};
+}
+
+bool is_integer_dtype(DType t) { return !is_floating(t); }
+
+}  // namespace
+
+void convert_values(const void* src, DType st, std::int64_t ss, void* dst, DType dt, std::int64_t ds,
+                    std::int64_t n) {
+  const std::size_t esize = dtype_size(st);
+  if (st == dt) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::memcpy(static_cast<char*>(dst) + i * ds * static_cast<std::int64_t>(esize),
+                  static_cast<const char*>(src) + i * ss * static_cast<std::int64_t>(esize), esize);
+    }
+    return;
+  }
+  switch (dt) {
+    case DType::kFloat64: {
+      auto* d = static_cast<double*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) d[i * ds] = load_as<double>(src, st, i * ss);
+      return;
+    }
+    case DType::kFloat32: {
+      auto* d = static_cast<float*>(dst);
+      if (is_integer_dtype(st) || st == DType::kFloat64) {
+        // One rounding from the exact value (64-bit integers included) to float32.
+        for (std::int64_t i = 0; i < n; ++i) {
+          if (st == DType::kInt64) d[i * ds] = static_cast<float>(static_cast<const std::int64_t*>(src)[i * ss]);
+          else if (st == DType::kUInt64) d[i * ds] = static_cast<float>(static_cast<const std::uint64_t*>(src)[i * ss]);
+          else d[i * ds] = static_cast<float>(load_as<double>(src, st, i * ss));
+        }
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) d[i * ds] = load_as<float>(src, st, i * ss);
+      }
+      return;
+    }
+    case DType::kFloat16: {
+      auto* d = static_cast<std::uint16_t*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) {
+        double v;
+        if (st == DType::kInt64) v = static_cast<double>(static_cast<const std::int64_t*>(src)[i * ss]);
+        else if (st == DType::kUInt64) v = static_cast<double>(static_cast<const std::uint64_t*>(src)[i * ss]);
+        else v = load_as<double>(src, st, i * ss);
+        d[i * ds] = half_from_double(v).bits;  // |v| >= 65520 -> inf, so 64-bit rounding is moot
+      }
+      return;
+    }
+    default:
+      throw Error(ErrorKind::kType, std::string("internal: cannot convert to ") + dtype_name(dt));
+  }
+}
+
+double read_as_double(const TensorView& view, std::int64_t index) {
+  std::int64_t offset = 0;
+  for (int d = view.shape.rank - 1; d >= 0; --d) {
+    const std::int64_t extent = view.shape[d];
+    offset += (index % extent) * view.strides[d];
+    index /= extent;
+  }
+  return load_as<double>(view.data, view.dtype, offset);
+}
+
+namespace {
+
+struct Plan {
+  int rank = 0;  // after coalescing; the last dimension is the inner run
+  std::int64_t shape[kMaxRank] = {};
+  int num_inputs = 0;
+  std::int64_t in_strides[kMaxOperands][kMaxRank] = {};
+  std::int64_t out_strides[kMaxRank] = {};
+};
+
+Plan make_plan(const ElementwiseCall& call) {
+  const Dims& os = call.out.shape;
+  const int r = os.rank;
+  const int nin = static_cast<int>(call.inputs.size());
+  // Full-rank strides (0 on broadcast dimensions).
+  std::int64_t st[kMaxOperands + 1][kMaxRank] = {};
+  for (int k = 0; k < nin; ++k) {
+    const TensorView& v = call.inputs[static_cast<std::size_t>(k)];
+    for (int d = 0; d < v.shape.rank; ++d) {
+      const int o = r - v.shape.rank + d;
+      st[k][o] = (v.shape[d] == 1) ? 0 : v.strides[d];
+    }
+  }
+  for (int d = 0; d < r; ++d) st[nin][d] = call.out.strides[d];
+
+  Plan p;
+  p.num_inputs = nin;
+  // Drop size-1 dimensions, then merge neighbours that are contiguous for every operand.
+  for (int d = 0; d < r; ++d) {
+    if (os[d] == 1) continue;
+    if (p.rank > 0) {
+      const int q = p.rank - 1;
+      bool mergeable = true;
+      for (int k = 0; k <= nin; ++k) {
+        const std::int64_t outer = (k == nin) ? p.out_strides[q] : p.in_strides[k][q];
+        if (outer != st[k][d] * os[d]) mergeable = false;
+      }
+      if (mergeable) {
+        p.shape[q] *= os[d];
+        for (int k = 0; k < nin; ++k) p.in_strides[k][q] = st[k][d];
+        p.out_strides[q] = st[nin][d];
+        continue;
+      }
+    }
+    p.shape[p.rank] = os[d];
+    for (int k = 0; k < nin; ++k) p.in_strides[k][p.rank] = st[k][d];
+    p.out_strides[p.rank] = st[nin][d];
+    ++p.rank;
+  }
+  if (p.rank == 0) {  // a single element
+    p.rank = 1;
+    p.shape[0] = 1;
+  }
+  return p;
+}
+
+// Per-thread scratch for packed operands and the output.
+struct Scratch {
+  std::vector<unsigned char> in[kMaxOperands];
+  std::vector<unsigned char> out;
+};
+
+class Runner {
+ public:
+  Runner(const ElementwiseCall& call, const Plan& plan) : call_(call), plan_(plan) {
+    const int nin = plan.num_inputs;
+    const int inner = plan.rank - 1;
+    const std::int64_t total = call.out.numel();
+    stream_ = total * static_cast<std::int64_t>(dtype_size(call.out.dtype)) >= kStreamBytes;
+    for (int k = 0; k < nin; ++k) {
+      const TensorView& v = call.inputs[static_cast<std::size_t>(k)];
+      const std::int64_t s = plan.in_strides[k][inner];
+      const bool same = v.dtype == call.kernel_dtypes[static_cast<std::size_t>(k)];
+      // Direct: the kernel can read the operand in place.
+      direct_[k] = same && (s == 0 || s == 1);
+    }
+    out_direct_ = plan.out_strides[inner] == 1 && call.out.dtype == call.kernel_out_dtype;
+    needs_blocks_ = !out_direct_;
+    for (int k = 0; k < nin; ++k) needs_blocks_ = needs_blocks_ || !direct_[k];
+  }
+
+  void run_range(std::int64_t begin, std::int64_t end) const {
+    const int rank = plan_.rank;
+    const int inner = rank - 1;
+    const std::int64_t len = plan_.shape[inner];
+    // Decompose `begin` into an outer multi-index and an inner offset.
+    std::int64_t idx[kMaxRank] = {};
+    std::int64_t rem = begin / len;
+    std::int64_t j = begin % len;
+    for (int d = inner - 1; d >= 0; --d) {
+      idx[d] = rem % plan_.shape[d];
+      rem /= plan_.shape[d];
+    }
+    Scratch scratch;
+    std::int64_t pos = begin;
+    while (pos < end) {
+      const std::int64_t n = std::min(len - j, end - pos);
+      run_segment(idx, j, n, scratch);
+      pos += n;
+      j += n;
+      if (j == len) {
+        j = 0;
+        for (int d = inner - 1; d >= 0; --d) {
+          if (++idx[d] < plan_.shape[d]) break;
+          idx[d] = 0;
+        }
+      }
+    }
+  }
+
+ private:
+  void run_segment(const std::int64_t* idx, std::int64_t j, std::int64_t n, Scratch& scratch) const {
+    const int nin = plan_.num_inputs;
+    const int inner = plan_.rank - 1;
+    const char* in_base[kMaxOperands];
+    for (int k = 0; k < nin; ++k) {
+      const TensorView& v = call_.inputs[static_cast<std::size_t>(k)];
+      std::int64_t off = j * plan_.in_strides[k][inner];
+      for (int d = 0; d < inner; ++d) off += idx[d] * plan_.in_strides[k][d];
+      in_base[k] = static_cast<const char*>(v.data) + off * static_cast<std::int64_t>(dtype_size(v.dtype));
+    }
+    std::int64_t out_off = j * plan_.out_strides[inner];
+    for (int d = 0; d < inner; ++d) out_off += idx[d] * plan_.out_strides[d];
+    char* out_base = static_cast<char*>(call_.out.data) + out_off * static_cast<std::int64_t>(dtype_size(call_.out.dtype));
+
+    RowArgs args;
+    for (int k = 0; k < nin; ++k) {
+      if (plan_.in_strides[k][inner] == 0) args.broadcast_mask |= 1u << k;
+    }
+    if (!needs_blocks_) {
+      for (int k = 0; k < nin; ++k) args.in[static_cast<std::size_t>(k)] = in_base[k];
+      args.out = out_base;
+      args.n = n;
+      args.stream = stream_;
+      call_.kernel(call_.params, args);
+      return;
+    }
+    // Blocked path: convert/gather the operands that need it, scatter/convert the output.
+    for (int k = 0; k < nin; ++k) {
+      if (direct_[k]) continue;
+      const std::int64_t count = args.is_broadcast(k) ? 1 : std::min(n, kBlock);
+      scratch.in[k].resize(static_cast<std::size_t>(count) * 8);
+      if (args.is_broadcast(k)) {  // one value for the whole segment: convert it once
+        convert_values(in_base[k], call_.inputs[static_cast<std::size_t>(k)].dtype, 0, scratch.in[k].data(),
+                       call_.kernel_dtypes[static_cast<std::size_t>(k)], 1, 1);
+        args.in[static_cast<std::size_t>(k)] = scratch.in[k].data();
+      }
+    }
+    if (!out_direct_) scratch.out.resize(static_cast<std::size_t>(std::min(n, kBlock)) * 8);
+    for (std::int64_t b = 0; b < n; b += kBlock) {
+      const std::int64_t m = std::min(kBlock, n - b);
+      for (int k = 0; k < nin; ++k) {
+        const TensorView& v = call_.inputs[static_cast<std::size_t>(k)];
+        const std::int64_t s = plan_.in_strides[k][inner];
+        if (args.is_broadcast(k)) {
+          if (direct_[k]) args.in[static_cast<std::size_t>(k)] = in_base[k];
+          continue;
+        }
+        const char* p = in_base[k] + b * s * static_cast<std::int64_t>(dtype_size(v.dtype));
+        if (direct_[k]) {
+          args.in[static_cast<std::size_t>(k)] = p;
+        } else {
+          convert_values(p, v.dtype, s, scratch.in[k].data(), call_.kernel_dtypes[static_cast<std::size_t>(k)], 1, m);
+          args.in[static_cast<std::size_t>(k)] = scratch.in[k].data();
+        }
+      }
+      const std::int64_t os = plan_.out_strides[inner];
+      char* op = out_base + b * os * static_cast<std::int64_t>(dtype_size(call_.out.dtype));
+      args.out = out_direct_ ? static_cast<void*>(op) : static_cast<void*>(scratch.out.data());
+      args.n = m;
+      args.stream = false;
+      call_.kernel(call_.params, args);
+      if (!out_direct_) convert_values(scratch.out.data(), call_.kernel_out_dtype, 1, op, call_.out.dtype, os, m);
+    }
+  }
+
+  const ElementwiseCall& call_;
+  const Plan& plan_;
+  bool direct_[kMaxOperands] = {};
+  bool out_direct_ = false;
+  bool needs_blocks_ = false;
+  bool stream_ = false;
+};
+
+}  // namespace
+
+void run_elementwise(const ElementwiseCall& call) {
+  if (call.inputs.size() > static_cast<std::size_t>(kMaxOperands) || call.inputs.size() != call.kernel_dtypes.size()) {
+    throw Error(ErrorKind::kValue, "internal: bad operand count");
+  }
+  const std::int64_t total = call.out.numel();
+  if (total == 0) return;
+  const Plan plan = make_plan(call);
+  const Runner runner(call, plan);
+  parallel_for(total, kParallelGrain, [&](std::int64_t b, std::int64_t e) { runner.run_range(b, e); });
+}
+
+}  // namespace polyquant::detail

@@ -1,0 +1,33 @@
+// The elementwise engine shared by every op: numpy broadcasting of the operands onto the output
+// shape, dimension coalescing, dtype conversion of operands into the kernel's working types,
+// strided gathers and scatters, and the split of the work over threads. Kernels only ever see
+// contiguous or broadcast runs (kernels/row.h).
+#pragma once
+
+#include <span>
+
+#include "kernels/row.h"
+#include "polyquant/tensor.h"
+
+namespace polyquant::detail {
+
+struct ElementwiseCall {
+  std::span<const TensorView> inputs;   // each broadcastable to out.shape
+  std::span<const DType> kernel_dtypes; // dtype the kernel reads for each input (converted if needed)
+  MutableTensorView out;                // exactly the broadcast shape
+  DType kernel_out_dtype = DType::kFloat32;  // dtype the kernel writes (converted to out.dtype)
+  RowKernel kernel = nullptr;
+  const void* params = nullptr;
+};
+
+void run_elementwise(const ElementwiseCall& call);
+
+// Converts n values between dtypes as numpy's astype does (float64 -> float32 -> float16 round
+// to nearest even; integer -> float round to nearest). Strides in elements.
+void convert_values(const void* src, DType src_dtype, std::int64_t src_stride, void* dst, DType dst_dtype,
+                    std::int64_t dst_stride, std::int64_t n);
+
+// Reads element `index` (flat, row-major over view.shape) of any view as a double.
+double read_as_double(const TensorView& view, std::int64_t index);
+
+}  // namespace polyquant::detail

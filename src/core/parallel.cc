@@ -1,0 +1,121 @@
+// Fixed-size thread pool: workers sleep on a condition variable and are woken per parallel_for.
+#include "core/parallel.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace polyquant::detail {
+namespace {
+
+class Pool {
+ public:
+  explicit Pool(int threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs task(i) for i in [0, size()); the caller runs index 0.
+  void run(const std::function<void(int)>& task) {
+    std::lock_guard<std::mutex> serial(run_mu_);  // one parallel region at a time
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task_ = &task;
+      pending_ = static_cast<int>(workers_.size());
+      ++generation_;
+      error_ = nullptr;
+    }
+    wake_.notify_all();
+    try {
+      task(0);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+    task_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void worker_loop(int index) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        task = task_;
+      }
+      try {
+        (*task)(index);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_, run_mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int)>* task_ = nullptr;
+  int pending_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+int configured_threads() {
+  int n = static_cast<int>(std::thread::hardware_concurrency());
+  if (n < 1) n = 1;
+  if (const char* env = std::getenv("POLYQUANT_NUM_THREADS")) {
+    const int cap = std::atoi(env);
+    if (cap >= 1) n = std::min(n, cap);
+  }
+  return std::min(n, 256);
+}
+
+Pool& pool() {
+  static Pool instance(configured_threads());
+  return instance;
+}
+
+}  // namespace
+
+int num_threads() { return pool().size(); }
+
+void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body) {
+  if (n <= 0) return;
+  grain = std::max<std::int64_t>(grain, 1);
+  const int threads = static_cast<int>(std::min<std::int64_t>(num_threads(), n / grain));
+  if (threads <= 1) {
+    body(0, n);
+    return;
+  }
+  pool().run([&](int i) {
+    if (i >= threads) return;
+    const std::int64_t begin = n * i / threads;
+    const std::int64_t end = n * (i + 1) / threads;
+    if (begin < end) body(begin, end);
+  });
+}
+
+}  // namespace polyquant::detail

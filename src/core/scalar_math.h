@@ -1,0 +1,162 @@
+// Scalar arithmetic in a working precision T (Half, float or double) with numpy's semantics, and
+// the literal formula of every RoundingMode. This file is the numerical spec that the SIMD kernels
+// must reproduce bit for bit.
+#pragma once
+
+#include "core/target.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/half.h"
+#include "polyquant/rounding.h"
+
+namespace polyquant::detail {
+
+// Per-kernel-set copies (see core/target.h): no inline function compiled with one set's flags
+// may be shared with code compiled for another.
+inline namespace POLYQUANT_TARGET_NAMESPACE {
+
+// ---- elementary functions in T --------------------------------------------------------------
+// numpy evaluates float16 ufuncs in float32 and rounds the result back to half.
+inline float floor_t(float x) { return std::floor(x); }
+inline double floor_t(double x) { return std::floor(x); }
+inline Half floor_t(Half x) { return Half(std::floor(float(x))); }
+inline float ceil_t(float x) { return std::ceil(x); }
+inline double ceil_t(double x) { return std::ceil(x); }
+inline Half ceil_t(Half x) { return Half(std::ceil(float(x))); }
+inline float trunc_t(float x) { return std::trunc(x); }
+inline double trunc_t(double x) { return std::trunc(x); }
+inline Half trunc_t(Half x) { return Half(std::trunc(float(x))); }
+
+// Ties-to-even rounding to an integer without consulting the floating-point environment:
+// adding and subtracting 2^(p-1) performs the rounding in the default mode of the hardware, which
+// is what IEEE arithmetic always uses here (nothing in polyquant changes it). Values at or above
+// 2^(p-1) are already integers.
+inline float rint_t(float x) {
+  constexpr float kBig = 8388608.0f;  // 2^23
+  const float a = std::fabs(x);
+  if (!(a < kBig)) return x;  // integers, inf, NaN
+  const float r = (a + kBig) - kBig;
+  return std::copysign(r, x);
+}
+inline double rint_t(double x) {
+  constexpr double kBig = 4503599627370496.0;  // 2^52
+  const double a = std::fabs(x);
+  if (!(a < kBig)) return x;
+  const double r = (a + kBig) - kBig;
+  return std::copysign(r, x);
+}
+inline Half rint_t(Half x) { return Half(rint_t(float(x))); }
+
+inline float abs_t(float x) { return std::fabs(x); }
+inline double abs_t(double x) { return std::fabs(x); }
+inline Half abs_t(Half x) { return Half::from_bits(static_cast<std::uint16_t>(x.bits & 0x7fffu)); }
+
+inline bool isnan_t(float x) { return std::isnan(x); }
+inline bool isnan_t(double x) { return std::isnan(x); }
+inline bool isnan_t(Half x) { return (x.bits & 0x7fffu) > 0x7c00u; }
+inline bool isinf_t(float x) { return std::isinf(x); }
+inline bool isinf_t(double x) { return std::isinf(x); }
+inline bool isinf_t(Half x) { return (x.bits & 0x7fffu) == 0x7c00u; }
+
+// numpy.sign: +1, -1, +0 for either zero, NaN for NaN.
+template <class T>
+inline T sign_t(T x) {
+  if (x > T(0.0f)) return T(1.0f);
+  if (x < T(0.0f)) return T(-1.0f);
+  if (isnan_t(x)) return x;
+  return T(0.0f);
+}
+
+// numpy's log2/exp2. float32 goes to the C library's log2f/exp2f (what numpy calls on x86-64
+// without AVX-512); float16 is computed in float32 and rounded.
+inline float log2_t(float x) { return std::log2(x); }
+inline double log2_t(double x) { return std::log2(x); }
+inline Half log2_t(Half x) { return Half(std::log2(float(x))); }
+inline float exp2_t(float x) { return std::exp2(x); }
+inline double exp2_t(double x) { return std::exp2(x); }
+inline Half exp2_t(Half x) { return Half(std::exp2(float(x))); }
+
+// Value conversions as numpy's astype does them (round to nearest even, overflow to inf).
+template <class T>
+inline T from_double(double v);
+template <>
+inline float from_double<float>(double v) { return static_cast<float>(v); }
+template <>
+inline double from_double<double>(double v) { return v; }
+template <>
+inline Half from_double<Half>(double v) { return half_from_double(v); }
+
+template <class T>
+inline double to_double(T v) { return static_cast<double>(v); }
+
+template <class T>
+inline T quiet_nan() {
+  return from_double<T>(std::numeric_limits<double>::quiet_NaN());
+}
+
+// Smallest positive normal number of T (numpy's finfo(T).tiny).
+template <class T>
+inline T tiny();
+template <>
+inline float tiny<float>() { return std::numeric_limits<float>::min(); }
+template <>
+inline double tiny<double>() { return std::numeric_limits<double>::min(); }
+template <>
+inline Half tiny<Half>() { return Half::from_bits(0x0400u); }
+
+// ---- rounding modes -------------------------------------------------------------------------
+template <RoundingMode kMode, class T>
+inline T round_t(T x) {
+  if constexpr (kMode == RoundingMode::kHalfEven) {
+    return rint_t(x);
+  } else if constexpr (kMode == RoundingMode::kCeil) {
+    return ceil_t(x);
+  } else if constexpr (kMode == RoundingMode::kFloor) {
+    return floor_t(x);
+  } else if constexpr (kMode == RoundingMode::kUp) {
+    return sign_t(x) * ceil_t(abs_t(x));
+  } else if constexpr (kMode == RoundingMode::kDown) {
+    return trunc_t(x);
+  } else if constexpr (kMode == RoundingMode::kHalfUp) {
+    return sign_t(x) * floor_t(abs_t(x) + T(0.5f));
+  } else {
+    static_assert(kMode == RoundingMode::kHalfDown);
+    return sign_t(x) * ceil_t(abs_t(x) - T(0.5f));
+  }
+}
+
+// Runtime-mode version, for code outside hot loops.
+template <class T>
+inline T round_t(RoundingMode mode, T x) {
+  switch (mode) {
+    case RoundingMode::kHalfEven: return round_t<RoundingMode::kHalfEven>(x);
+    case RoundingMode::kCeil: return round_t<RoundingMode::kCeil>(x);
+    case RoundingMode::kFloor: return round_t<RoundingMode::kFloor>(x);
+    case RoundingMode::kUp: return round_t<RoundingMode::kUp>(x);
+    case RoundingMode::kDown: return round_t<RoundingMode::kDown>(x);
+    case RoundingMode::kHalfUp: return round_t<RoundingMode::kHalfUp>(x);
+    case RoundingMode::kHalfDown: return round_t<RoundingMode::kHalfDown>(x);
+  }
+  return x;
+}
+
+// Calls f.template operator()<kMode>() with the mode as a compile-time constant.
+template <class F>
+inline decltype(auto) with_rounding_mode(RoundingMode mode, F&& f) {
+  switch (mode) {
+    case RoundingMode::kHalfEven: return f.template operator()<RoundingMode::kHalfEven>();
+    case RoundingMode::kCeil: return f.template operator()<RoundingMode::kCeil>();
+    case RoundingMode::kFloor: return f.template operator()<RoundingMode::kFloor>();
+    case RoundingMode::kUp: return f.template operator()<RoundingMode::kUp>();
+    case RoundingMode::kDown: return f.template operator()<RoundingMode::kDown>();
+    case RoundingMode::kHalfUp: return f.template operator()<RoundingMode::kHalfUp>();
+    case RoundingMode::kHalfDown: break;
+  }
+  return f.template operator()<RoundingMode::kHalfDown>();
+}
+
+}  // namespace POLYQUANT_TARGET_NAMESPACE
+}  // namespace polyquant::detail

@@ -1,0 +1,194 @@
+// Dims, dtype facts, numpy type promotion and broadcasting.
+#include <algorithm>
+#include <sstream>
+
+#include "polyquant/error.h"
+#include "polyquant/tensor.h"
+
+namespace polyquant {
+
+Dims::Dims(std::initializer_list<std::int64_t> values) : Dims(std::span<const std::int64_t>(values.begin(), values.size())) {}
+
+Dims::Dims(std::span<const std::int64_t> values) {
+  if (values.size() > static_cast<std::size_t>(kMaxRank)) {
+    throw Error(ErrorKind::kValue, "tensor rank " + std::to_string(values.size()) + " exceeds the maximum of " +
+                                       std::to_string(kMaxRank));
+  }
+  rank = static_cast<int>(values.size());
+  std::copy(values.begin(), values.end(), v.begin());
+}
+
+std::int64_t Dims::numel() const {
+  std::int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= v[static_cast<std::size_t>(i)];
+  return n;
+}
+
+bool Dims::operator==(const Dims& o) const {
+  return rank == o.rank && std::equal(v.begin(), v.begin() + rank, o.v.begin());
+}
+
+std::string Dims::str() const {
+  std::ostringstream s;
+  s << '(';
+  for (int i = 0; i < rank; ++i) s << (i ? ", " : "") << v[static_cast<std::size_t>(i)];
+  if (rank == 1) s << ',';
+  s << ')';
+  return s.str();
+}
+
+Dims contiguous_strides(const Dims& shape) {
+  Dims strides;
+  strides.rank = shape.rank;
+  std::int64_t s = 1;
+  for (int i = shape.rank - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= std::max<std::int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+bool Layout::is_contiguous() const {
+  std::int64_t s = 1;
+  for (int i = shape.rank - 1; i >= 0; --i) {
+    if (shape[i] != 1 && strides[i] != s) return false;
+    s *= shape[i];
+  }
+  return true;
+}
+
+static void check_layout(const Dims& shape, const Dims& strides) {
+  if (shape.rank != strides.rank) {
+    throw Error(ErrorKind::kValue, "tensor shape " + shape.str() + " and strides " + strides.str() +
+                                       " have different ranks");
+  }
+  for (int i = 0; i < shape.rank; ++i) {
+    if (shape[i] < 0) throw Error(ErrorKind::kValue, "tensor shape " + shape.str() + " has a negative dimension");
+  }
+}
+
+TensorView::TensorView(const void* d, DType t, const Dims& s) : TensorView(d, t, s, contiguous_strides(s)) {}
+TensorView::TensorView(const void* d, DType t, const Dims& s, const Dims& st) {
+  check_layout(s, st);
+  dtype = t;
+  shape = s;
+  strides = st;
+  data = d;
+}
+MutableTensorView::MutableTensorView(void* d, DType t, const Dims& s) : MutableTensorView(d, t, s, contiguous_strides(s)) {}
+MutableTensorView::MutableTensorView(void* d, DType t, const Dims& s, const Dims& st) {
+  check_layout(s, st);
+  dtype = t;
+  shape = s;
+  strides = st;
+  data = d;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return "float16";
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kInt8: return "int8";
+    case DType::kInt16: return "int16";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kUInt8: return "uint8";
+    case DType::kUInt16: return "uint16";
+    case DType::kUInt32: return "uint32";
+    case DType::kUInt64: return "uint64";
+    case DType::kBool: return "bool";
+  }
+  return "unknown";
+}
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+    case DType::kInt8:
+    case DType::kUInt8: return 1;
+    case DType::kFloat16:
+    case DType::kInt16:
+    case DType::kUInt16: return 2;
+    case DType::kFloat32:
+    case DType::kInt32:
+    case DType::kUInt32: return 4;
+    case DType::kFloat64:
+    case DType::kInt64:
+    case DType::kUInt64: return 8;
+  }
+  return 0;
+}
+
+bool is_floating(DType dtype) {
+  return dtype == DType::kFloat16 || dtype == DType::kFloat32 || dtype == DType::kFloat64;
+}
+
+namespace {
+bool is_signed_int(DType t) { return t == DType::kInt8 || t == DType::kInt16 || t == DType::kInt32 || t == DType::kInt64; }
+
+// The smallest float type that holds every value of an integer type, as numpy chooses it.
+DType float_for_int(DType t) {
+  switch (t) {
+    case DType::kBool:
+    case DType::kInt8:
+    case DType::kUInt8: return DType::kFloat16;
+    case DType::kInt16:
+    case DType::kUInt16: return DType::kFloat32;
+    default: return DType::kFloat64;
+  }
+}
+
+int float_rank(DType t) { return t == DType::kFloat16 ? 0 : t == DType::kFloat32 ? 1 : 2; }
+}  // namespace
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  const bool fa = is_floating(a), fb = is_floating(b);
+  if (fa || fb) {
+    const DType x = fa ? a : float_for_int(a);
+    const DType y = fb ? b : float_for_int(b);
+    return float_rank(x) >= float_rank(y) ? x : y;
+  }
+  if (a == DType::kBool) return b;
+  if (b == DType::kBool) return a;
+  // Integers: same signedness -> wider; mixed -> a signed type wide enough, or float64 for
+  // uint64 with a signed type (numpy's rule).
+  const std::size_t sa = dtype_size(a), sb = dtype_size(b);
+  const bool ia = is_signed_int(a), ib = is_signed_int(b);
+  if (ia == ib) return sa >= sb ? a : b;
+  const DType s = ia ? a : b, u = ia ? b : a;
+  const std::size_t ss = dtype_size(s), su = dtype_size(u);
+  if (ss > su) return s;
+  switch (su) {
+    case 1: return DType::kInt16;
+    case 2: return DType::kInt32;
+    case 4: return DType::kInt64;
+    default: return DType::kFloat64;
+  }
+}
+
+Dims broadcast_shapes(std::span<const Dims> shapes, const char* what) {
+  Dims out;
+  for (const Dims& s : shapes) out.rank = std::max(out.rank, s.rank);
+  for (int i = 0; i < out.rank; ++i) out[i] = 1;
+  for (const Dims& s : shapes) {
+    for (int i = 0; i < s.rank; ++i) {
+      const int o = out.rank - s.rank + i;
+      const std::int64_t d = s[i];
+      if (d == out[o] || d == 1) continue;
+      if (out[o] == 1) {
+        out[o] = d;
+        continue;
+      }
+      std::string list;
+      for (const Dims& t : shapes) list += (list.empty() ? "" : ", ") + t.str();
+      throw Error(ErrorKind::kValue, std::string(what) + ": shapes " + list +
+                                         " cannot be broadcast together (numpy rules: trailing dimensions must "
+                                         "be equal or 1)");
+    }
+  }
+  return out;
+}
+
+}  // namespace polyquant

@@ -1,0 +1,145 @@
+// Kernel table built from kernels.inc, CPU feature detection and the one-time dispatch choice.
+#include "kernels/registry.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/parallel.h"
+#include "polyquant/error.h"
+#include "polyquant/runtime.h"
+
+namespace polyquant::detail {
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr const char* op_name(KernelOp op) {
+  switch (op) {
+    case KernelOp::kIntQuant: return "int_quant";
+    case KernelOp::kBipolarQuant: return "bipolar_quant";
+    case KernelOp::kTruncV1: return "trunc_v1";
+    case KernelOp::kTruncV2: return "trunc_v2";
+    case KernelOp::kFloatQuant: return "float_quant";
+  }
+  return "?";
+}
+
+const std::vector<KernelEntry>& table() {
+  static const std::vector<KernelEntry> entries = [] {
+    std::vector<KernelEntry> v;
+#define POLYQUANT_KERNEL(op, isa, work, fn) v.push_back({KernelOp::op, Isa::isa, WorkType::work, &fn, #fn});
+#include "kernels/kernels.inc"
+#undef POLYQUANT_KERNEL
+    // Give each entry a readable name: <op>_<work>__<isa>.
+    static std::vector<std::string> names;
+    names.reserve(v.size());
+    for (auto& e : v) {
+      const char* w = e.work == WorkType::kF16 ? "f16" : e.work == WorkType::kF32 ? "f32" : "f64";
+      names.push_back(std::string(op_name(e.op)) + "_" + w + "__" + isa_name(e.isa));
+      e.name = names.back().c_str();
+    }
+    return v;
+  }();
+  return entries;
+}
+
+bool cpu_supports(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return true;
+#if defined(POLYQUANT_HAVE_X86_KERNELS)
+    case Isa::kAvx2:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+    case Isa::kAvx512:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") && cpu_supports(Isa::kAvx2);
+#endif
+    default: return false;
+  }
+}
+
+struct Dispatch {
+  std::vector<Isa> supported;
+  Isa active = Isa::kScalar;
+  RowKernel best[kNumKernelOps][kNumWorkTypes] = {};
+};
+
+const Dispatch& dispatch() {
+  static const Dispatch d = [] {
+    Dispatch r;
+    for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+      if (cpu_supports(isa)) r.supported.push_back(isa);
+    }
+    r.active = r.supported.front();
+    if (const char* forced = std::getenv("POLYQUANT_ISA"); forced && *forced) {
+      bool found = false;
+      for (Isa isa : r.supported) {
+        if (std::strcmp(forced, isa_name(isa)) == 0) {
+          r.active = isa;
+          found = true;
+        }
+      }
+      if (!found) {
+        std::string allowed;
+        for (Isa isa : r.supported) allowed += std::string(allowed.empty() ? "" : ", ") + isa_name(isa);
+        throw Error(ErrorKind::kValue, std::string("POLYQUANT_ISA: '") + forced +
+                                           "' is not a kernel set this CPU supports; allowed: " + allowed);
+      }
+    }
+    // Scalar first, then better sets overwrite where they have a kernel.
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (static_cast<int>(isa) > static_cast<int>(r.active)) continue;
+      for (const auto& e : table()) {
+        if (e.isa == isa) r.best[static_cast<int>(e.op)][static_cast<int>(e.work)] = e.fn;
+      }
+    }
+    return r;
+  }();
+  return d;
+}
+
+}  // namespace
+
+std::span<const KernelEntry> all_kernels() { return table(); }
+
+RowKernel kernel_for(KernelOp op, WorkType work, Isa isa) {
+  for (const auto& e : table()) {
+    if (e.op == op && e.work == work && e.isa == isa) return e.fn;
+  }
+  return nullptr;
+}
+
+RowKernel reference_kernel(KernelOp op, WorkType work) { return kernel_for(op, work, Isa::kScalar); }
+
+RowKernel best_kernel(KernelOp op, WorkType work) {
+  return dispatch().best[static_cast<int>(op)][static_cast<int>(work)];
+}
+
+std::span<const Isa> supported_isas() { return dispatch().supported; }
+Isa active_isa() { return dispatch().active; }
+
+}  // namespace polyquant::detail
+
+namespace polyquant {
+
+RuntimeInfo runtime_info() {
+  RuntimeInfo info;
+  info.version = POLYQUANT_VERSION_STRING;
+  info.isa = detail::isa_name(detail::active_isa());
+  for (auto isa : detail::supported_isas()) info.supported.emplace_back(detail::isa_name(isa));
+  info.num_threads = detail::num_threads();
+  return info;
+}
+
+}  // namespace polyquant

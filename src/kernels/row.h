@@ -1,0 +1,30 @@
+// The contract between the elementwise engine and every kernel: one call processes a run of n
+// output elements whose operands are either contiguous (stride 1) or one broadcast value.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace polyquant::detail {
+
+inline constexpr int kMaxOperands = 8;
+
+struct RowArgs {
+  std::array<const void*, kMaxOperands> in{};  // operand i: in[i][j] (or in[i][0] if broadcast)
+  std::uint32_t broadcast_mask = 0;            // bit i set: operand i is one value for the row
+  void* out = nullptr;                         // contiguous output, n elements
+  std::int64_t n = 0;
+  bool stream = false;  // output is far larger than the caches: non-temporal stores are allowed
+
+  bool is_broadcast(int i) const { return (broadcast_mask >> i) & 1u; }
+  template <class T>
+  const T* input(int i) const { return static_cast<const T*>(in[static_cast<std::size_t>(i)]); }
+  // Operand i at element j, honouring broadcast.
+  template <class T>
+  T at(int i, std::int64_t j) const { return input<T>(i)[is_broadcast(i) ? 0 : j]; }
+};
+
+// A kernel: `params` points at the op's parameter struct (see qonnx_kernels.h).
+using RowKernel = void (*)(const void* params, const RowArgs& args);
+
+}  // namespace polyquant::detail

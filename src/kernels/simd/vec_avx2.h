@@ -1,0 +1,61 @@
+// Thin float32 vector vocabulary for AVX2 (8 lanes). Only included by translation units compiled
+// with the AVX2 flags.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace polyquant::detail::avx2 {
+
+struct Vec {
+  using F = __m256;
+  using I = __m256i;
+  using M = __m256;  // all-ones lanes are true
+  static constexpr int kLanes = 8;
+
+  static F loadu(const float* p) { return _mm256_loadu_ps(p); }
+  static void storeu(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static void stream(float* p, F v) { _mm256_stream_ps(p, v); }  // p must be 32-byte aligned
+  static F splat(float v) { return _mm256_set1_ps(v); }
+  static F zero() { return _mm256_setzero_ps(); }
+
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F div(F a, F b) { return _mm256_div_ps(a, b); }
+
+  // Ordered, quiet comparisons: false whenever an operand is NaN, exactly like C++'s operators.
+  static M gt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static M lt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static M ge(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+  static M isnan(F a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+  static M isinf(F a) { return _mm256_cmp_ps(abs(a), splat(__builtin_inff()), _CMP_EQ_OQ); }
+  static M mask_or(M a, M b) { return _mm256_or_ps(a, b); }
+  static unsigned mask_bits(M m) { return static_cast<unsigned>(_mm256_movemask_ps(m)); }
+  static F select(M m, F if_true, F if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
+
+  static F rint(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static F floor(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+  static F ceil(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); }
+  static F trunc(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+  static F abs(F a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
+
+  // Integer view of the lanes, for exponent manipulation.
+  static I bits(F a) { return _mm256_castps_si256(a); }
+  static F from_bits(I a) { return _mm256_castsi256_ps(a); }
+  static I splat_i(std::int32_t v) { return _mm256_set1_epi32(v); }
+  static I add_i(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I and_i(I a, I b) { return _mm256_and_si256(a, b); }
+  template <int kShift>
+  static I shr_i(I a) { return _mm256_srli_epi32(a, kShift); }
+  template <int kShift>
+  static I shl_i(I a) { return _mm256_slli_epi32(a, kShift); }
+  static M gt_i(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(a, b)); }
+  static F to_float(I a) { return _mm256_cvtepi32_ps(a); }
+  static I to_int(F a) { return _mm256_cvtps_epi32(a); }  // callers pass integral values only
+
+  static void fence() { _mm_sfence(); }
+};
+
+}  // namespace polyquant::detail::avx2

@@ -1,0 +1,59 @@
+// Thin float32 vector vocabulary for AVX-512 (16 lanes), the same interface as vec_avx2.h. Only
+// included by translation units compiled with the AVX-512 flags.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace polyquant::detail::avx512 {
+
+struct Vec {
+  using F = __m512;
+  using I = __m512i;
+  using M = __mmask16;
+  static constexpr int kLanes = 16;
+
+  static F loadu(const float* p) { return _mm512_loadu_ps(p); }
+  static void storeu(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static void stream(float* p, F v) { _mm512_stream_ps(p, v); }  // p must be 64-byte aligned
+  static F splat(float v) { return _mm512_set1_ps(v); }
+  static F zero() { return _mm512_setzero_ps(); }
+
+  static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F div(F a, F b) { return _mm512_div_ps(a, b); }
+
+  static M gt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static M lt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+  static M ge(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+  static M isnan(F a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+  static M isinf(F a) { return _mm512_cmp_ps_mask(abs(a), splat(__builtin_inff()), _CMP_EQ_OQ); }
+  static M mask_or(M a, M b) { return static_cast<M>(a | b); }
+  static unsigned mask_bits(M m) { return static_cast<unsigned>(m); }
+  static F select(M m, F if_true, F if_false) { return _mm512_mask_blend_ps(m, if_false, if_true); }
+
+  static F rint(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static F floor(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+  static F ceil(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); }
+  static F trunc(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+  static F abs(F a) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7fffffff))); }
+
+  static I bits(F a) { return _mm512_castps_si512(a); }
+  static F from_bits(I a) { return _mm512_castsi512_ps(a); }
+  static I splat_i(std::int32_t v) { return _mm512_set1_epi32(v); }
+  static I add_i(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I and_i(I a, I b) { return _mm512_and_si512(a, b); }
+  template <int kShift>
+  static I shr_i(I a) { return _mm512_srli_epi32(a, kShift); }
+  template <int kShift>
+  static I shl_i(I a) { return _mm512_slli_epi32(a, kShift); }
+  static M gt_i(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
+  static F to_float(I a) { return _mm512_cvtepi32_ps(a); }
+  static I to_int(F a) { return _mm512_cvtps_epi32(a); }
+
+  static void fence() { _mm_sfence(); }
+};
+
+}  // namespace polyquant::detail::avx512

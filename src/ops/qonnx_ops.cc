@@ -1,0 +1,317 @@
+// The QONNX semantic layer: validates inputs as the reference does, derives the working dtype and
+// the small parameter tensors (bounds, truncation scales, minifloat limits) exactly as qonnx's
+// numpy code computes them, then runs the elementwise kernel of the op.
+#include <cmath>
+
+#include "ops/op_support.h"
+#include "polyquant/qonnx.h"
+
+namespace polyquant::qonnx {
+
+using detail::DerivedTensor;
+using detail::ElementwiseCall;
+using detail::KernelOp;
+
+namespace {
+
+void check_operands(std::initializer_list<std::pair<const TensorView*, const char*>> operands) {
+  for (const auto& [view, name] : operands) {
+    if (view->numel() > 0 && view->data == nullptr) {
+      throw Error(ErrorKind::kValue, std::string(name) + ": tensor has no data");
+    }
+  }
+}
+
+// Runs kernel `op` over `inputs` (converted to `kernel_dtypes`) into `out`.
+void run(KernelOp op, detail::WorkType work, std::span<const TensorView> inputs,
+         std::span<const DType> kernel_dtypes, DType kernel_out, const MutableTensorView& out, const void* params) {
+  ElementwiseCall call;
+  call.inputs = inputs;
+  call.kernel_dtypes = kernel_dtypes;
+  call.out = out;
+  call.kernel_out_dtype = kernel_out;
+  call.kernel = detail::best_kernel(op, work);
+  call.params = params;
+  detail::run_elementwise(call);
+}
+
+// ---- IntQuant --------------------------------------------------------------------------------
+struct IntQuantSetup {
+  TensorSpec spec;
+  DType work;
+  detail::IntQuantParams params;
+};
+
+IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+                              const TensorView& bitwidth, const IntQuantAttrs& attrs) {
+  check_operands({{&x, "x"}, {&scale, "scale"}, {&zeropt, "zeropt"}, {&bitwidth, "bitwidth"}});
+  detail::require_floating(x, "x");
+  const double bits = detail::single_value(bitwidth, "bitwidth", "the reference compares it with 1");
+  if (!std::isfinite(bits)) {
+    throw Error(ErrorKind::kValue, "bitwidth: must be finite, got " + std::to_string(bits));
+  }
+  IntQuantSetup s;
+  s.work = promote_types(promote_types(x.dtype, scale.dtype), zeropt.dtype);
+  if (!is_floating(s.work)) s.work = DType::kFloat64;
+  s.params.mode = attrs.rounding_mode;
+  s.params.bipolar = bits == 1.0 && attrs.is_signed;
+  const std::array<Dims, 4> shapes{x.shape, scale.shape, zeropt.shape, bitwidth.shape};
+  // The 1-bit path never broadcasts against the bounds, so bitwidth's shape does not reach the output.
+  s.spec.shape = broadcast_shapes(std::span<const Dims>(shapes.data(), s.params.bipolar ? 3 : 4), "IntQuant");
+  s.spec.dtype = DType::kFloat32;
+  if (!s.params.bipolar) {
+    s.params.lo = detail::round_to(s.work, detail::int_range_min(bits, bitwidth.dtype, attrs.is_signed, attrs.narrow));
+    s.params.hi = detail::round_to(s.work, detail::int_range_max(bits, bitwidth.dtype, attrs.is_signed, attrs.narrow));
+  }
+  return s;
+}
+
+// ---- Trunc -----------------------------------------------------------------------------------
+DType trunc_v1_work(const TensorView& x, const TensorView& scale, const TensorView& zeropt, DType scale_dtype) {
+  DType w = promote_types(promote_types(promote_types(x.dtype, scale.dtype), zeropt.dtype), scale_dtype);
+  return is_floating(w) ? w : DType::kFloat64;
+}
+
+// ---- FloatQuant ------------------------------------------------------------------------------
+struct FloatQuantSetup {
+  TensorSpec spec;
+  DType work;
+  detail::FloatQuantParams params;
+  DerivedTensor min_exp;   // 1 - bias - m
+  DerivedTensor max_value; // min((2 - 2^-m) * 2^(2^E - 1 - bias), max_val), float64
+};
+
+FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, const TensorView& exponent_bitwidth,
+                                  const TensorView& mantissa_bitwidth, const TensorView& exponent_bias,
+                                  const TensorView& max_val, const FloatQuantAttrs& attrs) {
+  check_operands({{&x, "x"}, {&scale, "scale"}, {&exponent_bitwidth, "exponent_bitwidth"},
+                  {&mantissa_bitwidth, "mantissa_bitwidth"}, {&exponent_bias, "exponent_bias"}, {&max_val, "max_val"}});
+  detail::require_floating(x, "x");
+  const double m = detail::single_value(mantissa_bitwidth, "mantissa_bitwidth",
+                                        "the reference builds its mantissa series from it");
+  if (!std::isfinite(m) || m < 0) {
+    throw Error(ErrorKind::kValue, "mantissa_bitwidth: must be a finite value >= 0, got " + std::to_string(m));
+  }
+  detail::require_finite(exponent_bitwidth, "exponent_bitwidth");
+  detail::require_finite(exponent_bias, "exponent_bias");
+  if (!attrs.saturation && !attrs.has_inf && !attrs.has_nan) {
+    throw Error(ErrorKind::kValue,
+                "saturation: 0 (non-saturating) requires has_inf=1 or has_nan=1 to say where overflow goes");
+  }
+  FloatQuantSetup s;
+  s.work = promote_types(x.dtype, scale.dtype);
+  if (!is_floating(s.work)) s.work = DType::kFloat64;
+  const std::array<Dims, 6> shapes{x.shape, scale.shape, exponent_bitwidth.shape, mantissa_bitwidth.shape,
+                                   exponent_bias.shape, max_val.shape};
+  s.spec.shape = broadcast_shapes(shapes, "FloatQuant");
+  s.spec.dtype = DType::kFloat32;
+  s.params.mode = attrs.rounding_mode;
+  s.params.mantissa_bits = m;
+  s.params.saturation = attrs.saturation;
+  s.params.has_inf = attrs.has_inf;
+  s.params.has_nan = attrs.has_nan;
+  if (detail::round_to(s.work, m) != m) {
+    throw Error(ErrorKind::kValue, "mantissa_bitwidth: " + std::to_string(m) + " is not exact in the working dtype " +
+                                       dtype_name(s.work));
+  }
+
+  // fp_internal_scale_min = 1.0 - bias - m, in the dtype of (bias, m).
+  const DType min_dtype = detail::float_dtype_for(promote_types(exponent_bias.dtype, mantissa_bitwidth.dtype));
+  s.min_exp = detail::derive<2>({&exponent_bias, &mantissa_bitwidth}, "FloatQuant", [&](double bias, double mm) {
+    return detail::with_float_type(min_dtype, [&]<class T>() {
+      using detail::from_double;
+      return detail::to_double(T(1.0f) - from_double<T>(bias) - from_double<T>(mm));
+    });
+  });
+  // max_mantissa = sum(2.0 ** arange(0, -m - 1, -1)) in float64.
+  double max_mantissa = 0;
+  for (double k = 0; k > -m - 1.0; k -= 1.0) max_mantissa += std::exp2(k);
+  const DType exp_dtype = detail::float_dtype_for(promote_types(exponent_bitwidth.dtype, exponent_bias.dtype));
+  s.max_value = detail::derive<3>({&exponent_bitwidth, &exponent_bias, &max_val}, "FloatQuant",
+                                  [&](double e, double bias, double mv) {
+                                    // max_exponent = 2.0**E - 1.0 - bias and 2**max_exponent, in the
+                                    // dtype of (E, bias); the product with the float64 series.
+                                    const double pow_max = detail::with_float_type(exp_dtype, [&]<class T>() {
+                                      using detail::from_double;
+                                      const T two(2.0f), one(1.0f);
+                                      T me;
+                                      T p;
+                                      if constexpr (std::is_same_v<T, detail::Half>) {
+                                        me = T(std::pow(2.0f, float(from_double<T>(e)))) - one - from_double<T>(bias);
+                                        p = T(std::pow(2.0f, float(me)));
+                                      } else {
+                                        me = std::pow(two, from_double<T>(e)) - one - from_double<T>(bias);
+                                        p = std::pow(two, me);
+                                      }
+                                      return detail::to_double(p);
+                                    });
+                                    const double fmt_max = max_mantissa * pow_max;
+                                    if (std::isnan(fmt_max) || std::isnan(mv)) return std::nan("");
+                                    return std::min(fmt_max, mv);
+                                  });
+  for (double v : s.max_value.values) {
+    if (static_cast<double>(static_cast<float>(v)) != v && !std::isnan(v)) s.params.max_fits_float32 = false;
+  }
+  return s;
+}
+
+}  // namespace
+
+// ================================================================================================
+TensorSpec int_quant_spec(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+                          const TensorView& bitwidth, const IntQuantAttrs& attrs) {
+  return setup_int_quant(x, scale, zeropt, bitwidth, attrs).spec;
+}
+
+void int_quant(const TensorView& x, const TensorView& scale, const TensorView& zeropt, const TensorView& bitwidth,
+               const IntQuantAttrs& attrs, const MutableTensorView& out) {
+  const IntQuantSetup s = setup_int_quant(x, scale, zeropt, bitwidth, attrs);
+  detail::require_output(out, s.spec, "IntQuant");
+  const std::array<TensorView, 3> inputs{x, scale, zeropt};
+  const std::array<DType, 3> kd{s.work, s.work, s.work};
+  run(KernelOp::kIntQuant, detail::work_type_of(s.work), inputs, kd, DType::kFloat32, out, &s.params);
+}
+
+TensorSpec bipolar_quant_spec(const TensorView& x, const TensorView& scale) {
+  check_operands({{&x, "x"}, {&scale, "scale"}});
+  detail::require_floating(x, "x");
+  const std::array<Dims, 2> shapes{x.shape, scale.shape};
+  TensorSpec spec;
+  spec.shape = broadcast_shapes(shapes, "BipolarQuant");
+  spec.dtype = promote_types(x.dtype, scale.dtype);
+  if (!is_floating(spec.dtype)) spec.dtype = DType::kFloat64;
+  return spec;
+}
+
+void bipolar_quant(const TensorView& x, const TensorView& scale, const MutableTensorView& out) {
+  const TensorSpec spec = bipolar_quant_spec(x, scale);
+  detail::require_output(out, spec, "BipolarQuant");
+  const std::array<TensorView, 2> inputs{x, scale};
+  const std::array<DType, 2> kd{spec.dtype, spec.dtype};
+  const detail::BipolarQuantParams params;
+  run(KernelOp::kBipolarQuant, detail::work_type_of(spec.dtype), inputs, kd, spec.dtype, out, &params);
+}
+
+// ---- Trunc v1 ----------------------------------------------------------------------------------
+namespace {
+struct TruncV1Setup {
+  TensorSpec spec;
+  DerivedTensor trunc_scale;  // 2.0 ** (in_bitwidth - out_bitwidth)
+};
+
+TruncV1Setup setup_trunc_v1(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+                            const TensorView& in_bitwidth, const TensorView& out_bitwidth) {
+  check_operands({{&x, "x"}, {&scale, "scale"}, {&zeropt, "zeropt"}, {&in_bitwidth, "in_bitwidth"},
+                  {&out_bitwidth, "out_bitwidth"}});
+  detail::require_floating(x, "x");
+  TruncV1Setup s;
+  const DType diff_dtype = promote_types(in_bitwidth.dtype, out_bitwidth.dtype);
+  const DType ts_dtype = detail::float_dtype_for(diff_dtype);
+  s.trunc_scale = detail::derive<2>({&in_bitwidth, &out_bitwidth}, "Trunc", [&](double ib, double ob) {
+    if (!is_floating(diff_dtype)) return std::exp2(ib - ob);  // integer difference, then 2.0 ** int
+    return detail::with_float_type(ts_dtype, [&]<class T>() {
+      using detail::from_double;
+      const T d = from_double<T>(ib) - from_double<T>(ob);
+      if constexpr (std::is_same_v<T, detail::Half>) return detail::to_double(T(std::pow(2.0f, float(d))));
+      else return detail::to_double(std::pow(T(2), d));
+    });
+  });
+  const std::array<Dims, 5> shapes{x.shape, scale.shape, zeropt.shape, in_bitwidth.shape, out_bitwidth.shape};
+  s.spec.shape = broadcast_shapes(shapes, "Trunc");
+  s.spec.dtype = trunc_v1_work(x, scale, zeropt, ts_dtype);
+  return s;
+}
+
+struct TruncV2Setup {
+  TensorSpec spec;
+  DerivedTensor trunc_scale;  // 2 ** rint(log2(out_scale / scale))
+  DerivedTensor lo, hi;       // integer range of out_bitwidth
+};
+
+TruncV2Setup setup_trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+                            const TensorView& in_bitwidth, const TensorView& out_scale,
+                            const TensorView& out_bitwidth, bool is_signed, bool narrow) {
+  check_operands({{&x, "x"}, {&scale, "scale"}, {&zeropt, "zeropt"}, {&in_bitwidth, "in_bitwidth"},
+                  {&out_scale, "out_scale"}, {&out_bitwidth, "out_bitwidth"}});
+  detail::require_floating(x, "x");
+  detail::require_finite(out_bitwidth, "out_bitwidth");
+  TruncV2Setup s;
+  DType ts_dtype = promote_types(out_scale.dtype, scale.dtype);
+  if (!is_floating(ts_dtype)) ts_dtype = DType::kFloat64;  // int / int is true division
+  s.trunc_scale = detail::derive<2>({&out_scale, &scale}, "Trunc", [&](double os, double sc) {
+    return detail::with_float_type(ts_dtype, [&]<class T>() {
+      using detail::from_double;
+      const T ratio = from_double<T>(os) / from_double<T>(sc);
+      const T k = detail::rint_t(detail::log2_t(ratio));
+      if constexpr (std::is_same_v<T, detail::Half>) return detail::to_double(T(std::pow(2.0f, float(k))));
+      else return detail::to_double(std::pow(T(2), k));
+    });
+  });
+  s.lo = detail::derive<1>({&out_bitwidth}, "Trunc", [&](double b) {
+    return detail::int_range_min(b, out_bitwidth.dtype, is_signed, narrow);
+  });
+  s.hi = detail::derive<1>({&out_bitwidth}, "Trunc", [&](double b) {
+    return detail::int_range_max(b, out_bitwidth.dtype, is_signed, narrow);
+  });
+  const std::array<Dims, 5> shapes{x.shape, scale.shape, zeropt.shape, out_scale.shape, out_bitwidth.shape};
+  s.spec.shape = broadcast_shapes(shapes, "Trunc");
+  DType w = promote_types(promote_types(promote_types(x.dtype, scale.dtype), zeropt.dtype), out_scale.dtype);
+  s.spec.dtype = is_floating(w) ? w : DType::kFloat64;
+  return s;
+}
+}  // namespace
+
+TensorSpec trunc_spec(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+                      const TensorView& in_bitwidth, const TensorView& out_bitwidth) {
+  return setup_trunc_v1(x, scale, zeropt, in_bitwidth, out_bitwidth).spec;
+}
+
+void trunc(const TensorView& x, const TensorView& scale, const TensorView& zeropt, const TensorView& in_bitwidth,
+           const TensorView& out_bitwidth, RoundingMode rounding_mode, const MutableTensorView& out) {
+  const TruncV1Setup s = setup_trunc_v1(x, scale, zeropt, in_bitwidth, out_bitwidth);
+  detail::require_output(out, s.spec, "Trunc");
+  const DType w = s.spec.dtype;
+  const std::array<TensorView, 4> inputs{x, scale, zeropt, s.trunc_scale.view()};
+  const std::array<DType, 4> kd{w, w, w, w};
+  const detail::TruncParams params{rounding_mode};
+  run(KernelOp::kTruncV1, detail::work_type_of(w), inputs, kd, w, out, &params);
+}
+
+TensorSpec trunc_v2_spec(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+                         const TensorView& in_bitwidth, const TensorView& out_scale, const TensorView& out_bitwidth) {
+  return setup_trunc_v2(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth, true, false).spec;
+}
+
+void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& zeropt, const TensorView& in_bitwidth,
+              const TensorView& out_scale, const TensorView& out_bitwidth, const TruncV2Attrs& attrs,
+              const MutableTensorView& out) {
+  const TruncV2Setup s =
+      setup_trunc_v2(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth, attrs.is_signed, attrs.narrow);
+  detail::require_output(out, s.spec, "Trunc");
+  const DType w = s.spec.dtype;
+  const std::array<TensorView, 7> inputs{x, scale, zeropt, s.trunc_scale.view(), out_scale, s.lo.view(), s.hi.view()};
+  const std::array<DType, 7> kd{w, w, w, w, w, w, w};
+  const detail::TruncParams params{attrs.rounding_mode};
+  run(KernelOp::kTruncV2, detail::work_type_of(w), inputs, kd, w, out, &params);
+}
+
+// ---- FloatQuant --------------------------------------------------------------------------------
+TensorSpec float_quant_spec(const TensorView& x, const TensorView& scale, const TensorView& exponent_bitwidth,
+                            const TensorView& mantissa_bitwidth, const TensorView& exponent_bias,
+                            const TensorView& max_val, const FloatQuantAttrs& attrs) {
+  return setup_float_quant(x, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias, max_val, attrs).spec;
+}
+
+void float_quant(const TensorView& x, const TensorView& scale, const TensorView& exponent_bitwidth,
+                 const TensorView& mantissa_bitwidth, const TensorView& exponent_bias, const TensorView& max_val,
+                 const FloatQuantAttrs& attrs, const MutableTensorView& out) {
+  const FloatQuantSetup s =
+      setup_float_quant(x, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias, max_val, attrs);
+  detail::require_output(out, s.spec, "FloatQuant");
+  const DType w = s.work;
+  const std::array<TensorView, 4> inputs{x, scale, s.min_exp.view(), s.max_value.view()};
+  const std::array<DType, 4> kd{w, w, w, DType::kFloat64};
+  run(KernelOp::kFloatQuant, detail::work_type_of(w), inputs, kd, DType::kFloat32, out, &s.params);
+}
+
+}  // namespace polyquant::qonnx
