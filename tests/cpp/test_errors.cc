@@ -1,0 +1,82 @@
+// Bad input is reported as polyquant::Error naming the parameter and the allowed values.
+#include <gtest/gtest.h>
+
+#include "qonnx_call.h"
+#include "test_util.h"
+
+namespace polyquant {
+namespace {
+
+template <class F>
+void expect_error(F&& f, ErrorKind kind, std::initializer_list<const char*> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    for (const char* frag : fragments) EXPECT_NE(std::string(e.what()).find(frag), std::string::npos) << e.what();
+  }
+}
+
+const std::vector<float> xs = {0.5f, -1.0f, 2.0f};
+const float one = 1.0f, zero = 0.0f, eight = 8.0f;
+
+TEST(Errors, MultiElementBitwidth) {
+  const std::vector<float> b = {4.0f, 8.0f};
+  expect_error([&] { qonnx::int_quant_spec(test::vec_view(xs), test::scalar_view(one), test::scalar_view(zero), test::vec_view(b), {}); },
+               ErrorKind::kValue, {"bitwidth", "exactly one element", "(2,)"});
+}
+
+TEST(Errors, NonFiniteBitwidth) {
+  const float b = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] { qonnx::int_quant_spec(test::vec_view(xs), test::scalar_view(one), test::scalar_view(zero), test::scalar_view(b), {}); },
+               ErrorKind::kValue, {"bitwidth", "finite"});
+}
+
+TEST(Errors, NonBroadcastableShapes) {
+  const std::vector<float> s = {1.0f, 2.0f};
+  expect_error([&] { qonnx::int_quant_spec(test::vec_view(xs), test::vec_view(s), test::scalar_view(zero), test::scalar_view(eight), {}); },
+               ErrorKind::kValue, {"IntQuant", "(3,)", "(2,)", "broadcast"});
+}
+
+TEST(Errors, IntegerDataTensor) {
+  const std::vector<std::int32_t> xi = {1, 2, 3};
+  expect_error([&] { qonnx::bipolar_quant_spec(TensorView(xi.data(), DType::kInt32, Dims{3}), test::scalar_view(one)); },
+               ErrorKind::kType, {"x", "int32", "float32"});
+}
+
+TEST(Errors, WrongOutputSpec) {
+  std::vector<float> out(2);
+  expect_error([&] {
+    qonnx::int_quant(test::vec_view(xs), test::scalar_view(one), test::scalar_view(zero), test::scalar_view(eight), {},
+                     MutableTensorView(out.data(), DType::kFloat32, Dims{2}));
+  }, ErrorKind::kValue, {"out", "(3,)"});
+}
+
+TEST(Errors, FloatQuantNeedsAnOverflowTarget) {
+  const float e = 4, m = 3, bias = 7, mv = 448;
+  const qonnx::FloatQuantAttrs attrs{false, false, true, false, RoundingMode::kHalfEven};
+  expect_error([&] {
+    qonnx::float_quant_spec(test::vec_view(xs), test::scalar_view(one), test::scalar_view(e), test::scalar_view(m),
+                            test::scalar_view(bias), test::scalar_view(mv), attrs);
+  }, ErrorKind::kValue, {"saturation", "has_inf", "has_nan"});
+}
+
+TEST(Errors, FloatQuantMantissaMustBeSingle) {
+  const float e = 4, bias = 7, mv = 448;
+  const std::vector<float> m = {3, 2};
+  expect_error([&] {
+    qonnx::float_quant_spec(test::vec_view(xs), test::scalar_view(one), test::scalar_view(e), test::vec_view(m),
+                            test::scalar_view(bias), test::scalar_view(mv), {});
+  }, ErrorKind::kValue, {"mantissa_bitwidth", "exactly one element"});
+}
+
+TEST(Errors, RankAndStrides) {
+  const std::vector<std::int64_t> too_long(9, 1);
+  expect_error([&] { Dims d{std::span<const std::int64_t>(too_long)}; (void)d; }, ErrorKind::kValue, {"rank", "8"});
+  expect_error([&] { TensorView v(xs.data(), DType::kFloat32, Dims{3}, Dims{1, 1}); }, ErrorKind::kValue, {"strides"});
+  expect_error([&] { TensorView v(xs.data(), DType::kFloat32, Dims{-3}); }, ErrorKind::kValue, {"negative"});
+}
+
+}  // namespace
+}  // namespace polyquant

@@ -1,0 +1,219 @@
+// Every optimized kernel in kernels.inc against the scalar reference of the same op and work type,
+// bit for bit: all rounding modes, sizes around the vector width, misaligned starts, every
+// broadcast pattern of the parameters, streaming stores, ties and IEEE specials.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "kernels/registry.h"
+#include "test_util.h"
+
+namespace polyquant::detail {
+namespace {
+
+using test::mixed_values;
+
+bool isa_available(Isa isa) {
+  for (Isa s : supported_isas()) {
+    if (s == isa) return true;
+  }
+  return false;
+}
+
+// One operand: its values (enough for the largest row) and whether it may be broadcast.
+struct Operand {
+  std::vector<float> f32;
+  std::vector<double> f64;  // used instead of f32 when non-empty
+  bool param = true;        // the data operand (index 0) is never broadcast
+};
+
+// Runs `kernel` on rows of n elements starting at `offset`, with the operands in `mask` broadcast.
+std::vector<float> run_row(RowKernel kernel, const void* params, const std::vector<Operand>& ops, std::int64_t n,
+                           std::int64_t offset, std::uint32_t mask, bool stream) {
+  RowArgs a;
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const bool b = (mask >> k) & 1u;
+    const void* base = ops[k].f64.empty() ? static_cast<const void*>(ops[k].f32.data() + (b ? 0 : offset))
+                                          : static_cast<const void*>(ops[k].f64.data() + (b ? 0 : offset));
+    a.in[k] = base;
+    if (b) a.broadcast_mask |= 1u << k;
+  }
+  std::vector<float> out(static_cast<std::size_t>(n + offset + 16), 12345.0f);
+  a.out = out.data() + offset;
+  a.n = n;
+  a.stream = stream;
+  kernel(params, a);
+  for (std::int64_t i = 0; i < offset; ++i) EXPECT_EQ(out[static_cast<std::size_t>(i)], 12345.0f) << "wrote before the row";
+  for (std::size_t i = static_cast<std::size_t>(n + offset); i < out.size(); ++i) EXPECT_EQ(out[i], 12345.0f) << "wrote past the row";
+  return {out.begin() + offset, out.begin() + offset + n};
+}
+
+// Compares the kernel with the reference over sizes, offsets, broadcast masks and streaming.
+void check_against_reference(const KernelEntry& e, const void* params, const std::vector<Operand>& ops,
+                             const std::string& what) {
+  const RowKernel ref = reference_kernel(e.op, e.work);
+  std::uint32_t param_bits = 0;
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k].param) param_bits |= 1u << k;
+  }
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t n = 1; n <= 70; ++n) sizes.push_back(n);
+  for (std::int64_t n : {127, 128, 129, 255, 1000, 4099}) sizes.push_back(n);
+  for (std::uint32_t mask = 0; mask <= param_bits; ++mask) {
+    if ((mask & ~param_bits) != 0) continue;
+    for (std::int64_t n : sizes) {
+      for (std::int64_t offset : {0, 1, 3, 7}) {
+        for (bool stream : {false, true}) {
+          const auto got = run_row(e.fn, params, ops, n, offset, mask, stream);
+          const auto want = run_row(ref, params, ops, n, offset, mask, false);
+          const auto r = test::all_same(got, want);
+          if (!r) {
+            ADD_FAILURE() << e.name << " " << what << " n=" << n << " offset=" << offset << " mask=" << mask
+                          << " stream=" << stream << ": " << r.message();
+            return;
+          }
+        }
+      }
+    }
+  }
+}
+
+constexpr std::size_t kLen = 4099 + 16;
+
+std::vector<float> fill(float v) { return std::vector<float>(kLen, v); }
+
+std::vector<float> random_params(std::uint64_t salt, std::vector<float> choices) {
+  auto rng = test::make_rng(salt);
+  std::vector<float> v(kLen);
+  for (auto& x : v) x = choices[rng() % choices.size()];
+  return v;
+}
+
+class KernelTest : public ::testing::TestWithParam<KernelEntry> {};
+
+TEST_P(KernelTest, MatchesReferenceBitForBit) {
+  const KernelEntry& e = GetParam();
+  if (!isa_available(e.isa)) GTEST_SKIP() << isa_name(e.isa) << " not supported by this CPU";
+  for (int m = 0; m < kNumRoundingModes; ++m) {
+    const auto mode = static_cast<RoundingMode>(m);
+    const std::string mode_name = rounding_mode_name(mode);
+    switch (e.op) {
+      case KernelOp::kIntQuant: {
+        const std::vector<Operand> ops = {{mixed_values(kLen, 1, 0.5f), {}, false},
+                                          {random_params(2, {0.5f, 0.1f, 3.0f, -0.25f, 1.0f, 0.0f}), {}, true},
+                                          {random_params(3, {0.0f, 0.5f, -3.0f, 1.25f}), {}, true}};
+        const std::pair<double, double> ranges[] = {{-8, 7}, {-7, 7}, {0, 255}, {0, 2}, {-2.828427, 1.828427},
+                                                    {-2147483648.0, 2147483648.0}, {-0.5, -0.5}};
+        for (const auto& [lo, hi] : ranges) {
+          for (bool bipolar : {false, true}) {
+            const IntQuantParams p{mode, bipolar, lo, hi};
+            check_against_reference(e, &p, ops, mode_name + " range [" + std::to_string(lo) + "," + std::to_string(hi) + "]");
+          }
+        }
+        break;
+      }
+      case KernelOp::kBipolarQuant: {
+        if (m > 0) break;
+        const std::vector<Operand> ops = {{mixed_values(kLen, 4), {}, false},
+                                          {random_params(5, {0.5f, -2.0f, 0.0f, 1e-40f}), {}, true}};
+        const BipolarQuantParams p;
+        check_against_reference(e, &p, ops, "bipolar");
+        break;
+      }
+      case KernelOp::kTruncV1: {
+        const std::vector<Operand> ops = {{mixed_values(kLen, 6, 16.0f), {}, false},
+                                          {random_params(7, {1.0f, 0.5f, 0.375f}), {}, true},
+                                          {random_params(8, {0.0f, 4.0f, 0.5f}), {}, true},
+                                          {random_params(9, {16.0f, 1.0f, 0.5f, 256.0f}), {}, true}};
+        const TruncParams p{mode};
+        check_against_reference(e, &p, ops, mode_name);
+        break;
+      }
+      case KernelOp::kTruncV2: {
+        const std::vector<Operand> ops = {{mixed_values(kLen, 10, 16.0f), {}, false},
+                                          {random_params(11, {1.0f, 0.5f}), {}, true},
+                                          {random_params(12, {0.0f, 4.0f, 0.5f}), {}, true},
+                                          {random_params(13, {16.0f, 4.0f, 1.0f}), {}, true},
+                                          {random_params(14, {16.0f, 12.0f, 2.0f}), {}, true},
+                                          {random_params(15, {-8.0f, -7.0f, 0.0f}), {}, true},
+                                          {random_params(16, {7.0f, 15.0f, 14.0f}), {}, true}};
+        const TruncParams p{mode};
+        check_against_reference(e, &p, ops, mode_name);
+        break;
+      }
+      case KernelOp::kFloatQuant: {
+        // Inputs just below powers of two, where float32 log2 rounds up, plus the usual mix.
+        std::vector<float> x = mixed_values(kLen, 17);
+        for (std::size_t i = 0; i + 1 < x.size(); i += 3) {
+          float v = std::ldexp(1.0f, static_cast<int>(i % 200) - 100);
+          for (std::size_t s = 0; s < (i % 700); ++s) v = std::nextafter(v, 0.0f);
+          x[i] = (i % 2) ? -v : v;
+        }
+        struct Format {
+          double m, min_exp, max;
+          bool sat, inf, nan, fits;
+        };
+        const Format formats[] = {
+            {3, -9, 448, true, false, true, true},          // OCP E4M3
+            {3, -9, 448, false, false, true, true},         // E4M3, overflow -> NaN
+            {3, -9, 448, false, true, false, true},         // E4M3 with inf
+            {2, -16, 57344, true, true, false, true},       // E5M2
+            {1, -1, 6, true, false, false, true},           // E2M1
+            {3, -129, 3.1901472e38, true, false, false, true},  // E8M3, subnormal internal scales
+            {10, -24, 65504, true, false, false, true},     // binary16-like
+            {3, -9, 448.1, true, false, false, false},      // M not a float32: reference path
+        };
+        for (const auto& f : formats) {
+          FloatQuantParams p{mode, f.m, f.sat, f.inf, f.nan, f.fits};
+          std::vector<Operand> ops = {{x, {}, false},
+                                      {random_params(18, {1.0f, 0.5f, 3.0f, 1e-3f, 0.0f}), {}, true},
+                                      {fill(static_cast<float>(f.min_exp)), {}, true},
+                                      {{}, std::vector<double>(kLen, f.max), true}};
+          check_against_reference(e, &p, ops, mode_name + " m=" + std::to_string(f.m) + " M=" + std::to_string(f.max));
+        }
+        break;
+      }
+    }
+  }
+}
+
+std::vector<KernelEntry> optimized_kernels() {
+  std::vector<KernelEntry> v;
+  for (const auto& e : all_kernels()) {
+    if (e.isa != Isa::kScalar) v.push_back(e);
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, KernelTest, ::testing::ValuesIn(optimized_kernels()),
+                         [](const auto& info) { return std::string(info.param.name); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(KernelTest);
+
+// The optimized FloatQuant kernels take the exponent of |x|/s + tiny from its bit field instead of
+// floor(log2f(.)) except in the top 2^11 mantissa codes of each binade. Check that claim for every
+// positive normal float32 (2^31 values, split over two threads).
+TEST(FloatQuantExponent, BitFieldEqualsFloorLog2BelowTheLimit) {
+  if (std::getenv("POLYQUANT_SKIP_EXHAUSTIVE")) GTEST_SKIP() << "POLYQUANT_SKIP_EXHAUSTIVE is set";
+  constexpr std::uint32_t kLimit = (1u << 23) - (1u << 11);
+  std::atomic<std::uint64_t> mismatches{0};
+  auto scan = [&](std::uint32_t first_exp, std::uint32_t last_exp) {
+    std::uint64_t bad = 0;
+    for (std::uint32_t be = first_exp; be <= last_exp; ++be) {
+      for (std::uint32_t mant = 0; mant < kLimit; ++mant) {
+        const float a = std::bit_cast<float>((be << 23) | mant);
+        if (std::floor(std::log2(a)) != static_cast<float>(static_cast<int>(be) - 127)) ++bad;
+      }
+    }
+    mismatches += bad;
+  };
+  std::thread t(scan, 1u, 127u);
+  scan(128u, 254u);
+  t.join();
+  EXPECT_EQ(mismatches.load(), 0u);
+}
+
+}  // namespace
+}  // namespace polyquant::detail
