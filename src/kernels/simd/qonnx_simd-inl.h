@@ -4,6 +4,9 @@
 //
 // No include guard: meant to be included once per kernel-set translation unit.
 
+// Vector bodies are lambdas; they must be inlined into the row loop or every vector pays a call.
+#define POLYQUANT_ALWAYS_INLINE __attribute__((always_inline))
+
 // numpy.sign in vector form: +1, -1, +0 for zeros, NaN for NaN.
 inline Vec::F sign_v(Vec::F x) {
   const Vec::F zero = Vec::zero();
@@ -73,11 +76,28 @@ inline void for_each_vector(const RowArgs& a, Body&& body) {
     }
   }
   Vec::F v[kN];
-  for (; j + L <= n; j += L) {
-    for (int k = 0; k < kN; ++k) v[k] = a.is_broadcast(k) ? splats[k] : Vec::loadu(src[k] + j);
-    const Vec::F r = body(v);
-    if (stream) Vec::stream(out + j, r);
-    else Vec::storeu(out + j, r);
+  constexpr std::uint32_t kParamsMask = ((1u << kN) - 1u) & ~1u;
+  if ((a.broadcast_mask & kParamsMask) == kParamsMask) {
+    // Per-tensor and per-channel rows, the common case: parameters stay in registers.
+    for (int k = 1; k < kN; ++k) v[k] = splats[k];
+    if (stream) {
+      for (; j + L <= n; j += L) {
+        v[0] = Vec::loadu(src[0] + j);
+        Vec::stream(out + j, body(v));
+      }
+    } else {
+      for (; j + L <= n; j += L) {
+        v[0] = Vec::loadu(src[0] + j);
+        Vec::storeu(out + j, body(v));
+      }
+    }
+  } else {
+    for (; j + L <= n; j += L) {
+      for (int k = 0; k < kN; ++k) v[k] = a.is_broadcast(k) ? splats[k] : Vec::loadu(src[k] + j);
+      const Vec::F r = body(v);
+      if (stream) Vec::stream(out + j, r);
+      else Vec::storeu(out + j, r);
+    }
   }
   if (j < n) partial(j, n - j);
   if (stream) Vec::fence();
@@ -89,7 +109,7 @@ void int_quant_f32(const void* params, const RowArgs& a) {
   const Vec::F lo = Vec::splat(static_cast<float>(p.lo)), hi = Vec::splat(static_cast<float>(p.hi));
   const Vec::F one = Vec::splat(1.0f), minus_one = Vec::splat(-1.0f), zero = Vec::zero();
   if (p.bipolar) {
-    for_each_vector<3>(a, [&](const Vec::F* v) {
+    for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       const Vec::F y = Vec::add(Vec::div(v[0], v[1]), v[2]);
       const Vec::F b = Vec::select(Vec::ge(y, zero), one, minus_one);
       return Vec::mul(Vec::sub(b, v[2]), v[1]);
@@ -97,7 +117,7 @@ void int_quant_f32(const void* params, const RowArgs& a) {
     return;
   }
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for_each_vector<3>(a, [&](const Vec::F* v) {
+    for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       Vec::F y = Vec::add(Vec::div(v[0], v[1]), v[2]);
       y = Vec::select(Vec::gt(y, hi), hi, y);
       y = Vec::select(Vec::lt(y, lo), lo, y);
@@ -110,7 +130,7 @@ void int_quant_f32(const void* params, const RowArgs& a) {
 // ---- BipolarQuant ----------------------------------------------------------------------------
 void bipolar_quant_f32(const void*, const RowArgs& a) {
   const Vec::F one = Vec::splat(1.0f), minus_one = Vec::splat(-1.0f), zero = Vec::zero();
-  for_each_vector<2>(a, [&](const Vec::F* v) {
+  for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
     return Vec::mul(Vec::select(Vec::ge(v[0], zero), one, minus_one), v[1]);
   });
 }
@@ -119,7 +139,7 @@ void bipolar_quant_f32(const void*, const RowArgs& a) {
 void trunc_v1_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const TruncParams*>(params);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for_each_vector<4>(a, [&](const Vec::F* v) {
+    for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
       y = round_v<kMode>(Vec::div(y, v[3]));
       return Vec::mul(Vec::sub(y, v[2]), v[1]);
@@ -130,7 +150,7 @@ void trunc_v1_f32(const void* params, const RowArgs& a) {
 void trunc_v2_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const TruncParams*>(params);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for_each_vector<7>(a, [&](const Vec::F* v) {
+    for_each_vector<7>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
       y = Vec::div(y, v[3]);
       y = Vec::select(Vec::gt(y, v[6]), v[6], y);
@@ -165,7 +185,7 @@ void float_quant_f32(const void* params, const RowArgs& a) {
   const Vec::F m = Vec::splat(static_cast<float>(p.mantissa_bits));
   const Vec::F inf = Vec::splat(__builtin_inff()), nan = Vec::splat(__builtin_nanf(""));
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for_each_vector<2>(a, [&](const Vec::F* v) {
+    for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       const Vec::F xs = Vec::div(v[0], v[1]);
       const Vec::F mag = Vec::add(Vec::abs(xs), tiny);
       const Vec::I mag_bits = Vec::bits(mag);

@@ -1,0 +1,81 @@
+// Single-thread throughput of each kernel row (no engine, no threads) on in-cache and out-of-cache
+// sizes, with memcpy of the same bytes as the yardstick. Bytes counted: read X + write out.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/registry.h"
+
+namespace polyquant::detail {
+namespace {
+
+struct Buffers {
+  std::vector<float> x, out, ones, zeros, sixteen, lo, hi, min_exp;
+  std::vector<double> max_value;
+  explicit Buffers(std::size_t n)
+      : x(n), out(n), ones(1, 0.5f), zeros(1, 0.0f), sixteen(1, 16.0f), lo(1, -8.0f), hi(1, 7.0f), min_exp(1, -9.0f),
+        max_value(1, 448.0) {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> d(-20.0f, 20.0f);
+    for (auto& v : x) v = d(rng);
+  }
+};
+
+void bench_memcpy(benchmark::State& state) {
+  Buffers b(static_cast<std::size_t>(state.range(0)));
+  for (auto _ : state) {
+    std::memcpy(b.out.data(), b.x.data(), b.x.size() * sizeof(float));
+    benchmark::DoNotOptimize(b.out.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0) * 8);
+}
+
+void bench_kernel(benchmark::State& state, KernelEntry e) {
+  Buffers b(static_cast<std::size_t>(state.range(0)));
+  RowArgs a;
+  a.in[0] = b.x.data();
+  const void* params_ptr = nullptr;
+  IntQuantParams iq{RoundingMode::kHalfEven, false, -128, 127};
+  BipolarQuantParams bq;
+  TruncParams tp{RoundingMode::kFloor};
+  FloatQuantParams fq{RoundingMode::kHalfEven, 3, true, false, true, true};
+  switch (e.op) {
+    case KernelOp::kIntQuant: a.in[1] = b.ones.data(); a.in[2] = b.zeros.data(); a.broadcast_mask = 6; params_ptr = &iq; break;
+    case KernelOp::kBipolarQuant: a.in[1] = b.ones.data(); a.broadcast_mask = 2; params_ptr = &bq; break;
+    case KernelOp::kTruncV1:
+      a.in[1] = b.ones.data(); a.in[2] = b.zeros.data(); a.in[3] = b.sixteen.data(); a.broadcast_mask = 14; params_ptr = &tp; break;
+    case KernelOp::kTruncV2:
+      a.in[1] = b.ones.data(); a.in[2] = b.zeros.data(); a.in[3] = b.sixteen.data(); a.in[4] = b.sixteen.data();
+      a.in[5] = b.lo.data(); a.in[6] = b.hi.data(); a.broadcast_mask = 126; params_ptr = &tp; break;
+    case KernelOp::kFloatQuant:
+      a.in[1] = b.ones.data(); a.in[2] = b.min_exp.data(); a.in[3] = b.max_value.data(); a.broadcast_mask = 14;
+      params_ptr = &fq; break;
+  }
+  a.out = b.out.data();
+  a.n = state.range(0);
+  a.stream = state.range(0) * 4 >= (32 << 20);
+  for (auto _ : state) {
+    e.fn(params_ptr, a);
+    benchmark::DoNotOptimize(b.out.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0) * 8);
+}
+
+const bool registered = [] {
+  benchmark::RegisterBenchmark("memcpy", bench_memcpy)->Arg(1 << 14)->Arg(1 << 24);
+  for (const auto& e : all_kernels()) {
+    if (e.work != WorkType::kF32) continue;
+    bool supported = false;
+    for (Isa s : supported_isas()) supported = supported || s == e.isa;
+    if (!supported) continue;
+    benchmark::RegisterBenchmark(e.name, bench_kernel, e)->Arg(1 << 14)->Arg(1 << 24);
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace polyquant::detail
+
+BENCHMARK_MAIN();

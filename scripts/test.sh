@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything and runs every test: the C++ suite (optimized build, then an
+# AddressSanitizer + UndefinedBehaviorSanitizer build) under CTest, and the Python suite (against
+# qonnx, onnx and onnxruntime from the package registry) under pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== C++ tests (Release)"
+cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DPOLYQUANT_BUILD_TESTS=ON -DPOLYQUANT_BUILD_BENCHMARKS=ON >/dev/null
+cmake --build build/release -j "$jobs"
+ctest --test-dir build/release --output-on-failure -j "$jobs"
+
+echo "== C++ tests (ASan + UBSan)"
+cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOLYQUANT_BUILD_TESTS=ON -DPOLYQUANT_SANITIZE=ON >/dev/null
+cmake --build build/asan -j "$jobs"
+# The exhaustive 2^31-value scan already ran in the Release build.
+POLYQUANT_SKIP_EXHAUSTIVE=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build/asan --output-on-failure -j "$jobs"
+
+echo "== C++ package consumer (find_package(polyquant))"
+cmake --install build/release --prefix build/install >/dev/null
+cmake -S examples/cpp -B build/consumer -DCMAKE_PREFIX_PATH="$(pwd)/build/install" >/dev/null
+cmake --build build/consumer -j "$jobs"
+build/consumer/polyquant_example
+
+echo "== Python tests"
+.venv/bin/python -m pytest -q
