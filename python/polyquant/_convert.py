@@ -1,0 +1,94 @@
+"""Argument conversion for the Python front-ends: anything array-like -> a numpy array the
+extension can view without copying, plus the flag and rounding-mode checks.
+
+No numerics happen here. Dtype promotion is the C++ core's (numpy 2 / NEP 50 rules); the only
+typing decision made in Python is NEP 50's for *Python* scalars, which are "weak": a bare
+``0.5`` or ``8`` parameter takes the floating dtype of ``x``, exactly as numpy 2 would treat it in
+``x / 0.5``.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+# Element types the core accepts (numpy spelling). X must be one of the floating ones.
+_FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_PARAM_DTYPES = frozenset(
+    _FLOAT_DTYPES
+    + tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
+    + tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
+    + (np.dtype(np.bool_),)
+)
+
+
+def _as_array(obj: Any, name: str) -> np.ndarray:
+    """Any array-like (ndarray, numpy scalar, __dlpack__ or __array__ object, nested sequence)
+    as an ndarray with a dtype the core supports, native byte order and element-aligned strides."""
+    if isinstance(obj, np.ndarray):
+        a = obj
+    elif isinstance(obj, np.generic):
+        a = np.asarray(obj)
+    elif hasattr(type(obj), "__dlpack__"):
+        try:
+            a = np.from_dlpack(obj)
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            raise TypeError(f"{name}: cannot read this object through __dlpack__ as a CPU array ({e})") from e
+    else:
+        try:
+            a = np.asarray(obj)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{name}: cannot convert {type(obj).__name__} to an array ({e})") from e
+    if a.dtype.kind in "biuf" and not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if a.dtype not in _PARAM_DTYPES:
+        raise TypeError(
+            f"{name}: unsupported dtype {a.dtype}; expected float16/32/64, (u)int8/16/32/64 or bool"
+        )
+    # The core reads elements through typed pointers: strides must be whole elements and the data
+    # aligned (numpy allows neither to fail, e.g. for views into packed structured arrays).
+    if not a.flags.aligned or any(s % a.itemsize for s in a.strides):
+        a = np.array(a, copy=True, order="C")
+    return a
+
+
+def as_data(x: Any, name: str = "x") -> np.ndarray:
+    """The data tensor X: must be float16, float32 or float64 (TypeError otherwise). A Python
+    float becomes a float64 0-d array, as numpy would make it."""
+    a = _as_array(x, name)
+    if a.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{name}: must be a floating-point array (float16, float32 or float64), got {a.dtype}")
+    return a
+
+
+def as_param(value: Any, name: str, x: np.ndarray) -> np.ndarray:
+    """A tensor parameter (scale, zero point, bit width, ...). Python bool/int/float scalars are
+    weak (NEP 50) and take x's dtype; everything else keeps its own dtype."""
+    if isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
+        with np.errstate(over="ignore"):  # e.g. 1e300 with float32 x is +inf, as in numpy 2
+            return np.asarray(value, dtype=x.dtype)
+    if isinstance(value, complex):
+        raise TypeError(f"{name}: complex values are not supported")
+    if value is None:
+        raise TypeError(f"{name}: expected a number or an array, got None")
+    return _as_array(value, name)
+
+
+def as_flag(value: Any, name: str) -> bool:
+    """An integer attribute read as a boolean (QONNX: any non-zero int is true)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    try:
+        return operator.index(value) != 0
+    except TypeError:
+        raise TypeError(f"{name}: expected a bool or an int, got {type(value).__name__}") from None
+
+
+def as_rounding_mode(value: Any, name: str = "rounding_mode") -> str:
+    """The rounding_mode attribute: a str; the core upper-cases and validates it (ValueError
+    listing the allowed modes)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a str such as 'ROUND' or 'FLOOR', got {type(value).__name__}")
+    return str(value)

@@ -1,0 +1,60 @@
+"""Shared fixtures: a reproducible RNG and the bit-exact comparison every test uses."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from typing import Callable
+
+import numpy as np
+import pytest
+
+# Override with POLYQUANT_TEST_SEED=<int> to reproduce or vary a run; the seed is in the header.
+SEED = int(os.environ.get("POLYQUANT_TEST_SEED", "20260213"))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    import polyquant
+
+    info = polyquant.runtime_info()
+    return (
+        f"polyquant {polyquant.__version__}: isa={info['isa']} supported={info['supported']} "
+        f"threads={info['num_threads']}; numpy {np.__version__}; POLYQUANT_TEST_SEED={SEED}"
+    )
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    """A generator seeded from SEED and the test's id, so every test is reproducible alone."""
+    salt = zlib.crc32(request.node.nodeid.encode())
+    return np.random.default_rng([SEED, salt])
+
+
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def assert_identical(actual: np.ndarray, expected: np.ndarray, *inputs: np.ndarray) -> None:
+    """Same type, dtype, shape and bit pattern; any NaN equals any NaN, and the sign of zero
+    matters. On failure, lists the first mismatches together with the broadcast inputs."""
+    assert isinstance(actual, np.ndarray), f"expected an ndarray, got {type(actual).__name__}"
+    assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != reference {expected.dtype}"
+    assert actual.shape == expected.shape, f"shape {actual.shape} != reference {expected.shape}"
+    a = np.ascontiguousarray(actual)
+    e = np.ascontiguousarray(expected)
+    a_nan, e_nan = np.isnan(a), np.isnan(e)
+    utype = _UINT[a.dtype.itemsize]
+    bad = (a_nan != e_nan) | (~a_nan & ~e_nan & (a.view(utype) != e.view(utype)))
+    if bad.any():
+        idx = np.argwhere(bad)[:8]
+        lines = []
+        for i in idx:
+            i = tuple(int(k) for k in i)
+            ins = [np.broadcast_to(np.asarray(t), a.shape)[i] for t in inputs]
+            lines.append(f"  at {i}: got {a[i]!r}, reference {e[i]!r}; inputs {ins!r}")
+        pytest.fail(f"{int(bad.sum())} of {a.size} elements differ:\n" + "\n".join(lines))
+
+
+@pytest.fixture
+def same() -> Callable[..., None]:
+    """The bit-exact comparison, as a fixture: same(actual, expected, *inputs)."""
+    return assert_identical

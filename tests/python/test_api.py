@@ -1,0 +1,483 @@
+"""The Python surface of polyquant: accepted inputs, dtypes, layouts, errors, the GIL, the
+package metadata and the extension's type stub. Numerics are test_qonnx_ops.py's job; here a
+result is only compared with polyquant's own result on a plain contiguous copy."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import polyquant
+import polyquant.qonnx as pq
+from polyquant import _polyquant_ext
+
+f32 = np.float32
+REPO = Path(__file__).resolve().parents[2]
+
+
+def iq(x, **kw):
+    """int_quant with typical parameters (4-bit signed, scale 0.25)."""
+    args = dict(scale=0.25, zeropt=0.0, bitwidth=4, signed=1, narrow=0, rounding_mode="ROUND")
+    args.update(kw)
+    return pq.int_quant(x, **args)
+
+
+class ArrayLikeObject:
+    """Exposes only __array__."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __array__(self, dtype=None, copy=None):
+        return self._a if dtype is None else self._a.astype(dtype)
+
+
+class DLPackObject:
+    """Exposes only the DLPack protocol (as a CPU tensor of another framework would)."""
+
+    def __init__(self, a, device=(1, 0)):
+        self._a = a
+        self._device = device
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._device
+
+
+# ------------------------------------------------------------------------------------------------
+# package surface
+
+
+def test_package_metadata():
+    assert set(polyquant.__all__) >= {"__version__", "qonnx", "runtime_info"}
+    assert set(pq.__all__) == {"int_quant", "quant", "bipolar_quant", "trunc", "trunc_v2", "float_quant"}
+    version_file = REPO / "VERSION"
+    if version_file.exists():
+        assert polyquant.__version__ == version_file.read_text().strip()
+    info = polyquant.runtime_info()
+    assert set(info) == {"version", "isa", "supported", "num_threads"}
+    assert info["version"] == polyquant.__version__
+    assert info["isa"] in info["supported"]
+    assert all(isinstance(s, str) for s in info["supported"])
+    assert isinstance(info["num_threads"], int) and info["num_threads"] >= 1
+
+
+def test_ort_submodule_is_importable_lazily():
+    if importlib.util.find_spec("polyquant.ort") is None:
+        pytest.skip("polyquant/ort.py is not part of this build")
+    assert "ort" in dir(polyquant)
+    assert polyquant.ort.__name__ == "polyquant.ort"
+
+
+def test_extension_stub_matches_the_module(tmp_path):
+    """The committed _polyquant_ext.pyi is what nanobind's stubgen makes of the built module (its
+    header comment names the nanobind version; other versions format stubs differently)."""
+    nanobind = pytest.importorskip("nanobind")
+    committed = Path(polyquant.__file__).with_name("_polyquant_ext.pyi")
+    assert committed.exists(), "the wheel must ship polyquant/_polyquant_ext.pyi"
+    lines = committed.read_text().splitlines(keepends=True)
+    header = [ln for ln in itertools.takewhile(lambda ln: ln.startswith("#"), lines)]
+    recorded = next((ln.split()[-1] for ln in header if "nanobind" in ln), None)
+    if recorded != nanobind.__version__:
+        pytest.skip(f"stub made with nanobind {recorded}, this is nanobind {nanobind.__version__}")
+    out = tmp_path / "_polyquant_ext.pyi"
+    subprocess.run(
+        [sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "polyquant._polyquant_ext", "-o", str(out)],
+        check=True,
+    )
+    generated, expected = out.read_text(), "".join(lines[len(header):])
+    if generated != expected:
+        pytest.fail(
+            "python/polyquant/_polyquant_ext.pyi is stale; regenerate it (see its header comment)\n"
+            f"generated:\n{generated}"
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# accepted inputs
+
+
+def test_inputs_lists_scalars_array_and_dlpack_objects():
+    x = np.asarray([-1.3, -0.2, 0.0, 0.6, 1.2, 5.0], dtype=f32)
+    expected = iq(x, scale=np.asarray(0.25, f32), zeropt=np.asarray(0, f32), bitwidth=np.asarray(4, f32))
+    np.testing.assert_array_equal(iq(x), expected)
+    np.testing.assert_array_equal(iq(ArrayLikeObject(x)), expected)
+    np.testing.assert_array_equal(iq(DLPackObject(x)), expected)
+    np.testing.assert_array_equal(iq(x, scale=ArrayLikeObject(np.asarray(0.25, f32))), expected)
+    np.testing.assert_array_equal(iq(x, scale=DLPackObject(np.asarray([0.25], f32))), expected)
+    np.testing.assert_array_equal(iq(x, scale=[0.25], zeropt=[0.0], bitwidth=[4.0]), iq(x.astype(np.float64)))
+    # a list of Python floats becomes float64, as np.asarray makes it
+    assert pq.bipolar_quant([1.0, -2.0], f32(1)).dtype == np.float64
+    assert pq.bipolar_quant(x.tolist(), 1.0).dtype == np.float64
+
+
+def test_dlpack_export_failure_is_a_type_error_naming_the_parameter():
+    class Unexportable(DLPackObject):
+        def __dlpack__(self, **kwargs):
+            raise BufferError("cannot export a read-only, non-CPU or otherwise unexportable tensor")
+
+    with pytest.raises(TypeError, match="x"):
+        iq(Unexportable(np.ones(3, f32)))
+    with pytest.raises(TypeError, match="scale"):
+        iq(np.ones(3, f32), scale=Unexportable(np.ones(3, f32)))
+
+
+def test_python_scalars_are_weak():
+    """NEP 50: a Python scalar parameter takes x's dtype; numpy scalars and arrays keep theirs."""
+    x16 = np.asarray([0.1, -0.7, 3.3, 1000.0], dtype=np.float16)
+    assert pq.bipolar_quant(x16, 0.5).dtype == np.float16
+    assert pq.bipolar_quant(x16, 2).dtype == np.float16
+    assert pq.bipolar_quant(x16, True).dtype == np.float16
+    assert pq.bipolar_quant(x16, np.float32(0.5)).dtype == np.float32
+    x = np.asarray([0.1, -0.7, 3.3], dtype=f32)
+    assert pq.bipolar_quant(x, 0.5).dtype == np.float32
+    assert pq.bipolar_quant(x, np.float64(0.5)).dtype == np.float64
+    assert pq.bipolar_quant(x, np.asarray(0.5)).dtype == np.float64  # a float64 0-d array is strong
+    assert pq.trunc(x, 0.5, 0, 8, 4, "FLOOR").dtype == np.float32
+    assert pq.trunc(x, np.float64(0.5), 0, 8, 4, "FLOOR").dtype == np.float64
+    assert pq.trunc_v2(x, 0.5, 0, 8, 2.0, 4, "FLOOR").dtype == np.float32
+    # a weak scalar is converted to x's dtype first: 0.1 is float32(0.1) here, not float64(0.1)
+    np.testing.assert_array_equal(iq(x, scale=0.1), iq(x, scale=np.asarray(0.1, f32)))
+
+
+def test_x_as_python_scalar_is_float64():
+    out = pq.bipolar_quant(-0.5, 1)
+    assert isinstance(out, np.ndarray) and out.shape == () and out.dtype == np.float64 and out == -1
+    out = pq.int_quant(2.6, 1.0, 0.0, 4, 1, 0)
+    assert out.shape == () and out.dtype == np.float32 and out == 3
+
+
+@pytest.mark.parametrize("x_dtype", [np.float16, np.float32, np.float64])
+def test_output_dtypes(x_dtype):
+    x = np.asarray([0.3, -1.7, 2.5], dtype=x_dtype)
+    assert pq.int_quant(x, 0.5, 0, 4, 1, 0).dtype == np.float32
+    assert pq.float_quant(x, 1.0, 4, 3, 7, 448.0, 0, 0, 0, 1).dtype == np.float32
+    assert pq.bipolar_quant(x, 1.0).dtype == x_dtype
+    assert pq.trunc(x, 0.5, 0, 8, 4, "FLOOR").dtype == x_dtype
+    assert pq.trunc_v2(x, 0.5, 0, 8, 2.0, 4, "FLOOR").dtype == x_dtype
+    assert pq.bipolar_quant(x, np.asarray([1.0])).dtype == np.float64
+    assert pq.trunc(x, 0.5, np.asarray(0, np.int64), 8, 4, "FLOOR").dtype == np.float64
+
+
+def test_zero_d_x_gives_zero_d_array():
+    for out in (
+        pq.int_quant(np.float32(1.3), 1.0, 0.0, 4, 1, 0),
+        pq.bipolar_quant(np.float32(-1), 1.0),
+        pq.trunc(np.float32(17), 1.0, 0, 8, 4, "FLOOR"),
+        pq.trunc_v2(np.float32(17), 1.0, 0, 8, 16.0, 4, "FLOOR"),
+        pq.float_quant(np.float32(1.1), 1.0, 4, 3, 7, 448.0, 0, 0, 0, 1),
+    ):
+        assert isinstance(out, np.ndarray) and out.shape == ()
+
+
+def test_flags_accept_bools_and_ints():
+    x = np.linspace(-10, 10, 41, dtype=f32)
+    for on in (True, 1, 7, -1, np.int64(2), np.bool_(True)):
+        np.testing.assert_array_equal(iq(x, signed=on, narrow=on), iq(x, signed=True, narrow=True))
+    for off in (False, 0, np.int8(0), np.bool_(False)):
+        np.testing.assert_array_equal(iq(x, signed=off, narrow=off), iq(x, signed=False, narrow=False))
+
+
+@pytest.mark.parametrize("mode", ["round", "Round", "half_even", "floor", "Half_Down", np.str_("CEIL")])
+def test_rounding_mode_is_case_insensitive(mode):
+    x = np.linspace(-3, 3, 25, dtype=f32)
+    np.testing.assert_array_equal(iq(x, rounding_mode=mode), iq(x, rounding_mode=str(mode).upper()))
+
+
+# ------------------------------------------------------------------------------------------------
+# layouts
+
+
+def _views(rng):
+    base = rng.standard_normal((6, 10, 4)).astype(f32) * 4
+    yield "slice", base[:, ::2]
+    yield "transpose", base.transpose(2, 0, 1)
+    yield "reversed", base[::-1, :, ::-3]
+    yield "broadcast", np.broadcast_to(base[:1, :1], (6, 10, 4))  # zero strides, read-only
+    yield "fortran", np.asfortranarray(base)
+    yield "big_endian", base.astype(">f4")
+    packed = np.zeros(60, dtype=[("tag", "u1"), ("v", "<f4")])  # 5-byte stride, unaligned
+    packed["v"] = base.reshape(-1)[:60]
+    yield "unaligned", packed["v"]
+
+
+@pytest.mark.parametrize("name", [n for n, _ in _views(np.random.default_rng(0))])
+def test_non_contiguous_inputs(name, rng):
+    x = dict(_views(rng))[name]
+    xc = np.ascontiguousarray(x, dtype=f32)
+    scales = [0.3, np.asarray(0.3, f32)]
+    if x.shape[-1] == 4:
+        scales.append(np.asarray([0.5, 0.25, 0.125, 1.0], f32).reshape(4, 1).T)  # (1, 4), transposed view
+    for s in scales:
+        np.testing.assert_array_equal(iq(x, scale=s), iq(xc, scale=s))
+        np.testing.assert_array_equal(pq.bipolar_quant(x, s), pq.bipolar_quant(xc, s))
+        np.testing.assert_array_equal(pq.trunc(x, s, 0, 8, 4, "FLOOR"), pq.trunc(xc, s, 0, 8, 4, "FLOOR"))
+        np.testing.assert_array_equal(
+            pq.float_quant(x, s, 4, 3, 7, 448.0, 0, 0, 0, 1, "FLOOR"),
+            pq.float_quant(xc, s, 4, 3, 7, 448.0, 0, 0, 0, 1, "FLOOR"),
+        )
+
+
+def test_outputs_are_fresh_c_contiguous_arrays():
+    x = np.ones((3, 4), f32)[:, ::2]
+    out = iq(x)
+    assert out.flags.c_contiguous and out.flags.writeable
+    assert not np.shares_memory(out, x)
+    out[...] = 7  # writable, owned by the caller
+
+
+@pytest.mark.parametrize("shape,scale_shape", [((0,), ()), ((3, 0, 2), (3, 1, 1)), ((0, 4), (4,)), ((2, 3), (0, 1, 1))])
+def test_zero_size(shape, scale_shape):
+    x = np.ones(shape, f32)
+    scale = np.ones(scale_shape, f32)
+    expected_shape = np.broadcast_shapes(shape, scale_shape)
+    for out in (
+        iq(x, scale=scale),
+        pq.bipolar_quant(x, scale),
+        pq.trunc(x, scale, 0, 8, 4, "FLOOR"),
+        pq.trunc_v2(x, scale, 0, 8, scale, 4, "FLOOR"),
+        pq.float_quant(x, scale, 4, 3, 7, 448.0, 0, 0, 0, 1),
+    ):
+        assert out.shape == expected_shape and out.size == 0
+
+
+def test_output_larger_than_x():
+    x = np.asarray([-1.0, 0.4, 2.0], f32)
+    out = iq(x, scale=np.asarray([[1.0], [0.5]], f32))
+    assert out.shape == (2, 3)
+    np.testing.assert_array_equal(out[0], iq(x, scale=1.0))
+    np.testing.assert_array_equal(out[1], iq(x, scale=0.5))
+
+
+# ------------------------------------------------------------------------------------------------
+# errors
+
+
+@pytest.mark.parametrize("mode", ["ROUND_TO_ZERO", " ROUND", "NEAREST", "", "STOCHASTIC_ROUND"])
+def test_unknown_rounding_mode(mode):
+    x = np.ones(3, f32)
+    for call in (
+        lambda: iq(x, rounding_mode=mode),
+        lambda: pq.trunc(x, 1.0, 0, 8, 4, mode),
+        lambda: pq.trunc_v2(x, 1.0, 0, 8, 2.0, 4, mode),
+        lambda: pq.float_quant(x, 1.0, 4, 3, 7, 448.0, 0, 0, 0, 1, mode),
+    ):
+        with pytest.raises(ValueError, match="rounding_mode") as err:
+            call()
+        for allowed in ("ROUND", "HALF_EVEN", "CEIL", "FLOOR", "UP", "DOWN", "HALF_UP", "HALF_DOWN"):
+            assert allowed in str(err.value)
+
+
+@pytest.mark.parametrize("mode", [1, None, b"ROUND", ["ROUND"]])
+def test_rounding_mode_must_be_a_str(mode):
+    with pytest.raises(TypeError, match="rounding_mode"):
+        iq(np.ones(3, f32), rounding_mode=mode)
+
+
+def test_multi_element_bitwidths():
+    x = np.ones(3, f32)
+    with pytest.raises(ValueError, match="bitwidth"):
+        iq(x, bitwidth=np.asarray([4.0, 4.0], f32))
+    with pytest.raises(ValueError, match="mantissa_bitwidth"):
+        pq.float_quant(x, 1.0, 4, np.asarray([3, 3], f32), 7, 448.0, 0, 0, 0, 1)
+
+
+@pytest.mark.parametrize("bitwidth", [np.nan, np.inf, -np.inf])
+def test_non_finite_bitwidth(bitwidth):
+    with pytest.raises(ValueError, match="bitwidth"):
+        iq(np.ones(3, f32), bitwidth=np.asarray(bitwidth, f32))
+
+
+def test_non_broadcastable_shapes():
+    x = np.ones((4, 3), f32)
+    with pytest.raises(ValueError):
+        iq(x, scale=np.ones(4, f32))
+    with pytest.raises(ValueError):
+        iq(x, zeropt=np.ones((2, 3), f32))
+    with pytest.raises(ValueError):
+        pq.bipolar_quant(x, np.ones(2, f32))
+    with pytest.raises(ValueError):
+        pq.trunc_v2(x, 1.0, 0, 8, np.ones((5, 1), f32), 4, "FLOOR")
+    with pytest.raises(ValueError):
+        pq.float_quant(x, 1.0, np.ones(2, f32), 3, 7, 448.0, 0, 0, 0, 1)
+
+
+@pytest.mark.parametrize(
+    "x", [np.arange(4), np.ones(3, np.int8), np.ones(3, bool), np.ones(3, np.uint16), [1, 2, 3], 3, True]
+)
+def test_non_float_x_is_a_type_error(x):
+    for call in (
+        lambda: iq(x),
+        lambda: pq.bipolar_quant(x, 1.0),
+        lambda: pq.trunc(x, 1.0, 0, 8, 4, "FLOOR"),
+        lambda: pq.trunc_v2(x, 1.0, 0, 8, 2.0, 4, "FLOOR"),
+        lambda: pq.float_quant(x, 1.0, 4, 3, 7, 448.0, 0, 0, 0, 1),
+    ):
+        with pytest.raises(TypeError, match="x"):
+            call()
+
+
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        (dict(x=np.ones(3, np.complex64)), "x"),
+        (dict(x="abc"), "x"),
+        (dict(x=np.ones(3, np.longdouble)), "x"),
+        (dict(scale="abc"), "scale"),
+        (dict(scale=None), "scale"),
+        (dict(scale=1j), "scale"),
+        (dict(zeropt=np.ones(3, np.complex128)), "zeropt"),
+        (dict(bitwidth=object()), "bitwidth"),
+        (dict(signed="yes"), "signed"),
+        (dict(narrow=0.5), "narrow"),
+        (dict(narrow=None), "narrow"),
+    ],
+)
+def test_wrong_types_name_the_parameter(kw, name):
+    if kw.get("x") is not None and np.asarray(kw["x"]).dtype == np.float64:
+        pytest.skip("longdouble is float64 on this platform")
+    args = dict(x=np.ones(3, f32), scale=1.0, zeropt=0.0, bitwidth=4, signed=1, narrow=0)
+    args.update(kw)
+    with pytest.raises(TypeError, match=name):
+        pq.int_quant(**args)
+
+
+def test_ragged_input_is_a_value_error():
+    with pytest.raises(ValueError, match="x"):
+        iq([[1.0, 2.0], [3.0]])
+
+
+def test_float_quant_needs_a_policy_without_saturation():
+    # qonnx raises RuntimeError("Clamping is not saturating, but neither ...") here
+    with pytest.raises(ValueError):
+        pq.float_quant(np.ones(3, f32), 1.0, 4, 3, 7, 448.0, 0, 0, 0, 0)
+
+
+def test_rank_limit():
+    x = np.ones((1,) * 9, f32)
+    with pytest.raises(ValueError, match="x"):
+        iq(x)
+
+
+# ------------------------------------------------------------------------------------------------
+# concurrency and kernel sets
+
+
+def _main_thread_runs_during(call) -> bool:
+    """Whether the main thread gets to run Python code while a worker thread is inside `call`.
+    With a huge switch interval a thread only gives up the GIL voluntarily, so the main thread
+    (waiting for the GIL) runs during the call exactly when the call releases the GIL."""
+    state = {"in_call": False}
+
+    def worker():
+        state["in_call"] = True
+        call()
+        state["in_call"] = False
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    try:
+        thread = threading.Thread(target=worker)
+        thread.start()  # returns once this thread holds the GIL again
+        seen = state["in_call"]
+        thread.join()
+    finally:
+        sys.setswitchinterval(old)
+    return seen
+
+
+@pytest.mark.parametrize("what", ["int_quant", "float_quant", "trunc_v2", "copy"])
+def test_gil_is_released_during_the_kernel(what):
+    x = np.random.default_rng(1).standard_normal(1 << 22).astype(f32)
+    dst = np.empty_like(x)
+    call = {
+        "int_quant": lambda: pq.int_quant(x, 0.1, 0.0, 8, 1, 0, "HALF_UP"),
+        "float_quant": lambda: pq.float_quant(x, 0.1, 4, 3, 7, 448.0, 0, 0, 0, 1),
+        "trunc_v2": lambda: pq.trunc_v2(x, 0.1, 0, 8, 0.4, 4, "FLOOR"),
+        "copy": lambda: _polyquant_ext.copy(x, dst),
+    }[what]
+    call()  # warm up: kernel selection, thread pool
+    assert _main_thread_runs_during(call), f"{what} held the GIL for the whole call"
+
+
+def test_concurrent_calls_agree():
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal(1 << 18).astype(f32) * 10 for _ in range(4)]
+    expected = [pq.float_quant(x, 0.5, 4, 3, 7, 448.0, 0, 0, 0, 1, "HALF_UP") for x in xs]
+    results = [None] * len(xs)
+
+    def work(i):
+        results[i] = pq.float_quant(xs[i], 0.5, 4, 3, 7, 448.0, 0, 0, 0, 1, "HALF_UP")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r, e in zip(results, expected):
+        np.testing.assert_array_equal(r, e)
+
+
+_ISA_SCRIPT = r"""
+import hashlib, json, sys
+import numpy as np
+import polyquant, polyquant.qonnx as pq
+rng = np.random.default_rng(5)
+x = (rng.standard_normal((3, 1 << 16 | 7)) * 50).astype(np.float32)
+x[:, :6] = [np.nan, np.inf, -np.inf, -0.0, 2.5, 1e-40]
+s = np.asarray([[0.1], [0.37], [1.0]], np.float32)
+outs = [
+    pq.int_quant(x, s, 0.5, 5, 1, 0, "HALF_UP"), pq.int_quant(x[:, ::3], 0.1, 0, 8, 0, 1, "ROUND"),
+    pq.bipolar_quant(x, s), pq.trunc(x, s, 0, 8, 4, "FLOOR"), pq.trunc_v2(x, s, 0, 8, s * 12, 4, "FLOOR", 1, 1),
+    pq.float_quant(x, s, 4, 3, 7, 448.0, 0, 1, 0, 0, "FLOOR"), pq.float_quant(x.astype(np.float64), 0.5, 5, 2, 15, 57344.0, 0, 0, 0, 1),
+]
+print(json.dumps({"isa": polyquant.runtime_info()["isa"], "digest": [hashlib.sha256(o.tobytes()).hexdigest() for o in outs]}))
+"""
+
+
+def test_every_kernel_set_gives_the_same_bits():
+    """POLYQUANT_ISA forces each kernel set the CPU supports; results must not depend on it."""
+    supported = polyquant.runtime_info()["supported"]
+    runs = {}
+    for isa in supported:
+        env = dict(os.environ, POLYQUANT_ISA=isa)
+        proc = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env=env, capture_output=True, text=True, check=True)
+        result = json.loads(proc.stdout)
+        assert result["isa"] == isa
+        runs[isa] = result["digest"]
+    reference = runs[supported[-1]]
+    for isa, digest in runs.items():
+        assert digest == reference, f"kernel set {isa} differs from {supported[-1]}"
+
+
+# ------------------------------------------------------------------------------------------------
+# the benchmark's copy baseline
+
+
+def test_copy():
+    src = np.arange(1000, dtype=f32)
+    dst = np.empty_like(src)
+    _polyquant_ext.copy(src, dst)
+    np.testing.assert_array_equal(dst, src)
+    raw = np.empty(4000, np.uint8)
+    _polyquant_ext.copy(src, raw)  # any dtypes, same byte size
+    assert raw.tobytes() == src.tobytes()
+    with pytest.raises(ValueError):
+        _polyquant_ext.copy(src, np.empty(999, f32))
+    with pytest.raises(TypeError):
+        _polyquant_ext.copy(src[::2], np.empty(500, f32))  # not contiguous: no silent copy
+    readonly = np.empty_like(src)
+    readonly.flags.writeable = False
+    with pytest.raises(TypeError):
+        _polyquant_ext.copy(src, readonly)
