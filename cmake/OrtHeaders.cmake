@@ -34,7 +34,7 @@ if(DEFINED ENV{POLYQUANT_ORT_INCLUDE_DIR})
   set(_pq_ort_default_dir "$ENV{POLYQUANT_ORT_INCLUDE_DIR}")
 endif()
 set(POLYQUANT_ORT_INCLUDE_DIR "${_pq_ort_default_dir}" CACHE PATH
-    "Directory with the ONNX Runtime C/C++ API headers (>= 1.17); empty: extract them from ${POLYQUANT_ORT_HEADERS_DIST}")
+    "Directory with the ONNX Runtime C/C++ API headers (>= 1.17); empty: take them from ${POLYQUANT_ORT_HEADERS_DIST}")
 set(_pq_ort_default_wheel "")
 if(DEFINED ENV{POLYQUANT_ORT_HEADERS_WHEEL})
   set(_pq_ort_default_wheel "$ENV{POLYQUANT_ORT_HEADERS_WHEEL}")

@@ -1,0 +1,95 @@
+"""The ONNX Runtime custom-op library of polyquant.
+
+``libpolyquant_ort.so`` implements the QONNX ops IntQuant (and its legacy name Quant),
+BipolarQuant, Trunc and FloatQuant for ONNX Runtime's CPU execution provider, in the domains
+``qonnx.custom_op.general``, ``finn.custom_op.general`` and ``onnx.brevitas``, bit-exact with
+:mod:`polyquant.qonnx` (and so with qonnx's own execution)::
+
+    import onnxruntime as ort
+    import polyquant.ort
+
+    session = ort.InferenceSession("model.onnx", polyquant.ort.session_options())
+
+or, with options of your own, ``options.register_custom_ops_library(polyquant.ort.library_path())``.
+
+Trunc runs version 1 for a node with 5 inputs and version 2 for one with 6: ONNX Runtime does not
+tell a custom op which opset the model imports, and the input count is what tells the two versions
+apart in every exporter's output.
+
+Errors in a node (a missing required attribute, an unknown rounding mode, shapes that do not
+broadcast, ...) fail the session creation or the run with a message naming the node and the
+parameter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DOMAINS", "OPS", "library_path", "session_options"]
+
+DOMAINS: tuple[str, ...] = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
+"""The ONNX domains the library registers its ops in."""
+
+OPS: tuple[str, ...] = ("IntQuant", "Quant", "BipolarQuant", "Trunc", "FloatQuant")
+"""The op types registered in each of :data:`DOMAINS`."""
+
+if sys.platform == "win32":
+    _NAMES = ("polyquant_ort.dll",)
+elif sys.platform == "darwin":
+    _NAMES = ("libpolyquant_ort.so", "libpolyquant_ort.dylib")
+else:
+    _NAMES = ("libpolyquant_ort.so",)
+
+
+def _candidate_dirs() -> list[Path]:
+    dirs = [Path(__file__).resolve().parent]
+    # Editable installs keep compiled files apart from the sources: look next to the extension too.
+    spec = importlib.util.find_spec("polyquant._polyquant_ext")
+    if spec is not None and spec.origin:
+        ext_dir = Path(spec.origin).resolve().parent
+        if ext_dir not in dirs:
+            dirs.append(ext_dir)
+    return dirs
+
+
+def library_path() -> str:
+    """Absolute path of the custom-op library inside the installed package.
+
+    ``POLYQUANT_ORT_LIBRARY`` (environment) overrides the search. Raises FileNotFoundError when
+    the library is not there (a build with ``POLYQUANT_BUILD_ORT=OFF``)."""
+    override = os.environ.get("POLYQUANT_ORT_LIBRARY")
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise FileNotFoundError(f"POLYQUANT_ORT_LIBRARY={override!r} is not a file")
+        return str(path.resolve())
+    searched = []
+    for directory in _candidate_dirs():
+        for name in _NAMES:
+            path = directory / name
+            if path.is_file():
+                return str(path)
+            searched.append(str(path))
+    raise FileNotFoundError(
+        "polyquant's ONNX Runtime custom-op library was not found (looked for "
+        + ", ".join(searched)
+        + "); this polyquant was built without it (POLYQUANT_BUILD_ORT=OFF), or set "
+        "POLYQUANT_ORT_LIBRARY to the library's path"
+    )
+
+
+def session_options(options: Any = None) -> Any:
+    """An ``onnxruntime.SessionOptions`` with the custom-op library registered.
+
+    Pass ``options`` to register the library in options of your own (they are returned); register
+    it only once per options object."""
+    import onnxruntime
+
+    if options is None:
+        options = onnxruntime.SessionOptions()
+    options.register_custom_ops_library(library_path())
+    return options
