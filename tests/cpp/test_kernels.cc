@@ -12,6 +12,10 @@
 #include "test_util.h"
 
 namespace polyquant::detail {
+
+// gtest prints parameters in test listings: use the kernel's name.
+inline void PrintTo(const KernelEntry& e, std::ostream* os) { *os << e.name; }
+
 namespace {
 
 using test::mixed_values;

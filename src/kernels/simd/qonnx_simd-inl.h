@@ -195,12 +195,14 @@ void float_quant_f32(const void* params, const RowArgs& a) {
                                          Vec::gt_i(mantissa, Vec::splat_i(kLog2ExactMantissaLimit - 1)));
       Vec::F e = Vec::sub(Vec::to_float(Vec::add_i(biased, Vec::splat_i(-127))), m);
       e = Vec::select(Vec::gt(e, min_exp), e, min_exp);
-      // 2^e for e in [-126, 127] built from its exponent field; other lanes go scalar.
+      // 2^e and 2^-e for e in [-126, 126] built from exponent fields; other lanes go scalar.
+      // xs / 2^e == xs * 2^-e bit for bit: both round the same real number once, and 2^-e is exact.
       scalar_lanes = Vec::mask_or(scalar_lanes, Vec::lt(e, Vec::splat(-126.0f)));
-      scalar_lanes = Vec::mask_or(scalar_lanes, Vec::gt(e, Vec::splat(127.0f)));
-      const Vec::F e_safe = Vec::select(scalar_lanes, Vec::zero(), e);
-      const Vec::F internal_scale = Vec::from_bits(Vec::shl_i<23>(Vec::add_i(Vec::to_int(e_safe), Vec::splat_i(127))));
-      const Vec::F q = Vec::mul(internal_scale, round_v<kMode>(Vec::div(xs, internal_scale)));
+      scalar_lanes = Vec::mask_or(scalar_lanes, Vec::gt(e, Vec::splat(126.0f)));
+      const Vec::I e_int = Vec::to_int(Vec::select(scalar_lanes, Vec::zero(), e));
+      const Vec::F internal_scale = Vec::from_bits(Vec::shl_i<23>(Vec::add_i(e_int, Vec::splat_i(127))));
+      const Vec::F inverse_scale = Vec::from_bits(Vec::shl_i<23>(Vec::sub_i(Vec::splat_i(127), e_int)));
+      const Vec::F q = Vec::mul(internal_scale, round_v<kMode>(Vec::mul(xs, inverse_scale)));
       const Vec::M over = Vec::gt(q, max_v), under = Vec::lt(q, min_v);
       Vec::F c = Vec::select(over, max_v, Vec::select(under, min_v, q));
       if (!p.saturation) {

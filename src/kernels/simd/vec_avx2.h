@@ -46,6 +46,7 @@ struct Vec {
   static F from_bits(I a) { return _mm256_castsi256_ps(a); }
   static I splat_i(std::int32_t v) { return _mm256_set1_epi32(v); }
   static I add_i(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I sub_i(I a, I b) { return _mm256_sub_epi32(a, b); }
   static I and_i(I a, I b) { return _mm256_and_si256(a, b); }
   template <int kShift>
   static I shr_i(I a) { return _mm256_srli_epi32(a, kShift); }

@@ -44,6 +44,7 @@ struct Vec {
   static F from_bits(I a) { return _mm512_castsi512_ps(a); }
   static I splat_i(std::int32_t v) { return _mm512_set1_epi32(v); }
   static I add_i(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I sub_i(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I and_i(I a, I b) { return _mm512_and_si512(a, b); }
   template <int kShift>
   static I shr_i(I a) { return _mm512_srli_epi32(a, kShift); }
