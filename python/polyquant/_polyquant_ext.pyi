@@ -9,9 +9,7 @@ from numpy.typing import NDArray
 
 
 def int_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], signed: bool, narrow: bool, rounding_mode: str) -> Annotated[NDArray, dict(device='cpu')]:
-    """
-    IntQuant/Quant; all tensors already numpy arrays (see polyquant.qonnx.int_quant).
-    """
+    """IntQuant/Quant (see polyquant.qonnx.int_quant)."""
 
 def bipolar_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)]) -> Annotated[NDArray, dict(device='cpu')]:
     """BipolarQuant (see polyquant.qonnx.bipolar_quant)."""

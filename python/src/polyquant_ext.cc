@@ -225,21 +225,23 @@ NB_MODULE(_polyquant_ext, m) {
     }
   });
 
-  m.def("int_quant", &int_quant, nb::arg("x"), nb::arg("scale"), nb::arg("zeropt"), nb::arg("bitwidth"),
-        nb::arg("signed"), nb::arg("narrow"), nb::arg("rounding_mode"),
-        "IntQuant/Quant; all tensors already numpy arrays (see polyquant.qonnx.int_quant).");
-  m.def("bipolar_quant", &bipolar_quant, nb::arg("x"), nb::arg("scale"),
+  // Tensor arguments: numpy arrays only (polyquant.qonnx converts everything else first).
+  auto tensor = [](const char* name) { return nb::arg(name).noconvert(); };
+  m.def("int_quant", &int_quant, tensor("x"), tensor("scale"), tensor("zeropt"), tensor("bitwidth"), nb::arg("signed"),
+        nb::arg("narrow"), nb::arg("rounding_mode"), "IntQuant/Quant (see polyquant.qonnx.int_quant).");
+  m.def("bipolar_quant", &bipolar_quant, tensor("x"), tensor("scale"),
         "BipolarQuant (see polyquant.qonnx.bipolar_quant).");
-  m.def("trunc", &trunc_v1, nb::arg("x"), nb::arg("scale"), nb::arg("zeropt"), nb::arg("in_bitwidth"),
-        nb::arg("out_bitwidth"), nb::arg("rounding_mode"), "Trunc v1 (see polyquant.qonnx.trunc).");
-  m.def("trunc_v2", &trunc_v2, nb::arg("x"), nb::arg("scale"), nb::arg("zeropt"), nb::arg("in_bitwidth"),
-        nb::arg("out_scale"), nb::arg("out_bitwidth"), nb::arg("signed"), nb::arg("narrow"),
-        nb::arg("rounding_mode"), "Trunc v2 (see polyquant.qonnx.trunc_v2).");
-  m.def("float_quant", &float_quant, nb::arg("x"), nb::arg("scale"), nb::arg("exponent_bitwidth"),
-        nb::arg("mantissa_bitwidth"), nb::arg("exponent_bias"), nb::arg("max_val"), nb::arg("has_inf"),
+  m.def("trunc", &trunc_v1, tensor("x"), tensor("scale"), tensor("zeropt"), tensor("in_bitwidth"),
+        tensor("out_bitwidth"), nb::arg("rounding_mode"), "Trunc v1 (see polyquant.qonnx.trunc).");
+  m.def("trunc_v2", &trunc_v2, tensor("x"), tensor("scale"), tensor("zeropt"), tensor("in_bitwidth"),
+        tensor("out_scale"), tensor("out_bitwidth"), nb::arg("signed"), nb::arg("narrow"), nb::arg("rounding_mode"),
+        "Trunc v2 (see polyquant.qonnx.trunc_v2).");
+  m.def("float_quant", &float_quant, tensor("x"), tensor("scale"), tensor("exponent_bitwidth"),
+        tensor("mantissa_bitwidth"), tensor("exponent_bias"), tensor("max_val"), nb::arg("has_inf"),
         nb::arg("has_nan"), nb::arg("has_subnormal"), nb::arg("saturation"), nb::arg("rounding_mode"),
         "FloatQuant (see polyquant.qonnx.float_quant).");
-  m.def("version", [] { return std::string(POLYQUANT_PY_VERSION); }, "The polyquant version this module was built from.");
+  m.def("version", [] { return std::string(POLYQUANT_PY_VERSION); },
+        "The polyquant version this module was built from.");
   m.def("runtime_info", &runtime_info,
         "Version, kernel set in use, kernel sets this CPU supports, worker threads.");
   m.def("copy", &copy, nb::arg("src").noconvert(), nb::arg("dst").noconvert(),

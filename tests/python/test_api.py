@@ -438,11 +438,17 @@ x = (rng.standard_normal((3, 1 << 16 | 7)) * 50).astype(np.float32)
 x[:, :6] = [np.nan, np.inf, -np.inf, -0.0, 2.5, 1e-40]
 s = np.asarray([[0.1], [0.37], [1.0]], np.float32)
 outs = [
-    pq.int_quant(x, s, 0.5, 5, 1, 0, "HALF_UP"), pq.int_quant(x[:, ::3], 0.1, 0, 8, 0, 1, "ROUND"),
-    pq.bipolar_quant(x, s), pq.trunc(x, s, 0, 8, 4, "FLOOR"), pq.trunc_v2(x, s, 0, 8, s * 12, 4, "FLOOR", 1, 1),
-    pq.float_quant(x, s, 4, 3, 7, 448.0, 0, 1, 0, 0, "FLOOR"), pq.float_quant(x.astype(np.float64), 0.5, 5, 2, 15, 57344.0, 0, 0, 0, 1),
+    pq.int_quant(x, s, 0.5, 5, 1, 0, "HALF_UP"),
+    pq.int_quant(x[:, ::3], 0.1, 0, 8, 0, 1, "ROUND"),
+    pq.bipolar_quant(x, s),
+    pq.trunc(x, s, 0, 8, 4, "FLOOR"),
+    pq.trunc_v2(x, s, 0, 8, s * 12, 4, "FLOOR", 1, 1),
+    pq.float_quant(x, s, 4, 3, 7, 448.0, 0, 1, 0, 0, "FLOOR"),
+    pq.float_quant(x.astype(np.float64), 0.5, 5, 2, 15, 57344.0, 0, 0, 0, 1),
+    pq.int_quant(x.astype(np.float16), np.float16(0.1), 0, 4, 1, 1, "HALF_DOWN"),
 ]
-print(json.dumps({"isa": polyquant.runtime_info()["isa"], "digest": [hashlib.sha256(o.tobytes()).hexdigest() for o in outs]}))
+digests = [hashlib.sha256(o.tobytes()).hexdigest() for o in outs]
+print(json.dumps({"isa": polyquant.runtime_info()["isa"], "digest": digests}))
 """
 
 
