@@ -326,8 +326,9 @@ def run_command(args, out=sys.stdout):
     """`polyquant run`: returns the exit status (0 ok, 1 reference mismatch)."""
     if args.repeat < 1:
         raise CommandError("--repeat must be at least 1")
-    if args.reference and reference_unavailable():
-        raise CommandError(reference_unavailable())
+    reason = args.reference and reference_unavailable()
+    if reason:
+        raise CommandError(reason)
     start = time.perf_counter()
     session = make_session(args.model)
     load_s = time.perf_counter() - start
