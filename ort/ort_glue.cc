@@ -271,8 +271,8 @@ MutableTensorView allocate_output(OrtKernelContext* context, const TensorSpec& s
                 std::string("output: the op produces ") + dtype_name(spec.dtype) +
                     " for these input dtypes (numpy promotion, as in the reference), but ONNX Runtime typed "
                     "the output " + onnx_type_name(type) +
-                    " (runtimes that ignore the element type set by custom-op shape inference take it from "
-                    "the last input); give the inputs one dtype");
+                    " (ONNX Runtime < 1.19 ignores the element type set by custom-op shape inference and "
+                    "takes the last input's); give the inputs one dtype or use ONNX Runtime >= 1.19");
   }
   void* data = nullptr;
   check(api().GetTensorMutableData(value, &data), "output");

@@ -147,7 +147,8 @@ class QonnxOp : public Ort::CustomOpBase<QonnxOp, Kernel, /*WithStatus=*/true> {
     OrtCustomOp::version = kOrtApiVersion;
     // One version range for every opset of the domain (see the top of this file).
     start_ver_ = 1;
-    // The C API lets shape inference set the element type too, which the C++ wrapper does not.
+    // The C API lets shape inference set the element type too, which the C++ wrapper does not
+    // (ONNX Runtime honours it since 1.19; 1.17 and 1.18 type the output like the last input).
     OrtCustomOp::InferOutputShapeFn = &QonnxOp::infer_callback;
   }
 
@@ -181,8 +182,8 @@ class QonnxOp : public Ort::CustomOpBase<QonnxOp, Kernel, /*WithStatus=*/true> {
     return float32_output() ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   }
   OrtCustomOpInputOutputCharacteristic GetOutputCharacteristic(size_t) const {
-    // Older runtimes refuse a *required* output of undefined type unless exactly one input is of
-    // undefined type; declared optional, it is accepted and typed by shape inference.
+    // ONNX Runtime 1.17 and 1.18 refuse a *required* output of undefined type unless exactly one
+    // input is of undefined type; declared optional, it is accepted and typed by shape inference.
     return float32_output() ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
   }
 

@@ -16,6 +16,11 @@ Trunc runs version 1 for a node with 5 inputs and version 2 for one with 6: ONNX
 tell a custom op which opset the model imports, and the input count is what tells the two versions
 apart in every exporter's output.
 
+The library loads in ONNX Runtime 1.17 and later. BipolarQuant and Trunc output numpy's promotion
+of their input dtypes; ONNX Runtime 1.17 and 1.18 ignore the output type the library infers and
+use the last input's, so there a node whose inputs differ in dtype fails with a clear error (inputs
+of one dtype, the usual case, work everywhere).
+
 Errors in a node (a missing required attribute, an unknown rounding mode, shapes that do not
 broadcast, ...) fail the session creation or the run with a message naming the node and the
 parameter.

@@ -618,3 +618,36 @@ def test_library_path_and_exports():
         assert not hasattr(lib, internal), internal
     opts = polyquant.ort.session_options()
     assert isinstance(opts, ort.SessionOptions)
+
+
+def test_library_path_override(monkeypatch, tmp_path):
+    monkeypatch.setenv("POLYQUANT_ORT_LIBRARY", str(tmp_path / "missing.so"))
+    with pytest.raises(FileNotFoundError, match="POLYQUANT_ORT_LIBRARY"):
+        polyquant.ort.library_path()
+    monkeypatch.setenv("POLYQUANT_ORT_LIBRARY", LIBRARY)
+    assert polyquant.ort.library_path() == LIBRARY
+    options = ort.SessionOptions()
+    assert polyquant.ort.session_options(options) is options
+
+
+def test_concurrent_runs(rng, same):
+    """One session run from several threads at once (ONNX Runtime releases the GIL): kernels keep
+    no per-run state, so every result is right."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    scale = channel_scale(rng, 8, np.float32, False)
+    params = {"scale": scale, "zeropt": np.zeros((1, 8, 1, 1), np.float32), "bitwidth": np.asarray(6, np.float32)}
+    x0 = data(rng, (1, 8, 16, 16), np.float32, scale)
+    model = make_model("IntQuant", "qonnx.custom_op.general", {"x": x0, **params},
+                       {"signed": 1, "narrow": 0, "rounding_mode": "HALF_DOWN"}, initializers=tuple(params),
+                       x_shape=["n", 8, 16, 16])
+    sess = session(model)
+    inputs = [data(rng, (int(n), 8, 16, 16), np.float32, scale) for n in rng.integers(1, 9, 24)]
+
+    def work(x: np.ndarray) -> np.ndarray:
+        return sess.run(None, {"x": x})[0]
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(work, inputs))
+    for x, y in zip(inputs, results):
+        same(y, pq.int_quant(x, scale, params["zeropt"], params["bitwidth"], 1, 0, "HALF_DOWN"), x)
