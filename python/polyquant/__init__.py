@@ -2,7 +2,7 @@
 
 ``polyquant.qonnx`` holds the QONNX operators (``int_quant``/``quant``, ``bipolar_quant``,
 ``trunc``, ``trunc_v2``, ``float_quant``) with qonnx's names and semantics. ``polyquant.ort``
-locates the ONNX Runtime custom-op library (imported on first use, as it loads onnxruntime).
+locates the ONNX Runtime custom-op library (imported on first use).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ def runtime_info() -> dict[str, Any]:
 
 
 def __getattr__(name: str) -> Any:
-    # `polyquant.ort` is imported lazily: it pulls in onnxruntime, which plain users of
-    # polyquant.qonnx do not need.
+    # `polyquant.ort` is imported on first use: plain users of polyquant.qonnx never need it.
     if name == "ort":
         return importlib.import_module(".ort", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

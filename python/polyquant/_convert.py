@@ -67,8 +67,11 @@ def as_param(value: Any, name: str, x: np.ndarray) -> np.ndarray:
     """A tensor parameter (scale, zero point, bit width, ...). Python bool/int/float scalars are
     weak (NEP 50) and take x's dtype; everything else keeps its own dtype."""
     if isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
-        with np.errstate(over="ignore"):  # e.g. 1e300 with float32 x is +inf, as in numpy 2
+        # As in numpy 2: 1e300 with a float32 x is +inf (with numpy's overflow RuntimeWarning).
+        try:
             return np.asarray(value, dtype=x.dtype)
+        except OverflowError as e:
+            raise OverflowError(f"{name}: {e}") from e
     if isinstance(value, complex):
         raise TypeError(f"{name}: complex values are not supported")
     if value is None:

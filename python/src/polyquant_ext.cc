@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <new>
 #include <string>
 #include <utility>
@@ -111,11 +112,16 @@ struct Output {
   pq::MutableTensorView view;
 };
 
+void free_output(void* p) noexcept { ::operator delete(p, std::align_val_t{kOutputAlignment}); }
+
 Output allocate(const pq::TensorSpec& spec) {
   const std::int64_t numel = spec.shape.numel();
   const std::size_t bytes = static_cast<std::size_t>(numel) * pq::dtype_size(spec.dtype);
-  void* data = ::operator new(bytes == 0 ? kOutputAlignment : bytes, std::align_val_t{kOutputAlignment});
-  nb::capsule owner(data, [](void* p) noexcept { ::operator delete(p, std::align_val_t{kOutputAlignment}); });
+  std::unique_ptr<void, decltype(&free_output)> buffer(
+      ::operator new(bytes == 0 ? kOutputAlignment : bytes, std::align_val_t{kOutputAlignment}), &free_output);
+  void* data = buffer.get();
+  nb::capsule owner(data, free_output);  // may throw; `buffer` frees the memory until here
+  buffer.release();
   std::size_t shape[pq::kMaxRank];
   for (int i = 0; i < spec.shape.rank; ++i) shape[i] = static_cast<std::size_t>(spec.shape[i]);
   OutArray array(data, static_cast<std::size_t>(spec.shape.rank), shape, owner, nullptr, to_nb_dtype(spec.dtype));

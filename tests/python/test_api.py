@@ -151,6 +151,15 @@ def test_python_scalars_are_weak():
     np.testing.assert_array_equal(iq(x, scale=0.1), iq(x, scale=np.asarray(0.1, f32)))
 
 
+def test_weak_scalar_overflow_behaves_like_numpy():
+    x16 = np.asarray([1.0, -2.0], dtype=np.float16)
+    with pytest.warns(RuntimeWarning, match="overflow"):
+        out = pq.bipolar_quant(x16, 2**70)  # numpy 2: float16(2**70) is inf, with a warning
+    assert out.dtype == np.float16 and np.isinf(out).all()
+    with pytest.raises(OverflowError, match="scale"):
+        pq.bipolar_quant(x16, 10**400)
+
+
 def test_x_as_python_scalar_is_float64():
     out = pq.bipolar_quant(-0.5, 1)
     assert isinstance(out, np.ndarray) and out.shape == () and out.dtype == np.float64 and out == -1
@@ -382,7 +391,8 @@ def _main_thread_runs_during(call) -> bool:
 
     def worker():
         state["in_call"] = True
-        call()
+        for _ in range(20):  # gives a slow-to-wake main thread many chances
+            call()
         state["in_call"] = False
 
     old = sys.getswitchinterval()

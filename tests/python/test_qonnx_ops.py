@@ -472,7 +472,8 @@ TRUNC_WIDE = ["zeropt_f64", "zeropt_i64", "bitwidths_i64", "scale_f64", "out_sca
 
 @pytest.mark.parametrize("mode", ["HALF_UP", "FLOOR"])
 @pytest.mark.parametrize(
-    "wide", [pytest.param(w, marks=[] if w in ("scale_f64", "x_f64") else [CORE_STEPWISE_PROMOTION]) for w in TRUNC_WIDE]
+    "wide",
+    [pytest.param(w, marks=[] if w in ("scale_f64", "x_f64") else [CORE_STEPWISE_PROMOTION]) for w in TRUNC_WIDE],
 )
 def test_trunc_mixed_param_dtypes(wide, mode, rng, same):
     """numpy promotes step by step: x / scale is float32 when both are, even if zeropt (added
