@@ -147,8 +147,11 @@ def test_python_scalars_are_weak():
     assert pq.trunc(x, 0.5, 0, 8, 4, "FLOOR").dtype == np.float32
     assert pq.trunc(x, np.float64(0.5), 0, 8, 4, "FLOOR").dtype == np.float64
     assert pq.trunc_v2(x, 0.5, 0, 8, 2.0, 4, "FLOOR").dtype == np.float32
-    # a weak scalar is converted to x's dtype first: 0.1 is float32(0.1) here, not float64(0.1)
-    np.testing.assert_array_equal(iq(x, scale=0.1), iq(x, scale=np.asarray(0.1, f32)))
+    # A weak 0.1 is float32(0.1) here, not float64(0.1), and that shows: -0.55f / 0.1f is exactly
+    # -5.5 (then -4.5, a tie, rounds to -4), while -0.55f / 0.1 is -5.50000012 (-4.5000001 -> -5).
+    x = np.asarray([-0.55], f32)
+    assert iq(x, scale=0.1, zeropt=1.0)[0] == f32(-0.5)
+    assert iq(x, scale=np.float64(0.1), zeropt=1.0)[0] == f32(-0.6)
 
 
 def test_weak_scalar_overflow_behaves_like_numpy():
