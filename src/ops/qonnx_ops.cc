@@ -22,6 +22,10 @@ void check_operands(std::initializer_list<std::pair<const TensorView*, const cha
   }
 }
 
+// numpy's result dtype of a true division or of arithmetic with a float: integer results become
+// float64.
+DType float_result(DType t) { return is_floating(t) ? t : DType::kFloat64; }
+
 // Runs kernel `op` over `inputs` (converted to `kernel_dtypes`) into `out`.
 void run(KernelOp op, detail::WorkType work, std::span<const TensorView> inputs,
          std::span<const DType> kernel_dtypes, DType kernel_out, const MutableTensorView& out, const void* params) {
@@ -51,8 +55,10 @@ IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, cons
     throw Error(ErrorKind::kValue, "bitwidth: must be finite, got " + std::to_string(bits));
   }
   IntQuantSetup s;
-  s.work = promote_types(promote_types(x.dtype, scale.dtype), zeropt.dtype);
-  if (!is_floating(s.work)) s.work = DType::kFloat64;
+  const DType divide_dtype = float_result(promote_types(x.dtype, scale.dtype));
+  s.work = float_result(promote_types(divide_dtype, zeropt.dtype));
+  s.params.divide_as = detail::work_type_of(divide_dtype);
+  s.params.add_as = detail::work_type_of(s.work);
   s.params.mode = attrs.rounding_mode;
   s.params.bipolar = bits == 1.0 && attrs.is_signed;
   const std::array<Dims, 4> shapes{x.shape, scale.shape, zeropt.shape, bitwidth.shape};
@@ -68,8 +74,7 @@ IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, cons
 
 // ---- Trunc -----------------------------------------------------------------------------------
 DType trunc_v1_work(const TensorView& x, const TensorView& scale, const TensorView& zeropt, DType scale_dtype) {
-  DType w = promote_types(promote_types(promote_types(x.dtype, scale.dtype), zeropt.dtype), scale_dtype);
-  return is_floating(w) ? w : DType::kFloat64;
+  return float_result(promote_types(promote_types(promote_types(x.dtype, scale.dtype), zeropt.dtype), scale_dtype));
 }
 
 // ---- FloatQuant ------------------------------------------------------------------------------
@@ -196,6 +201,7 @@ void bipolar_quant(const TensorView& x, const TensorView& scale, const MutableTe
 namespace {
 struct TruncV1Setup {
   TensorSpec spec;
+  DType divide_dtype, add_dtype;  // x / scale, then + zeropt (numpy promotes step by step)
   DerivedTensor trunc_scale;  // 2.0 ** (in_bitwidth - out_bitwidth)
 };
 
@@ -205,6 +211,8 @@ TruncV1Setup setup_trunc_v1(const TensorView& x, const TensorView& scale, const 
                   {&out_bitwidth, "out_bitwidth"}});
   detail::require_floating(x, "x");
   TruncV1Setup s;
+  s.divide_dtype = float_result(promote_types(x.dtype, scale.dtype));
+  s.add_dtype = float_result(promote_types(s.divide_dtype, zeropt.dtype));
   const DType diff_dtype = promote_types(in_bitwidth.dtype, out_bitwidth.dtype);
   const DType ts_dtype = detail::float_dtype_for(diff_dtype);
   s.trunc_scale = detail::derive<2>({&in_bitwidth, &out_bitwidth}, "Trunc", [&](double ib, double ob) {
@@ -224,6 +232,8 @@ TruncV1Setup setup_trunc_v1(const TensorView& x, const TensorView& scale, const 
 
 struct TruncV2Setup {
   TensorSpec spec;
+  DType divide_dtype, add_dtype;
+  DerivedTensor zeropt_over_trunc_scale;  // zeropt / trunc_scale, in promote(zeropt, trunc_scale)
   DerivedTensor trunc_scale;  // 2 ** rint(log2(out_scale / scale))
   DerivedTensor lo, hi;       // integer range of out_bitwidth
 };
@@ -236,8 +246,9 @@ TruncV2Setup setup_trunc_v2(const TensorView& x, const TensorView& scale, const 
   detail::require_floating(x, "x");
   detail::require_finite(out_bitwidth, "out_bitwidth");
   TruncV2Setup s;
-  DType ts_dtype = promote_types(out_scale.dtype, scale.dtype);
-  if (!is_floating(ts_dtype)) ts_dtype = DType::kFloat64;  // int / int is true division
+  s.divide_dtype = float_result(promote_types(x.dtype, scale.dtype));
+  s.add_dtype = float_result(promote_types(s.divide_dtype, zeropt.dtype));
+  const DType ts_dtype = float_result(promote_types(out_scale.dtype, scale.dtype));  // true division
   s.trunc_scale = detail::derive<2>({&out_scale, &scale}, "Trunc", [&](double os, double sc) {
     return detail::with_float_type(ts_dtype, [&]<class T>() {
       using detail::from_double;
@@ -246,6 +257,12 @@ TruncV2Setup setup_trunc_v2(const TensorView& x, const TensorView& scale, const 
       if constexpr (std::is_same_v<T, detail::Half>) return detail::to_double(T(std::pow(2.0f, float(k))));
       else return detail::to_double(std::pow(T(2), k));
     });
+  });
+  const DType zt_dtype = float_result(promote_types(zeropt.dtype, ts_dtype));
+  const DerivedTensor& ts = s.trunc_scale;
+  const TensorView ts_view = ts.view();
+  s.zeropt_over_trunc_scale = detail::derive<2>({&zeropt, &ts_view}, "Trunc", [&](double z, double t) {
+    return detail::divide_in(detail::work_type_of(zt_dtype), z, t);
   });
   s.lo = detail::derive<1>({&out_bitwidth}, "Trunc", [&](double b) {
     return detail::int_range_min(b, out_bitwidth.dtype, is_signed, narrow);
@@ -273,7 +290,7 @@ void trunc(const TensorView& x, const TensorView& scale, const TensorView& zerop
   const DType w = s.spec.dtype;
   const std::array<TensorView, 4> inputs{x, scale, zeropt, s.trunc_scale.view()};
   const std::array<DType, 4> kd{w, w, w, w};
-  const detail::TruncParams params{rounding_mode};
+  const detail::TruncParams params{rounding_mode, detail::work_type_of(s.divide_dtype), detail::work_type_of(s.add_dtype)};
   run(KernelOp::kTruncV1, detail::work_type_of(w), inputs, kd, w, out, &params);
 }
 
@@ -289,9 +306,11 @@ void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& ze
       setup_trunc_v2(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth, attrs.is_signed, attrs.narrow);
   detail::require_output(out, s.spec, "Trunc");
   const DType w = s.spec.dtype;
-  const std::array<TensorView, 7> inputs{x, scale, zeropt, s.trunc_scale.view(), out_scale, s.lo.view(), s.hi.view()};
-  const std::array<DType, 7> kd{w, w, w, w, w, w, w};
-  const detail::TruncParams params{attrs.rounding_mode};
+  const std::array<TensorView, 8> inputs{x,         scale,       zeropt,      s.trunc_scale.view(),
+                                          out_scale, s.lo.view(), s.hi.view(), s.zeropt_over_trunc_scale.view()};
+  const std::array<DType, 8> kd{w, w, w, w, w, w, w, w};
+  const detail::TruncParams params{attrs.rounding_mode, detail::work_type_of(s.divide_dtype),
+                                   detail::work_type_of(s.add_dtype)};
   run(KernelOp::kTruncV2, detail::work_type_of(w), inputs, kd, w, out, &params);
 }
 

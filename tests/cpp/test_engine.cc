@@ -127,7 +127,8 @@ TEST(Engine, Float64ParametersPromoteTheWorkingDtype) {
                    test::scalar_view(b), attrs, MutableTensorView(out.data(), DType::kFloat32, Dims{4096}));
   std::vector<float> want(xs.size());
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    want[i] = detail::int_quant_element<RoundingMode::kHalfUp, double>(xs[i], s, z, false, -128.0, 127.0);
+    want[i] = detail::int_quant_element<RoundingMode::kHalfUp, double>(xs[i], s, z, false, -128.0, 127.0,
+                                                                     detail::WorkType::kF64, detail::WorkType::kF64);
   }
   EXPECT_TRUE(test::all_same(out, want));
 }
@@ -140,7 +141,11 @@ TEST(Engine, Int64ZeroPointAndFloat16Inputs) {
   qonnx::int_quant(test::vec_view(xs), test::scalar_view(s), TensorView(&z, DType::kInt64, Dims{}), test::scalar_view(b),
                    {}, MutableTensorView(out.data(), DType::kFloat32, Dims{5}));
   std::vector<float> want;
-  for (float v : xs) want.push_back(detail::int_quant_element<RoundingMode::kHalfEven, double>(v, 0.5, 1.0, false, -8.0, 7.0));
+  // numpy: x / scale in float32, then + int64 zeropt in float64.
+  for (float v : xs) {
+    want.push_back(detail::int_quant_element<RoundingMode::kHalfEven, double>(v, 0.5, 1.0, false, -8.0, 7.0,
+                                                                           detail::WorkType::kF32, detail::WorkType::kF64));
+  }
   EXPECT_TRUE(test::all_same(out, want));
 
   // float16 X and scale: arithmetic rounds to half after every operation.
@@ -155,7 +160,8 @@ TEST(Engine, Int64ZeroPointAndFloat16Inputs) {
   using detail::Half;
   for (auto hb : xh) {
     want16.push_back(detail::int_quant_element<RoundingMode::kHalfEven, Half>(Half::from_bits(hb), Half::from_bits(sh),
-                                                                             Half::from_bits(zh), false, Half(-8.0f), Half(7.0f)));
+                                                                             Half::from_bits(zh), false, Half(-8.0f), Half(7.0f),
+                                                                             detail::WorkType::kF16, detail::WorkType::kF16));
   }
   EXPECT_TRUE(test::all_same(out16, want16));
 }

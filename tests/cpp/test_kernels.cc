@@ -143,7 +143,8 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
                                           {random_params(13, {16.0f, 4.0f, 1.0f}), {}, true},
                                           {random_params(14, {16.0f, 12.0f, 2.0f}), {}, true},
                                           {random_params(15, {-8.0f, -7.0f, 0.0f}), {}, true},
-                                          {random_params(16, {7.0f, 15.0f, 14.0f}), {}, true}};
+                                          {random_params(16, {7.0f, 15.0f, 14.0f}), {}, true},
+                                          {random_params(17, {0.0f, 0.25f, 0.03125f}), {}, true}};
         const TruncParams p{mode};
         check_against_reference(e, &p, ops, mode_name);
         break;

@@ -29,7 +29,7 @@ void int_quant_row(const void* params, const RowArgs& a) {
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
     auto* out = static_cast<float*>(a.out);
     for (std::int64_t j = 0; j < a.n; ++j) {
-      out[j] = int_quant_element<kMode>(get<T>(a, 0, j), get<T>(a, 1, j), get<T>(a, 2, j), p.bipolar, lo, hi);
+      out[j] = int_quant_element<kMode>(get<T>(a, 0, j), get<T>(a, 1, j), get<T>(a, 2, j), p.bipolar, lo, hi, p.divide_as, p.add_as);
     }
   });
 }
@@ -44,7 +44,8 @@ void trunc_v1_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const TruncParams*>(params);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
     for (std::int64_t j = 0; j < a.n; ++j) {
-      put<T>(a, j, trunc_v1_element<kMode>(get<T>(a, 0, j), get<T>(a, 1, j), get<T>(a, 2, j), get<T>(a, 3, j)));
+      put<T>(a, j, trunc_v1_element<kMode>(get<T>(a, 0, j), get<T>(a, 1, j), get<T>(a, 2, j), get<T>(a, 3, j),
+                                           p.divide_as, p.add_as));
     }
   });
 }
@@ -55,7 +56,8 @@ void trunc_v2_row(const void* params, const RowArgs& a) {
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
     for (std::int64_t j = 0; j < a.n; ++j) {
       put<T>(a, j, trunc_v2_element<kMode>(get<T>(a, 0, j), get<T>(a, 1, j), get<T>(a, 2, j), get<T>(a, 3, j),
-                                           get<T>(a, 4, j), get<T>(a, 5, j), get<T>(a, 6, j)));
+                                           get<T>(a, 4, j), get<T>(a, 5, j), get<T>(a, 6, j), get<T>(a, 7, j),
+                                           p.divide_as, p.add_as));
     }
   });
 }

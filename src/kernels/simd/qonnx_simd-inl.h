@@ -106,6 +106,10 @@ inline void for_each_vector(const RowArgs& a, Body&& body) {
 // ---- IntQuant --------------------------------------------------------------------------------
 void int_quant_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const IntQuantParams*>(params);
+  if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {  // mixed precisions: rare
+    ref::int_quant_f32(params, a);
+    return;
+  }
   const Vec::F lo = Vec::splat(static_cast<float>(p.lo)), hi = Vec::splat(static_cast<float>(p.hi));
   const Vec::F one = Vec::splat(1.0f), minus_one = Vec::splat(-1.0f), zero = Vec::zero();
   if (p.bipolar) {
@@ -138,6 +142,10 @@ void bipolar_quant_f32(const void*, const RowArgs& a) {
 // ---- Trunc v1 / v2 ---------------------------------------------------------------------------
 void trunc_v1_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const TruncParams*>(params);
+  if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {
+    ref::trunc_v1_f32(params, a);
+    return;
+  }
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
     for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
@@ -149,14 +157,18 @@ void trunc_v1_f32(const void* params, const RowArgs& a) {
 
 void trunc_v2_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const TruncParams*>(params);
+  if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {
+    ref::trunc_v2_f32(params, a);
+    return;
+  }
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for_each_vector<7>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    for_each_vector<8>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
       y = Vec::div(y, v[3]);
       y = Vec::select(Vec::gt(y, v[6]), v[6], y);
       y = Vec::select(Vec::lt(y, v[5]), v[5], y);
       y = round_v<kMode>(y);
-      return Vec::mul(Vec::sub(y, Vec::div(v[2], v[3])), v[4]);
+      return Vec::mul(Vec::sub(y, v[7]), v[4]);
     });
   });
 }
