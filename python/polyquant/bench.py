@@ -58,7 +58,7 @@ def make_cases(peers=True):
             import qonnx.custom_op.general.intquant as ref_int
             import qonnx.custom_op.general.trunc as ref_trunc
             ref = True
-        except ImportError:
+        except Exception:  # not installed, or not importable (qonnx 1.0.0 needs Python >= 3.10)
             ref = None
 
     def as_f32(y):

@@ -45,14 +45,25 @@ def info_report():
         except Exception as exc:  # a missing file or an ABI mismatch surfaces as various exception types
             library["error"] = f"{type(exc).__name__}: {exc}"
         report["ort_library"] = library
-    if importlib.util.find_spec("qonnx") is None:
-        report["qonnx"] = None
-    else:
+    from polyquant.runner import reference_unavailable
+
+    report["qonnx"] = {"version": None, "usable": False, "error": None}
+    if importlib.util.find_spec("qonnx") is not None:
         try:
-            report["qonnx"] = version("qonnx")
+            report["qonnx"]["version"] = version("qonnx")
         except PackageNotFoundError:
-            report["qonnx"] = "unknown version"
+            report["qonnx"]["version"] = "unknown"
+        report["qonnx"]["error"] = reference_unavailable()
+        report["qonnx"]["usable"] = report["qonnx"]["error"] is None
     return report
+
+
+def _describe_qonnx(qonnx):
+    if qonnx["version"] is None:
+        return "not installed (polyquant run --reference and the bench peers need it)"
+    if not qonnx["usable"]:
+        return f"{qonnx['version']}, unusable: {qonnx['error']}"
+    return f"{qonnx['version']} (run --reference and bench peers available)"
 
 
 def info_command(args, out=sys.stdout):
@@ -69,7 +80,7 @@ def info_command(args, out=sys.stdout):
         f"custom-op lib   {lib['path'] or '-'}",
         f"                " + ("registers in onnxruntime.SessionOptions: yes" if lib["loads"]
                                else f"does NOT load: {lib['error']}"),
-        f"qonnx           {report['qonnx'] or 'not installed (polyquant run --reference needs it)'}",
+        f"qonnx           {_describe_qonnx(report['qonnx'])}",
     ]
     print("\n".join(lines), file=out)
     return EXIT_OK if lib["loads"] else EXIT_ERROR

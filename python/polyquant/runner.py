@@ -175,10 +175,10 @@ def run_session(session, inputs, repeat=1, show_progress=True):
 def reference_unavailable():
     """None when qonnx's execute_onnx can be imported, else a sentence saying why not."""
     try:
-        import qonnx.core.onnx_exec  # noqa: F401
         import qonnx.core.modelwrapper  # noqa: F401
-    except ImportError as exc:
-        return f"qonnx is not importable ({exc}); install qonnx to use --reference"
+        import qonnx.core.onnx_exec  # noqa: F401
+    except Exception as exc:  # not installed, or not importable (qonnx 1.0.0 needs Python >= 3.10)
+        return f"qonnx cannot be imported ({type(exc).__name__}: {exc}); --reference needs qonnx"
     return None
 
 
