@@ -305,8 +305,9 @@ def test_int_quant_bitwidth_shape_1x1(same):
 
 
 PARAM_DTYPES = [
-    # (scale, zeropt, bitwidth) dtypes; numpy 2 promotes the arithmetic to float64 when any is
-    # float64 or a 32/64-bit integer array, float32 otherwise
+    # (scale, zeropt, bitwidth) dtypes. numpy 2 promotes step by step: x / scale in
+    # promote(x, scale), then "+ zeropt" and everything after in promote(that, zeropt); a float64
+    # or 32/64-bit integer zeropt therefore widens *after* a float32 division.
     (np.float64, np.float32, np.float32),
     (np.float32, np.float64, np.float32),
     (np.float32, np.int64, np.int64),
@@ -318,22 +319,8 @@ PARAM_DTYPES = [
 ]
 
 
-# numpy evaluates x / scale in promote(x, scale) and only then widens for "+ zeropt"; the core
-# currently divides in the dtype promoted over all operands. Strict: remove once the core is fixed.
-CORE_STEPWISE_PROMOTION = pytest.mark.xfail(
-    strict=True, reason="core divides x / scale in the all-operand dtype; numpy promotes step by step"
-)
-
-
-def _param_dtype_cases():
-    for p in PARAM_DTYPES:
-        wider_zeropt = np.result_type(p[0], np.float32) == np.float32 and np.result_type(p[0], p[1]) == np.float64
-        marks = [CORE_STEPWISE_PROMOTION] if wider_zeropt else []
-        yield pytest.param(p, id="-".join(np.dtype(d).name for d in p), marks=marks)
-
-
 @pytest.mark.parametrize("mode", ["ROUND", "HALF_UP", "FLOOR"])
-@pytest.mark.parametrize("dtypes", list(_param_dtype_cases()))
+@pytest.mark.parametrize("dtypes", PARAM_DTYPES, ids=["-".join(np.dtype(d).name for d in p) for p in PARAM_DTYPES])
 @pytest.mark.parametrize("shape", [(), (4, 1)], ids=["0d", "per_channel"])
 def test_int_quant_param_dtypes(dtypes, shape, mode, rng, same):
     s_dt, z_dt, b_dt = dtypes
@@ -471,10 +458,7 @@ TRUNC_WIDE = ["zeropt_f64", "zeropt_i64", "bitwidths_i64", "scale_f64", "out_sca
 
 
 @pytest.mark.parametrize("mode", ["HALF_UP", "FLOOR"])
-@pytest.mark.parametrize(
-    "wide",
-    [pytest.param(w, marks=[] if w in ("scale_f64", "x_f64") else [CORE_STEPWISE_PROMOTION]) for w in TRUNC_WIDE],
-)
+@pytest.mark.parametrize("wide", TRUNC_WIDE)
 def test_trunc_mixed_param_dtypes(wide, mode, rng, same):
     """numpy promotes step by step: x / scale is float32 when both are, even if zeropt (added
     next) or the truncation scale is float64. in_bitwidth == out_bitwidth keeps every tie of the
