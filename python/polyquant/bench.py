@@ -226,6 +226,7 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
         "repeat": repeat,
         "peer_repeat": peer_repeat if peers_available else 0,
         "bytes_per_element_counted": BYTES_PER_ELEMENT,
+        "baseline": "polyquant._polyquant_ext.copy: one memcpy call on one thread, GIL released",
         "polyquant": dict(info),
         "qonnx": qonnx_version,
         "numpy": np.__version__,
@@ -246,8 +247,9 @@ def format_report(report):
         f"numpy {report['numpy']}, qonnx {report['qonnx'] or 'not used'}",
         f"{report['size']} float32 elements ({mib:.0f} MiB per array); medians of {report['repeat']} interleaved "
         f"repeats" + (f", qonnx peers: medians of {report['peer_repeat']} repeats (slow)" if report["peer_repeat"] else ""),
-        "GB/s counts 8 B/element (read + write). vs memcpy = memcpy time / op time: 'steady' copies into a reused",
-        "array, 'alloc' into a fresh np.empty array (the op allocates its output each call, like 'alloc').",
+        "GB/s counts 8 B/element (read + write). vs memcpy = memcpy time / op time, memcpy being one memcpy call",
+        "(one thread): 'steady' copies into a reused array, 'alloc' into a fresh np.empty array (the op allocates",
+        "its output on each call, like 'alloc'; 'out=' times the op writing into a reused array, if it can).",
         "",
     ]
     has_out = any(op["polyquant_out_ms"] is not None for op in report["ops"])
