@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import subprocess
@@ -189,6 +190,8 @@ def test_bench_json_on_a_small_size():
         assert op["bit_exact_vs_qonnx"] is True, op["name"]
         assert op["speedup_vs_qonnx"] == pytest.approx(op["qonnx_ms"] / op["polyquant_ms"])
     assert report["ops"][1]["shape"] == [64, 512]
+    if "out" in inspect.signature(polyquant.qonnx.int_quant).parameters:  # the steady-state path is timed too
+        assert all(op["polyquant_out_ms"] > 0 and op["out_of_memcpy"] > 0 for op in report["ops"])
 
 
 def test_bench_table_for_selected_ops_without_peers():
