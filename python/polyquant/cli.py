@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_ERROR = 0, 2  # 1: a mismatch against qonnx (returned by run and bench)
 
 
 def info_report():
@@ -25,26 +25,24 @@ def info_report():
 
     import polyquant
 
-    report = {"polyquant": dict(polyquant.runtime_info()), "module": polyquant.__file__}
+    report = {"polyquant": dict(polyquant.runtime_info()), "module": polyquant.__file__, "onnxruntime": None}
+    library = {"path": None, "loads": False, "error": None}
     try:
         import onnxruntime
-
-        report["onnxruntime"] = onnxruntime.__version__
     except ImportError as exc:
-        report["onnxruntime"] = None
-        report["ort_library"] = {"path": None, "loads": False, "error": f"onnxruntime is not installed ({exc})"}
-    if report["onnxruntime"]:
+        library["error"] = f"onnxruntime is not installed ({exc})"
+    else:
         from polyquant import ort as polyquant_ort
 
-        library = {"path": None, "loads": False, "error": None}
+        report["onnxruntime"] = onnxruntime.__version__
         try:
             library["path"] = str(polyquant_ort.library_path())
-            options = onnxruntime.SessionOptions()
-            options.register_custom_ops_library(library["path"])
+            onnxruntime.SessionOptions().register_custom_ops_library(library["path"])
             library["loads"] = True
         except Exception as exc:  # a missing file or an ABI mismatch surfaces as various exception types
             library["error"] = f"{type(exc).__name__}: {exc}"
-        report["ort_library"] = library
+    report["ort_library"] = library
+
     from polyquant.runner import reference_unavailable
 
     report["qonnx"] = {"version": None, "usable": False, "error": None}
