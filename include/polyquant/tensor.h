@@ -75,7 +75,8 @@ struct TensorView : Layout {
   TensorView(const void* data, DType dtype, const Dims& shape, const Dims& strides);  // strided
 };
 
-// Writable view of an output tensor. Output views may be strided too, but must not overlap inputs.
+// Writable view of an output tensor. Output views may be strided too. An output may be the data
+// input X itself with the same layout (in place), but must not otherwise overlap an input.
 struct MutableTensorView : Layout {
   void* data = nullptr;
   MutableTensorView() = default;

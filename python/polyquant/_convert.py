@@ -95,3 +95,17 @@ def as_rounding_mode(value: Any, name: str = "rounding_mode") -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name}: expected a str such as 'ROUND' or 'FLOOR', got {type(value).__name__}")
     return str(value)
+
+
+def as_out(out: Any) -> np.ndarray | None:
+    """The optional ``out=`` array: None, or a writable numpy array (shape and dtype are checked
+    against the op's output by the core)."""
+    if out is None:
+        return None
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out: expected a numpy array or None, got {type(out).__name__}")
+    if not out.flags.writeable:
+        raise ValueError("out: the array is read-only")
+    if not out.flags.aligned or any(s % out.itemsize for s in out.strides):
+        raise ValueError("out: the array must be aligned with whole-element strides")
+    return out

@@ -7,9 +7,9 @@ Tensors may be numpy arrays, numpy or Python scalars, nested sequences, or any o
 ``__dlpack__`` (a CPU tensor, read without copying) or ``__array__``. Any strides are accepted.
 Parameters broadcast with ``x`` like numpy operands do, so the output may be larger than ``x``.
 
-Dtypes follow numpy 2 (NEP 50), as the reference does when run under numpy 2: the arithmetic is
-done in the promoted dtype of all tensors (float32 for float32 inputs; float64 as soon as one
-parameter is a float64 or a 32/64-bit integer array). Python scalars are "weak" and take ``x``'s
+Dtypes follow numpy 2 (NEP 50), as the reference does when run under numpy 2: each step is done
+in the promoted dtype of its operands, as numpy evaluates it (``x / scale`` in the dtype of x and
+scale, ``+ zeropt`` in that and zeropt's; float32 throughout for float32 inputs). Python scalars are "weak" and take ``x``'s
 dtype. ``int_quant`` and ``float_quant`` return float32 (qonnx casts their output);
 ``bipolar_quant``, ``trunc`` and ``trunc_v2`` return the promoted dtype.
 
@@ -17,7 +17,10 @@ Integer attributes (``signed``, ``narrow``, ``has_inf``, ...) accept bools and i
 value is true. ``rounding_mode`` is one of ROUND, HALF_EVEN, CEIL, FLOOR, UP, DOWN, HALF_UP,
 HALF_DOWN, in any letter case. Bad input raises ValueError or TypeError naming the parameter.
 
-The computation runs in compiled code with the GIL released.
+The computation runs in compiled code with the GIL released. Every function also takes a
+keyword-only ``out=``: a writable numpy array of exactly the output's shape and dtype (any strides)
+to write into instead of allocating one, as numpy ufuncs do; it is returned. ``out`` may be ``x``
+itself (in place) but must not otherwise overlap an input.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import _polyquant_ext as _ext
-from ._convert import as_data, as_flag, as_param, as_rounding_mode
+from ._convert import as_data, as_flag, as_out, as_param, as_rounding_mode
 
 __all__ = ["bipolar_quant", "float_quant", "int_quant", "quant", "trunc", "trunc_v2"]
 
@@ -52,6 +55,8 @@ def int_quant(
     signed: int,
     narrow: int,
     rounding_mode: str = "ROUND",
+    *,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """IntQuant (legacy op_type ``Quant``): uniform integer fake-quantization.
 
@@ -71,6 +76,7 @@ def int_quant(
         as_flag(signed, "signed"),
         as_flag(narrow, "narrow"),
         as_rounding_mode(rounding_mode),
+        out=as_out(out),
     )
 
 
@@ -78,11 +84,11 @@ quant = int_quant
 """Alias of :func:`int_quant` (qonnx exports ``quant`` for the legacy op_type ``Quant``)."""
 
 
-def bipolar_quant(x: TensorLike, scale: TensorLike) -> np.ndarray:
+def bipolar_quant(x: TensorLike, scale: TensorLike, *, out: np.ndarray | None = None) -> np.ndarray:
     """BipolarQuant: ``(+1 if x >= 0 else -1) * scale``. NaN gives ``-scale``, -0.0 gives ``+scale``.
     The output dtype is numpy's promotion of ``x`` and ``scale``."""
     xa = as_data(x)
-    return _ext.bipolar_quant(xa, as_param(scale, "scale", xa))
+    return _ext.bipolar_quant(xa, as_param(scale, "scale", xa), out=as_out(out))
 
 
 def trunc(
@@ -92,6 +98,8 @@ def trunc(
     in_bitwidth: TensorLike,
     out_bitwidth: TensorLike,
     rounding_mode: str,
+    *,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Trunc v1 (Brevitas <= 0.11 exports): drop ``in_bitwidth - out_bitwidth`` low bits.
 
@@ -107,6 +115,7 @@ def trunc(
         as_param(in_bitwidth, "in_bitwidth", xa),
         as_param(out_bitwidth, "out_bitwidth", xa),
         as_rounding_mode(rounding_mode),
+        out=as_out(out),
     )
 
 
@@ -120,6 +129,8 @@ def trunc_v2(
     rounding_mode: str,
     signed: int = 1,
     narrow: int = 0,
+    *,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Trunc v2 (Brevitas >= 0.12 exports, QONNX opset 2).
 
@@ -139,6 +150,7 @@ def trunc_v2(
         as_flag(signed, "signed"),
         as_flag(narrow, "narrow"),
         as_rounding_mode(rounding_mode),
+        out=as_out(out),
     )
 
 
@@ -154,6 +166,8 @@ def float_quant(
     has_subnormal: int,
     saturation: int,
     rounding_mode: str = "ROUND",
+    *,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """FloatQuant: fake-quantization to a signed minifloat with ``exponent_bitwidth`` exponent and
     ``mantissa_bitwidth`` mantissa bits.
@@ -178,4 +192,5 @@ def float_quant(
         as_flag(has_subnormal, "has_subnormal"),
         as_flag(saturation, "saturation"),
         as_rounding_mode(rounding_mode),
+        out=as_out(out),
     )

@@ -1,6 +1,6 @@
 // polyquant._polyquant_ext: maps numpy arrays to polyquant tensor views and back. No numerics here:
-// each op asks the core for the output spec, allocates the result, runs the kernel with the GIL
-// released and returns. polyquant::Error becomes ValueError (kValue) or TypeError (kType).
+// each op asks the core for the output spec, allocates the result (or takes `out`), runs the kernel
+// with the GIL released and returns it. polyquant::Error becomes ValueError (kValue) or TypeError (kType).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -24,8 +24,6 @@ namespace {
 // Inputs: any element type, any strides (nanobind hands them over in elements), read-only allowed.
 using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
 using OutArray = nb::ndarray<nb::numpy, nb::device::cpu>;
-
-constexpr std::size_t kOutputAlignment = 64;
 
 [[noreturn]] void fail(pq::ErrorKind kind, std::string message) { throw pq::Error(kind, message); }
 
@@ -106,87 +104,101 @@ pq::TensorView view(const InArray& a, const char* name) {
   return pq::TensorView(a.data(), dtype, shape, strides);
 }
 
-// A freshly allocated, C-contiguous result of `spec`, owned by a capsule (freed with the array).
-struct Output {
-  OutArray array;
-  pq::MutableTensorView view;
-};
-
-void free_output(void* p) noexcept { ::operator delete(p, std::align_val_t{kOutputAlignment}); }
-
-Output allocate(const pq::TensorSpec& spec) {
-  const std::int64_t numel = spec.shape.numel();
-  const std::size_t bytes = static_cast<std::size_t>(numel) * pq::dtype_size(spec.dtype);
-  std::unique_ptr<void, decltype(&free_output)> buffer(
-      ::operator new(bytes == 0 ? kOutputAlignment : bytes, std::align_val_t{kOutputAlignment}), &free_output);
-  void* data = buffer.get();
-  nb::capsule owner(data, free_output);  // may throw; `buffer` frees the memory until here
-  buffer.release();
-  std::size_t shape[pq::kMaxRank];
-  for (int i = 0; i < spec.shape.rank; ++i) shape[i] = static_cast<std::size_t>(spec.shape[i]);
-  OutArray array(data, static_cast<std::size_t>(spec.shape.rank), shape, owner, nullptr, to_nb_dtype(spec.dtype));
-  return {std::move(array), pq::MutableTensorView(data, spec.dtype, spec.shape)};
+pq::MutableTensorView mutable_view(const OutArray& a) {
+  const auto rank = static_cast<int>(a.ndim());
+  if (rank > pq::kMaxRank) {
+    fail(pq::ErrorKind::kValue, "out: rank " + std::to_string(rank) + " exceeds the maximum of " +
+                                    std::to_string(pq::kMaxRank) + " dimensions");
+  }
+  pq::Dims shape, strides;
+  shape.rank = strides.rank = rank;
+  for (int i = 0; i < rank; ++i) {
+    shape[i] = static_cast<std::int64_t>(a.shape(static_cast<std::size_t>(i)));
+    strides[i] = a.stride(static_cast<std::size_t>(i));
+  }
+  return pq::MutableTensorView(a.data(), to_dtype(a.dtype(), "out"), shape, strides);
 }
 
-// Runs `spec` (with the GIL, it is cheap and may throw), allocates, then `kernel(out)` without it.
+// A fresh C-contiguous result of `spec`, allocated by numpy itself: its allocator caches and
+// hugepage-advises large blocks, which makes first-touch page faults far cheaper than a plain
+// operator new for outputs of hundreds of MiB.
+nb::object allocate(const pq::TensorSpec& spec) {
+  static nb::object empty = nb::module_::import_("numpy").attr("empty");
+  nb::list shape;
+  for (int i = 0; i < spec.shape.rank; ++i) shape.append(spec.shape[i]);
+  return empty(nb::tuple(shape), pq::dtype_name(spec.dtype));
+}
+
+// Runs `spec` (with the GIL, it is cheap and may throw), allocates unless `out` was given (the op
+// checks its shape and dtype), then `kernel(out)` without the GIL. Returns the output array.
 template <typename SpecFn, typename KernelFn>
-OutArray run(SpecFn&& spec_fn, KernelFn&& kernel) {
+nb::object run(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
   const pq::TensorSpec spec = spec_fn();
-  Output out = allocate(spec);
+  if (out.is_none()) out = allocate(spec);
+  OutArray array;
+  if (!nb::try_cast(out, array)) {
+    fail(pq::ErrorKind::kType, "out: expected a writable numpy array on the CPU");
+  }
+  const pq::MutableTensorView view = mutable_view(array);
   {
     nb::gil_scoped_release release;
-    kernel(out.view);
+    kernel(view);
   }
-  return std::move(out.array);
+  return out;
 }
 
 pq::RoundingMode mode(const std::string& text) { return pq::parse_rounding_mode(text, "rounding_mode"); }
 
-OutArray int_quant(const InArray& x, const InArray& scale, const InArray& zeropt, const InArray& bitwidth,
-                   bool is_signed, bool narrow, const std::string& rounding_mode) {
+nb::object int_quant(const InArray& x, const InArray& scale, const InArray& zeropt, const InArray& bitwidth,
+                     bool is_signed, bool narrow, const std::string& rounding_mode, nb::object out) {
   const pq::TensorView xv = view(x, "x"), sv = view(scale, "scale"), zv = view(zeropt, "zeropt"),
                        bv = view(bitwidth, "bitwidth");
   const pq::qonnx::IntQuantAttrs attrs{is_signed, narrow, mode(rounding_mode)};
   return run([&] { return pq::qonnx::int_quant_spec(xv, sv, zv, bv, attrs); },
-             [&](const pq::MutableTensorView& out) { pq::qonnx::int_quant(xv, sv, zv, bv, attrs, out); });
+             [&](const pq::MutableTensorView& o) { pq::qonnx::int_quant(xv, sv, zv, bv, attrs, o); },
+             std::move(out));
 }
 
-OutArray bipolar_quant(const InArray& x, const InArray& scale) {
+nb::object bipolar_quant(const InArray& x, const InArray& scale, nb::object out) {
   const pq::TensorView xv = view(x, "x"), sv = view(scale, "scale");
   return run([&] { return pq::qonnx::bipolar_quant_spec(xv, sv); },
-             [&](const pq::MutableTensorView& out) { pq::qonnx::bipolar_quant(xv, sv, out); });
+             [&](const pq::MutableTensorView& o) { pq::qonnx::bipolar_quant(xv, sv, o); },
+             std::move(out));
 }
 
-OutArray trunc_v1(const InArray& x, const InArray& scale, const InArray& zeropt, const InArray& in_bitwidth,
-               const InArray& out_bitwidth, const std::string& rounding_mode) {
+nb::object trunc_v1(const InArray& x, const InArray& scale, const InArray& zeropt, const InArray& in_bitwidth,
+                    const InArray& out_bitwidth, const std::string& rounding_mode, nb::object out) {
   const pq::TensorView xv = view(x, "x"), sv = view(scale, "scale"), zv = view(zeropt, "zeropt"),
                        iv = view(in_bitwidth, "in_bitwidth"), ov = view(out_bitwidth, "out_bitwidth");
   const pq::RoundingMode rm = mode(rounding_mode);
   return run([&] { return pq::qonnx::trunc_spec(xv, sv, zv, iv, ov); },
-             [&](const pq::MutableTensorView& out) { pq::qonnx::trunc(xv, sv, zv, iv, ov, rm, out); });
+             [&](const pq::MutableTensorView& o) { pq::qonnx::trunc(xv, sv, zv, iv, ov, rm, o); },
+             std::move(out));
 }
 
-OutArray trunc_v2(const InArray& x, const InArray& scale, const InArray& zeropt, const InArray& in_bitwidth,
-                  const InArray& out_scale, const InArray& out_bitwidth, bool is_signed, bool narrow,
-                  const std::string& rounding_mode) {
+nb::object trunc_v2(const InArray& x, const InArray& scale, const InArray& zeropt, const InArray& in_bitwidth,
+                    const InArray& out_scale, const InArray& out_bitwidth, bool is_signed, bool narrow,
+                    const std::string& rounding_mode, nb::object out) {
   const pq::TensorView xv = view(x, "x"), sv = view(scale, "scale"), zv = view(zeropt, "zeropt"),
                        iv = view(in_bitwidth, "in_bitwidth"), osv = view(out_scale, "out_scale"),
                        ov = view(out_bitwidth, "out_bitwidth");
   const pq::qonnx::TruncV2Attrs attrs{is_signed, narrow, mode(rounding_mode)};
   return run([&] { return pq::qonnx::trunc_v2_spec(xv, sv, zv, iv, osv, ov); },
-             [&](const pq::MutableTensorView& out) { pq::qonnx::trunc_v2(xv, sv, zv, iv, osv, ov, attrs, out); });
+             [&](const pq::MutableTensorView& o) { pq::qonnx::trunc_v2(xv, sv, zv, iv, osv, ov, attrs, o); },
+             std::move(out));
 }
 
-OutArray float_quant(const InArray& x, const InArray& scale, const InArray& exponent_bitwidth,
+nb::object float_quant(const InArray& x, const InArray& scale, const InArray& exponent_bitwidth,
                      const InArray& mantissa_bitwidth, const InArray& exponent_bias, const InArray& max_val,
                      bool has_inf, bool has_nan, bool has_subnormal, bool saturation,
-                     const std::string& rounding_mode) {
+                     const std::string& rounding_mode, nb::object out) {
   const pq::TensorView xv = view(x, "x"), sv = view(scale, "scale"), ev = view(exponent_bitwidth, "exponent_bitwidth"),
                        mv = view(mantissa_bitwidth, "mantissa_bitwidth"), bv = view(exponent_bias, "exponent_bias"),
                        maxv = view(max_val, "max_val");
   const pq::qonnx::FloatQuantAttrs attrs{has_inf, has_nan, has_subnormal, saturation, mode(rounding_mode)};
   return run([&] { return pq::qonnx::float_quant_spec(xv, sv, ev, mv, bv, maxv, attrs); },
-             [&](const pq::MutableTensorView& out) { pq::qonnx::float_quant(xv, sv, ev, mv, bv, maxv, attrs, out); });
+             [&](const pq::MutableTensorView& o) { pq::qonnx::float_quant(xv, sv, ev, mv, bv, maxv, attrs, o); },
+             std::move(out));
 }
 
 nb::dict runtime_info() {
@@ -234,17 +246,18 @@ NB_MODULE(_polyquant_ext, m) {
   // Tensor arguments: numpy arrays only (polyquant.qonnx converts everything else first).
   auto tensor = [](const char* name) { return nb::arg(name).noconvert(); };
   m.def("int_quant", &int_quant, tensor("x"), tensor("scale"), tensor("zeropt"), tensor("bitwidth"), nb::arg("signed"),
-        nb::arg("narrow"), nb::arg("rounding_mode"), "IntQuant/Quant (see polyquant.qonnx.int_quant).");
-  m.def("bipolar_quant", &bipolar_quant, tensor("x"), tensor("scale"),
+        nb::arg("narrow"), nb::arg("rounding_mode"), nb::arg("out").none() = nb::none(), "IntQuant/Quant (see polyquant.qonnx.int_quant).");
+  m.def("bipolar_quant", &bipolar_quant, tensor("x"), tensor("scale"), nb::arg("out").none() = nb::none(),
         "BipolarQuant (see polyquant.qonnx.bipolar_quant).");
   m.def("trunc", &trunc_v1, tensor("x"), tensor("scale"), tensor("zeropt"), tensor("in_bitwidth"),
-        tensor("out_bitwidth"), nb::arg("rounding_mode"), "Trunc v1 (see polyquant.qonnx.trunc).");
+        tensor("out_bitwidth"), nb::arg("rounding_mode"), nb::arg("out").none() = nb::none(), "Trunc v1 (see polyquant.qonnx.trunc).");
   m.def("trunc_v2", &trunc_v2, tensor("x"), tensor("scale"), tensor("zeropt"), tensor("in_bitwidth"),
         tensor("out_scale"), tensor("out_bitwidth"), nb::arg("signed"), nb::arg("narrow"), nb::arg("rounding_mode"),
-        "Trunc v2 (see polyquant.qonnx.trunc_v2).");
+        nb::arg("out").none() = nb::none(), "Trunc v2 (see polyquant.qonnx.trunc_v2).");
   m.def("float_quant", &float_quant, tensor("x"), tensor("scale"), tensor("exponent_bitwidth"),
         tensor("mantissa_bitwidth"), tensor("exponent_bias"), tensor("max_val"), nb::arg("has_inf"),
         nb::arg("has_nan"), nb::arg("has_subnormal"), nb::arg("saturation"), nb::arg("rounding_mode"),
+        nb::arg("out").none() = nb::none(),
         "FloatQuant (see polyquant.qonnx.float_quant).");
   m.def("version", [] { return std::string(POLYQUANT_PY_VERSION); },
         "The polyquant version this module was built from.");

@@ -8,6 +8,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -500,3 +501,62 @@ def test_copy():
     readonly.flags.writeable = False
     with pytest.raises(TypeError):
         _polyquant_ext.copy(src, readonly)
+
+
+# ------------------------------------------------------------------------------------------------
+# out=
+
+
+OUT_CALLS = {
+    "int_quant": lambda x, out: pq.int_quant(x, np.float32(0.1), np.float32(0.5), np.float32(4), 1, 0, "HALF_UP", out=out),
+    "bipolar_quant": lambda x, out: pq.bipolar_quant(x, np.float32(0.5), out=out),
+    "trunc": lambda x, out: pq.trunc(x, np.float32(0.5), np.float32(0), np.float32(8), np.float32(4), "FLOOR", out=out),
+    "trunc_v2": lambda x, out: pq.trunc_v2(
+        x, np.float32(0.5), np.float32(0), np.float32(8), np.float32(8.0), np.float32(4), "FLOOR", out=out
+    ),
+    "float_quant": lambda x, out: pq.float_quant(
+        x, np.float32(1), np.float32(4), np.float32(3), np.float32(7), np.float32(448), 0, 1, 1, 1, out=out
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT_CALLS))
+def test_out_writes_into_the_given_array(name, rng):
+    call = OUT_CALLS[name]
+    x = (rng.standard_normal((33, 17)) * 8).astype(np.float32)
+    want = call(x, None)
+    out = np.full(x.shape, 7.0, dtype=np.float32)
+    got = call(x, out)
+    assert got is out
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    # A strided (transposed) destination is filled element for element.
+    backing = np.zeros((17, 33), dtype=np.float32)
+    got = call(x, backing.T)
+    np.testing.assert_array_equal(backing.T.view(np.uint32), want.view(np.uint32))
+    # In place: out is x itself.
+    y = x.copy()
+    call(y, y)
+    np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize(
+    "out, error, fragment",
+    [
+        (np.empty((3,), np.float32), ValueError, "out must have shape (33, 17)"),
+        (np.empty((33, 17), np.float64), ValueError, "dtype float32"),
+        ([0.0] * 3, TypeError, "out: expected a numpy array"),
+    ],
+    ids=["shape", "dtype", "not-an-array"],
+)
+def test_bad_out_is_rejected(out, error, fragment):
+    x = np.zeros((33, 17), np.float32)
+    with pytest.raises(error, match=re.escape(fragment)):
+        pq.int_quant(x, 0.1, 0, 4, 1, 0, out=out)
+
+
+def test_read_only_out_is_rejected():
+    x = np.zeros((4,), np.float32)
+    out = np.empty_like(x)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="out: the array is read-only"):
+        pq.bipolar_quant(x, 1.0, out=out)
