@@ -104,8 +104,7 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
                 "saturation: 0 (non-saturating) requires has_inf=1 or has_nan=1 to say where overflow goes");
   }
   FloatQuantSetup s;
-  s.work = promote_types(x.dtype, scale.dtype);
-  if (!is_floating(s.work)) s.work = DType::kFloat64;
+  s.work = float_result(promote_types(x.dtype, scale.dtype));
   const std::array<Dims, 6> shapes{x.shape, scale.shape, exponent_bitwidth.shape, mantissa_bitwidth.shape,
                                    exponent_bias.shape, max_val.shape};
   s.spec.shape = broadcast_shapes(shapes, "FloatQuant");
@@ -183,8 +182,7 @@ TensorSpec bipolar_quant_spec(const TensorView& x, const TensorView& scale) {
   const std::array<Dims, 2> shapes{x.shape, scale.shape};
   TensorSpec spec;
   spec.shape = broadcast_shapes(shapes, "BipolarQuant");
-  spec.dtype = promote_types(x.dtype, scale.dtype);
-  if (!is_floating(spec.dtype)) spec.dtype = DType::kFloat64;
+  spec.dtype = float_result(promote_types(x.dtype, scale.dtype));
   return spec;
 }
 
@@ -272,8 +270,7 @@ TruncV2Setup setup_trunc_v2(const TensorView& x, const TensorView& scale, const 
   });
   const std::array<Dims, 5> shapes{x.shape, scale.shape, zeropt.shape, out_scale.shape, out_bitwidth.shape};
   s.spec.shape = broadcast_shapes(shapes, "Trunc");
-  DType w = promote_types(promote_types(promote_types(x.dtype, scale.dtype), zeropt.dtype), out_scale.dtype);
-  s.spec.dtype = is_floating(w) ? w : DType::kFloat64;
+  s.spec.dtype = float_result(promote_types(s.add_dtype, out_scale.dtype));
   return s;
 }
 }  // namespace
