@@ -48,7 +48,8 @@ void bench_kernel(benchmark::State& state, KernelEntry e) {
       a.in[1] = b.ones.data(); a.in[2] = b.zeros.data(); a.in[3] = b.sixteen.data(); a.broadcast_mask = 14; params_ptr = &tp; break;
     case KernelOp::kTruncV2:
       a.in[1] = b.ones.data(); a.in[2] = b.zeros.data(); a.in[3] = b.sixteen.data(); a.in[4] = b.sixteen.data();
-      a.in[5] = b.lo.data(); a.in[6] = b.hi.data(); a.broadcast_mask = 126; params_ptr = &tp; break;
+      a.in[5] = b.lo.data(); a.in[6] = b.hi.data(); a.in[7] = b.zeros.data(); a.broadcast_mask = 254;
+      params_ptr = &tp; break;
     case KernelOp::kFloatQuant:
       a.in[1] = b.ones.data(); a.in[2] = b.min_exp.data(); a.in[3] = b.max_value.data(); a.broadcast_mask = 14;
       params_ptr = &fq; break;

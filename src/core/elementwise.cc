@@ -175,8 +175,14 @@ class Runner {
       direct_[k] = same && (s == 0 || s == 1);
     }
     out_direct_ = plan.out_strides[inner] == 1 && call.out.dtype == call.kernel_out_dtype;
+    // A broadcast operand of another dtype is one value per segment: converted on the fly, it
+    // never forces the blocked path (which gives up streaming stores).
     needs_blocks_ = !out_direct_;
-    for (int k = 0; k < nin; ++k) needs_blocks_ = needs_blocks_ || !direct_[k];
+    for (int k = 0; k < nin; ++k) {
+      const bool broadcast = plan.in_strides[k][inner] == 0;
+      convert_scalar_[k] = broadcast && !direct_[k];
+      needs_blocks_ = needs_blocks_ || (!direct_[k] && !broadcast);
+    }
   }
 
   void run_range(std::int64_t begin, std::int64_t end) const {
@@ -228,7 +234,15 @@ class Runner {
       if (plan_.in_strides[k][inner] == 0) args.broadcast_mask |= 1u << k;
     }
     if (!needs_blocks_) {
-      for (int k = 0; k < nin; ++k) args.in[static_cast<std::size_t>(k)] = in_base[k];
+      alignas(8) unsigned char scalars[kMaxOperands][8];
+      for (int k = 0; k < nin; ++k) {
+        args.in[static_cast<std::size_t>(k)] = in_base[k];
+        if (convert_scalar_[k]) {
+          convert_values(in_base[k], call_.inputs[static_cast<std::size_t>(k)].dtype, 0, scalars[k],
+                         call_.kernel_dtypes[static_cast<std::size_t>(k)], 1, 1);
+          args.in[static_cast<std::size_t>(k)] = scalars[k];
+        }
+      }
       args.out = out_base;
       args.n = n;
       args.stream = stream_;
@@ -277,6 +291,7 @@ class Runner {
   const ElementwiseCall& call_;
   const Plan& plan_;
   bool direct_[kMaxOperands] = {};
+  bool convert_scalar_[kMaxOperands] = {};
   bool out_direct_ = false;
   bool needs_blocks_ = false;
   bool stream_ = false;

@@ -131,7 +131,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
         const std::vector<Operand> ops = {{mixed_values(kLen, 6, 16.0f), {}, false},
                                           {random_params(7, {1.0f, 0.5f, 0.375f}), {}, true},
                                           {random_params(8, {0.0f, 4.0f, 0.5f}), {}, true},
-                                          {random_params(9, {16.0f, 1.0f, 0.5f, 256.0f}), {}, true}};
+                                          {random_params(9, {16.0f, 1.0f, 0.5f, 256.0f, 0x1p127f, 0x1p-127f, 0x1p-126f}), {}, true}};
         const TruncParams p{mode};
         check_against_reference(e, &p, ops, mode_name);
         break;
@@ -140,7 +140,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
         const std::vector<Operand> ops = {{mixed_values(kLen, 10, 16.0f), {}, false},
                                           {random_params(11, {1.0f, 0.5f}), {}, true},
                                           {random_params(12, {0.0f, 4.0f, 0.5f}), {}, true},
-                                          {random_params(13, {16.0f, 4.0f, 1.0f}), {}, true},
+                                          {random_params(13, {16.0f, 4.0f, 1.0f, 0x1p127f, 0x1p-127f}), {}, true},
                                           {random_params(14, {16.0f, 12.0f, 2.0f}), {}, true},
                                           {random_params(15, {-8.0f, -7.0f, 0.0f}), {}, true},
                                           {random_params(16, {7.0f, 15.0f, 14.0f}), {}, true},

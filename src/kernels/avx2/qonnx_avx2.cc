@@ -1,5 +1,6 @@
 // QONNX float32 kernels for the avx2 kernel set (compiled with the avx2 flags only).
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 
 #include "kernels/registry.h"

@@ -38,7 +38,7 @@ inline Vec::F round_v(Vec::F x) {
 // stores. Partial vectors (the tail, and the head peeled for aligned streaming stores) go through
 // the same body on a zero-padded copy, so every element sees identical arithmetic.
 template <int kN, class Body>
-inline void for_each_vector(const RowArgs& a, Body&& body) {
+POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& body) {
   constexpr int L = Vec::kLanes;
   const float* src[kN];
   Vec::F splats[kN];
@@ -140,18 +140,52 @@ void bipolar_quant_f32(const void*, const RowArgs& a) {
 }
 
 // ---- Trunc v1 / v2 ---------------------------------------------------------------------------
+// y / t for the power-of-two truncation scale t: when t is one broadcast value 2^k with 2^-k a
+// normal float32, y * 2^-k rounds the same real number once, so it equals the division bit for bit
+// and spares a divider pass. Any other t (inf, 0, subnormal reciprocal, per-element) divides.
+inline bool exact_inverse_power_of_two(const RowArgs& a, int operand, float* inverse) {
+  if (!a.is_broadcast(operand)) return false;
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(a.input<float>(operand)[0]);
+  const std::uint32_t biased = bits >> 23;  // sign bit must be clear: positive powers only
+  if ((bits & 0x7fffffu) != 0 || biased < 1 || biased > 253) return false;
+  *inverse = std::bit_cast<float>((254u - biased) << 23);
+  return true;
+}
+
+template <RoundingMode kMode, bool kInverse>
+inline void trunc_v1_row(const RowArgs& a, float inverse) {
+  const Vec::F inv = Vec::splat(inverse);
+  for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
+    y = round_v<kMode>(kInverse ? Vec::mul(y, inv) : Vec::div(y, v[3]));
+    return Vec::mul(Vec::sub(y, v[2]), v[1]);
+  });
+}
+
 void trunc_v1_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const TruncParams*>(params);
   if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {
     ref::trunc_v1_f32(params, a);
     return;
   }
+  float inverse = 0.0f;
+  const bool use_inverse = exact_inverse_power_of_two(a, 3, &inverse);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
-      y = round_v<kMode>(Vec::div(y, v[3]));
-      return Vec::mul(Vec::sub(y, v[2]), v[1]);
-    });
+    if (use_inverse) trunc_v1_row<kMode, true>(a, inverse);
+    else trunc_v1_row<kMode, false>(a, inverse);
+  });
+}
+
+template <RoundingMode kMode, bool kInverse>
+inline void trunc_v2_row(const RowArgs& a, float inverse) {
+  const Vec::F inv = Vec::splat(inverse);
+  for_each_vector<8>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
+    y = kInverse ? Vec::mul(y, inv) : Vec::div(y, v[3]);
+    y = Vec::select(Vec::gt(y, v[6]), v[6], y);
+    y = Vec::select(Vec::lt(y, v[5]), v[5], y);
+    y = round_v<kMode>(y);
+    return Vec::mul(Vec::sub(y, v[7]), v[4]);
   });
 }
 
@@ -161,15 +195,11 @@ void trunc_v2_f32(const void* params, const RowArgs& a) {
     ref::trunc_v2_f32(params, a);
     return;
   }
+  float inverse = 0.0f;
+  const bool use_inverse = exact_inverse_power_of_two(a, 3, &inverse);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for_each_vector<8>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
-      y = Vec::div(y, v[3]);
-      y = Vec::select(Vec::gt(y, v[6]), v[6], y);
-      y = Vec::select(Vec::lt(y, v[5]), v[5], y);
-      y = round_v<kMode>(y);
-      return Vec::mul(Vec::sub(y, v[7]), v[4]);
-    });
+    if (use_inverse) trunc_v2_row<kMode, true>(a, inverse);
+    else trunc_v2_row<kMode, false>(a, inverse);
   });
 }
 
@@ -178,64 +208,78 @@ void trunc_v2_f32(const void* params, const RowArgs& a) {
 // may round up to the next integer. Lanes whose mantissa lies in the top 2^11 codes of a binade
 // (and inf/NaN lanes, and lanes whose internal scale would be subnormal or overflow) are handed to
 // the scalar spec; everywhere else the exponent field is exact, which the exhaustive test over all
-// float32 values checks.
+// float32 values checks. With an integral m and 1 - bias - m, the whole exponent computation
+// (floor(log2) - m, the maximum with the subnormal floor, 2^e and 2^-e) is exact integer work.
 inline constexpr std::int32_t kLog2ExactMantissaLimit = (1 << 23) - (1 << 11);
+
+// kCheckRange: the exponent e may leave [-126, 126] (a very small subnormal floor, or m = 0).
+template <RoundingMode kMode, bool kCheckRange>
+inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::int32_t m, std::int32_t min_exp,
+                            float max_value) {
+  const Vec::F tiny = Vec::splat(1.17549435e-38f);
+  const Vec::I exponent_offset = Vec::splat_i(127 + m), min_e = Vec::splat_i(min_exp);
+  const Vec::I mantissa_mask = Vec::splat_i(0x7fffff), bias = Vec::splat_i(127);
+  const Vec::I last_exact = Vec::splat_i(kLog2ExactMantissaLimit - 1), finite_limit = Vec::splat_i(0x7f7fffff);
+  const Vec::I e_hi = Vec::splat_i(126), e_lo = Vec::splat_i(-127);
+  const Vec::F max_v = Vec::splat(max_value), min_v = Vec::mul(max_v, Vec::splat(-1.0f));  // -0.0 stays
+  const Vec::F inf = Vec::splat(__builtin_inff()), minus_inf = Vec::splat(-__builtin_inff());
+  const Vec::F nan = Vec::splat(__builtin_nanf(""));
+  const float min_exp_f = static_cast<float>(min_exp);
+  const double max_d = static_cast<double>(max_value);
+  for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    const Vec::F xs = Vec::div(v[0], v[1]);
+    const Vec::I mag = Vec::bits(Vec::add(Vec::abs(xs), tiny));
+    Vec::M scalar_lanes = Vec::mask_or(Vec::gt_i(mag, finite_limit), Vec::gt_i(Vec::and_i(mag, mantissa_mask), last_exact));
+    const Vec::I e = Vec::max_i(Vec::sub_i(Vec::shr_i<23>(mag), exponent_offset), min_e);
+    if constexpr (kCheckRange) {
+      scalar_lanes = Vec::mask_or(scalar_lanes, Vec::mask_or(Vec::gt_i(e, e_hi), Vec::gt_i(e_lo, e)));
+    }
+    // xs / 2^e == xs * 2^-e bit for bit: both round the same real number once, and 2^-e is exact.
+    const Vec::F internal_scale = Vec::from_bits(Vec::shl_i<23>(Vec::add_i(e, bias)));
+    const Vec::F inverse_scale = Vec::from_bits(Vec::shl_i<23>(Vec::sub_i(bias, e)));
+    const Vec::F q = Vec::mul(internal_scale, round_v<kMode>(Vec::mul(xs, inverse_scale)));
+    // np.clip(q, -M, M): max/min return their second operand for NaN, so NaN passes through.
+    Vec::F c = Vec::min(max_v, Vec::max(min_v, q));
+    if (!p.saturation) {
+      const Vec::M over = Vec::gt(q, max_v), under = Vec::lt(q, min_v);
+      if (p.has_inf) {
+        c = Vec::select(over, inf, Vec::select(under, minus_inf, c));
+      } else if (p.has_nan) {
+        c = Vec::select(Vec::mask_or(Vec::mask_or(over, under), Vec::isinf(q)), nan, c);
+      }
+    }
+    Vec::F r = Vec::mul(c, v[1]);
+    if (const unsigned lanes_mask = Vec::mask_bits(scalar_lanes); lanes_mask != 0) [[unlikely]] {
+      alignas(64) float xv[Vec::kLanes], sv[Vec::kLanes], res[Vec::kLanes];
+      Vec::storeu(xv, v[0]);
+      Vec::storeu(sv, v[1]);
+      Vec::storeu(res, r);
+      for (int l = 0; l < Vec::kLanes; ++l) {
+        if ((lanes_mask >> l) & 1u) res[l] = float_quant_element<kMode, float>(xv[l], sv[l], min_exp_f, max_d, p);
+      }
+      r = Vec::loadu(res);
+    }
+    return r;
+  });
+}
 
 void float_quant_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FloatQuantParams*>(params);
-  // Per-element formats, or a limit M that float32 cannot hold, are rare: the spec handles them.
-  if (!p.max_fits_float32 || !a.is_broadcast(2) || !a.is_broadcast(3)) {
+  // The integer exponent path needs one broadcast format per row with integral m and subnormal
+  // floor, and a limit M that float32 holds; anything else is rare and goes to the spec.
+  const bool fast = p.max_fits_float32 && a.is_broadcast(2) && a.is_broadcast(3) && p.mantissa_bits >= 0 &&
+                    p.mantissa_bits <= 64 && p.mantissa_bits == static_cast<double>(static_cast<int>(p.mantissa_bits));
+  const float min_exp = fast ? a.input<float>(2)[0] : 0.0f;
+  if (!fast || !(min_exp >= -1000.0f && min_exp <= 1000.0f) || min_exp != static_cast<float>(static_cast<int>(min_exp))) {
     ref::float_quant_f32(params, a);
     return;
   }
-  const float min_exp_s = a.input<float>(2)[0];
-  const double max_s = a.input<double>(3)[0];
-  const Vec::F min_exp = Vec::splat(min_exp_s);
-  const Vec::F max_v = Vec::splat(static_cast<float>(max_s));
-  const Vec::F min_v = Vec::mul(max_v, Vec::splat(-1.0f));  // -M, keeping -0.0 for M = +0.0
-  const Vec::F tiny = Vec::splat(1.17549435e-38f);
-  const Vec::F m = Vec::splat(static_cast<float>(p.mantissa_bits));
-  const Vec::F inf = Vec::splat(__builtin_inff()), nan = Vec::splat(__builtin_nanf(""));
+  const auto m = static_cast<std::int32_t>(p.mantissa_bits);
+  const auto min_e = static_cast<std::int32_t>(min_exp);
+  const auto max_value = static_cast<float>(a.input<double>(3)[0]);
+  const bool check_range = min_e < -126 || m < 1;
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      const Vec::F xs = Vec::div(v[0], v[1]);
-      const Vec::F mag = Vec::add(Vec::abs(xs), tiny);
-      const Vec::I mag_bits = Vec::bits(mag);
-      const Vec::I biased = Vec::shr_i<23>(mag_bits);
-      const Vec::I mantissa = Vec::and_i(mag_bits, Vec::splat_i(0x7fffff));
-      Vec::M scalar_lanes = Vec::mask_or(Vec::gt_i(biased, Vec::splat_i(254)),
-                                         Vec::gt_i(mantissa, Vec::splat_i(kLog2ExactMantissaLimit - 1)));
-      Vec::F e = Vec::sub(Vec::to_float(Vec::add_i(biased, Vec::splat_i(-127))), m);
-      e = Vec::select(Vec::gt(e, min_exp), e, min_exp);
-      // 2^e and 2^-e for e in [-126, 126] built from exponent fields; other lanes go scalar.
-      // xs / 2^e == xs * 2^-e bit for bit: both round the same real number once, and 2^-e is exact.
-      scalar_lanes = Vec::mask_or(scalar_lanes, Vec::lt(e, Vec::splat(-126.0f)));
-      scalar_lanes = Vec::mask_or(scalar_lanes, Vec::gt(e, Vec::splat(126.0f)));
-      const Vec::I e_int = Vec::to_int(Vec::select(scalar_lanes, Vec::zero(), e));
-      const Vec::F internal_scale = Vec::from_bits(Vec::shl_i<23>(Vec::add_i(e_int, Vec::splat_i(127))));
-      const Vec::F inverse_scale = Vec::from_bits(Vec::shl_i<23>(Vec::sub_i(Vec::splat_i(127), e_int)));
-      const Vec::F q = Vec::mul(internal_scale, round_v<kMode>(Vec::mul(xs, inverse_scale)));
-      const Vec::M over = Vec::gt(q, max_v), under = Vec::lt(q, min_v);
-      Vec::F c = Vec::select(over, max_v, Vec::select(under, min_v, q));
-      if (!p.saturation) {
-        if (p.has_inf) {
-          c = Vec::select(over, inf, Vec::select(under, Vec::splat(-__builtin_inff()), c));
-        } else if (p.has_nan) {
-          c = Vec::select(Vec::mask_or(Vec::mask_or(over, under), Vec::isinf(q)), nan, c);
-        }
-      }
-      Vec::F r = Vec::mul(c, v[1]);
-      if (const unsigned lanes_mask = Vec::mask_bits(scalar_lanes); lanes_mask != 0) {
-        alignas(64) float xv[Vec::kLanes], sv[Vec::kLanes], res[Vec::kLanes];
-        Vec::storeu(xv, v[0]);
-        Vec::storeu(sv, v[1]);
-        Vec::storeu(res, r);
-        for (int l = 0; l < Vec::kLanes; ++l) {
-          if ((lanes_mask >> l) & 1u) res[l] = float_quant_element<kMode, float>(xv[l], sv[l], min_exp_s, max_s, p);
-        }
-        r = Vec::loadu(res);
-      }
-      return r;
-    });
+    if (check_range) float_quant_row<kMode, true>(a, p, m, min_e, max_value);
+    else float_quant_row<kMode, false>(a, p, m, min_e, max_value);
   });
 }

@@ -25,6 +25,10 @@ struct Vec {
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F div(F a, F b) { return _mm256_div_ps(a, b); }
 
+  // min/max return the second operand when either is NaN (and for two zeros).
+  static F min(F a, F b) { return _mm256_min_ps(a, b); }
+  static F max(F a, F b) { return _mm256_max_ps(a, b); }
+
   // Ordered, quiet comparisons: false whenever an operand is NaN, exactly like C++'s operators.
   static M gt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
   static M lt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
@@ -47,6 +51,7 @@ struct Vec {
   static I splat_i(std::int32_t v) { return _mm256_set1_epi32(v); }
   static I add_i(I a, I b) { return _mm256_add_epi32(a, b); }
   static I sub_i(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static I max_i(I a, I b) { return _mm256_max_epi32(a, b); }
   static I and_i(I a, I b) { return _mm256_and_si256(a, b); }
   template <int kShift>
   static I shr_i(I a) { return _mm256_srli_epi32(a, kShift); }

@@ -25,6 +25,10 @@ struct Vec {
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F div(F a, F b) { return _mm512_div_ps(a, b); }
 
+  // min/max return the second operand when either is NaN (and for two zeros).
+  static F min(F a, F b) { return _mm512_min_ps(a, b); }
+  static F max(F a, F b) { return _mm512_max_ps(a, b); }
+
   static M gt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
   static M lt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
   static M ge(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
@@ -45,6 +49,7 @@ struct Vec {
   static I splat_i(std::int32_t v) { return _mm512_set1_epi32(v); }
   static I add_i(I a, I b) { return _mm512_add_epi32(a, b); }
   static I sub_i(I a, I b) { return _mm512_sub_epi32(a, b); }
+  static I max_i(I a, I b) { return _mm512_max_epi32(a, b); }
   static I and_i(I a, I b) { return _mm512_and_si512(a, b); }
   template <int kShift>
   static I shr_i(I a) { return _mm512_srli_epi32(a, kShift); }
