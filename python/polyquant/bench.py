@@ -69,7 +69,8 @@ def make_cases(peers=True):
     s_tensor = _f32(0.05)
     s_channel = _f32(np.linspace(0.02, 0.08, CHANNELS).reshape(CHANNELS, 1))
     s_trunc, s_out = _f32(2.0**-4), _f32(1.0)
-    s_bipolar, s_fp8 = _f32(0.5), _f32(1.0)
+    # FloatQuant with a scale that is not a power of two: the kernel's slower, dividing path.
+    s_bipolar, s_fp8 = _f32(0.5), _f32(0.0375)
     e4, m3, bias7, max448 = _f32(4), _f32(3), _f32(7), _f32(448)
 
     cases = [

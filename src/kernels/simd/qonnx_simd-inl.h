@@ -213,9 +213,15 @@ void trunc_v2_f32(const void* params, const RowArgs& a) {
 inline constexpr std::int32_t kLog2ExactMantissaLimit = (1 << 23) - (1 << 11);
 
 // kCheckRange: the exponent e may leave [-126, 126] (a very small subnormal floor, or m = 0).
-template <RoundingMode kMode, bool kCheckRange>
+// kScaleInverse: the scale is one power of two, so x / scale is x * (1 / scale) bit for bit.
+// kOverflow: saturate, or overflow to +-inf, or to NaN (a compile-time choice keeps the few
+// registers of AVX2 for the common saturating case).
+enum class Overflow { kSaturate, kInf, kNan };
+
+template <RoundingMode kMode, bool kCheckRange, bool kScaleInverse, Overflow kOverflow>
 inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::int32_t m, std::int32_t min_exp,
-                            float max_value) {
+                            float max_value, float scale_inverse) {
+  const Vec::F inv_s = Vec::splat(scale_inverse);
   const Vec::F tiny = Vec::splat(1.17549435e-38f);
   const Vec::I exponent_offset = Vec::splat_i(127 + m), min_e = Vec::splat_i(min_exp);
   const Vec::I mantissa_mask = Vec::splat_i(0x7fffff), bias = Vec::splat_i(127);
@@ -226,8 +232,8 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
   const Vec::F nan = Vec::splat(__builtin_nanf(""));
   const float min_exp_f = static_cast<float>(min_exp);
   const double max_d = static_cast<double>(max_value);
-  for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-    const Vec::F xs = Vec::div(v[0], v[1]);
+  for_each_vector<2>(a, [=, &p](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    const Vec::F xs = kScaleInverse ? Vec::mul(v[0], inv_s) : Vec::div(v[0], v[1]);
     const Vec::I mag = Vec::bits(Vec::add(Vec::abs(xs), tiny));
     Vec::M scalar_lanes = Vec::mask_or(Vec::gt_i(mag, finite_limit), Vec::gt_i(Vec::and_i(mag, mantissa_mask), last_exact));
     const Vec::I e = Vec::max_i(Vec::sub_i(Vec::shr_i<23>(mag), exponent_offset), min_e);
@@ -240,13 +246,11 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
     const Vec::F q = Vec::mul(internal_scale, round_v<kMode>(Vec::mul(xs, inverse_scale)));
     // np.clip(q, -M, M): max/min return their second operand for NaN, so NaN passes through.
     Vec::F c = Vec::min(max_v, Vec::max(min_v, q));
-    if (!p.saturation) {
-      const Vec::M over = Vec::gt(q, max_v), under = Vec::lt(q, min_v);
-      if (p.has_inf) {
-        c = Vec::select(over, inf, Vec::select(under, minus_inf, c));
-      } else if (p.has_nan) {
-        c = Vec::select(Vec::mask_or(Vec::mask_or(over, under), Vec::isinf(q)), nan, c);
-      }
+    if constexpr (kOverflow == Overflow::kInf) {
+      c = Vec::select(Vec::gt(q, max_v), inf, Vec::select(Vec::lt(q, min_v), minus_inf, c));
+    } else if constexpr (kOverflow == Overflow::kNan) {
+      const Vec::M out_of_range = Vec::mask_or(Vec::gt(q, max_v), Vec::lt(q, min_v));
+      c = Vec::select(Vec::mask_or(out_of_range, Vec::isinf(q)), nan, c);
     }
     Vec::F r = Vec::mul(c, v[1]);
     if (const unsigned lanes_mask = Vec::mask_bits(scalar_lanes); lanes_mask != 0) [[unlikely]] {
@@ -278,8 +282,26 @@ void float_quant_f32(const void* params, const RowArgs& a) {
   const auto min_e = static_cast<std::int32_t>(min_exp);
   const auto max_value = static_cast<float>(a.input<double>(3)[0]);
   const bool check_range = min_e < -126 || m < 1;
+  float scale_inverse = 0.0f;
+  const bool use_inverse = exact_inverse_power_of_two(a, 1, &scale_inverse);
+  const Overflow overflow = p.saturation ? Overflow::kSaturate : p.has_inf ? Overflow::kInf : Overflow::kNan;
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    if (check_range) float_quant_row<kMode, true>(a, p, m, min_e, max_value);
-    else float_quant_row<kMode, false>(a, p, m, min_e, max_value);
+    auto run = [&]<bool kCheckRange, bool kInverse>() {
+      switch (overflow) {
+        case Overflow::kSaturate:
+          return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kSaturate>(a, p, m, min_e, max_value, scale_inverse);
+        case Overflow::kInf:
+          return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kInf>(a, p, m, min_e, max_value, scale_inverse);
+        case Overflow::kNan:
+          return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kNan>(a, p, m, min_e, max_value, scale_inverse);
+      }
+    };
+    if (use_inverse) {
+      if (check_range) run.template operator()<true, true>();
+      else run.template operator()<false, true>();
+    } else {
+      if (check_range) run.template operator()<true, false>();
+      else run.template operator()<false, false>();
+    }
   });
 }
