@@ -5,11 +5,13 @@
 // of the output (numpy broadcasting of all operands, so the output may be larger than X), and the
 // op itself fills a caller-allocated output of exactly that spec. Errors are polyquant::Error.
 //
-// Working precision. The reference evaluates each formula in numpy's promoted dtype of its operands
-// (float32 when X and the float parameters are float32; float64 once any of them is float64 or a
-// 32/64-bit integer array; float16 when everything is float16). polyquant computes in that same
-// dtype with the same operation order, IEEE division where the reference divides and no FMA
-// contraction. Bit widths, exponent widths and biases are read as exact values of any dtype.
+// Working precision. The reference evaluates each step in numpy 2's promoted dtype of that step's
+// operands: `X / scale` in promote(X, scale), `+ zeropt` in promote(that, zeropt), and so on
+// (float32 throughout when X and the parameters are float32; float64 once a parameter is float64
+// or a 32/64-bit integer array; float16 when everything is float16). polyquant evaluates every
+// step in the same dtype and order, with IEEE division where the reference divides and no FMA
+// contraction. Bounds and scales derived from bit widths, exponent widths and biases are computed
+// in those parameters' own dtypes, as the reference does.
 #pragma once
 
 #include "polyquant/export.h"

@@ -90,8 +90,9 @@ struct TensorSpec {
   Dims shape;
 };
 
-// numpy broadcasting of `shapes` (right-aligned, 1 stretches); throws Error naming `what` when the
-// shapes are incompatible.
-POLYQUANT_API Dims broadcast_shapes(std::span<const Dims> shapes, const char* what);
+// numpy broadcasting of `shapes` (right-aligned, 1 stretches); throws Error naming `what` (and
+// each operand, when `names` has one name per shape) when the shapes are incompatible.
+POLYQUANT_API Dims broadcast_shapes(std::span<const Dims> shapes, const char* what,
+                                    std::span<const char* const> names = {});
 
 }  // namespace polyquant

@@ -168,7 +168,7 @@ DType promote_types(DType a, DType b) {
   }
 }
 
-Dims broadcast_shapes(std::span<const Dims> shapes, const char* what) {
+Dims broadcast_shapes(std::span<const Dims> shapes, const char* what, std::span<const char* const> names) {
   Dims out;
   for (const Dims& s : shapes) out.rank = std::max(out.rank, s.rank);
   for (int i = 0; i < out.rank; ++i) out[i] = 1;
@@ -182,7 +182,11 @@ Dims broadcast_shapes(std::span<const Dims> shapes, const char* what) {
         continue;
       }
       std::string list;
-      for (const Dims& t : shapes) list += (list.empty() ? "" : ", ") + t.str();
+      for (std::size_t k = 0; k < shapes.size(); ++k) {
+        if (!list.empty()) list += ", ";
+        if (names.size() == shapes.size()) list += std::string(names[k]) + " ";
+        list += shapes[k].str();
+      }
       throw Error(ErrorKind::kValue, std::string(what) + ": shapes " + list +
                                          " cannot be broadcast together (numpy rules: trailing dimensions must "
                                          "be equal or 1)");

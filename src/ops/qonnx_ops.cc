@@ -63,7 +63,9 @@ IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, cons
   s.params.bipolar = bits == 1.0 && attrs.is_signed;
   const std::array<Dims, 4> shapes{x.shape, scale.shape, zeropt.shape, bitwidth.shape};
   // The 1-bit path never broadcasts against the bounds, so bitwidth's shape does not reach the output.
-  s.spec.shape = broadcast_shapes(std::span<const Dims>(shapes.data(), s.params.bipolar ? 3 : 4), "IntQuant");
+  static constexpr const char* kNames[] = {"x", "scale", "zeropt", "bitwidth"};
+  const std::size_t n = s.params.bipolar ? 3 : 4;
+  s.spec.shape = broadcast_shapes(std::span<const Dims>(shapes.data(), n), "IntQuant", std::span(kNames, n));
   s.spec.dtype = DType::kFloat32;
   if (!s.params.bipolar) {
     s.params.lo = detail::round_to(s.work, detail::int_range_min(bits, bitwidth.dtype, attrs.is_signed, attrs.narrow));
@@ -107,7 +109,9 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
   s.work = float_result(promote_types(x.dtype, scale.dtype));
   const std::array<Dims, 6> shapes{x.shape, scale.shape, exponent_bitwidth.shape, mantissa_bitwidth.shape,
                                    exponent_bias.shape, max_val.shape};
-  s.spec.shape = broadcast_shapes(shapes, "FloatQuant");
+  static constexpr const char* kNames[] = {"x", "scale", "exponent_bitwidth", "mantissa_bitwidth", "exponent_bias",
+                                           "max_val"};
+  s.spec.shape = broadcast_shapes(shapes, "FloatQuant", kNames);
   s.spec.dtype = DType::kFloat32;
   s.params.mode = attrs.rounding_mode;
   s.params.mantissa_bits = m;
@@ -181,7 +185,8 @@ TensorSpec bipolar_quant_spec(const TensorView& x, const TensorView& scale) {
   detail::require_floating(x, "x");
   const std::array<Dims, 2> shapes{x.shape, scale.shape};
   TensorSpec spec;
-  spec.shape = broadcast_shapes(shapes, "BipolarQuant");
+  static constexpr const char* kNames[] = {"x", "scale"};
+  spec.shape = broadcast_shapes(shapes, "BipolarQuant", kNames);
   spec.dtype = float_result(promote_types(x.dtype, scale.dtype));
   return spec;
 }
@@ -223,7 +228,8 @@ TruncV1Setup setup_trunc_v1(const TensorView& x, const TensorView& scale, const 
     });
   });
   const std::array<Dims, 5> shapes{x.shape, scale.shape, zeropt.shape, in_bitwidth.shape, out_bitwidth.shape};
-  s.spec.shape = broadcast_shapes(shapes, "Trunc");
+  static constexpr const char* kNames[] = {"x", "scale", "zeropt", "in_bitwidth", "out_bitwidth"};
+  s.spec.shape = broadcast_shapes(shapes, "Trunc", kNames);
   s.spec.dtype = trunc_v1_work(x, scale, zeropt, ts_dtype);
   return s;
 }
@@ -269,7 +275,8 @@ TruncV2Setup setup_trunc_v2(const TensorView& x, const TensorView& scale, const 
     return detail::int_range_max(b, out_bitwidth.dtype, is_signed, narrow);
   });
   const std::array<Dims, 5> shapes{x.shape, scale.shape, zeropt.shape, out_scale.shape, out_bitwidth.shape};
-  s.spec.shape = broadcast_shapes(shapes, "Trunc");
+  static constexpr const char* kNames[] = {"x", "scale", "zeropt", "out_scale", "out_bitwidth"};
+  s.spec.shape = broadcast_shapes(shapes, "Trunc", kNames);
   s.spec.dtype = float_result(promote_types(s.add_dtype, out_scale.dtype));
   return s;
 }

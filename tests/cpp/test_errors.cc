@@ -36,7 +36,7 @@ TEST(Errors, NonFiniteBitwidth) {
 TEST(Errors, NonBroadcastableShapes) {
   const std::vector<float> s = {1.0f, 2.0f};
   expect_error([&] { qonnx::int_quant_spec(test::vec_view(xs), test::vec_view(s), test::scalar_view(zero), test::scalar_view(eight), {}); },
-               ErrorKind::kValue, {"IntQuant", "(3,)", "(2,)", "broadcast"});
+               ErrorKind::kValue, {"IntQuant", "x (3,)", "scale (2,)", "broadcast"});
 }
 
 TEST(Errors, IntegerDataTensor) {

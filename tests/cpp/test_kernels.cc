@@ -152,6 +152,11 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
       case KernelOp::kFloatQuant: {
         // Inputs just below powers of two, where float32 log2 rounds up, plus the usual mix.
         std::vector<float> x = mixed_values(kLen, 17);
+        // Every binade of float32, normal and subnormal, so each exponent path is reached.
+        for (std::size_t i = 1; i < x.size(); i += 3) {
+          const int k = static_cast<int>(i / 3 % 277) - 149;
+          x[i] = std::ldexp(1.0f + static_cast<float>(i % 7) / 8.0f, k) * ((i % 2) ? -1.0f : 1.0f);
+        }
         for (std::size_t i = 0; i + 1 < x.size(); i += 3) {
           float v = std::ldexp(1.0f, static_cast<int>(i % 200) - 100);
           for (std::size_t s = 0; s < (i % 700); ++s) v = std::nextafter(v, 0.0f);

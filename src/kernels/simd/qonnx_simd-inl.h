@@ -226,7 +226,7 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
   const Vec::I exponent_offset = Vec::splat_i(127 + m), min_e = Vec::splat_i(min_exp);
   const Vec::I mantissa_mask = Vec::splat_i(0x7fffff), bias = Vec::splat_i(127);
   const Vec::I last_exact = Vec::splat_i(kLog2ExactMantissaLimit - 1), finite_limit = Vec::splat_i(0x7f7fffff);
-  const Vec::I e_hi = Vec::splat_i(126), e_lo = Vec::splat_i(-127);
+  const Vec::I e_hi = Vec::splat_i(126), e_lo = Vec::splat_i(-126);
   const Vec::F max_v = Vec::splat(max_value), min_v = Vec::mul(max_v, Vec::splat(-1.0f));  // -0.0 stays
   const Vec::F inf = Vec::splat(__builtin_inff()), minus_inf = Vec::splat(-__builtin_inff());
   const Vec::F nan = Vec::splat(__builtin_nanf(""));
