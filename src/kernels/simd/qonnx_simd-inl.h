@@ -162,18 +162,26 @@ inline void trunc_v1_row(const RowArgs& a, float inverse) {
   });
 }
 
-void trunc_v1_f32(const void* params, const RowArgs& a) {
+// Shared entry of the Trunc kernels: mixed working precisions go to the spec; a power-of-two
+// truncation scale with an exact inverse multiplies.
+template <class Row>
+inline void trunc_dispatch(const void* params, const RowArgs& a, RowKernel reference, Row&& row) {
   const auto& p = *static_cast<const TruncParams*>(params);
   if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {
-    ref::trunc_v1_f32(params, a);
+    reference(params, a);
     return;
   }
   float inverse = 0.0f;
   const bool use_inverse = exact_inverse_power_of_two(a, 3, &inverse);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    if (use_inverse) trunc_v1_row<kMode, true>(a, inverse);
-    else trunc_v1_row<kMode, false>(a, inverse);
+    if (use_inverse) row.template operator()<kMode, true>(inverse);
+    else row.template operator()<kMode, false>(inverse);
   });
+}
+
+void trunc_v1_f32(const void* params, const RowArgs& a) {
+  trunc_dispatch(params, a, ref::trunc_v1_f32,
+                 [&]<RoundingMode kMode, bool kInverse>(float inverse) { trunc_v1_row<kMode, kInverse>(a, inverse); });
 }
 
 template <RoundingMode kMode, bool kInverse>
@@ -190,17 +198,8 @@ inline void trunc_v2_row(const RowArgs& a, float inverse) {
 }
 
 void trunc_v2_f32(const void* params, const RowArgs& a) {
-  const auto& p = *static_cast<const TruncParams*>(params);
-  if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {
-    ref::trunc_v2_f32(params, a);
-    return;
-  }
-  float inverse = 0.0f;
-  const bool use_inverse = exact_inverse_power_of_two(a, 3, &inverse);
-  with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    if (use_inverse) trunc_v2_row<kMode, true>(a, inverse);
-    else trunc_v2_row<kMode, false>(a, inverse);
-  });
+  trunc_dispatch(params, a, ref::trunc_v2_f32,
+                 [&]<RoundingMode kMode, bool kInverse>(float inverse) { trunc_v2_row<kMode, kInverse>(a, inverse); });
 }
 
 // ---- FloatQuant ------------------------------------------------------------------------------
