@@ -1,7 +1,10 @@
 // Fixed-size thread pool: workers sleep on a condition variable and are woken per parallel_for.
 #include "core/parallel.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -93,9 +96,27 @@ int configured_threads() {
   return std::min(n, 256);
 }
 
+// The pool is created on first use. A child process made by fork() inherits the pool object but
+// none of its threads, so the child drops it (leaking it on purpose: its mutexes may be held and its
+// threads cannot be joined) and builds a fresh one on its next parallel_for. Never destroyed, so no
+// worker is joined during static destruction either.
+std::atomic<Pool*> g_pool{nullptr};
+
+void forget_pool_in_child() { g_pool.store(nullptr, std::memory_order_relaxed); }
+
 Pool& pool() {
-  static Pool instance(configured_threads());
-  return instance;
+  Pool* p = g_pool.load(std::memory_order_acquire);
+  if (p != nullptr) return *p;
+  static std::mutex create_mu;  // not held across fork: creation is short and single-shot
+  static const bool registered = [] { return pthread_atfork(nullptr, nullptr, forget_pool_in_child) == 0; }();
+  (void)registered;
+  std::lock_guard<std::mutex> lock(create_mu);
+  p = g_pool.load(std::memory_order_acquire);
+  if (p == nullptr) {
+    p = new Pool(configured_threads());
+    g_pool.store(p, std::memory_order_release);
+  }
+  return *p;
 }
 
 }  // namespace

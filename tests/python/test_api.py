@@ -560,3 +560,26 @@ def test_read_only_out_is_rejected():
     out.flags.writeable = False
     with pytest.raises(ValueError, match="out: the array is read-only"):
         pq.bipolar_quant(x, 1.0, out=out)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_ops_work_in_a_forked_child_after_use_in_the_parent():
+    """A fork()ed child inherits the thread pool object but not its threads; it must rebuild the
+    pool instead of waiting forever for workers that do not exist (multiprocessing's default on
+    Linux)."""
+    x = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)  # big enough to use threads
+    want = pq.int_quant(x, 0.1, 0, 8, 1, 0)
+    code = (
+        "import os, sys, numpy as np, polyquant.qonnx as pq\n"
+        "x = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)\n"
+        "want = pq.int_quant(x, 0.1, 0, 8, 1, 0)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    got = pq.int_quant(x, 0.1, 0, 8, 1, 0)\n"
+        "    os._exit(0 if np.array_equal(got.view(np.uint32), want.view(np.uint32)) else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "sys.exit(os.waitstatus_to_exitcode(status))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert want.dtype == np.float32
