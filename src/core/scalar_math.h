@@ -92,11 +92,6 @@ inline Half from_double<Half>(double v) { return half_from_double(v); }
 template <class T>
 inline double to_double(T v) { return static_cast<double>(v); }
 
-template <class T>
-inline T quiet_nan() {
-  return from_double<T>(std::numeric_limits<double>::quiet_NaN());
-}
-
 // Smallest positive normal number of T (numpy's finfo(T).tiny).
 template <class T>
 inline T tiny();

@@ -48,10 +48,6 @@ WorkType work_type_of(DType t) {
   }
 }
 
-DType dtype_of(WorkType w) {
-  return w == WorkType::kF16 ? DType::kFloat16 : w == WorkType::kF32 ? DType::kFloat32 : DType::kFloat64;
-}
-
 DType float_dtype_for(DType t) { return is_floating(t) ? t : DType::kFloat64; }
 
 double round_to(DType t, double v) {

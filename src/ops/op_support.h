@@ -29,7 +29,6 @@ void require_finite(const TensorView& v, const char* name);
 void require_output(const MutableTensorView& out, const TensorSpec& spec, const char* op);
 
 WorkType work_type_of(DType float_dtype);
-DType dtype_of(WorkType w);
 
 // The float dtype numpy computes in for a parameter used in float arithmetic with a Python float
 // literal (`2.0 ** b`, `1.0 - bias`): itself if floating, float64 for integers and bool.

@@ -58,8 +58,6 @@ struct Vec {
   template <int kShift>
   static I shl_i(I a) { return _mm256_slli_epi32(a, kShift); }
   static M gt_i(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(a, b)); }
-  static F to_float(I a) { return _mm256_cvtepi32_ps(a); }
-  static I to_int(F a) { return _mm256_cvtps_epi32(a); }  // callers pass integral values only
 
   static void fence() { _mm_sfence(); }
 };

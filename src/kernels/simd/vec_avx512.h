@@ -56,8 +56,6 @@ struct Vec {
   template <int kShift>
   static I shl_i(I a) { return _mm512_slli_epi32(a, kShift); }
   static M gt_i(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
-  static F to_float(I a) { return _mm512_cvtepi32_ps(a); }
-  static I to_int(F a) { return _mm512_cvtps_epi32(a); }
 
   static void fence() { _mm_sfence(); }
 };
