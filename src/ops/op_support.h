@@ -30,8 +30,8 @@ void require_output(const MutableTensorView& out, const TensorSpec& spec, const 
 
 WorkType work_type_of(DType float_dtype);
 
-// The float dtype numpy computes in for a parameter used in float arithmetic with a Python float
-// literal (`2.0 ** b`, `1.0 - bias`): itself if floating, float64 for integers and bool.
+// The float dtype numpy computes in when integers meet a true division or a Python float literal
+// (`x / s`, `2.0 ** b`, `1.0 - bias`): itself if floating, float64 for integers and bool.
 DType float_dtype_for(DType t);
 
 // Rounds `v` to the nearest value of `t` (numpy astype) and returns it as a double.

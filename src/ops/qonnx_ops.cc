@@ -22,10 +22,6 @@ void check_operands(std::initializer_list<std::pair<const TensorView*, const cha
   }
 }
 
-// numpy's result dtype of a true division or of arithmetic with a float: integer results become
-// float64.
-DType float_result(DType t) { return is_floating(t) ? t : DType::kFloat64; }
-
 // Runs kernel `op` over `inputs` (converted to `kernel_dtypes`) into `out`.
 void run(KernelOp op, detail::WorkType work, std::span<const TensorView> inputs,
          std::span<const DType> kernel_dtypes, DType kernel_out, const MutableTensorView& out, const void* params) {
@@ -55,8 +51,8 @@ IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, cons
     throw Error(ErrorKind::kValue, "bitwidth: must be finite, got " + std::to_string(bits));
   }
   IntQuantSetup s;
-  const DType divide_dtype = float_result(promote_types(x.dtype, scale.dtype));
-  s.work = float_result(promote_types(divide_dtype, zeropt.dtype));
+  const DType divide_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
+  s.work = detail::float_dtype_for(promote_types(divide_dtype, zeropt.dtype));
   s.params.divide_as = detail::work_type_of(divide_dtype);
   s.params.add_as = detail::work_type_of(s.work);
   s.params.mode = attrs.rounding_mode;
@@ -76,7 +72,7 @@ IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, cons
 
 // ---- Trunc -----------------------------------------------------------------------------------
 DType trunc_v1_work(const TensorView& x, const TensorView& scale, const TensorView& zeropt, DType scale_dtype) {
-  return float_result(promote_types(promote_types(promote_types(x.dtype, scale.dtype), zeropt.dtype), scale_dtype));
+  return detail::float_dtype_for(promote_types(promote_types(promote_types(x.dtype, scale.dtype), zeropt.dtype), scale_dtype));
 }
 
 // ---- FloatQuant ------------------------------------------------------------------------------
@@ -106,7 +102,7 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
                 "saturation: 0 (non-saturating) requires has_inf=1 or has_nan=1 to say where overflow goes");
   }
   FloatQuantSetup s;
-  s.work = float_result(promote_types(x.dtype, scale.dtype));
+  s.work = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
   const std::array<Dims, 6> shapes{x.shape, scale.shape, exponent_bitwidth.shape, mantissa_bitwidth.shape,
                                    exponent_bias.shape, max_val.shape};
   static constexpr const char* kNames[] = {"x", "scale", "exponent_bitwidth", "mantissa_bitwidth", "exponent_bias",
@@ -187,7 +183,7 @@ TensorSpec bipolar_quant_spec(const TensorView& x, const TensorView& scale) {
   TensorSpec spec;
   static constexpr const char* kNames[] = {"x", "scale"};
   spec.shape = broadcast_shapes(shapes, "BipolarQuant", kNames);
-  spec.dtype = float_result(promote_types(x.dtype, scale.dtype));
+  spec.dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
   return spec;
 }
 
@@ -214,8 +210,8 @@ TruncV1Setup setup_trunc_v1(const TensorView& x, const TensorView& scale, const 
                   {&out_bitwidth, "out_bitwidth"}});
   detail::require_floating(x, "x");
   TruncV1Setup s;
-  s.divide_dtype = float_result(promote_types(x.dtype, scale.dtype));
-  s.add_dtype = float_result(promote_types(s.divide_dtype, zeropt.dtype));
+  s.divide_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
+  s.add_dtype = detail::float_dtype_for(promote_types(s.divide_dtype, zeropt.dtype));
   const DType diff_dtype = promote_types(in_bitwidth.dtype, out_bitwidth.dtype);
   const DType ts_dtype = detail::float_dtype_for(diff_dtype);
   s.trunc_scale = detail::derive<2>({&in_bitwidth, &out_bitwidth}, "Trunc", [&](double ib, double ob) {
@@ -250,9 +246,9 @@ TruncV2Setup setup_trunc_v2(const TensorView& x, const TensorView& scale, const 
   detail::require_floating(x, "x");
   detail::require_finite(out_bitwidth, "out_bitwidth");
   TruncV2Setup s;
-  s.divide_dtype = float_result(promote_types(x.dtype, scale.dtype));
-  s.add_dtype = float_result(promote_types(s.divide_dtype, zeropt.dtype));
-  const DType ts_dtype = float_result(promote_types(out_scale.dtype, scale.dtype));  // true division
+  s.divide_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
+  s.add_dtype = detail::float_dtype_for(promote_types(s.divide_dtype, zeropt.dtype));
+  const DType ts_dtype = detail::float_dtype_for(promote_types(out_scale.dtype, scale.dtype));  // true division
   s.trunc_scale = detail::derive<2>({&out_scale, &scale}, "Trunc", [&](double os, double sc) {
     return detail::with_float_type(ts_dtype, [&]<class T>() {
       using detail::from_double;
@@ -262,7 +258,7 @@ TruncV2Setup setup_trunc_v2(const TensorView& x, const TensorView& scale, const 
       else return detail::to_double(std::pow(T(2), k));
     });
   });
-  const DType zt_dtype = float_result(promote_types(zeropt.dtype, ts_dtype));
+  const DType zt_dtype = detail::float_dtype_for(promote_types(zeropt.dtype, ts_dtype));
   const DerivedTensor& ts = s.trunc_scale;
   const TensorView ts_view = ts.view();
   s.zeropt_over_trunc_scale = detail::derive<2>({&zeropt, &ts_view}, "Trunc", [&](double z, double t) {
@@ -277,7 +273,7 @@ TruncV2Setup setup_trunc_v2(const TensorView& x, const TensorView& scale, const 
   const std::array<Dims, 5> shapes{x.shape, scale.shape, zeropt.shape, out_scale.shape, out_bitwidth.shape};
   static constexpr const char* kNames[] = {"x", "scale", "zeropt", "out_scale", "out_bitwidth"};
   s.spec.shape = broadcast_shapes(shapes, "Trunc", kNames);
-  s.spec.dtype = float_result(promote_types(s.add_dtype, out_scale.dtype));
+  s.spec.dtype = detail::float_dtype_for(promote_types(s.add_dtype, out_scale.dtype));
   return s;
 }
 }  // namespace
