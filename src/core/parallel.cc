@@ -98,11 +98,18 @@ int configured_threads() {
 
 // The pool is created on first use. A child process made by fork() inherits the pool object but
 // none of its threads, so the child drops it (leaking it on purpose: its mutexes may be held and its
-// threads cannot be joined) and builds a fresh one on its next parallel_for. Never destroyed, so no
-// worker is joined during static destruction either.
+// threads cannot be joined) and builds a fresh one on its next parallel_for.
 std::atomic<Pool*> g_pool{nullptr};
 
 void forget_pool_in_child() { g_pool.store(nullptr, std::memory_order_relaxed); }
+
+// The pool must be gone before this code is: ONNX Runtime dlclose()s the custom-op library when
+// its sessions end, and a worker left sleeping in unmapped code crashes the process. Destroying
+// the pool (joining its workers) at unload and at exit runs here.
+struct PoolOwner {
+  ~PoolOwner() { delete g_pool.exchange(nullptr); }
+};
+PoolOwner g_pool_owner;
 
 Pool& pool() {
   Pool* p = g_pool.load(std::memory_order_acquire);
