@@ -3,6 +3,9 @@
 // and large multi-threaded runs, each against a direct per-element evaluation of the spec.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
+
 #include "kernels/qonnx_kernels.h"
 #include "qonnx_call.h"
 #include "test_util.h"
@@ -54,6 +57,43 @@ void check_int_quant(const TensorView& x, const TensorView& s, const TensorView&
     want[static_cast<std::size_t>(flat)] = (detail::round_t(mode, y) - zv) * sv;
   });
   EXPECT_TRUE(test::all_same(out, want));
+}
+
+// A zero-stride x (numpy broadcast_to, torch expand() through DLPack, a 0-d x against zero-stride
+// parameters) is one value for the whole output: every element must equal the op on that value.
+// Before the fix the SIMD kernels read x as contiguous memory (wrong values; at 10^7 elements a
+// heap over-read past the one float that backs the view).
+TEST(Engine, ZeroStrideXEqualsTheOpOnItsOneValue) {
+  constexpr std::int64_t n = 3'000'017;  // streaming stores, several threads, an odd tail
+  for (const float xv : {0.3f, -1.7f, 100.0f}) {
+    const TensorView x(&xv, DType::kFloat32, Dims{n}, Dims{0});
+    const float s = 0.25f, z = 0.0f, b = 4.0f;
+    const qonnx::IntQuantAttrs attrs{true, false, RoundingMode::kHalfEven};
+    std::vector<float> out(static_cast<std::size_t>(n), 12345.0f);
+    qonnx::int_quant(x, test::scalar_view(s), test::scalar_view(z), test::scalar_view(b), attrs,
+                     MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
+    const float want = test::int_quant({xv}, s, z, b, true, false)[0];
+    std::int64_t bad = 0;
+    for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want);
+    EXPECT_EQ(bad, 0) << "IntQuant of a zero-stride x = " << xv;
+
+    std::fill(out.begin(), out.end(), 12345.0f);
+    qonnx::bipolar_quant(x, test::scalar_view(s), MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
+    const float want_b = test::bipolar_quant({xv}, s)[0];
+    bad = 0;
+    for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want_b);
+    EXPECT_EQ(bad, 0) << "BipolarQuant of a zero-stride x = " << xv;
+
+    std::fill(out.begin(), out.end(), 12345.0f);
+    qonnx::FloatQuantAttrs fq;
+    const float e = 4.0f, m = 3.0f, bias = 7.0f, mv = 448.0f;
+    qonnx::float_quant(x, test::scalar_view(s), test::scalar_view(e), test::scalar_view(m), test::scalar_view(bias),
+                       test::scalar_view(mv), fq, MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
+    const float want_f = test::float_quant({xv}, s, e, m, bias, mv, fq)[0];
+    bad = 0;
+    for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want_f);
+    EXPECT_EQ(bad, 0) << "FloatQuant of a zero-stride x = " << xv;
+  }
 }
 
 TEST(Engine, PerChannelShapes) {

@@ -31,7 +31,7 @@ bool isa_available(Isa isa) {
 struct Operand {
   std::vector<float> f32;
   std::vector<double> f64;  // used instead of f32 when non-empty
-  bool param = true;        // the data operand (index 0) is never broadcast
+  bool param = true;        // may be broadcast (the sweep broadcasts the data operand x too)
 };
 
 // Runs `kernel` on rows of n elements starting at `offset`, with the operands in `mask` broadcast.
@@ -59,7 +59,9 @@ std::vector<float> run_row(RowKernel kernel, const void* params, const std::vect
 void check_against_reference(const KernelEntry& e, const void* params, const std::vector<Operand>& ops,
                              const std::string& what) {
   const RowKernel ref = reference_kernel(e.op, e.work);
-  std::uint32_t param_bits = 0;
+  // Operand 0 (x) is swept too: a zero-stride x (np.broadcast_to, torch expand()) reaches the
+  // kernels as a broadcast operand, alone or with every parameter broadcast.
+  std::uint32_t param_bits = 1u;
   for (std::size_t k = 0; k < ops.size(); ++k) {
     if (ops[k].param) param_bits |= 1u << k;
   }

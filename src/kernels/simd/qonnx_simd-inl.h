@@ -76,8 +76,19 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
     }
   }
   Vec::F v[kN];
-  constexpr std::uint32_t kParamsMask = ((1u << kN) - 1u) & ~1u;
-  if ((a.broadcast_mask & kParamsMask) == kParamsMask) {
+  constexpr std::uint32_t kAllMask = (1u << kN) - 1u;
+  constexpr std::uint32_t kParamsMask = kAllMask & ~1u;
+  if ((a.broadcast_mask & kAllMask) == kAllMask) {
+    // Every operand, x included, is one value (a zero-stride x: np.broadcast_to, torch expand(),
+    // a 0-d x against zero-stride parameters): one result fills the row.
+    for (int k = 0; k < kN; ++k) v[k] = splats[k];
+    const Vec::F r = body(v);
+    if (stream) {
+      for (; j + L <= n; j += L) Vec::stream(out + j, r);
+    } else {
+      for (; j + L <= n; j += L) Vec::storeu(out + j, r);
+    }
+  } else if ((a.broadcast_mask & kAllMask) == kParamsMask) {
     // Per-tensor and per-channel rows, the common case: parameters stay in registers.
     for (int k = 1; k < kN; ++k) v[k] = splats[k];
     if (stream) {
