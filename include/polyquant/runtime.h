@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "polyquant/export.h"
@@ -16,7 +17,15 @@ struct RuntimeInfo {
 };
 
 // Kernel selection happens once, at first use. POLYQUANT_ISA=scalar|avx2|avx512 (environment)
-// forces a kernel set (it must be supported); POLYQUANT_NUM_THREADS caps the threads.
+// forces a kernel set (it must be supported); POLYQUANT_NUM_THREADS=N (1..256) caps the threads.
+// A bad value of either makes the first op (and runtime_info) throw Error naming the variable.
 POLYQUANT_API RuntimeInfo runtime_info();
+
+// For tests and benchmarks: switch the kernel set ("scalar", "avx2", "avx512"; it must be one this
+// CPU supports, else Error lists those) or cap the thread count (1..256) of later calls, inside one
+// process. Every kernel set gives the same bits; these change only speed. Not to be called while
+// another thread is running an op.
+POLYQUANT_API void set_kernel_set(std::string_view name);
+POLYQUANT_API void set_num_threads(int n);
 
 }  // namespace polyquant

@@ -1,9 +1,14 @@
 // Fixed-size thread pool: workers sleep on a condition variable and are woken per parallel_for.
 #include "core/parallel.h"
 
+#include "polyquant/error.h"
+
 #include <pthread.h>
 
 #include <algorithm>
+#include <charconv>
+#include <string>
+#include <string_view>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -86,15 +91,19 @@ class Pool {
   std::exception_ptr error_;
 };
 
+constexpr int kMaxThreads = 256;
+
 int configured_threads() {
   int n = static_cast<int>(std::thread::hardware_concurrency());
   if (n < 1) n = 1;
-  if (const char* env = std::getenv("POLYQUANT_NUM_THREADS")) {
-    const int cap = std::atoi(env);
-    if (cap >= 1) n = std::min(n, cap);
+  if (const char* env = std::getenv("POLYQUANT_NUM_THREADS"); env != nullptr && *env != '\0') {
+    n = std::min(n, parse_thread_count(env, "POLYQUANT_NUM_THREADS"));
   }
-  return std::min(n, 256);
+  return std::min(n, kMaxThreads);
 }
+
+// Set by set_num_threads(); 0 means "as configured".
+std::atomic<int> g_requested_threads{0};
 
 // The pool is created on first use. A child process made by fork() inherits the pool object but
 // none of its threads, so the child drops it (leaking it on purpose: its mutexes may be held and its
@@ -128,7 +137,31 @@ Pool& pool() {
 
 }  // namespace
 
-int num_threads() { return pool().size(); }
+int parse_thread_count(std::string_view text, const char* what) {
+  // Strictly a positive decimal count: atoi's "2x" -> 2 and "abc" -> 0 would hide a typo.
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 1 || value > kMaxThreads) {
+    throw Error(ErrorKind::kValue, std::string(what) + ": '" + std::string(text) +
+                                       "' is not a thread count; allowed: a whole number from 1 to " +
+                                       std::to_string(kMaxThreads));
+  }
+  return value;
+}
+
+int num_threads() {
+  const int requested = g_requested_threads.load(std::memory_order_relaxed);
+  const int size = pool().size();
+  return requested > 0 ? std::min(requested, size) : size;
+}
+
+void set_thread_limit(int n) {
+  if (n < 1 || n > kMaxThreads) {
+    throw Error(ErrorKind::kValue, "num_threads: " + std::to_string(n) + " is not a thread count; allowed: 1 to " +
+                                       std::to_string(kMaxThreads));
+  }
+  g_requested_threads.store(n, std::memory_order_relaxed);
+}
 
 void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body) {
   if (n <= 0) return;

@@ -19,8 +19,17 @@ Dims::Dims(std::span<const std::int64_t> values) {
 }
 
 std::int64_t Dims::numel() const {
+  // A zero extent makes the product 0 whatever the others are; otherwise the product must fit an
+  // int64 (a broadcast of huge extents would overflow it, which is undefined behaviour).
+  for (int i = 0; i < rank; ++i) {
+    if (v[static_cast<std::size_t>(i)] == 0) return 0;
+  }
   std::int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= v[static_cast<std::size_t>(i)];
+  for (int i = 0; i < rank; ++i) {
+    if (__builtin_mul_overflow(n, v[static_cast<std::size_t>(i)], &n)) {
+      throw Error(ErrorKind::kValue, "shape " + str() + " has more than 2^63 - 1 elements");
+    }
+  }
   return n;
 }
 
@@ -65,6 +74,7 @@ static void check_layout(const Dims& shape, const Dims& strides) {
   for (int i = 0; i < shape.rank; ++i) {
     if (shape[i] < 0) throw Error(ErrorKind::kValue, "tensor shape " + shape.str() + " has a negative dimension");
   }
+  (void)shape.numel();  // throws when the element count overflows int64
 }
 
 TensorView::TensorView(const void* d, DType t, const Dims& s) : TensorView(d, t, s, contiguous_strides(s)) {}
@@ -191,6 +201,11 @@ Dims broadcast_shapes(std::span<const Dims> shapes, const char* what, std::span<
                                          " cannot be broadcast together (numpy rules: trailing dimensions must "
                                          "be equal or 1)");
     }
+  }
+  try {
+    (void)out.numel();
+  } catch (const Error& e) {
+    throw Error(ErrorKind::kValue, std::string(what) + ": the broadcast output " + e.what());
   }
   return out;
 }

@@ -1,9 +1,11 @@
 // Kernel table built from kernels.inc, CPU feature detection and the one-time dispatch choice.
 #include "kernels/registry.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/parallel.h"
@@ -69,43 +71,52 @@ bool cpu_supports(Isa isa) {
   }
 }
 
+std::string supported_list(const std::vector<Isa>& supported) {
+  std::string allowed;
+  for (Isa isa : supported) allowed += std::string(allowed.empty() ? "" : ", ") + isa_name(isa);
+  return allowed;
+}
+
+// The kernel of each (op, work) for every kernel set, computed once; `active` picks the table in
+// use. Switching sets (set_kernel_set, for tests and benchmarks) is one atomic store.
 struct Dispatch {
   std::vector<Isa> supported;
-  Isa active = Isa::kScalar;
-  RowKernel best[kNumKernelOps][kNumWorkTypes] = {};
+  std::atomic<Isa> active{Isa::kScalar};
+  RowKernel best[kNumIsas][kNumKernelOps][kNumWorkTypes] = {};
+
+  Isa find(std::string_view name, const char* what) const {
+    for (Isa isa : supported) {
+      if (name == isa_name(isa)) return isa;
+    }
+    throw Error(ErrorKind::kValue, std::string(what) + ": '" + std::string(name) +
+                                       "' is not a kernel set this CPU supports; allowed: " + supported_list(supported));
+  }
 };
 
-const Dispatch& dispatch() {
-  static const Dispatch d = [] {
-    Dispatch r;
-    for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
-      if (cpu_supports(isa)) r.supported.push_back(isa);
-    }
-    r.active = r.supported.front();
-    if (const char* forced = std::getenv("POLYQUANT_ISA"); forced && *forced) {
-      bool found = false;
-      for (Isa isa : r.supported) {
-        if (std::strcmp(forced, isa_name(isa)) == 0) {
-          r.active = isa;
-          found = true;
-        }
-      }
-      if (!found) {
-        std::string allowed;
-        for (Isa isa : r.supported) allowed += std::string(allowed.empty() ? "" : ", ") + isa_name(isa);
-        throw Error(ErrorKind::kValue, std::string("POLYQUANT_ISA: '") + forced +
-                                           "' is not a kernel set this CPU supports; allowed: " + allowed);
-      }
-    }
-    // Scalar first, then better sets overwrite where they have a kernel.
+// Built in place (Dispatch holds an atomic, so it cannot be returned by value).
+void build_dispatch(Dispatch& r) {
+  r.supported.clear();
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+    if (cpu_supports(isa)) r.supported.push_back(isa);
+  }
+  // For each set: scalar first, then better sets up to it overwrite where they have a kernel.
+  for (Isa target : r.supported) {
     for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-      if (static_cast<int>(isa) > static_cast<int>(r.active)) continue;
+      if (static_cast<int>(isa) > static_cast<int>(target)) continue;
       for (const auto& e : table()) {
-        if (e.isa == isa) r.best[static_cast<int>(e.op)][static_cast<int>(e.work)] = e.fn;
+        if (e.isa == isa) r.best[static_cast<int>(target)][static_cast<int>(e.op)][static_cast<int>(e.work)] = e.fn;
       }
     }
-    return r;
-  }();
+  }
+  Isa active = r.supported.front();
+  if (const char* forced = std::getenv("POLYQUANT_ISA"); forced && *forced) active = r.find(forced, "POLYQUANT_ISA");
+  r.active.store(active);
+}
+
+Dispatch& dispatch() {
+  static Dispatch d;
+  static const bool built = (build_dispatch(d), true);  // thread-safe once; throws again until it succeeds
+  (void)built;
   return d;
 }
 
@@ -123,11 +134,12 @@ RowKernel kernel_for(KernelOp op, WorkType work, Isa isa) {
 RowKernel reference_kernel(KernelOp op, WorkType work) { return kernel_for(op, work, Isa::kScalar); }
 
 RowKernel best_kernel(KernelOp op, WorkType work) {
-  return dispatch().best[static_cast<int>(op)][static_cast<int>(work)];
+  const Dispatch& d = dispatch();
+  return d.best[static_cast<int>(d.active.load(std::memory_order_relaxed))][static_cast<int>(op)][static_cast<int>(work)];
 }
 
 std::span<const Isa> supported_isas() { return dispatch().supported; }
-Isa active_isa() { return dispatch().active; }
+Isa active_isa() { return dispatch().active.load(std::memory_order_relaxed); }
 
 }  // namespace polyquant::detail
 
@@ -141,5 +153,12 @@ RuntimeInfo runtime_info() {
   info.num_threads = detail::num_threads();
   return info;
 }
+
+void set_kernel_set(std::string_view name) {
+  detail::Dispatch& d = detail::dispatch();
+  d.active.store(d.find(name, "kernel set"), std::memory_order_relaxed);
+}
+
+void set_num_threads(int n) { detail::set_thread_limit(n); }
 
 }  // namespace polyquant

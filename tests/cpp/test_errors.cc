@@ -1,6 +1,7 @@
 // Bad input is reported as polyquant::Error naming the parameter and the allowed values.
 #include <gtest/gtest.h>
 
+#include "core/parallel.h"
 #include "qonnx_call.h"
 #include "test_util.h"
 
@@ -31,6 +32,43 @@ TEST(Errors, NonFiniteBitwidth) {
   const float b = std::numeric_limits<float>::quiet_NaN();
   expect_error([&] { qonnx::int_quant_spec(test::vec_view(xs), test::scalar_view(one), test::scalar_view(zero), test::scalar_view(b), {}); },
                ErrorKind::kValue, {"bitwidth", "finite"});
+}
+
+// Extents whose product overflows int64 (a broadcast of two huge views) must be a clear error, not
+// signed-overflow UB (UBSan) followed by nonsense sizes.
+TEST(Errors, ElementCountBeyondInt64) {
+  const std::int64_t big = std::int64_t{1} << 32;
+  expect_error([&] { (void)Dims({big, big, 4}).numel(); }, ErrorKind::kValue, {"(4294967296, 4294967296, 4)", "2^63"});
+  EXPECT_EQ(Dims({big, big, 0}).numel(), 0);  // an empty tensor stays empty whatever the other extents
+  // A 0-stride view can describe it without memory; broadcasting it with x must fail cleanly.
+  const float v = 1.0f;
+  const TensorView huge_a(&v, DType::kFloat32, Dims{big, 1}, Dims{0, 0});
+  const TensorView huge_b(&v, DType::kFloat32, Dims{1, big}, Dims{0, 0});
+  expect_error([&] { qonnx::bipolar_quant_spec(huge_a, huge_b); }, ErrorKind::kValue, {"BipolarQuant", "2^63"});
+}
+
+TEST(Errors, ThreadCountEnvironmentValue) {
+  EXPECT_EQ(detail::parse_thread_count("1", "POLYQUANT_NUM_THREADS"), 1);
+  EXPECT_EQ(detail::parse_thread_count("16", "POLYQUANT_NUM_THREADS"), 16);
+  for (const char* bad : {"abc", "0", "-3", "2x", " 2", "1e3", "99999999999", "257", ""}) {
+    expect_error([&] { detail::parse_thread_count(bad, "POLYQUANT_NUM_THREADS"); }, ErrorKind::kValue,
+                 {"POLYQUANT_NUM_THREADS", "1 to 256"});
+  }
+}
+
+TEST(Errors, KernelSetAndThreadSwitches) {
+  expect_error([] { set_kernel_set("sse9"); }, ErrorKind::kValue, {"sse9", "scalar"});
+  expect_error([] { set_num_threads(0); }, ErrorKind::kValue, {"num_threads", "1 to 256"});
+  const RuntimeInfo before = runtime_info();
+  for (const auto& name : before.supported) {
+    set_kernel_set(name);
+    EXPECT_EQ(runtime_info().isa, name);
+  }
+  set_kernel_set(before.isa);
+  set_num_threads(1);
+  EXPECT_EQ(runtime_info().num_threads, 1);
+  set_num_threads(256);  // capped by the pool's size
+  EXPECT_EQ(runtime_info().num_threads, before.num_threads);
 }
 
 TEST(Errors, NonBroadcastableShapes) {
