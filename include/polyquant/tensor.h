@@ -37,6 +37,8 @@ POLYQUANT_API bool is_floating(DType dtype);
 // both operands arrays).
 POLYQUANT_API DType promote_types(DType a, DType b);
 
+// The most dimensions a tensor may have (numpy allows 64; ONNX models stay far below 8). A larger
+// rank is an Error naming it, from the Dims constructors and the bindings.
 inline constexpr int kMaxRank = 8;
 
 // A shape or a stride list of at most kMaxRank entries.
@@ -75,8 +77,10 @@ struct TensorView : Layout {
   TensorView(const void* data, DType dtype, const Dims& shape, const Dims& strides);  // strided
 };
 
-// Writable view of an output tensor. Output views may be strided too. An output may be the data
-// input X itself with the same layout (in place), but must not otherwise overlap an input.
+// Writable view of an output tensor. Output views may be strided too. An output may share memory
+// with any input: with the identical layout (in place) the op writes directly; in any other layout
+// (x reversed, transposed, shifted) it computes into a temporary buffer first, as numpy ufuncs do,
+// so the result always equals that of a separate output.
 struct MutableTensorView : Layout {
   void* data = nullptr;
   MutableTensorView() = default;

@@ -2,6 +2,8 @@
 #include "core/elementwise.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -299,12 +301,96 @@ class Runner {
 
 }  // namespace
 
+namespace {
+
+// Byte range [first, last] touched by a view (strides of any sign; extents of 1 never move).
+struct ByteRange {
+  std::uintptr_t first = 0, last = 0;
+};
+
+ByteRange byte_range(const void* data, const Layout& v) {
+  const auto esize = static_cast<std::int64_t>(dtype_size(v.dtype));
+  std::int64_t lo = 0, hi = 0;
+  for (int d = 0; d < v.shape.rank; ++d) {
+    if (v.shape[d] <= 1) continue;
+    const std::int64_t span = (v.shape[d] - 1) * v.strides[d] * esize;
+    (span < 0 ? lo : hi) += span;
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(data);
+  return {base + static_cast<std::uintptr_t>(lo), base + static_cast<std::uintptr_t>(hi) + static_cast<std::uintptr_t>(esize) - 1};
+}
+
+// True when input `in` (broadcast onto out's shape) reads each element at exactly the address
+// where out writes the same element, with the same element size: an elementwise op may then run in
+// place, as every element is read before it is written.
+bool same_elements(const TensorView& in, const MutableTensorView& out) {
+  if (in.data != out.data || dtype_size(in.dtype) != dtype_size(out.dtype)) return false;
+  const int r = out.shape.rank;
+  for (int d = 0; d < r; ++d) {
+    if (out.shape[d] <= 1) continue;
+    const int i = d - (r - in.shape.rank);
+    const std::int64_t in_stride = (i < 0 || in.shape[i] == 1) ? 0 : in.strides[i];
+    if (in_stride != out.strides[d]) return false;
+  }
+  return true;
+}
+
+// Whether `out` shares memory with an input other than element for element (out = x[::-1],
+// out = x.T, out = a shifted window of x, ...). numpy ufuncs buffer such calls; so does the engine.
+bool output_overlaps_inputs(const ElementwiseCall& call) {
+  const ByteRange o = byte_range(call.out.data, call.out);
+  for (const TensorView& in : call.inputs) {
+    if (in.numel() == 0) continue;
+    const ByteRange r = byte_range(in.data, in);
+    if (r.last < o.first || o.last < r.first) continue;
+    if (!same_elements(in, call.out)) return true;
+  }
+  return false;
+}
+
+// Copies a C-contiguous `src` of out's shape and dtype into the strided `out`.
+void copy_into(const unsigned char* src, const MutableTensorView& out) {
+  const Dims contiguous = contiguous_strides(out.shape);
+  const TensorView from(src, out.dtype, out.shape, contiguous);
+  const std::array<TensorView, 1> inputs{from};
+  const std::array<DType, 1> kernel_dtypes{out.dtype};
+  ElementwiseCall copy;
+  copy.inputs = inputs;
+  copy.kernel_dtypes = kernel_dtypes;
+  copy.out = out;
+  copy.kernel_out_dtype = out.dtype;
+  const std::size_t esize = dtype_size(out.dtype);
+  copy.params = &esize;
+  copy.kernel = [](const void* params, const RowArgs& a) {
+    const std::size_t size = *static_cast<const std::size_t*>(params);
+    const auto* in = static_cast<const unsigned char*>(a.in[0]);
+    auto* dst = static_cast<unsigned char*>(a.out);
+    if (a.is_broadcast(0)) {
+      for (std::int64_t j = 0; j < a.n; ++j) std::memcpy(dst + static_cast<std::size_t>(j) * size, in, size);
+    } else {
+      std::memcpy(dst, in, static_cast<std::size_t>(a.n) * size);
+    }
+  };
+  run_elementwise(copy);
+}
+
+}  // namespace
+
 void run_elementwise(const ElementwiseCall& call) {
   if (call.inputs.size() > static_cast<std::size_t>(kMaxOperands) || call.inputs.size() != call.kernel_dtypes.size()) {
     throw Error(ErrorKind::kValue, "internal: bad operand count");
   }
   const std::int64_t total = call.out.numel();
   if (total == 0) return;
+  if (output_overlaps_inputs(call)) {
+    // Compute into a private contiguous buffer, then copy it over the overlapping output.
+    std::vector<unsigned char> buffer(static_cast<std::size_t>(total) * dtype_size(call.out.dtype));
+    ElementwiseCall buffered = call;
+    buffered.out = MutableTensorView(buffer.data(), call.out.dtype, call.out.shape);
+    run_elementwise(buffered);
+    copy_into(buffer.data(), call.out);
+    return;
+  }
   const Plan plan = make_plan(call);
   const Runner runner(call, plan);
   parallel_for(total, kParallelGrain, [&](std::int64_t b, std::int64_t e) { runner.run_range(b, e); });

@@ -96,6 +96,49 @@ TEST(Engine, ZeroStrideXEqualsTheOpOnItsOneValue) {
   }
 }
 
+// An output that shares memory with x in another layout (numpy: out=x[::-1], out=x.T, a shifted
+// window) must give what a separate output would: the engine buffers such calls, as numpy ufuncs
+// do. Before the fix the kernels overwrote x while still reading it.
+TEST(Engine, OutputOverlappingXInAnotherLayout) {
+  const qonnx::IntQuantAttrs attrs{true, false, RoundingMode::kHalfEven};
+  const float s = 0.25f, z = 0.0f, b = 4.0f;
+  auto quantize = [&](const TensorView& x, const MutableTensorView& out) {
+    qonnx::int_quant(x, test::scalar_view(s), test::scalar_view(z), test::scalar_view(b), attrs, out);
+  };
+  for (const std::int64_t n : {std::int64_t{7}, std::int64_t{1001}, std::int64_t{300'001}}) {
+    const auto original = test::mixed_values(static_cast<std::size_t>(n), 77, 1.0f);
+    const auto expected = test::int_quant(original, s, z, b, true, false);
+    // out = x[::-1]
+    auto data = original;
+    quantize(TensorView(data.data(), DType::kFloat32, Dims{n}),
+             MutableTensorView(data.data() + n - 1, DType::kFloat32, Dims{n}, Dims{-1}));
+    std::vector<float> want(expected.rbegin(), expected.rend());
+    EXPECT_TRUE(test::all_same(data, want)) << "out = x[::-1], n = " << n;
+    // out = x shifted by one element (x = data[0:n-1], out = data[1:n])
+    data = original;
+    quantize(TensorView(data.data(), DType::kFloat32, Dims{n - 1}),
+             MutableTensorView(data.data() + 1, DType::kFloat32, Dims{n - 1}));
+    const auto shifted = test::int_quant(std::vector<float>(original.begin(), original.end() - 1), s, z, b, true, false);
+    EXPECT_TRUE(test::all_same(std::vector<float>(data.begin() + 1, data.end()), shifted)) << "shifted, n = " << n;
+    // In place with the same layout needs no buffer and stays correct.
+    data = original;
+    quantize(TensorView(data.data(), DType::kFloat32, Dims{n}), MutableTensorView(data.data(), DType::kFloat32, Dims{n}));
+    EXPECT_TRUE(test::all_same(data, expected)) << "in place, n = " << n;
+  }
+  // out = x.T for a square matrix.
+  constexpr std::int64_t k = 67;
+  const auto original = test::mixed_values(static_cast<std::size_t>(k * k), 78, 1.0f);
+  const auto expected = test::int_quant(original, s, z, b, true, false);
+  auto data = original;
+  quantize(TensorView(data.data(), DType::kFloat32, Dims{k, k}),
+           MutableTensorView(data.data(), DType::kFloat32, Dims{k, k}, Dims{1, k}));
+  std::vector<float> want(static_cast<std::size_t>(k * k));
+  for (std::int64_t i = 0; i < k; ++i) {
+    for (std::int64_t j = 0; j < k; ++j) want[static_cast<std::size_t>(j * k + i)] = expected[static_cast<std::size_t>(i * k + j)];
+  }
+  EXPECT_TRUE(test::all_same(data, want)) << "out = x.T";
+}
+
 TEST(Engine, PerChannelShapes) {
   const auto xs = test::mixed_values(6 * 5 * 4 * 3, 30);
   const auto ss = std::vector<float>{0.5f, 0.25f, 1.5f, 0.1f, 3.0f, 0.75f};
