@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DOMAINS", "OPS", "library_path", "session_options"]
+__all__ = ["DOMAINS", "OPS", "QUIET_LOG_SEVERITY", "library_path", "session_options"]
 
 DOMAINS: tuple[str, ...] = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
 """The ONNX domains the library registers its ops in."""
@@ -87,14 +87,22 @@ def library_path() -> str:
     )
 
 
-def session_options(options: Any = None) -> Any:
-    """An ``onnxruntime.SessionOptions`` with the custom-op library registered.
+QUIET_LOG_SEVERITY = 3
+"""The log severity :func:`session_options` sets: errors only. onnxruntime's default (warnings)
+prints one line per initializer that a raw PyTorch/Brevitas export also lists as a graph input,
+hundreds for a real network, while nothing is wrong."""
 
-    Pass ``options`` to register the library in options of your own (they are returned); register
-    it only once per options object."""
+
+def session_options(options: Any = None) -> Any:
+    """An ``onnxruntime.SessionOptions`` with the custom-op library registered and onnxruntime's
+    logging reduced to errors (:data:`QUIET_LOG_SEVERITY`).
+
+    Pass ``options`` to register the library in options of your own (they are returned, their log
+    severity untouched); register it only once per options object."""
     import onnxruntime
 
     if options is None:
         options = onnxruntime.SessionOptions()
+        options.log_severity_level = QUIET_LOG_SEVERITY
     options.register_custom_ops_library(library_path())
     return options

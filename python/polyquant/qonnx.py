@@ -33,7 +33,7 @@ from numpy.typing import ArrayLike
 from . import _polyquant_ext as _ext
 from ._convert import as_data, as_flag, as_out, as_param, as_rounding_mode
 
-__all__ = ["bipolar_quant", "float_quant", "int_quant", "quant", "trunc", "trunc_v2"]
+__all__ = ["bipolar_quant", "execute_onnx", "float_quant", "int_quant", "quant", "trunc", "trunc_v2"]
 
 
 class SupportsDLPack(Protocol):
@@ -194,3 +194,6 @@ def float_quant(
         as_rounding_mode(rounding_mode),
         out=as_out(out),
     )
+
+
+from ._execute import execute_onnx  # noqa: E402

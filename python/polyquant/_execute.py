@@ -1,0 +1,374 @@
+"""``execute_onnx``: qonnx's model executor, run as one cached ONNX Runtime session.
+
+qonnx's ``qonnx.core.onnx_exec.execute_onnx`` walks the graph node by node: numpy for the QONNX
+ops and a fresh one-node onnxruntime session for every standard op, on every call. This function
+has the same signature, arguments and results, but runs the (sub)graph in one onnxruntime session
+with polyquant's custom-op library, built once per model and reused (cached on the model's bytes).
+
+Numerics equal qonnx's bit for bit: the QONNX ops are polyquant's (bit-exact with qonnx's numpy),
+and the session runs with :data:`REFERENCE_OPTIMIZATION` (graph fusions that change the numerics of
+standard ops, such as Transpose+MatMul into FusedMatMul, are off; constant folding stays on).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import threading
+import warnings
+from typing import Any
+
+import numpy as np
+
+__all__ = ["execute_onnx", "REFERENCE_OPTIMIZATION", "reference_session_options", "clear_cache"]
+
+# ONNX Runtime's optimizers that rewrite standard ops into others computing different bits: they
+# change the summation order or fold a multiplication/addition into another op's weights. qonnx runs
+# every standard op alone, so none of them can apply there. Names as ONNX Runtime registers them.
+NUMERICS_CHANGING_OPTIMIZERS: tuple[str, ...] = (
+    "ConvAddFusion", "ConvMulFusion", "ConvBNFusion", "MatMulAddFusion", "GemmActivationFusion",
+    "MatMulScaleFusion", "MatmulTransposeFusion", "MatMulIntegerToFloatFusion", "FuseReluClip",
+    "ConvActivationFusion", "GeluFusion", "LayerNormFusion", "SimplifiedLayerNormFusion",
+    "AttentionFusion", "SkipLayerNormFusion", "BiasGeluFusion", "FastGeluFusion", "QuickGeluFusion",
+    "BiasSoftmaxFusion", "MatMulBnFusion", "GemmSumFusion", "GemmTransposeFusion", "DivMulFusion",
+)
+
+REFERENCE_OPTIMIZATION = "basic"
+"""The graph optimization level of the sessions whose results must equal qonnx's: ONNX Runtime's
+"basic" level (constant folding, which runs the same kernels once; redundant-node elimination)
+with :data:`NUMERICS_CHANGING_OPTIMIZERS` disabled and weight prepacking off.
+
+Measured (onnxruntime 1.32, this project's x86-64 CI machine): the "extended" and "all" levels
+fuse Transpose+MatMul into FusedMatMul, whose batch-1 (GEMV) path sums in another order (14 of
+16 outputs of tests/data/brevitas/mlp_perchannel.onnx differ from qonnx); and at any level a
+MatMul whose weight is constant (an initializer, or folded from one) is prepacked at session
+creation and also sums in another order (up to all outputs of a 288-long dot product differ).
+qonnx runs every standard op alone with all its inputs fed, so neither happens there."""
+
+_CUSTOM_DOMAINS = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
+_LOCK = threading.Lock()
+_CACHE: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+_CACHE_SIZE = 16
+
+
+def clear_cache() -> None:
+    """Drop every cached session."""
+    with _LOCK:
+        _CACHE.clear()
+
+
+def reference_session_options(options: Any = None) -> Any:
+    """Session options whose standard-op numerics equal qonnx's node-by-node execution: polyquant's
+    custom-op library, quiet logging, the basic optimization level without the fusions that change
+    numerics (:data:`NUMERICS_CHANGING_OPTIMIZERS`)."""
+    import onnxruntime
+
+    from polyquant import ort as polyquant_ort
+
+    options = polyquant_ort.session_options(options)
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.add_session_config_entry("optimization.disable_specified_optimizers",
+                                     ";".join(NUMERICS_CHANGING_OPTIMIZERS))
+    options.add_session_config_entry("session.disable_prepacking", "1")
+    return options
+
+
+# ------------------------------------------------------------------------------------------------
+# Model access
+
+
+def _model_proto(model: Any) -> Any:
+    """The ModelProto of a qonnx ModelWrapper, a ModelProto, or a path."""
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return onnx.load(os.fspath(model))
+    inner = getattr(model, "model", None)  # qonnx.core.modelwrapper.ModelWrapper
+    if isinstance(inner, onnx.ModelProto):
+        return inner
+    raise TypeError(f"execute_onnx: model must be a qonnx ModelWrapper, an onnx.ModelProto or a path, "
+                    f"got {type(model).__name__}")
+
+
+def _zeros(value_info: Any) -> np.ndarray:
+    """qonnx's empty tensor for a ValueInfo: zeros of the declared shape (symbolic dims count 0)."""
+    from onnx import helper
+
+    tensor_type = value_info.type.tensor_type
+    dims = [d.dim_value for d in tensor_type.shape.dim]
+    return np.zeros(dims, dtype=helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+
+
+def _empty_context(graph: Any) -> dict[str, Any]:
+    """qonnx's ModelWrapper.make_empty_exec_context: zeros for every graph input, output and
+    value_info; initializer values; "" (an omitted optional input) maps to None."""
+    from onnx import numpy_helper
+
+    context: dict[str, Any] = {}
+    for value_info in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if value_info.type.HasField("tensor_type"):
+            context[value_info.name] = _zeros(value_info)
+    for tensor in graph.initializer:
+        context[tensor.name] = numpy_helper.to_array(tensor)
+    context[""] = None
+    return context
+
+
+def _subgraph_reads(node: Any) -> set[str]:
+    """Names a node's subgraph attributes (If/Loop/Scan bodies) read from the enclosing scope."""
+    reads: set[str] = set()
+    for attr in node.attribute:
+        for graph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+            produced = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+            for inner in graph.node:
+                reads |= {n for n in inner.input if n and n not in produced}
+                reads |= {n for n in _subgraph_reads(inner) if n not in produced}
+                produced |= set(inner.output)
+    return reads
+
+
+def _node_index(graph: Any, node: Any, what: str) -> int:
+    for index, candidate in enumerate(graph.node):
+        if candidate == node:  # protobuf equality, as ModelWrapper.get_node_index
+            return index
+    raise ValueError(f"execute_onnx: {what} is not a node of the model's graph")
+
+
+# ------------------------------------------------------------------------------------------------
+# Quantization annotations (qonnx's sanitize_quant_values)
+
+
+def _sanitize_enabled() -> bool:
+    # The same switch and default (on) as qonnx.util.basic.get_sanitize_quant_tensors.
+    return int(os.environ.get("SANITIZE_QUANT_TENSORS", "1")) != 0
+
+
+def _integer_annotations(graph: Any) -> dict[str, Any]:
+    """{tensor name: qonnx DataType} for tensors annotated with an integer qonnx datatype."""
+    found = {}
+    for annotation in graph.quantization_annotation:
+        for entry in annotation.quant_parameter_tensor_names:
+            if entry.key != "finn_datatype":
+                continue
+            try:
+                from qonnx.core.datatype import DataType
+            except Exception as exc:  # noqa: BLE001 - qonnx absent or not importable
+                raise RuntimeError(f"execute_onnx: tensor {annotation.tensor_name!r} has the qonnx datatype "
+                                   f"annotation {entry.value!r}, which needs qonnx to interpret "
+                                   f"(or set SANITIZE_QUANT_TENSORS=0): {exc}") from exc
+            datatype = DataType[entry.value]
+            if datatype.is_integer():
+                found[annotation.tensor_name] = datatype
+    return found
+
+
+def _allowed(datatype: Any, value: np.ndarray) -> bool:
+    ok = datatype.allowed(value)
+    return bool(ok.all()) if isinstance(ok, np.ndarray) else bool(ok)
+
+
+def _sanitize(name: str, datatype: Any, value: np.ndarray) -> np.ndarray:
+    """qonnx's rounding of a tensor annotated as integer (warning; error beyond ERROR_THRESH)."""
+    if _allowed(datatype, value):
+        return value
+    rounded = np.round(value)
+    warnings.warn(f"The values of tensor {name} can't be represented with the set datatype annotation "
+                  f"({datatype.name}), they will be rounded to match the datatype annotation.")
+    threshold = float(os.environ.get("ERROR_THRESH", "1e-2"))
+    if np.abs(value - rounded).max(initial=0.0) > threshold:
+        raise Exception(f"Rounding error is too high to match set QONNX datatype ({datatype}) for input {name}")
+    return rounded
+
+
+# ------------------------------------------------------------------------------------------------
+# The session
+
+
+def _opset_version(opsets: dict[str, int], domain: str) -> int:
+    return opsets.get(domain, 1)  # qonnx: get_preferred_qonnx_opset() when the domain is not imported
+
+
+def _reconcile_trunc(node: Any, opsets: dict[str, int]) -> Any:
+    """The Trunc version qonnx runs is the model's opset import of the node's domain (1 when absent);
+    polyquant's ONNX Runtime kernel runs v1 for 5 inputs and v2 for 6. Make the input count say the
+    version qonnx would run: a 6-input Trunc imported at version 1 runs v1 in qonnx, which reads
+    inputs 0-4 (out_scale as out_bitwidth), so its sixth input is dropped; a 5-input Trunc imported
+    at version >= 2 has no out_bitwidth and fails in qonnx too, with a less clear error."""
+    if node.op_type != "Trunc" or node.domain not in _CUSTOM_DOMAINS:
+        return node
+    version = _opset_version(opsets, node.domain)
+    if version <= 1 and len(node.input) == 6:
+        node = type(node).FromString(node.SerializeToString())
+        del node.input[5]
+    elif version >= 2 and len(node.input) == 5:
+        raise ValueError(f"execute_onnx: Trunc node {node.name!r}: the model imports {node.domain} at version "
+                         f"{version}, which makes it Trunc v2 with 6 inputs (X, scale, zeropt, in_bitwidth, "
+                         f"out_scale, out_bitwidth), but the node has 5 (the v1 signature)")
+    return node
+
+
+def _build_model(proto: Any, first: int, last: int, fed: dict[str, np.ndarray], outputs: list[str]) -> bytes:
+    """The nodes first..last of the graph as a model: `fed` become graph inputs (typed as given),
+    other initializers they read stay initializers, `outputs` are the graph outputs."""
+    import onnx
+    from onnx import helper
+
+    graph = proto.graph
+    opsets = {o.domain: o.version for o in proto.opset_import}
+    nodes = [_reconcile_trunc(n, opsets) for n in graph.node[first:last + 1]]
+    reads = set()
+    for node in nodes:
+        reads |= set(node.input) | _subgraph_reads(node)
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    new = model.graph
+    del new.node[:], new.input[:], new.output[:], new.initializer[:], new.value_info[:]
+    new.node.extend(nodes)
+    for name, value in fed.items():
+        new.input.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype),
+                                                       list(value.shape)))
+    new.initializer.extend(t for t in graph.initializer if t.name in reads and t.name not in fed)
+    skip = set(fed) | set(outputs)
+    new.value_info.extend(v for v in list(graph.value_info) + list(graph.output) if v.name not in skip)
+    for name in outputs:
+        new.output.append(helper.make_empty_tensor_value_info(name))
+    return model.SerializeToString()
+
+
+def _session(model_bytes: bytes) -> Any:
+    import onnxruntime
+
+    key = hashlib.blake2b(model_bytes, digest_size=20).digest()
+    with _LOCK:
+        session = _CACHE.get(key)
+        if session is not None:
+            _CACHE.move_to_end(key)
+            return session
+    session = onnxruntime.InferenceSession(model_bytes, reference_session_options(),
+                                           providers=["CPUExecutionProvider"])
+    with _LOCK:
+        _CACHE[key] = session
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return session
+
+
+def _unsupported_custom_nodes(nodes: Any) -> list[Any]:
+    """Nodes of a qonnx custom domain that polyquant's library does not implement (MultiThreshold,
+    XnorPopcountMatMul, ...): qonnx runs those in numpy."""
+    from polyquant import ort as polyquant_ort
+
+    out = []
+    for node in nodes:
+        domain = node.domain
+        custom = domain in _CUSTOM_DOMAINS or domain.startswith(("qonnx.custom_op", "finn"))
+        if custom and not (domain in _CUSTOM_DOMAINS and node.op_type in polyquant_ort.OPS):
+            out.append(node)
+    return out
+
+
+def execute_onnx(model: Any, input_dict: dict[str, np.ndarray], return_full_exec_context: bool = False,
+                 start_node: Any = None, end_node: Any = None) -> dict[str, Any]:
+    """Execute the model on `input_dict` as ``qonnx.core.onnx_exec.execute_onnx`` does, bit for bit,
+    in one cached onnxruntime session with polyquant's QONNX ops.
+
+    `model` is a qonnx ModelWrapper, an onnx.ModelProto or a path. Returns {name: array} for the
+    graph outputs, or with `return_full_exec_context` every tensor qonnx's context holds (graph
+    inputs and outputs, every value_info, initializers, the outputs of every executed node, and
+    "": None). With `start_node`/`end_node` (nodes of the graph) only the nodes between them,
+    inclusive, run; the tensors they read come from `input_dict`, initializers, or zeros, as in
+    qonnx. Values of `input_dict` whose name is not a tensor of the model are ignored; one whose
+    shape differs from the declared shape raises.
+
+    Unlike qonnx it does not need every tensor's shape declared. Nodes of qonnx custom ops that
+    polyquant does not implement (MultiThreshold, ...) make it defer to qonnx's own execute_onnx,
+    which must then be installed."""
+    proto = _model_proto(model)
+    graph = proto.graph
+    for prop in proto.metadata_props:
+        if prop.key == "exec_mode" and prop.value != "":
+            raise Exception('Metadata property "exec_mode" is set to an unknown value.')
+    if len(graph.node) == 0:
+        context = _empty_context(graph)
+        return context if return_full_exec_context else {o.name: context[o.name] for o in graph.output}
+
+    first = 0 if start_node is None else _node_index(graph, start_node, "start_node")
+    last = len(graph.node) - 1 if end_node is None else _node_index(graph, end_node, "end_node")
+    if last < first:
+        raise ValueError("execute_onnx: Start/end nodes must define valid subgraph")
+    nodes = graph.node[first:last + 1]
+
+    if _unsupported_custom_nodes(nodes):
+        return _defer_to_qonnx(model, proto, input_dict, return_full_exec_context, start_node, end_node)
+
+    context = _empty_context(graph)
+    for name, value in input_dict.items():
+        if name in context and name != "":
+            value = np.asarray(value)
+            if context[name].shape != value.shape:
+                raise Exception(f"Shape mismatch for provided input {name}: found {context[name].shape} "
+                                f"expected {value.shape} ")
+            context[name] = value
+
+    # What the nodes read before (or without) producing it comes from the context; everything
+    # produced by a node of the range is computed by the session.
+    produced: set[str] = set()
+    external: list[str] = []
+    for node in nodes:
+        for name in list(node.input) + sorted(_subgraph_reads(node)):
+            if name and name not in produced and name not in external:
+                if any(name in later.output for later in nodes):
+                    raise AssertionError("Nodes must be topologically sorted.")
+                external.append(name)
+        produced.update(n for n in node.output if n)
+    initializers = {t.name for t in graph.initializer}
+    annotations = _integer_annotations(graph) if _sanitize_enabled() else {}
+    fed: dict[str, np.ndarray] = {}
+    for name in external:
+        if name not in context:
+            raise ValueError(f"execute_onnx: tensor {name!r} is read by the nodes to run but is neither a graph "
+                             f"input, an initializer, nor given in input_dict (nor produced before it is read)")
+        if name in annotations:
+            context[name] = _sanitize(name, annotations[name], context[name])
+        # Unchanged initializers stay constants of the session (ONNX Runtime may fold them); anything
+        # else is fed at run time.
+        if name not in initializers or name in input_dict or name in annotations:
+            fed[name] = np.ascontiguousarray(context[name])
+
+    graph_outputs = [o.name for o in graph.output]
+    if return_full_exec_context:
+        wanted = [n for node in nodes for n in node.output if n]
+    else:
+        wanted = [n for n in graph_outputs if n in produced]
+    checked = [n for n in produced if n in annotations and n not in wanted]
+    session_outputs = list(dict.fromkeys(wanted + checked))
+    if session_outputs:
+        model_bytes = _build_model(proto, first, last, fed, session_outputs)
+        session = _session(model_bytes)
+        feeds = {i.name: fed[i.name] for i in session.get_inputs()}
+        results = dict(zip(session_outputs, session.run(session_outputs, feeds)))
+        for name in session_outputs:
+            if name in annotations and not _allowed(annotations[name], results[name]):
+                # qonnx rounds such a tensor between nodes, which one session cannot do.
+                return _defer_to_qonnx(model, proto, input_dict, return_full_exec_context, start_node, end_node)
+        for name in wanted:
+            context[name] = results[name]
+    if return_full_exec_context:
+        return context
+    return {name: context[name] for name in graph_outputs}
+
+
+def _defer_to_qonnx(model: Any, proto: Any, input_dict: dict[str, np.ndarray], full: bool, start_node: Any,
+                    end_node: Any) -> dict[str, Any]:
+    try:
+        from qonnx.core.modelwrapper import ModelWrapper
+        from qonnx.core.onnx_exec import execute_onnx as qonnx_execute_onnx
+    except Exception as exc:  # noqa: BLE001
+        raise RuntimeError(f"execute_onnx: the model needs qonnx's own execution (a qonnx custom op polyquant "
+                           f"does not implement, or an integer datatype annotation that must be rounded between "
+                           f"nodes), but qonnx cannot be imported: {exc}") from exc
+    wrapped = model if hasattr(model, "analysis") else ModelWrapper(proto)
+    return qonnx_execute_onnx(wrapped, input_dict, full, start_node, end_node)
