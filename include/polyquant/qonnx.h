@@ -109,6 +109,7 @@ struct FloatQuantAttrs {
   bool has_subnormal = false;
   bool saturation = true;
   RoundingMode rounding_mode = RoundingMode::kHalfEven;
+  bool is_signed = true;  // false: unsigned minifloat, clip to [0, M] (qonnx's float_quant(signed=False))
 };
 POLYQUANT_API TensorSpec float_quant_spec(const TensorView& x, const TensorView& scale,
                                           const TensorView& exponent_bitwidth,

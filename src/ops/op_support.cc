@@ -31,10 +31,12 @@ void require_finite(const TensorView& v, const char* name) {
 }
 
 void require_output(const MutableTensorView& out, const TensorSpec& spec, const char* op) {
-  if (!(out.shape == spec.shape) || out.dtype != spec.dtype) {
+  // out may have the spec's dtype or any other floating dtype; the result is then rounded once into
+  // it, as numpy's astype does (the ONNX nodes of IntQuant and FloatQuant round to float32).
+  if (!(out.shape == spec.shape) || !is_floating(out.dtype)) {
     throw Error(ErrorKind::kValue, std::string(op) + ": out must have shape " + spec.shape.str() + " and dtype " +
-                                       dtype_name(spec.dtype) + ", got shape " + out.shape.str() + " and dtype " +
-                                       dtype_name(out.dtype));
+                                       dtype_name(spec.dtype) + " (or another float dtype to round into), got shape " +
+                                       out.shape.str() + " and dtype " + dtype_name(out.dtype));
   }
   if (out.numel() > 0 && out.data == nullptr) throw Error(ErrorKind::kValue, std::string(op) + ": out has no data");
 }

@@ -62,7 +62,7 @@ IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, cons
   static constexpr const char* kNames[] = {"x", "scale", "zeropt", "bitwidth"};
   const std::size_t n = s.params.bipolar ? 3 : 4;
   s.spec.shape = broadcast_shapes(std::span<const Dims>(shapes.data(), n), "IntQuant", std::span(kNames, n));
-  s.spec.dtype = DType::kFloat32;
+  s.spec.dtype = s.work;  // the reference function does not cast (its ONNX node rounds to float32)
   if (!s.params.bipolar) {
     s.params.lo = detail::round_to(s.work, detail::int_range_min(bits, bitwidth.dtype, attrs.is_signed, attrs.narrow));
     s.params.hi = detail::round_to(s.work, detail::int_range_max(bits, bitwidth.dtype, attrs.is_signed, attrs.narrow));
@@ -84,6 +84,35 @@ struct FloatQuantSetup {
   DerivedTensor max_value; // min((2 - 2^-m) * 2^(2^E - 1 - bias), max_val), float64
 };
 
+// sum(2.0 ** arange(0, -m - 1, -1)) in float64, as numpy evaluates it: the terms are 2^-k for
+// k = 0 .. ceil(m + 1) - 1 (arange's length), summed by numpy's pairwise summation (blocks of 8
+// partial sums up to 128 elements, halving above). For at most 53 terms the sum is exactly
+// 2 - 2^-(terms - 1); beyond, the rounding depends on numpy's grouping, so it is replayed. Terms past
+// k = 1074 are 0 in float64, so a huge m (2^40) costs O(log m): all-zero halves are skipped.
+double numpy_pairwise_power_sum(double first_k, double count) {
+  auto term = [](double k) { return k > 1100 ? 0.0 : std::ldexp(1.0, -static_cast<int>(k)); };
+  if (first_k > 1100) return 0.0;
+  if (count < 8) {
+    double r = 0.0;  // numpy: res = 0.; res += a[i] (a -0. start would not matter here)
+    for (double i = 0; i < count; ++i) r += term(first_k + i);
+    return r;
+  }
+  if (count <= 128) {
+    double r[8];
+    for (int k = 0; k < 8; ++k) r[k] = term(first_k + k);
+    const auto whole = static_cast<std::int64_t>(count) - static_cast<std::int64_t>(count) % 8;
+    for (std::int64_t i = 8; i < whole; i += 8) {
+      for (int k = 0; k < 8; ++k) r[k] += term(first_k + static_cast<double>(i + k));
+    }
+    double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (auto i = whole; i < static_cast<std::int64_t>(count); ++i) res += term(first_k + static_cast<double>(i));
+    return res;
+  }
+  double half = std::floor(count / 2);
+  half -= std::fmod(half, 8.0);
+  return numpy_pairwise_power_sum(first_k, half) + numpy_pairwise_power_sum(first_k + half, count - half);
+}
+
 FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, const TensorView& exponent_bitwidth,
                                   const TensorView& mantissa_bitwidth, const TensorView& exponent_bias,
                                   const TensorView& max_val, const FloatQuantAttrs& attrs) {
@@ -102,34 +131,40 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
                 "saturation: 0 (non-saturating) requires has_inf=1 or has_nan=1 to say where overflow goes");
   }
   FloatQuantSetup s;
-  s.work = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
+  // numpy's dtypes step by step: X / scale (and its log2) in promote(X, scale); `- m` widens to
+  // m's dtype and np.maximum(.., 1 - bias - m) to (bias, m)'s, and X / internal_scale, the
+  // rounding and the product run in that wider dtype.
+  const DType xs_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
+  const DType min_dtype = detail::float_dtype_for(promote_types(exponent_bias.dtype, mantissa_bitwidth.dtype));
+  s.work = promote_types(promote_types(xs_dtype, mantissa_bitwidth.dtype), min_dtype);
+  s.work = detail::float_dtype_for(s.work);
   const std::array<Dims, 6> shapes{x.shape, scale.shape, exponent_bitwidth.shape, mantissa_bitwidth.shape,
                                    exponent_bias.shape, max_val.shape};
   static constexpr const char* kNames[] = {"x", "scale", "exponent_bitwidth", "mantissa_bitwidth", "exponent_bias",
                                            "max_val"};
   s.spec.shape = broadcast_shapes(shapes, "FloatQuant", kNames);
-  s.spec.dtype = DType::kFloat32;
+  s.spec.dtype = DType::kFloat64;  // the function's clip against the float64 bound promotes
   s.params.mode = attrs.rounding_mode;
   s.params.mantissa_bits = m;
   s.params.saturation = attrs.saturation;
   s.params.has_inf = attrs.has_inf;
   s.params.has_nan = attrs.has_nan;
+  s.params.is_signed = attrs.is_signed;
+  s.params.xs_as = detail::work_type_of(xs_dtype);
   if (detail::round_to(s.work, m) != m) {
     throw Error(ErrorKind::kValue, "mantissa_bitwidth: " + std::to_string(m) + " is not exact in the working dtype " +
                                        dtype_name(s.work));
   }
 
   // fp_internal_scale_min = 1.0 - bias - m, in the dtype of (bias, m).
-  const DType min_dtype = detail::float_dtype_for(promote_types(exponent_bias.dtype, mantissa_bitwidth.dtype));
   s.min_exp = detail::derive<2>({&exponent_bias, &mantissa_bitwidth}, "FloatQuant", [&](double bias, double mm) {
     return detail::with_float_type(min_dtype, [&]<class T>() {
       using detail::from_double;
       return detail::to_double(T(1.0f) - from_double<T>(bias) - from_double<T>(mm));
     });
   });
-  // max_mantissa = sum(2.0 ** arange(0, -m - 1, -1)) in float64.
-  double max_mantissa = 0;
-  for (double k = 0; k > -m - 1.0; k -= 1.0) max_mantissa += std::exp2(k);
+  // max_mantissa = sum(2.0 ** arange(0, -m - 1, -1)) in float64 (arange has ceil(m + 1) terms).
+  const double max_mantissa = numpy_pairwise_power_sum(0.0, std::ceil(m + 1.0));
   const DType exp_dtype = detail::float_dtype_for(promote_types(exponent_bitwidth.dtype, exponent_bias.dtype));
   s.max_value = detail::derive<3>({&exponent_bitwidth, &exponent_bias, &max_val}, "FloatQuant",
                                   [&](double e, double bias, double mv) {
@@ -173,7 +208,7 @@ void int_quant(const TensorView& x, const TensorView& scale, const TensorView& z
   detail::require_output(out, s.spec, "IntQuant");
   const std::array<TensorView, 3> inputs{x, scale, zeropt};
   const std::array<DType, 3> kd{s.work, s.work, s.work};
-  run(KernelOp::kIntQuant, detail::work_type_of(s.work), inputs, kd, DType::kFloat32, out, &s.params);
+  run(KernelOp::kIntQuant, detail::work_type_of(s.work), inputs, kd, s.work, out, &s.params);
 }
 
 TensorSpec bipolar_quant_spec(const TensorView& x, const TensorView& scale) {
@@ -330,7 +365,12 @@ void float_quant(const TensorView& x, const TensorView& scale, const TensorView&
   const DType w = s.work;
   const std::array<TensorView, 4> inputs{x, scale, s.min_exp.view(), s.max_value.view()};
   const std::array<DType, 4> kd{w, w, w, DType::kFloat64};
-  run(KernelOp::kFloatQuant, detail::work_type_of(w), inputs, kd, DType::kFloat32, out, &s.params);
+  // A float32 out (the ONNX node) is written directly as float32(c * s); any other dtype gets the
+  // function's float64 value, rounded once by the engine when out is float16.
+  detail::FloatQuantParams params = s.params;
+  params.double_output = out.dtype != DType::kFloat32;
+  run(KernelOp::kFloatQuant, detail::work_type_of(w), inputs, kd, params.double_output ? DType::kFloat64 : DType::kFloat32,
+      out, &params);
 }
 
 }  // namespace polyquant::qonnx

@@ -242,9 +242,9 @@ TEST(Engine, Int64ZeroPointAndFloat16Inputs) {
   std::vector<float> want16;
   using detail::Half;
   for (auto hb : xh) {
-    want16.push_back(detail::int_quant_element<RoundingMode::kHalfEven, Half>(Half::from_bits(hb), Half::from_bits(sh),
-                                                                             Half::from_bits(zh), false, Half(-8.0f), Half(7.0f),
-                                                                             detail::WorkType::kF16, detail::WorkType::kF16));
+    want16.push_back(static_cast<float>(detail::int_quant_element<RoundingMode::kHalfEven, Half>(
+        Half::from_bits(hb), Half::from_bits(sh), Half::from_bits(zh), false, Half(-8.0f), Half(7.0f),
+        detail::WorkType::kF16, detail::WorkType::kF16)));
   }
   EXPECT_TRUE(test::all_same(out16, want16));
 }

@@ -34,9 +34,11 @@ struct Operand {
   bool param = true;        // may be broadcast (the sweep broadcasts the data operand x too)
 };
 
-// Runs `kernel` on rows of n elements starting at `offset`, with the operands in `mask` broadcast.
-std::vector<float> run_row(RowKernel kernel, const void* params, const std::vector<Operand>& ops, std::int64_t n,
-                           std::int64_t offset, std::uint32_t mask, bool stream) {
+// Runs `kernel` on rows of n elements starting at `offset`, with the operands in `mask` broadcast;
+// the kernel writes OutT (float32, or float64 for FloatQuant's function output).
+template <class OutT = float>
+std::vector<OutT> run_row(RowKernel kernel, const void* params, const std::vector<Operand>& ops, std::int64_t n,
+                          std::int64_t offset, std::uint32_t mask, bool stream) {
   RowArgs a;
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const bool b = (mask >> k) & 1u;
@@ -45,17 +47,18 @@ std::vector<float> run_row(RowKernel kernel, const void* params, const std::vect
     a.in[k] = base;
     if (b) a.broadcast_mask |= 1u << k;
   }
-  std::vector<float> out(static_cast<std::size_t>(n + offset + 16), 12345.0f);
+  std::vector<OutT> out(static_cast<std::size_t>(n + offset + 16), OutT(12345.0f));
   a.out = out.data() + offset;
   a.n = n;
   a.stream = stream;
   kernel(params, a);
-  for (std::int64_t i = 0; i < offset; ++i) EXPECT_EQ(out[static_cast<std::size_t>(i)], 12345.0f) << "wrote before the row";
-  for (std::size_t i = static_cast<std::size_t>(n + offset); i < out.size(); ++i) EXPECT_EQ(out[i], 12345.0f) << "wrote past the row";
+  for (std::int64_t i = 0; i < offset; ++i) EXPECT_EQ(out[static_cast<std::size_t>(i)], OutT(12345.0f)) << "wrote before the row";
+  for (std::size_t i = static_cast<std::size_t>(n + offset); i < out.size(); ++i) EXPECT_EQ(out[i], OutT(12345.0f)) << "wrote past the row";
   return {out.begin() + offset, out.begin() + offset + n};
 }
 
 // Compares the kernel with the reference over sizes, offsets, broadcast masks and streaming.
+template <class OutT = float>
 void check_against_reference(const KernelEntry& e, const void* params, const std::vector<Operand>& ops,
                              const std::string& what) {
   const RowKernel ref = reference_kernel(e.op, e.work);
@@ -73,8 +76,8 @@ void check_against_reference(const KernelEntry& e, const void* params, const std
     for (std::int64_t n : sizes) {
       for (std::int64_t offset : {0, 1, 3, 7}) {
         for (bool stream : {false, true}) {
-          const auto got = run_row(e.fn, params, ops, n, offset, mask, stream);
-          const auto want = run_row(ref, params, ops, n, offset, mask, false);
+          const auto got = run_row<OutT>(e.fn, params, ops, n, offset, mask, stream);
+          const auto want = run_row<OutT>(ref, params, ops, n, offset, mask, false);
           const auto r = test::all_same(got, want);
           if (!r) {
             ADD_FAILURE() << e.name << " " << what << " n=" << n << " offset=" << offset << " mask=" << mask
@@ -168,23 +171,37 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
           double m, min_exp, max;
           bool sat, inf, nan, fits;
         };
+        const double nan = std::numeric_limits<double>::quiet_NaN();
         const Format formats[] = {
             {3, -9, 448, true, false, true, true},          // OCP E4M3
             {3, -9, 448, false, false, true, true},         // E4M3, overflow -> NaN
             {3, -9, 448, false, true, false, true},         // E4M3 with inf
             {2, -16, 57344, true, true, false, true},       // E5M2
             {1, -1, 6, true, false, false, true},           // E2M1
-            {3, -129, 3.1901472e38, true, false, false, true},  // E8M3, subnormal internal scales
+            {3, -129, double{3.1901472e38f}, true, false, false, true},  // E8M3, subnormal internal scales
             {10, -24, 65504, true, false, false, true},     // binary16-like
             {3, -9, 448.1, true, false, false, false},      // M not a float32: reference path
+            {3, 127, 448, true, false, false, true},        // floor 1 - bias - m >= 127: 2^e overflows
+            {3, 200, 448, false, true, false, true},        // ... far beyond, non-saturating
+            {3, -9, -2.5, true, false, false, true},        // negative max_val: np.clip(q, 2.5, -2.5)
+            {3, -9, -2.5, false, true, false, true},        // ... with inf overflow
+            {3, -9, nan, true, false, false, true},         // max_val NaN: np.clip gives NaN
+            {0, -5, 0.0, true, false, false, true},         // M = 0: clip to [-0, +0]
         };
         for (const auto& f : formats) {
-          FloatQuantParams p{mode, f.m, f.sat, f.inf, f.nan, f.fits};
-          std::vector<Operand> ops = {{x, {}, false},
-                                      {random_params(18, {1.0f, 0.5f, 3.0f, 1e-3f, 0.0f}), {}, true},
-                                      {fill(static_cast<float>(f.min_exp)), {}, true},
-                                      {{}, std::vector<double>(kLen, f.max), true}};
-          check_against_reference(e, &p, ops, mode_name + " m=" + std::to_string(f.m) + " M=" + std::to_string(f.max));
+          for (bool is_signed : {true, false}) {
+            for (bool double_output : {false, true}) {
+              FloatQuantParams p{mode, f.m, f.sat, f.inf, f.nan, is_signed, f.fits, double_output};
+              std::vector<Operand> ops = {{x, {}, false},
+                                          {random_params(18, {1.0f, 0.5f, 3.0f, 1e-3f, 0.0f, -2.0f}), {}, true},
+                                          {fill(static_cast<float>(f.min_exp)), {}, true},
+                                          {{}, std::vector<double>(kLen, f.max), true}};
+              const std::string what = mode_name + " m=" + std::to_string(f.m) + " min_exp=" + std::to_string(f.min_exp) +
+                                       " M=" + std::to_string(f.max) + (is_signed ? " signed" : " unsigned");
+              if (double_output) check_against_reference<double>(e, &p, ops, what + " float64 out");
+              else check_against_reference<float>(e, &p, ops, what + " float32 out");
+            }
+          }
         }
         break;
       }

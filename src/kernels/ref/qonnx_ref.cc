@@ -27,9 +27,9 @@ void int_quant_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const IntQuantParams*>(params);
   const T lo = from_double<T>(p.lo), hi = from_double<T>(p.hi);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    auto* out = static_cast<float*>(a.out);
     for (std::int64_t j = 0; j < a.n; ++j) {
-      out[j] = int_quant_element<kMode>(get<T>(a, 0, j), get<T>(a, 1, j), get<T>(a, 2, j), p.bipolar, lo, hi, p.divide_as, p.add_as);
+      put<T>(a, j, int_quant_element<kMode>(get<T>(a, 0, j), get<T>(a, 1, j), get<T>(a, 2, j), p.bipolar, lo, hi,
+                                            p.divide_as, p.add_as));
     }
   });
 }
@@ -66,9 +66,10 @@ template <class T>
 void float_quant_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FloatQuantParams*>(params);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    auto* out = static_cast<float*>(a.out);
     for (std::int64_t j = 0; j < a.n; ++j) {
-      out[j] = float_quant_element<kMode>(get<T>(a, 0, j), get<T>(a, 1, j), get<T>(a, 2, j), a.at<double>(3, j), p);
+      const double v = float_quant_element<kMode>(get<T>(a, 0, j), get<T>(a, 1, j), get<T>(a, 2, j), a.at<double>(3, j), p);
+      if (p.double_output) static_cast<double*>(a.out)[j] = v;
+      else static_cast<float*>(a.out)[j] = static_cast<float>(v);
     }
   });
 }

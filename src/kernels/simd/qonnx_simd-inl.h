@@ -34,11 +34,34 @@ inline Vec::F round_v(Vec::F x) {
   }
 }
 
+// How a row's results are stored. FloatOut: the body returns the float32 result vector.
+// WideProductOut: the body returns two float32 vectors whose product is the result, stored as
+// float64 (the product of two floats is exact in double: the reference's float64 outputs).
+struct FloatOut {
+  using T = float;
+  using Result = Vec::F;
+  static constexpr bool kCanStream = true;
+  static void store(float* p, const Result& r) { Vec::storeu(p, r); }
+  static void stream(float* p, const Result& r) { Vec::stream(p, r); }
+};
+struct WideProduct {
+  Vec::F a, b;
+};
+struct WideProductOut {
+  using T = double;
+  using Result = WideProduct;
+  static constexpr bool kCanStream = false;
+  static void store(double* p, const Result& r) { Vec::store_product_f64(p, r.a, r.b); }
+  static void stream(double* p, const Result& r) { store(p, r); }
+};
+
 // Drives a row: loads kN operands (contiguous or broadcast), applies `body` to whole vectors and
 // stores. Partial vectors (the tail, and the head peeled for aligned streaming stores) go through
-// the same body on a zero-padded copy, so every element sees identical arithmetic.
-template <int kN, class Body>
+// the same body on a zero-padded copy, so every element sees identical arithmetic. Any operand may
+// be broadcast, x included (a zero-stride x: every element is the same value).
+template <int kN, class Out = FloatOut, class Body>
 POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& body) {
+  using T = typename Out::T;
   constexpr int L = Vec::kLanes;
   const float* src[kN];
   Vec::F splats[kN];
@@ -46,12 +69,12 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
     src[k] = a.input<float>(k);
     splats[k] = Vec::splat(src[k][0]);
   }
-  float* out = static_cast<float*>(a.out);
+  T* out = static_cast<T*>(a.out);
   const std::int64_t n = a.n;
 
   auto partial = [&](std::int64_t j, std::int64_t count) {
     alignas(64) float buf[kN][L];
-    alignas(64) float res[L];
+    alignas(64) T res[L];
     Vec::F v[kN];
     for (int k = 0; k < kN; ++k) {
       if (a.is_broadcast(k)) {
@@ -61,16 +84,16 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
       for (int l = 0; l < L; ++l) buf[k][l] = l < count ? src[k][j + l] : 0.0f;
       v[k] = Vec::loadu(buf[k]);
     }
-    Vec::storeu(res, body(v));
+    Out::store(res, body(v));
     for (std::int64_t l = 0; l < count; ++l) out[j + l] = res[l];
   };
 
   std::int64_t j = 0;
-  const bool stream = a.stream && (reinterpret_cast<std::uintptr_t>(out) % sizeof(float)) == 0;
+  const bool stream = Out::kCanStream && a.stream && (reinterpret_cast<std::uintptr_t>(out) % sizeof(T)) == 0;
   if (stream) {
-    const std::uintptr_t misalign = reinterpret_cast<std::uintptr_t>(out) % (L * sizeof(float));
+    const std::uintptr_t misalign = reinterpret_cast<std::uintptr_t>(out) % (L * sizeof(T));
     if (misalign != 0) {
-      const std::int64_t head = std::min<std::int64_t>(n, (L * sizeof(float) - misalign) / sizeof(float));
+      const std::int64_t head = std::min<std::int64_t>(n, (L * sizeof(T) - misalign) / sizeof(T));
       partial(0, head);
       j = head;
     }
@@ -82,11 +105,11 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
     // Every operand, x included, is one value (a zero-stride x: np.broadcast_to, torch expand(),
     // a 0-d x against zero-stride parameters): one result fills the row.
     for (int k = 0; k < kN; ++k) v[k] = splats[k];
-    const Vec::F r = body(v);
+    const typename Out::Result r = body(v);
     if (stream) {
-      for (; j + L <= n; j += L) Vec::stream(out + j, r);
+      for (; j + L <= n; j += L) Out::stream(out + j, r);
     } else {
-      for (; j + L <= n; j += L) Vec::storeu(out + j, r);
+      for (; j + L <= n; j += L) Out::store(out + j, r);
     }
   } else if ((a.broadcast_mask & kAllMask) == kParamsMask) {
     // Per-tensor and per-channel rows, the common case: parameters stay in registers.
@@ -94,20 +117,20 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
     if (stream) {
       for (; j + L <= n; j += L) {
         v[0] = Vec::loadu(src[0] + j);
-        Vec::stream(out + j, body(v));
+        Out::stream(out + j, body(v));
       }
     } else {
       for (; j + L <= n; j += L) {
         v[0] = Vec::loadu(src[0] + j);
-        Vec::storeu(out + j, body(v));
+        Out::store(out + j, body(v));
       }
     }
   } else {
     for (; j + L <= n; j += L) {
       for (int k = 0; k < kN; ++k) v[k] = a.is_broadcast(k) ? splats[k] : Vec::loadu(src[k] + j);
-      const Vec::F r = body(v);
-      if (stream) Vec::stream(out + j, r);
-      else Vec::storeu(out + j, r);
+      const typename Out::Result r = body(v);
+      if (stream) Out::stream(out + j, r);
+      else Out::store(out + j, r);
     }
   }
   if (j < n) partial(j, n - j);
@@ -222,13 +245,15 @@ void trunc_v2_f32(const void* params, const RowArgs& a) {
 // (floor(log2) - m, the maximum with the subnormal floor, 2^e and 2^-e) is exact integer work.
 inline constexpr std::int32_t kLog2ExactMantissaLimit = (1 << 23) - (1 << 11);
 
-// kCheckRange: the exponent e may leave [-126, 126] (a very small subnormal floor, or m = 0).
+// kCheckRange: the exponent e may leave [-126, 126] (a very small subnormal floor, a floor above
+// 126, or m = 0).
 // kScaleInverse: the scale is one power of two, so x / scale is x * (1 / scale) bit for bit.
 // kOverflow: saturate, or overflow to +-inf, or to NaN (a compile-time choice keeps the few
 // registers of AVX2 for the common saturating case).
+// Out: FloatOut writes float32(c * s); WideProductOut writes the reference's float64 c * s.
 enum class Overflow { kSaturate, kInf, kNan };
 
-template <RoundingMode kMode, bool kCheckRange, bool kScaleInverse, Overflow kOverflow>
+template <RoundingMode kMode, bool kCheckRange, bool kScaleInverse, Overflow kOverflow, class Out>
 inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::int32_t m, std::int32_t min_exp,
                             float max_value, float scale_inverse) {
   const Vec::F inv_s = Vec::splat(scale_inverse);
@@ -237,12 +262,14 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
   const Vec::I mantissa_mask = Vec::splat_i(0x7fffff), bias = Vec::splat_i(127);
   const Vec::I last_exact = Vec::splat_i(kLog2ExactMantissaLimit - 1), finite_limit = Vec::splat_i(0x7f7fffff);
   const Vec::I e_hi = Vec::splat_i(126), e_lo = Vec::splat_i(-126);
-  const Vec::F max_v = Vec::splat(max_value), min_v = Vec::mul(max_v, Vec::splat(-1.0f));  // -0.0 stays
+  // The clip range [lo, M]: lo = -M (a -0.0 for M = +0.0 keeps numpy's sign), or +0.0 unsigned.
+  const Vec::F max_v = Vec::splat(max_value);
+  const Vec::F min_v = p.is_signed ? Vec::mul(max_v, Vec::splat(-1.0f)) : Vec::zero();
   const Vec::F inf = Vec::splat(__builtin_inff()), minus_inf = Vec::splat(-__builtin_inff());
   const Vec::F nan = Vec::splat(__builtin_nanf(""));
   const float min_exp_f = static_cast<float>(min_exp);
   const double max_d = static_cast<double>(max_value);
-  for_each_vector<2>(a, [=, &p](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+  for_each_vector<2, Out>(a, [=, &p](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
     const Vec::F xs = kScaleInverse ? Vec::mul(v[0], inv_s) : Vec::div(v[0], v[1]);
     const Vec::I mag = Vec::bits(Vec::add(Vec::abs(xs), tiny));
     Vec::M scalar_lanes = Vec::mask_or(Vec::gt_i(mag, finite_limit), Vec::gt_i(Vec::and_i(mag, mantissa_mask), last_exact));
@@ -254,64 +281,84 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
     const Vec::F internal_scale = Vec::from_bits(Vec::shl_i<23>(Vec::add_i(e, bias)));
     const Vec::F inverse_scale = Vec::from_bits(Vec::shl_i<23>(Vec::sub_i(bias, e)));
     const Vec::F q = Vec::mul(internal_scale, round_v<kMode>(Vec::mul(xs, inverse_scale)));
-    // np.clip(q, -M, M): max/min return their second operand for NaN, so NaN passes through.
+    // np.clip(q, lo, M) = min(max(q, lo), M), keeping q on ties: max/min return their second
+    // operand when the first is not strictly greater/less, and for NaN, so a NaN q passes through.
+    // (NaN bounds never reach this path.)
     Vec::F c = Vec::min(max_v, Vec::max(min_v, q));
     if constexpr (kOverflow == Overflow::kInf) {
-      c = Vec::select(Vec::gt(q, max_v), inf, Vec::select(Vec::lt(q, min_v), minus_inf, c));
+      // The reference assigns +inf to q > M, then -inf to q < lo: with lo > M (a negative M) both
+      // hold and -inf wins.
+      c = Vec::select(Vec::lt(q, min_v), minus_inf, Vec::select(Vec::gt(q, max_v), inf, c));
     } else if constexpr (kOverflow == Overflow::kNan) {
       const Vec::M out_of_range = Vec::mask_or(Vec::gt(q, max_v), Vec::lt(q, min_v));
       c = Vec::select(Vec::mask_or(out_of_range, Vec::isinf(q)), nan, c);
     }
-    Vec::F r = Vec::mul(c, v[1]);
     if (const unsigned lanes_mask = Vec::mask_bits(scalar_lanes); lanes_mask != 0) [[unlikely]] {
-      alignas(64) float xv[Vec::kLanes], sv[Vec::kLanes], res[Vec::kLanes];
+      // The clipped value is a float32 (q, +-M with M a float32, +-inf or NaN), so the scalar
+      // spec's lanes fit the vector and share the product below.
+      alignas(64) float xv[Vec::kLanes], sv[Vec::kLanes], cv[Vec::kLanes];
       Vec::storeu(xv, v[0]);
       Vec::storeu(sv, v[1]);
-      Vec::storeu(res, r);
+      Vec::storeu(cv, c);
       for (int l = 0; l < Vec::kLanes; ++l) {
-        if ((lanes_mask >> l) & 1u) res[l] = float_quant_element<kMode, float>(xv[l], sv[l], min_exp_f, max_d, p);
+        if ((lanes_mask >> l) & 1u) {
+          cv[l] = static_cast<float>(float_quant_clipped<kMode, float>(xv[l], sv[l], min_exp_f, max_d, p));
+        }
       }
-      r = Vec::loadu(res);
+      c = Vec::loadu(cv);
     }
-    return r;
+    if constexpr (std::is_same_v<Out, WideProductOut>) {
+      return WideProduct{c, v[1]};
+    } else {
+      return Vec::mul(c, v[1]);
+    }
   });
 }
 
 void float_quant_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FloatQuantParams*>(params);
   // The integer exponent path needs one broadcast format per row with integral m and subnormal
-  // floor, and a limit M that float32 holds; anything else is rare and goes to the spec.
-  const bool fast = p.max_fits_float32 && a.is_broadcast(2) && a.is_broadcast(3) && p.mantissa_bits >= 0 &&
-                    p.mantissa_bits <= 64 && p.mantissa_bits == static_cast<double>(static_cast<int>(p.mantissa_bits));
+  // floor, a limit M that float32 holds (and is not NaN: np.clip's NaN bound is the spec's job),
+  // and X / scale in float32; anything else is rare and goes to the spec.
+  const bool fast = p.max_fits_float32 && p.xs_as == WorkType::kF32 && a.is_broadcast(2) && a.is_broadcast(3) &&
+                    p.mantissa_bits >= 0 && p.mantissa_bits <= 64 &&
+                    p.mantissa_bits == static_cast<double>(static_cast<int>(p.mantissa_bits));
   const float min_exp = fast ? a.input<float>(2)[0] : 0.0f;
-  if (!fast || !(min_exp >= -1000.0f && min_exp <= 1000.0f) || min_exp != static_cast<float>(static_cast<int>(min_exp))) {
+  const double max_d = fast ? a.input<double>(3)[0] : 0.0;
+  if (!fast || !(min_exp >= -1000.0f && min_exp <= 1000.0f) || min_exp != static_cast<float>(static_cast<int>(min_exp)) ||
+      std::isnan(max_d)) {
     ref::float_quant_f32(params, a);
     return;
   }
   const auto m = static_cast<std::int32_t>(p.mantissa_bits);
   const auto min_e = static_cast<std::int32_t>(min_exp);
-  const auto max_value = static_cast<float>(a.input<double>(3)[0]);
-  const bool check_range = min_e < -126 || m < 1;
+  const auto max_value = static_cast<float>(max_d);
+  // e = max(exponent - m, min_e) leaves the normal range when the floor does or when m < 1.
+  const bool check_range = min_e < -126 || min_e > 126 || m < 1;
   float scale_inverse = 0.0f;
   const bool use_inverse = exact_inverse_power_of_two(a, 1, &scale_inverse);
   const Overflow overflow = p.saturation ? Overflow::kSaturate : p.has_inf ? Overflow::kInf : Overflow::kNan;
-  with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    auto run = [&]<bool kCheckRange, bool kInverse>() {
-      switch (overflow) {
-        case Overflow::kSaturate:
-          return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kSaturate>(a, p, m, min_e, max_value, scale_inverse);
-        case Overflow::kInf:
-          return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kInf>(a, p, m, min_e, max_value, scale_inverse);
-        case Overflow::kNan:
-          return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kNan>(a, p, m, min_e, max_value, scale_inverse);
+  auto run_out = [&]<class Out>() {
+    with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
+      auto run = [&]<bool kCheckRange, bool kInverse>() {
+        switch (overflow) {
+          case Overflow::kSaturate:
+            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kSaturate, Out>(a, p, m, min_e, max_value, scale_inverse);
+          case Overflow::kInf:
+            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kInf, Out>(a, p, m, min_e, max_value, scale_inverse);
+          case Overflow::kNan:
+            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kNan, Out>(a, p, m, min_e, max_value, scale_inverse);
+        }
+      };
+      if (use_inverse) {
+        if (check_range) run.template operator()<true, true>();
+        else run.template operator()<false, true>();
+      } else {
+        if (check_range) run.template operator()<true, false>();
+        else run.template operator()<false, false>();
       }
-    };
-    if (use_inverse) {
-      if (check_range) run.template operator()<true, true>();
-      else run.template operator()<false, true>();
-    } else {
-      if (check_range) run.template operator()<true, false>();
-      else run.template operator()<false, false>();
-    }
-  });
+    });
+  };
+  if (p.double_output) run_out.template operator()<WideProductOut>();
+  else run_out.template operator()<FloatOut>();
 }

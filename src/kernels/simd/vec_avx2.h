@@ -59,6 +59,14 @@ struct Vec {
   static I shl_i(I a) { return _mm256_slli_epi32(a, kShift); }
   static M gt_i(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(a, b)); }
 
+  // p[0..7] = double(a) * double(b): the exact product of two float32 vectors, as float64.
+  static void store_product_f64(double* p, F a, F b) {
+    const __m256d lo = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), _mm256_cvtps_pd(_mm256_castps256_ps128(b)));
+    const __m256d hi = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)));
+    _mm256_storeu_pd(p, lo);
+    _mm256_storeu_pd(p + 4, hi);
+  }
+
   static void fence() { _mm_sfence(); }
 };
 

@@ -57,6 +57,14 @@ struct Vec {
   static I shl_i(I a) { return _mm512_slli_epi32(a, kShift); }
   static M gt_i(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
 
+  // p[0..15] = double(a) * double(b): the exact product of two float32 vectors, as float64.
+  static void store_product_f64(double* p, F a, F b) {
+    const __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), _mm512_cvtps_pd(_mm512_castps512_ps256(b)));
+    const __m512d hi = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1)));
+    _mm512_storeu_pd(p, lo);
+    _mm512_storeu_pd(p + 8, hi);
+  }
+
   static void fence() { _mm_sfence(); }
 };
 
