@@ -141,33 +141,48 @@ const char* onnx_type_name(ONNXTensorElementDataType type) {
 }
 
 // ---- attributes ------------------------------------------------------------------------------
+// Whether a failed typed read of attribute `name` means the attribute is absent (as opposed to
+// present with another type). The C API (version 17) has getters for int, float, string, their int
+// and float lists, and tensors, but none for a list of strings or graphs, so a present attribute of
+// such a type is recognised by the getter's message: ONNX Runtime says "No attribute with name"
+// only when the attribute is absent (1.17 to 1.32), anything else is a type mismatch. Should that
+// wording change, an unrecognised failure counts as absent, the behaviour before this check.
+bool AttributeReader::absent(const char* name, OrtStatus* status) const {
+  const std::string message = api().GetErrorMessage(status);
+  release(status);
+  if (message.find("No attribute with name") != std::string::npos) return true;
+  return message.find("type") == std::string::npos && message.find("match") == std::string::npos;
+}
+
+// Present as some type other than `except`: probes every getter the API has.
+bool AttributeReader::present_as_other_type(const char* name, const char* except) const {
+  const std::string skip = except;
+  int64_t i = 0;
+  float f = 0;
+  size_t size = 0;
+  auto found = [](OrtStatus* status) {
+    if (status == nullptr) return true;
+    release(status);
+    return false;
+  };
+  if (skip != "int" && found(api().KernelInfoGetAttribute_int64(info_, name, &i))) return true;
+  if (skip != "float" && found(api().KernelInfoGetAttribute_float(info_, name, &f))) return true;
+  size = 0;
+  if (skip != "string" && found(api().KernelInfoGetAttribute_string(info_, name, nullptr, &size))) return true;
+  size = 0;
+  if (found(api().KernelInfoGetAttributeArray_int64(info_, name, nullptr, &size))) return true;
+  size = 0;
+  if (found(api().KernelInfoGetAttributeArray_float(info_, name, nullptr, &size))) return true;
+  return false;
+}
+
 std::optional<int64_t> AttributeReader::try_int(const char* name) const {
   int64_t value = 0;
   OrtStatus* status = api().KernelInfoGetAttribute_int64(info_, name, &value);
   if (status == nullptr) return value;
-  release(status);
-  // Absent, or present with another type: tell the two apart for the message.
-  float f = 0;
-  size_t size = 0;
-  if (OrtStatus* s = api().KernelInfoGetAttribute_float(info_, name, &f); s == nullptr) wrong_type(name, "an int");
-  else release(s);
-  if (OrtStatus* s = api().KernelInfoGetAttribute_string(info_, name, nullptr, &size); s == nullptr) {
-    wrong_type(name, "an int");
-  } else {
-    release(s);
-  }
-  size = 0;
-  if (OrtStatus* s = api().KernelInfoGetAttributeArray_int64(info_, name, nullptr, &size); s == nullptr) {
-    wrong_type(name, "an int (not a list)");
-  } else {
-    release(s);
-  }
-  size = 0;
-  if (OrtStatus* s = api().KernelInfoGetAttributeArray_float(info_, name, nullptr, &size); s == nullptr) {
-    wrong_type(name, "an int");
-  } else {
-    release(s);
-  }
+  // Absent, or present with another type (a list, a string, a tensor, ...): tell them apart.
+  const bool missing = absent(name, status);
+  if (!missing || present_as_other_type(name, "int")) wrong_type(name, "an int");
   return std::nullopt;
 }
 
@@ -175,18 +190,23 @@ std::optional<std::string> AttributeReader::try_string(const char* name) const {
   size_t size = 0;
   OrtStatus* status = api().KernelInfoGetAttribute_string(info_, name, nullptr, &size);
   if (status != nullptr) {
-    release(status);
-    int64_t i = 0;
-    float f = 0;
-    if (OrtStatus* s = api().KernelInfoGetAttribute_int64(info_, name, &i); s == nullptr) wrong_type(name, "a string");
-    else release(s);
-    if (OrtStatus* s = api().KernelInfoGetAttribute_float(info_, name, &f); s == nullptr) wrong_type(name, "a string");
-    else release(s);
+    // A rounding_mode given as an int, a float, a list or a tensor must not fall back to the
+    // default silently: the model asked for something, and it is not what would run.
+    const bool missing = absent(name, status);
+    if (!missing || present_as_other_type(name, "string")) wrong_type(name, "a string");
     return std::nullopt;
   }
   std::string value(size, '\0');
   if (size > 0) check(api().KernelInfoGetAttribute_string(info_, name, value.data(), &size), name);
-  value.resize(std::strlen(value.c_str()));  // size counts the terminating NUL
+  // size counts the terminating NUL; ONNX strings are byte strings and may hold NULs of their own,
+  // which a C-string reading would cut at ('ROUND\0X' read as 'ROUND'): reject them instead.
+  value.resize(size > 0 ? size - 1 : 0);
+  if (value.find('\0') != std::string::npos) {
+    std::string shown;
+    for (char c : value) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
+    throw Error(ErrorKind::kValue, std::string(name) + ": attribute '" + shown + "' of " + op_ +
+                                       " contains a NUL character");
+  }
   return value;
 }
 

@@ -70,6 +70,8 @@ class AttributeReader {
  private:
   std::optional<int64_t> try_int(const char* name) const;
   std::optional<std::string> try_string(const char* name) const;
+  bool absent(const char* name, OrtStatus* status) const;  // releases status
+  bool present_as_other_type(const char* name, const char* except) const;
   [[noreturn]] void wrong_type(const char* name, const char* expected) const;
   const OrtKernelInfo* info_;
   const char* op_;

@@ -25,6 +25,15 @@ namespace {
 enum class OpKind { kIntQuant, kBipolarQuant, kTrunc, kFloatQuant };
 
 // ---- kernels ---------------------------------------------------------------------------------
+// The IntQuant and FloatQuant *nodes* output float32 whatever their functions return: qonnx's
+// execute_node casts the function's result (float64 for float_quant of float32 input, float64 for
+// int_quant of float64 input) with astype(np.float32), and the ops' declared output type is FLOAT.
+// polyquant's ops round their result into the out view's floating dtype, which is that cast.
+TensorSpec float32_node_output(TensorSpec spec) {
+  spec.dtype = DType::kFloat32;
+  return spec;
+}
+
 class Kernel {
  public:
   explicit Kernel(std::string prefix) : prefix_(std::move(prefix)) {}
@@ -57,7 +66,7 @@ class IntQuantKernel final : public Kernel {
     const Inputs in(context);
     const TensorView x = in.get(0, "x"), scale = in.get(1, "scale"), zeropt = in.get(2, "zeropt"),
                      bitwidth = in.get(3, "bitwidth");
-    const TensorSpec spec = qonnx::int_quant_spec(x, scale, zeropt, bitwidth, attrs_);
+    const TensorSpec spec = float32_node_output(qonnx::int_quant_spec(x, scale, zeropt, bitwidth, attrs_));
     qonnx::int_quant(x, scale, zeropt, bitwidth, attrs_, allocate_output(context, spec));
   }
   qonnx::IntQuantAttrs attrs_;
@@ -129,7 +138,7 @@ class FloatQuantKernel final : public Kernel {
     const TensorView x = in.get(0, "x"), scale = in.get(1, "scale"), e = in.get(2, "exponent_bitwidth"),
                      m = in.get(3, "mantissa_bitwidth"), bias = in.get(4, "exponent_bias"),
                      max_val = in.get(5, "max_val");
-    const TensorSpec spec = qonnx::float_quant_spec(x, scale, e, m, bias, max_val, attrs_);
+    const TensorSpec spec = float32_node_output(qonnx::float_quant_spec(x, scale, e, m, bias, max_val, attrs_));
     qonnx::float_quant(x, scale, e, m, bias, max_val, attrs_, allocate_output(context, spec));
   }
   qonnx::FloatQuantAttrs attrs_;
@@ -283,10 +292,24 @@ QonnxOp g_float_quant{"FloatQuant", OpKind::kFloatQuant};
 
 constexpr std::array<const char*, 3> kDomains{"qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas"};
 
-// The domains are created once and shared by every session options object they are added to;
-// like the ops they are never released (ORT only borrows them).
+// The domains are created once per load of the library and shared by every session options object
+// they are added to. ONNX Runtime only borrows them: the API says a domain must outlive the session
+// options and sessions it was added to, and it never frees them itself. Those hold the library
+// loaded (Python's SessionOptions and InferenceSession keep a reference to it; a C/C++ user must not
+// unload it before releasing them), so the library's unload is the moment to release them; before
+// this each load/unload cycle leaked the three domains.
 std::mutex g_domains_mutex;
 std::vector<OrtCustomOpDomain*> g_domains;
+
+struct DomainsRelease {
+  ~DomainsRelease() {
+    std::lock_guard<std::mutex> lock(g_domains_mutex);
+    for (OrtCustomOpDomain* domain : g_domains) api().ReleaseCustomOpDomain(domain);
+    g_domains.clear();
+  }
+};
+// Defined after g_domains and its mutex, so destroyed (at unload) before them.
+DomainsRelease g_domains_release;
 
 void create_domains() {
   if (!g_domains.empty()) return;
