@@ -210,9 +210,10 @@ def _reconcile_trunc(node: Any, opsets: dict[str, int]) -> Any:
     return node
 
 
-def _build_model(proto: Any, first: int, last: int, fed: dict[str, np.ndarray], outputs: list[str]) -> bytes:
-    """The nodes first..last of the graph as a model: `fed` become graph inputs (typed as given),
-    other initializers they read stay initializers, `outputs` are the graph outputs."""
+def _build_model(proto: Any, first: int, last: int, fed: dict[str, tuple[str, tuple[int, ...]]],
+                 outputs: list[str]) -> bytes:
+    """The nodes first..last of the graph as a model: `fed` ({name: (dtype, shape)}) become graph
+    inputs, other initializers they read stay initializers, `outputs` are the graph outputs."""
     import onnx
     from onnx import helper
 
@@ -227,33 +228,15 @@ def _build_model(proto: Any, first: int, last: int, fed: dict[str, np.ndarray], 
     new = model.graph
     del new.node[:], new.input[:], new.output[:], new.initializer[:], new.value_info[:]
     new.node.extend(nodes)
-    for name, value in fed.items():
-        new.input.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype),
-                                                       list(value.shape)))
+    for name, (dtype, shape) in fed.items():
+        new.input.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)),
+                                                       list(shape)))
     new.initializer.extend(t for t in graph.initializer if t.name in reads and t.name not in fed)
     skip = set(fed) | set(outputs)
     new.value_info.extend(v for v in list(graph.value_info) + list(graph.output) if v.name not in skip)
     for name in outputs:
         new.output.append(helper.make_empty_tensor_value_info(name))
     return model.SerializeToString()
-
-
-def _session(model_bytes: bytes) -> Any:
-    import onnxruntime
-
-    key = hashlib.blake2b(model_bytes, digest_size=20).digest()
-    with _LOCK:
-        session = _CACHE.get(key)
-        if session is not None:
-            _CACHE.move_to_end(key)
-            return session
-    session = onnxruntime.InferenceSession(model_bytes, reference_session_options(),
-                                           providers=["CPUExecutionProvider"])
-    with _LOCK:
-        _CACHE[key] = session
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    return session
 
 
 def _unsupported_custom_nodes(nodes: Any) -> list[Any]:
@@ -270,6 +253,101 @@ def _unsupported_custom_nodes(nodes: Any) -> list[Any]:
     return out
 
 
+class _Plan:
+    """What one (model, node range, outputs, fed tensors) needs, worked out once: the session, the
+    names to feed, where their values come from, what to fetch. Cached with the session."""
+
+    def __init__(self, proto: Any, first: int, last: int, full: bool, given: frozenset, given_specs: tuple,
+                 annotations: dict[str, Any]) -> None:
+        import onnxruntime
+        from onnx import numpy_helper
+
+        graph = proto.graph
+        nodes = graph.node[first:last + 1]
+        # What the nodes read before (or without) producing it comes from the context; everything
+        # produced by a node of the range is computed by the session.
+        produced: set[str] = set()
+        external: list[str] = []
+        seen: set[str] = set()
+        produced_anywhere = {n for node in nodes for n in node.output if n}
+        for node in nodes:
+            for name in list(node.input) + sorted(_subgraph_reads(node)):
+                if name and name not in produced and name not in seen:
+                    if name in produced_anywhere:
+                        raise AssertionError("Nodes must be topologically sorted.")
+                    seen.add(name)
+                    external.append(name)
+            produced.update(n for n in node.output if n)
+        initializers = {t.name: t for t in graph.initializer}
+        declared = {v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info)
+                    if v.type.HasField("tensor_type")}
+        for name in external:
+            if name not in declared and name not in initializers and name not in given:
+                raise ValueError(f"execute_onnx: tensor {name!r} is read by the nodes to run but is neither a graph "
+                                 f"input, an initializer, nor given in input_dict (nor produced before it is read)")
+        # Unchanged initializers stay constants of the session (ONNX Runtime may fold them);
+        # anything else is fed at run time (given, zeros, or a value to sanitize first).
+        self.fed = [n for n in external if n not in initializers or n in given or n in annotations]
+        self.graph_outputs = [o.name for o in graph.output]
+        if full:
+            self.wanted = [n for node in nodes for n in node.output if n]
+        else:
+            self.wanted = [n for n in self.graph_outputs if n in produced]
+        checked = [n for n in sorted(produced) if n in annotations and n not in self.wanted]
+        self.fetch = list(dict.fromkeys(self.wanted + checked))
+        self.annotations = annotations
+        # Values of unchanged initializers and zeros the context needs (not produced, not given).
+        self.constants = {}
+        for name in set(self.fed) | set(self.graph_outputs):
+            if name in given or name in produced:
+                continue
+            if name in initializers:
+                self.constants[name] = numpy_helper.to_array(initializers[name])
+        self.session = None
+        if self.fetch:
+            specs = dict(given_specs)
+            fed_specs = {}
+            for name in self.fed:
+                if name in specs:
+                    fed_specs[name] = specs[name]
+                elif name in initializers:
+                    value = self.constants[name]
+                    fed_specs[name] = (value.dtype.str, value.shape)
+                else:
+                    fed_specs[name] = _declared_spec(graph, name)
+            model_bytes = _build_model(proto, first, last, fed_specs, self.fetch)
+            self.session = onnxruntime.InferenceSession(model_bytes, reference_session_options(),
+                                                        providers=["CPUExecutionProvider"])
+
+
+def _declared_spec(graph: Any, name: str) -> tuple[str, tuple[int, ...]]:
+    from onnx import helper
+
+    for value_info in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if value_info.name == name:
+            zeros = _zeros(value_info)
+            return zeros.dtype.str, zeros.shape
+    raise KeyError(name)
+
+
+def _declared_tensors(graph: Any) -> dict[str, Any]:
+    """{name: ValueInfo or TensorProto} for every tensor qonnx's context holds (later entries win, as
+    the initializers' values overwrite the zeros there)."""
+    tensors: dict[str, Any] = {}
+    for value_info in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if value_info.type.HasField("tensor_type"):
+            tensors[value_info.name] = value_info
+    for tensor in graph.initializer:
+        tensors[tensor.name] = tensor
+    return tensors
+
+
+def _shape_of(entry: Any) -> tuple[int, ...]:
+    if hasattr(entry, "dims"):  # TensorProto
+        return tuple(entry.dims)
+    return tuple(d.dim_value for d in entry.type.tensor_type.shape.dim)
+
+
 def execute_onnx(model: Any, input_dict: dict[str, np.ndarray], return_full_exec_context: bool = False,
                  start_node: Any = None, end_node: Any = None) -> dict[str, Any]:
     """Execute the model on `input_dict` as ``qonnx.core.onnx_exec.execute_onnx`` does, bit for bit,
@@ -283,9 +361,10 @@ def execute_onnx(model: Any, input_dict: dict[str, np.ndarray], return_full_exec
     qonnx. Values of `input_dict` whose name is not a tensor of the model are ignored; one whose
     shape differs from the declared shape raises.
 
-    Unlike qonnx it does not need every tensor's shape declared. Nodes of qonnx custom ops that
-    polyquant does not implement (MultiThreshold, ...) make it defer to qonnx's own execute_onnx,
-    which must then be installed."""
+    The session (one per model, node range and set of given tensors) is cached on the model's
+    serialized bytes, so a model changed in place gets a new one. Unlike qonnx it does not need
+    every tensor's shape declared. Nodes of qonnx custom ops that polyquant does not implement
+    (MultiThreshold, ...) make it defer to qonnx's own execute_onnx, which must then be installed."""
     proto = _model_proto(model)
     graph = proto.graph
     for prop in proto.metadata_props:
@@ -299,66 +378,62 @@ def execute_onnx(model: Any, input_dict: dict[str, np.ndarray], return_full_exec
     last = len(graph.node) - 1 if end_node is None else _node_index(graph, end_node, "end_node")
     if last < first:
         raise ValueError("execute_onnx: Start/end nodes must define valid subgraph")
-    nodes = graph.node[first:last + 1]
-
-    if _unsupported_custom_nodes(nodes):
+    if _unsupported_custom_nodes(graph.node[first:last + 1]):
         return _defer_to_qonnx(model, proto, input_dict, return_full_exec_context, start_node, end_node)
 
-    context = _empty_context(graph)
+    declared = _declared_tensors(graph)
+    given: dict[str, np.ndarray] = {}
     for name, value in input_dict.items():
-        if name in context and name != "":
+        if name in declared:
             value = np.asarray(value)
-            if context[name].shape != value.shape:
-                raise Exception(f"Shape mismatch for provided input {name}: found {context[name].shape} "
+            if _shape_of(declared[name]) != value.shape:
+                raise Exception(f"Shape mismatch for provided input {name}: found {_shape_of(declared[name])} "
                                 f"expected {value.shape} ")
-            context[name] = value
-
-    # What the nodes read before (or without) producing it comes from the context; everything
-    # produced by a node of the range is computed by the session.
-    produced: set[str] = set()
-    external: list[str] = []
-    for node in nodes:
-        for name in list(node.input) + sorted(_subgraph_reads(node)):
-            if name and name not in produced and name not in external:
-                if any(name in later.output for later in nodes):
-                    raise AssertionError("Nodes must be topologically sorted.")
-                external.append(name)
-        produced.update(n for n in node.output if n)
-    initializers = {t.name for t in graph.initializer}
+            given[name] = value
     annotations = _integer_annotations(graph) if _sanitize_enabled() else {}
-    fed: dict[str, np.ndarray] = {}
-    for name in external:
-        if name not in context:
-            raise ValueError(f"execute_onnx: tensor {name!r} is read by the nodes to run but is neither a graph "
-                             f"input, an initializer, nor given in input_dict (nor produced before it is read)")
-        if name in annotations:
-            context[name] = _sanitize(name, annotations[name], context[name])
-        # Unchanged initializers stay constants of the session (ONNX Runtime may fold them); anything
-        # else is fed at run time.
-        if name not in initializers or name in input_dict or name in annotations:
-            fed[name] = np.ascontiguousarray(context[name])
 
-    graph_outputs = [o.name for o in graph.output]
-    if return_full_exec_context:
-        wanted = [n for node in nodes for n in node.output if n]
-    else:
-        wanted = [n for n in graph_outputs if n in produced]
-    checked = [n for n in produced if n in annotations and n not in wanted]
-    session_outputs = list(dict.fromkeys(wanted + checked))
-    if session_outputs:
-        model_bytes = _build_model(proto, first, last, fed, session_outputs)
-        session = _session(model_bytes)
-        feeds = {i.name: fed[i.name] for i in session.get_inputs()}
-        results = dict(zip(session_outputs, session.run(session_outputs, feeds)))
-        for name in session_outputs:
+    digest = hashlib.blake2b(proto.SerializeToString(), digest_size=20).digest()
+    given_specs = tuple(sorted((n, (v.dtype.str, v.shape)) for n, v in given.items()))
+    key = (digest, first, last, bool(return_full_exec_context), given_specs, tuple(sorted(annotations)))
+    with _LOCK:
+        plan = _CACHE.get(key)
+        if plan is not None:
+            _CACHE.move_to_end(key)
+    if plan is None:
+        plan = _Plan(proto, first, last, bool(return_full_exec_context), frozenset(given), given_specs, annotations)
+        with _LOCK:
+            _CACHE[key] = plan
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
+
+    def initial(name: str) -> Any:
+        if name in given:
+            return given[name]
+        if name in plan.constants:
+            return plan.constants[name]
+        return _zeros(declared[name]) if name in declared else None
+
+    feeds = {}
+    for name in plan.fed:
+        value = initial(name)
+        if name in annotations:
+            value = _sanitize(name, annotations[name], value)
+            given[name] = value  # what qonnx's context holds from then on
+        feeds[name] = np.ascontiguousarray(value)
+    results: dict[str, Any] = {}
+    if plan.session is not None:
+        results = dict(zip(plan.fetch, plan.session.run(plan.fetch, feeds)))
+        for name in plan.fetch:
             if name in annotations and not _allowed(annotations[name], results[name]):
                 # qonnx rounds such a tensor between nodes, which one session cannot do.
                 return _defer_to_qonnx(model, proto, input_dict, return_full_exec_context, start_node, end_node)
-        for name in wanted:
-            context[name] = results[name]
     if return_full_exec_context:
+        context = _empty_context(graph)
+        context.update(given)
+        for name in plan.wanted:
+            context[name] = results[name]
         return context
-    return {name: context[name] for name in graph_outputs}
+    return {name: results[name] if name in results else initial(name) for name in plan.graph_outputs}
 
 
 def _defer_to_qonnx(model: Any, proto: Any, input_dict: dict[str, np.ndarray], full: bool, start_node: Any,

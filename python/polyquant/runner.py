@@ -18,6 +18,7 @@ import re
 import statistics
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,18 +75,23 @@ def progress(iterable, desc, total=None, unit="run"):
 # ONNX Runtime side
 
 
-def make_session(model_path):
-    """An onnxruntime.InferenceSession on the CPU with the polyquant custom-op library registered."""
+def make_session(model_path, reference_numerics=False):
+    """An onnxruntime.InferenceSession on the CPU with the polyquant custom-op library registered and
+    onnxruntime's logging reduced to errors. By default fully optimized (the fast session); with
+    `reference_numerics` under the settings whose standard-op numerics equal qonnx's node-by-node
+    execution (polyquant._execute.reference_session_options: no numerics-changing fusions, no weight
+    prepacking), so that a comparison with qonnx sees only what polyquant's ops compute."""
     import onnxruntime
 
     from polyquant import ort as polyquant_ort
+    from polyquant._execute import reference_session_options
 
     path = Path(model_path)
     if not path.is_file():
         raise CommandError(f"model file not found: {path}")
+    options = reference_session_options() if reference_numerics else polyquant_ort.session_options()
     try:
-        return onnxruntime.InferenceSession(str(path), sess_options=polyquant_ort.session_options(),
-                                            providers=["CPUExecutionProvider"])
+        return onnxruntime.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for invalid models
         raise CommandError(f"onnxruntime cannot load {path}: {exc}") from exc
 
@@ -222,27 +228,80 @@ def _pin_input_shapes(graph, inputs):
     return changed
 
 
-def run_reference(model_path, inputs, repeat=1, show_progress=True):
+def _reference_model(model_path, inputs):
+    from qonnx.core.modelwrapper import ModelWrapper
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ModelWrapper's notes on renamed domains and the like
+        model = ModelWrapper(str(model_path))
+        if _pin_input_shapes(model.model.graph, inputs) or not model.check_all_tensor_shapes_specified():
+            from qonnx.transformation.infer_shapes import InferShapes
+
+            model = model.transform(InferShapes())
+    return model
+
+
+def run_reference(model_path, inputs, repeat=1, show_progress=True, full_context=False):
     """Execute the model with qonnx's execute_onnx (node by node, numpy for the QONNX ops).
-    Returns ({output name: array}, [seconds per run])."""
+    Returns ({output name: array}, [seconds per run]); with `full_context` the dict holds every
+    tensor of qonnx's execution context (intermediates included)."""
     reason = reference_unavailable()
     if reason:
         raise CommandError(reason)
     import qonnx.core.onnx_exec as onnx_exec
-    from qonnx.core.modelwrapper import ModelWrapper
 
-    model = ModelWrapper(str(model_path))
-    if _pin_input_shapes(model.model.graph, inputs) or not model.check_all_tensor_shapes_specified():
-        from qonnx.transformation.infer_shapes import InferShapes
-
-        model = model.transform(InferShapes())
+    model = _reference_model(model_path, inputs)
     outputs, times = {}, []
-    with _single_node_models_at_ir(onnx_exec, model.model.ir_version):
+    with _single_node_models_at_ir(onnx_exec, model.model.ir_version), np.errstate(all="ignore"):
         for _ in progress(range(repeat), "qonnx reference", total=repeat) if show_progress else range(repeat):
             start = time.perf_counter()
-            outputs = onnx_exec.execute_onnx(model, dict(inputs))
+            outputs = onnx_exec.execute_onnx(model, dict(inputs), return_full_exec_context=full_context)
             times.append(time.perf_counter() - start)
-    return {name: np.asarray(value) for name, value in outputs.items()}, times
+    return {name: np.asarray(value) for name, value in outputs.items() if name}, times
+
+
+@dataclass
+class Divergence:
+    """The first node (in graph order, which ONNX requires to be topological) whose output differs."""
+    node_name: str
+    op_type: str
+    domain: str
+    output: str
+    comparison: "Comparison"
+    polyquant_op: bool
+    index: int
+
+    def describe(self):
+        domain = self.domain or "ai.onnx"
+        name = f"'{self.node_name}'" if self.node_name else f"#{self.index} (unnamed)"
+        kind = ("a polyquant op (custom-op library)" if self.polyquant_op
+                else "a standard op run by onnxruntime, not polyquant; its inputs are bit-exact, so onnxruntime's "
+                     "kernel for it computes other bits than the one qonnx ran")
+        return (f"first differing node: {name}, {self.op_type} (domain {domain}), output {self.output!r}: "
+                f"{self.comparison.describe()}; {kind}")
+
+
+def first_divergence(model_path, inputs):
+    """Run the model through polyquant (polyquant.qonnx.execute_onnx: one session with qonnx's
+    standard-op numerics) and through qonnx, both keeping every intermediate tensor, and return the
+    first node whose output differs (a Divergence), or None when every node agrees."""
+    import onnx
+
+    from polyquant import ort as polyquant_ort
+    from polyquant._execute import execute_onnx
+
+    model = onnx.load(str(model_path))
+    ours = execute_onnx(model, dict(inputs), return_full_exec_context=True)
+    theirs, _ = run_reference(model_path, inputs, show_progress=False, full_context=True)
+    for index, node in enumerate(model.graph.node):
+        for output in node.output:
+            if not output or output not in ours or output not in theirs:
+                continue
+            result = compare(np.asarray(ours[output]), theirs[output])
+            if not result.exact:
+                polyquant_op = node.domain in polyquant_ort.DOMAINS and node.op_type in polyquant_ort.OPS
+                return Divergence(node.name, node.op_type, node.domain, output, result, polyquant_op, index)
+    return None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -355,16 +414,33 @@ def run_command(args, out=sys.stdout):
     if not args.reference:
         return 0
 
+    # The fast session above may compute standard ops (MatMul, Gemm, Conv) in another summation
+    # order than qonnx, which runs each alone (fusions such as Transpose+MatMul -> FusedMatMul,
+    # prepacked constant weights): compare from a session with qonnx's standard-op numerics, so a
+    # mismatch can only come from polyquant's ops.
+    ref_session = make_session(args.model, reference_numerics=True)
+    checked, checked_times = run_session(ref_session, inputs, args.repeat, show_progress=False)
+    say(f"polyquant  {_ms(statistics.median(checked_times))} per run in the session checked against qonnx "
+        f"(qonnx's standard-op numerics: basic optimizations without fusions or weight prepacking)")
     ref_repeat = min(args.repeat, args.reference_repeat)
     expected, ref_times = run_reference(args.model, inputs, ref_repeat)
     _save({k: v for k, v in expected.items() if k in outputs}, out_dir / "reference")
     ref_time = statistics.median(ref_times)
     say(f"reference  {_ms(ref_time)} per run (qonnx execute_onnx, median of {len(ref_times)} runs)")
     failed = 0
-    for name, value in outputs.items():
+    for name, value in checked.items():
         result = compare(value, expected[name]) if name in expected else Comparison(False, problem="missing in reference")
         failed += not result.exact
         say(f"check      {name}: {result.describe()}")
-    verdict = "bit-exact" if not failed else f"MISMATCH in {failed} of {len(outputs)} outputs"
+        fast = compare(outputs[name], value)
+        if result.exact and not fast.exact:
+            say(f"note       {name}: the fully optimized session differs ({fast.describe()}): onnxruntime's fusions "
+                f"change standard ops' summation order; polyquant's ops are not involved")
+    verdict = "bit-exact" if not failed else f"MISMATCH in {failed} of {len(checked)} outputs"
     say(f"result     {verdict}; speedup {ref_time / pq_time:.1f}x over qonnx execute_onnx (median / median)")
+    if failed:
+        divergence = first_divergence(args.model, inputs)
+        say("where      " + (divergence.describe() if divergence else
+                              "every node's output agrees when intermediates are kept (the difference needs "
+                              "the fused graph)"))
     return 1 if failed else 0
