@@ -118,7 +118,7 @@ def test_run_seed_changes_random_inputs(tmp_path):
 
 
 def test_run_reference_mismatch_gives_exit_status_1(tmp_path, monkeypatch):
-    def off_by_one_ulp(model_path, inputs, repeat=1, show_progress=True):
+    def off_by_one_ulp(model_path, inputs, repeat=1, show_progress=True, full_context=False):
         session = runner.make_session(model_path)
         outputs, times = runner.run_session(session, inputs, repeat, show_progress=False)
         y = outputs["y"].copy()
@@ -130,6 +130,94 @@ def test_run_reference_mismatch_gives_exit_status_1(tmp_path, monkeypatch):
     status, text = polyquant_cli("run", MODEL, "--reference", "--repeat", 1, "-o", tmp_path)
     assert status == 1
     assert "y: 3 of 2560 elements differ, max abs diff" in text and "MISMATCH in 1 of 1 outputs" in text
+    # only y differs in this fake reference: its producer, the output FloatQuant, is named
+    assert "where      first differing node: 'y', FloatQuant (domain qonnx.custom_op.general)" in text, text
+
+
+BREVITAS = ROOT / "tests" / "data" / "brevitas"
+BREVITAS_MODELS = ["mlp_perchannel", "conv_perchannel", "truncavgpool", "bipolar", "fp8"]
+
+
+@pytest.mark.parametrize("name", BREVITAS_MODELS)
+def test_run_reference_on_brevitas_exports(name, tmp_path):
+    """Raw Brevitas QONNX exports (per-channel weights, unsigned activations, Trunc from
+    TruncAvgPool2d, bipolar, FP8): bit-exact against qonnx, and against the output qonnx gave
+    when the model was made. On mlp_perchannel the fully optimized session differs from qonnx
+    (FusedMatMul's batch-1 path): compared from that session, this run failed."""
+    require_qonnx()
+    model = BREVITAS / f"{name}.onnx"
+    status, text = polyquant_cli("run", model, "--input", BREVITAS / f"{name}.input.npy", "--reference",
+                                 "--repeat", 2, "--reference-repeat", 1, "-o", tmp_path)
+    assert status == 0, text
+    assert "result     bit-exact" in text and "MISMATCH" not in text
+    assert "in the session checked against qonnx" in text
+    (output,) = [p for p in tmp_path.glob("*.npy")]
+    expected = np.load(BREVITAS / f"{name}.expected.npy")
+    assert runner.compare(np.load(tmp_path / "reference" / output.name), expected).exact
+    fast = runner.compare(np.load(output), expected)  # DIR/NAME.npy comes from the fast session
+    assert fast.exact == ("the fully optimized session differs" not in text)
+    if name != "mlp_perchannel":
+        assert fast.exact
+
+
+def test_run_reference_mismatch_names_the_first_differing_node(tmp_path, monkeypatch):
+    """A reference that differs at one QONNX node (qonnx's int_quant made one ulp off for the
+    per-channel weight quantizer): the run fails and names that node, its op, domain, and that it is
+    a polyquant op; nodes after it differ too but are not blamed."""
+    require_qonnx()
+    import qonnx.custom_op.general.intquant as intquant
+
+    real = intquant.int_quant
+
+    def off_for_weights(inp_tensor, scale, *args, **kwargs):
+        out = real(inp_tensor, scale, *args, **kwargs)
+        if np.ndim(scale) == 2:  # the weight quantizers' per-row scales
+            out = np.nextafter(out, np.float32(np.inf)).astype(out.dtype)
+        return out
+
+    monkeypatch.setattr(intquant, "int_quant", off_for_weights)
+    model = BREVITAS / "mlp_perchannel.onnx"
+    status, text = polyquant_cli("run", model, "--reference", "--repeat", 1, "--reference-repeat", 1, "-o", tmp_path)
+    assert status == 1, text
+    assert "MISMATCH in 1 of 1 outputs" in text
+    import onnx
+
+    graph = onnx.load(str(model)).graph
+    first_weight_quant = next(n for n in graph.node if n.op_type == "Quant" and
+                              any(i.endswith("weight") for i in n.input))
+    where = next(line for line in text.splitlines() if line.startswith("where"))
+    assert f"'{first_weight_quant.name}', Quant (domain qonnx.custom_op.general)" in where, where
+    assert "a polyquant op" in where
+
+
+def test_first_divergence_in_a_standard_op(tmp_path, monkeypatch):
+    """When the first differing node is a standard op, the report says onnxruntime, not polyquant."""
+    require_qonnx()
+    model = BREVITAS / "conv_perchannel.onnx"
+    session = runner.make_session(model)
+    inputs = runner.random_inputs(session, seed=3)
+    assert runner.first_divergence(model, inputs) is None
+    import qonnx.core.onnx_exec as onnx_exec
+
+    real = onnx_exec.execute_node
+
+    def relu_off(node, context, graph, *args, **kwargs):
+        real(node, context, graph, *args, **kwargs)
+        if node.op_type == "Relu":
+            context[node.output[0]] = context[node.output[0]] + np.float32(1)
+
+    monkeypatch.setattr(onnx_exec, "execute_node", relu_off)
+    found = runner.first_divergence(model, inputs)
+    assert found is not None and found.op_type == "Relu" and found.domain == "" and not found.polyquant_op
+    assert "Relu (domain ai.onnx)" in found.describe() and "onnxruntime" in found.describe()
+
+
+def test_run_prints_no_onnxruntime_warnings_on_a_raw_export(tmp_path):
+    """A raw export lists its initializers as graph inputs; onnxruntime would warn about each."""
+    done = subprocess.run([sys.executable, "-m", "polyquant", "run", str(BREVITAS / "conv_perchannel.onnx"),
+                           "--repeat", "1", "-o", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
 
 
 def test_run_reference_without_qonnx_is_a_clear_error(tmp_path, monkeypatch, capsys):
