@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["execute_onnx", "REFERENCE_OPTIMIZATION", "reference_session_options", "clear_cache"]
+__all__ = ["execute_onnx", "REFERENCE_OPTIMIZATION", "reference_session_options", "reconcile_trunc_versions",
+           "clear_cache"]
 
 # ONNX Runtime's optimizers that rewrite standard ops into others computing different bits: they
 # change the summation order or fold a multiplication/addition into another op's weights. qonnx runs
@@ -208,6 +209,19 @@ def _reconcile_trunc(node: Any, opsets: dict[str, int]) -> Any:
                          f"{version}, which makes it Trunc v2 with 6 inputs (X, scale, zeropt, in_bitwidth, "
                          f"out_scale, out_bitwidth), but the node has 5 (the v1 signature)")
     return node
+
+
+def reconcile_trunc_versions(proto: Any) -> int:
+    """Rewrite, in place, the Trunc nodes whose input count disagrees with the version qonnx would
+    run (see _reconcile_trunc); returns how many changed. For sessions made from a model file."""
+    opsets = {o.domain: o.version for o in proto.opset_import}
+    changed = 0
+    for index, node in enumerate(proto.graph.node):
+        fixed = _reconcile_trunc(node, opsets)
+        if fixed is not node:
+            proto.graph.node[index].CopyFrom(fixed)
+            changed += 1
+    return changed
 
 
 def _build_model(proto: Any, first: int, last: int, fed: dict[str, tuple[str, tuple[int, ...]]],

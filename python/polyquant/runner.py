@@ -90,10 +90,32 @@ def make_session(model_path, reference_numerics=False):
     if not path.is_file():
         raise CommandError(f"model file not found: {path}")
     options = reference_session_options() if reference_numerics else polyquant_ort.session_options()
+    model = str(path)
+    if _has_trunc(path):
+        # qonnx picks the Trunc version from the opset import, the custom-op library from the input
+        # count: make the count say what qonnx would run (or refuse a Trunc qonnx cannot run either).
+        import onnx
+
+        from polyquant._execute import reconcile_trunc_versions
+
+        proto = onnx.load(str(path))
+        try:
+            if reconcile_trunc_versions(proto):
+                model = proto.SerializeToString()
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
     try:
-        return onnxruntime.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        return onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for invalid models
         raise CommandError(f"onnxruntime cannot load {path}: {exc}") from exc
+
+
+def _has_trunc(path):
+    """Whether the model file mentions a Trunc op (a cheap byte search before parsing it)."""
+    try:
+        return b"Trunc" in Path(path).read_bytes()
+    except OSError:
+        return False
 
 
 def input_spec(node_arg):

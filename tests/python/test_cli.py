@@ -212,6 +212,41 @@ def test_first_divergence_in_a_standard_op(tmp_path, monkeypatch):
     assert "Relu (domain ai.onnx)" in found.describe() and "onnxruntime" in found.describe()
 
 
+def _trunc_model(path, inputs, opset):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    names = ["x", "scale", "zeropt", "in_bw", "out_scale", "out_bw"][:inputs]
+    if inputs == 5:
+        names[4] = "out_bw"
+    values = {"scale": 1.0, "zeropt": 0.0, "in_bw": 8.0, "out_scale": 16.0, "out_bw": 4.0}
+    node = helper.make_node("Trunc", names, ["y"], domain="qonnx.custom_op.general", rounding_mode="FLOOR",
+                            name="t0")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                              [numpy_helper.from_array(np.asarray(values[n], np.float32), n) for n in names[1:]])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("qonnx.custom_op.general", opset)],
+                              ir_version=8)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_run_reference_trunc_version_as_qonnx_picks_it(tmp_path, capsys):
+    """A 6-input Trunc in a model importing its domain at version 1 runs v1 in qonnx (out_scale read
+    as out_bitwidth); the runner makes the custom-op library run it so too. A 5-input Trunc imported
+    at version 2 is refused with the node named (qonnx fails on it as well)."""
+    require_qonnx()
+    model = _trunc_model(tmp_path / "v1_six_inputs.onnx", 6, 1)
+    status, text = polyquant_cli("run", model, "--reference", "--repeat", 1, "--seed", 4, "-o", tmp_path / "a")
+    assert status == 0, text
+    assert "result     bit-exact" in text
+    model = _trunc_model(tmp_path / "v2_five_inputs.onnx", 5, 2)
+    status, _ = polyquant_cli("run", model, "--repeat", 1, "-o", tmp_path / "b")
+    assert status == 2
+    assert "Trunc node 't0'" in capsys.readouterr().err
+
+
 def test_run_prints_no_onnxruntime_warnings_on_a_raw_export(tmp_path):
     """A raw export lists its initializers as graph inputs; onnxruntime would warn about each."""
     done = subprocess.run([sys.executable, "-m", "polyquant", "run", str(BREVITAS / "conv_perchannel.onnx"),
