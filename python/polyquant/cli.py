@@ -131,14 +131,19 @@ def build_parser():
                     "--seed; symbolic dimensions become 1. Outputs are saved as DIR/NAME.npy, the inputs used as "
                     "DIR/inputs/NAME.npy. With --reference the model is also executed by qonnx's execute_onnx and "
                     "every output must match bit for bit (NaN equals NaN, the sign of zero counts); a mismatch "
-                    "gives exit status 1.")
+                    "gives exit status 1 and names the first node whose output differs. The comparison runs in a "
+                    "second session whose standard ops compute what qonnx's do (no fusions, no weight "
+                    "prepacking), so only polyquant's ops are checked; the fast, fully optimized session is "
+                    "timed and saved apart. onnxruntime's log is limited to errors.")
     run.add_argument("model", metavar="MODEL.onnx", help="the model file")
     run.add_argument("--input", "-i", action="append", metavar="NAME=FILE.npy",
                      help="value of input NAME (repeatable; FILE.npy alone if the model has one input)")
     run.add_argument("--output-dir", "-o", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
                      help="where to save the outputs (default: ./%(default)s)")
     run.add_argument("--reference", action="store_true",
-                     help="also run qonnx's execute_onnx and check the outputs are bit-exact; report the speedup")
+                     help="also run qonnx's execute_onnx and check the outputs are bit-exact (from a session with "
+                          "qonnx's standard-op numerics); report the speedup, and on a mismatch the first "
+                          "differing node")
     run.add_argument("--repeat", "-n", type=_positive_int, default=10, metavar="N",
                      help="timed runs after one warm-up; the median is reported (default: %(default)s)")
     run.add_argument("--reference-repeat", type=_positive_int, default=3, metavar="N",

@@ -282,3 +282,37 @@ def test_timing_against_qonnx(case, rng, record_property):
     print(f"\n{case}: polyquant execute_onnx {ours:.3f} ms, qonnx execute_onnx {theirs:.3f} ms, "
           f"{theirs / ours:.0f}x")
     assert ours > 0 and theirs > 0
+
+
+def test_integer_annotations_are_sanitized_as_in_qonnx(rng, same):
+    """qonnx rounds tensors annotated with an integer datatype before each node reads them (a
+    warning; an error beyond 1e-2): eltwise_chanlast annotates its input UINT8."""
+    model, inputs = load_case("eltwise-chanlast", rng)
+    (name,) = inputs
+    nudged = {name: inputs[name] + np.float32(0.004)}
+    wrapper = wrapped(model)
+    with pytest.warns(UserWarning, match="rounded to match the datatype annotation"):
+        got = pq.execute_onnx(wrapper, dict(nudged), True)
+    assert_same_context(got, qonnx_run(wrapper, nudged, True), same)
+    far = {name: inputs[name] + np.float32(0.25)}
+    with pytest.raises(Exception, match="Rounding error is too high"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pq.execute_onnx(wrapper, far)
+
+
+def test_annotated_intermediate_that_needs_rounding_defers_to_qonnx(rng):
+    """An intermediate annotated as integer whose values are not integers: qonnx rounds (or, as
+    here, refuses) between nodes, which one session cannot; execute_onnx hands the model to qonnx."""
+    model, inputs = load_case("conv_perchannel", rng)
+    wrapper = wrapped(model)
+    quant_out = next(n.output[0] for n in wrapper.graph.node if n.op_type == "Quant")
+    from qonnx.core.datatype import DataType
+
+    wrapper.set_tensor_datatype(quant_out, DataType["INT8"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(Exception, match="Rounding error is too high"):
+            qonnx_run(wrapper, inputs)
+        with pytest.raises(Exception, match="Rounding error is too high"):
+            pq.execute_onnx(wrapper, dict(inputs))
+    assert _execute._sanitize_enabled()
