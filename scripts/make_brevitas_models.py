@@ -18,9 +18,11 @@ inference, which execute_onnx needs). The networks:
 * conv_perchannel: 8-bit unsigned input, Conv with per-output-channel 4-bit weights, unsigned
   QuantReLU, QuantLinear with per-channel weights (Transpose(Quant(W)) -> MatMul in the export,
   which ONNX Runtime fuses into FusedMatMul unless told not to).
-* mlp_perchannel: QuantLinear 256 -> 32 with per-channel 5-bit weights (a long dot product: the
-  summation order of a prepacked or fused MatMul shows), unsigned 4-bit QuantReLU, QuantLinear 32 -> 256, unsigned 8-bit QuantReLU, QuantLinear 256 -> 16 whose MatMul
-  is the output.
+* mlp_perchannel: batch 1; QuantLinear 256 -> 32 with per-channel 5-bit weights, unsigned 4-bit
+  QuantReLU, QuantLinear 32 -> 256, unsigned 8-bit QuantReLU, QuantLinear 256 -> 16 whose MatMul is
+  the output: a long dot product in the batch-1 (GEMV) path, where ONNX Runtime's FusedMatMul
+  (Transpose+MatMul, its "extended" optimization level) sums in another order than the MatMul
+  qonnx runs, and the outputs differ in the last bits.
 * truncavgpool: QuantConv2d -> QuantReLU -> TruncAvgPool2d (a Trunc node) -> QuantLinear.
 * bipolar: binary weights and activations (BipolarQuant) in a small MLP.
 * fp8: OCP FP8 E4M3 activations (per tensor) and weights (per channel), FloatQuant nodes, in a

@@ -451,7 +451,8 @@ def run_command(args, out=sys.stdout):
     say(f"reference  {_ms(ref_time)} per run (qonnx execute_onnx, median of {len(ref_times)} runs)")
     failed = 0
     for name, value in checked.items():
-        result = compare(value, expected[name]) if name in expected else Comparison(False, problem="missing in reference")
+        result = (compare(value, expected[name]) if name in expected
+                  else Comparison(False, problem="missing in reference"))
         failed += not result.exact
         say(f"check      {name}: {result.describe()}")
         fast = compare(outputs[name], value)
