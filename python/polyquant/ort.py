@@ -21,9 +21,19 @@ of their input dtypes; ONNX Runtime 1.17 and 1.18 ignore the output type the lib
 use the last input's, so there a node whose inputs differ in dtype fails with a clear error (inputs
 of one dtype, the usual case, work everywhere).
 
-Errors in a node (a missing required attribute, an unknown rounding mode, shapes that do not
-broadcast, ...) fail the session creation or the run with a message naming the node and the
-parameter.
+Errors in a node (a missing required attribute, an unknown rounding mode, a rounding_mode that
+is not a string or holds a NUL, shapes that do not broadcast, ...) fail the session creation or
+the run with a message naming the node and the parameter.
+
+:func:`session_options` also limits onnxruntime's log to errors: raw PyTorch/Brevitas exports list
+their initializers as graph inputs, and onnxruntime warns once per initializer about that.
+
+Numerics: onnxruntime's graph optimizations change the summation order of some standard ops
+(Transpose+MatMul fused into FusedMatMul; MatMul weights prepacked once constant), so a fully
+optimized session may differ from qonnx's node-by-node execution in the last bits of MatMul/Gemm
+outputs, polyquant's ops being bit-exact. ``polyquant._execute.reference_session_options()``
+gives the settings that equal qonnx (what ``polyquant.qonnx.execute_onnx`` and
+``polyquant run --reference`` use).
 """
 
 from __future__ import annotations
