@@ -99,10 +99,11 @@ def reference(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> np.ndarray:
         return np.asarray(fn(*args, **kwargs))
 
 
-def node_int_quant(*args: Any) -> np.ndarray:
-    """An IntQuant node's output: polyquant's int_quant (qonnx's order and dtype) cast to float32,
-    as qonnx's execute_node casts it."""
-    return np.asarray(pq.int_quant(*args)).astype(np.float32)
+def node_int_quant(x: Any, scale: Any, zeropt: Any, bitwidth: Any, signed: int, narrow: int,
+                   rounding_mode: str = "ROUND") -> np.ndarray:
+    """An IntQuant node's output (rounding_mode defaults to ROUND in the node, not in qonnx's
+    function): polyquant's int_quant cast to float32, as qonnx's execute_node casts it."""
+    return np.asarray(pq.int_quant(x, scale, zeropt, bitwidth, signed, narrow, rounding_mode)).astype(np.float32)
 
 
 # ---- test data --------------------------------------------------------------------------------
