@@ -14,6 +14,9 @@ from typing import Any
 
 import numpy as np
 
+# The most dimensions a tensor may have (the core's kMaxRank).
+_MAX_RANK = 8
+
 # Element types the core accepts (numpy spelling). X must be one of the floating ones.
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _PARAM_DTYPES = frozenset(
@@ -47,6 +50,8 @@ def _as_array(obj: Any, name: str) -> np.ndarray:
         raise TypeError(
             f"{name}: unsupported dtype {a.dtype}; expected float16/32/64, (u)int8/16/32/64 or bool"
         )
+    if a.ndim > _MAX_RANK:
+        raise ValueError(f"{name}: rank {a.ndim} exceeds the maximum of {_MAX_RANK} dimensions")
     # The core reads elements through typed pointers: strides must be whole elements and the data
     # aligned (numpy allows neither to fail, e.g. for views into packed structured arrays).
     if not a.flags.aligned or any(s % a.itemsize for s in a.strides):
@@ -106,6 +111,13 @@ def as_out(out: Any) -> np.ndarray | None:
         raise TypeError(f"out: expected a numpy array or None, got {type(out).__name__}")
     if not out.flags.writeable:
         raise ValueError("out: the array is read-only")
+    if not out.dtype.isnative:
+        raise ValueError(
+            f"out: the array's byte order is not the machine's (dtype {out.dtype.str}); results are written in "
+            f"native order, so pass e.g. np.empty(shape, {out.dtype.newbyteorder('=').str!r}) and convert afterwards"
+        )
+    if out.ndim > _MAX_RANK:
+        raise ValueError(f"out: rank {out.ndim} exceeds the maximum of {_MAX_RANK} dimensions")
     if not out.flags.aligned or any(s % out.itemsize for s in out.strides):
         raise ValueError("out: the array must be aligned with whole-element strides")
     return out

@@ -90,10 +90,12 @@ def make_cases(peers=True):
              lambda x, **kw: pq.trunc(x, s_trunc, zero, b8, b4, "FLOOR", **kw),
              ref and (lambda x: ref_trunc.trunc_v1(x, s_trunc, zero, b8, b4, "FLOOR"))),
         Case("trunc_v2", "Trunc v2, 8 -> 4 bits, out_scale 16*scale, signed, FLOOR", False,
-             lambda x, **kw: pq.trunc_v2(x, s_trunc, zero, b8, s_out, b4, "FLOOR", 1, 0, **kw),
+             lambda x, **kw: pq.trunc_v2(x, s_trunc, zero, b8, 0, 1, s_out, b4, "FLOOR", **kw),
              ref and (lambda x: ref_trunc.trunc_v2(x, s_trunc, zero, b8, 0, 1, s_out, b4, "FLOOR"))),
         Case("floatquant", "FloatQuant FP8 E4M3 (bias 7, max 448, NaN, saturating), ROUND", False,
-             lambda x, **kw: pq.float_quant(x, s_fp8, e4, m3, bias7, max448, 0, 1, 1, 1, "ROUND", **kw),
+             # As the FloatQuant node computes it: float32 output (the function itself returns float64).
+             lambda x, out=None: pq.float_quant(x, s_fp8, e4, m3, bias7, True, max448, 0, 1, 1, "ROUND", 1,
+                                                out=np.empty(x.shape, np.float32) if out is None else out),
              ref and (lambda x: as_f32(ref_float.float_quant(x, s_fp8, e4, m3, bias7, True, max448,
                                                              0, 1, 1, "ROUND", 1)))),
     ]

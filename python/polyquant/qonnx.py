@@ -1,31 +1,61 @@
-"""QONNX quantization operators, bit-exact with qonnx 1.0.0's numpy functions.
+"""QONNX quantization operators, bit-exact with qonnx 1.0.0's numpy functions: a drop-in.
 
-Names and parameter order are qonnx's own (``qonnx.custom_op.general``): ``int_quant`` (alias
-``quant``), ``bipolar_quant``, ``trunc`` (Trunc v1), ``trunc_v2`` and ``float_quant``.
+The public functions have qonnx's own names, parameter names, order and defaults
+(``qonnx.custom_op.general.{intquant,quant,bipolar_quant,trunc,floatquant}``), so code switches by
+changing the import::
+
+    int_quant(inp_tensor, scale, zeropt, bitwidth, signed, narrow, rounding_mode)
+    quant                                  # qonnx's alias of int_quant
+    binary_quant(inp_tensor, scale)        # BipolarQuant
+    trunc_v1(inp_tensor, scale, zeropt, input_bit_width, output_bit_width, rounding_mode)
+    trunc_v2(inp_tensor, scale, zeropt, input_bit_width, narrow, signed, output_scale,
+             output_bit_width, rounding_mode)
+    float_quant(X, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias=None, signed=True,
+                max_val=None, has_inf=False, has_nan=False, has_subnormal=False,
+                rounding_mode="ROUND", saturation=True)
+    min_int(signed, narrow_range, bit_width), max_int(signed, narrow_range, bit_width)
+    compute_max_val(exponent_bitwidth, mantissa_bitwidth, exponent_bias=None)
+    compute_default_exponent_bias(exponent_bitwidth)
+    resolve_rounding_mode(mode_string)
+    execute_onnx(model, input_dict, return_full_exec_context=False, start_node=None, end_node=None)
+
+Every op also takes a keyword-only ``out=`` (see below). ``bipolar_quant`` and ``trunc`` remain as
+aliases of ``binary_quant`` and ``trunc_v1`` (same positional order). Changed in this release:
+``trunc_v2`` and ``float_quant`` used to take their parameters in another order
+(``trunc_v2(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth, rounding_mode, signed, narrow)``,
+``float_quant(x, scale, E, m, bias, max_val, has_inf, has_nan, has_subnormal, saturation,
+rounding_mode)``); they now take qonnx's, and keyword names are qonnx's throughout.
+
+Results have exactly the type qonnx's function returns for the same inputs: the numpy-promoted
+dtype for int_quant, binary_quant and the Truncs (qonnx's ONNX nodes cast IntQuant to float32,
+its functions do not), float64 for float_quant (its clip against the float64 limit promotes; this
+is the exact double the float32 node output is rounded from), and a numpy scalar instead of a 0-d
+array, as numpy arithmetic returns. ``float_quant(..., signed=False)`` is an unsigned minifloat:
+clipped to [0, M], and with ``saturation=False`` negative values become -inf (has_inf) or NaN
+(has_nan), exactly as qonnx does.
 
 Tensors may be numpy arrays, numpy or Python scalars, nested sequences, or any object exposing
-``__dlpack__`` (a CPU tensor, read without copying) or ``__array__``. Any strides are accepted.
-Parameters broadcast with ``x`` like numpy operands do, so the output may be larger than ``x``.
-
-Dtypes follow numpy 2 (NEP 50), as the reference does when run under numpy 2: each step is done
-in the promoted dtype of its operands, as numpy evaluates it (``x / scale`` in the dtype of x and
-scale, ``+ zeropt`` in that and zeropt's; float32 throughout for float32 inputs). Python scalars are "weak" and take ``x``'s
-dtype. ``int_quant`` and ``float_quant`` return float32 (qonnx casts their output);
-``bipolar_quant``, ``trunc`` and ``trunc_v2`` return the promoted dtype.
+``__dlpack__`` (a CPU tensor, read without copying) or ``__array__``, with any strides (zero,
+negative, broadcast views), at most 8 dimensions. Parameters broadcast with the input like numpy
+operands do, so the output may be larger than the input. Each step is computed in the dtype numpy 2
+(NEP 50) computes it in, as the reference does: ``x / scale`` in the dtype of x and scale,
+``+ zeropt`` in that and zeropt's, and so on; Python scalars are "weak" and take the input's dtype.
 
 Integer attributes (``signed``, ``narrow``, ``has_inf``, ...) accept bools and ints; any non-zero
 value is true. ``rounding_mode`` is one of ROUND, HALF_EVEN, CEIL, FLOOR, UP, DOWN, HALF_UP,
 HALF_DOWN, in any letter case. Bad input raises ValueError or TypeError naming the parameter.
 
-The computation runs in compiled code with the GIL released. Every function also takes a
-keyword-only ``out=``: a writable numpy array of exactly the output's shape and dtype (any strides)
-to write into instead of allocating one, as numpy ufuncs do; it is returned. ``out`` may be ``x``
-itself (in place) but must not otherwise overlap an input.
+The computation runs in compiled code with the GIL released. ``out=`` is a writable numpy array of
+exactly the output's shape (any strides, native byte order) to write into instead of allocating;
+it is returned. Its dtype is the function's, or any other float dtype to round the result into
+(float32 gives the ONNX node's output). ``out`` may share memory with the input in any layout
+(``out=x`` in place; ``out=x[::-1]`` or ``out=x.T`` are buffered, as numpy ufuncs do).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Union
+import math
+from typing import Any, Callable, Protocol, Union
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -33,7 +63,22 @@ from numpy.typing import ArrayLike
 from . import _polyquant_ext as _ext
 from ._convert import as_data, as_flag, as_out, as_param, as_rounding_mode
 
-__all__ = ["bipolar_quant", "execute_onnx", "float_quant", "int_quant", "quant", "trunc", "trunc_v2"]
+__all__ = [
+    "binary_quant",
+    "bipolar_quant",
+    "compute_default_exponent_bias",
+    "compute_max_val",
+    "execute_onnx",
+    "float_quant",
+    "int_quant",
+    "max_int",
+    "min_int",
+    "quant",
+    "resolve_rounding_mode",
+    "trunc",
+    "trunc_v1",
+    "trunc_v2",
+]
 
 
 class SupportsDLPack(Protocol):
@@ -47,28 +92,127 @@ class SupportsDLPack(Protocol):
 TensorLike = Union[ArrayLike, SupportsDLPack]
 
 
+def _result(value: np.ndarray, out: np.ndarray | None) -> Any:
+    """numpy arithmetic on 0-d operands gives a numpy scalar, and so do qonnx's functions."""
+    if out is None and value.ndim == 0:
+        return value[()]
+    return value
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers (pure numpy, as qonnx defines them)
+
+
+def min_int(signed: bool, narrow_range: bool, bit_width: int) -> int:
+    """Smallest integer of a ``bit_width``-bit quantizer: ``-2**(b-1)`` signed (``+1`` when
+    narrow), 0 unsigned. Evaluated with the operand's own arithmetic (Python ints stay exact, numpy
+    arrays keep their dtype), as qonnx does."""
+    if signed:
+        return -(2 ** (bit_width - 1)) + (1 if narrow_range else 0)
+    return 0 * bit_width
+
+
+def max_int(signed: bool, narrow_range: bool, bit_width: int) -> int:
+    """Largest integer of a ``bit_width``-bit quantizer: ``2**(b-1) - 1`` signed, ``2**b - 1``
+    unsigned (``2**b - 2`` when narrow: narrow applies to unsigned ranges too)."""
+    if signed:
+        return 2 ** (bit_width - 1) - 1
+    return 2**bit_width - (2 if narrow_range else 1)
+
+
+def compute_default_exponent_bias(exponent_bitwidth: Any) -> Any:
+    """The IEEE-style bias of an ``E``-bit exponent: ``2.0**(E - 1) - 1``."""
+    return (2.0 ** (exponent_bitwidth - 1)) - 1
+
+
+def _max_mantissa(mantissa_bitwidth: Any) -> np.float64:
+    """``sum(2.0 ** -k)`` over k = 0 .. ceil(m + 1) - 1 (the terms of ``arange(0, -m - 1, -1)``),
+    summed as numpy's ``np.sum`` does (pairwise). Terms past k = 1074 are 0 in float64 and numpy's
+    pairwise split puts them all in later halves, so a huge m is reduced to the first half-split
+    below a few thousand terms before summing: the same grouping, the same bits, no huge array."""
+    m = np.asarray(mantissa_bitwidth)
+    if m.size != 1:
+        raise ValueError(f"mantissa_bitwidth: must have exactly one element, got shape {m.shape}")
+    count = math.ceil(float(m.reshape(-1)[0]) + 1.0)
+    if count <= 0:
+        return np.float64(0.0)
+    while count > 4096:
+        half = count // 2
+        count = half - half % 8
+    return np.sum(np.ldexp(1.0, -np.arange(count)))
+
+
+def compute_max_val(exponent_bitwidth: Any, mantissa_bitwidth: Any, exponent_bias: Any = None) -> Any:
+    """Largest finite value of the minifloat format: ``(2 - 2**-m) * 2**(2**E - 1 - bias)`` with
+    every exponent code usable (a format's reserved codes are expressed through ``max_val``); the
+    mantissa series is summed in float64 and the power in the dtype of E and bias, as in qonnx."""
+    if exponent_bias is None:
+        exponent_bias = compute_default_exponent_bias(exponent_bitwidth)
+    max_exponent = (2.0**exponent_bitwidth) - 1.0 - exponent_bias
+    return _max_mantissa(mantissa_bitwidth) * (2**max_exponent)
+
+
+def _round_up(x: Any) -> Any:
+    return np.sign(x) * np.ceil(np.abs(x))
+
+
+def _round_half_up(x: Any) -> Any:
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def _round_half_down(x: Any) -> Any:
+    return np.sign(x) * np.ceil(np.abs(x) - 0.5)
+
+
+_ROUNDING_FUNCTIONS: dict[str, Callable[[Any], Any]] = {
+    "ROUND": np.round,
+    "HALF_EVEN": np.round,
+    "CEIL": np.ceil,
+    "FLOOR": np.floor,
+    "UP": _round_up,
+    "DOWN": np.fix,
+    "HALF_UP": _round_half_up,
+    "HALF_DOWN": _round_half_down,
+}
+
+
+def resolve_rounding_mode(mode_string: str) -> Callable[[Any], Any]:
+    """The numpy function of a rounding mode name (upper-cased first, as qonnx does): ROUND and
+    HALF_EVEN round half to even, CEIL, FLOOR, UP (away from zero), DOWN (toward zero), HALF_UP
+    (``sign(x) * floor(|x| + 0.5)``), HALF_DOWN (``sign(x) * ceil(|x| - 0.5)``). Raises ValueError
+    for any other name."""
+    normalized = mode_string.upper()
+    try:
+        return _ROUNDING_FUNCTIONS[normalized]
+    except KeyError:
+        raise ValueError(f"Could not resolve rounding mode called: {normalized}") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# Operators
+
+
 def int_quant(
-    x: TensorLike,
+    inp_tensor: TensorLike,
     scale: TensorLike,
     zeropt: TensorLike,
     bitwidth: TensorLike,
     signed: int,
     narrow: int,
-    rounding_mode: str = "ROUND",
+    rounding_mode: str,
     *,
     out: np.ndarray | None = None,
-) -> np.ndarray:
+) -> Any:
     """IntQuant (legacy op_type ``Quant``): uniform integer fake-quantization.
 
-    ``y = x / scale + zeropt``; for a 1-bit signed quantizer ``y = +1 if y >= 0 else -1`` (NaN gives
-    -1; ``narrow`` and ``rounding_mode`` are ignored); otherwise ``y = R(clamp(y, lo, hi))`` with the
-    integer range of ``bitwidth`` (narrow removes the lowest signed / the highest unsigned code),
-    clamping *before* rounding and letting NaN through. Returns ``float32((y - zeropt) * scale)``.
-
+    ``y = inp_tensor / scale + zeropt``; for a 1-bit signed quantizer ``y = +1 if y >= 0 else -1``
+    (NaN gives -1; ``narrow`` and ``rounding_mode`` are ignored); otherwise
+    ``y = R(clamp(y, min_int, max_int))``, clamping *before* rounding and letting NaN through.
+    Returns ``(y - zeropt) * scale`` in the promoted dtype (the ONNX node casts it to float32).
     ``bitwidth`` must have exactly one element (it may be non-integer, e.g. 2.5).
     """
-    xa = as_data(x)
-    return _ext.int_quant(
+    xa = as_data(inp_tensor, "inp_tensor")
+    result = _ext.int_quant(
         xa,
         as_param(scale, "scale", xa),
         as_param(zeropt, "zeropt", xa),
@@ -78,122 +222,147 @@ def int_quant(
         as_rounding_mode(rounding_mode),
         out=as_out(out),
     )
+    return _result(result, out)
 
 
 quant = int_quant
-"""Alias of :func:`int_quant` (qonnx exports ``quant`` for the legacy op_type ``Quant``)."""
+"""qonnx's alias of :func:`int_quant` (the legacy op_type ``Quant``)."""
 
 
-def bipolar_quant(x: TensorLike, scale: TensorLike, *, out: np.ndarray | None = None) -> np.ndarray:
-    """BipolarQuant: ``(+1 if x >= 0 else -1) * scale``. NaN gives ``-scale``, -0.0 gives ``+scale``.
-    The output dtype is numpy's promotion of ``x`` and ``scale``."""
-    xa = as_data(x)
-    return _ext.bipolar_quant(xa, as_param(scale, "scale", xa), out=as_out(out))
+def binary_quant(inp_tensor: TensorLike, scale: TensorLike, *, out: np.ndarray | None = None) -> Any:
+    """BipolarQuant: ``(+1 if inp_tensor >= 0 else -1) * scale``. NaN gives ``-scale``, -0.0 gives
+    ``+scale``. The output dtype is numpy's promotion of the input and ``scale``."""
+    xa = as_data(inp_tensor, "inp_tensor")
+    return _result(_ext.bipolar_quant(xa, as_param(scale, "scale", xa), out=as_out(out)), out)
 
 
-def trunc(
-    x: TensorLike,
+bipolar_quant = binary_quant
+"""Alias of :func:`binary_quant` (polyquant's earlier name; same positional order)."""
+
+
+def trunc_v1(
+    inp_tensor: TensorLike,
     scale: TensorLike,
     zeropt: TensorLike,
-    in_bitwidth: TensorLike,
-    out_bitwidth: TensorLike,
+    input_bit_width: TensorLike,
+    output_bit_width: TensorLike,
     rounding_mode: str,
     *,
     out: np.ndarray | None = None,
-) -> np.ndarray:
-    """Trunc v1 (Brevitas <= 0.11 exports): drop ``in_bitwidth - out_bitwidth`` low bits.
+) -> Any:
+    """Trunc v1 (Brevitas <= 0.11 exports): drop ``input_bit_width - output_bit_width`` low bits.
 
-    ``y = round_half_even(x / scale + zeropt)``, ``y = R(y / 2**(in_bitwidth - out_bitwidth))``
-    (no clamp), output ``(y - zeropt) * scale`` in the promoted dtype. ``rounding_mode`` is required,
-    as in qonnx (Brevitas exports FLOOR).
+    ``y = round_half_even(inp_tensor / scale + zeropt)``,
+    ``y = R(y / 2.0**(input_bit_width - output_bit_width))`` (no clamp); returns
+    ``(y - zeropt) * scale`` in the promoted dtype.
     """
-    xa = as_data(x)
-    return _ext.trunc(
+    xa = as_data(inp_tensor, "inp_tensor")
+    result = _ext.trunc(
         xa,
         as_param(scale, "scale", xa),
         as_param(zeropt, "zeropt", xa),
-        as_param(in_bitwidth, "in_bitwidth", xa),
-        as_param(out_bitwidth, "out_bitwidth", xa),
+        as_param(input_bit_width, "input_bit_width", xa),
+        as_param(output_bit_width, "output_bit_width", xa),
         as_rounding_mode(rounding_mode),
         out=as_out(out),
     )
+    return _result(result, out)
+
+
+trunc = trunc_v1
+"""Alias of :func:`trunc_v1` (polyquant's earlier name; same positional order)."""
 
 
 def trunc_v2(
-    x: TensorLike,
+    inp_tensor: TensorLike,
     scale: TensorLike,
     zeropt: TensorLike,
-    in_bitwidth: TensorLike,
-    out_scale: TensorLike,
-    out_bitwidth: TensorLike,
+    input_bit_width: TensorLike,
+    narrow: int,
+    signed: int,
+    output_scale: TensorLike,
+    output_bit_width: TensorLike,
     rounding_mode: str,
-    signed: int = 1,
-    narrow: int = 0,
     *,
     out: np.ndarray | None = None,
-) -> np.ndarray:
+) -> Any:
     """Trunc v2 (Brevitas >= 0.12 exports, QONNX opset 2).
 
-    ``y = round_half_even(x / scale + zeropt)``; ``t = 2**round_half_even(log2(out_scale / scale))``
-    (forced power of two); ``y = R(clamp(y / t, lo, hi))`` with the range of ``out_bitwidth``;
-    output ``(y - zeropt / t) * out_scale`` in the promoted dtype. ``in_bitwidth`` is accepted and
-    ignored, as in the reference.
+    ``y = round_half_even(inp_tensor / scale + zeropt)``;
+    ``t = 2 ** round_half_even(log2(output_scale / scale))`` (forced power of two);
+    ``y = R(clamp(y / t, min_int, max_int))`` with the range of ``output_bit_width``; returns
+    ``(y - zeropt / t) * output_scale`` in the promoted dtype. ``input_bit_width`` is accepted and
+    unused, as in the reference.
     """
-    xa = as_data(x)
-    return _ext.trunc_v2(
+    xa = as_data(inp_tensor, "inp_tensor")
+    result = _ext.trunc_v2(
         xa,
         as_param(scale, "scale", xa),
         as_param(zeropt, "zeropt", xa),
-        as_param(in_bitwidth, "in_bitwidth", xa),
-        as_param(out_scale, "out_scale", xa),
-        as_param(out_bitwidth, "out_bitwidth", xa),
+        as_param(input_bit_width, "input_bit_width", xa),
+        as_param(output_scale, "output_scale", xa),
+        as_param(output_bit_width, "output_bit_width", xa),
         as_flag(signed, "signed"),
         as_flag(narrow, "narrow"),
         as_rounding_mode(rounding_mode),
         out=as_out(out),
     )
+    return _result(result, out)
 
 
 def float_quant(
-    x: TensorLike,
+    X: TensorLike,
     scale: TensorLike,
     exponent_bitwidth: TensorLike,
     mantissa_bitwidth: TensorLike,
-    exponent_bias: TensorLike,
-    max_val: TensorLike,
-    has_inf: int,
-    has_nan: int,
-    has_subnormal: int,
-    saturation: int,
+    exponent_bias: TensorLike | None = None,
+    signed: int = True,
+    max_val: TensorLike | None = None,
+    has_inf: int = False,
+    has_nan: int = False,
+    has_subnormal: int = False,
     rounding_mode: str = "ROUND",
+    saturation: int = True,
     *,
     out: np.ndarray | None = None,
-) -> np.ndarray:
-    """FloatQuant: fake-quantization to a signed minifloat with ``exponent_bitwidth`` exponent and
+) -> Any:
+    """FloatQuant: fake-quantization to a minifloat with ``exponent_bitwidth`` exponent and
     ``mantissa_bitwidth`` mantissa bits.
 
-    ``xs = x / scale``; ``e = max(floor(log2(|xs| + tiny)) - m, 1 - bias - m)`` (log2 in the working
-    dtype, so just below a power of two the exponent can be one too large, as in the reference);
-    ``q = 2**e * R(xs / 2**e)``, clipped to ``+-min((2 - 2**-m) * 2**(2**E - 1 - bias), max_val)``.
-    Without saturation, overflow (judged after rounding) becomes +-inf if ``has_inf``, else NaN if
-    ``has_nan``. +-inf inputs give NaN. ``has_subnormal`` is accepted and ignored: subnormals are
-    always produced. Returns ``float32(q * scale)``. ``mantissa_bitwidth`` must have one element.
+    ``xs = X / scale``; ``e = max(floor(log2(|xs| + tiny)) - m, 1 - bias - m)`` (log2 in the
+    working dtype, so just below a power of two the exponent can be one too large, as in the
+    reference); ``q = 2**e * R(xs / 2**e)``, clipped to ``[-M, M]`` (``[0, M]`` when not
+    ``signed``) with ``M = min(compute_max_val(E, m, bias), max_val)``. Without saturation,
+    overflow (judged after rounding) becomes +-inf if ``has_inf``, else NaN if ``has_nan``. +-inf
+    inputs give NaN. ``exponent_bias=None`` is ``compute_default_exponent_bias(E)``; ``max_val=None``
+    is the format's own maximum. ``has_subnormal`` is accepted and ignored (subnormals are always
+    produced). Returns ``q * scale`` as float64, the value qonnx's function returns.
+    ``mantissa_bitwidth`` must have one element.
     """
-    xa = as_data(x)
-    return _ext.float_quant(
+    xa = as_data(X, "X")
+    if exponent_bias is None:
+        exponent_bias = compute_default_exponent_bias(exponent_bitwidth)
+    if max_val is None:
+        # min(format maximum, +inf) is the format maximum (the core computes it as qonnx does).
+        max_val_array = np.asarray(np.inf, dtype=np.float64)
+    else:
+        max_val_array = as_param(max_val, "max_val", xa)
+    result = _ext.float_quant(
         xa,
         as_param(scale, "scale", xa),
         as_param(exponent_bitwidth, "exponent_bitwidth", xa),
         as_param(mantissa_bitwidth, "mantissa_bitwidth", xa),
         as_param(exponent_bias, "exponent_bias", xa),
-        as_param(max_val, "max_val", xa),
+        max_val_array,
         as_flag(has_inf, "has_inf"),
         as_flag(has_nan, "has_nan"),
         as_flag(has_subnormal, "has_subnormal"),
         as_flag(saturation, "saturation"),
         as_rounding_mode(rounding_mode),
+        as_flag(signed, "signed"),
         out=as_out(out),
     )
+    return _result(result, out)
 
 
 from ._execute import execute_onnx  # noqa: E402

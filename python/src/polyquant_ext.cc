@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <unistd.h>
 #include <exception>
 #include <memory>
 #include <new>
@@ -129,6 +130,25 @@ nb::object allocate(const pq::TensorSpec& spec) {
   return empty(nb::tuple(shape), pq::dtype_name(spec.dtype));
 }
 
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+// Takes the GIL back after a kernel. A daemon thread that finishes its kernel while the interpreter
+// exits must not: CPython would end it with pthread_exit, whose forced unwinding through C++
+// frames that catch everything (the binding layer) calls std::terminate and aborts the process.
+// Such a thread parks instead and dies with the process, as a numpy call's thread does.
+void acquire_gil_or_park(PyThreadState* state) {
+  if (interpreter_finalizing()) {
+    for (;;) pause();
+  }
+  PyEval_RestoreThread(state);
+}
+
 // Runs `spec` (with the GIL, it is cheap and may throw), allocates unless `out` was given (the op
 // checks its shape and dtype), then `kernel(out)` without the GIL. Returns the output array.
 template <typename SpecFn, typename KernelFn>
@@ -140,10 +160,14 @@ nb::object run(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
     fail(pq::ErrorKind::kType, "out: expected a writable numpy array on the CPU");
   }
   const pq::MutableTensorView view = mutable_view(array);
-  {
-    nb::gil_scoped_release release;
+  PyThreadState* state = PyEval_SaveThread();
+  try {
     kernel(view);
+  } catch (...) {
+    acquire_gil_or_park(state);
+    throw;
   }
+  acquire_gil_or_park(state);
   return out;
 }
 
@@ -191,11 +215,11 @@ nb::object trunc_v2(const InArray& x, const InArray& scale, const InArray& zerop
 nb::object float_quant(const InArray& x, const InArray& scale, const InArray& exponent_bitwidth,
                      const InArray& mantissa_bitwidth, const InArray& exponent_bias, const InArray& max_val,
                      bool has_inf, bool has_nan, bool has_subnormal, bool saturation,
-                     const std::string& rounding_mode, nb::object out) {
+                     const std::string& rounding_mode, bool is_signed, nb::object out) {
   const pq::TensorView xv = view(x, "x"), sv = view(scale, "scale"), ev = view(exponent_bitwidth, "exponent_bitwidth"),
                        mv = view(mantissa_bitwidth, "mantissa_bitwidth"), bv = view(exponent_bias, "exponent_bias"),
                        maxv = view(max_val, "max_val");
-  const pq::qonnx::FloatQuantAttrs attrs{has_inf, has_nan, has_subnormal, saturation, mode(rounding_mode)};
+  const pq::qonnx::FloatQuantAttrs attrs{has_inf, has_nan, has_subnormal, saturation, mode(rounding_mode), is_signed};
   return run([&] { return pq::qonnx::float_quant_spec(xv, sv, ev, mv, bv, maxv, attrs); },
              [&](const pq::MutableTensorView& o) { pq::qonnx::float_quant(xv, sv, ev, mv, bv, maxv, attrs, o); },
              std::move(out));
@@ -257,8 +281,12 @@ NB_MODULE(_polyquant_ext, m) {
   m.def("float_quant", &float_quant, tensor("x"), tensor("scale"), tensor("exponent_bitwidth"),
         tensor("mantissa_bitwidth"), tensor("exponent_bias"), tensor("max_val"), nb::arg("has_inf"),
         nb::arg("has_nan"), nb::arg("has_subnormal"), nb::arg("saturation"), nb::arg("rounding_mode"),
-        nb::arg("out").none() = nb::none(),
+        nb::arg("signed") = true, nb::arg("out").none() = nb::none(),
         "FloatQuant (see polyquant.qonnx.float_quant).");
+  m.def("_set_kernel_set", [](const std::string& name) { pq::set_kernel_set(name); }, nb::arg("name"),
+        "Tests and benchmarks only: switch the kernel set ('scalar', 'avx2', 'avx512') for later calls.");
+  m.def("_set_num_threads", [](int n) { pq::set_num_threads(n); }, nb::arg("n"),
+        "Tests and benchmarks only: cap the threads of later calls (1..256).");
   m.def("version", [] { return std::string(POLYQUANT_PY_VERSION); },
         "The polyquant version this module was built from.");
   m.def("runtime_info", &runtime_info,
