@@ -178,6 +178,15 @@ def main(argv=None, out=None):
     out = out or sys.stdout
     parser = build_parser()
     args = parser.parse_args(argv)
+    import polyquant
+
+    try:
+        # A bad POLYQUANT_ISA or POLYQUANT_NUM_THREADS makes the first use of the core raise; say so
+        # plainly before any command runs (info included) instead of a traceback.
+        polyquant.runtime_info()
+    except ValueError as exc:
+        print(f"polyquant {args.command}: error: {exc} (check the environment variable)", file=sys.stderr)
+        return EXIT_ERROR
     try:
         return args.func(args, out)
     except CommandError as exc:

@@ -323,3 +323,19 @@ def test_bench_table_for_selected_ops_without_peers():
     rows = [line.split()[0] for line in text.splitlines() if line.startswith(("bipolar", "floatquant", "intquant"))]
     assert rows == ["bipolar", "floatquant"]
     assert "qonnx not used" in text
+
+
+@pytest.mark.parametrize("variable,value", [("POLYQUANT_ISA", "bogus"), ("POLYQUANT_NUM_THREADS", "abc"),
+                                            ("POLYQUANT_NUM_THREADS", "0")])
+@pytest.mark.parametrize("command", [["info"], ["bench", "--size", "1024", "--ops", "bipolar"]])
+def test_bad_environment_is_a_clear_error_not_a_traceback(variable, value, command):
+    """Both variables are checked alike (a bad thread count used to be ignored silently), and the CLI
+    names the variable and the allowed values instead of printing a traceback."""
+    import os
+
+    env = dict(os.environ, **{variable: value})
+    proc = subprocess.run([sys.executable, "-m", "polyquant", *command], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert variable in proc.stderr and value in proc.stderr and "allowed" in proc.stderr
