@@ -60,6 +60,72 @@ double round_to(DType t, double v) {
   }
 }
 
+bool is_integer(DType t) { return !is_floating(t); }
+
+std::uint64_t wrap_int(DType t, std::uint64_t bits) {
+  if (t == DType::kBool) return bits != 0;
+  const auto width = static_cast<int>(8 * dtype_size(t));
+  if (width >= 64) return bits;
+  const std::uint64_t mask = (std::uint64_t{1} << width) - 1;
+  bits &= mask;
+  if (is_signed_integer(t) && ((bits >> (width - 1)) & 1u)) bits |= ~mask;  // sign-extend
+  return bits;
+}
+
+double int_to_float(DType t, std::uint64_t bits, DType to) {
+  const bool s = is_signed_integer(t);
+  switch (to) {
+    case DType::kFloat32:  // one rounding from the exact integer (not through float64)
+      return s ? static_cast<double>(static_cast<float>(static_cast<std::int64_t>(bits)))
+               : static_cast<double>(static_cast<float>(bits));
+    case DType::kFloat16:
+      // Integers above 2^53 are far beyond float16's range (inf either way), so rounding through
+      // float64 first cannot change the result.
+      return to_double(half_from_double(int_to_double(t, bits)));
+    default: return int_to_double(t, bits);
+  }
+}
+
+DType int_range_dtype(DType t) { return t == DType::kBool ? DType::kInt64 : t; }
+
+std::uint64_t int_range_bound(DType t, std::uint64_t bits, bool is_signed, bool narrow, bool want_max,
+                              const char* name) {
+  const DType d = int_range_dtype(t);
+  const bool signed_dtype = is_signed_integer(d);
+  // 2 ** e in dtype d: numpy multiplies in d (wrapping), so 2^e mod 2^width; e >= 64 gives 0.
+  auto pow2 = [&](std::uint64_t e) -> std::uint64_t {
+    if (signed_dtype && static_cast<std::int64_t>(e) < 0) {
+      throw Error(ErrorKind::kValue, std::string(name) + ": bit width " + std::to_string(static_cast<std::int64_t>(bits)) +
+                                         " of dtype " + dtype_name(t) +
+                                         " makes the reference raise (numpy: integers to negative integer powers "
+                                         "are not allowed); allowed: >= 1 when signed, >= 0 when unsigned");
+    }
+    return wrap_int(d, e >= 64 ? 0 : std::uint64_t{1} << e);
+  };
+  const std::uint64_t b = wrap_int(d, bits);
+  std::uint64_t r;  // unsigned arithmetic wraps like numpy's; wrap_int folds it into d
+  if (want_max) {
+    if (!is_signed && !narrow) r = pow2(b) - 1;
+    else if (!is_signed && narrow) r = pow2(b) - 2;
+    else r = pow2(wrap_int(d, b - 1)) - 1;
+  } else {
+    if (is_signed && narrow) r = (std::uint64_t{0} - pow2(wrap_int(d, b - 1))) + 1;
+    else if (is_signed) r = std::uint64_t{0} - pow2(wrap_int(d, b - 1));
+    else r = 0;  // 0 * bit_width
+  }
+  return wrap_int(d, r);
+}
+
+ParamValue read_param_at(const TensorView& view, std::int64_t index) {
+  std::int64_t offset = 0;
+  for (int d = view.shape.rank - 1; d >= 0; --d) {
+    const std::int64_t extent = view.shape[d];
+    offset += (index % extent) * view.strides[d];
+    index /= extent;
+  }
+  return read_param(view.dtype, view.data, offset);
+}
+
 namespace {
 // 2 ** e (numpy power with a weak Python int base) in T.
 template <class T>

@@ -2,7 +2,11 @@
 // later): they turn public TensorViews into checked kernel calls.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -48,45 +52,135 @@ decltype(auto) with_float_type(DType t, F&& f) {
   }
 }
 
-// A small parameter tensor computed by an op layer (bounds, scales), held as float64 values that
-// are already exact in their numpy dtype.
-struct DerivedTensor {
-  Dims shape;
-  std::vector<double> values;
-  TensorView view() const { return TensorView(values.data(), DType::kFloat64, shape); }
+// ---- numpy integer arithmetic ---------------------------------------------------------------
+// Values of integer dtypes travel as two's-complement bits in a uint64 (signed types
+// sign-extended); operations wrap modulo 2^width of their dtype, as numpy's integer ufuncs do.
+bool is_integer(DType t);   // integers and bool
+inline bool is_signed_integer(DType t) {
+  return t == DType::kInt8 || t == DType::kInt16 || t == DType::kInt32 || t == DType::kInt64;
+}
+// The value `bits` of dtype t wrapped into dtype t's width (sign-extended when signed).
+std::uint64_t wrap_int(DType t, std::uint64_t bits);
+// Exact value of integer `bits` of dtype t, rounded once to float64 (numpy's astype).
+inline double int_to_double(DType t, std::uint64_t bits) {
+  return is_signed_integer(t) ? static_cast<double>(static_cast<std::int64_t>(bits)) : static_cast<double>(bits);
+}
+// The integer `bits` of dtype t rounded once to the float dtype `to` (astype), as a double.
+double int_to_float(DType t, std::uint64_t bits, DType to);
+
+// qonnx's min_int / max_int of an integer bit width (dtype t, value `bits`) in numpy's integer
+// arithmetic: the result has dtype int_range_dtype(t) (t itself; int64 for bool) and every step
+// wraps modulo 2^width, so an int8 width of 9 gives [0, -1] and a uint64 width with signed=1 the
+// "minimum" 2^64 - 2^(b-1), exactly what the reference computes (and then compares and clamps
+// with). numpy refuses 2 ** (negative integer) ("Integers to negative integer powers are not
+// allowed"), so a signed width below 1 (signed=1) or below 0 raises Error naming `name`.
+DType int_range_dtype(DType t);
+std::uint64_t int_range_bound(DType t, std::uint64_t bits, bool is_signed, bool narrow, bool want_max, const char* name);
+
+// One element of a parameter tensor, exact whatever its dtype, as a derivation reads it.
+struct ParamValue {
+  double f = 0;            // the value as numpy's cast to float64 gives it (exact for floats)
+  std::uint64_t bits = 0;  // integer dtypes (bool: 0/1): the value's two's-complement bits
 };
 
-// Builds a DerivedTensor over the broadcast of `inputs`, calling f(values...) for each element
-// with the inputs read as doubles.
+// Reads element j of a contiguous run of dtype t.
+inline ParamValue read_param(DType t, const void* p, std::int64_t j) {
+  ParamValue v;
+  switch (t) {
+    case DType::kFloat16: v.f = to_double(Half::from_bits(static_cast<const std::uint16_t*>(p)[j])); return v;
+    case DType::kFloat32: v.f = static_cast<const float*>(p)[j]; return v;
+    case DType::kFloat64: v.f = static_cast<const double*>(p)[j]; return v;
+    case DType::kInt8: v.bits = static_cast<std::uint64_t>(std::int64_t{static_cast<const std::int8_t*>(p)[j]}); break;
+    case DType::kInt16: v.bits = static_cast<std::uint64_t>(std::int64_t{static_cast<const std::int16_t*>(p)[j]}); break;
+    case DType::kInt32: v.bits = static_cast<std::uint64_t>(std::int64_t{static_cast<const std::int32_t*>(p)[j]}); break;
+    case DType::kInt64: v.bits = static_cast<std::uint64_t>(static_cast<const std::int64_t*>(p)[j]); break;
+    case DType::kUInt8: v.bits = static_cast<const std::uint8_t*>(p)[j]; break;
+    case DType::kUInt16: v.bits = static_cast<const std::uint16_t*>(p)[j]; break;
+    case DType::kUInt32: v.bits = static_cast<const std::uint32_t*>(p)[j]; break;
+    case DType::kUInt64: v.bits = static_cast<const std::uint64_t*>(p)[j]; break;
+    case DType::kBool: v.bits = static_cast<const std::uint8_t*>(p)[j] != 0; break;
+  }
+  v.f = int_to_double(t, v.bits);
+  return v;
+}
+
+// Element `index` (flat, row-major over view.shape) of any view, exactly.
+ParamValue read_param_at(const TensorView& view, std::int64_t index);
+
+// A parameter tensor an op derives from others (truncation scales, integer bounds, minifloat
+// limits): values exact in `dtype` (a float dtype) over the broadcast shape of its sources.
+struct DerivedTensor {
+  Dims shape;
+  DType dtype = DType::kFloat64;
+  std::unique_ptr<unsigned char[]> data;  // uninitialized until derived: the derivation's threads touch it first
+  TensorView view() const { return TensorView(data.get(), dtype, shape); }
+};
+
+namespace derive_internal {
 template <std::size_t N, class F>
-DerivedTensor derive(const std::array<const TensorView*, N>& inputs, const char* what, F&& f) {
+struct Job {
+  const F* f;
+  std::array<DType, N> dtypes;
+  DType out;
+};
+
+template <class Out, std::size_t N, class F>
+void run_row(const Job<N, F>& job, const RowArgs& a) {
+  std::array<ParamValue, N> v;
+  for (std::size_t k = 0; k < N; ++k) {
+    if (a.is_broadcast(static_cast<int>(k))) v[k] = read_param(job.dtypes[k], a.in[k], 0);
+  }
+  for (std::int64_t j = 0; j < a.n; ++j) {
+    for (std::size_t k = 0; k < N; ++k) {
+      if (!a.is_broadcast(static_cast<int>(k))) v[k] = read_param(job.dtypes[k], a.in[k], j);
+    }
+    const double r = std::apply(*job.f, v);
+    if constexpr (std::is_same_v<Out, Half>) static_cast<std::uint16_t*>(a.out)[j] = half_from_double(r).bits;
+    else static_cast<Out*>(a.out)[j] = static_cast<Out>(r);
+  }
+}
+
+template <std::size_t N, class F>
+void row(const void* params, const RowArgs& a) {
+  const auto& job = *static_cast<const Job<N, F>*>(params);
+  switch (job.out) {
+    case DType::kFloat16: return run_row<Half>(job, a);
+    case DType::kFloat32: return run_row<float>(job, a);
+    default: return run_row<double>(job, a);
+  }
+}
+}  // namespace derive_internal
+
+// Derives a parameter tensor elementwise: out[i] = f(s_0[i], ..., s_{N-1}[i]) over the numpy
+// broadcast of `sources`, each element read exactly (ParamValue). f returns a double that is exact
+// in `dtype` (a float dtype; the caller rounds as numpy would); it is stored in dtype. The work runs
+// through the elementwise engine (any strides, broadcasting, the thread pool), once per op call:
+// per-element parameters cost one streaming pass, per-tensor ones a single call of f. f may throw
+// Error (it is rethrown on the caller).
+template <std::size_t N, class F>
+DerivedTensor derive(const std::array<const TensorView*, N>& sources, DType dtype, const char* what, const F& f) {
   std::array<Dims, N> shapes;
-  for (std::size_t i = 0; i < N; ++i) shapes[i] = inputs[i]->shape;
+  std::array<TensorView, N> inputs;
+  derive_internal::Job<N, F> job{&f, {}, dtype};
+  for (std::size_t i = 0; i < N; ++i) {
+    shapes[i] = sources[i]->shape;
+    inputs[i] = *sources[i];
+    job.dtypes[i] = sources[i]->dtype;
+  }
   DerivedTensor t;
   t.shape = broadcast_shapes(shapes, what);
+  t.dtype = dtype;
   const std::int64_t n = t.shape.numel();
-  t.values.resize(static_cast<std::size_t>(n));
-  std::array<double, N> args{};
-  for (std::int64_t flat = 0; flat < n; ++flat) {
-    for (std::size_t i = 0; i < N; ++i) {
-      // Map the flat index of the broadcast shape onto input i (right-aligned, size 1 repeats).
-      const Dims& s = inputs[i]->shape;
-      std::int64_t rem = flat, offset = 0;
-      for (int d = t.shape.rank - 1; d >= 0; --d) {
-        const std::int64_t idx = rem % t.shape[d];
-        rem /= t.shape[d];
-        const int sd = d - (t.shape.rank - s.rank);
-        if (sd >= 0 && s[sd] != 1) offset += idx * inputs[i]->strides[sd];
-      }
-      TensorView scalar = *inputs[i];
-      scalar.shape = Dims{};
-      scalar.strides = Dims{};
-      scalar.data = static_cast<const char*>(inputs[i]->data) +
-                    offset * static_cast<std::int64_t>(dtype_size(inputs[i]->dtype));
-      args[i] = read_as_double(scalar, 0);
-    }
-    t.values[static_cast<std::size_t>(flat)] = std::apply(f, args);
-  }
+  t.data.reset(new unsigned char[static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(dtype)]);
+  if (n == 0) return t;
+  ElementwiseCall call;
+  call.inputs = inputs;
+  call.kernel_dtypes = job.dtypes;  // read in place (or gathered) in their own dtypes
+  call.out = MutableTensorView(t.data.get(), dtype, t.shape);
+  call.kernel_out_dtype = dtype;
+  call.kernel = &derive_internal::row<N, F>;
+  call.params = &job;
+  run_elementwise(call);
   return t;
 }
 

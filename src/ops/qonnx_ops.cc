@@ -50,20 +50,35 @@ IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, cons
   if (!std::isfinite(bits)) {
     throw Error(ErrorKind::kValue, "bitwidth: must be finite, got " + std::to_string(bits));
   }
+  // An integer bit width is read exactly (not through float64: 2^53 + 1 stays itself).
+  const bool int_bits = detail::is_integer(bitwidth.dtype);
+  const detail::ParamValue bits_exact = detail::read_param_at(bitwidth, 0);
   IntQuantSetup s;
   const DType divide_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
   s.work = detail::float_dtype_for(promote_types(divide_dtype, zeropt.dtype));
   s.params.divide_as = detail::work_type_of(divide_dtype);
   s.params.add_as = detail::work_type_of(s.work);
   s.params.mode = attrs.rounding_mode;
-  s.params.bipolar = bits == 1.0 && attrs.is_signed;
+  // `bitwidth == 1`: numpy compares an integer width exactly.
+  const bool is_one = int_bits ? detail::wrap_int(bitwidth.dtype, bits_exact.bits) == 1 : bits == 1.0;
+  s.params.bipolar = is_one && attrs.is_signed;
   const std::array<Dims, 4> shapes{x.shape, scale.shape, zeropt.shape, bitwidth.shape};
   // The 1-bit path never broadcasts against the bounds, so bitwidth's shape does not reach the output.
   static constexpr const char* kNames[] = {"x", "scale", "zeropt", "bitwidth"};
   const std::size_t n = s.params.bipolar ? 3 : 4;
   s.spec.shape = broadcast_shapes(std::span<const Dims>(shapes.data(), n), "IntQuant", std::span(kNames, n));
   s.spec.dtype = s.work;  // the reference function does not cast (its ONNX node rounds to float32)
-  if (!s.params.bipolar) {
+  if (!s.params.bipolar && int_bits) {
+    // min_int/max_int in the width's integer dtype (wrapping as numpy does), each rounded once to
+    // the working dtype: comparing y with the rounded bound decides exactly as numpy's comparison
+    // with the integer, and the replacement is numpy's bound.astype(y.dtype).
+    const DType d = detail::int_range_dtype(bitwidth.dtype);
+    for (const bool want_max : {false, true}) {
+      const std::uint64_t b =
+          detail::int_range_bound(bitwidth.dtype, bits_exact.bits, attrs.is_signed, attrs.narrow, want_max, "bitwidth");
+      (want_max ? s.params.hi : s.params.lo) = detail::int_to_float(d, b, s.work);
+    }
+  } else if (!s.params.bipolar) {
     s.params.lo = detail::round_to(s.work, detail::int_range_min(bits, bitwidth.dtype, attrs.is_signed, attrs.narrow));
     s.params.hi = detail::round_to(s.work, detail::int_range_max(bits, bitwidth.dtype, attrs.is_signed, attrs.narrow));
   }
@@ -157,7 +172,9 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
   }
 
   // fp_internal_scale_min = 1.0 - bias - m, in the dtype of (bias, m).
-  s.min_exp = detail::derive<2>({&exponent_bias, &mantissa_bitwidth}, "FloatQuant", [&](double bias, double mm) {
+  s.min_exp = detail::derive<2>({&exponent_bias, &mantissa_bitwidth}, DType::kFloat64, "FloatQuant",
+                                [&](const detail::ParamValue& bias_v, const detail::ParamValue& mm_v) {
+    const double bias = bias_v.f, mm = mm_v.f;
     return detail::with_float_type(min_dtype, [&]<class T>() {
       using detail::from_double;
       return detail::to_double(T(1.0f) - from_double<T>(bias) - from_double<T>(mm));
@@ -166,8 +183,10 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
   // max_mantissa = sum(2.0 ** arange(0, -m - 1, -1)) in float64 (arange has ceil(m + 1) terms).
   const double max_mantissa = numpy_pairwise_power_sum(0.0, std::ceil(m + 1.0));
   const DType exp_dtype = detail::float_dtype_for(promote_types(exponent_bitwidth.dtype, exponent_bias.dtype));
-  s.max_value = detail::derive<3>({&exponent_bitwidth, &exponent_bias, &max_val}, "FloatQuant",
-                                  [&](double e, double bias, double mv) {
+  s.max_value = detail::derive<3>({&exponent_bitwidth, &exponent_bias, &max_val}, DType::kFloat64, "FloatQuant",
+                                  [&](const detail::ParamValue& e_v, const detail::ParamValue& bias_v,
+                                      const detail::ParamValue& mv_v) {
+                                    const double e = e_v.f, bias = bias_v.f, mv = mv_v.f;
                                     // max_exponent = 2.0**E - 1.0 - bias and 2**max_exponent, in the
                                     // dtype of (E, bias); the product with the float64 series.
                                     const double pow_max = detail::with_float_type(exp_dtype, [&]<class T>() {
@@ -188,7 +207,9 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
                                     if (std::isnan(fmt_max) || std::isnan(mv)) return std::nan("");
                                     return std::min(fmt_max, mv);
                                   });
-  for (double v : s.max_value.values) {
+  const auto* max_values = reinterpret_cast<const double*>(s.max_value.data.get());
+  for (std::int64_t i = 0; i < s.max_value.shape.numel(); ++i) {
+    const double v = max_values[i];
     if (static_cast<double>(static_cast<float>(v)) != v && !std::isnan(v)) s.params.max_fits_float32 = false;
   }
   return s;
@@ -233,119 +254,195 @@ void bipolar_quant(const TensorView& x, const TensorView& scale, const MutableTe
 
 // ---- Trunc v1 ----------------------------------------------------------------------------------
 namespace {
-struct TruncV1Setup {
+// 2.0 ** k for an integral k (a power of two, inf or 0), exactly what pow(2.0, k) gives.
+double pow2_of_integer(double k) {
+  if (k > 2000) return INFINITY;
+  if (k < -2000) return 0.0;
+  return std::ldexp(1.0, static_cast<int>(k));
+}
+
+// 2 ** k in T for k = rint(...) of T (numpy's power with a weak Python int base): exact for an
+// integral k, so ldexp gives pow's result without its cost; NaN and infinities as pow has them.
+template <class T>
+T pow2_t(T k) {
+  if constexpr (std::is_same_v<T, detail::Half>) {
+    return T(std::pow(2.0f, float(k)));
+  } else {
+    if (std::isnan(k)) return k;
+    if (k > T(2000)) return T(INFINITY);
+    if (k < T(-2000)) return T(0);
+    return std::ldexp(T(1), static_cast<int>(k));
+  }
+}
+
+// What Trunc v1 computes in which dtype (numpy promotes step by step); values are derived in the op.
+struct TruncV1Types {
   TensorSpec spec;
-  DType divide_dtype, add_dtype;  // x / scale, then + zeropt (numpy promotes step by step)
-  DerivedTensor trunc_scale;  // 2.0 ** (in_bitwidth - out_bitwidth)
+  DType divide_dtype, add_dtype;  // x / scale, then + zeropt
+  DType diff_dtype;               // in_bitwidth - out_bitwidth (integer arithmetic for integer widths)
+  DType ts_dtype;                 // 2.0 ** diff: float64 for integer widths
 };
 
-TruncV1Setup setup_trunc_v1(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+TruncV1Types trunc_v1_types(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
                             const TensorView& in_bitwidth, const TensorView& out_bitwidth) {
   check_operands({{&x, "x"}, {&scale, "scale"}, {&zeropt, "zeropt"}, {&in_bitwidth, "in_bitwidth"},
                   {&out_bitwidth, "out_bitwidth"}});
   detail::require_floating(x, "x");
-  TruncV1Setup s;
-  s.divide_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
-  s.add_dtype = detail::float_dtype_for(promote_types(s.divide_dtype, zeropt.dtype));
-  const DType diff_dtype = promote_types(in_bitwidth.dtype, out_bitwidth.dtype);
-  const DType ts_dtype = detail::float_dtype_for(diff_dtype);
-  s.trunc_scale = detail::derive<2>({&in_bitwidth, &out_bitwidth}, "Trunc", [&](double ib, double ob) {
-    if (!is_floating(diff_dtype)) return std::exp2(ib - ob);  // integer difference, then 2.0 ** int
-    return detail::with_float_type(ts_dtype, [&]<class T>() {
-      using detail::from_double;
-      const T d = from_double<T>(ib) - from_double<T>(ob);
-      if constexpr (std::is_same_v<T, detail::Half>) return detail::to_double(T(std::pow(2.0f, float(d))));
-      else return detail::to_double(std::pow(T(2), d));
-    });
-  });
+  if (in_bitwidth.dtype == DType::kBool && out_bitwidth.dtype == DType::kBool) {
+    throw Error(ErrorKind::kType, "in_bitwidth, out_bitwidth: both bool, and the reference's in_bitwidth - "
+                                  "out_bitwidth is not defined for booleans in numpy; allowed: numeric dtypes");
+  }
+  TruncV1Types t;
+  t.divide_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
+  t.add_dtype = detail::float_dtype_for(promote_types(t.divide_dtype, zeropt.dtype));
+  t.diff_dtype = promote_types(in_bitwidth.dtype, out_bitwidth.dtype);
+  t.ts_dtype = detail::float_dtype_for(t.diff_dtype);
   const std::array<Dims, 5> shapes{x.shape, scale.shape, zeropt.shape, in_bitwidth.shape, out_bitwidth.shape};
   static constexpr const char* kNames[] = {"x", "scale", "zeropt", "in_bitwidth", "out_bitwidth"};
-  s.spec.shape = broadcast_shapes(shapes, "Trunc", kNames);
-  s.spec.dtype = trunc_v1_work(x, scale, zeropt, ts_dtype);
-  return s;
+  t.spec.shape = broadcast_shapes(shapes, "Trunc", kNames);
+  t.spec.dtype = trunc_v1_work(x, scale, zeropt, t.ts_dtype);
+  return t;
 }
 
-struct TruncV2Setup {
+// trunc_scale = 2.0 ** (in_bitwidth - out_bitwidth). Integer widths subtract in their promoted
+// integer dtype, wrapping as numpy does (int64: 2^53 + 1 - 2^53 = 1, which float64 would make 0;
+// int8: 100 - (-100) = -56), and the power of the Python float 2.0 is float64.
+detail::DerivedTensor trunc_v1_scale(const TruncV1Types& t, const TensorView& in_bitwidth,
+                                     const TensorView& out_bitwidth) {
+  using detail::ParamValue;
+  if (!is_floating(t.diff_dtype)) {
+    const DType d = t.diff_dtype;
+    return detail::derive<2>({&in_bitwidth, &out_bitwidth}, t.ts_dtype, "Trunc",
+                             [d](const ParamValue& ib, const ParamValue& ob) {
+                               const std::uint64_t diff = detail::wrap_int(d, ib.bits - ob.bits);
+                               return pow2_of_integer(detail::int_to_double(d, diff));
+                             });
+  }
+  return detail::with_float_type(t.ts_dtype, [&]<class T>() {
+    return detail::derive<2>({&in_bitwidth, &out_bitwidth}, t.ts_dtype, "Trunc",
+                             [](const ParamValue& ib, const ParamValue& ob) {
+                               using detail::from_double;
+                               const T d = from_double<T>(ib.f) - from_double<T>(ob.f);
+                               if constexpr (std::is_same_v<T, detail::Half>) {
+                                 return detail::to_double(T(std::pow(2.0f, float(d))));
+                               } else {
+                                 return detail::to_double(std::pow(T(2), d));
+                               }
+                             });
+  });
+}
+
+// ---- Trunc v2 ----------------------------------------------------------------------------------
+struct TruncV2Types {
   TensorSpec spec;
   DType divide_dtype, add_dtype;
-  DerivedTensor zeropt_over_trunc_scale;  // zeropt / trunc_scale, in promote(zeropt, trunc_scale)
-  DerivedTensor trunc_scale;  // 2 ** rint(log2(out_scale / scale))
-  DerivedTensor lo, hi;       // integer range of out_bitwidth
+  DType ts_dtype;  // out_scale / scale and everything of trunc_scale
+  DType zt_dtype;  // zeropt / trunc_scale
 };
 
-TruncV2Setup setup_trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+TruncV2Types trunc_v2_types(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
                             const TensorView& in_bitwidth, const TensorView& out_scale,
-                            const TensorView& out_bitwidth, bool is_signed, bool narrow) {
+                            const TensorView& out_bitwidth) {
   check_operands({{&x, "x"}, {&scale, "scale"}, {&zeropt, "zeropt"}, {&in_bitwidth, "in_bitwidth"},
                   {&out_scale, "out_scale"}, {&out_bitwidth, "out_bitwidth"}});
   detail::require_floating(x, "x");
-  detail::require_finite(out_bitwidth, "out_bitwidth");
-  TruncV2Setup s;
-  s.divide_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
-  s.add_dtype = detail::float_dtype_for(promote_types(s.divide_dtype, zeropt.dtype));
-  const DType ts_dtype = detail::float_dtype_for(promote_types(out_scale.dtype, scale.dtype));  // true division
-  s.trunc_scale = detail::derive<2>({&out_scale, &scale}, "Trunc", [&](double os, double sc) {
-    return detail::with_float_type(ts_dtype, [&]<class T>() {
-      using detail::from_double;
-      const T ratio = from_double<T>(os) / from_double<T>(sc);
-      const T k = detail::rint_t(detail::log2_t(ratio));
-      if constexpr (std::is_same_v<T, detail::Half>) return detail::to_double(T(std::pow(2.0f, float(k))));
-      else return detail::to_double(std::pow(T(2), k));
-    });
-  });
-  const DType zt_dtype = detail::float_dtype_for(promote_types(zeropt.dtype, ts_dtype));
-  const DerivedTensor& ts = s.trunc_scale;
-  const TensorView ts_view = ts.view();
-  s.zeropt_over_trunc_scale = detail::derive<2>({&zeropt, &ts_view}, "Trunc", [&](double z, double t) {
-    return detail::divide_in(detail::work_type_of(zt_dtype), z, t);
-  });
-  s.lo = detail::derive<1>({&out_bitwidth}, "Trunc", [&](double b) {
-    return detail::int_range_min(b, out_bitwidth.dtype, is_signed, narrow);
-  });
-  s.hi = detail::derive<1>({&out_bitwidth}, "Trunc", [&](double b) {
-    return detail::int_range_max(b, out_bitwidth.dtype, is_signed, narrow);
-  });
+  TruncV2Types t;
+  t.divide_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
+  t.add_dtype = detail::float_dtype_for(promote_types(t.divide_dtype, zeropt.dtype));
+  t.ts_dtype = detail::float_dtype_for(promote_types(out_scale.dtype, scale.dtype));  // true division
+  t.zt_dtype = detail::float_dtype_for(promote_types(zeropt.dtype, t.ts_dtype));
   const std::array<Dims, 5> shapes{x.shape, scale.shape, zeropt.shape, out_scale.shape, out_bitwidth.shape};
   static constexpr const char* kNames[] = {"x", "scale", "zeropt", "out_scale", "out_bitwidth"};
-  s.spec.shape = broadcast_shapes(shapes, "Trunc", kNames);
-  s.spec.dtype = detail::float_dtype_for(promote_types(s.add_dtype, out_scale.dtype));
-  return s;
+  t.spec.shape = broadcast_shapes(shapes, "Trunc", kNames);
+  t.spec.dtype = detail::float_dtype_for(promote_types(t.add_dtype, out_scale.dtype));
+  return t;
+}
+
+// The derived operands of Trunc v2, each computed once per call by one streaming pass.
+struct TruncV2Derived {
+  detail::DerivedTensor trunc_scale;  // 2 ** rint(log2(out_scale / scale))
+  detail::DerivedTensor zeropt_over_trunc_scale;  // in promote(zeropt, trunc_scale)
+  detail::DerivedTensor lo, hi;  // min_int/max_int of out_bitwidth, rounded once to the working dtype
+};
+
+TruncV2Derived trunc_v2_derive(const TruncV2Types& t, const TensorView& scale, const TensorView& zeropt,
+                               const TensorView& out_scale, const TensorView& out_bitwidth, bool is_signed,
+                               bool narrow) {
+  using detail::ParamValue;
+  TruncV2Derived r;
+  r.trunc_scale = detail::with_float_type(t.ts_dtype, [&]<class T>() {
+    return detail::derive<2>({&out_scale, &scale}, t.ts_dtype, "Trunc", [](const ParamValue& os, const ParamValue& sc) {
+      using detail::from_double;
+      const T ratio = from_double<T>(os.f) / from_double<T>(sc.f);
+      return detail::to_double(pow2_t<T>(detail::rint_t(detail::log2_t(ratio))));
+    });
+  });
+  const TensorView ts_view = r.trunc_scale.view();
+  const detail::WorkType zt_work = detail::work_type_of(t.zt_dtype);
+  r.zeropt_over_trunc_scale = detail::derive<2>({&zeropt, &ts_view}, t.zt_dtype, "Trunc",
+                                                [zt_work](const ParamValue& z, const ParamValue& ts) {
+                                                  return detail::divide_in(zt_work, z.f, ts.f);
+                                                });
+  const DType w = t.spec.dtype;
+  const DType bits_dtype = out_bitwidth.dtype;
+  for (const bool want_max : {false, true}) {
+    detail::DerivedTensor bound;
+    if (detail::is_integer(bits_dtype)) {
+      // Integer arithmetic in the width's dtype, wrapping as numpy does; then one rounding to w.
+      const DType d = detail::int_range_dtype(bits_dtype);
+      bound = detail::derive<1>({&out_bitwidth}, w, "Trunc", [=](const ParamValue& b) {
+        return detail::int_to_float(
+            d, detail::int_range_bound(bits_dtype, b.bits, is_signed, narrow, want_max, "out_bitwidth"), w);
+      });
+    } else {
+      bound = detail::derive<1>({&out_bitwidth}, w, "Trunc", [=](const ParamValue& b) {
+        if (!std::isfinite(b.f)) {
+          throw Error(ErrorKind::kValue, "out_bitwidth: must be finite, got " + std::to_string(b.f));
+        }
+        return detail::round_to(w, want_max ? detail::int_range_max(b.f, bits_dtype, is_signed, narrow)
+                                            : detail::int_range_min(b.f, bits_dtype, is_signed, narrow));
+      });
+    }
+    (want_max ? r.hi : r.lo) = std::move(bound);
+  }
+  return r;
 }
 }  // namespace
 
 TensorSpec trunc_spec(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
                       const TensorView& in_bitwidth, const TensorView& out_bitwidth) {
-  return setup_trunc_v1(x, scale, zeropt, in_bitwidth, out_bitwidth).spec;
+  return trunc_v1_types(x, scale, zeropt, in_bitwidth, out_bitwidth).spec;
 }
 
 void trunc(const TensorView& x, const TensorView& scale, const TensorView& zeropt, const TensorView& in_bitwidth,
            const TensorView& out_bitwidth, RoundingMode rounding_mode, const MutableTensorView& out) {
-  const TruncV1Setup s = setup_trunc_v1(x, scale, zeropt, in_bitwidth, out_bitwidth);
-  detail::require_output(out, s.spec, "Trunc");
-  const DType w = s.spec.dtype;
-  const std::array<TensorView, 4> inputs{x, scale, zeropt, s.trunc_scale.view()};
+  const TruncV1Types t = trunc_v1_types(x, scale, zeropt, in_bitwidth, out_bitwidth);
+  detail::require_output(out, t.spec, "Trunc");
+  const detail::DerivedTensor trunc_scale = trunc_v1_scale(t, in_bitwidth, out_bitwidth);
+  const DType w = t.spec.dtype;
+  const std::array<TensorView, 4> inputs{x, scale, zeropt, trunc_scale.view()};
   const std::array<DType, 4> kd{w, w, w, w};
-  const detail::TruncParams params{rounding_mode, detail::work_type_of(s.divide_dtype), detail::work_type_of(s.add_dtype)};
+  const detail::TruncParams params{rounding_mode, detail::work_type_of(t.divide_dtype), detail::work_type_of(t.add_dtype)};
   run(KernelOp::kTruncV1, detail::work_type_of(w), inputs, kd, w, out, &params);
 }
 
 TensorSpec trunc_v2_spec(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
                          const TensorView& in_bitwidth, const TensorView& out_scale, const TensorView& out_bitwidth) {
-  return setup_trunc_v2(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth, true, false).spec;
+  return trunc_v2_types(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth).spec;
 }
 
 void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& zeropt, const TensorView& in_bitwidth,
               const TensorView& out_scale, const TensorView& out_bitwidth, const TruncV2Attrs& attrs,
               const MutableTensorView& out) {
-  const TruncV2Setup s =
-      setup_trunc_v2(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth, attrs.is_signed, attrs.narrow);
-  detail::require_output(out, s.spec, "Trunc");
-  const DType w = s.spec.dtype;
-  const std::array<TensorView, 8> inputs{x,         scale,       zeropt,      s.trunc_scale.view(),
-                                          out_scale, s.lo.view(), s.hi.view(), s.zeropt_over_trunc_scale.view()};
+  const TruncV2Types t = trunc_v2_types(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth);
+  detail::require_output(out, t.spec, "Trunc");
+  const TruncV2Derived d = trunc_v2_derive(t, scale, zeropt, out_scale, out_bitwidth, attrs.is_signed, attrs.narrow);
+  const DType w = t.spec.dtype;
+  const std::array<TensorView, 8> inputs{x,         scale,       zeropt,      d.trunc_scale.view(),
+                                          out_scale, d.lo.view(), d.hi.view(), d.zeropt_over_trunc_scale.view()};
   const std::array<DType, 8> kd{w, w, w, w, w, w, w, w};
-  const detail::TruncParams params{attrs.rounding_mode, detail::work_type_of(s.divide_dtype),
-                                   detail::work_type_of(s.add_dtype)};
+  const detail::TruncParams params{attrs.rounding_mode, detail::work_type_of(t.divide_dtype),
+                                   detail::work_type_of(t.add_dtype)};
   run(KernelOp::kTruncV2, detail::work_type_of(w), inputs, kd, w, out, &params);
 }
 
