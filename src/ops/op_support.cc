@@ -126,40 +126,15 @@ ParamValue read_param_at(const TensorView& view, std::int64_t index) {
   return read_param(view.dtype, view.data, offset);
 }
 
-namespace {
-// 2 ** e (numpy power with a weak Python int base) in T.
-template <class T>
-T pow2(T e) {
-  if constexpr (std::is_same_v<T, Half>) return Half(std::pow(2.0f, float(e)));
-  else return std::pow(T(2), e);
-}
-
-template <class T>
-double range_bound(double bits_value, bool is_signed, bool narrow, bool want_max) {
-  const T b = from_double<T>(bits_value);
-  const T one(1.0f), two(2.0f);
-  T r;
-  if (want_max) {
-    if (!is_signed && !narrow) r = pow2(b) - one;
-    else if (!is_signed && narrow) r = pow2(b) - two;
-    else r = pow2(b - one) - one;
-  } else {
-    if (is_signed && narrow) r = -pow2(b - one) + one;
-    else if (is_signed) r = -pow2(b - one);
-    else r = T(0.0f) * b;  // 0 (NaN for a NaN width, as numpy would)
-  }
-  return to_double(r);
-}
-}  // namespace
 
 double int_range_min(double bits, DType bits_dtype, bool is_signed, bool narrow) {
   return with_float_type(float_dtype_for(bits_dtype),
-                         [&]<class T>() { return range_bound<T>(bits, is_signed, narrow, false); });
+                         [&]<class T>() { return to_double(float_int_range<T>(from_double<T>(bits), is_signed, narrow, false)); });
 }
 
 double int_range_max(double bits, DType bits_dtype, bool is_signed, bool narrow) {
   return with_float_type(float_dtype_for(bits_dtype),
-                         [&]<class T>() { return range_bound<T>(bits, is_signed, narrow, true); });
+                         [&]<class T>() { return to_double(float_int_range<T>(from_double<T>(bits), is_signed, narrow, true)); });
 }
 
 }  // namespace polyquant::detail

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -124,19 +126,42 @@ struct Job {
   DType out;
 };
 
+// Reads elements [j0, j0 + m) of a contiguous run of dtype t (the dtype switch once per chunk).
+inline void read_params(DType t, const void* p, std::int64_t j0, int m, ParamValue* dst) {
+  switch (t) {
+    case DType::kFloat32:
+      for (int i = 0; i < m; ++i) dst[i].f = static_cast<const float*>(p)[j0 + i];
+      return;
+    case DType::kFloat64:
+      for (int i = 0; i < m; ++i) dst[i].f = static_cast<const double*>(p)[j0 + i];
+      return;
+    default:
+      for (int i = 0; i < m; ++i) dst[i] = read_param(t, p, j0 + i);
+      return;
+  }
+}
+
 template <class Out, std::size_t N, class F>
 void run_row(const Job<N, F>& job, const RowArgs& a) {
+  constexpr int kChunk = 256;
+  ParamValue chunk[N][kChunk];
   std::array<ParamValue, N> v;
   for (std::size_t k = 0; k < N; ++k) {
     if (a.is_broadcast(static_cast<int>(k))) v[k] = read_param(job.dtypes[k], a.in[k], 0);
   }
-  for (std::int64_t j = 0; j < a.n; ++j) {
+  for (std::int64_t j0 = 0; j0 < a.n; j0 += kChunk) {
+    const int m = static_cast<int>(std::min<std::int64_t>(kChunk, a.n - j0));
     for (std::size_t k = 0; k < N; ++k) {
-      if (!a.is_broadcast(static_cast<int>(k))) v[k] = read_param(job.dtypes[k], a.in[k], j);
+      if (!a.is_broadcast(static_cast<int>(k))) read_params(job.dtypes[k], a.in[k], j0, m, chunk[k]);
     }
-    const double r = std::apply(*job.f, v);
-    if constexpr (std::is_same_v<Out, Half>) static_cast<std::uint16_t*>(a.out)[j] = half_from_double(r).bits;
-    else static_cast<Out*>(a.out)[j] = static_cast<Out>(r);
+    for (int i = 0; i < m; ++i) {
+      for (std::size_t k = 0; k < N; ++k) {
+        if (!a.is_broadcast(static_cast<int>(k))) v[k] = chunk[k][i];
+      }
+      const double r = std::apply(*job.f, v);
+      if constexpr (std::is_same_v<Out, Half>) static_cast<std::uint16_t*>(a.out)[j0 + i] = half_from_double(r).bits;
+      else static_cast<Out*>(a.out)[j0 + i] = static_cast<Out>(r);
+    }
   }
 }
 
@@ -182,6 +207,41 @@ DerivedTensor derive(const std::array<const TensorView*, N>& sources, DType dtyp
   call.params = &job;
   run_elementwise(call);
   return t;
+}
+
+// 2 ** e in T (float or double) as numpy's power computes it: an integral e gives the exact power
+// of two (or inf, or 0 / a subnormal), which is built from its bits instead of calling pow; any
+// other e goes to pow.
+template <class T>
+inline T pow2_exact(T e) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  constexpr int kMinNormal = std::is_same_v<T, float> ? -126 : -1022;
+  constexpr int kMaxExp = std::is_same_v<T, float> ? 127 : 1023;
+  if (e >= T(kMinNormal) && e <= T(kMaxExp) && e == static_cast<T>(static_cast<int>(e))) {
+    using Bits = std::conditional_t<std::is_same_v<T, float>, std::uint32_t, std::uint64_t>;
+    constexpr int kMantissa = std::is_same_v<T, float> ? 23 : 52;
+    return std::bit_cast<T>(static_cast<Bits>(static_cast<Bits>(static_cast<int>(e) + kMaxExp) << kMantissa));
+  }
+  return std::pow(T(2), e);
+}
+
+// qonnx's min_int / max_int of a float bit width b, in the arithmetic of T (Half, float, double):
+// signed -> [-2^(b-1) + narrow, 2^(b-1) - 1], unsigned -> [0 * b, 2^b - 1 - narrow].
+template <class T>
+inline T float_int_range(T b, bool is_signed, bool narrow, bool want_max) {
+  auto pow2 = [](T e) {
+    if constexpr (std::is_same_v<T, Half>) return Half(std::pow(2.0f, float(e)));
+    else return pow2_exact(e);
+  };
+  const T one(1.0f), two(2.0f);
+  if (want_max) {
+    if (!is_signed && !narrow) return pow2(b) - one;
+    if (!is_signed && narrow) return pow2(b) - two;
+    return pow2(b - one) - one;
+  }
+  if (is_signed && narrow) return -pow2(b - one) + one;
+  if (is_signed) return -pow2(b - one);
+  return T(0.0f) * b;  // 0 (NaN for a NaN width, as numpy would)
 }
 
 // The reference's integer range for `bits` bits (qonnx min_int/max_int), evaluated in the

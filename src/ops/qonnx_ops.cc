@@ -254,25 +254,11 @@ void bipolar_quant(const TensorView& x, const TensorView& scale, const MutableTe
 
 // ---- Trunc v1 ----------------------------------------------------------------------------------
 namespace {
-// 2.0 ** k for an integral k (a power of two, inf or 0), exactly what pow(2.0, k) gives.
-double pow2_of_integer(double k) {
-  if (k > 2000) return INFINITY;
-  if (k < -2000) return 0.0;
-  return std::ldexp(1.0, static_cast<int>(k));
-}
-
-// 2 ** k in T for k = rint(...) of T (numpy's power with a weak Python int base): exact for an
-// integral k, so ldexp gives pow's result without its cost; NaN and infinities as pow has them.
+// 2 ** k in T for k = rint(...) of T (numpy's power with a weak Python int base).
 template <class T>
 T pow2_t(T k) {
-  if constexpr (std::is_same_v<T, detail::Half>) {
-    return T(std::pow(2.0f, float(k)));
-  } else {
-    if (std::isnan(k)) return k;
-    if (k > T(2000)) return T(INFINITY);
-    if (k < T(-2000)) return T(0);
-    return std::ldexp(T(1), static_cast<int>(k));
-  }
+  if constexpr (std::is_same_v<T, detail::Half>) return T(std::pow(2.0f, float(k)));
+  else return detail::pow2_exact(k);
 }
 
 // What Trunc v1 computes in which dtype (numpy promotes step by step); values are derived in the op.
@@ -315,7 +301,7 @@ detail::DerivedTensor trunc_v1_scale(const TruncV1Types& t, const TensorView& in
     return detail::derive<2>({&in_bitwidth, &out_bitwidth}, t.ts_dtype, "Trunc",
                              [d](const ParamValue& ib, const ParamValue& ob) {
                                const std::uint64_t diff = detail::wrap_int(d, ib.bits - ob.bits);
-                               return pow2_of_integer(detail::int_to_double(d, diff));
+                               return detail::pow2_exact(detail::int_to_double(d, diff));  // 2.0 ** int: float64
                              });
   }
   return detail::with_float_type(t.ts_dtype, [&]<class T>() {
@@ -326,7 +312,7 @@ detail::DerivedTensor trunc_v1_scale(const TruncV1Types& t, const TensorView& in
                                if constexpr (std::is_same_v<T, detail::Half>) {
                                  return detail::to_double(T(std::pow(2.0f, float(d))));
                                } else {
-                                 return detail::to_double(std::pow(T(2), d));
+                                 return detail::to_double(detail::pow2_exact(d));
                                }
                              });
   });
@@ -395,12 +381,17 @@ TruncV2Derived trunc_v2_derive(const TruncV2Types& t, const TensorView& scale, c
             d, detail::int_range_bound(bits_dtype, b.bits, is_signed, narrow, want_max, "out_bitwidth"), w);
       });
     } else {
-      bound = detail::derive<1>({&out_bitwidth}, w, "Trunc", [=](const ParamValue& b) {
-        if (!std::isfinite(b.f)) {
-          throw Error(ErrorKind::kValue, "out_bitwidth: must be finite, got " + std::to_string(b.f));
-        }
-        return detail::round_to(w, want_max ? detail::int_range_max(b.f, bits_dtype, is_signed, narrow)
-                                            : detail::int_range_min(b.f, bits_dtype, is_signed, narrow));
+      // In the width's float dtype T, then one rounding to w (T -> double is exact).
+      bound = detail::with_float_type(bits_dtype, [&]<class T>() {
+        return detail::with_float_type(w, [&]<class W>() {
+          return detail::derive<1>({&out_bitwidth}, w, "Trunc", [=](const ParamValue& b) {
+            if (!std::isfinite(b.f)) {
+              throw Error(ErrorKind::kValue, "out_bitwidth: must be finite, got " + std::to_string(b.f));
+            }
+            const T r = detail::float_int_range<T>(detail::from_double<T>(b.f), is_signed, narrow, want_max);
+            return detail::to_double(detail::from_double<W>(detail::to_double(r)));
+          });
+        });
       });
     }
     (want_max ? r.hi : r.lo) = std::move(bound);
