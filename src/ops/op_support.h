@@ -244,9 +244,9 @@ inline T float_int_range(T b, bool is_signed, bool narrow, bool want_max) {
   return T(0.0f) * b;  // 0 (NaN for a NaN width, as numpy would)
 }
 
-// The reference's integer range for `bits` bits (qonnx min_int/max_int), evaluated in the
-// arithmetic of dtype `bits_dtype`: signed -> [-2^(b-1) + narrow, 2^(b-1) - 1], unsigned ->
-// [0, 2^b - 1 - narrow].
+// The reference's integer range for a float bit width `bits` (qonnx min_int/max_int), evaluated
+// in the arithmetic of the float dtype `bits_dtype` (float_int_range). Integer widths go through
+// int_range_bound instead: numpy computes them in integers.
 double int_range_min(double bits, DType bits_dtype, bool is_signed, bool narrow);
 double int_range_max(double bits, DType bits_dtype, bool is_signed, bool narrow);
 

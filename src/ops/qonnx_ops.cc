@@ -128,9 +128,10 @@ double numpy_pairwise_power_sum(double first_k, double count) {
   return numpy_pairwise_power_sum(first_k, half) + numpy_pairwise_power_sum(first_k + half, count - half);
 }
 
+// with_values: derive min_exp and max_value (the op); the spec needs only shapes and dtypes.
 FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, const TensorView& exponent_bitwidth,
                                   const TensorView& mantissa_bitwidth, const TensorView& exponent_bias,
-                                  const TensorView& max_val, const FloatQuantAttrs& attrs) {
+                                  const TensorView& max_val, const FloatQuantAttrs& attrs, bool with_values = true) {
   check_operands({{&x, "x"}, {&scale, "scale"}, {&exponent_bitwidth, "exponent_bitwidth"},
                   {&mantissa_bitwidth, "mantissa_bitwidth"}, {&exponent_bias, "exponent_bias"}, {&max_val, "max_val"}});
   detail::require_floating(x, "x");
@@ -170,6 +171,7 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
     throw Error(ErrorKind::kValue, "mantissa_bitwidth: " + std::to_string(m) + " is not exact in the working dtype " +
                                        dtype_name(s.work));
   }
+  if (!with_values) return s;
 
   // fp_internal_scale_min = 1.0 - bias - m, in the dtype of (bias, m).
   s.min_exp = detail::derive<2>({&exponent_bias, &mantissa_bitwidth}, DType::kFloat64, "FloatQuant",
@@ -441,7 +443,7 @@ void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& ze
 TensorSpec float_quant_spec(const TensorView& x, const TensorView& scale, const TensorView& exponent_bitwidth,
                             const TensorView& mantissa_bitwidth, const TensorView& exponent_bias,
                             const TensorView& max_val, const FloatQuantAttrs& attrs) {
-  return setup_float_quant(x, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias, max_val, attrs).spec;
+  return setup_float_quant(x, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias, max_val, attrs, false).spec;
 }
 
 void float_quant(const TensorView& x, const TensorView& scale, const TensorView& exponent_bitwidth,

@@ -65,35 +65,70 @@ void check_int_quant(const TensorView& x, const TensorView& s, const TensorView&
 // heap over-read past the one float that backs the view).
 TEST(Engine, ZeroStrideXEqualsTheOpOnItsOneValue) {
   constexpr std::int64_t n = 3'000'017;  // streaming stores, several threads, an odd tail
-  for (const float xv : {0.3f, -1.7f, 100.0f}) {
-    const TensorView x(&xv, DType::kFloat32, Dims{n}, Dims{0});
-    const float s = 0.25f, z = 0.0f, b = 4.0f;
-    const qonnx::IntQuantAttrs attrs{true, false, RoundingMode::kHalfEven};
-    std::vector<float> out(static_cast<std::size_t>(n), 12345.0f);
-    qonnx::int_quant(x, test::scalar_view(s), test::scalar_view(z), test::scalar_view(b), attrs,
-                     MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
-    const float want = test::int_quant({xv}, s, z, b, true, false)[0];
-    std::int64_t bad = 0;
-    for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want);
-    EXPECT_EQ(bad, 0) << "IntQuant of a zero-stride x = " << xv;
+  const RuntimeInfo info = runtime_info();
+  for (const auto& isa : info.supported) {
+    set_kernel_set(isa);
+    SCOPED_TRACE("kernel set " + isa);
+    for (const float xv : {0.3f, -1.7f, 100.0f}) {
+      const TensorView x(&xv, DType::kFloat32, Dims{n}, Dims{0});
+      const float s = 0.25f, z = 0.0f, b = 4.0f;
+      const qonnx::IntQuantAttrs attrs{true, false, RoundingMode::kHalfEven};
+      std::vector<float> out(static_cast<std::size_t>(n), 12345.0f);
+      qonnx::int_quant(x, test::scalar_view(s), test::scalar_view(z), test::scalar_view(b), attrs,
+                       MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
+      const float want = test::int_quant({xv}, s, z, b, true, false)[0];
+      std::int64_t bad = 0;
+      for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want);
+      EXPECT_EQ(bad, 0) << "IntQuant of a zero-stride x = " << xv;
 
-    std::fill(out.begin(), out.end(), 12345.0f);
-    qonnx::bipolar_quant(x, test::scalar_view(s), MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
-    const float want_b = test::bipolar_quant({xv}, s)[0];
-    bad = 0;
-    for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want_b);
-    EXPECT_EQ(bad, 0) << "BipolarQuant of a zero-stride x = " << xv;
+      std::fill(out.begin(), out.end(), 12345.0f);
+      qonnx::bipolar_quant(x, test::scalar_view(s), MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
+      const float want_b = test::bipolar_quant({xv}, s)[0];
+      bad = 0;
+      for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want_b);
+      EXPECT_EQ(bad, 0) << "BipolarQuant of a zero-stride x = " << xv;
 
-    std::fill(out.begin(), out.end(), 12345.0f);
-    qonnx::FloatQuantAttrs fq;
-    const float e = 4.0f, m = 3.0f, bias = 7.0f, mv = 448.0f;
-    qonnx::float_quant(x, test::scalar_view(s), test::scalar_view(e), test::scalar_view(m), test::scalar_view(bias),
-                       test::scalar_view(mv), fq, MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
-    const float want_f = test::float_quant({xv}, s, e, m, bias, mv, fq)[0];
-    bad = 0;
-    for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want_f);
-    EXPECT_EQ(bad, 0) << "FloatQuant of a zero-stride x = " << xv;
+      std::fill(out.begin(), out.end(), 12345.0f);
+      qonnx::FloatQuantAttrs fq;
+      const float e = 4.0f, m = 3.0f, bias = 7.0f, mv = 448.0f;
+      qonnx::float_quant(x, test::scalar_view(s), test::scalar_view(e), test::scalar_view(m), test::scalar_view(bias),
+                         test::scalar_view(mv), fq, MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
+      const float want_f = test::float_quant({xv}, s, e, m, bias, mv, fq)[0];
+      bad = 0;
+      for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want_f);
+      EXPECT_EQ(bad, 0) << "FloatQuant of a zero-stride x = " << xv;
+
+      std::fill(out.begin(), out.end(), 12345.0f);
+      const float ib = 8.0f, ob = 4.0f, os = 2.0f;
+      qonnx::trunc(x, test::scalar_view(s), test::scalar_view(z), test::scalar_view(ib), test::scalar_view(ob),
+                   RoundingMode::kFloor, MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
+      const float want_t1 = test::trunc_v1({xv}, s, z, ib, ob, RoundingMode::kFloor)[0];
+      bad = 0;
+      for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want_t1);
+      EXPECT_EQ(bad, 0) << "Trunc v1 of a zero-stride x = " << xv;
+
+      std::fill(out.begin(), out.end(), 12345.0f);
+      const qonnx::TruncV2Attrs t2{true, false, RoundingMode::kHalfUp};
+      qonnx::trunc_v2(x, test::scalar_view(s), test::scalar_view(z), test::scalar_view(ib), test::scalar_view(os),
+                      test::scalar_view(ob), t2, MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
+      const float want_t2 = test::trunc_v2({xv}, s, z, ib, os, ob, true, false, RoundingMode::kHalfUp)[0];
+      bad = 0;
+      for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want_t2);
+      EXPECT_EQ(bad, 0) << "Trunc v2 of a zero-stride x = " << xv;
+
+      // A 0-d x against a zero-stride (expanded) scale: the output takes the scale's shape, and every
+      // operand of every row is one value.
+      std::fill(out.begin(), out.end(), 12345.0f);
+      const TensorView x0(&xv, DType::kFloat32, Dims{});
+      const TensorView s_expanded(&s, DType::kFloat32, Dims{n}, Dims{0});
+      qonnx::int_quant(x0, s_expanded, test::scalar_view(z), test::scalar_view(b), attrs,
+                       MutableTensorView(out.data(), DType::kFloat32, Dims{n}));
+      bad = 0;
+      for (float v : out) bad += std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(want);
+      EXPECT_EQ(bad, 0) << "IntQuant of a 0-d x = " << xv << " with a zero-stride scale";
+    }
   }
+  set_kernel_set(info.isa);
 }
 
 // An output that shares memory with x in another layout (numpy: out=x[::-1], out=x.T, a shifted
