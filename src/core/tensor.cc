@@ -1,5 +1,6 @@
 // Dims, dtype facts, numpy type promotion and broadcasting.
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "polyquant/error.h"
@@ -46,13 +47,21 @@ std::string Dims::str() const {
   return s.str();
 }
 
+// Products of extents below saturate instead of overflowing (undefined behaviour): a shape whose
+// element count exceeds int64 is rejected by numel() when a view is made of it, and the strides of
+// an empty tensor (some extent 0, the others huge) are never used to address memory.
+static std::int64_t saturating_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<std::int64_t>::max() : r;
+}
+
 Dims contiguous_strides(const Dims& shape) {
   Dims strides;
   strides.rank = shape.rank;
   std::int64_t s = 1;
   for (int i = shape.rank - 1; i >= 0; --i) {
     strides[i] = s;
-    s *= std::max<std::int64_t>(shape[i], 1);
+    s = saturating_mul(s, std::max<std::int64_t>(shape[i], 1));
   }
   return strides;
 }
@@ -61,7 +70,7 @@ bool Layout::is_contiguous() const {
   std::int64_t s = 1;
   for (int i = shape.rank - 1; i >= 0; --i) {
     if (shape[i] != 1 && strides[i] != s) return false;
-    s *= shape[i];
+    s = saturating_mul(s, shape[i]);
   }
   return true;
 }

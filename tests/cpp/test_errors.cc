@@ -45,6 +45,12 @@ TEST(Errors, ElementCountBeyondInt64) {
   const TensorView huge_a(&v, DType::kFloat32, Dims{big, 1}, Dims{0, 0});
   const TensorView huge_b(&v, DType::kFloat32, Dims{1, big}, Dims{0, 0});
   expect_error([&] { qonnx::bipolar_quant_spec(huge_a, huge_b); }, ErrorKind::kValue, {"BipolarQuant", "2^63"});
+  // Contiguous views compute their strides from the extents first: that product must not overflow
+  // either (UBSan), whether the view is rejected or empty.
+  expect_error([&] { TensorView t(&v, DType::kFloat32, Dims{big, big, 4}); }, ErrorKind::kValue, {"2^63"});
+  const TensorView empty(&v, DType::kFloat32, Dims{0, big, big, 4});
+  EXPECT_EQ(empty.numel(), 0);
+  EXPECT_TRUE(empty.is_contiguous());  // multiplies the extents again
 }
 
 TEST(Errors, ThreadCountEnvironmentValue) {
