@@ -127,6 +127,30 @@ TEST(IntegerParams, TruncV2PerRowIntegerBounds) {
                         {0.0, 0.0, 0x1.f4p+9, -0x1p+3, 0x1.388p+15, -0x1.388p+15}));
 }
 
+// numpy raises on 2 ** (0 - 1) in int64 (an out_bitwidth of 0, signed), anywhere in a per-element
+// width; polyquant raises a clear error from the op. The spec only computes shape and dtype (it
+// reads no parameter values), so it accepts the call.
+TEST(IntegerParams, TruncV2NegativeIntegerPowerRaisesInTheOp) {
+  const std::vector<float> x = {1.0f, 2.0f};
+  const std::vector<std::int64_t> ob = {8, 0};
+  const std::int64_t ib = 8;
+  const float os = 1.0f;
+  const TensorView obv(ob.data(), DType::kInt64, Dims{2});
+  const TensorSpec spec = qonnx::trunc_v2_spec(test::vec_view(x), test::scalar_view(kOne), test::scalar_view(kZero),
+                                               scalar_of(ib, DType::kInt64), test::scalar_view(os), obv);
+  EXPECT_EQ(spec.shape, Dims{2});
+  std::vector<float> out(2);
+  try {
+    qonnx::trunc_v2(test::vec_view(x), test::scalar_view(kOne), test::scalar_view(kZero), scalar_of(ib, DType::kInt64),
+                    test::scalar_view(os), obv, {true, false, RoundingMode::kFloor},
+                    MutableTensorView(out.data(), DType::kFloat32, Dims{2}));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kValue);
+    EXPECT_NE(std::string(e.what()).find("out_bitwidth"), std::string::npos) << e.what();
+  }
+}
+
 // Per-element derived parameters (every bit width and out_scale its own) give, element for
 // element, what the same values give as 0-d parameters: the streamed derivation is the per-tensor
 // one, on every kernel set.
