@@ -40,7 +40,9 @@ void bench_kernel(benchmark::State& state, KernelEntry e) {
   IntQuantParams iq{RoundingMode::kHalfEven, false, -128, 127};
   BipolarQuantParams bq;
   TruncParams tp{RoundingMode::kFloor};
-  FloatQuantParams fq{RoundingMode::kHalfEven, 3, true, false, true, true};
+  // OCP E4M3 as the FloatQuant node computes it: float32 output.
+  FloatQuantParams fq{.mode = RoundingMode::kHalfEven, .mantissa_bits = 3, .saturation = true, .has_inf = false,
+                      .has_nan = true, .is_signed = true, .max_fits_float32 = true, .double_output = false};
   switch (e.op) {
     case KernelOp::kIntQuant: a.in[1] = b.ones.data(); a.in[2] = b.zeros.data(); a.broadcast_mask = 6; params_ptr = &iq; break;
     case KernelOp::kBipolarQuant: a.in[1] = b.ones.data(); a.broadcast_mask = 2; params_ptr = &bq; break;
