@@ -68,13 +68,22 @@ def as_data(x: Any, name: str = "x") -> np.ndarray:
     return a
 
 
-def as_param(value: Any, name: str, x: np.ndarray) -> np.ndarray:
+def is_weak(value: Any) -> bool:
+    """A Python bool/int/float: "weak" in numpy 2 (NEP 50), it takes its partner operand's dtype."""
+    return isinstance(value, (bool, int, float)) and not isinstance(value, np.generic)
+
+
+def as_param(value: Any, name: str, x: Any) -> np.ndarray:
     """A tensor parameter (scale, zero point, bit width, ...). Python bool/int/float scalars are
-    weak (NEP 50) and take x's dtype; everything else keeps its own dtype."""
-    if isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
+    weak (NEP 50): they take the dtype numpy gives them against their partner in the reference's
+    expression, `x` (an array or a dtype: the input for a scale, the promoted x / scale for a zero
+    point, ...; np.result_type applies NEP 50, e.g. a Python float against an int8 array is
+    float64). Everything else keeps its own dtype."""
+    if is_weak(value):
+        dtype = np.result_type(np.dtype(getattr(x, "dtype", x)), value)
         # As in numpy 2: 1e300 with a float32 x is +inf (with numpy's overflow RuntimeWarning).
         try:
-            return np.asarray(value, dtype=x.dtype)
+            return np.asarray(value, dtype=dtype)
         except OverflowError as e:
             raise OverflowError(f"{name}: {e}") from e
     if isinstance(value, complex):

@@ -61,7 +61,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import _polyquant_ext as _ext
-from ._convert import as_data, as_flag, as_out, as_param, as_rounding_mode
+from ._convert import as_data, as_flag, as_out, as_param, as_rounding_mode, is_weak
 
 __all__ = [
     "binary_quant",
@@ -212,10 +212,11 @@ def int_quant(
     ``bitwidth`` must have exactly one element (it may be non-integer, e.g. 2.5).
     """
     xa = as_data(inp_tensor, "inp_tensor")
+    sa = as_param(scale, "scale", xa)
     result = _ext.int_quant(
         xa,
-        as_param(scale, "scale", xa),
-        as_param(zeropt, "zeropt", xa),
+        sa,
+        as_param(zeropt, "zeropt", np.result_type(xa, sa)),  # y = x / scale + zeropt
         as_param(bitwidth, "bitwidth", xa),
         as_flag(signed, "signed"),
         as_flag(narrow, "narrow"),
@@ -257,12 +258,21 @@ def trunc_v1(
     ``(y - zeropt) * scale`` in the promoted dtype.
     """
     xa = as_data(inp_tensor, "inp_tensor")
+    sa = as_param(scale, "scale", xa)
+    za = as_param(zeropt, "zeropt", np.result_type(xa, sa))
+    # input_bit_width - output_bit_width: a Python scalar takes the other width's dtype (a Python
+    # float against an int8 width is float64); two Python scalars make a Python number that meets
+    # the rounded y, whose dtype they then take.
+    y_dtype = np.result_type(xa, sa, za)
+    ib_partner = y_dtype if is_weak(output_bit_width) else as_param(output_bit_width, "output_bit_width", y_dtype)
+    iba = as_param(input_bit_width, "input_bit_width", ib_partner)
+    oba = as_param(output_bit_width, "output_bit_width", y_dtype if is_weak(input_bit_width) else iba)
     result = _ext.trunc(
         xa,
-        as_param(scale, "scale", xa),
-        as_param(zeropt, "zeropt", xa),
-        as_param(input_bit_width, "input_bit_width", xa),
-        as_param(output_bit_width, "output_bit_width", xa),
+        sa,
+        za,
+        iba,
+        oba,
         as_rounding_mode(rounding_mode),
         out=as_out(out),
     )
@@ -295,10 +305,11 @@ def trunc_v2(
     unused, as in the reference.
     """
     xa = as_data(inp_tensor, "inp_tensor")
+    sa = as_param(scale, "scale", xa)
     result = _ext.trunc_v2(
         xa,
-        as_param(scale, "scale", xa),
-        as_param(zeropt, "zeropt", xa),
+        sa,
+        as_param(zeropt, "zeropt", np.result_type(xa, sa)),  # y = x / scale + zeropt
         as_param(input_bit_width, "input_bit_width", xa),
         as_param(output_scale, "output_scale", xa),
         as_param(output_bit_width, "output_bit_width", xa),

@@ -342,7 +342,8 @@ TruncV2Types trunc_v2_types(const TensorView& x, const TensorView& scale, const 
   const std::array<Dims, 5> shapes{x.shape, scale.shape, zeropt.shape, out_scale.shape, out_bitwidth.shape};
   static constexpr const char* kNames[] = {"x", "scale", "zeropt", "out_scale", "out_bitwidth"};
   t.spec.shape = broadcast_shapes(shapes, "Trunc", kNames);
-  t.spec.dtype = detail::float_dtype_for(promote_types(t.add_dtype, out_scale.dtype));
+  // y / trunc_scale widens y to promote(add, ts); - zeropt / trunc_scale and * out_scale widen on.
+  t.spec.dtype = detail::float_dtype_for(promote_types(promote_types(t.add_dtype, t.ts_dtype), out_scale.dtype));
   return t;
 }
 
