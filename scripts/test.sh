@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything and runs every test: the C++ suite (optimized build, then an
-# AddressSanitizer + UndefinedBehaviorSanitizer build) under CTest, and the Python suite (against
-# qonnx, onnx and onnxruntime from the package registry) under pytest.
+# AddressSanitizer + UndefinedBehaviorSanitizer build) under CTest, the fuzz harness under the
+# sanitizers for a bounded time, the Python suite (against qonnx, onnx and onnxruntime from the
+# package registry, with the property-based differential tests) under pytest, and a subset of it
+# against a sanitized build of the Python extension and the ONNX Runtime library.
+#
+# Environment: POLYQUANT_FUZZ_SECONDS (default 60), POLYQUANT_FUZZ_SEED (default 1: CI replays the
+# same cases; scripts/fuzz.sh draws a new seed by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -14,11 +19,15 @@ cmake --build build/release -j "$jobs"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 
 echo "== C++ tests (ASan + UBSan)"
-cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOLYQUANT_BUILD_TESTS=ON -DPOLYQUANT_SANITIZE=ON >/dev/null
+cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOLYQUANT_BUILD_TESTS=ON -DPOLYQUANT_SANITIZE=ON \
+  -DPOLYQUANT_BUILD_FUZZ=ON >/dev/null
 cmake --build build/asan -j "$jobs"
 # The exhaustive 2^31-value scan already ran in the Release build.
 POLYQUANT_SKIP_EXHAUSTIVE=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure -j "$jobs"
+
+echo "== fuzz harness (ASan + UBSan, every kernel set against scalar)"
+scripts/fuzz.sh "${POLYQUANT_FUZZ_SECONDS:-60}" "${POLYQUANT_FUZZ_SEED:-1}"
 
 echo "== C++ package consumer (find_package(polyquant))"
 cmake --install build/release --prefix build/install >/dev/null
@@ -27,4 +36,9 @@ cmake --build build/consumer -j "$jobs"
 build/consumer/polyquant_example
 
 echo "== Python tests"
+# The kernel-set tests and the property-based tests run on every set listed here.
+.venv/bin/python -c 'import polyquant; i = polyquant.runtime_info(); print("kernel sets on this CPU:", i["supported"])'
 .venv/bin/python -m pytest -q
+
+echo "== Python extension and ORT library under ASan + UBSan"
+scripts/sanitize_python.sh

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs the fuzz harness over the public C++ API (tests/fuzz/fuzz_qonnx.cc) under AddressSanitizer +
+# UndefinedBehaviorSanitizer for a bounded time, comparing every kernel set the CPU has with the
+# scalar reference and every layout with contiguous copies. CI runs it for 60 s; run it longer by
+# hand:
+#
+#   scripts/fuzz.sh [SECONDS] [SEED]        # defaults: 60 s, seed = the current time
+#
+# A failure prints the case and the line that replays it:
+#   build/asan/tests/fuzz/polyquant_fuzz --seed N --start I --iterations 1
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${1:-60}
+seed=${2:-$(date +%s)}
+jobs=$(nproc 2>/dev/null || echo 2)
+
+cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOLYQUANT_BUILD_TESTS=ON -DPOLYQUANT_SANITIZE=ON \
+  -DPOLYQUANT_BUILD_FUZZ=ON >/dev/null
+cmake --build build/asan -j "$jobs" --target polyquant_fuzz
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  build/asan/tests/fuzz/polyquant_fuzz --seed "$seed" --seconds "$seconds"
