@@ -12,6 +12,7 @@ namespace polyquant {
 enum class ErrorKind {
   kValue,  // a value is out of its domain (Python: ValueError)
   kType,   // an element type is not supported (Python: TypeError)
+  kOverflow,  // Python arithmetic of the reference overflows (Python: OverflowError)
 };
 
 class POLYQUANT_API Error : public std::invalid_argument {

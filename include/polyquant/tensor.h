@@ -70,8 +70,18 @@ struct Layout {
 };
 
 // Read-only view of an input tensor.
+//
+// `weak` marks a 0-d view holding a Python bool, int or float (its value exact in the view's
+// dtype: bool, int64 or float64). numpy 2 (NEP 50) lets such a scalar take the dtype of the array
+// it meets unless its kind (bool < integer < float) is higher: a Python float meeting a float32
+// array is float32, meeting an int8 array float64, and two Python scalars combine in Python
+// (double) arithmetic. The references meet one scalar with several dtypes (qonnx's float_quant
+// divides X by `scale` in X's dtype, then multiplies the float64 result by the same `scale`), so
+// the ops apply the rule at each step of the reference's expression, rounding the value to each
+// step's dtype. Bindings set it for Python scalars; C++ callers normally leave it false.
 struct TensorView : Layout {
   const void* data = nullptr;
+  bool weak = false;
   TensorView() = default;
   TensorView(const void* data, DType dtype, const Dims& shape);                      // contiguous
   TensorView(const void* data, DType dtype, const Dims& shape, const Dims& strides);  // strided

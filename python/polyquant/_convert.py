@@ -73,6 +73,25 @@ def is_weak(value: Any) -> bool:
     return isinstance(value, (bool, int, float)) and not isinstance(value, np.generic)
 
 
+def as_weak_param(value: Any, name: str, x: Any) -> tuple[np.ndarray, bool]:
+    """A parameter the core promotes step by step (TensorView::weak): a Python bool/int/float stays
+    weak, passed 0-d with its exact value (bool, int64 or float64), and the core gives it, at each
+    step of the reference's expression, the dtype numpy would (a Python float divides a float32 X
+    as float32 and multiplies a float64 result as float64). Anything else is as_param's."""
+    if is_weak(value):
+        dtype = np.bool_ if isinstance(value, bool) else np.int64 if isinstance(value, int) else np.float64
+        try:
+            return np.asarray(value, dtype=dtype), True
+        except OverflowError as e:
+            raise OverflowError(f"{name}: {e}") from e
+    return as_param(value, name, x), False
+
+
+def weak_mask(*flags: bool) -> int:
+    """The extension's `weak` bitmask: bit k marks tensor argument k (x is argument 0)."""
+    return sum(1 << k for k, flag in enumerate(flags) if flag)
+
+
 def as_param(value: Any, name: str, x: Any) -> np.ndarray:
     """A tensor parameter (scale, zero point, bit width, ...). Python bool/int/float scalars are
     weak (NEP 50): they take the dtype numpy gives them against their partner in the reference's

@@ -8,19 +8,19 @@ from typing import Annotated
 from numpy.typing import NDArray
 
 
-def int_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], signed: bool, narrow: bool, rounding_mode: str, out: object | None = None) -> object:
+def int_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], signed: bool, narrow: bool, rounding_mode: str, out: object | None = None, weak: int = 0) -> object:
     """IntQuant/Quant (see polyquant.qonnx.int_quant)."""
 
-def bipolar_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], out: object | None = None) -> object:
+def bipolar_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], out: object | None = None, weak: int = 0) -> object:
     """BipolarQuant (see polyquant.qonnx.bipolar_quant)."""
 
-def trunc(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], in_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], out_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], rounding_mode: str, out: object | None = None) -> object:
+def trunc(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], in_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], out_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], rounding_mode: str, out: object | None = None, weak: int = 0) -> object:
     """Trunc v1 (see polyquant.qonnx.trunc)."""
 
-def trunc_v2(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], in_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], out_scale: Annotated[NDArray, dict(device='cpu', writable=False)], out_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], signed: bool, narrow: bool, rounding_mode: str, out: object | None = None) -> object:
+def trunc_v2(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], in_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], out_scale: Annotated[NDArray, dict(device='cpu', writable=False)], out_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], signed: bool, narrow: bool, rounding_mode: str, out: object | None = None, weak: int = 0) -> object:
     """Trunc v2 (see polyquant.qonnx.trunc_v2)."""
 
-def float_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], exponent_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], mantissa_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], exponent_bias: Annotated[NDArray, dict(device='cpu', writable=False)], max_val: Annotated[NDArray, dict(device='cpu', writable=False)], has_inf: bool, has_nan: bool, has_subnormal: bool, saturation: bool, rounding_mode: str, signed: bool = True, out: object | None = None) -> object:
+def float_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], exponent_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], mantissa_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], exponent_bias: Annotated[NDArray, dict(device='cpu', writable=False)], max_val: Annotated[NDArray, dict(device='cpu', writable=False)], has_inf: bool, has_nan: bool, has_subnormal: bool, saturation: bool, rounding_mode: str, signed: bool = True, out: object | None = None, weak: int = 0) -> object:
     """FloatQuant (see polyquant.qonnx.float_quant)."""
 
 def version() -> str:

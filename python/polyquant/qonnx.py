@@ -61,7 +61,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import _polyquant_ext as _ext
-from ._convert import as_data, as_flag, as_out, as_param, as_rounding_mode, is_weak
+from ._convert import as_data, as_flag, as_out, as_param, as_rounding_mode, as_weak_param, is_weak, weak_mask
 
 __all__ = [
     "binary_quant",
@@ -305,18 +305,23 @@ def trunc_v2(
     unused, as in the reference.
     """
     xa = as_data(inp_tensor, "inp_tensor")
-    sa = as_param(scale, "scale", xa)
+    # Python scalars stay weak: `output_scale / scale` of two Python floats is a Python division
+    # (then float64), while x / scale and `* output_scale` take the arrays' dtypes.
+    sa, scale_weak = as_weak_param(scale, "scale", xa)
+    za, zeropt_weak = as_weak_param(zeropt, "zeropt", xa)
+    osa, out_scale_weak = as_weak_param(output_scale, "output_scale", xa)
     result = _ext.trunc_v2(
         xa,
         sa,
-        as_param(zeropt, "zeropt", np.result_type(xa, sa)),  # y = x / scale + zeropt
+        za,
         as_param(input_bit_width, "input_bit_width", xa),
-        as_param(output_scale, "output_scale", xa),
+        osa,
         as_param(output_bit_width, "output_bit_width", xa),
         as_flag(signed, "signed"),
         as_flag(narrow, "narrow"),
         as_rounding_mode(rounding_mode),
         out=as_out(out),
+        weak=weak_mask(False, scale_weak, zeropt_weak, False, out_scale_weak),
     )
     return _result(result, out)
 
@@ -353,17 +358,24 @@ def float_quant(
     xa = as_data(X, "X")
     if exponent_bias is None:
         exponent_bias = compute_default_exponent_bias(exponent_bitwidth)
+    # Python scalars stay weak: qonnx divides X by a Python-float scale in X's dtype and multiplies
+    # its float64 result by the same Python float; 2.0 ** E - 1.0 - bias of Python numbers is
+    # Python (double) arithmetic.
+    sa, scale_weak = as_weak_param(scale, "scale", xa)
+    ea, e_weak = as_weak_param(exponent_bitwidth, "exponent_bitwidth", xa)
+    ma, m_weak = as_weak_param(mantissa_bitwidth, "mantissa_bitwidth", xa)
+    ba, bias_weak = as_weak_param(exponent_bias, "exponent_bias", xa)
     if max_val is None:
         # min(format maximum, +inf) is the format maximum (the core computes it as qonnx does).
-        max_val_array = np.asarray(np.inf, dtype=np.float64)
+        max_val_array, max_weak = np.asarray(np.inf, dtype=np.float64), False
     else:
-        max_val_array = as_param(max_val, "max_val", xa)
+        max_val_array, max_weak = as_weak_param(max_val, "max_val", xa)
     result = _ext.float_quant(
         xa,
-        as_param(scale, "scale", xa),
-        as_param(exponent_bitwidth, "exponent_bitwidth", xa),
-        as_param(mantissa_bitwidth, "mantissa_bitwidth", xa),
-        as_param(exponent_bias, "exponent_bias", xa),
+        sa,
+        ea,
+        ma,
+        ba,
         max_val_array,
         as_flag(has_inf, "has_inf"),
         as_flag(has_nan, "has_nan"),
@@ -372,6 +384,7 @@ def float_quant(
         as_rounding_mode(rounding_mode),
         as_flag(signed, "signed"),
         out=as_out(out),
+        weak=weak_mask(False, scale_weak, e_weak, m_weak, bias_weak, max_weak),
     )
     return _result(result, out)
 

@@ -137,6 +137,11 @@ struct FloatQuantParams {
   bool max_fits_float32 = true;
   bool double_output = true;  // the kernel writes float64 (else float32)
   WorkType xs_as = WorkType::kF32;  // precision of X / scale and of its log2 (numpy's promote(X, scale))
+  // A weak `scale` (a Python float, TensorView::weak) that the working type does not hold: X /
+  // scale uses it rounded to X's dtype (the operand), but the reference multiplies its float64
+  // result by the Python float itself, this value.
+  bool has_product_scale = false;
+  double product_scale = 0;
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
@@ -197,7 +202,7 @@ inline double float_quant_clipped(T x, T s, T min_exp, double max_value, const F
 // The reference function's float64 result: clipped * scale (exact for float32 operands).
 template <RoundingMode kMode, class T>
 inline double float_quant_element(T x, T s, T min_exp, double max_value, const FloatQuantParams& p) {
-  return float_quant_clipped<kMode>(x, s, min_exp, max_value, p) * to_double(s);
+  return float_quant_clipped<kMode>(x, s, min_exp, max_value, p) * (p.has_product_scale ? p.product_scale : to_double(s));
 }
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 

@@ -1,6 +1,7 @@
 // Validation and parameter helpers shared by the framework layers.
 #include "ops/op_support.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace polyquant::detail {
@@ -51,6 +52,25 @@ WorkType work_type_of(DType t) {
 }
 
 DType float_dtype_for(DType t) { return is_floating(t) ? t : DType::kFloat64; }
+
+namespace {
+int kind_of(DType t) {  // bool < integer < float
+  if (t == DType::kBool) return 0;
+  return is_floating(t) ? 2 : 1;
+}
+DType default_dtype_of_kind(int kind) {  // what a Python scalar of this kind becomes alone
+  return kind == 2 ? DType::kFloat64 : kind == 1 ? DType::kInt64 : DType::kBool;
+}
+}  // namespace
+
+Promoted promote(Promoted a, Promoted b) {
+  if (!a.weak && !b.weak) return strong(promote_types(a.dtype, b.dtype));
+  const int ka = kind_of(a.dtype), kb = kind_of(b.dtype);
+  if (a.weak && b.weak) return {default_dtype_of_kind(std::max(ka, kb)), true};
+  const Promoted& array = a.weak ? b : a;
+  const int k_scalar = a.weak ? ka : kb, k_array = a.weak ? kb : ka;
+  return strong(k_scalar <= k_array ? array.dtype : default_dtype_of_kind(k_scalar));
+}
 
 double round_to(DType t, double v) {
   switch (t) {

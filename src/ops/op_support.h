@@ -43,6 +43,23 @@ DType float_dtype_for(DType t);
 // Rounds `v` to the nearest value of `t` (numpy astype) and returns it as a double.
 double round_to(DType t, double v);
 
+// An operand of the reference's arithmetic for numpy 2's promotion: an array's dtype, or a weak
+// Python scalar (TensorView::weak; NEP 50), whose kind (bool < integer < float) counts and not its
+// size. A result computed from arrays is strong; one from Python scalars alone stays weak (Python
+// arithmetic: int with float is float).
+struct Promoted {
+  DType dtype = DType::kFloat32;
+  bool weak = false;
+};
+inline Promoted promoted(const TensorView& v) { return {v.dtype, v.weak}; }
+inline Promoted strong(DType t) { return {t, false}; }
+inline constexpr Promoted kPythonFloat{DType::kFloat64, true};  // a literal such as 1.0 or 2.0
+
+// numpy's dtype for `a op b`: two arrays promote_types; a weak scalar against an array takes the
+// array's dtype unless its kind is higher (a Python float against integers or bool: float64; a
+// Python int against bool: int64); two weak scalars give a weak scalar of the higher kind.
+Promoted promote(Promoted a, Promoted b);
+
 // Evaluates f.template operator()<T>() with T the C++ type that performs arithmetic of float
 // dtype `t` exactly as numpy does (Half, float or double).
 template <class F>

@@ -19,6 +19,10 @@ void check_operands(std::initializer_list<std::pair<const TensorView*, const cha
     if (view->numel() > 0 && view->data == nullptr) {
       throw Error(ErrorKind::kValue, std::string(name) + ": tensor has no data");
     }
+    if (view->weak && view->shape.rank != 0) {
+      throw Error(ErrorKind::kValue, std::string(name) + ": a weak operand (a Python scalar) must be 0-d, got shape " +
+                                         view->shape.str());
+    }
   }
 }
 
@@ -54,8 +58,8 @@ IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, cons
   const bool int_bits = detail::is_integer(bitwidth.dtype);
   const detail::ParamValue bits_exact = detail::read_param_at(bitwidth, 0);
   IntQuantSetup s;
-  const DType divide_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
-  s.work = detail::float_dtype_for(promote_types(divide_dtype, zeropt.dtype));
+  const DType divide_dtype = detail::float_dtype_for(detail::promote(detail::promoted(x), detail::promoted(scale)).dtype);
+  s.work = detail::float_dtype_for(detail::promote(detail::strong(divide_dtype), detail::promoted(zeropt)).dtype);
   s.params.divide_as = detail::work_type_of(divide_dtype);
   s.params.add_as = detail::work_type_of(s.work);
   s.params.mode = attrs.rounding_mode;
@@ -83,11 +87,6 @@ IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, cons
     s.params.hi = detail::round_to(s.work, detail::int_range_max(bits, bitwidth.dtype, attrs.is_signed, attrs.narrow));
   }
   return s;
-}
-
-// ---- Trunc -----------------------------------------------------------------------------------
-DType trunc_v1_work(const TensorView& x, const TensorView& scale, const TensorView& zeropt, DType scale_dtype) {
-  return detail::float_dtype_for(promote_types(promote_types(promote_types(x.dtype, scale.dtype), zeropt.dtype), scale_dtype));
 }
 
 // ---- FloatQuant ------------------------------------------------------------------------------
@@ -147,12 +146,18 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
                 "saturation: 0 (non-saturating) requires has_inf=1 or has_nan=1 to say where overflow goes");
   }
   FloatQuantSetup s;
-  // numpy's dtypes step by step: X / scale (and its log2) in promote(X, scale); `- m` widens to
-  // m's dtype and np.maximum(.., 1 - bias - m) to (bias, m)'s, and X / internal_scale, the
-  // rounding and the product run in that wider dtype.
-  const DType xs_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
-  const DType min_dtype = detail::float_dtype_for(promote_types(exponent_bias.dtype, mantissa_bitwidth.dtype));
-  s.work = promote_types(promote_types(xs_dtype, mantissa_bitwidth.dtype), min_dtype);
+  // numpy's dtypes step by step (NEP 50: a Python scalar takes the dtype of what it meets): X /
+  // scale (and its log2) in promote(X, scale); `- m` widens to m's dtype and np.maximum(..,
+  // 1.0 - bias - m) to that of fp_internal_scale_min, and X / internal_scale and the rounding run
+  // in that wider dtype. The clip against the float64 bound makes the result, and so its product
+  // with `scale`, float64.
+  using detail::kPythonFloat;
+  using detail::promote;
+  using detail::promoted;
+  const DType xs_dtype = detail::float_dtype_for(promote(promoted(x), promoted(scale)).dtype);
+  const detail::Promoted fp_min = promote(promote(kPythonFloat, promoted(exponent_bias)), promoted(mantissa_bitwidth));
+  const DType min_dtype = detail::float_dtype_for(fp_min.dtype);  // a weak result: Python's double
+  s.work = promote(promote(detail::strong(xs_dtype), promoted(mantissa_bitwidth)), fp_min).dtype;
   s.work = detail::float_dtype_for(s.work);
   const std::array<Dims, 6> shapes{x.shape, scale.shape, exponent_bitwidth.shape, mantissa_bitwidth.shape,
                                    exponent_bias.shape, max_val.shape};
@@ -172,6 +177,13 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
                                        dtype_name(s.work));
   }
   if (!with_values) return s;
+  if (scale.weak) {
+    const double v = detail::read_param_at(scale, 0).f;
+    if (!(detail::round_to(s.work, v) == v)) {
+      s.params.has_product_scale = true;
+      s.params.product_scale = v;
+    }
+  }
 
   // fp_internal_scale_min = 1.0 - bias - m, in the dtype of (bias, m).
   s.min_exp = detail::derive<2>({&exponent_bias, &mantissa_bitwidth}, DType::kFloat64, "FloatQuant",
@@ -184,7 +196,26 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
   });
   // max_mantissa = sum(2.0 ** arange(0, -m - 1, -1)) in float64 (arange has ceil(m + 1) terms).
   const double max_mantissa = numpy_pairwise_power_sum(0.0, std::ceil(m + 1.0));
-  const DType exp_dtype = detail::float_dtype_for(promote_types(exponent_bitwidth.dtype, exponent_bias.dtype));
+  // Python numbers compute 2.0 ** E and 2 ** max_exponent in Python, which raises OverflowError
+  // where numpy would give inf.
+  if (exponent_bitwidth.weak) {
+    auto overflow = [](const std::string& what, double exponent) {
+      return Error(ErrorKind::kOverflow, what + ": 2 ** " + std::to_string(exponent) +
+                                             " overflows a Python float (the reference raises OverflowError)");
+    };
+    const double e = detail::read_param_at(exponent_bitwidth, 0).f;
+    const double two_to_e = std::pow(2.0, e);
+    if (std::isinf(two_to_e) && std::isfinite(e)) throw overflow("exponent_bitwidth", e);
+    if (exponent_bias.weak) {
+      const double max_exponent = two_to_e - 1.0 - detail::read_param_at(exponent_bias, 0).f;
+      if (std::isfinite(max_exponent) && std::isinf(std::pow(2.0, max_exponent))) {
+        throw overflow("exponent_bitwidth, exponent_bias: 2.0 ** E - 1.0 - bias", max_exponent);
+      }
+    }
+  }
+  // max_exponent = 2.0 ** E - 1.0 - bias (2.0 ** an integer array is float64).
+  const DType exp_dtype = detail::float_dtype_for(
+      promote(promote(promote(kPythonFloat, promoted(exponent_bitwidth)), kPythonFloat), promoted(exponent_bias)).dtype);
   s.max_value = detail::derive<3>({&exponent_bitwidth, &exponent_bias, &max_val}, DType::kFloat64, "FloatQuant",
                                   [&](const detail::ParamValue& e_v, const detail::ParamValue& bias_v,
                                       const detail::ParamValue& mv_v) {
@@ -241,7 +272,7 @@ TensorSpec bipolar_quant_spec(const TensorView& x, const TensorView& scale) {
   TensorSpec spec;
   static constexpr const char* kNames[] = {"x", "scale"};
   spec.shape = broadcast_shapes(shapes, "BipolarQuant", kNames);
-  spec.dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
+  spec.dtype = detail::float_dtype_for(detail::promote(detail::promoted(x), detail::promoted(scale)).dtype);
   return spec;
 }
 
@@ -280,15 +311,22 @@ TruncV1Types trunc_v1_types(const TensorView& x, const TensorView& scale, const 
     throw Error(ErrorKind::kType, "in_bitwidth, out_bitwidth: both bool, and the reference's in_bitwidth - "
                                   "out_bitwidth is not defined for booleans in numpy; allowed: numeric dtypes");
   }
+  using detail::promote;
+  using detail::promoted;
+  using detail::strong;
   TruncV1Types t;
-  t.divide_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
-  t.add_dtype = detail::float_dtype_for(promote_types(t.divide_dtype, zeropt.dtype));
-  t.diff_dtype = promote_types(in_bitwidth.dtype, out_bitwidth.dtype);
-  t.ts_dtype = detail::float_dtype_for(t.diff_dtype);
+  t.divide_dtype = detail::float_dtype_for(promote(promoted(x), promoted(scale)).dtype);
+  t.add_dtype = detail::float_dtype_for(promote(strong(t.divide_dtype), promoted(zeropt)).dtype);
+  // 2.0 ** (in_bitwidth - out_bitwidth): two Python scalars make a Python float, which then takes
+  // y's dtype in y / trunc_scale.
+  const detail::Promoted diff = promote(promoted(in_bitwidth), promoted(out_bitwidth));
+  const detail::Promoted trunc_scale = promote(detail::kPythonFloat, diff);
+  t.diff_dtype = diff.dtype;
+  t.ts_dtype = detail::float_dtype_for(trunc_scale.dtype);
   const std::array<Dims, 5> shapes{x.shape, scale.shape, zeropt.shape, in_bitwidth.shape, out_bitwidth.shape};
   static constexpr const char* kNames[] = {"x", "scale", "zeropt", "in_bitwidth", "out_bitwidth"};
   t.spec.shape = broadcast_shapes(shapes, "Trunc", kNames);
-  t.spec.dtype = trunc_v1_work(x, scale, zeropt, t.ts_dtype);
+  t.spec.dtype = detail::float_dtype_for(promote(strong(t.add_dtype), trunc_scale).dtype);
   return t;
 }
 
@@ -335,15 +373,21 @@ TruncV2Types trunc_v2_types(const TensorView& x, const TensorView& scale, const 
                   {&out_scale, "out_scale"}, {&out_bitwidth, "out_bitwidth"}});
   detail::require_floating(x, "x");
   TruncV2Types t;
-  t.divide_dtype = detail::float_dtype_for(promote_types(x.dtype, scale.dtype));
-  t.add_dtype = detail::float_dtype_for(promote_types(t.divide_dtype, zeropt.dtype));
-  t.ts_dtype = detail::float_dtype_for(promote_types(out_scale.dtype, scale.dtype));  // true division
-  t.zt_dtype = detail::float_dtype_for(promote_types(zeropt.dtype, t.ts_dtype));
+  using detail::promote;
+  using detail::promoted;
+  using detail::strong;
+  t.divide_dtype = detail::float_dtype_for(promote(promoted(x), promoted(scale)).dtype);
+  t.add_dtype = detail::float_dtype_for(promote(strong(t.divide_dtype), promoted(zeropt)).dtype);
+  // np.log2(out_scale / scale) (a true division; two Python floats divide in Python and log2 makes
+  // the float64 strong), then 2.0 ** its rounding.
+  t.ts_dtype = detail::float_dtype_for(promote(promoted(out_scale), promoted(scale)).dtype);
+  t.zt_dtype = detail::float_dtype_for(promote(promoted(zeropt), strong(t.ts_dtype)).dtype);
   const std::array<Dims, 5> shapes{x.shape, scale.shape, zeropt.shape, out_scale.shape, out_bitwidth.shape};
   static constexpr const char* kNames[] = {"x", "scale", "zeropt", "out_scale", "out_bitwidth"};
   t.spec.shape = broadcast_shapes(shapes, "Trunc", kNames);
   // y / trunc_scale widens y to promote(add, ts); - zeropt / trunc_scale and * out_scale widen on.
-  t.spec.dtype = detail::float_dtype_for(promote_types(promote_types(t.add_dtype, t.ts_dtype), out_scale.dtype));
+  t.spec.dtype = detail::float_dtype_for(
+      promote(strong(promote_types(t.add_dtype, t.ts_dtype)), promoted(out_scale)).dtype);
   return t;
 }
 

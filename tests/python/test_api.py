@@ -163,7 +163,10 @@ def test_python_scalars_are_weak():
     assert pq.bipolar_quant(x, np.asarray(0.5)).dtype == np.float64  # a float64 0-d array is strong
     assert pq.trunc(x, 0.5, 0, 8, 4, "FLOOR").dtype == np.float32
     assert pq.trunc(x, np.float64(0.5), 0, 8, 4, "FLOOR").dtype == np.float64
-    assert tv2(x, 0.5, 0, 8, 2.0, 4, "FLOOR").dtype == np.float32
+    # output_scale / scale of two Python floats is a Python float, and np.log2 of it a (strong)
+    # float64: qonnx's trunc_v2 returns float64 here; with one Python scale it stays float32.
+    assert tv2(x, 0.5, 0, 8, 2.0, 4, "FLOOR").dtype == np.float64
+    assert tv2(x, 0.5, 0, 8, f32(2.0), 4, "FLOOR").dtype == np.float32
     # A weak 0.1 is float32(0.1) here, not float64(0.1), and that shows: -0.55f / 0.1f is exactly
     # -5.5 (then -4.5, a tie, rounds to -4), while -0.55f / 0.1 is -5.50000012 (-4.5000001 -> -5).
     x = np.asarray([-0.55], f32)
@@ -199,7 +202,9 @@ def test_output_dtypes(x_dtype):
     assert fq(x, 1.0, 4, 3, 7, 448.0, 0, 0, 0, 1).dtype == np.float64
     assert pq.bipolar_quant(x, 1.0).dtype == x_dtype
     assert pq.trunc(x, 0.5, 0, 8, 4, "FLOOR").dtype == x_dtype
-    assert tv2(x, 0.5, 0, 8, 2.0, 4, "FLOOR").dtype == x_dtype
+    # two Python-number scales: output_scale / scale in Python, np.log2 of it float64 (as qonnx)
+    assert tv2(x, 0.5, 0, 8, 2.0, 4, "FLOOR").dtype == np.float64
+    assert tv2(x, 0.5, 0, 8, np.asarray(2.0, x_dtype), 4, "FLOOR").dtype == x_dtype
     assert pq.bipolar_quant(x, np.asarray([1.0])).dtype == np.float64
     assert pq.trunc(x, 0.5, np.asarray(0, np.int64), 8, 4, "FLOOR").dtype == np.float64
 

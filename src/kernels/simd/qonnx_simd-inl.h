@@ -319,8 +319,10 @@ void float_quant_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FloatQuantParams*>(params);
   // The integer exponent path needs one broadcast format per row with integral m and subnormal
   // floor, a limit M that float32 holds (and is not NaN: np.clip's NaN bound is the spec's job),
-  // and X / scale in float32; anything else is rare and goes to the spec.
-  const bool fast = p.max_fits_float32 && p.xs_as == WorkType::kF32 && a.is_broadcast(2) && a.is_broadcast(3) &&
+  // and X / scale in float32, and a product with the float32 scale operand (not a Python float's
+  // float64 value); anything else is rare and goes to the spec.
+  const bool fast = p.max_fits_float32 && p.xs_as == WorkType::kF32 && !p.has_product_scale && a.is_broadcast(2) &&
+                    a.is_broadcast(3) &&
                     p.mantissa_bits >= 0 && p.mantissa_bits <= 64 &&
                     p.mantissa_bits == static_cast<double>(static_cast<int>(p.mantissa_bits));
   const float min_exp = fast ? a.input<float>(2)[0] : 0.0f;
