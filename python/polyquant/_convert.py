@@ -73,18 +73,25 @@ def is_weak(value: Any) -> bool:
     return isinstance(value, (bool, int, float)) and not isinstance(value, np.generic)
 
 
-def as_weak_param(value: Any, name: str, x: Any) -> tuple[np.ndarray, bool]:
+def as_weak_param(value: Any, name: str, x: Any | None) -> tuple[np.ndarray, bool]:
     """A parameter the core promotes step by step (TensorView::weak): a Python bool/int/float stays
     weak, passed 0-d with its exact value (bool, int64 or float64), and the core gives it, at each
     step of the reference's expression, the dtype numpy would (a Python float divides a float32 X
-    as float32 and multiplies a float64 result as float64). Anything else is as_param's."""
+    as float32 and multiplies a float64 result as float64). Anything else is as_param's. `x`: the
+    array (or dtype) the scalar first meets in the reference's numpy arithmetic, or None where it
+    first meets only Python numbers."""
     if is_weak(value):
+        # Where the reference first meets x's dtype numpy converts the scalar to it: its overflow
+        # warning (1e300 against float32) or error (a Python int beyond an integer dtype) comes
+        # from that conversion, replayed here; the core then rounds the exact value per step.
+        if x is not None:
+            as_param(value, name, x)
         dtype = np.bool_ if isinstance(value, bool) else np.int64 if isinstance(value, int) else np.float64
         try:
             return np.asarray(value, dtype=dtype), True
         except OverflowError as e:
             raise OverflowError(f"{name}: {e}") from e
-    return as_param(value, name, x), False
+    return as_param(value, name, np.float64 if x is None else x), False
 
 
 def weak_mask(*flags: bool) -> int:

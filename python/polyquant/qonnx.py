@@ -212,16 +212,20 @@ def int_quant(
     ``bitwidth`` must have exactly one element (it may be non-integer, e.g. 2.5).
     """
     xa = as_data(inp_tensor, "inp_tensor")
-    sa = as_param(scale, "scale", xa)
+    # Python scalars stay weak: x / scale in x's dtype, and (y - zeropt) * scale in the dtype an
+    # integer zeropt array may have widened y to (float64 for int32), with the Python float itself.
+    sa, scale_weak = as_weak_param(scale, "scale", xa)
+    za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xa, scale if scale_weak else sa))
     result = _ext.int_quant(
         xa,
         sa,
-        as_param(zeropt, "zeropt", np.result_type(xa, sa)),  # y = x / scale + zeropt
+        za,
         as_param(bitwidth, "bitwidth", xa),
         as_flag(signed, "signed"),
         as_flag(narrow, "narrow"),
         as_rounding_mode(rounding_mode),
         out=as_out(out),
+        weak=weak_mask(False, scale_weak, zeropt_weak),
     )
     return _result(result, out)
 
@@ -258,12 +262,13 @@ def trunc_v1(
     ``(y - zeropt) * scale`` in the promoted dtype.
     """
     xa = as_data(inp_tensor, "inp_tensor")
-    sa = as_param(scale, "scale", xa)
-    za = as_param(zeropt, "zeropt", np.result_type(xa, sa))
+    # scale and zeropt stay weak (as in int_quant); the bit widths resolve against each other.
+    sa, scale_weak = as_weak_param(scale, "scale", xa)
+    za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xa, scale if scale_weak else sa))
     # input_bit_width - output_bit_width: a Python scalar takes the other width's dtype (a Python
     # float against an int8 width is float64); two Python scalars make a Python number that meets
     # the rounded y, whose dtype they then take.
-    y_dtype = np.result_type(xa, sa, za)
+    y_dtype = np.result_type(xa, scale if scale_weak else sa, zeropt if zeropt_weak else za)  # NEP 50
     ib_partner = y_dtype if is_weak(output_bit_width) else as_param(output_bit_width, "output_bit_width", y_dtype)
     iba = as_param(input_bit_width, "input_bit_width", ib_partner)
     oba = as_param(output_bit_width, "output_bit_width", y_dtype if is_weak(input_bit_width) else iba)
@@ -275,6 +280,7 @@ def trunc_v1(
         oba,
         as_rounding_mode(rounding_mode),
         out=as_out(out),
+        weak=weak_mask(False, scale_weak, zeropt_weak),
     )
     return _result(result, out)
 
@@ -308,8 +314,9 @@ def trunc_v2(
     # Python scalars stay weak: `output_scale / scale` of two Python floats is a Python division
     # (then float64), while x / scale and `* output_scale` take the arrays' dtypes.
     sa, scale_weak = as_weak_param(scale, "scale", xa)
-    za, zeropt_weak = as_weak_param(zeropt, "zeropt", xa)
-    osa, out_scale_weak = as_weak_param(output_scale, "output_scale", xa)
+    za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xa, scale if scale_weak else sa))
+    osa, out_scale_weak = as_weak_param(output_scale, "output_scale",
+                                        None if scale_weak else np.result_type(xa, sa, zeropt if zeropt_weak else za))
     result = _ext.trunc_v2(
         xa,
         sa,
@@ -362,14 +369,14 @@ def float_quant(
     # its float64 result by the same Python float; 2.0 ** E - 1.0 - bias of Python numbers is
     # Python (double) arithmetic.
     sa, scale_weak = as_weak_param(scale, "scale", xa)
-    ea, e_weak = as_weak_param(exponent_bitwidth, "exponent_bitwidth", xa)
-    ma, m_weak = as_weak_param(mantissa_bitwidth, "mantissa_bitwidth", xa)
-    ba, bias_weak = as_weak_param(exponent_bias, "exponent_bias", xa)
+    ea, e_weak = as_weak_param(exponent_bitwidth, "exponent_bitwidth", None)
+    ma, m_weak = as_weak_param(mantissa_bitwidth, "mantissa_bitwidth", np.result_type(xa, scale if scale_weak else sa))
+    ba, bias_weak = as_weak_param(exponent_bias, "exponent_bias", None)
     if max_val is None:
         # min(format maximum, +inf) is the format maximum (the core computes it as qonnx does).
         max_val_array, max_weak = np.asarray(np.inf, dtype=np.float64), False
     else:
-        max_val_array, max_weak = as_weak_param(max_val, "max_val", xa)
+        max_val_array, max_weak = as_weak_param(max_val, "max_val", None)
     result = _ext.float_quant(
         xa,
         sa,

@@ -190,14 +190,20 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
         };
         for (const auto& f : formats) {
           for (bool is_signed : {true, false}) {
+            // A weak Python-float scale (product_scale, a float64 factor) on the first formats.
+            const int product_variants = (&f - formats) < 3 ? 2 : 1;
+            for (int pv = 0; pv < product_variants; ++pv)
             for (bool double_output : {false, true}) {
               FloatQuantParams p{mode, f.m, f.sat, f.inf, f.nan, is_signed, f.fits, double_output};
+              p.has_product_scale = pv == 1;
+              p.product_scale = 0.1;
               std::vector<Operand> ops = {{x, {}, false},
                                           {random_params(18, {1.0f, 0.5f, 3.0f, 1e-3f, 0.0f, -2.0f}), {}, true},
                                           {fill(static_cast<float>(f.min_exp)), {}, true},
                                           {{}, std::vector<double>(kLen, f.max), true}};
               const std::string what = mode_name + " m=" + std::to_string(f.m) + " min_exp=" + std::to_string(f.min_exp) +
-                                       " M=" + std::to_string(f.max) + (is_signed ? " signed" : " unsigned");
+                                       " M=" + std::to_string(f.max) + (is_signed ? " signed" : " unsigned") +
+                                       (p.has_product_scale ? " product_scale=0.1" : "");
               if (double_output) check_against_reference<double>(e, &p, ops, what + " float64 out");
               else check_against_reference<float>(e, &p, ops, what + " float32 out");
             }

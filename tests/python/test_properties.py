@@ -857,6 +857,15 @@ def _weak_cases() -> list[tuple[str, dict[str, Any]]]:
             cases.append(("trunc_v2", dict(inp_tensor=x * dtype(20), scale=scale, zeropt=zeropt, input_bit_width=8.0,
                                            narrow=0, signed=1, output_scale=out_scale,
                                            output_bit_width=np.float32(4), rounding_mode="FLOOR")))
+        # A Python-float scale meets x's dtype in x / scale and the dtype an integer zeropt array
+        # widens y to (float64 for int32/uint32) in (y - zeropt) * scale.
+        for scale, zeropt in [(0.1, np.int32(0)), (0.1, np.int32(3)), (0.3, np.uint32(1)), (1e300, np.uint32(1)),
+                              (0.1, 1), (np.float32(0.1), np.int32(2))]:
+            cases.append(("int_quant", dict(inp_tensor=x * dtype(3), scale=scale, zeropt=zeropt, bitwidth=np.float32(4),
+                                            signed=1, narrow=0, rounding_mode="ROUND")))
+            cases.append(("trunc_v1", dict(inp_tensor=x * dtype(30), scale=scale, zeropt=zeropt,
+                                           input_bit_width=np.float32(8), output_bit_width=np.float32(4),
+                                           rounding_mode="FLOOR")))
     return cases
 
 

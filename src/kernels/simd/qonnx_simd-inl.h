@@ -54,13 +54,28 @@ struct WideProductOut {
   static void store(double* p, const Result& r) { Vec::store_product_f64(p, r.a, r.b); }
   static void stream(double* p, const Result& r) { store(p, r); }
 };
+// ScaledOut<T>: the body returns float32 values c, stored as c * factor computed in float64 (then
+// rounded to float32 for a float32 output): the product with a weak Python-float scale that
+// float32 does not hold (FloatQuantParams::product_scale).
+template <class OutT>
+struct ScaledOut {
+  using T = OutT;
+  using Result = Vec::F;
+  static constexpr bool kCanStream = false;
+  double factor;
+  void store(T* p, const Result& r) const {
+    if constexpr (std::is_same_v<T, double>) Vec::store_scaled_f64(p, r, factor);
+    else Vec::store_scaled_f32(p, r, factor);
+  }
+  void stream(T* p, const Result& r) const { store(p, r); }
+};
 
 // Drives a row: loads kN operands (contiguous or broadcast), applies `body` to whole vectors and
 // stores. Partial vectors (the tail, and the head peeled for aligned streaming stores) go through
 // the same body on a zero-padded copy, so every element sees identical arithmetic. Any operand may
 // be broadcast, x included (a zero-stride x: every element is the same value).
 template <int kN, class Out = FloatOut, class Body>
-POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& body) {
+POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& body, const Out& policy = Out{}) {
   using T = typename Out::T;
   constexpr int L = Vec::kLanes;
   const float* src[kN];
@@ -84,7 +99,7 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
       for (int l = 0; l < L; ++l) buf[k][l] = l < count ? src[k][j + l] : 0.0f;
       v[k] = Vec::loadu(buf[k]);
     }
-    Out::store(res, body(v));
+    policy.store(res, body(v));
     for (std::int64_t l = 0; l < count; ++l) out[j + l] = res[l];
   };
 
@@ -107,9 +122,9 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
     for (int k = 0; k < kN; ++k) v[k] = splats[k];
     const typename Out::Result r = body(v);
     if (stream) {
-      for (; j + L <= n; j += L) Out::stream(out + j, r);
+      for (; j + L <= n; j += L) policy.stream(out + j, r);
     } else {
-      for (; j + L <= n; j += L) Out::store(out + j, r);
+      for (; j + L <= n; j += L) policy.store(out + j, r);
     }
   } else if ((a.broadcast_mask & kAllMask) == kParamsMask) {
     // Per-tensor and per-channel rows, the common case: parameters stay in registers.
@@ -117,20 +132,20 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
     if (stream) {
       for (; j + L <= n; j += L) {
         v[0] = Vec::loadu(src[0] + j);
-        Out::stream(out + j, body(v));
+        policy.stream(out + j, body(v));
       }
     } else {
       for (; j + L <= n; j += L) {
         v[0] = Vec::loadu(src[0] + j);
-        Out::store(out + j, body(v));
+        policy.store(out + j, body(v));
       }
     }
   } else {
     for (; j + L <= n; j += L) {
       for (int k = 0; k < kN; ++k) v[k] = a.is_broadcast(k) ? splats[k] : Vec::loadu(src[k] + j);
       const typename Out::Result r = body(v);
-      if (stream) Out::stream(out + j, r);
-      else Out::store(out + j, r);
+      if (stream) policy.stream(out + j, r);
+      else policy.store(out + j, r);
     }
   }
   if (j < n) partial(j, n - j);
@@ -255,7 +270,7 @@ enum class Overflow { kSaturate, kInf, kNan };
 
 template <RoundingMode kMode, bool kCheckRange, bool kScaleInverse, Overflow kOverflow, class Out>
 inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::int32_t m, std::int32_t min_exp,
-                            float max_value, float scale_inverse) {
+                            float max_value, float scale_inverse, const Out& policy) {
   const Vec::F inv_s = Vec::splat(scale_inverse);
   const Vec::F tiny = Vec::splat(1.17549435e-38f);
   const Vec::I exponent_offset = Vec::splat_i(127 + m), min_e = Vec::splat_i(min_exp);
@@ -309,20 +324,20 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
     }
     if constexpr (std::is_same_v<Out, WideProductOut>) {
       return WideProduct{c, v[1]};
-    } else {
+    } else if constexpr (std::is_same_v<Out, FloatOut>) {
       return Vec::mul(c, v[1]);
+    } else {
+      return c;  // ScaledOut multiplies by the float64 factor
     }
-  });
+  }, policy);
 }
 
 void float_quant_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FloatQuantParams*>(params);
   // The integer exponent path needs one broadcast format per row with integral m and subnormal
   // floor, a limit M that float32 holds (and is not NaN: np.clip's NaN bound is the spec's job),
-  // and X / scale in float32, and a product with the float32 scale operand (not a Python float's
-  // float64 value); anything else is rare and goes to the spec.
-  const bool fast = p.max_fits_float32 && p.xs_as == WorkType::kF32 && !p.has_product_scale && a.is_broadcast(2) &&
-                    a.is_broadcast(3) &&
+  // and X / scale in float32; anything else is rare and goes to the spec.
+  const bool fast = p.max_fits_float32 && p.xs_as == WorkType::kF32 && a.is_broadcast(2) && a.is_broadcast(3) &&
                     p.mantissa_bits >= 0 && p.mantissa_bits <= 64 &&
                     p.mantissa_bits == static_cast<double>(static_cast<int>(p.mantissa_bits));
   const float min_exp = fast ? a.input<float>(2)[0] : 0.0f;
@@ -340,16 +355,19 @@ void float_quant_f32(const void* params, const RowArgs& a) {
   float scale_inverse = 0.0f;
   const bool use_inverse = exact_inverse_power_of_two(a, 1, &scale_inverse);
   const Overflow overflow = p.saturation ? Overflow::kSaturate : p.has_inf ? Overflow::kInf : Overflow::kNan;
-  auto run_out = [&]<class Out>() {
+  auto run_out = [&]<class Out>(const Out& policy) {
     with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
       auto run = [&]<bool kCheckRange, bool kInverse>() {
         switch (overflow) {
           case Overflow::kSaturate:
-            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kSaturate, Out>(a, p, m, min_e, max_value, scale_inverse);
+            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kSaturate, Out>(a, p, m, min_e, max_value, scale_inverse,
+                                                                                         policy);
           case Overflow::kInf:
-            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kInf, Out>(a, p, m, min_e, max_value, scale_inverse);
+            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kInf, Out>(a, p, m, min_e, max_value, scale_inverse,
+                                                                                         policy);
           case Overflow::kNan:
-            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kNan, Out>(a, p, m, min_e, max_value, scale_inverse);
+            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kNan, Out>(a, p, m, min_e, max_value, scale_inverse,
+                                                                                         policy);
         }
       };
       if (use_inverse) {
@@ -361,6 +379,9 @@ void float_quant_f32(const void* params, const RowArgs& a) {
       }
     });
   };
-  if (p.double_output) run_out.template operator()<WideProductOut>();
-  else run_out.template operator()<FloatOut>();
+  // A weak Python-float scale that float32 does not hold multiplies as a float64 factor.
+  if (p.has_product_scale && p.double_output) run_out(ScaledOut<double>{p.product_scale});
+  else if (p.has_product_scale) run_out(ScaledOut<float>{p.product_scale});
+  else if (p.double_output) run_out(WideProductOut{});
+  else run_out(FloatOut{});
 }

@@ -67,6 +67,21 @@ struct Vec {
     _mm256_storeu_pd(p + 4, hi);
   }
 
+  // p[0..7] = double(a) * b, rounded once to float64 (store_scaled_f64) or, from that double,
+  // to float32 (store_scaled_f32): a float32 vector times a float64 factor, as numpy multiplies
+  // a float64 array by a Python float (and casts the product into a float32 output).
+  static void store_scaled_f64(double* p, F a, double b) {
+    const auto f = _mm256_set1_pd(b);
+    _mm256_storeu_pd(p, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), f));
+    _mm256_storeu_pd(p + 4, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), f));
+  }
+  static void store_scaled_f32(float* p, F a, double b) {
+    const auto f = _mm256_set1_pd(b);
+    const auto lo = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), f), hi = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), f);
+    const __m128 lo_f = _mm256_cvtpd_ps(lo), hi_f = _mm256_cvtpd_ps(hi);
+    _mm256_storeu_ps(p, _mm256_set_m128(hi_f, lo_f));
+  }
+
   static void fence() { _mm_sfence(); }
 };
 

@@ -65,6 +65,21 @@ struct Vec {
     _mm512_storeu_pd(p + 8, hi);
   }
 
+  // p[0..15] = double(a) * b, rounded once to float64 (store_scaled_f64) or, from that double,
+  // to float32 (store_scaled_f32): a float32 vector times a float64 factor, as numpy multiplies
+  // a float64 array by a Python float (and casts the product into a float32 output).
+  static void store_scaled_f64(double* p, F a, double b) {
+    const auto f = _mm512_set1_pd(b);
+    _mm512_storeu_pd(p, _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), f));
+    _mm512_storeu_pd(p + 8, _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)), f));
+  }
+  static void store_scaled_f32(float* p, F a, double b) {
+    const auto f = _mm512_set1_pd(b);
+    const auto lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), f), hi = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)), f);
+    const __m256 lo_f = _mm512_cvtpd_ps(lo), hi_f = _mm512_cvtpd_ps(hi);
+    _mm512_storeu_ps(p, _mm512_insertf32x8(_mm512_castps256_ps512(lo_f), hi_f, 1));
+  }
+
   static void fence() { _mm_sfence(); }
 };
 
