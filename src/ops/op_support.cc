@@ -146,6 +146,34 @@ ParamValue read_param_at(const TensorView& view, std::int64_t index) {
   return read_param(view.dtype, view.data, offset);
 }
 
+int FusedOperands::input(const TensorView& v, DType read_as) {
+  for (int i = 0; i < num_inputs_; ++i) {
+    const TensorView& u = inputs_[static_cast<std::size_t>(i)];
+    if (u.data == v.data && u.dtype == v.dtype && u.shape == v.shape && u.strides == v.strides &&
+        u.weak == v.weak && dtypes_[static_cast<std::size_t>(i)] == read_as) {
+      return i;
+    }
+  }
+  if (num_inputs_ == kMaxOperands) throw Error(ErrorKind::kValue, "internal: too many engine operands");
+  inputs_[static_cast<std::size_t>(num_inputs_)] = v;
+  dtypes_[static_cast<std::size_t>(num_inputs_)] = read_as;
+  return num_inputs_++;
+}
+
+int FusedOperands::add(const Derivation& d) {
+  if (num_derived_ == kMaxDerived) throw Error(ErrorKind::kValue, "internal: too many derived operands");
+  derived_[static_cast<std::size_t>(num_derived_)] = d;
+  return derived_operand(num_derived_++);
+}
+
+FusedCall FusedOperands::call(std::span<const int> kernel_operands) const {
+  FusedCall c;
+  c.inputs = std::span<const TensorView>(inputs_.data(), static_cast<std::size_t>(num_inputs_));
+  c.input_dtypes = std::span<const DType>(dtypes_.data(), static_cast<std::size_t>(num_inputs_));
+  c.derived = std::span<const Derivation>(derived_.data(), static_cast<std::size_t>(num_derived_));
+  c.kernel_operands = kernel_operands;
+  return c;
+}
 
 double int_range_min(double bits, DType bits_dtype, bool is_signed, bool narrow) {
   return with_float_type(float_dtype_for(bits_dtype),

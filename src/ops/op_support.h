@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/elementwise.h"
+#include "core/fused.h"
 #include "core/scalar_math.h"
 #include "kernels/registry.h"
 #include "polyquant/error.h"
@@ -74,16 +75,9 @@ decltype(auto) with_float_type(DType t, F&& f) {
 // ---- numpy integer arithmetic ---------------------------------------------------------------
 // Values of integer dtypes travel as two's-complement bits in a uint64 (signed types
 // sign-extended); operations wrap modulo 2^width of their dtype, as numpy's integer ufuncs do.
-bool is_integer(DType t);   // integers and bool
-inline bool is_signed_integer(DType t) {
-  return t == DType::kInt8 || t == DType::kInt16 || t == DType::kInt32 || t == DType::kInt64;
-}
+bool is_integer(DType t);   // integers and bool (is_signed_integer, int_to_double: core/fused.h)
 // The value `bits` of dtype t wrapped into dtype t's width (sign-extended when signed).
 std::uint64_t wrap_int(DType t, std::uint64_t bits);
-// Exact value of integer `bits` of dtype t, rounded once to float64 (numpy's astype).
-inline double int_to_double(DType t, std::uint64_t bits) {
-  return is_signed_integer(t) ? static_cast<double>(static_cast<std::int64_t>(bits)) : static_cast<double>(bits);
-}
 // The integer `bits` of dtype t rounded once to the float dtype `to` (astype), as a double.
 double int_to_float(DType t, std::uint64_t bits, DType to);
 
@@ -96,134 +90,111 @@ double int_to_float(DType t, std::uint64_t bits, DType to);
 DType int_range_dtype(DType t);
 std::uint64_t int_range_bound(DType t, std::uint64_t bits, bool is_signed, bool narrow, bool want_max, const char* name);
 
-// One element of a parameter tensor, exact whatever its dtype, as a derivation reads it.
-struct ParamValue {
-  double f = 0;            // the value as numpy's cast to float64 gives it (exact for floats)
-  std::uint64_t bits = 0;  // integer dtypes (bool: 0/1): the value's two's-complement bits
-};
-
-// Reads element j of a contiguous run of dtype t.
-inline ParamValue read_param(DType t, const void* p, std::int64_t j) {
-  ParamValue v;
-  switch (t) {
-    case DType::kFloat16: v.f = to_double(Half::from_bits(static_cast<const std::uint16_t*>(p)[j])); return v;
-    case DType::kFloat32: v.f = static_cast<const float*>(p)[j]; return v;
-    case DType::kFloat64: v.f = static_cast<const double*>(p)[j]; return v;
-    case DType::kInt8: v.bits = static_cast<std::uint64_t>(std::int64_t{static_cast<const std::int8_t*>(p)[j]}); break;
-    case DType::kInt16: v.bits = static_cast<std::uint64_t>(std::int64_t{static_cast<const std::int16_t*>(p)[j]}); break;
-    case DType::kInt32: v.bits = static_cast<std::uint64_t>(std::int64_t{static_cast<const std::int32_t*>(p)[j]}); break;
-    case DType::kInt64: v.bits = static_cast<std::uint64_t>(static_cast<const std::int64_t*>(p)[j]); break;
-    case DType::kUInt8: v.bits = static_cast<const std::uint8_t*>(p)[j]; break;
-    case DType::kUInt16: v.bits = static_cast<const std::uint16_t*>(p)[j]; break;
-    case DType::kUInt32: v.bits = static_cast<const std::uint32_t*>(p)[j]; break;
-    case DType::kUInt64: v.bits = static_cast<const std::uint64_t*>(p)[j]; break;
-    case DType::kBool: v.bits = static_cast<const std::uint8_t*>(p)[j] != 0; break;
-  }
-  v.f = int_to_double(t, v.bits);
-  return v;
-}
-
 // Element `index` (flat, row-major over view.shape) of any view, exactly.
 ParamValue read_param_at(const TensorView& view, std::int64_t index);
 
-// A parameter tensor an op derives from others (truncation scales, integer bounds, minifloat
-// limits): values exact in `dtype` (a float dtype) over the broadcast shape of its sources.
-struct DerivedTensor {
-  Dims shape;
-  DType dtype = DType::kFloat64;
-  std::unique_ptr<unsigned char[]> data;  // uninitialized until derived: the derivation's threads touch it first
-  TensorView view() const { return TensorView(data.get(), dtype, shape); }
-};
-
-namespace derive_internal {
+// ---- Derived operands (truncation scales, integer bounds, minifloat limits) -------------------
+// An op does not materialize them: it describes each one as a derivation of raw parameters, and
+// the fused pass (core/fused.h) computes it per block of a row beside the kernel. A derivation
+// Derive<N, F> calls f(ParamValue s_0, ..., ParamValue s_{N-1}), which returns a double exact in
+// the derived dtype (the caller rounds as numpy would), for each element of the broadcast of its
+// sources, each read exactly. Memoized: an element whose sources are bit-identical to the previous
+// element's reuses its result (real per-element parameters are mostly runs of equal values, such
+// as per-channel parameters expanded); any other element calls f. f must not throw in the fused
+// pass: validate what can be invalid first (for_each_param), so an error leaves out untouched.
 template <std::size_t N, class F>
-struct Job {
-  const F* f;
-  std::array<DType, N> dtypes;
-  DType out;
-};
+struct Derive {
+  F f;
 
-// Reads elements [j0, j0 + m) of a contiguous run of dtype t (the dtype switch once per chunk).
-inline void read_params(DType t, const void* p, std::int64_t j0, int m, ParamValue* dst) {
-  switch (t) {
-    case DType::kFloat32:
-      for (int i = 0; i < m; ++i) dst[i].f = static_cast<const float*>(p)[j0 + i];
-      return;
-    case DType::kFloat64:
-      for (int i = 0; i < m; ++i) dst[i].f = static_cast<const double*>(p)[j0 + i];
-      return;
-    default:
-      for (int i = 0; i < m; ++i) dst[i] = read_param(t, p, j0 + i);
-      return;
-  }
-}
-
-template <class Out, std::size_t N, class F>
-void run_row(const Job<N, F>& job, const RowArgs& a) {
-  constexpr int kChunk = 256;
-  ParamValue chunk[N][kChunk];
-  std::array<ParamValue, N> v;
-  for (std::size_t k = 0; k < N; ++k) {
-    if (a.is_broadcast(static_cast<int>(k))) v[k] = read_param(job.dtypes[k], a.in[k], 0);
-  }
-  for (std::int64_t j0 = 0; j0 < a.n; j0 += kChunk) {
-    const int m = static_cast<int>(std::min<std::int64_t>(kChunk, a.n - j0));
-    for (std::size_t k = 0; k < N; ++k) {
-      if (!a.is_broadcast(static_cast<int>(k))) read_params(job.dtypes[k], a.in[k], j0, m, chunk[k]);
-    }
-    for (int i = 0; i < m; ++i) {
+  static void block(const void* ctx, const ParamValue* const* sources, std::uint32_t broadcast_mask, std::int64_t m,
+                    ParamValue* out) {
+    const F& f = static_cast<const Derive*>(ctx)->f;
+    std::array<ParamValue, N> v{}, prev{};
+    double result = 0;
+    bool have = false;
+    for (std::int64_t i = 0; i < m; ++i) {
+      bool same = have;
       for (std::size_t k = 0; k < N; ++k) {
-        if (!a.is_broadcast(static_cast<int>(k))) v[k] = chunk[k][i];
+        v[k] = sources[k][((broadcast_mask >> k) & 1u) ? 0 : i];
+        same = same && std::bit_cast<std::uint64_t>(v[k].f) == std::bit_cast<std::uint64_t>(prev[k].f) &&
+               v[k].bits == prev[k].bits;
       }
-      const double r = std::apply(*job.f, v);
-      if constexpr (std::is_same_v<Out, Half>) static_cast<std::uint16_t*>(a.out)[j0 + i] = half_from_double(r).bits;
-      else static_cast<Out*>(a.out)[j0 + i] = static_cast<Out>(r);
+      if (!same) {
+        result = std::apply(f, v);
+        prev = v;
+        have = true;
+      }
+      out[i] = {result, 0};
     }
   }
+};
+template <std::size_t N, class F>
+Derive<N, F> derivation(F f) {
+  return {std::move(f)};
 }
 
-template <std::size_t N, class F>
-void row(const void* params, const RowArgs& a) {
-  const auto& job = *static_cast<const Job<N, F>*>(params);
-  switch (job.out) {
-    case DType::kFloat16: return run_row<Half>(job, a);
-    case DType::kFloat32: return run_row<float>(job, a);
-    default: return run_row<double>(job, a);
+// Assembles a FusedCall: engine operands (deduplicated: a tensor read in the same dtype twice is
+// one operand), derivations in dependency order, then the kernel's operand list.
+class FusedOperands {
+ public:
+  // Engine operand `v` read in `read_as` (the kernel's dtype, or v's own for a derivation source).
+  int input(const TensorView& v, DType read_as);
+  int source(const TensorView& v) { return input(v, v.dtype); }
+  // Derived operand computed by `d` (which must outlive the call) from `sources` (input() or
+  // earlier derive() results), handed to the kernel in `kernel_dtype`.
+  template <std::size_t N, class F>
+  int derive(const std::array<int, N>& sources, DType kernel_dtype, const Derive<N, F>& d) {
+    static_assert(N >= 1 && N <= kMaxDerivedSources);
+    Derivation dv;
+    for (std::size_t k = 0; k < N; ++k) dv.sources[k] = sources[k];
+    dv.num_sources = static_cast<int>(N);
+    dv.kernel_dtype = kernel_dtype;
+    dv.fn = &Derive<N, F>::block;
+    dv.ctx = &d;
+    return add(dv);
   }
-}
-}  // namespace derive_internal
+  // A FusedCall over these operands (its spans point into this object).
+  FusedCall call(std::span<const int> kernel_operands) const;
 
-// Derives a parameter tensor elementwise: out[i] = f(s_0[i], ..., s_{N-1}[i]) over the numpy
-// broadcast of `sources`, each element read exactly (ParamValue). f returns a double that is exact
-// in `dtype` (a float dtype; the caller rounds as numpy would); it is stored in dtype. The work runs
-// through the elementwise engine (any strides, broadcasting, the thread pool), once per op call:
-// per-element parameters cost one streaming pass, per-tensor ones a single call of f. f may throw
-// Error (it is rethrown on the caller).
-template <std::size_t N, class F>
-DerivedTensor derive(const std::array<const TensorView*, N>& sources, DType dtype, const char* what, const F& f) {
-  std::array<Dims, N> shapes;
-  std::array<TensorView, N> inputs;
-  derive_internal::Job<N, F> job{&f, {}, dtype};
-  for (std::size_t i = 0; i < N; ++i) {
-    shapes[i] = sources[i]->shape;
-    inputs[i] = *sources[i];
-    job.dtypes[i] = sources[i]->dtype;
+ private:
+  int add(const Derivation& d);
+  std::array<TensorView, kMaxOperands> inputs_{};
+  std::array<DType, kMaxOperands> dtypes_{};
+  int num_inputs_ = 0;
+  std::array<Derivation, kMaxDerived> derived_{};
+  int num_derived_ = 0;
+};
+
+// Calls f(ParamValue) for the elements of `v` in its own shape (any strides), skipping an element
+// bit-identical to the one before: the cheap validation pass of a parameter whose derivation can
+// fail (f throws Error), run before the fused pass writes anything.
+template <class F>
+void for_each_param(const TensorView& v, const F& f) {
+  const std::int64_t n = v.numel();
+  if (n == 0) return;
+  const auto* base = static_cast<const unsigned char*>(v.data);
+  const auto esize = static_cast<std::int64_t>(dtype_size(v.dtype));
+  const int inner = v.shape.rank - 1;
+  const std::int64_t len = inner < 0 ? 1 : v.shape[inner];
+  const std::int64_t stride = inner < 0 ? 0 : v.strides[inner];
+  std::int64_t idx[kMaxRank] = {};
+  ParamValue prev;
+  bool have = false;
+  for (std::int64_t row = 0; row < n / len; ++row) {
+    std::int64_t offset = 0;
+    for (int d = 0; d < inner; ++d) offset += idx[d] * v.strides[d];
+    for (std::int64_t j = 0; j < len; ++j) {
+      const ParamValue x = read_param(v.dtype, base + (offset + j * stride) * esize, 0);
+      if (have && std::bit_cast<std::uint64_t>(x.f) == std::bit_cast<std::uint64_t>(prev.f) && x.bits == prev.bits) continue;
+      f(x);
+      prev = x;
+      have = true;
+    }
+    for (int d = inner - 1; d >= 0; --d) {
+      if (++idx[d] < v.shape[d]) break;
+      idx[d] = 0;
+    }
   }
-  DerivedTensor t;
-  t.shape = broadcast_shapes(shapes, what);
-  t.dtype = dtype;
-  const std::int64_t n = t.shape.numel();
-  t.data.reset(new unsigned char[static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(dtype)]);
-  if (n == 0) return t;
-  ElementwiseCall call;
-  call.inputs = inputs;
-  call.kernel_dtypes = job.dtypes;  // read in place (or gathered) in their own dtypes
-  call.out = MutableTensorView(t.data.get(), dtype, t.shape);
-  call.kernel_out_dtype = dtype;
-  call.kernel = &derive_internal::row<N, F>;
-  call.params = &job;
-  run_elementwise(call);
-  return t;
 }
 
 // 2 ** e in T (float or double) as numpy's power computes it: an integral e gives the exact power

@@ -2,13 +2,13 @@
 // the small parameter tensors (bounds, truncation scales, minifloat limits) exactly as qonnx's
 // numpy code computes them, then runs the elementwise kernel of the op.
 #include <cmath>
+#include <new>
 
 #include "ops/op_support.h"
 #include "polyquant/qonnx.h"
 
 namespace polyquant::qonnx {
 
-using detail::DerivedTensor;
 using detail::ElementwiseCall;
 using detail::KernelOp;
 
@@ -37,6 +37,20 @@ void run(KernelOp op, detail::WorkType work, std::span<const TensorView> inputs,
   call.kernel = detail::best_kernel(op, work);
   call.params = params;
   detail::run_elementwise(call);
+}
+
+// Runs kernel `op` in one fused pass: its operands are `ops`' inputs and derivations, in the order
+// of `kernel_operands`.
+void run_fused(KernelOp op, detail::WorkType work, const detail::FusedOperands& ops, std::span<const int> kernel_operands,
+               DType kernel_out, const MutableTensorView& out, const void* params,
+               detail::RowParamsFn row_params = nullptr) {
+  detail::FusedCall call = ops.call(kernel_operands);
+  call.out = out;
+  call.kernel_out_dtype = kernel_out;
+  call.kernel = detail::best_kernel(op, work);
+  call.params = params;
+  call.row_params = row_params;
+  detail::run_fused(call);
 }
 
 // ---- IntQuant --------------------------------------------------------------------------------
@@ -94,8 +108,11 @@ struct FloatQuantSetup {
   TensorSpec spec;
   DType work;
   detail::FloatQuantParams params;
-  DerivedTensor min_exp;   // 1 - bias - m
-  DerivedTensor max_value; // min((2 - 2^-m) * 2^(2^E - 1 - bias), max_val), float64
+  // The derived kernel operands min_exp = 1 - bias - m (in min_dtype) and max_value =
+  // min(max_mantissa * 2^(2^E - 1 - bias), max_val) (2^E - 1 - bias in exp_dtype; float64).
+  DType min_dtype = DType::kFloat64;
+  DType exp_dtype = DType::kFloat64;
+  double max_mantissa = 0;
 };
 
 // sum(2.0 ** arange(0, -m - 1, -1)) in float64, as numpy evaluates it: the terms are 2^-k for
@@ -185,17 +202,9 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
     }
   }
 
-  // fp_internal_scale_min = 1.0 - bias - m, in the dtype of (bias, m).
-  s.min_exp = detail::derive<2>({&exponent_bias, &mantissa_bitwidth}, DType::kFloat64, "FloatQuant",
-                                [&](const detail::ParamValue& bias_v, const detail::ParamValue& mm_v) {
-    const double bias = bias_v.f, mm = mm_v.f;
-    return detail::with_float_type(min_dtype, [&]<class T>() {
-      using detail::from_double;
-      return detail::to_double(T(1.0f) - from_double<T>(bias) - from_double<T>(mm));
-    });
-  });
+  s.min_dtype = min_dtype;
   // max_mantissa = sum(2.0 ** arange(0, -m - 1, -1)) in float64 (arange has ceil(m + 1) terms).
-  const double max_mantissa = numpy_pairwise_power_sum(0.0, std::ceil(m + 1.0));
+  s.max_mantissa = numpy_pairwise_power_sum(0.0, std::ceil(m + 1.0));
   // Python numbers compute 2.0 ** E and 2 ** max_exponent in Python, which raises OverflowError
   // where numpy would give inf.
   if (exponent_bitwidth.weak) {
@@ -214,38 +223,50 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
     }
   }
   // max_exponent = 2.0 ** E - 1.0 - bias (2.0 ** an integer array is float64).
-  const DType exp_dtype = detail::float_dtype_for(
+  s.exp_dtype = detail::float_dtype_for(
       promote(promote(promote(kPythonFloat, promoted(exponent_bitwidth)), kPythonFloat), promoted(exponent_bias)).dtype);
-  s.max_value = detail::derive<3>({&exponent_bitwidth, &exponent_bias, &max_val}, DType::kFloat64, "FloatQuant",
-                                  [&](const detail::ParamValue& e_v, const detail::ParamValue& bias_v,
-                                      const detail::ParamValue& mv_v) {
-                                    const double e = e_v.f, bias = bias_v.f, mv = mv_v.f;
-                                    // max_exponent = 2.0**E - 1.0 - bias and 2**max_exponent, in the
-                                    // dtype of (E, bias); the product with the float64 series.
-                                    const double pow_max = detail::with_float_type(exp_dtype, [&]<class T>() {
-                                      using detail::from_double;
-                                      const T two(2.0f), one(1.0f);
-                                      T me;
-                                      T p;
-                                      if constexpr (std::is_same_v<T, detail::Half>) {
-                                        me = T(std::pow(2.0f, float(from_double<T>(e)))) - one - from_double<T>(bias);
-                                        p = T(std::pow(2.0f, float(me)));
-                                      } else {
-                                        me = std::pow(two, from_double<T>(e)) - one - from_double<T>(bias);
-                                        p = std::pow(two, me);
-                                      }
-                                      return detail::to_double(p);
-                                    });
-                                    const double fmt_max = max_mantissa * pow_max;
-                                    if (std::isnan(fmt_max) || std::isnan(mv)) return std::nan("");
-                                    return std::min(fmt_max, mv);
-                                  });
-  const auto* max_values = reinterpret_cast<const double*>(s.max_value.data.get());
-  for (std::int64_t i = 0; i < s.max_value.shape.numel(); ++i) {
-    const double v = max_values[i];
-    if (static_cast<double>(static_cast<float>(v)) != v && !std::isnan(v)) s.params.max_fits_float32 = false;
-  }
   return s;
+}
+
+// fp_internal_scale_min = 1.0 - bias - m, in the dtype of (bias, m).
+double float_quant_min_exp(DType min_dtype, double bias, double mm) {
+  return detail::with_float_type(min_dtype, [&]<class T>() {
+    using detail::from_double;
+    return detail::to_double(T(1.0f) - from_double<T>(bias) - from_double<T>(mm));
+  });
+}
+
+// max_exponent = 2.0**E - 1.0 - bias and 2**max_exponent in the dtype of (E, bias); its product
+// with the float64 series, then np.minimum with max_val (NaN propagating).
+double float_quant_max_value(DType exp_dtype, double max_mantissa, double e, double bias, double mv) {
+  const double pow_max = detail::with_float_type(exp_dtype, [&]<class T>() {
+    using detail::from_double;
+    const T two(2.0f), one(1.0f);
+    T me;
+    T p;
+    if constexpr (std::is_same_v<T, detail::Half>) {
+      me = T(std::pow(2.0f, float(from_double<T>(e)))) - one - from_double<T>(bias);
+      p = T(std::pow(2.0f, float(me)));
+    } else {
+      me = std::pow(two, from_double<T>(e)) - one - from_double<T>(bias);
+      p = std::pow(two, me);
+    }
+    return detail::to_double(p);
+  });
+  const double fmt_max = max_mantissa * pow_max;
+  if (std::isnan(fmt_max) || std::isnan(mv)) return std::nan("");
+  return std::min(fmt_max, mv);
+}
+
+// The fast float32 kernel compares with M in float32, exact only when M is a float32 value: a row
+// with one broadcast M says whether it is (per-element M rows take the exact path anyway).
+const void* float_quant_row_params(const void* params, const detail::RowArgs& a, void* storage) {
+  if (!a.is_broadcast(3)) return params;
+  static_assert(sizeof(detail::FloatQuantParams) <= detail::kRowParamsBytes);
+  const double v = a.input<double>(3)[0];
+  auto* p = new (storage) detail::FloatQuantParams(*static_cast<const detail::FloatQuantParams*>(params));
+  p->max_fits_float32 = static_cast<double>(static_cast<float>(v)) == v || std::isnan(v);
+  return p;
 }
 
 }  // namespace
@@ -333,28 +354,19 @@ TruncV1Types trunc_v1_types(const TensorView& x, const TensorView& scale, const 
 // trunc_scale = 2.0 ** (in_bitwidth - out_bitwidth). Integer widths subtract in their promoted
 // integer dtype, wrapping as numpy does (int64: 2^53 + 1 - 2^53 = 1, which float64 would make 0;
 // int8: 100 - (-100) = -56), and the power of the Python float 2.0 is float64.
-detail::DerivedTensor trunc_v1_scale(const TruncV1Types& t, const TensorView& in_bitwidth,
-                                     const TensorView& out_bitwidth) {
-  using detail::ParamValue;
+double trunc_v1_scale(const TruncV1Types& t, const detail::ParamValue& ib, const detail::ParamValue& ob) {
   if (!is_floating(t.diff_dtype)) {
-    const DType d = t.diff_dtype;
-    return detail::derive<2>({&in_bitwidth, &out_bitwidth}, t.ts_dtype, "Trunc",
-                             [d](const ParamValue& ib, const ParamValue& ob) {
-                               const std::uint64_t diff = detail::wrap_int(d, ib.bits - ob.bits);
-                               return detail::pow2_exact(detail::int_to_double(d, diff));  // 2.0 ** int: float64
-                             });
+    const std::uint64_t diff = detail::wrap_int(t.diff_dtype, ib.bits - ob.bits);
+    return detail::pow2_exact(detail::int_to_double(t.diff_dtype, diff));  // 2.0 ** int: float64
   }
   return detail::with_float_type(t.ts_dtype, [&]<class T>() {
-    return detail::derive<2>({&in_bitwidth, &out_bitwidth}, t.ts_dtype, "Trunc",
-                             [](const ParamValue& ib, const ParamValue& ob) {
-                               using detail::from_double;
-                               const T d = from_double<T>(ib.f) - from_double<T>(ob.f);
-                               if constexpr (std::is_same_v<T, detail::Half>) {
-                                 return detail::to_double(T(std::pow(2.0f, float(d))));
-                               } else {
-                                 return detail::to_double(detail::pow2_exact(d));
-                               }
-                             });
+    using detail::from_double;
+    const T d = from_double<T>(ib.f) - from_double<T>(ob.f);
+    if constexpr (std::is_same_v<T, detail::Half>) {
+      return detail::to_double(T(std::pow(2.0f, float(d))));
+    } else {
+      return detail::to_double(detail::pow2_exact(d));
+    }
   });
 }
 
@@ -391,59 +403,32 @@ TruncV2Types trunc_v2_types(const TensorView& x, const TensorView& scale, const 
   return t;
 }
 
-// The derived operands of Trunc v2, each computed once per call by one streaming pass.
-struct TruncV2Derived {
-  detail::DerivedTensor trunc_scale;  // 2 ** rint(log2(out_scale / scale))
-  detail::DerivedTensor zeropt_over_trunc_scale;  // in promote(zeropt, trunc_scale)
-  detail::DerivedTensor lo, hi;  // min_int/max_int of out_bitwidth, rounded once to the working dtype
-};
-
-TruncV2Derived trunc_v2_derive(const TruncV2Types& t, const TensorView& scale, const TensorView& zeropt,
-                               const TensorView& out_scale, const TensorView& out_bitwidth, bool is_signed,
-                               bool narrow) {
-  using detail::ParamValue;
-  TruncV2Derived r;
-  r.trunc_scale = detail::with_float_type(t.ts_dtype, [&]<class T>() {
-    return detail::derive<2>({&out_scale, &scale}, t.ts_dtype, "Trunc", [](const ParamValue& os, const ParamValue& sc) {
-      using detail::from_double;
-      const T ratio = from_double<T>(os.f) / from_double<T>(sc.f);
-      return detail::to_double(pow2_t<T>(detail::rint_t(detail::log2_t(ratio))));
-    });
+// The derived operands of Trunc v2 (computed per block in the fused pass):
+// trunc_scale = 2 ** rint(log2(out_scale / scale)) in ts_dtype,
+double trunc_v2_scale(const TruncV2Types& t, const detail::ParamValue& os, const detail::ParamValue& sc) {
+  return detail::with_float_type(t.ts_dtype, [&]<class T>() {
+    using detail::from_double;
+    const T ratio = from_double<T>(os.f) / from_double<T>(sc.f);
+    return detail::to_double(pow2_t<T>(detail::rint_t(detail::log2_t(ratio))));
   });
-  const TensorView ts_view = r.trunc_scale.view();
-  const detail::WorkType zt_work = detail::work_type_of(t.zt_dtype);
-  r.zeropt_over_trunc_scale = detail::derive<2>({&zeropt, &ts_view}, t.zt_dtype, "Trunc",
-                                                [zt_work](const ParamValue& z, const ParamValue& ts) {
-                                                  return detail::divide_in(zt_work, z.f, ts.f);
-                                                });
-  const DType w = t.spec.dtype;
-  const DType bits_dtype = out_bitwidth.dtype;
-  for (const bool want_max : {false, true}) {
-    detail::DerivedTensor bound;
-    if (detail::is_integer(bits_dtype)) {
-      // Integer arithmetic in the width's dtype, wrapping as numpy does; then one rounding to w.
-      const DType d = detail::int_range_dtype(bits_dtype);
-      bound = detail::derive<1>({&out_bitwidth}, w, "Trunc", [=](const ParamValue& b) {
-        return detail::int_to_float(
-            d, detail::int_range_bound(bits_dtype, b.bits, is_signed, narrow, want_max, "out_bitwidth"), w);
-      });
-    } else {
-      // In the width's float dtype T, then one rounding to w (T -> double is exact).
-      bound = detail::with_float_type(bits_dtype, [&]<class T>() {
-        return detail::with_float_type(w, [&]<class W>() {
-          return detail::derive<1>({&out_bitwidth}, w, "Trunc", [=](const ParamValue& b) {
-            if (!std::isfinite(b.f)) {
-              throw Error(ErrorKind::kValue, "out_bitwidth: must be finite, got " + std::to_string(b.f));
-            }
-            const T r = detail::float_int_range<T>(detail::from_double<T>(b.f), is_signed, narrow, want_max);
-            return detail::to_double(detail::from_double<W>(detail::to_double(r)));
-          });
-        });
-      });
-    }
-    (want_max ? r.hi : r.lo) = std::move(bound);
+}
+
+// and min_int / max_int of out_bitwidth, rounded once to the working dtype w. Throws for a width
+// numpy refuses (a negative integer power) or a non-finite float width.
+double trunc_v2_bound(DType w, DType bits_dtype, const detail::ParamValue& b, bool is_signed, bool narrow,
+                      bool want_max) {
+  if (detail::is_integer(bits_dtype)) {
+    // Integer arithmetic in the width's dtype, wrapping as numpy does; then one rounding to w.
+    const DType d = detail::int_range_dtype(bits_dtype);
+    return detail::int_to_float(d, detail::int_range_bound(bits_dtype, b.bits, is_signed, narrow, want_max, "out_bitwidth"),
+                                w);
   }
-  return r;
+  if (!std::isfinite(b.f)) throw Error(ErrorKind::kValue, "out_bitwidth: must be finite, got " + std::to_string(b.f));
+  // In the width's float dtype T, then one rounding to w (T -> double is exact).
+  return detail::with_float_type(bits_dtype, [&]<class T>() {
+    const T r = detail::float_int_range<T>(detail::from_double<T>(b.f), is_signed, narrow, want_max);
+    return detail::round_to(w, detail::to_double(r));
+  });
 }
 }  // namespace
 
@@ -456,12 +441,16 @@ void trunc(const TensorView& x, const TensorView& scale, const TensorView& zerop
            const TensorView& out_bitwidth, RoundingMode rounding_mode, const MutableTensorView& out) {
   const TruncV1Types t = trunc_v1_types(x, scale, zeropt, in_bitwidth, out_bitwidth);
   detail::require_output(out, t.spec, "Trunc");
-  const detail::DerivedTensor trunc_scale = trunc_v1_scale(t, in_bitwidth, out_bitwidth);
   const DType w = t.spec.dtype;
-  const std::array<TensorView, 4> inputs{x, scale, zeropt, trunc_scale.view()};
-  const std::array<DType, 4> kd{w, w, w, w};
+  using detail::ParamValue;
+  const auto trunc_scale =
+      detail::derivation<2>([&t](const ParamValue& ib, const ParamValue& ob) { return trunc_v1_scale(t, ib, ob); });
+  detail::FusedOperands ops;
+  const std::array<int, 4> kernel_operands{
+      ops.input(x, w), ops.input(scale, w), ops.input(zeropt, w),
+      ops.derive<2>({ops.source(in_bitwidth), ops.source(out_bitwidth)}, w, trunc_scale)};
   const detail::TruncParams params{rounding_mode, detail::work_type_of(t.divide_dtype), detail::work_type_of(t.add_dtype)};
-  run(KernelOp::kTruncV1, detail::work_type_of(w), inputs, kd, w, out, &params);
+  run_fused(KernelOp::kTruncV1, detail::work_type_of(w), ops, kernel_operands, w, out, &params);
 }
 
 TensorSpec trunc_v2_spec(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
@@ -474,14 +463,34 @@ void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& ze
               const MutableTensorView& out) {
   const TruncV2Types t = trunc_v2_types(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth);
   detail::require_output(out, t.spec, "Trunc");
-  const TruncV2Derived d = trunc_v2_derive(t, scale, zeropt, out_scale, out_bitwidth, attrs.is_signed, attrs.narrow);
   const DType w = t.spec.dtype;
-  const std::array<TensorView, 8> inputs{x,         scale,       zeropt,      d.trunc_scale.view(),
-                                          out_scale, d.lo.view(), d.hi.view(), d.zeropt_over_trunc_scale.view()};
-  const std::array<DType, 8> kd{w, w, w, w, w, w, w, w};
+  const DType bits_dtype = out_bitwidth.dtype;
+  const bool is_signed = attrs.is_signed, narrow = attrs.narrow;
+  using detail::ParamValue;
+  // The bounds are the only derivation that can fail: check every width before anything is written.
+  detail::for_each_param(out_bitwidth, [&](const ParamValue& b) {
+    for (const bool want_max : {false, true}) trunc_v2_bound(w, bits_dtype, b, is_signed, narrow, want_max);
+  });
+  const auto trunc_scale =
+      detail::derivation<2>([&t](const ParamValue& os, const ParamValue& sc) { return trunc_v2_scale(t, os, sc); });
+  const detail::WorkType zt_work = detail::work_type_of(t.zt_dtype);
+  const auto zeropt_over_trunc_scale = detail::derivation<2>(
+      [zt_work](const ParamValue& z, const ParamValue& ts) { return detail::divide_in(zt_work, z.f, ts.f); });
+  const auto lo = detail::derivation<1>(
+      [=](const ParamValue& b) { return trunc_v2_bound(w, bits_dtype, b, is_signed, narrow, false); });
+  const auto hi = detail::derivation<1>(
+      [=](const ParamValue& b) { return trunc_v2_bound(w, bits_dtype, b, is_signed, narrow, true); });
+  detail::FusedOperands ops;
+  const int x_op = ops.input(x, w), scale_op = ops.input(scale, w), zeropt_op = ops.input(zeropt, w);
+  const int out_scale_op = ops.input(out_scale, w);
+  const int ts = ops.derive<2>({ops.source(out_scale), ops.source(scale)}, w, trunc_scale);
+  const int bits = ops.source(out_bitwidth);
+  const std::array<int, 8> kernel_operands{
+      x_op, scale_op, zeropt_op, ts, out_scale_op, ops.derive<1>({bits}, w, lo), ops.derive<1>({bits}, w, hi),
+      ops.derive<2>({ops.source(zeropt), ts}, w, zeropt_over_trunc_scale)};
   const detail::TruncParams params{attrs.rounding_mode, detail::work_type_of(t.divide_dtype),
                                    detail::work_type_of(t.add_dtype)};
-  run(KernelOp::kTruncV2, detail::work_type_of(w), inputs, kd, w, out, &params);
+  run_fused(KernelOp::kTruncV2, detail::work_type_of(w), ops, kernel_operands, w, out, &params);
 }
 
 // ---- FloatQuant --------------------------------------------------------------------------------
@@ -498,14 +507,24 @@ void float_quant(const TensorView& x, const TensorView& scale, const TensorView&
       setup_float_quant(x, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias, max_val, attrs);
   detail::require_output(out, s.spec, "FloatQuant");
   const DType w = s.work;
-  const std::array<TensorView, 4> inputs{x, scale, s.min_exp.view(), s.max_value.view()};
-  const std::array<DType, 4> kd{w, w, w, DType::kFloat64};
+  using detail::ParamValue;
+  const auto min_exp = detail::derivation<2>([&s](const ParamValue& bias, const ParamValue& m) {
+    return float_quant_min_exp(s.min_dtype, bias.f, m.f);
+  });
+  const auto max_value = detail::derivation<3>([&s](const ParamValue& e, const ParamValue& bias, const ParamValue& mv) {
+    return float_quant_max_value(s.exp_dtype, s.max_mantissa, e.f, bias.f, mv.f);
+  });
+  detail::FusedOperands ops;
+  const int bias = ops.source(exponent_bias);
+  const std::array<int, 4> kernel_operands{
+      ops.input(x, w), ops.input(scale, w), ops.derive<2>({bias, ops.source(mantissa_bitwidth)}, w, min_exp),
+      ops.derive<3>({ops.source(exponent_bitwidth), bias, ops.source(max_val)}, DType::kFloat64, max_value)};
   // A float32 out (the ONNX node) is written directly as float32(c * s); any other dtype gets the
   // function's float64 value, rounded once by the engine when out is float16.
   detail::FloatQuantParams params = s.params;
   params.double_output = out.dtype != DType::kFloat32;
-  run(KernelOp::kFloatQuant, detail::work_type_of(w), inputs, kd, params.double_output ? DType::kFloat64 : DType::kFloat32,
-      out, &params);
+  run_fused(KernelOp::kFloatQuant, detail::work_type_of(w), ops, kernel_operands,
+            params.double_output ? DType::kFloat64 : DType::kFloat32, out, &params, &float_quant_row_params);
 }
 
 }  // namespace polyquant::qonnx

@@ -1,0 +1,208 @@
+// The fused row adapter: derived kernel operands computed per block of a row (core/fused.h).
+#include "core/fused.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "polyquant/error.h"
+
+namespace polyquant::detail {
+
+void read_params(DType t, const void* p, std::int64_t m, ParamValue* dst) {
+  switch (t) {
+    case DType::kFloat32:
+      for (std::int64_t i = 0; i < m; ++i) dst[i] = {static_cast<const float*>(p)[i], 0};
+      return;
+    case DType::kFloat64:
+      for (std::int64_t i = 0; i < m; ++i) dst[i] = {static_cast<const double*>(p)[i], 0};
+      return;
+    default:
+      for (std::int64_t i = 0; i < m; ++i) dst[i] = read_param(t, p, i);
+      return;
+  }
+}
+
+namespace {
+
+// Elements per block of derived values: a few blocks of every operand fit in L2 with the rows.
+constexpr std::int64_t kBlock = 1024;
+
+// Stores m derived values (exact in their own dtype) in the kernel's dtype, rounded once as the
+// engine's conversion of a tensor of that dtype would.
+void store_as(DType t, const ParamValue* v, std::int64_t m, void* dst) {
+  switch (t) {
+    case DType::kFloat16:
+      for (std::int64_t i = 0; i < m; ++i) static_cast<std::uint16_t*>(dst)[i] = half_from_double(v[i].f).bits;
+      return;
+    case DType::kFloat32:
+      for (std::int64_t i = 0; i < m; ++i) static_cast<float*>(dst)[i] = static_cast<float>(v[i].f);
+      return;
+    default:
+      for (std::int64_t i = 0; i < m; ++i) static_cast<double*>(dst)[i] = v[i].f;
+      return;
+  }
+}
+
+// Per-thread buffers, grown on first use and kept (a row call must not allocate).
+struct Scratch {
+  std::vector<ParamValue> sources[kMaxOperands];
+  std::vector<ParamValue> values[kMaxDerived];
+  std::vector<double> kernel_in[kMaxDerived];  // kBlock values of up to 8 bytes
+  ParamValue broadcast_sources[kMaxOperands];
+  ParamValue broadcast_values[kMaxDerived];
+  alignas(8) unsigned char broadcast_kernel_in[kMaxDerived][8] = {};
+  alignas(16) unsigned char row_params[kRowParamsBytes] = {};
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+struct Job {
+  const FusedCall* call;
+  std::uint32_t source_mask = 0;  // engine operands read by some derivation
+};
+
+void fused_row(const void* p, const RowArgs& a) {
+  const Job& job = *static_cast<const Job*>(p);
+  const FusedCall& c = *job.call;
+  const int nd = static_cast<int>(c.derived.size());
+  Scratch& s = scratch();
+
+  // Which derived operands are one value for this row, and those values.
+  std::uint32_t derived_broadcast = 0;
+  auto is_broadcast = [&](int src) {
+    return src < kMaxOperands ? a.is_broadcast(src) : ((derived_broadcast >> (src - kMaxOperands)) & 1u) != 0;
+  };
+  for (int e = 0; e < kMaxOperands; ++e) {
+    if (((job.source_mask >> e) & 1u) && a.is_broadcast(e)) {
+      s.broadcast_sources[e] = read_param(c.input_dtypes[static_cast<std::size_t>(e)], a.in[static_cast<std::size_t>(e)], 0);
+    }
+  }
+  const ParamValue* src_ptrs[kMaxDerivedSources];
+  for (int d = 0; d < nd; ++d) {
+    const Derivation& dv = c.derived[static_cast<std::size_t>(d)];
+    bool all = true;
+    for (int k = 0; k < dv.num_sources; ++k) all = all && is_broadcast(dv.sources[static_cast<std::size_t>(k)]);
+    if (!all) continue;
+    derived_broadcast |= 1u << d;
+    for (int k = 0; k < dv.num_sources; ++k) {
+      const int src = dv.sources[static_cast<std::size_t>(k)];
+      src_ptrs[k] = src < kMaxOperands ? &s.broadcast_sources[src] : &s.broadcast_values[src - kMaxOperands];
+    }
+    dv.fn(dv.ctx, src_ptrs, (1u << dv.num_sources) - 1u, 1, &s.broadcast_values[d]);
+    store_as(dv.kernel_dtype, &s.broadcast_values[d], 1, s.broadcast_kernel_in[d]);
+  }
+
+  RowArgs k;
+  k.stream = a.stream;
+  const int nk = static_cast<int>(c.kernel_operands.size());
+  for (int j = 0; j < nk; ++j) {
+    const int op = c.kernel_operands[static_cast<std::size_t>(j)];
+    if (is_broadcast(op)) k.broadcast_mask |= 1u << j;
+  }
+  const std::size_t out_size = dtype_size(c.kernel_out_dtype);
+  auto call_kernel = [&]() {
+    const void* params = c.row_params ? c.row_params(c.params, k, s.row_params) : c.params;
+    c.kernel(params, k);
+  };
+  const std::uint32_t all_derived = (1u << nd) - 1u;
+  if (derived_broadcast == all_derived) {  // per-tensor and per-channel rows: one kernel call
+    for (int j = 0; j < nk; ++j) {
+      const int op = c.kernel_operands[static_cast<std::size_t>(j)];
+      k.in[static_cast<std::size_t>(j)] = op < kMaxOperands ? a.in[static_cast<std::size_t>(op)]
+                                                             : s.broadcast_kernel_in[op - kMaxOperands];
+    }
+    k.out = a.out;
+    k.n = a.n;
+    call_kernel();
+    return;
+  }
+
+  for (int e = 0; e < kMaxOperands; ++e) {
+    if (((job.source_mask >> e) & 1u) && !a.is_broadcast(e)) s.sources[e].resize(kBlock);
+  }
+  for (int d = 0; d < nd; ++d) {
+    if ((derived_broadcast >> d) & 1u) continue;
+    s.values[d].resize(kBlock);
+    s.kernel_in[d].resize(kBlock);
+  }
+  for (std::int64_t b = 0; b < a.n; b += kBlock) {
+    const std::int64_t m = std::min(kBlock, a.n - b);
+    for (int e = 0; e < kMaxOperands; ++e) {
+      if (!((job.source_mask >> e) & 1u) || a.is_broadcast(e)) continue;
+      const DType t = c.input_dtypes[static_cast<std::size_t>(e)];
+      const auto* row = static_cast<const unsigned char*>(a.in[static_cast<std::size_t>(e)]);
+      read_params(t, row + b * static_cast<std::int64_t>(dtype_size(t)), m, s.sources[e].data());
+    }
+    for (int d = 0; d < nd; ++d) {
+      if ((derived_broadcast >> d) & 1u) continue;
+      const Derivation& dv = c.derived[static_cast<std::size_t>(d)];
+      std::uint32_t mask = 0;
+      for (int q = 0; q < dv.num_sources; ++q) {
+        const int src = dv.sources[static_cast<std::size_t>(q)];
+        if (is_broadcast(src)) {
+          mask |= 1u << q;
+          src_ptrs[q] = src < kMaxOperands ? &s.broadcast_sources[src] : &s.broadcast_values[src - kMaxOperands];
+        } else {
+          src_ptrs[q] = src < kMaxOperands ? s.sources[src].data() : s.values[src - kMaxOperands].data();
+        }
+      }
+      dv.fn(dv.ctx, src_ptrs, mask, m, s.values[d].data());
+      store_as(dv.kernel_dtype, s.values[d].data(), m, s.kernel_in[d].data());
+    }
+    for (int j = 0; j < nk; ++j) {
+      const int op = c.kernel_operands[static_cast<std::size_t>(j)];
+      const auto slot = static_cast<std::size_t>(j);
+      if (op < kMaxOperands) {
+        const auto* row = static_cast<const unsigned char*>(a.in[static_cast<std::size_t>(op)]);
+        k.in[slot] = a.is_broadcast(op) ? row : row + b * static_cast<std::int64_t>(dtype_size(c.input_dtypes[static_cast<std::size_t>(op)]));
+      } else {
+        const int d = op - kMaxOperands;
+        k.in[slot] = ((derived_broadcast >> d) & 1u) ? static_cast<const void*>(s.broadcast_kernel_in[d])
+                                                     : static_cast<const void*>(s.kernel_in[d].data());
+      }
+    }
+    k.out = static_cast<unsigned char*>(a.out) + b * static_cast<std::int64_t>(out_size);
+    k.n = m;
+    call_kernel();
+  }
+}
+
+}  // namespace
+
+void run_fused(const FusedCall& call) {
+  auto bad = [](const std::string& what) { return Error(ErrorKind::kValue, "internal: fused call: " + what); };
+  if (call.derived.size() > static_cast<std::size_t>(kMaxDerived)) throw bad("too many derived operands");
+  if (call.kernel_operands.size() > static_cast<std::size_t>(kMaxOperands)) throw bad("too many kernel operands");
+  Job job{&call};
+  const int nin = static_cast<int>(call.inputs.size());
+  auto check_source = [&](int src, int d) {
+    if (src >= 0 && src < nin) return;
+    if (src >= kMaxOperands && src - kMaxOperands < d) return;
+    throw bad("operand " + std::to_string(src) + " out of range");
+  };
+  for (std::size_t d = 0; d < call.derived.size(); ++d) {
+    const Derivation& dv = call.derived[d];
+    if (dv.num_sources < 1 || dv.num_sources > kMaxDerivedSources || dv.fn == nullptr) throw bad("bad derivation");
+    for (int k = 0; k < dv.num_sources; ++k) {
+      const int src = dv.sources[static_cast<std::size_t>(k)];
+      check_source(src, static_cast<int>(d));
+      if (src < kMaxOperands) job.source_mask |= 1u << src;
+    }
+  }
+  for (const int op : call.kernel_operands) check_source(op, static_cast<int>(call.derived.size()));
+
+  ElementwiseCall engine;
+  engine.inputs = call.inputs;
+  engine.kernel_dtypes = call.input_dtypes;
+  engine.out = call.out;
+  engine.kernel_out_dtype = call.kernel_out_dtype;
+  engine.kernel = &fused_row;
+  engine.params = &job;
+  run_elementwise(engine);
+}
+
+}  // namespace polyquant::detail
