@@ -315,6 +315,11 @@ def trunc_v2(
     # (then float64), while x / scale and `* output_scale` take the arrays' dtypes.
     sa, scale_weak = as_weak_param(scale, "scale", xa)
     za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xa, scale if scale_weak else sa))
+    if scale_weak and is_weak(output_scale):
+        # qonnx divides two Python numbers in Python, which raises ZeroDivisionError for a zero
+        # scale (numpy would give inf); the core computes the same quotient, so only the error
+        # needs replaying here.
+        _ = output_scale / scale
     osa, out_scale_weak = as_weak_param(output_scale, "output_scale",
                                         None if scale_weak else np.result_type(xa, sa, zeropt if zeropt_weak else za))
     result = _ext.trunc_v2(
