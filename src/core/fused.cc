@@ -9,48 +9,47 @@
 
 namespace polyquant::detail {
 
-void read_params(DType t, const void* p, std::int64_t m, ParamValue* dst) {
-  switch (t) {
-    case DType::kFloat32:
-      for (std::int64_t i = 0; i < m; ++i) dst[i] = {static_cast<const float*>(p)[i], 0};
-      return;
-    case DType::kFloat64:
-      for (std::int64_t i = 0; i < m; ++i) dst[i] = {static_cast<const double*>(p)[i], 0};
-      return;
-    default:
-      for (std::int64_t i = 0; i < m; ++i) dst[i] = read_param(t, p, i);
-      return;
+namespace {
+template <class U>
+void mark_changes_as(const U* p, std::int64_t m, std::uint8_t* changed) {
+  for (std::int64_t i = 1; i < m; ++i) changed[i] |= static_cast<std::uint8_t>(p[i] != p[i - 1]);
+}
+}  // namespace
+
+void mark_changes(const SourceRun& run, std::int64_t m, std::uint8_t* changed) {
+  switch (run.size) {
+    case 1: return mark_changes_as(static_cast<const std::uint8_t*>(run.data), m, changed);
+    case 2: return mark_changes_as(static_cast<const std::uint16_t*>(run.data), m, changed);
+    case 4: return mark_changes_as(static_cast<const std::uint32_t*>(run.data), m, changed);
+    default: return mark_changes_as(static_cast<const std::uint64_t*>(run.data), m, changed);
   }
 }
 
 namespace {
 
-// Elements per block of derived values: a few blocks of every operand fit in L2 with the rows.
-constexpr std::int64_t kBlock = 1024;
+constexpr std::int64_t kBlock = kDeriveBlock;
 
 // Stores m derived values (exact in their own dtype) in the kernel's dtype, rounded once as the
 // engine's conversion of a tensor of that dtype would.
-void store_as(DType t, const ParamValue* v, std::int64_t m, void* dst) {
+void store_as(DType t, const double* v, std::int64_t m, void* dst) {
   switch (t) {
     case DType::kFloat16:
-      for (std::int64_t i = 0; i < m; ++i) static_cast<std::uint16_t*>(dst)[i] = half_from_double(v[i].f).bits;
+      for (std::int64_t i = 0; i < m; ++i) static_cast<std::uint16_t*>(dst)[i] = half_from_double(v[i]).bits;
       return;
     case DType::kFloat32:
-      for (std::int64_t i = 0; i < m; ++i) static_cast<float*>(dst)[i] = static_cast<float>(v[i].f);
+      for (std::int64_t i = 0; i < m; ++i) static_cast<float*>(dst)[i] = static_cast<float>(v[i]);
       return;
     default:
-      for (std::int64_t i = 0; i < m; ++i) static_cast<double*>(dst)[i] = v[i].f;
+      std::memcpy(dst, v, static_cast<std::size_t>(m) * sizeof(double));
       return;
   }
 }
 
 // Per-thread buffers, grown on first use and kept (a row call must not allocate).
 struct Scratch {
-  std::vector<ParamValue> sources[kMaxOperands];
-  std::vector<ParamValue> values[kMaxDerived];
+  std::vector<double> values[kMaxDerived];     // derived values, exact in their dtype
   std::vector<double> kernel_in[kMaxDerived];  // kBlock values of up to 8 bytes
-  ParamValue broadcast_sources[kMaxOperands];
-  ParamValue broadcast_values[kMaxDerived];
+  double broadcast_values[kMaxDerived] = {};
   alignas(8) unsigned char broadcast_kernel_in[kMaxDerived][8] = {};
   alignas(16) unsigned char row_params[kRowParamsBytes] = {};
 };
@@ -62,7 +61,6 @@ Scratch& scratch() {
 
 struct Job {
   const FusedCall* call;
-  std::uint32_t source_mask = 0;  // engine operands read by some derivation
 };
 
 void fused_row(const void* p, const RowArgs& a) {
@@ -76,23 +74,31 @@ void fused_row(const void* p, const RowArgs& a) {
   auto is_broadcast = [&](int src) {
     return src < kMaxOperands ? a.is_broadcast(src) : ((derived_broadcast >> (src - kMaxOperands)) & 1u) != 0;
   };
-  for (int e = 0; e < kMaxOperands; ++e) {
-    if (((job.source_mask >> e) & 1u) && a.is_broadcast(e)) {
-      s.broadcast_sources[e] = read_param(c.input_dtypes[static_cast<std::size_t>(e)], a.in[static_cast<std::size_t>(e)], 0);
+  SourceRun runs[kMaxDerivedSources];
+  // Source q of derivation dv for the elements from b on.
+  auto source_run = [&](const Derivation& dv, int q, std::int64_t b) {
+    const int src = dv.sources[static_cast<std::size_t>(q)];
+    SourceRun r;
+    r.broadcast = is_broadcast(src);
+    if (src < kMaxOperands) {
+      r.dtype = c.input_dtypes[static_cast<std::size_t>(src)];
+      r.size = static_cast<std::uint8_t>(dtype_size(r.dtype));
+      const auto* row = static_cast<const unsigned char*>(a.in[static_cast<std::size_t>(src)]);
+      r.data = r.broadcast ? row : row + b * static_cast<std::int64_t>(r.size);
+    } else {
+      const int d = src - kMaxOperands;
+      r.data = r.broadcast ? &s.broadcast_values[d] : static_cast<const void*>(s.values[d].data());
     }
-  }
-  const ParamValue* src_ptrs[kMaxDerivedSources];
+    return r;
+  };
   for (int d = 0; d < nd; ++d) {
     const Derivation& dv = c.derived[static_cast<std::size_t>(d)];
     bool all = true;
-    for (int k = 0; k < dv.num_sources; ++k) all = all && is_broadcast(dv.sources[static_cast<std::size_t>(k)]);
+    for (int q = 0; q < dv.num_sources; ++q) all = all && is_broadcast(dv.sources[static_cast<std::size_t>(q)]);
     if (!all) continue;
     derived_broadcast |= 1u << d;
-    for (int k = 0; k < dv.num_sources; ++k) {
-      const int src = dv.sources[static_cast<std::size_t>(k)];
-      src_ptrs[k] = src < kMaxOperands ? &s.broadcast_sources[src] : &s.broadcast_values[src - kMaxOperands];
-    }
-    dv.fn(dv.ctx, src_ptrs, (1u << dv.num_sources) - 1u, 1, &s.broadcast_values[d]);
+    for (int q = 0; q < dv.num_sources; ++q) runs[q] = source_run(dv, q, 0);
+    (void)dv.fn(dv.ctx, runs, 1, &s.broadcast_values[d]);
     store_as(dv.kernel_dtype, &s.broadcast_values[d], 1, s.broadcast_kernel_in[d]);
   }
 
@@ -121,37 +127,22 @@ void fused_row(const void* p, const RowArgs& a) {
     return;
   }
 
-  for (int e = 0; e < kMaxOperands; ++e) {
-    if (((job.source_mask >> e) & 1u) && !a.is_broadcast(e)) s.sources[e].resize(kBlock);
-  }
   for (int d = 0; d < nd; ++d) {
     if ((derived_broadcast >> d) & 1u) continue;
     s.values[d].resize(kBlock);
     s.kernel_in[d].resize(kBlock);
   }
+  std::uint32_t uniform_blocks = 0;  // derived operands whose current block is one value
   for (std::int64_t b = 0; b < a.n; b += kBlock) {
     const std::int64_t m = std::min(kBlock, a.n - b);
-    for (int e = 0; e < kMaxOperands; ++e) {
-      if (!((job.source_mask >> e) & 1u) || a.is_broadcast(e)) continue;
-      const DType t = c.input_dtypes[static_cast<std::size_t>(e)];
-      const auto* row = static_cast<const unsigned char*>(a.in[static_cast<std::size_t>(e)]);
-      read_params(t, row + b * static_cast<std::int64_t>(dtype_size(t)), m, s.sources[e].data());
-    }
     for (int d = 0; d < nd; ++d) {
       if ((derived_broadcast >> d) & 1u) continue;
       const Derivation& dv = c.derived[static_cast<std::size_t>(d)];
-      std::uint32_t mask = 0;
-      for (int q = 0; q < dv.num_sources; ++q) {
-        const int src = dv.sources[static_cast<std::size_t>(q)];
-        if (is_broadcast(src)) {
-          mask |= 1u << q;
-          src_ptrs[q] = src < kMaxOperands ? &s.broadcast_sources[src] : &s.broadcast_values[src - kMaxOperands];
-        } else {
-          src_ptrs[q] = src < kMaxOperands ? s.sources[src].data() : s.values[src - kMaxOperands].data();
-        }
-      }
-      dv.fn(dv.ctx, src_ptrs, mask, m, s.values[d].data());
-      store_as(dv.kernel_dtype, s.values[d].data(), m, s.kernel_in[d].data());
+      for (int q = 0; q < dv.num_sources; ++q) runs[q] = source_run(dv, q, b);
+      // A block of one value (a run of equal parameters) goes to the kernel as a broadcast.
+      const bool uniform = dv.fn(dv.ctx, runs, m, s.values[d].data());
+      store_as(dv.kernel_dtype, s.values[d].data(), uniform ? 1 : m, s.kernel_in[d].data());
+      uniform_blocks = uniform ? (uniform_blocks | 1u << d) : (uniform_blocks & ~(1u << d));
     }
     for (int j = 0; j < nk; ++j) {
       const int op = c.kernel_operands[static_cast<std::size_t>(j)];
@@ -163,6 +154,8 @@ void fused_row(const void* p, const RowArgs& a) {
         const int d = op - kMaxOperands;
         k.in[slot] = ((derived_broadcast >> d) & 1u) ? static_cast<const void*>(s.broadcast_kernel_in[d])
                                                      : static_cast<const void*>(s.kernel_in[d].data());
+        if ((uniform_blocks >> d) & 1u) k.broadcast_mask |= 1u << j;
+        else if (!((derived_broadcast >> d) & 1u)) k.broadcast_mask &= ~(1u << j);
       }
     }
     k.out = static_cast<unsigned char*>(a.out) + b * static_cast<std::int64_t>(out_size);
@@ -177,7 +170,7 @@ void run_fused(const FusedCall& call) {
   auto bad = [](const std::string& what) { return Error(ErrorKind::kValue, "internal: fused call: " + what); };
   if (call.derived.size() > static_cast<std::size_t>(kMaxDerived)) throw bad("too many derived operands");
   if (call.kernel_operands.size() > static_cast<std::size_t>(kMaxOperands)) throw bad("too many kernel operands");
-  Job job{&call};
+  const Job job{&call};
   const int nin = static_cast<int>(call.inputs.size());
   auto check_source = [&](int src, int d) {
     if (src >= 0 && src < nin) return;
@@ -190,7 +183,6 @@ void run_fused(const FusedCall& call) {
     for (int k = 0; k < dv.num_sources; ++k) {
       const int src = dv.sources[static_cast<std::size_t>(k)];
       check_source(src, static_cast<int>(d));
-      if (src < kMaxOperands) job.source_mask |= 1u << src;
     }
   }
   for (const int op : call.kernel_operands) check_source(op, static_cast<int>(call.derived.size()));

@@ -52,21 +52,44 @@ inline ParamValue read_param(DType t, const void* p, std::int64_t j) {
   return v;
 }
 
-// Reads elements [0, m) of a contiguous run of dtype t (the dtype switch once per block).
-void read_params(DType t, const void* p, std::int64_t m, ParamValue* dst);
-
 inline constexpr int kMaxDerived = 4;         // derived operands per call
 inline constexpr int kMaxDerivedSources = 4;  // sources per derived operand
 
 // A source or kernel operand that is derived operand d (instead of engine operand i).
 inline constexpr int derived_operand(int d) { return kMaxOperands + d; }
 
-// Computes m values of a derived operand: out[i] from sources[k][i] (or sources[k][0] when bit k
-// of broadcast_mask is set). Each result is exact in the derivation's float dtype, held as a
-// ParamValue (bits 0) so later derivations read it as they would a tensor of that dtype. Must not
-// throw: an op validates what can be invalid before the fused pass (the output is then untouched).
-using DeriveBlockFn = void (*)(const void* ctx, const ParamValue* const* sources, std::uint32_t broadcast_mask,
-                               std::int64_t m, ParamValue* out);
+// Elements per block of derived values: a few blocks of every operand fit in L2 with the rows.
+inline constexpr std::int64_t kDeriveBlock = 1024;
+
+// A run of one source of a derivation: m contiguous values of `dtype`, or one value (broadcast).
+// A derived source is a run of float64 (its values are exact in their own dtype, so reading them
+// as float64 gives the ParamValue a tensor of that dtype would).
+struct SourceRun {
+  const void* data = nullptr;
+  DType dtype = DType::kFloat64;
+  bool broadcast = false;
+  std::uint8_t size = 8;  // dtype_size(dtype)
+};
+
+// Computes m <= kDeriveBlock values of a derived operand, out[i] from element i of each source run;
+// each result is exact in the derivation's float dtype. Returns true when every out[i] is
+// bit-identical to out[0] (the block then reaches the kernel as one broadcast value, which takes
+// the kernels' per-tensor paths). Must not throw: an op validates what can be invalid before the
+// fused pass (the output is then untouched).
+using DeriveBlockFn = bool (*)(const void* ctx, const SourceRun* sources, std::int64_t m, double* out);
+
+// The bits of element i of the run (zero-extended): equal bits, equal ParamValue.
+inline std::uint64_t raw_bits(const SourceRun& run, std::int64_t i) {
+  switch (run.size) {
+    case 1: return static_cast<const std::uint8_t*>(run.data)[i];
+    case 2: return static_cast<const std::uint16_t*>(run.data)[i];
+    case 4: return static_cast<const std::uint32_t*>(run.data)[i];
+    default: return static_cast<const std::uint64_t*>(run.data)[i];
+  }
+}
+
+// changed[i] |= (element i of the run differs in its bits from element i - 1), for 0 < i < m.
+void mark_changes(const SourceRun& run, std::int64_t m, std::uint8_t* changed);
 
 struct Derivation {
   std::array<int, kMaxDerivedSources> sources{};  // engine operand i, or derived_operand(d) for an earlier d

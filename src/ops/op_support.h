@@ -106,26 +106,58 @@ template <std::size_t N, class F>
 struct Derive {
   F f;
 
-  static void block(const void* ctx, const ParamValue* const* sources, std::uint32_t broadcast_mask, std::int64_t m,
-                    ParamValue* out) {
+  static bool block(const void* ctx, const SourceRun* sources, std::int64_t m, double* out) {
     const F& f = static_cast<const Derive*>(ctx)->f;
-    std::array<ParamValue, N> v{}, prev{};
-    double result = 0;
-    bool have = false;
-    for (std::int64_t i = 0; i < m; ++i) {
-      bool same = have;
-      for (std::size_t k = 0; k < N; ++k) {
-        v[k] = sources[k][((broadcast_mask >> k) & 1u) ? 0 : i];
-        same = same && std::bit_cast<std::uint64_t>(v[k].f) == std::bit_cast<std::uint64_t>(prev[k].f) &&
-               v[k].bits == prev[k].bits;
-      }
-      if (!same) {
-        result = std::apply(f, v);
-        prev = v;
-        have = true;
-      }
-      out[i] = {result, 0};
+    // Elements whose sources all equal (in bits) the previous element's reuse its result.
+    alignas(64) std::uint8_t changed[kDeriveBlock];
+    changed[0] = 1;
+    std::fill(changed + 1, changed + m, std::uint8_t{0});
+    std::array<ParamValue, N> v{};
+    for (std::size_t k = 0; k < N; ++k) {
+      if (sources[k].broadcast) v[k] = read_param(sources[k].dtype, sources[k].data, 0);
+      else mark_changes(sources[k], m, changed);
     }
+    // Elements that differ from the previous one look in a small cache of the block's results
+    // (per-element parameters drawn from a few values: random order, few distinct values).
+    struct Entry {
+      std::array<std::uint64_t, N> key;
+      double value;
+      bool used;
+    };
+    constexpr int kCacheBits = 4;
+    Entry cache[1 << kCacheBits];
+    if (m > 1) {
+      for (Entry& e : cache) e.used = false;
+    }
+    double result = 0, first = 0;
+    bool uniform = true;
+    for (std::int64_t i = 0; i < m; ++i) {
+      if (changed[i]) {
+        Entry* slot = nullptr;
+        std::array<std::uint64_t, N> key;
+        if (m > 1) {
+          std::uint64_t h = 0;
+          for (std::size_t k = 0; k < N; ++k) {
+            key[k] = raw_bits(sources[k], sources[k].broadcast ? 0 : i);
+            h = (h ^ key[k]) * 0x9E3779B97F4A7C15ull;
+          }
+          slot = &cache[h >> (64 - kCacheBits)];
+        }
+        if (slot != nullptr && slot->used && slot->key == key) {
+          result = slot->value;
+        } else {
+          for (std::size_t k = 0; k < N; ++k) {
+            if (!sources[k].broadcast) v[k] = read_param(sources[k].dtype, sources[k].data, i);
+          }
+          result = std::apply(f, v);
+          if (slot != nullptr) *slot = {key, result, true};
+        }
+        if (i == 0) first = result;
+        else uniform = uniform && std::bit_cast<std::uint64_t>(result) == std::bit_cast<std::uint64_t>(first);
+      }
+      out[i] = result;
+    }
+    return uniform;
   }
 };
 template <std::size_t N, class F>
@@ -168,32 +200,41 @@ class FusedOperands {
 // Calls f(ParamValue) for the elements of `v` in its own shape (any strides), skipping an element
 // bit-identical to the one before: the cheap validation pass of a parameter whose derivation can
 // fail (f throws Error), run before the fused pass writes anything.
-template <class F>
-void for_each_param(const TensorView& v, const F& f) {
+template <class U, class F>
+void for_each_param_as(const TensorView& v, const F& f) {
   const std::int64_t n = v.numel();
   if (n == 0) return;
-  const auto* base = static_cast<const unsigned char*>(v.data);
-  const auto esize = static_cast<std::int64_t>(dtype_size(v.dtype));
+  const auto* base = static_cast<const U*>(v.data);
   const int inner = v.shape.rank - 1;
   const std::int64_t len = inner < 0 ? 1 : v.shape[inner];
   const std::int64_t stride = inner < 0 ? 0 : v.strides[inner];
   std::int64_t idx[kMaxRank] = {};
-  ParamValue prev;
+  U prev{};
   bool have = false;
   for (std::int64_t row = 0; row < n / len; ++row) {
     std::int64_t offset = 0;
     for (int d = 0; d < inner; ++d) offset += idx[d] * v.strides[d];
+    const U* p = base + offset;
     for (std::int64_t j = 0; j < len; ++j) {
-      const ParamValue x = read_param(v.dtype, base + (offset + j * stride) * esize, 0);
-      if (have && std::bit_cast<std::uint64_t>(x.f) == std::bit_cast<std::uint64_t>(prev.f) && x.bits == prev.bits) continue;
-      f(x);
-      prev = x;
+      const U raw = p[j * stride];
+      if (have && raw == prev) continue;
+      f(read_param(v.dtype, p + j * stride, 0));
+      prev = raw;
       have = true;
     }
     for (int d = inner - 1; d >= 0; --d) {
       if (++idx[d] < v.shape[d]) break;
       idx[d] = 0;
     }
+  }
+}
+template <class F>
+void for_each_param(const TensorView& v, const F& f) {
+  switch (dtype_size(v.dtype)) {
+    case 1: return for_each_param_as<std::uint8_t>(v, f);
+    case 2: return for_each_param_as<std::uint16_t>(v, f);
+    case 4: return for_each_param_as<std::uint32_t>(v, f);
+    default: return for_each_param_as<std::uint64_t>(v, f);
   }
 }
 

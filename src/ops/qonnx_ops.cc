@@ -468,7 +468,10 @@ void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& ze
   const bool is_signed = attrs.is_signed, narrow = attrs.narrow;
   using detail::ParamValue;
   // The bounds are the only derivation that can fail: check every width before anything is written.
+  // (A float width fails only when not finite; an integer one by numpy's integer rules.)
+  const bool int_bits = detail::is_integer(bits_dtype);
   detail::for_each_param(out_bitwidth, [&](const ParamValue& b) {
+    if (!int_bits && std::isfinite(b.f)) return;
     for (const bool want_max : {false, true}) trunc_v2_bound(w, bits_dtype, b, is_signed, narrow, want_max);
   });
   const auto trunc_scale =
