@@ -100,7 +100,8 @@ ParamValue read_param_at(const TensorView& view, std::int64_t index);
 // the derived dtype (the caller rounds as numpy would), for each element of the broadcast of its
 // sources, each read exactly. Memoized: an element whose sources are bit-identical to the previous
 // element's reuses its result (real per-element parameters are mostly runs of equal values, such
-// as per-channel parameters expanded); any other element calls f. f must not throw in the fused
+// as per-channel parameters expanded); any other element calls f, and a block whose values change
+// in more than a quarter of its elements calls f for every element (no data-dependent branches). f must not throw in the fused
 // pass: validate what can be invalid first (for_each_param), so an error leaves out untouched.
 template <std::size_t N, class F>
 struct Derive {
@@ -117,41 +118,25 @@ struct Derive {
       if (sources[k].broadcast) v[k] = read_param(sources[k].dtype, sources[k].data, 0);
       else mark_changes(sources[k], m, changed);
     }
-    // Elements that differ from the previous one look in a small cache of the block's results
-    // (per-element parameters drawn from a few values: random order, few distinct values).
-    struct Entry {
-      std::array<std::uint64_t, N> key;
-      double value;
-      bool used;
-    };
-    constexpr int kCacheBits = 4;
-    Entry cache[1 << kCacheBits];
-    if (m > 1) {
-      for (Entry& e : cache) e.used = false;
-    }
     double result = 0, first = 0;
     bool uniform = true;
+    std::int64_t changes = 0;
+    for (std::int64_t i = 0; i < m; ++i) changes += changed[i];
+    if (changes * 4 > m) {  // values that change often (random): every element straight, no branches on data
+      for (std::int64_t i = 0; i < m; ++i) {
+        for (std::size_t k = 0; k < N; ++k) {
+          if (!sources[k].broadcast) v[k] = read_param(sources[k].dtype, sources[k].data, i);
+        }
+        out[i] = std::apply(f, v);
+      }
+      return false;
+    }
     for (std::int64_t i = 0; i < m; ++i) {
       if (changed[i]) {
-        Entry* slot = nullptr;
-        std::array<std::uint64_t, N> key;
-        if (m > 1) {
-          std::uint64_t h = 0;
-          for (std::size_t k = 0; k < N; ++k) {
-            key[k] = raw_bits(sources[k], sources[k].broadcast ? 0 : i);
-            h = (h ^ key[k]) * 0x9E3779B97F4A7C15ull;
-          }
-          slot = &cache[h >> (64 - kCacheBits)];
+        for (std::size_t k = 0; k < N; ++k) {
+          if (!sources[k].broadcast) v[k] = read_param(sources[k].dtype, sources[k].data, i);
         }
-        if (slot != nullptr && slot->used && slot->key == key) {
-          result = slot->value;
-        } else {
-          for (std::size_t k = 0; k < N; ++k) {
-            if (!sources[k].broadcast) v[k] = read_param(sources[k].dtype, sources[k].data, i);
-          }
-          result = std::apply(f, v);
-          if (slot != nullptr) *slot = {key, result, true};
-        }
+        result = std::apply(f, v);
         if (i == 0) first = result;
         else uniform = uniform && std::bit_cast<std::uint64_t>(result) == std::bit_cast<std::uint64_t>(first);
       }
@@ -200,8 +185,8 @@ class FusedOperands {
 // Calls f(ParamValue) for the elements of `v` in its own shape (any strides), skipping an element
 // bit-identical to the one before: the cheap validation pass of a parameter whose derivation can
 // fail (f throws Error), run before the fused pass writes anything.
-template <class U, class F>
-void for_each_param_as(const TensorView& v, const F& f) {
+template <class U, class F, class Skip>
+void for_each_param_as(const TensorView& v, const F& f, const Skip& skip) {
   const std::int64_t n = v.numel();
   if (n == 0) return;
   const auto* base = static_cast<const U*>(v.data);
@@ -217,7 +202,7 @@ void for_each_param_as(const TensorView& v, const F& f) {
     const U* p = base + offset;
     for (std::int64_t j = 0; j < len; ++j) {
       const U raw = p[j * stride];
-      if (have && raw == prev) continue;
+      if (skip(raw) || (have && raw == prev)) continue;
       f(read_param(v.dtype, p + j * stride, 0));
       prev = raw;
       have = true;
@@ -228,13 +213,28 @@ void for_each_param_as(const TensorView& v, const F& f) {
     }
   }
 }
+// With finite_floats, the finite elements of a float tensor are skipped by their bits (one cheap
+// test per element): f sees only infinities and NaNs.
 template <class F>
-void for_each_param(const TensorView& v, const F& f) {
+void for_each_param(const TensorView& v, const F& f, bool finite_floats = false) {
+  const bool skip_finite = finite_floats && is_floating(v.dtype);
+  auto none = [](auto) { return false; };
   switch (dtype_size(v.dtype)) {
-    case 1: return for_each_param_as<std::uint8_t>(v, f);
-    case 2: return for_each_param_as<std::uint16_t>(v, f);
-    case 4: return for_each_param_as<std::uint32_t>(v, f);
-    default: return for_each_param_as<std::uint64_t>(v, f);
+    case 1: return for_each_param_as<std::uint8_t>(v, f, none);
+    case 2:
+      if (skip_finite) return for_each_param_as<std::uint16_t>(v, f, [](std::uint16_t r) { return (r & 0x7c00u) != 0x7c00u; });
+      return for_each_param_as<std::uint16_t>(v, f, none);
+    case 4:
+      if (skip_finite) {
+        return for_each_param_as<std::uint32_t>(v, f, [](std::uint32_t r) { return (r & 0x7f800000u) != 0x7f800000u; });
+      }
+      return for_each_param_as<std::uint32_t>(v, f, none);
+    default:
+      if (skip_finite) {
+        constexpr std::uint64_t kExp = 0x7ff0000000000000ull;
+        return for_each_param_as<std::uint64_t>(v, f, [](std::uint64_t r) { return (r & kExp) != kExp; });
+      }
+      return for_each_param_as<std::uint64_t>(v, f, none);
   }
 }
 

@@ -415,9 +415,9 @@ double trunc_v2_scale(const TruncV2Types& t, const detail::ParamValue& os, const
 
 // and min_int / max_int of out_bitwidth, rounded once to the working dtype w. Throws for a width
 // numpy refuses (a negative integer power) or a non-finite float width.
-double trunc_v2_bound(DType w, DType bits_dtype, const detail::ParamValue& b, bool is_signed, bool narrow,
-                      bool want_max) {
-  if (detail::is_integer(bits_dtype)) {
+double trunc_v2_bound(DType w, DType bits_dtype, bool int_bits, const detail::ParamValue& b, bool is_signed,
+                      bool narrow, bool want_max) {
+  if (int_bits) {
     // Integer arithmetic in the width's dtype, wrapping as numpy does; then one rounding to w.
     const DType d = detail::int_range_dtype(bits_dtype);
     return detail::int_to_float(d, detail::int_range_bound(bits_dtype, b.bits, is_signed, narrow, want_max, "out_bitwidth"),
@@ -426,8 +426,12 @@ double trunc_v2_bound(DType w, DType bits_dtype, const detail::ParamValue& b, bo
   if (!std::isfinite(b.f)) throw Error(ErrorKind::kValue, "out_bitwidth: must be finite, got " + std::to_string(b.f));
   // In the width's float dtype T, then one rounding to w (T -> double is exact).
   return detail::with_float_type(bits_dtype, [&]<class T>() {
-    const T r = detail::float_int_range<T>(detail::from_double<T>(b.f), is_signed, narrow, want_max);
-    return detail::round_to(w, detail::to_double(r));
+    const double r = detail::to_double(detail::float_int_range<T>(detail::from_double<T>(b.f), is_signed, narrow, want_max));
+    switch (w) {  // one rounding to w (round_to, inline: this runs per element)
+      case DType::kFloat16: return detail::to_double(detail::half_from_double(r));
+      case DType::kFloat32: return static_cast<double>(static_cast<float>(r));
+      default: return r;
+    }
   });
 }
 }  // namespace
@@ -472,17 +476,17 @@ void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& ze
   const bool int_bits = detail::is_integer(bits_dtype);
   detail::for_each_param(out_bitwidth, [&](const ParamValue& b) {
     if (!int_bits && std::isfinite(b.f)) return;
-    for (const bool want_max : {false, true}) trunc_v2_bound(w, bits_dtype, b, is_signed, narrow, want_max);
-  });
+    for (const bool want_max : {false, true}) trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, want_max);
+  }, /*finite_floats=*/true);
   const auto trunc_scale =
       detail::derivation<2>([&t](const ParamValue& os, const ParamValue& sc) { return trunc_v2_scale(t, os, sc); });
   const detail::WorkType zt_work = detail::work_type_of(t.zt_dtype);
   const auto zeropt_over_trunc_scale = detail::derivation<2>(
       [zt_work](const ParamValue& z, const ParamValue& ts) { return detail::divide_in(zt_work, z.f, ts.f); });
   const auto lo = detail::derivation<1>(
-      [=](const ParamValue& b) { return trunc_v2_bound(w, bits_dtype, b, is_signed, narrow, false); });
+      [=](const ParamValue& b) { return trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, false); });
   const auto hi = detail::derivation<1>(
-      [=](const ParamValue& b) { return trunc_v2_bound(w, bits_dtype, b, is_signed, narrow, true); });
+      [=](const ParamValue& b) { return trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, true); });
   detail::FusedOperands ops;
   const int x_op = ops.input(x, w), scale_op = ops.input(scale, w), zeropt_op = ops.input(zeropt, w);
   const int out_scale_op = ops.input(out_scale, w);
