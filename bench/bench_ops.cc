@@ -5,6 +5,22 @@
 // read and the output written). Compare an op with the copy of the same number of arrays:
 //   polyquant_bench_ops --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
 //                       --benchmark_report_aggregates_only=true
+//
+// Measured at 152b422 against its parent's kernels (ed1236c, baseline built from `git archive`),
+// 2-core AVX-512 VM shared with other builds, medians of 3 interleaved runs, ms (x copy of the
+// same arrays). Two sessions, load differed (the baseline's per-element times varied 3x):
+//                       baseline, session 1 / 2     fused, session 1 / 2
+//   Trunc v1 per-tensor    18.0 (1.28) / 17.1          17.6 (1.23) / 17.2
+//   Trunc v1 runs         210 (5.1) / 617 (16.3)       101 (2.5) / 96 (2.6)
+//   Trunc v1 random       203 (4.9) / 625 (16.5)       450 (11.0) / 402 (11.0)
+//   Trunc v2 per-tensor    19.7 / 18.1                 19.6 / 18.2
+//   Trunc v2 runs         985 (21) / 2628 (55)         268 (6.0) / 316 (7.2)
+//   Trunc v2 random       962 (21) / 2618 (54)         1637 (37) / 1275 (29)
+//   FloatQuant per-tensor  22.1 / 20.4                 21.3 / 20.6
+//   FloatQuant runs      2269 (55) / 4187 (111)        622 (15) / 623 (17)
+//   FloatQuant random    2432 (58) / 4212 (111)        2388 (58) / 2309 (63)
+// (session 1 fused numbers are from d7bd903; random per-element FloatQuant is bound by the scalar
+// reference kernel, which per-element min_exp / max_value rows take.)
 #include <benchmark/benchmark.h>
 
 #include <cstring>
