@@ -5,6 +5,8 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "polyquant/polyquant.h"
@@ -146,15 +149,39 @@ bool interpreter_finalizing() {
 #endif
 }
 
-// Takes the GIL back after a kernel. A daemon thread that finishes its kernel while the interpreter
-// exits must not: CPython would end it with pthread_exit, whose forced unwinding through C++
-// frames that catch everything (the binding layer) calls std::terminate and aborts the process.
-// Such a thread parks instead and dies with the process, as a numpy call's thread does.
+// Interpreter exit. Once CPython marks the interpreter as finalizing, a daemon thread that takes
+// the GIL back is ended with pthread_exit, and that forced unwind through this module's C++ frames
+// reaches noexcept code (nanobind releasing the call's arrays takes the GIL again) and calls
+// std::terminate: the process aborts. Checking the flag before PyEval_RestoreThread is not enough,
+// as the flag can be set while the thread waits for the GIL. So the module takes part in the exit:
+// an atexit callback (CPython runs them with the GIL, before it marks the interpreter as
+// finalizing) sets `g_exiting` and then releases the GIL until no thread is between its check of
+// `g_exiting` and holding the GIL. Every thread either saw the flag (it parks, and dies with the
+// process, as a thread inside a numpy call does) or is counted in `g_reacquiring` and gets the GIL
+// before finalization begins. seq_cst on both sides: the flag store precedes the counter load, the
+// counter increment precedes the flag load, so one of the two sees the other. The thread running
+// the exit (and calling polyquant from later exit code) never parks.
+std::atomic<bool> g_exiting{false};
+std::atomic<int> g_reacquiring{0};
+std::atomic<std::thread::id> g_exiting_thread{};
+
+void stop_reacquiring_at_exit() {
+  g_exiting_thread.store(std::this_thread::get_id());
+  g_exiting.store(true);
+  Py_BEGIN_ALLOW_THREADS
+  while (g_reacquiring.load() != 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  Py_END_ALLOW_THREADS
+}
+
 void acquire_gil_or_park(PyThreadState* state) {
-  if (interpreter_finalizing()) {
+  g_reacquiring.fetch_add(1);
+  const bool exiting = g_exiting.load() && g_exiting_thread.load() != std::this_thread::get_id();
+  if (exiting || interpreter_finalizing()) {
+    g_reacquiring.fetch_sub(1);
     for (;;) pause();
   }
   PyEval_RestoreThread(state);
+  g_reacquiring.fetch_sub(1);
 }
 
 // Runs `spec` (with the GIL, it is cheap and may throw), allocates unless `out` was given (the op
@@ -267,6 +294,7 @@ void copy(const ContigIn& src, const ContigOut& dst) {
 
 NB_MODULE(_polyquant_ext, m) {
   m.doc() = "polyquant's compiled core (private; use polyquant.qonnx)";
+  nb::module_::import_("atexit").attr("register")(nb::cpp_function(&stop_reacquiring_at_exit));
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {

@@ -25,13 +25,20 @@ class Pool {
   explicit Pool(int threads) {
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
   }
-  ~Pool() {
+  // Pools are never destroyed, only stopped (see PoolOwner).
+  ~Pool() = delete;
+
+  // Ends and joins the workers. A worker inside a task finishes it first; one not yet woken for
+  // the current region skips it, so a caller still inside run() (possible only at process exit)
+  // waits forever, as it would have been ended by the exit anyway.
+  void stop_workers() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
     wake_.notify_all();
     for (auto& t : workers_) t.join();
+    workers_.clear();
   }
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
@@ -112,11 +119,20 @@ std::atomic<Pool*> g_pool{nullptr};
 
 void forget_pool_in_child() { g_pool.store(nullptr, std::memory_order_relaxed); }
 
-// The pool must be gone before this code is: ONNX Runtime dlclose()s the custom-op library when
-// its sessions end, and a worker left sleeping in unmapped code crashes the process. Destroying
-// the pool (joining its workers) at unload and at exit runs here.
+// The workers must be gone before this code is: ONNX Runtime dlclose()s the custom-op library when
+// its sessions end, and a worker left sleeping in unmapped code crashes the process. Joining them
+// at unload and at exit runs here. The pool object itself is kept (reachable from
+// g_stopped_pool, so leak checkers stay quiet): at process exit a thread the exit does not wait
+// for (a Python daemon thread in a call) can be waiting on its condition variables, and
+// pthread_cond_destroy with a waiter blocks the exit forever.
+Pool* g_stopped_pool = nullptr;
 struct PoolOwner {
-  ~PoolOwner() { delete g_pool.exchange(nullptr); }
+  ~PoolOwner() {
+    if (Pool* p = g_pool.exchange(nullptr)) {
+      p->stop_workers();
+      g_stopped_pool = p;
+    }
+  }
 };
 PoolOwner g_pool_owner;
 
