@@ -1090,6 +1090,7 @@ def timings(classes, versions, out_path, elements, reps):
            "tf_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                           "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
            "input": "a tf.constant made once from the numpy array (eager, CPU); each call's output is materialized with .numpy()",
+           "note": "one warm-up call, then `repetitions` timed calls; the machine may be shared (see loadavg)",
            "results": {}}
 
     def med(fn):
