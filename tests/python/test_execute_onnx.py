@@ -5,8 +5,6 @@ contexts, start/end nodes, input overrides, model kinds, Trunc version selection
 from __future__ import annotations
 
 import importlib.resources
-import statistics
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -257,31 +255,6 @@ def test_is_exported_from_polyquant_qonnx():
     theirs = inspect.signature(qonnx_execute_onnx).parameters
     assert list(ours) == list(theirs)
     assert [p.default for p in ours.values()] == [p.default for p in theirs.values()]
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_timing_against_qonnx(case, rng, record_property):
-    """Not an assertion of speed (CI machines vary): records the median time of each, per model,
-    for the report (`pytest -rA -k timing -s` prints them)."""
-    model, inputs = load_case(case, rng)
-    wrapper = wrapped(model)
-
-    def median_ms(fn: Any, repeat: int) -> float:
-        fn()
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) * 1e3
-
-    ours = median_ms(lambda: pq.execute_onnx(wrapper, dict(inputs)), 20)
-    theirs = median_ms(lambda: qonnx_run(wrapper, inputs), 3)
-    record_property("execute_onnx_ms", ours)
-    record_property("qonnx_ms", theirs)
-    print(f"\n{case}: polyquant execute_onnx {ours:.3f} ms, qonnx execute_onnx {theirs:.3f} ms, "
-          f"{theirs / ours:.0f}x")
-    assert ours > 0 and theirs > 0
 
 
 def test_integer_annotations_are_sanitized_as_in_qonnx(rng, same):
