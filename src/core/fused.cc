@@ -11,17 +11,30 @@ namespace polyquant::detail {
 
 namespace {
 template <class U>
-void mark_changes_as(const U* p, std::int64_t m, std::uint8_t* changed) {
-  for (std::int64_t i = 1; i < m; ++i) changed[i] |= static_cast<std::uint8_t>(p[i] != p[i - 1]);
+std::int64_t run_end_as(const U* p, std::int64_t from, std::int64_t end) {
+  const U v = p[from];
+  std::int64_t i = from + 1;
+  // Whole chunks first: an OR of XORs the compiler vectorizes, so long runs cost a fraction of a
+  // cycle per element; the chunk that differs is then searched element by element.
+  constexpr std::int64_t kChunk = 64 / sizeof(U) * 2;
+  for (; i + kChunk <= end; i += kChunk) {
+    U diff = 0;
+    for (std::int64_t k = 0; k < kChunk; ++k) diff |= static_cast<U>(p[i + k] ^ v);
+    if (diff != 0) break;
+  }
+  for (; i < end; ++i) {
+    if (p[i] != v) return i;
+  }
+  return end;
 }
 }  // namespace
 
-void mark_changes(const SourceRun& run, std::int64_t m, std::uint8_t* changed) {
+std::int64_t run_end(const SourceRun& run, std::int64_t from, std::int64_t end) {
   switch (run.size) {
-    case 1: return mark_changes_as(static_cast<const std::uint8_t*>(run.data), m, changed);
-    case 2: return mark_changes_as(static_cast<const std::uint16_t*>(run.data), m, changed);
-    case 4: return mark_changes_as(static_cast<const std::uint32_t*>(run.data), m, changed);
-    default: return mark_changes_as(static_cast<const std::uint64_t*>(run.data), m, changed);
+    case 1: return run_end_as(static_cast<const std::uint8_t*>(run.data), from, end);
+    case 2: return run_end_as(static_cast<const std::uint16_t*>(run.data), from, end);
+    case 4: return run_end_as(static_cast<const std::uint32_t*>(run.data), from, end);
+    default: return run_end_as(static_cast<const std::uint64_t*>(run.data), from, end);
   }
 }
 
@@ -69,10 +82,13 @@ void fused_row(const void* p, const RowArgs& a) {
   const int nd = static_cast<int>(c.derived.size());
   Scratch& s = scratch();
 
-  // Which derived operands are one value for this row, and those values.
+  // Which derived operands are one value for this row, and those values; and which are one value
+  // for the current block (written to values[d][0]).
   std::uint32_t derived_broadcast = 0;
+  std::uint32_t uniform_blocks = 0;
   auto is_broadcast = [&](int src) {
-    return src < kMaxOperands ? a.is_broadcast(src) : ((derived_broadcast >> (src - kMaxOperands)) & 1u) != 0;
+    return src < kMaxOperands ? a.is_broadcast(src)
+                              : (((derived_broadcast | uniform_blocks) >> (src - kMaxOperands)) & 1u) != 0;
   };
   SourceRun runs[kMaxDerivedSources];
   // Source q of derivation dv for the elements from b on.
@@ -87,7 +103,7 @@ void fused_row(const void* p, const RowArgs& a) {
       r.data = r.broadcast ? row : row + b * static_cast<std::int64_t>(r.size);
     } else {
       const int d = src - kMaxOperands;
-      r.data = r.broadcast ? &s.broadcast_values[d] : static_cast<const void*>(s.values[d].data());
+      r.data = ((derived_broadcast >> d) & 1u) ? &s.broadcast_values[d] : static_cast<const void*>(s.values[d].data());
     }
     return r;
   };
@@ -132,14 +148,14 @@ void fused_row(const void* p, const RowArgs& a) {
     s.values[d].resize(kBlock);
     s.kernel_in[d].resize(kBlock);
   }
-  std::uint32_t uniform_blocks = 0;  // derived operands whose current block is one value
   for (std::int64_t b = 0; b < a.n; b += kBlock) {
     const std::int64_t m = std::min(kBlock, a.n - b);
     for (int d = 0; d < nd; ++d) {
       if ((derived_broadcast >> d) & 1u) continue;
       const Derivation& dv = c.derived[static_cast<std::size_t>(d)];
       for (int q = 0; q < dv.num_sources; ++q) runs[q] = source_run(dv, q, b);
-      // A block of one value (a run of equal parameters) goes to the kernel as a broadcast.
+      // A block of one value (a run of equal parameters) goes to the kernel, and to the
+      // derivations that read it, as a broadcast.
       const bool uniform = dv.fn(dv.ctx, runs, m, s.values[d].data());
       store_as(dv.kernel_dtype, s.values[d].data(), uniform ? 1 : m, s.kernel_in[d].data());
       uniform_blocks = uniform ? (uniform_blocks | 1u << d) : (uniform_blocks & ~(1u << d));

@@ -72,24 +72,16 @@ struct SourceRun {
 };
 
 // Computes m <= kDeriveBlock values of a derived operand, out[i] from element i of each source run;
-// each result is exact in the derivation's float dtype. Returns true when every out[i] is
-// bit-identical to out[0] (the block then reaches the kernel as one broadcast value, which takes
-// the kernels' per-tensor paths). Must not throw: an op validates what can be invalid before the
-// fused pass (the output is then untouched).
+// each result is exact in the derivation's float dtype. Returns true when the block is one value,
+// then written to out[0] only (the block reaches the kernel, and later derivations, as one
+// broadcast value, which takes the kernels' per-tensor paths). Must not throw: an op validates
+// what can be invalid before the fused pass (the output is then untouched).
 using DeriveBlockFn = bool (*)(const void* ctx, const SourceRun* sources, std::int64_t m, double* out);
 
-// The bits of element i of the run (zero-extended): equal bits, equal ParamValue.
-inline std::uint64_t raw_bits(const SourceRun& run, std::int64_t i) {
-  switch (run.size) {
-    case 1: return static_cast<const std::uint8_t*>(run.data)[i];
-    case 2: return static_cast<const std::uint16_t*>(run.data)[i];
-    case 4: return static_cast<const std::uint32_t*>(run.data)[i];
-    default: return static_cast<const std::uint64_t*>(run.data)[i];
-  }
-}
 
-// changed[i] |= (element i of the run differs in its bits from element i - 1), for 0 < i < m.
-void mark_changes(const SourceRun& run, std::int64_t m, std::uint8_t* changed);
+// The first i in (from, end) whose element of a non-broadcast run differs in its bits from
+// element `from` (equal bits: equal ParamValue), or end.
+std::int64_t run_end(const SourceRun& run, std::int64_t from, std::int64_t end);
 
 struct Derivation {
   std::array<int, kMaxDerivedSources> sources{};  // engine operand i, or derived_operand(d) for an earlier d

@@ -96,58 +96,166 @@ ParamValue read_param_at(const TensorView& view, std::int64_t index);
 // ---- Derived operands (truncation scales, integer bounds, minifloat limits) -------------------
 // An op does not materialize them: it describes each one as a derivation of raw parameters, and
 // the fused pass (core/fused.h) computes it per block of a row beside the kernel. A derivation
-// Derive<N, F> calls f(ParamValue s_0, ..., ParamValue s_{N-1}), which returns a double exact in
+// Derive<N, F, D> calls f(ParamValue s_0, ..., ParamValue s_{N-1}), which returns a double exact in
 // the derived dtype (the caller rounds as numpy would), for each element of the broadcast of its
-// sources, each read exactly. Memoized: an element whose sources are bit-identical to the previous
-// element's reuses its result (real per-element parameters are mostly runs of equal values, such
-// as per-channel parameters expanded); any other element calls f, and a block whose values change
-// in more than a quarter of its elements calls f for every element (no data-dependent branches). f must not throw in the fused
-// pass: validate what can be invalid first (for_each_param), so an error leaves out untouched.
-template <std::size_t N, class F>
+// sources, each read exactly: f is the spec. f must not throw in the fused pass: validate what
+// can be invalid first (for_each_param), so an error leaves out untouched.
+//
+// A block is walked as runs of elements whose sources are bit-identical (per-channel parameters
+// expanded, or any repeated value): f is called once per run, found by a vectorized scan for the
+// next differing element. A block of one run is uniform (only out[0] is written; the kernel sees a
+// broadcast). Once the runs average fewer than kMinAverageRun elements, the rest of the block is
+// dense: the optional D (a dense derivation, below) computes it with loops over typed spans that
+// the compiler vectorizes, leaving the elements it cannot prove equal to f (special values,
+// exponents outside a fast range, a log2 near a rounding tie) to f; without D, or for source
+// dtypes D does not handle, f runs per element.
+//
+// A dense derivation: bool d(const SourceRun* sources, std::int64_t m, double* out, std::uint8_t*
+// fix) fills out[0..m) and fix[0..m) (1: out[i] is not computed, f must), or returns false for
+// source dtypes it does not handle (then out and fix are unspecified).
+struct NoDense {};
+
+inline constexpr std::int64_t kMinAverageRun = 16;
+
+template <std::size_t N, class F, class D = NoDense>
 struct Derive {
   F f;
+  D dense;
 
   static bool block(const void* ctx, const SourceRun* sources, std::int64_t m, double* out) {
-    const F& f = static_cast<const Derive*>(ctx)->f;
-    // Elements whose sources all equal (in bits) the previous element's reuse its result.
-    alignas(64) std::uint8_t changed[kDeriveBlock];
-    changed[0] = 1;
-    std::fill(changed + 1, changed + m, std::uint8_t{0});
+    const Derive& self = *static_cast<const Derive*>(ctx);
     std::array<ParamValue, N> v{};
     for (std::size_t k = 0; k < N; ++k) {
       if (sources[k].broadcast) v[k] = read_param(sources[k].dtype, sources[k].data, 0);
-      else mark_changes(sources[k], m, changed);
     }
-    double result = 0, first = 0;
-    bool uniform = true;
-    std::int64_t changes = 0;
-    for (std::int64_t i = 0; i < m; ++i) changes += changed[i];
-    if (changes * 4 > m) {  // values that change often (random): every element straight, no branches on data
-      for (std::int64_t i = 0; i < m; ++i) {
-        for (std::size_t k = 0; k < N; ++k) {
-          if (!sources[k].broadcast) v[k] = read_param(sources[k].dtype, sources[k].data, i);
-        }
-        out[i] = std::apply(f, v);
+    auto at = [&](std::int64_t i) {
+      for (std::size_t k = 0; k < N; ++k) {
+        if (!sources[k].broadcast) v[k] = read_param(sources[k].dtype, sources[k].data, i);
       }
-      return false;
-    }
-    for (std::int64_t i = 0; i < m; ++i) {
-      if (changed[i]) {
-        for (std::size_t k = 0; k < N; ++k) {
-          if (!sources[k].broadcast) v[k] = read_param(sources[k].dtype, sources[k].data, i);
-        }
-        result = std::apply(f, v);
-        if (i == 0) first = result;
-        else uniform = uniform && std::bit_cast<std::uint64_t>(result) == std::bit_cast<std::uint64_t>(first);
+      return std::apply(self.f, v);
+    };
+    std::int64_t s = 0, runs = 0;
+    while (s < m) {
+      std::int64_t e = m;
+      for (std::size_t k = 0; k < N; ++k) {
+        if (!sources[k].broadcast) e = run_end(sources[k], s, e);
       }
-      out[i] = result;
+      const double r = at(s);
+      if (e == m && s == 0) {
+        out[0] = r;
+        return true;
+      }
+      std::fill(out + s, out + e, r);
+      s = e;
+      if (++runs * kMinAverageRun > s) break;  // short runs: the rest is dense
     }
-    return uniform;
+    if (s == m) return false;
+    if constexpr (!std::is_same_v<D, NoDense>) {
+      SourceRun rest[N];
+      for (std::size_t k = 0; k < N; ++k) {
+        rest[k] = sources[k];
+        if (!rest[k].broadcast) rest[k].data = static_cast<const unsigned char*>(rest[k].data) + s * rest[k].size;
+      }
+      alignas(64) std::uint8_t fix[kDeriveBlock];
+      if (self.dense(rest, m - s, out + s, fix)) {
+        for (std::int64_t i = 0; i < m - s; i += 64) {
+          const std::int64_t end = std::min<std::int64_t>(m - s, i + 64);
+          unsigned any = 0;
+          for (std::int64_t j = i; j < end; ++j) any |= fix[j];
+          if (any == 0) continue;
+          for (std::int64_t j = i; j < end; ++j) {
+            if (fix[j]) out[s + j] = at(s + j);
+          }
+        }
+        return false;
+      }
+    }
+    for (std::int64_t i = s; i < m; ++i) out[i] = at(i);
+    return false;
   }
 };
 template <std::size_t N, class F>
 Derive<N, F> derivation(F f) {
-  return {std::move(f)};
+  return {std::move(f), {}};
+}
+template <std::size_t N, class F, class D>
+Derive<N, F, D> derivation(F f, D dense) {
+  return {std::move(f), std::move(dense)};
+}
+
+// ---- Building blocks of dense derivations (loops the compiler vectorizes) ----------------------
+// Elements [0, m) of a source run as T (float or double): from_double<T>(read_param(..).f) each,
+// the value the spec's arithmetic in T reads. The run itself when it is already T, else converted
+// (a broadcast run: splat) into buf.
+template <class T>
+const T* span_as(const SourceRun& r, std::int64_t m, T* buf) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  constexpr DType kSelf = std::is_same_v<T, float> ? DType::kFloat32 : DType::kFloat64;
+  if (r.broadcast) {
+    const T v = from_double<T>(read_param(r.dtype, r.data, 0).f);
+    std::fill(buf, buf + m, v);
+    return buf;
+  }
+  if (r.dtype == kSelf) return static_cast<const T*>(r.data);
+  auto convert = [&]<class U>() {
+    const U* p = static_cast<const U*>(r.data);
+    for (std::int64_t i = 0; i < m; ++i) buf[i] = static_cast<T>(static_cast<double>(p[i]));
+  };
+  switch (r.dtype) {
+    case DType::kFloat32: convert.template operator()<float>(); break;
+    case DType::kFloat64: convert.template operator()<double>(); break;
+    case DType::kInt8: convert.template operator()<std::int8_t>(); break;
+    case DType::kInt16: convert.template operator()<std::int16_t>(); break;
+    case DType::kInt32: convert.template operator()<std::int32_t>(); break;
+    case DType::kInt64: convert.template operator()<std::int64_t>(); break;
+    case DType::kUInt8: convert.template operator()<std::uint8_t>(); break;
+    case DType::kUInt16: convert.template operator()<std::uint16_t>(); break;
+    case DType::kUInt32: convert.template operator()<std::uint32_t>(); break;
+    case DType::kUInt64: convert.template operator()<std::uint64_t>(); break;
+    default:  // float16, bool
+      for (std::int64_t i = 0; i < m; ++i) buf[i] = from_double<T>(read_param(r.dtype, r.data, i).f);
+  }
+  return buf;
+}
+
+// Calls f.template operator()<T>() with T the C++ type of float dtype t when it is float32 or
+// float64 (dense derivations are written for those two); false for any other dtype.
+template <class F>
+bool with_dense_type(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: return f.template operator()<float>();
+    case DType::kFloat64: return f.template operator()<double>();
+    default: return false;
+  }
+}
+
+// IEEE layout of T (float or double) for building powers of two from their exponent bits.
+template <class T>
+struct FloatBits {
+  using U = std::conditional_t<std::is_same_v<T, float>, std::uint32_t, std::uint64_t>;
+  using I = std::conditional_t<std::is_same_v<T, float>, std::int32_t, std::int64_t>;
+  static constexpr int kMantissa = std::is_same_v<T, float> ? 23 : 52;
+  static constexpr int kBias = std::is_same_v<T, float> ? 127 : 1023;
+  static constexpr int kMinNormal = 1 - kBias;
+};
+
+// 2^k for a T value k (pow2_exact's result) where *ok: k an integer in [kMinNormal, kBias], the
+// exact power built from its bits. Branch-free, for vectorized loops; other k set *ok = false and
+// leave the result to pow2_exact. k + 1.5 * 2^p (p mantissa bits) rounds k to an integer, which
+// then sits in the low bits of the sum for |k| < 2^(p-1); the sum minus the constant equals k
+// exactly when k is an integer, and any k beyond that range (inf included) gives bits outside
+// [kMinNormal, kBias]. (No float-to-int conversion and no && between comparisons: under the
+// default -ftrapping-math either keeps the loop scalar.)
+template <class T>
+inline T pow2_fast(T k, bool* ok) {
+  using B = FloatBits<T>;
+  using U = typename B::U;
+  using I = typename B::I;
+  constexpr T kMagic = T(1.5) * static_cast<T>(U{1} << B::kMantissa);
+  const T shifted = k + kMagic;
+  const I ki = static_cast<I>(std::bit_cast<U>(shifted) - std::bit_cast<U>(kMagic));
+  *ok = ((shifted - kMagic) == k) & (ki >= I{B::kMinNormal}) & (ki <= I{B::kBias});
+  return std::bit_cast<T>(static_cast<U>(static_cast<U>(ki + B::kBias) << B::kMantissa));
 }
 
 // Assembles a FusedCall: engine operands (deduplicated: a tensor read in the same dtype twice is
@@ -159,14 +267,14 @@ class FusedOperands {
   int source(const TensorView& v) { return input(v, v.dtype); }
   // Derived operand computed by `d` (which must outlive the call) from `sources` (input() or
   // earlier derive() results), handed to the kernel in `kernel_dtype`.
-  template <std::size_t N, class F>
-  int derive(const std::array<int, N>& sources, DType kernel_dtype, const Derive<N, F>& d) {
+  template <std::size_t N, class F, class D>
+  int derive(const std::array<int, N>& sources, DType kernel_dtype, const Derive<N, F, D>& d) {
     static_assert(N >= 1 && N <= kMaxDerivedSources);
     Derivation dv;
     for (std::size_t k = 0; k < N; ++k) dv.sources[k] = sources[k];
     dv.num_sources = static_cast<int>(N);
     dv.kernel_dtype = kernel_dtype;
-    dv.fn = &Derive<N, F>::block;
+    dv.fn = &Derive<N, F, D>::block;
     dv.ctx = &d;
     return add(dv);
   }

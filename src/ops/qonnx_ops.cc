@@ -1,7 +1,9 @@
 // The QONNX semantic layer: validates inputs as the reference does, derives the working dtype and
 // the small parameter tensors (bounds, truncation scales, minifloat limits) exactly as qonnx's
 // numpy code computes them, then runs the elementwise kernel of the op.
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <new>
 
 #include "ops/op_support.h"
@@ -258,6 +260,45 @@ double float_quant_max_value(DType exp_dtype, double max_mantissa, double e, dou
   return std::min(fmt_max, mv);
 }
 
+// Dense min_exp: 1 - bias - m in T.
+bool float_quant_min_exp_dense(DType min_dtype, const detail::SourceRun* src, std::int64_t count, double* out,
+                               std::uint8_t* fix) {
+  const std::int64_t m = count;  // captured by value: fix, a char array, may alias anything by reference
+  return detail::with_dense_type(min_dtype, [&, m]<class T>() {
+    alignas(64) T a[detail::kDeriveBlock], b[detail::kDeriveBlock];
+    const T* bias = detail::span_as<T>(src[0], m, a);
+    const T* mm = detail::span_as<T>(src[1], m, b);
+    for (std::int64_t i = 0, n = m; i < n; ++i) {
+      out[i] = static_cast<double>(T(1.0f) - bias[i] - mm[i]);
+      fix[i] = 0;
+    }
+    return true;
+  });
+}
+
+// Dense max_value: both powers of two from their bits where the exponents are integers in the
+// normal range (pow's exact result); min with max_val as float_quant_max_value.
+bool float_quant_max_value_dense(DType exp_dtype, double max_mantissa, const detail::SourceRun* src, std::int64_t count,
+                                 double* out, std::uint8_t* fix) {
+  const std::int64_t m = count;  // captured by value: fix, a char array, may alias anything by reference
+  return detail::with_dense_type(exp_dtype, [&, m]<class T>() {
+    alignas(64) T a[detail::kDeriveBlock], b[detail::kDeriveBlock];
+    alignas(64) double c[detail::kDeriveBlock];
+    const T* e = detail::span_as<T>(src[0], m, a);
+    const T* bias = detail::span_as<T>(src[1], m, b);
+    const double* mv = detail::span_as<double>(src[2], m, c);
+    for (std::int64_t i = 0, n = m; i < n; ++i) {
+      bool ok_e, ok_me;
+      const T me = detail::pow2_fast<T>(e[i], &ok_e) - T(1.0f) - bias[i];
+      const double fmt_max = max_mantissa * static_cast<double>(detail::pow2_fast<T>(me, &ok_me));
+      const bool nan = (fmt_max != fmt_max) | (mv[i] != mv[i]);
+      out[i] = nan ? std::numeric_limits<double>::quiet_NaN() : (mv[i] < fmt_max ? mv[i] : fmt_max);
+      fix[i] = !(ok_e & ok_me);
+    }
+    return true;
+  });
+}
+
 // The fast float32 kernel compares with M in float32, exact only when M is a float32 value: a row
 // with one broadcast M says whether it is (per-element M rows take the exact path anyway).
 const void* float_quant_row_params(const void* params, const detail::RowArgs& a, void* storage) {
@@ -370,6 +411,24 @@ double trunc_v1_scale(const TruncV1Types& t, const detail::ParamValue& ib, const
   });
 }
 
+// Dense trunc_scale (float widths): d = ib - ob in T, then pow2_exact(d), as loops over the block.
+bool trunc_v1_scale_dense(const TruncV1Types& t, const detail::SourceRun* src, std::int64_t count, double* out,
+                          std::uint8_t* fix) {
+  if (!is_floating(t.diff_dtype)) return false;
+  const std::int64_t m = count;
+  return detail::with_dense_type(t.ts_dtype, [&, m]<class T>() {
+    alignas(64) T a[detail::kDeriveBlock], b[detail::kDeriveBlock];
+    const T* ib = detail::span_as<T>(src[0], m, a);
+    const T* ob = detail::span_as<T>(src[1], m, b);
+    for (std::int64_t i = 0, n = m; i < n; ++i) {  // n: a local, which the stores to fix cannot alias
+      bool ok;
+      out[i] = static_cast<double>(detail::pow2_fast<T>(ib[i] - ob[i], &ok));
+      fix[i] = !ok;
+    }
+    return true;
+  });
+}
+
 // ---- Trunc v2 ----------------------------------------------------------------------------------
 struct TruncV2Types {
   TensorSpec spec;
@@ -413,6 +472,59 @@ double trunc_v2_scale(const TruncV2Types& t, const detail::ParamValue& os, const
   });
 }
 
+// Dense trunc_scale: ratio = os / sc in T; rint(log2(ratio)) of a positive normal ratio 2^e * f
+// (1 <= f < 2) is e + (f > sqrt(2)), since log2(ratio) = e + log2(f) and log2(f) < 1/2 exactly
+// when f < sqrt(2). log2 rounds its result, so fractions within 2^-10 of sqrt(2) (a margin of
+// thousands of ulps of log2's result even at |e| = 2^10) are left to the spec, as are
+// non-positive, subnormal and non-finite ratios and powers outside the normal range.
+bool trunc_v2_scale_dense(const TruncV2Types& t, const detail::SourceRun* src, std::int64_t count, double* out,
+                          std::uint8_t* fix) {
+  const std::int64_t m = count;
+  return detail::with_dense_type(t.ts_dtype, [&, m]<class T>() {
+    using B = detail::FloatBits<T>;
+    using U = typename B::U;
+    using I = typename B::I;
+    constexpr U kMantissaMask = (U{1} << B::kMantissa) - 1;
+    constexpr U kSqrt2 = static_cast<U>(std::is_same_v<T, float> ? 0x3504f3ull : 0x6a09e667f3bcdull);  // fraction of sqrt(2)
+    constexpr U kWindow = U{1} << (B::kMantissa - 10);
+    constexpr U kMaxBiased = 2 * B::kBias;  // the largest finite biased exponent
+    alignas(64) T a[detail::kDeriveBlock], b[detail::kDeriveBlock];
+    const T* os = detail::span_as<T>(src[0], m, a);
+    const T* sc = detail::span_as<T>(src[1], m, b);
+    for (std::int64_t i = 0, n = m; i < n; ++i) {
+      const U bits = std::bit_cast<U>(os[i] / sc[i]);
+      const U biased = bits >> B::kMantissa;  // the sign bit makes a negative ratio's too large
+      const U fraction = bits & kMantissaMask;
+      const bool normal = (biased >= 1) & (biased <= kMaxBiased);
+      const bool near_tie = static_cast<U>(fraction - (kSqrt2 - kWindow)) <= 2 * kWindow;
+      const I k = static_cast<I>(normal ? biased : U{B::kBias}) - B::kBias + static_cast<I>(fraction > kSqrt2);
+      bool ok;
+      out[i] = static_cast<double>(detail::pow2_fast<T>(static_cast<T>(k), &ok));
+      fix[i] = !(ok & normal & !near_tie);
+    }
+    return true;
+  });
+}
+
+// Dense zeropt / trunc_scale in float32 or float64 (divide_in).
+bool trunc_v2_zt_dense(detail::WorkType zt_work, const detail::SourceRun* src, std::int64_t count, double* out,
+                       std::uint8_t* fix) {
+  const std::int64_t m = count;
+  const DType d = zt_work == detail::WorkType::kF32   ? DType::kFloat32
+                  : zt_work == detail::WorkType::kF64 ? DType::kFloat64
+                                                      : DType::kFloat16;
+  return detail::with_dense_type(d, [&, m]<class T>() {
+    alignas(64) T a[detail::kDeriveBlock], b[detail::kDeriveBlock];
+    const T* z = detail::span_as<T>(src[0], m, a);
+    const T* ts = detail::span_as<T>(src[1], m, b);
+    for (std::int64_t i = 0, n = m; i < n; ++i) {
+      out[i] = static_cast<double>(z[i] / ts[i]);
+      fix[i] = 0;
+    }
+    return true;
+  });
+}
+
 // and min_int / max_int of out_bitwidth, rounded once to the working dtype w. Throws for a width
 // numpy refuses (a negative integer power) or a non-finite float width.
 double trunc_v2_bound(DType w, DType bits_dtype, bool int_bits, const detail::ParamValue& b, bool is_signed,
@@ -434,6 +546,49 @@ double trunc_v2_bound(DType w, DType bits_dtype, bool int_bits, const detail::Pa
     }
   });
 }
+
+// Dense min_int / max_int of a float out_bitwidth in its dtype T (float_int_range, the powers of
+// two from their bits), rounded once to a float32 or float64 working dtype w.
+bool trunc_v2_bound_dense(DType w, DType bits_dtype, bool is_signed, bool narrow, bool want_max,
+                          const detail::SourceRun* src, std::int64_t count, double* out, std::uint8_t* fix) {
+  if (w != DType::kFloat32 && w != DType::kFloat64) return false;
+  const std::int64_t m = count;
+  return detail::with_dense_type(bits_dtype, [&, m]<class T>() {
+    alignas(64) T a[detail::kDeriveBlock];
+    const T* b = detail::span_as<T>(src[0], m, a);
+    const T one(1.0f);
+    // max: 2^b - 1 or 2^b - 2 (unsigned), 2^(b-1) - 1 (signed); min: -2^(b-1) (+ 1 narrow), 0 * b.
+    const T exponent_offset = is_signed ? one : T(0.0f);
+    const T max_offset = (!is_signed && narrow) ? T(2.0f) : one;
+    const T min_offset = narrow ? one : T(0.0f);
+    // One loop per case (a loop-invariant choice of FP operations would stay inside the loop).
+    auto each = [&, m]<bool kToFloat>(auto&& bound) {
+      for (std::int64_t i = 0, n = m; i < n; ++i) {
+        bool ok;
+        const double r = static_cast<double>(bound(b[i], &ok));
+        out[i] = kToFloat ? static_cast<double>(static_cast<float>(r)) : r;
+        fix[i] = !ok;
+      }
+    };
+    auto run = [&](auto&& bound) {
+      if (w == DType::kFloat32) each.template operator()<true>(bound);
+      else each.template operator()<false>(bound);
+    };
+    if (want_max) {
+      run([&](T v, bool* ok) { return detail::pow2_fast<T>(v - exponent_offset, ok) - max_offset; });
+    } else if (is_signed && narrow) {
+      run([&](T v, bool* ok) { return -detail::pow2_fast<T>(v - exponent_offset, ok) + min_offset; });
+    } else if (is_signed) {
+      run([&](T v, bool* ok) { return -detail::pow2_fast<T>(v - exponent_offset, ok); });
+    } else {
+      run([&](T v, bool* ok) {
+        *ok = true;
+        return T(0.0f) * v;
+      });
+    }
+    return true;
+  });
+}
 }  // namespace
 
 TensorSpec trunc_spec(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
@@ -447,8 +602,11 @@ void trunc(const TensorView& x, const TensorView& scale, const TensorView& zerop
   detail::require_output(out, t.spec, "Trunc");
   const DType w = t.spec.dtype;
   using detail::ParamValue;
-  const auto trunc_scale =
-      detail::derivation<2>([&t](const ParamValue& ib, const ParamValue& ob) { return trunc_v1_scale(t, ib, ob); });
+  const auto trunc_scale = detail::derivation<2>(
+      [&t](const ParamValue& ib, const ParamValue& ob) { return trunc_v1_scale(t, ib, ob); },
+      [&t](const detail::SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+        return trunc_v1_scale_dense(t, src, m, out, fix);
+      });
   detail::FusedOperands ops;
   const std::array<int, 4> kernel_operands{
       ops.input(x, w), ops.input(scale, w), ops.input(zeropt, w),
@@ -478,15 +636,26 @@ void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& ze
     if (!int_bits && std::isfinite(b.f)) return;
     for (const bool want_max : {false, true}) trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, want_max);
   }, /*finite_floats=*/true);
-  const auto trunc_scale =
-      detail::derivation<2>([&t](const ParamValue& os, const ParamValue& sc) { return trunc_v2_scale(t, os, sc); });
+  using detail::SourceRun;
+  const auto trunc_scale = detail::derivation<2>(
+      [&t](const ParamValue& os, const ParamValue& sc) { return trunc_v2_scale(t, os, sc); },
+      [&t](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+        return trunc_v2_scale_dense(t, src, m, out, fix);
+      });
   const detail::WorkType zt_work = detail::work_type_of(t.zt_dtype);
   const auto zeropt_over_trunc_scale = detail::derivation<2>(
-      [zt_work](const ParamValue& z, const ParamValue& ts) { return detail::divide_in(zt_work, z.f, ts.f); });
-  const auto lo = detail::derivation<1>(
-      [=](const ParamValue& b) { return trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, false); });
-  const auto hi = detail::derivation<1>(
-      [=](const ParamValue& b) { return trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, true); });
+      [zt_work](const ParamValue& z, const ParamValue& ts) { return detail::divide_in(zt_work, z.f, ts.f); },
+      [zt_work](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+        return trunc_v2_zt_dense(zt_work, src, m, out, fix);
+      });
+  auto bound = [=](bool want_max) {
+    return detail::derivation<1>(
+        [=](const ParamValue& b) { return trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, want_max); },
+        [=](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+          return !int_bits && trunc_v2_bound_dense(w, bits_dtype, is_signed, narrow, want_max, src, m, out, fix);
+        });
+  };
+  const auto lo = bound(false), hi = bound(true);
   detail::FusedOperands ops;
   const int x_op = ops.input(x, w), scale_op = ops.input(scale, w), zeropt_op = ops.input(zeropt, w);
   const int out_scale_op = ops.input(out_scale, w);
@@ -515,12 +684,19 @@ void float_quant(const TensorView& x, const TensorView& scale, const TensorView&
   detail::require_output(out, s.spec, "FloatQuant");
   const DType w = s.work;
   using detail::ParamValue;
-  const auto min_exp = detail::derivation<2>([&s](const ParamValue& bias, const ParamValue& m) {
-    return float_quant_min_exp(s.min_dtype, bias.f, m.f);
-  });
-  const auto max_value = detail::derivation<3>([&s](const ParamValue& e, const ParamValue& bias, const ParamValue& mv) {
-    return float_quant_max_value(s.exp_dtype, s.max_mantissa, e.f, bias.f, mv.f);
-  });
+  using detail::SourceRun;
+  const auto min_exp = detail::derivation<2>(
+      [&s](const ParamValue& bias, const ParamValue& m) { return float_quant_min_exp(s.min_dtype, bias.f, m.f); },
+      [&s](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+        return float_quant_min_exp_dense(s.min_dtype, src, m, out, fix);
+      });
+  const auto max_value = detail::derivation<3>(
+      [&s](const ParamValue& e, const ParamValue& bias, const ParamValue& mv) {
+        return float_quant_max_value(s.exp_dtype, s.max_mantissa, e.f, bias.f, mv.f);
+      },
+      [&s](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+        return float_quant_max_value_dense(s.exp_dtype, s.max_mantissa, src, m, out, fix);
+      });
   detail::FusedOperands ops;
   const int bias = ops.source(exponent_bias);
   const std::array<int, 4> kernel_operands{
