@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -174,6 +176,95 @@ TEST(FusedDerived, MixedParameterDtypes) {
                           qonnx::trunc_v2(xv, p[0], p[1], p[2], p[3], p[4], {true, true, RoundingMode::kFloor}, out);
                         },
                         1);
+}
+
+// Dense derivations and the per-element FloatQuant vector path, a new value per element: ratios
+// out_scale / scale near sqrt(2) times a power of two (log2 rounding ties), non-positive, subnormal
+// and overflowing ratios; non-integral width differences; float64, float16 and int64 sources;
+// FloatQuant with non-integral min_exp, M that float32 does not hold in some chunks, every
+// overflow mode, float64 outputs and a weak Python-float scale.
+TEST(FusedDerived, DenseDerivationsAndPerElementFloatQuant) {
+  const std::int64_t rows = 3, cols = 4100, n = rows * cols;
+  const Dims shape{rows, cols};
+  const auto x = test::mixed_values(static_cast<std::size_t>(n), 305, 500.0f);
+  auto f32 = [&](const std::vector<float>& v) { return TensorView(v.data(), DType::kFloat32, shape); };
+  const auto scale = drawn<float>(n, 1, {0.5f, 0.25f, 0.75f, 3.0f, 1.0f}, 31);
+  const auto zeropt = drawn<float>(n, 1, {0.0f, 1.0f, -3.0f, 2.5f}, 32);
+  // 1.41421354 / 1.41421366 straddle sqrt(2); 1e-40 is subnormal; -2, 0, 3e38 (ratio overflow).
+  const auto out_scale = drawn<float>(n, 1, {2.0f, 1.41421354f, 1.41421366f, 2.8284271f, 0.7071068f, 6.0f, -2.0f, 0.0f,
+                                             1e-40f, 3e38f, 0.375f},
+                                      33);
+  const auto out_bwf = drawn<float>(n, 1, {2.0f, 4.0f, 8.0f, 5.0f, 4.5f, 1.0f}, 34);
+  const auto in_bwf = drawn<float>(n, 1, {8.0f, 10.0f, 16.0f, 8.5f, 200.0f}, 35);
+  const auto out_bw1 = drawn<float>(n, 1, {3.0f, 4.0f, 6.0f, -130.0f}, 36);
+  const auto in_bw64 = drawn<double>(n, 1, {8.0, 10.0, 16.0, 9.25}, 37);
+  const auto out_bw64 = drawn<std::int64_t>(n, 1, {3, 4, 6}, 38);
+  std::vector<std::uint16_t> out_bw16(static_cast<std::size_t>(n));
+  {
+    const auto pick = drawn<int>(n, 1, {0, 1, 2}, 39);
+    for (std::int64_t i = 0; i < n; ++i) {
+      static constexpr std::uint16_t kHalf[] = {0x4400 /*4*/, 0x4600 /*6*/, 0x4200 /*3*/};
+      out_bw16[static_cast<std::size_t>(i)] = kHalf[pick[static_cast<std::size_t>(i)]];
+    }
+  }
+  expect_elementwise<4>(x, rows, cols, {f32(scale), f32(zeropt), f32(in_bwf), f32(out_bw1)}, kTruncV1, 1);
+  expect_elementwise<4>(x, rows, cols,
+                        {f32(scale), f32(zeropt), TensorView(in_bw64.data(), DType::kFloat64, shape),
+                         TensorView(out_bw64.data(), DType::kInt64, shape)},
+                        kTruncV1, 3);
+  expect_elementwise<5>(x, rows, cols, {f32(scale), f32(zeropt), f32(in_bwf), f32(out_scale), f32(out_bwf)}, kTruncV2, 1);
+  expect_elementwise<5>(x, rows, cols,
+                        {f32(scale), f32(zeropt), f32(in_bwf), f32(out_scale),
+                         TensorView(out_bw16.data(), DType::kFloat16, shape)},
+                        kTruncV2, 3);
+  expect_elementwise<5>(x, rows, cols,
+                        {f32(scale), TensorView(in_bw64.data(), DType::kFloat64, shape), f32(in_bwf),
+                         f32(out_scale), TensorView(out_bw64.data(), DType::kInt64, shape)},
+                        kTruncV2, 3);
+  // FloatQuant: M of 240.1 (not a float32) only in the second row's chunks; a bias of 7.5 makes
+  // min_exp non-integral; exponent widths 4, 5, 3 and 9 (2^(2^9 - 1 - bias) overflows float32).
+  auto max_val = drawn<double>(n, 1, {448.0, 57344.0, 0.0, 1e9, 3.0}, 40);
+  for (std::int64_t i = cols; i < 2 * cols; i += 97) max_val[static_cast<std::size_t>(i)] = 240.1;
+  const auto exponent = drawn<float>(n, 1, {4.0f, 5.0f, 3.0f, 9.0f}, 41);
+  const auto bias = drawn<float>(n, 1, {7.0f, 15.0f, 3.0f, 7.5f, -2.0f}, 42);
+  const float mantissa = 3.0f, weak_scale = 0.1f;
+  for (int mode = 0; mode < 3; ++mode) {
+    for (const bool double_out : {false, true}) {
+      for (const bool weak : {false, true}) {
+        SCOPED_TRACE("mode " + std::to_string(mode) + (double_out ? " float64 out" : "") + (weak ? " weak scale" : ""));
+        qonnx::FloatQuantAttrs attrs;
+        attrs.saturation = mode == 0;
+        attrs.has_inf = mode == 1;
+        attrs.has_nan = mode == 2;
+        attrs.is_signed = mode != 1;
+        attrs.rounding_mode = mode == 2 ? RoundingMode::kFloor : RoundingMode::kHalfEven;
+        const Op<4> op = [&](const TensorView& xv, const std::array<TensorView, 4>& p, const MutableTensorView& out) {
+          TensorView s = p[0];
+          if (weak) {
+            s = TensorView(&weak_scale, DType::kFloat32, Dims{});
+            s.weak = true;
+          }
+          if (!double_out) {
+            qonnx::float_quant(xv, s, p[1], TensorView(&mantissa, DType::kFloat32, Dims{}), p[2], p[3], attrs, out);
+            return;
+          }
+          std::vector<double> wide(static_cast<std::size_t>(out.numel()));
+          qonnx::float_quant(xv, s, p[1], TensorView(&mantissa, DType::kFloat32, Dims{}), p[2], p[3], attrs,
+                             MutableTensorView(wide.data(), DType::kFloat64, out.shape));
+          // Compare the float64 results through their bits folded into a float (distinct doubles
+          // that round to one float would hide a difference only if both ops erred alike).
+          auto* o = static_cast<float*>(out.data);
+          for (std::size_t i = 0; i < wide.size(); ++i) {
+            const std::uint64_t bits = std::bit_cast<std::uint64_t>(wide[i]);
+            o[i] = std::isnan(wide[i]) ? NAN : std::bit_cast<float>(static_cast<std::uint32_t>(bits ^ (bits >> 32)) & 0x7f7fffffu);
+          }
+        };
+        expect_elementwise<4>(x, rows, cols,
+                              {f32(scale), f32(exponent), f32(bias), TensorView(max_val.data(), DType::kFloat64, shape)},
+                              op, 3);
+      }
+    }
+  }
 }
 
 // An invalid per-element width raises before any element is written, also when out is x itself

@@ -268,23 +268,32 @@ inline constexpr std::int32_t kLog2ExactMantissaLimit = (1 << 23) - (1 << 11);
 // Out: FloatOut writes float32(c * s); WideProductOut writes the reference's float64 c * s.
 enum class Overflow { kSaturate, kInf, kNan };
 
-template <RoundingMode kMode, bool kCheckRange, bool kScaleInverse, Overflow kOverflow, class Out>
+// kPerElement: min_exp and M are vector operands 2 and 3 (float32, M exact in float32, min_exp
+// integral in [-1000, 1000]: float_quant_per_element checks) instead of the row's broadcast
+// min_exp and max_value; the math is the same.
+template <RoundingMode kMode, bool kCheckRange, bool kScaleInverse, Overflow kOverflow, class Out,
+          bool kPerElement = false>
 inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::int32_t m, std::int32_t min_exp,
                             float max_value, float scale_inverse, const Out& policy) {
+  static_assert(!kPerElement || kCheckRange);
   const Vec::F inv_s = Vec::splat(scale_inverse);
   const Vec::F tiny = Vec::splat(1.17549435e-38f);
-  const Vec::I exponent_offset = Vec::splat_i(127 + m), min_e = Vec::splat_i(min_exp);
+  const Vec::I exponent_offset = Vec::splat_i(127 + m), min_e_splat = Vec::splat_i(min_exp);
   const Vec::I mantissa_mask = Vec::splat_i(0x7fffff), bias = Vec::splat_i(127);
   const Vec::I last_exact = Vec::splat_i(kLog2ExactMantissaLimit - 1), finite_limit = Vec::splat_i(0x7f7fffff);
   const Vec::I e_hi = Vec::splat_i(126), e_lo = Vec::splat_i(-126);
   // The clip range [lo, M]: lo = -M (a -0.0 for M = +0.0 keeps numpy's sign), or +0.0 unsigned.
-  const Vec::F max_v = Vec::splat(max_value);
-  const Vec::F min_v = p.is_signed ? Vec::mul(max_v, Vec::splat(-1.0f)) : Vec::zero();
+  const Vec::F max_splat = Vec::splat(max_value);
+  const Vec::F minus_one = Vec::splat(-1.0f);
+  const bool is_signed = p.is_signed;
   const Vec::F inf = Vec::splat(__builtin_inff()), minus_inf = Vec::splat(-__builtin_inff());
   const Vec::F nan = Vec::splat(__builtin_nanf(""));
   const float min_exp_f = static_cast<float>(min_exp);
   const double max_d = static_cast<double>(max_value);
-  for_each_vector<2, Out>(a, [=, &p](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+  for_each_vector<kPerElement ? 4 : 2, Out>(a, [=, &p](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    const Vec::I min_e = kPerElement ? Vec::to_int(v[2]) : min_e_splat;
+    const Vec::F max_v = kPerElement ? v[3] : max_splat;
+    const Vec::F min_v = is_signed ? Vec::mul(max_v, minus_one) : Vec::zero();
     const Vec::F xs = kScaleInverse ? Vec::mul(v[0], inv_s) : Vec::div(v[0], v[1]);
     const Vec::I mag = Vec::bits(Vec::add(Vec::abs(xs), tiny));
     Vec::M scalar_lanes = Vec::mask_or(Vec::gt_i(mag, finite_limit), Vec::gt_i(Vec::and_i(mag, mantissa_mask), last_exact));
@@ -311,13 +320,16 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
     if (const unsigned lanes_mask = Vec::mask_bits(scalar_lanes); lanes_mask != 0) [[unlikely]] {
       // The clipped value is a float32 (q, +-M with M a float32, +-inf or NaN), so the scalar
       // spec's lanes fit the vector and share the product below.
-      alignas(64) float xv[Vec::kLanes], sv[Vec::kLanes], cv[Vec::kLanes];
+      alignas(64) float xv[Vec::kLanes], sv[Vec::kLanes], cv[Vec::kLanes], ev[Vec::kLanes], mv[Vec::kLanes];
       Vec::storeu(xv, v[0]);
       Vec::storeu(sv, v[1]);
       Vec::storeu(cv, c);
+      Vec::storeu(ev, kPerElement ? v[2] : Vec::splat(min_exp_f));
+      Vec::storeu(mv, max_v);
       for (int l = 0; l < Vec::kLanes; ++l) {
         if ((lanes_mask >> l) & 1u) {
-          cv[l] = static_cast<float>(float_quant_clipped<kMode, float>(xv[l], sv[l], min_exp_f, max_d, p));
+          const double lane_max = kPerElement ? static_cast<double>(mv[l]) : max_d;
+          cv[l] = static_cast<float>(float_quant_clipped<kMode, float>(xv[l], sv[l], ev[l], lane_max, p));
         }
       }
       c = Vec::loadu(cv);
@@ -332,8 +344,64 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
   }, policy);
 }
 
+// Per-element min_exp and M (FloatQuant with per-element exponent widths, biases or max_val): in
+// chunks, M is narrowed to float32 and min_exp checked integral in [-1000, 1000] (a vectorized
+// pass over the chunk); a chunk where any M is not a float32 value (or NaN) or any min_exp is not
+// such an integer goes to the spec, the others to the vector row with operands 2 and 3.
+template <class Out>
+inline void float_quant_per_element(const RowArgs& a, const FloatQuantParams& p, const Out& policy) {
+  constexpr std::int64_t kChunk = 1024;
+  alignas(64) float limits[kChunk];
+  const auto m = static_cast<std::int32_t>(p.mantissa_bits);
+  const std::size_t out_size = p.double_output ? sizeof(double) : sizeof(float);
+  for (std::int64_t b = 0; b < a.n; b += kChunk) {
+    const std::int64_t n = std::min(kChunk, a.n - b);
+    RowArgs c = a;
+    c.n = n;
+    c.out = static_cast<unsigned char*>(a.out) + b * static_cast<std::int64_t>(out_size);
+    for (int k = 0; k < 3; ++k) {
+      if (!a.is_broadcast(k)) c.in[static_cast<std::size_t>(k)] = a.input<float>(k) + b;
+    }
+    const double* max_d = a.input<double>(3) + (a.is_broadcast(3) ? 0 : b);
+    c.in[3] = max_d;
+    const float* min_exp = c.input<float>(2);
+    const std::int64_t n_max = a.is_broadcast(3) ? 1 : n, n_min = a.is_broadcast(2) ? 1 : n;
+    bool exact = true;
+    for (std::int64_t i = 0; i < n_max; ++i) {
+      limits[i] = static_cast<float>(max_d[i]);
+      exact &= static_cast<double>(limits[i]) == max_d[i];  // false for NaN
+    }
+    for (std::int64_t i = 0; i < n_min; ++i) {
+      const float e = min_exp[i];
+      exact &= (e >= -1000.0f) & (e <= 1000.0f) & (e == static_cast<float>(static_cast<std::int32_t>((e >= -1000.0f) & (e <= 1000.0f) ? e : 0.0f)));
+    }
+    if (!exact) {
+      ref::float_quant_f32(&p, c);
+      continue;
+    }
+    c.in[3] = limits;
+    with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
+      if (!p.saturation && p.has_inf) {
+        float_quant_row<kMode, true, false, Overflow::kInf, Out, true>(c, p, m, 0, 0.0f, 0.0f, policy);
+      } else if (!p.saturation) {
+        float_quant_row<kMode, true, false, Overflow::kNan, Out, true>(c, p, m, 0, 0.0f, 0.0f, policy);
+      } else {
+        float_quant_row<kMode, true, false, Overflow::kSaturate, Out, true>(c, p, m, 0, 0.0f, 0.0f, policy);
+      }
+    });
+  }
+}
+
 void float_quant_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FloatQuantParams*>(params);
+  if (!(a.is_broadcast(2) && a.is_broadcast(3)) && p.xs_as == WorkType::kF32 && p.mantissa_bits >= 0 &&
+      p.mantissa_bits <= 64 && p.mantissa_bits == static_cast<double>(static_cast<int>(p.mantissa_bits))) {
+    if (p.has_product_scale && p.double_output) float_quant_per_element(a, p, ScaledOut<double>{p.product_scale});
+    else if (p.has_product_scale) float_quant_per_element(a, p, ScaledOut<float>{p.product_scale});
+    else if (p.double_output) float_quant_per_element(a, p, WideProductOut{});
+    else float_quant_per_element(a, p, FloatOut{});
+    return;
+  }
   // The integer exponent path needs one broadcast format per row with integral m and subnormal
   // floor, a limit M that float32 holds (and is not NaN: np.clip's NaN bound is the spec's job),
   // and X / scale in float32; anything else is rare and goes to the spec.

@@ -46,6 +46,8 @@ struct Vec {
   static F abs(F a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
 
   // Integer view of the lanes, for exponent manipulation.
+  // Float lanes holding integers of int32 range to int32 (truncating; others are undefined).
+  static I to_int(F a) { return _mm256_cvttps_epi32(a); }
   static I bits(F a) { return _mm256_castps_si256(a); }
   static F from_bits(I a) { return _mm256_castsi256_ps(a); }
   static I splat_i(std::int32_t v) { return _mm256_set1_epi32(v); }

@@ -44,6 +44,8 @@ struct Vec {
   static F trunc(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
   static F abs(F a) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7fffffff))); }
 
+  // Float lanes holding integers of int32 range to int32 (truncating; others are undefined).
+  static I to_int(F a) { return _mm512_cvttps_epi32(a); }
   static I bits(F a) { return _mm512_castps_si512(a); }
   static F from_bits(I a) { return _mm512_castsi512_ps(a); }
   static I splat_i(std::int32_t v) { return _mm512_set1_epi32(v); }
