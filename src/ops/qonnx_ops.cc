@@ -265,12 +265,14 @@ bool float_quant_min_exp_dense(DType min_dtype, const detail::SourceRun* src, st
                                std::uint8_t* fix) {
   const std::int64_t m = count;  // captured by value: fix, a char array, may alias anything by reference
   return detail::with_dense_type(min_dtype, [&, m]<class T>() {
+    double* const o = out;  // locals: the stores to fx cannot alias them (or m)
+    std::uint8_t* const fx = fix;
     alignas(64) T a[detail::kDeriveBlock], b[detail::kDeriveBlock];
     const T* bias = detail::span_as<T>(src[0], m, a);
     const T* mm = detail::span_as<T>(src[1], m, b);
     for (std::int64_t i = 0, n = m; i < n; ++i) {
-      out[i] = static_cast<double>(T(1.0f) - bias[i] - mm[i]);
-      fix[i] = 0;
+      o[i] = static_cast<double>(T(1.0f) - bias[i] - mm[i]);
+      fx[i] = 0;
     }
     return true;
   });
@@ -282,18 +284,24 @@ bool float_quant_max_value_dense(DType exp_dtype, double max_mantissa, const det
                                  double* out, std::uint8_t* fix) {
   const std::int64_t m = count;  // captured by value: fix, a char array, may alias anything by reference
   return detail::with_dense_type(exp_dtype, [&, m]<class T>() {
-    alignas(64) T a[detail::kDeriveBlock], b[detail::kDeriveBlock];
+    double* const o = out;  // locals: the stores to fx cannot alias them (or m)
+    std::uint8_t* const fx = fix;
+    alignas(64) T a[detail::kDeriveBlock], b[detail::kDeriveBlock], power[detail::kDeriveBlock];
     alignas(64) double c[detail::kDeriveBlock];
     const T* e = detail::span_as<T>(src[0], m, a);
     const T* bias = detail::span_as<T>(src[1], m, b);
     const double* mv = detail::span_as<double>(src[2], m, c);
+    // Two loops, each of one lane width (T, then double), which the compiler vectorizes.
     for (std::int64_t i = 0, n = m; i < n; ++i) {
       bool ok_e, ok_me;
       const T me = detail::pow2_fast<T>(e[i], &ok_e) - T(1.0f) - bias[i];
-      const double fmt_max = max_mantissa * static_cast<double>(detail::pow2_fast<T>(me, &ok_me));
+      power[i] = detail::pow2_fast<T>(me, &ok_me);
+      fx[i] = !(ok_e & ok_me);
+    }
+    for (std::int64_t i = 0, n = m; i < n; ++i) {
+      const double fmt_max = max_mantissa * static_cast<double>(power[i]);
       const bool nan = (fmt_max != fmt_max) | (mv[i] != mv[i]);
-      out[i] = nan ? std::numeric_limits<double>::quiet_NaN() : (mv[i] < fmt_max ? mv[i] : fmt_max);
-      fix[i] = !(ok_e & ok_me);
+      o[i] = nan ? std::numeric_limits<double>::quiet_NaN() : (mv[i] < fmt_max ? mv[i] : fmt_max);
     }
     return true;
   });
@@ -417,13 +425,15 @@ bool trunc_v1_scale_dense(const TruncV1Types& t, const detail::SourceRun* src, s
   if (!is_floating(t.diff_dtype)) return false;
   const std::int64_t m = count;
   return detail::with_dense_type(t.ts_dtype, [&, m]<class T>() {
+    double* const o = out;  // locals: the stores to fx cannot alias them (or m)
+    std::uint8_t* const fx = fix;
     alignas(64) T a[detail::kDeriveBlock], b[detail::kDeriveBlock];
     const T* ib = detail::span_as<T>(src[0], m, a);
     const T* ob = detail::span_as<T>(src[1], m, b);
     for (std::int64_t i = 0, n = m; i < n; ++i) {  // n: a local, which the stores to fix cannot alias
       bool ok;
-      out[i] = static_cast<double>(detail::pow2_fast<T>(ib[i] - ob[i], &ok));
-      fix[i] = !ok;
+      o[i] = static_cast<double>(detail::pow2_fast<T>(ib[i] - ob[i], &ok));
+      fx[i] = !ok;
     }
     return true;
   });
@@ -481,6 +491,8 @@ bool trunc_v2_scale_dense(const TruncV2Types& t, const detail::SourceRun* src, s
                           std::uint8_t* fix) {
   const std::int64_t m = count;
   return detail::with_dense_type(t.ts_dtype, [&, m]<class T>() {
+    double* const o = out;  // locals: the stores to fx cannot alias them (or m)
+    std::uint8_t* const fx = fix;
     using B = detail::FloatBits<T>;
     using U = typename B::U;
     using I = typename B::I;
@@ -499,8 +511,8 @@ bool trunc_v2_scale_dense(const TruncV2Types& t, const detail::SourceRun* src, s
       const bool near_tie = static_cast<U>(fraction - (kSqrt2 - kWindow)) <= 2 * kWindow;
       const I k = static_cast<I>(normal ? biased : U{B::kBias}) - B::kBias + static_cast<I>(fraction > kSqrt2);
       bool ok;
-      out[i] = static_cast<double>(detail::pow2_fast<T>(static_cast<T>(k), &ok));
-      fix[i] = !(ok & normal & !near_tie);
+      o[i] = static_cast<double>(detail::pow2_fast<T>(static_cast<T>(k), &ok));
+      fx[i] = !(ok & normal & !near_tie);
     }
     return true;
   });
@@ -514,12 +526,14 @@ bool trunc_v2_zt_dense(detail::WorkType zt_work, const detail::SourceRun* src, s
                   : zt_work == detail::WorkType::kF64 ? DType::kFloat64
                                                       : DType::kFloat16;
   return detail::with_dense_type(d, [&, m]<class T>() {
+    double* const o = out;  // locals: the stores to fx cannot alias them (or m)
+    std::uint8_t* const fx = fix;
     alignas(64) T a[detail::kDeriveBlock], b[detail::kDeriveBlock];
     const T* z = detail::span_as<T>(src[0], m, a);
     const T* ts = detail::span_as<T>(src[1], m, b);
     for (std::int64_t i = 0, n = m; i < n; ++i) {
-      out[i] = static_cast<double>(z[i] / ts[i]);
-      fix[i] = 0;
+      o[i] = static_cast<double>(z[i] / ts[i]);
+      fx[i] = 0;
     }
     return true;
   });
@@ -563,11 +577,13 @@ bool trunc_v2_bound_dense(DType w, DType bits_dtype, bool is_signed, bool narrow
     const T min_offset = narrow ? one : T(0.0f);
     // One loop per case (a loop-invariant choice of FP operations would stay inside the loop).
     auto each = [&, m]<bool kToFloat>(auto&& bound) {
+      double* const o = out;  // locals: the stores to fx cannot alias them
+      std::uint8_t* const fx = fix;
       for (std::int64_t i = 0, n = m; i < n; ++i) {
         bool ok;
         const double r = static_cast<double>(bound(b[i], &ok));
-        out[i] = kToFloat ? static_cast<double>(static_cast<float>(r)) : r;
-        fix[i] = !ok;
+        o[i] = kToFloat ? static_cast<double>(static_cast<float>(r)) : r;
+        fx[i] = !ok;
       }
     };
     auto run = [&](auto&& bound) {

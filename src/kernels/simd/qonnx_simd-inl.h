@@ -366,16 +366,19 @@ inline void float_quant_per_element(const RowArgs& a, const FloatQuantParams& p,
     c.in[3] = max_d;
     const float* min_exp = c.input<float>(2);
     const std::int64_t n_max = a.is_broadcast(3) ? 1 : n, n_min = a.is_broadcast(2) ? 1 : n;
-    bool exact = true;
-    for (std::int64_t i = 0; i < n_max; ++i) {
+    // (Loops the compiler vectorizes: flags accumulate with |, locals for the bound.)
+    unsigned inexact = 0;
+    for (std::int64_t i = 0, end = n_max; i < end; ++i) {
       limits[i] = static_cast<float>(max_d[i]);
-      exact &= static_cast<double>(limits[i]) == max_d[i];  // false for NaN
+      inexact |= static_cast<unsigned>(!(static_cast<double>(limits[i]) == max_d[i]));  // NaN too
     }
-    for (std::int64_t i = 0; i < n_min; ++i) {
+    for (std::int64_t i = 0, end = n_min; i < end; ++i) {
+      // e + 1.5 * 2^23 - 1.5 * 2^23 == e: e is an integer (for |e| < 2^22; NaN fails)
       const float e = min_exp[i];
-      exact &= (e >= -1000.0f) & (e <= 1000.0f) & (e == static_cast<float>(static_cast<std::int32_t>((e >= -1000.0f) & (e <= 1000.0f) ? e : 0.0f)));
+      const float shifted = e + 12582912.0f;
+      inexact |= static_cast<unsigned>(!((e >= -1000.0f) & (e <= 1000.0f) & ((shifted - 12582912.0f) == e)));
     }
-    if (!exact) {
+    if (inexact != 0) {
       ref::float_quant_f32(&p, c);
       continue;
     }
