@@ -32,6 +32,11 @@ double single_value(const TensorView& v, const char* name, const char* why);
 // Throws ValueError unless every element of `v` is finite.
 void require_finite(const TensorView& v, const char* name);
 
+// True when `v` is of an integer dtype, or a contiguous float view whose elements are all finite
+// (scanned by the library's threads, one vectorized exponent test per element); false otherwise
+// (then walk it with for_each_param, which finds the element).
+bool all_finite_fast(const TensorView& v);
+
 // Throws unless `out` has exactly the spec's shape and dtype.
 void require_output(const MutableTensorView& out, const TensorSpec& spec, const char* op);
 
@@ -104,7 +109,7 @@ ParamValue read_param_at(const TensorView& view, std::int64_t index);
 // A block is walked as runs of elements whose sources are bit-identical (per-channel parameters
 // expanded, or any repeated value): f is called once per run, found by a vectorized scan for the
 // next differing element. A block of one run is uniform (only out[0] is written; the kernel sees a
-// broadcast). Once the runs average fewer than kMinAverageRun elements, the rest of the block is
+// broadcast). Once four or more runs average fewer than kMinAverageRun elements, the rest of the block is
 // dense: the optional D (a dense derivation, below) computes it with loops over typed spans that
 // the compiler vectorizes, leaving the elements it cannot prove equal to f (special values,
 // exponents outside a fast range, a log2 near a rounding tie) to f; without D, or for source
@@ -147,7 +152,7 @@ struct Derive {
       }
       std::fill(out + s, out + e, r);
       s = e;
-      if (++runs * kMinAverageRun > s) break;  // short runs: the rest is dense
+      if (++runs >= 4 && runs * kMinAverageRun > s) break;  // short runs: the rest is dense
     }
     if (s == m) return false;
     if constexpr (!std::is_same_v<D, NoDense>) {

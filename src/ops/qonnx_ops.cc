@@ -648,10 +648,12 @@ void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& ze
   // The bounds are the only derivation that can fail: check every width before anything is written.
   // (A float width fails only when not finite; an integer one by numpy's integer rules.)
   const bool int_bits = detail::is_integer(bits_dtype);
-  detail::for_each_param(out_bitwidth, [&](const ParamValue& b) {
-    if (!int_bits && std::isfinite(b.f)) return;
-    for (const bool want_max : {false, true}) trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, want_max);
-  }, /*finite_floats=*/true);
+  if (int_bits || !detail::all_finite_fast(out_bitwidth)) {
+    detail::for_each_param(out_bitwidth, [&](const ParamValue& b) {
+      if (!int_bits && std::isfinite(b.f)) return;
+      for (const bool want_max : {false, true}) trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, want_max);
+    }, /*finite_floats=*/true);
+  }
   using detail::SourceRun;
   const auto trunc_scale = detail::derivation<2>(
       [&t](const ParamValue& os, const ParamValue& sc) { return trunc_v2_scale(t, os, sc); },
