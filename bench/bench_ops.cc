@@ -6,21 +6,27 @@
 //   polyquant_bench_ops --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
 //                       --benchmark_report_aggregates_only=true
 //
-// Measured at 152b422 against its parent's kernels (ed1236c, baseline built from `git archive`),
-// 2-core AVX-512 VM shared with other builds, medians of 3 interleaved runs, ms (x copy of the
-// same arrays). Two sessions, load differed (the baseline's per-element times varied 3x):
-//                       baseline, session 1 / 2     fused, session 1 / 2
-//   Trunc v1 per-tensor    18.0 (1.28) / 17.1          17.6 (1.23) / 17.2
-//   Trunc v1 runs         210 (5.1) / 617 (16.3)       101 (2.5) / 96 (2.6)
-//   Trunc v1 random       203 (4.9) / 625 (16.5)       450 (11.0) / 402 (11.0)
-//   Trunc v2 per-tensor    19.7 / 18.1                 19.6 / 18.2
-//   Trunc v2 runs         985 (21) / 2628 (55)         268 (6.0) / 316 (7.2)
-//   Trunc v2 random       962 (21) / 2618 (54)         1637 (37) / 1275 (29)
-//   FloatQuant per-tensor  22.1 / 20.4                 21.3 / 20.6
-//   FloatQuant runs      2269 (55) / 4187 (111)        622 (15) / 623 (17)
-//   FloatQuant random    2432 (58) / 4212 (111)        2388 (58) / 2309 (63)
-// (session 1 fused numbers are from d7bd903; random per-element FloatQuant is bound by the scalar
-// reference kernel, which per-element min_exp / max_value rows take.)
+// Per-element derived parameters, before (4920ce2) and after the dense derivations and the
+// per-element FloatQuant vector path: both built Release, run back to back on the 2-core AVX-512
+// VM while it was quiet (medians of 5 interleaved repetitions, --benchmark_min_time=0.3), ms and
+// (x the copy of the same number of arrays in the same run; copy 2 / 6 / 7 arrays: 12.4 / 37.9 /
+// 44.8 ms before, 13.7 / 40.2 / 46.3 ms after):
+//                          before (4920ce2)    after (80b3bd1)
+//   Trunc v1 per-tensor     17.0 (1.37)        17.8 (1.30)
+//   Trunc v1 runs           95.5 (2.52)        69.6 (1.73)
+//   Trunc v1 random        395  (10.4)         87.3 (2.17)
+//   Trunc v2 per-tensor     18.9 (1.52)        18.8 (1.37)
+//   Trunc v2 runs          275  (6.14)        110   (2.38)
+//   Trunc v2 random       1218  (27.2)        244   (5.27)
+//   FloatQuant per-tensor   20.6 (1.66)        21.0 (1.53)
+//   FloatQuant runs        608  (16.0)        126   (3.13)
+//   FloatQuant random     2159  (57.0)        246   (6.12)
+// Where the rest goes (perf): runs read each parameter array once in the vectorized run scan
+// (memory-bound, the first touch of those bytes) and the validation of FloatQuant's exponent widths
+// and biases and Trunc v2's float output widths reads those arrays once more before anything is
+// written (errors must leave out untouched): FloatQuant runs move 8 arrays' worth where the copy
+// moves 6. Random rows compute 2-4 derived values per element in SSE2 loops (the op layer is built
+// for the baseline ISA), stored as float64 and narrowed to the kernel's dtype per block.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
