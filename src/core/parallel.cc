@@ -28,9 +28,8 @@ class Pool {
   // Pools are never destroyed, only stopped (see PoolOwner).
   ~Pool() = delete;
 
-  // Ends and joins the workers. A worker inside a task finishes it first; one not yet woken for
-  // the current region skips it, so a caller still inside run() (possible only at process exit)
-  // waits forever, as it would have been ended by the exit anyway.
+  // Ends and joins the workers. Each first runs its part of a region already started, so a caller
+  // inside run() finishes; run() after the stop executes every part in the caller.
   void stop_workers() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -38,7 +37,6 @@ class Pool {
     }
     wake_.notify_all();
     for (auto& t : workers_) t.join();
-    workers_.clear();
   }
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
@@ -46,7 +44,12 @@ class Pool {
   void run(const std::function<void(int)>& task) {
     std::lock_guard<std::mutex> serial(run_mu_);  // one parallel region at a time
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stop_) {
+        lock.unlock();
+        for (int i = 0; i < size(); ++i) task(i);
+        return;
+      }
       task_ = &task;
       pending_ = static_cast<int>(workers_.size());
       ++generation_;
@@ -73,7 +76,7 @@ class Pool {
       {
         std::unique_lock<std::mutex> lock(mu_);
         wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
+        if (generation_ == seen) return;  // stopped, with no part of a started region left to run
         seen = generation_;
         task = task_;
       }
@@ -121,17 +124,13 @@ void forget_pool_in_child() { g_pool.store(nullptr, std::memory_order_relaxed); 
 
 // The workers must be gone before this code is: ONNX Runtime dlclose()s the custom-op library when
 // its sessions end, and a worker left sleeping in unmapped code crashes the process. Joining them
-// at unload and at exit runs here. The pool object itself is kept (reachable from
-// g_stopped_pool, so leak checkers stay quiet): at process exit a thread the exit does not wait
-// for (a Python daemon thread in a call) can be waiting on its condition variables, and
-// pthread_cond_destroy with a waiter blocks the exit forever.
-Pool* g_stopped_pool = nullptr;
+// at unload and at exit runs here. The pool object itself is kept, still reachable from g_pool (so
+// leak checkers stay quiet): at process exit a thread the exit does not wait for (a Python daemon
+// thread in a call) can be waiting on its condition variables, and pthread_cond_destroy with a
+// waiter blocks the exit forever.
 struct PoolOwner {
   ~PoolOwner() {
-    if (Pool* p = g_pool.exchange(nullptr)) {
-      p->stop_workers();
-      g_stopped_pool = p;
-    }
+    if (Pool* p = g_pool.load(std::memory_order_acquire)) p->stop_workers();
   }
 };
 PoolOwner g_pool_owner;
