@@ -416,7 +416,7 @@ LAYOUTS = ["c", "fortran", "negative", "odd", "odd_negative", "transposed", "mis
 def apply_layout(a: np.ndarray, kind: str, draw) -> np.ndarray:
     """An array with a's values and shape in the memory layout `kind`."""
     if kind == "c" or a.ndim == 0 and kind in ("negative", "odd", "odd_negative", "transposed", "fortran"):
-        return np.ascontiguousarray(a)
+        return np.array(a, order="C")  # (np.ascontiguousarray makes a 0-d array 1-d)
     if kind == "fortran":
         return np.asfortranarray(a)
     if kind == "negative":
