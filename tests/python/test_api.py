@@ -511,6 +511,61 @@ def test_every_kernel_set_gives_the_same_bits():
         assert digest == reference, f"kernel set {isa} differs from {supported[-1]}"
 
 
+@pytest.mark.parametrize("isa", polyquant.runtime_info()["supported"])
+def test_zero_stride_x_equals_the_op_on_its_one_value(isa):
+    """Issue 5 regression: with every parameter broadcast, the SIMD kernels read a zero-stride x as
+    contiguous memory (wrong values, and a heap over-read that segfaulted at 10^7 elements). x comes
+    as np.broadcast_to, through DLPack (as torch's expand() arrives) and as a 0-d x against
+    zero-stride parameters; each must equal the op on the one value, on every kernel set."""
+    one = np.asarray([1.3], f32)
+    n = 10**7
+    views = {
+        "broadcast_to": np.broadcast_to(one, (n,)),
+        "dlpack": DLPackObject(np.broadcast_to(one, (n,))),
+        "2-d": np.broadcast_to(one.reshape(1, 1), (1000, n // 1000)),
+    }
+    ops = {
+        "int_quant": lambda x, s: pq.int_quant(x, s, f32(0), f32(4), 1, 0, "HALF_UP"),
+        "bipolar_quant": lambda x, s: pq.bipolar_quant(x, s),
+        "trunc_v1": lambda x, s: pq.trunc_v1(x, s, f32(0), f32(8), f32(4), "FLOOR"),
+        "trunc_v2": lambda x, s: pq.trunc_v2(x, s, f32(0), f32(8), 0, 1, f32(16), f32(4), "ROUND"),
+        "float_quant": lambda x, s: pq.float_quant(x, s, f32(4), f32(3), f32(7), True, f32(448)),
+    }
+    previous = polyquant.runtime_info()["isa"]
+    _polyquant_ext._set_kernel_set(isa)
+    try:
+        for op_name, op in ops.items():
+            scale = np.asarray(0.3, f32)
+            expected = op(one, scale)[0]
+            for view_name, x in views.items():
+                got = op(x, scale)
+                assert got.shape == np.shape(np.asarray(x) if view_name != "dlpack" else x._a)
+                assert np.all(got == expected), f"{op_name} on a {view_name} view ({isa})"
+            # a 0-d x against a zero-stride scale: x is the broadcast operand, of zero stride too
+            zero_stride_scale = np.broadcast_to(scale, (4096,))
+            got = op(np.float32(1.3), zero_stride_scale)
+            assert np.all(got == op(np.float32(1.3), scale)), f"{op_name}: 0-d x, zero-stride scale ({isa})"
+    finally:
+        _polyquant_ext._set_kernel_set(previous)
+
+
+def test_float_quant_with_a_huge_mantissa_width_is_immediate_and_equals_qonnx(monkeypatch):
+    """Issue 5 regression: mantissa_bitwidth = 2^40 looped for hours, twice (qonnx's series for the
+    largest value and the core's copy of it), partly holding the GIL. The series is 2 - 2^-m in
+    closed form. qonnx's own float_quant, with its series replaced by that closed form (the test of
+    compute_max_val shows the two agree), is the expected result."""
+    qonnx_floatquant = pytest.importorskip("qonnx.custom_op.general.floatquant")
+    monkeypatch.setattr(qonnx_floatquant, "compute_max_val", pq.compute_max_val)
+    x = np.asarray([0.0, -0.0, 1.0, -1.7, 3.3e-3, 1e-6, 200.0, 1e4, np.inf, -np.inf, np.nan, 1e-40], f32)
+    for signed in (True, False):
+        args = (x, f32(0.5), f32(4), np.float64(2**40), None, signed, None, False, False, True, "ROUND", True)
+        got = pq.float_quant(*args)
+        with np.errstate(all="ignore"):  # x / 2^(e - 2^40) divides by zero, as qonnx does
+            want = qonnx_floatquant.float_quant(*args)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
 # ------------------------------------------------------------------------------------------------
 # the benchmark's copy baseline
 
