@@ -14,7 +14,9 @@ import itertools
 import numpy as np
 import pytest
 
+import polyquant
 import polyquant.qonnx as pq
+from polyquant import _polyquant_ext
 
 try:
     from qonnx.custom_op.general import bipolar_quant as qbipolar
@@ -625,3 +627,36 @@ def test_float_quant_float64(rng, same):
     x = np.concatenate([rng.standard_normal(500) * 100, below_powers_of_two(np.float64, range(-5, 6), 8)])
     args = tuple(np.float64(v) for v in (0.5, 4, 3, 7, 448)) + (0, 0, 1, 1, "FLOOR")
     same(pq_float_quant(x, *args), ref_float_quant(x, *args), x)
+
+
+# FloatQuant parameter edges that once differed between kernel sets (issue 5): an internal scale
+# floor 1 - bias - m >= 127, where 2^(e - m) overflows float32 (the SIMD path returned garbage where
+# qonnx gives NaN); a NaN max_val (np.clip with a NaN bound makes every output NaN); a negative
+# max_val (np.clip(q, -M, M) with -M > M returns M everywhere; the SIMD paths disagreed). Each runs
+# on every kernel set against qonnx, with inputs long enough to take the vector paths.
+FLOAT_QUANT_EDGES = {  # name: (exponent bits, mantissa bits, bias, max_val, has_inf, has_nan, saturation)
+    "floor_1-bias-m_is_127": (4, 3, -129, 448.0, 0, 0, 1),
+    "floor_1-bias-m_far_beyond_127": (4, 3, -300, 448.0, 1, 0, 0),
+    "max_val_nan": (4, 3, 7, np.nan, 0, 0, 1),
+    "max_val_nan_non_saturating": (4, 3, 7, np.nan, 1, 0, 0),
+    "negative_max_val": (4, 3, 7, -2.5, 0, 0, 1),
+    "negative_max_val_non_saturating": (4, 3, 7, -2.5, 0, 1, 0),
+    "max_val_zero": (4, 0, 7, 0.0, 0, 0, 1),
+}
+
+
+@pytest.mark.parametrize("isa", polyquant.runtime_info()["supported"])
+@pytest.mark.parametrize("edge", list(FLOAT_QUANT_EDGES))
+@pytest.mark.parametrize("mode", ["ROUND", "FLOOR", "HALF_UP"])
+def test_float_quant_parameter_edges_on_every_kernel_set(edge, isa, mode, rng, same):
+    e_bw, m_bw, bias, max_val, has_inf, has_nan, saturation = FLOAT_QUANT_EDGES[edge]
+    x = np.concatenate([(rng.standard_normal(997) * 30).astype(f32), SPECIALS])
+    previous = polyquant.runtime_info()["isa"]
+    for scale in (a32(1.0), a32(0.375)):
+        args = (scale, a32(e_bw), a32(m_bw), a32(bias), a32(max_val), has_inf, has_nan, 1, saturation, mode)
+        _polyquant_ext._set_kernel_set(isa)
+        try:
+            got = pq_float_quant(x, *args)
+        finally:
+            _polyquant_ext._set_kernel_set(previous)
+        same(got, ref_float_quant(x, *args), x)
