@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
 from typing import Callable
@@ -58,3 +59,26 @@ def assert_identical(actual: np.ndarray, expected: np.ndarray, *inputs: np.ndarr
 def same() -> Callable[..., None]:
     """The bit-exact comparison, as a fixture: same(actual, expected, *inputs)."""
     return assert_identical
+
+
+@contextlib.contextmanager
+def kernel_set(name: str | None, threads: int | None = None):
+    """Runs the body on kernel set `name` (None: whatever is active) with `threads` threads, and
+    restores both afterwards. The switches are test hooks of the extension; without them only the
+    active set runs."""
+    from polyquant import _polyquant_ext as ext
+    import polyquant
+
+    info = polyquant.runtime_info()
+    switch_threads = threads is not None and hasattr(ext, "_set_num_threads")
+    try:
+        if name is not None:
+            ext._set_kernel_set(name)
+        if switch_threads:
+            ext._set_num_threads(threads)
+        yield
+    finally:
+        if name is not None:
+            ext._set_kernel_set(info["isa"])
+        if switch_threads:
+            ext._set_num_threads(info["num_threads"])

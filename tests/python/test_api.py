@@ -21,6 +21,8 @@ import polyquant
 import polyquant.qonnx as pq
 from polyquant import _polyquant_ext
 
+from conftest import kernel_set
+
 f32 = np.float32
 REPO = Path(__file__).resolve().parents[2]
 
@@ -531,9 +533,7 @@ def test_zero_stride_x_equals_the_op_on_its_one_value(isa):
         "trunc_v2": lambda x, s: pq.trunc_v2(x, s, f32(0), f32(8), 0, 1, f32(16), f32(4), "ROUND"),
         "float_quant": lambda x, s: pq.float_quant(x, s, f32(4), f32(3), f32(7), True, f32(448)),
     }
-    previous = polyquant.runtime_info()["isa"]
-    _polyquant_ext._set_kernel_set(isa)
-    try:
+    with kernel_set(isa):
         for op_name, op in ops.items():
             scale = np.asarray(0.3, f32)
             expected = op(one, scale)[0]
@@ -545,8 +545,6 @@ def test_zero_stride_x_equals_the_op_on_its_one_value(isa):
             zero_stride_scale = np.broadcast_to(scale, (4096,))
             got = op(np.float32(1.3), zero_stride_scale)
             assert np.all(got == op(np.float32(1.3), scale)), f"{op_name}: 0-d x, zero-stride scale ({isa})"
-    finally:
-        _polyquant_ext._set_kernel_set(previous)
 
 
 def test_float_quant_with_a_huge_mantissa_width_is_immediate_and_equals_qonnx(monkeypatch):

@@ -23,7 +23,6 @@ and reproducible. POLYQUANT_HYPOTHESIS_EXAMPLES=N runs N random examples per tes
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
 import os
@@ -42,7 +41,7 @@ import polyquant  # noqa: E402
 import polyquant.qonnx as pq  # noqa: E402
 from polyquant import _polyquant_ext as _ext  # noqa: E402
 
-from conftest import assert_identical  # noqa: E402
+from conftest import assert_identical, kernel_set  # noqa: E402
 
 try:
     from qonnx.custom_op.general import bipolar_quant as q_bipolar
@@ -88,23 +87,6 @@ HAVE_KERNEL_HOOK = hasattr(_ext, "_set_kernel_set")
 HAVE_THREAD_HOOK = hasattr(_ext, "_set_num_threads")
 KERNEL_SETS: list[str | None] = SUPPORTED if HAVE_KERNEL_HOOK else [None]
 _ORIG_INFO = polyquant.runtime_info()
-
-
-@contextlib.contextmanager
-def kernel_set(name: str | None, threads: int | None = None):
-    """Runs the body on kernel set `name` (None: whatever is active) with `threads` threads."""
-    info = polyquant.runtime_info()
-    try:
-        if name is not None:
-            _ext._set_kernel_set(name)
-        if threads is not None and HAVE_THREAD_HOOK:
-            _ext._set_num_threads(threads)
-        yield
-    finally:
-        if name is not None:
-            _ext._set_kernel_set(info["isa"])
-        if threads is not None and HAVE_THREAD_HOOK:
-            _ext._set_num_threads(info["num_threads"])
 
 
 def test_kernel_sets_reported():

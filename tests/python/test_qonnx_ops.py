@@ -16,7 +16,8 @@ import pytest
 
 import polyquant
 import polyquant.qonnx as pq
-from polyquant import _polyquant_ext
+
+from conftest import kernel_set
 
 try:
     from qonnx.custom_op.general import bipolar_quant as qbipolar
@@ -651,12 +652,8 @@ FLOAT_QUANT_EDGES = {  # name: (exponent bits, mantissa bits, bias, max_val, has
 def test_float_quant_parameter_edges_on_every_kernel_set(edge, isa, mode, rng, same):
     e_bw, m_bw, bias, max_val, has_inf, has_nan, saturation = FLOAT_QUANT_EDGES[edge]
     x = np.concatenate([(rng.standard_normal(997) * 30).astype(f32), SPECIALS])
-    previous = polyquant.runtime_info()["isa"]
     for scale in (a32(1.0), a32(0.375)):
         args = (scale, a32(e_bw), a32(m_bw), a32(bias), a32(max_val), has_inf, has_nan, 1, saturation, mode)
-        _polyquant_ext._set_kernel_set(isa)
-        try:
+        with kernel_set(isa):
             got = pq_float_quant(x, *args)
-        finally:
-            _polyquant_ext._set_kernel_set(previous)
         same(got, ref_float_quant(x, *args), x)
