@@ -43,7 +43,28 @@ void bench_kernel(benchmark::State& state, KernelEntry e) {
   // OCP E4M3 as the FloatQuant node computes it: float32 output.
   FloatQuantParams fq{.mode = RoundingMode::kHalfEven, .mantissa_bits = 3, .saturation = true, .has_inf = false,
                       .has_nan = true, .is_signed = true, .max_fits_float32 = true, .double_output = false};
+  QkBitsParams qb;
+  qb.m = 128.0f;
+  qb.m_i = 1.0f;
+  qb.lo = -128.0f;
+  qb.hi = 127.0f;
+  QkBitsAutoParams qa;
+  qa.m = 128.0f;
+  qa.m_i = 1.0f;
+  qa.half_levels = 127.0f;
+  QkReluParams qr;
+  qr.m = 256.0f;
+  qr.m_i = 1.0f;
+  qr.clip_value = 1.0f - 1.0f / 256.0f;
+  qr.one_minus_inv_m = qr.clip_value;
+  QkLinearParams ql;
+  ql.clip_min = -127.0f;
+  ql.clip_max = 127.0f;
   switch (e.op) {
+    case KernelOp::kQkBits: a.in[1] = b.ones.data(); a.broadcast_mask = 2; params_ptr = &qb; break;
+    case KernelOp::kQkBitsAuto: a.in[1] = b.ones.data(); a.broadcast_mask = 2; params_ptr = &qa; break;
+    case KernelOp::kQkRelu: params_ptr = &qr; break;
+    case KernelOp::kQkLinear: a.in[1] = b.ones.data(); a.broadcast_mask = 2; params_ptr = &ql; break;
     case KernelOp::kIntQuant: a.in[1] = b.ones.data(); a.in[2] = b.zeros.data(); a.broadcast_mask = 6; params_ptr = &iq; break;
     case KernelOp::kBipolarQuant: a.in[1] = b.ones.data(); a.broadcast_mask = 2; params_ptr = &bq; break;
     case KernelOp::kTruncV1:

@@ -4,6 +4,7 @@
 
 #include "polyquant/error.h"
 #include "polyquant/export.h"
+#include "polyquant/qkeras.h"
 #include "polyquant/qonnx.h"
 #include "polyquant/rounding.h"
 #include "polyquant/runtime.h"

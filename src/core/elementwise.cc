@@ -203,7 +203,7 @@ class Runner {
     std::int64_t pos = begin;
     while (pos < end) {
       const std::int64_t n = std::min(len - j, end - pos);
-      run_segment(idx, j, n, scratch);
+      run_segment(idx, j, n, pos, scratch);
       pos += n;
       j += n;
       if (j == len) {
@@ -217,7 +217,8 @@ class Runner {
   }
 
  private:
-  void run_segment(const std::int64_t* idx, std::int64_t j, std::int64_t n, Scratch& scratch) const {
+  // `first` is the flat C-order output index of the segment's first element (RowArgs::index).
+  void run_segment(const std::int64_t* idx, std::int64_t j, std::int64_t n, std::int64_t first, Scratch& scratch) const {
     const int nin = plan_.num_inputs;
     const int inner = plan_.rank - 1;
     const char* in_base[kMaxOperands];
@@ -247,6 +248,7 @@ class Runner {
       }
       args.out = out_base;
       args.n = n;
+      args.index = first;
       args.stream = stream_;
       call_.kernel(call_.params, args);
       return;
@@ -284,6 +286,7 @@ class Runner {
       char* op = out_base + b * os * static_cast<std::int64_t>(dtype_size(call_.out.dtype));
       args.out = out_direct_ ? static_cast<void*>(op) : static_cast<void*>(scratch.out.data());
       args.n = m;
+      args.index = first + b;
       args.stream = false;
       call_.kernel(call_.params, args);
       if (!out_direct_) convert_values(scratch.out.data(), call_.kernel_out_dtype, 1, op, call_.out.dtype, os, m);

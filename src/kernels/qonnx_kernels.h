@@ -12,8 +12,11 @@
 
 namespace polyquant::detail {
 
-enum class KernelOp : std::uint8_t { kIntQuant, kBipolarQuant, kTruncV1, kTruncV2, kFloatQuant };
-inline constexpr int kNumKernelOps = 5;
+enum class KernelOp : std::uint8_t {
+  kIntQuant, kBipolarQuant, kTruncV1, kTruncV2, kFloatQuant,  // QONNX (this header)
+  kQkBits, kQkBitsAuto, kQkRelu, kQkLinear,                   // QKeras (qkeras_kernels.h)
+};
+inline constexpr int kNumKernelOps = 9;
 
 // Working precision of a kernel; operands arrive converted to it.
 enum class WorkType : std::uint8_t { kF16, kF32, kF64 };

@@ -32,6 +32,10 @@ constexpr const char* op_name(KernelOp op) {
     case KernelOp::kTruncV1: return "trunc_v1";
     case KernelOp::kTruncV2: return "trunc_v2";
     case KernelOp::kFloatQuant: return "float_quant";
+    case KernelOp::kQkBits: return "qk_bits";
+    case KernelOp::kQkBitsAuto: return "qk_bits_auto";
+    case KernelOp::kQkRelu: return "qk_relu";
+    case KernelOp::kQkLinear: return "qk_linear";
   }
   return "?";
 }

@@ -3,6 +3,7 @@
 
 #include <span>
 
+#include "kernels/qkeras_kernels.h"
 #include "kernels/qonnx_kernels.h"
 
 namespace polyquant::detail {
@@ -14,6 +15,10 @@ namespace polyquant::detail {
   void trunc_v1_f32(const void*, const RowArgs&);              \
   void trunc_v2_f32(const void*, const RowArgs&);              \
   void float_quant_f32(const void*, const RowArgs&);           \
+  void qk_bits_f32(const void*, const RowArgs&);               \
+  void qk_bits_auto_f32(const void*, const RowArgs&);          \
+  void qk_relu_f32(const void*, const RowArgs&);               \
+  void qk_linear_f32(const void*, const RowArgs&);             \
   }
 POLYQUANT_DECLARE_KERNEL_SET(ref)
 POLYQUANT_DECLARE_KERNEL_SET(avx2)

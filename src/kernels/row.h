@@ -14,6 +14,9 @@ struct RowArgs {
   std::uint32_t broadcast_mask = 0;            // bit i set: operand i is one value for the row
   void* out = nullptr;                         // contiguous output, n elements
   std::int64_t n = 0;
+  // Flat (C-order) index in the whole output of the row's first element: keys counter-based
+  // random draws to the element, whatever the thread split or the engine's blocking.
+  std::int64_t index = 0;
   bool stream = false;  // output is far larger than the caches: non-temporal stores are allowed
 
   bool is_broadcast(int i) const { return (broadcast_mask >> i) & 1u; }

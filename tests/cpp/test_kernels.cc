@@ -211,6 +211,101 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
         }
         break;
       }
+      // ---- QKeras: no rounding-mode parameter (run once); every parameter path of each quantizer,
+      // with subnormal inputs and results (the flush-to-zero scope), huge values and specials.
+      case KernelOp::kQkBits: {
+        if (m > 0) break;
+        std::vector<float> x = mixed_values(kLen, 30, 0.125f);
+        for (std::size_t i = 5; i < x.size(); i += 11) x[i] = std::ldexp(static_cast<float>(i % 5) - 2.0f, -130 - static_cast<int>(i % 20));
+        const std::vector<Operand> ops = {{x, {}, false}, {random_params(31, {1.0f, 0.5f, 3.0f, 1e-3f, -2.0f, 0.0f, 1e-39f}), {}, true}};
+        struct Case { float bits; float integer; bool sym; bool kn; float q; bool ste; };
+        const Case cases[] = {{8, 0, false, true, 1, true},   {4, 2, true, true, 1, true},   {4, 0, false, false, 1, false},
+                              {1, 0, false, true, 1, true},   {0, 3, false, false, 0.5f, true}, {6, -2, false, true, 0.3f, false},
+                              {24, 10, false, true, 1, true}, {3, 0.5f, true, false, 0.7f, true}, {8, 130, false, true, 1, true},
+                              {8, -140, false, true, 1, true}};
+        for (const Case& c : cases) {
+          QkBitsParams p;
+          p.keep_negative = c.kn;
+          p.binary = c.bits - (c.kn ? 1.0f : 0.0f) <= 0;
+          p.m = std::pow(2.0f, c.bits - (c.kn ? 1.0f : 0.0f));
+          p.m_i = std::pow(2.0f, c.integer);
+          p.lo = (c.kn ? 1.0f : 0.0f) * ((-p.m) + (c.sym ? 1.0f : 0.0f));
+          p.hi = p.m - 1.0f;
+          p.blend = {c.ste, c.q, 1.0f - c.q};
+          check_against_reference(e, &p, ops, "bits=" + std::to_string(c.bits) + " integer=" + std::to_string(c.integer));
+        }
+        break;
+      }
+      case KernelOp::kQkBitsAuto: {
+        if (m > 0) break;
+        const std::vector<Operand> ops = {{mixed_values(kLen, 32, 0.25f), {}, false},
+                                          {random_params(33, {0.125f, 0.0078125f, 1.0f, 0.0f, 0x1p-23f, 3.0f, INFINITY}), {}, true}};
+        for (float bits : {2.0f, 4.0f, 8.0f, 16.0f}) {
+          for (float integer : {0.0f, 3.0f, -5.0f}) {
+            QkBitsAutoParams p;
+            p.m = std::pow(2.0f, bits - 1.0f);
+            p.m_i = std::pow(2.0f, integer);
+            p.half_levels = std::pow(2.0f, bits - 1.0f) - 1.0f;
+            p.blend = {integer != 3.0f, 0.75f, 0.25f};
+            check_against_reference(e, &p, ops, "auto bits=" + std::to_string(bits));
+          }
+        }
+        break;
+      }
+      case KernelOp::kQkRelu: {
+        if (m > 0) break;
+        std::vector<float> x = mixed_values(kLen, 34, 0.0625f);
+        for (std::size_t i = 3; i < x.size(); i += 13) x[i] = std::ldexp(1.0f, -128) * ((i % 2) ? -1.0f : 1.0f);
+        const std::vector<Operand> ops = {{x, {}, false}};
+        for (bool sigmoid : {false, true}) {
+          for (float ns : {0.0f, 0.25f, 1.0f}) {
+            for (int clip_mode = 0; clip_mode < 4; ++clip_mode) {
+              for (bool fast : {false, true}) {
+                if (fast && (sigmoid || ns != 0.0f || clip_mode != 0)) continue;
+                QkReluParams p;
+                const float bits = 6.0f, integer = 2.0f, nsb = bits - (ns != 0.0f ? 1.0f : 0.0f);
+                p.m = std::pow(2.0f, nsb);
+                p.m_i = std::pow(2.0f, integer);
+                p.clip_value = p.m_i - std::pow(2.0f, integer - nsb);
+                p.one_minus_inv_m = 1.0f - 1.0f / p.m;
+                p.negative_slope = ns;
+                p.leaky = ns != 0.0f;
+                p.negative_part = ns > 0.0f;
+                p.m_i_ns = p.m_i * ns;
+                p.neg_factor = ns > 0.0f ? 1.0f / (ns * p.m) : 0.0f;
+                p.sigmoid = sigmoid;
+                p.quantized_clip = clip_mode == 0;
+                p.has_upper_bound = clip_mode >= 2;
+                p.upper_bound = 1.5f;
+                p.bound_output = clip_mode == 3;
+                p.blend = {clip_mode != 1, clip_mode == 2 ? 0.5f : 1.0f, clip_mode == 2 ? 0.5f : 0.0f};
+                p.fast_inference = fast;
+                p.fast_p_factor = 16.0f;
+                p.fast_factor = 1.0f / 64.0f;
+                p.fast_ceiling = 1.0f - 1.0f / 64.0f;
+                check_against_reference(e, &p, ops, "relu sigmoid=" + std::to_string(sigmoid) + " ns=" + std::to_string(ns) +
+                                                        " clip_mode=" + std::to_string(clip_mode) + " fast=" + std::to_string(fast));
+              }
+            }
+          }
+        }
+        break;
+      }
+      case KernelOp::kQkLinear: {
+        if (m > 0) break;
+        const std::vector<Operand> ops = {{mixed_values(kLen, 35, 0.125f), {}, false},
+                                          {random_params(36, {0.125f, 0.1f, 3.0f, 1e-7f, 0.0f, -0.5f, INFINITY}), {}, true}};
+        const std::pair<float, float> bounds[] = {{-127, 127}, {-128, 127}, {0, 255}, {-0.0f, 3}, {-0.5f, 0.5f}};
+        for (const auto& [lo, hi] : bounds) {
+          QkLinearParams p;
+          p.clip_min = lo;
+          p.clip_max = hi;
+          p.shift = hi == 0.5f ? 0.5f : 0.0f;
+          p.blend = {true, lo == 0 ? 0.3f : 1.0f, 0.0f};
+          check_against_reference(e, &p, ops, "linear [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        }
+        break;
+      }
     }
   }
 }

@@ -33,6 +33,7 @@ struct Vec {
   static M gt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
   static M lt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
   static M ge(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+  static M le(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LE_OQ); }
   static M isnan(F a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
   static M isinf(F a) { return _mm256_cmp_ps(abs(a), splat(__builtin_inff()), _CMP_EQ_OQ); }
   static M mask_or(M a, M b) { return _mm256_or_ps(a, b); }
@@ -43,6 +44,7 @@ struct Vec {
   static F floor(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
   static F ceil(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); }
   static F trunc(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+  static F neg(F a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }  // flips the sign bit: -(+0) = -0
   static F abs(F a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
 
   // Integer view of the lanes, for exponent manipulation.

@@ -1,0 +1,627 @@
+"""QKeras quantizers, bit-exact with QKeras (google/qkeras 78ea90fc) on TensorFlow CPU: a drop-in.
+
+``quantized_bits``, ``quantized_relu`` and ``quantized_linear`` are classes built with QKeras'
+keyword names, order and defaults and called as ``q(x)``; code switches by changing the import::
+
+    from polyquant.qkeras import quantized_bits, quantized_relu, quantized_linear
+    q = quantized_bits(8, 0, alpha="auto_po2")
+    y = q(weights)           # numpy float32, same shape; q.scale holds the per-channel scale
+
+Inputs may be numpy arrays, nested sequences, or any ``__dlpack__``/``__array__`` object of any
+dtype and strides; like QKeras (``K.cast_to_floatx``) they are rounded to float32, and the result
+is a float32 numpy array. After a call, ``scale`` (and ``quantization_scale``,
+``data_type_scale``, ``get_clip_bounds()`` on ``quantized_linear``) are numpy arrays with QKeras'
+kept-dimension shapes; ``min()``, ``max()``, ``range()``, ``get_config()`` / ``from_config()`` and
+``str(q)`` are QKeras'.
+
+Keras globals QKeras reads are explicit keyword-only parameters: ``epsilon`` (1e-7) and
+``image_data_format`` ("channels_last"). Training: ``q(x, training=True)`` is QKeras with the Keras
+learning phase 1, i.e. stochastic rounding where ``use_stochastic_rounding`` asks for it, drawn by
+Philox from the quantizer's ``seed`` (keyword-only, default 0), the call's step number and each
+element's index (reproducible; independent of threads and kernel sets). ``q.gradient(x)`` is the
+straight-through gradient d q(x) / dx as QKeras' graph defines it.
+
+Departures from QKeras (each where QKeras fails or is inconsistent) are listed in the README.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from typing import Any
+
+import numpy as np
+
+from . import _polyquant_ext as _ext
+from ._convert import _as_array, as_out
+
+__all__ = ["quantized_bits", "quantized_relu", "quantized_linear", "get_quantizer"]
+
+_ALPHA_STRINGS = ["auto", "auto_po2"]
+_DATA_FORMATS = ("channels_last", "channels_first")
+
+
+def _pow2_float32(e: float) -> np.float32:
+    """2^e in float32, as tf.pow(2.0, e)."""
+    return np.float32(_ext_pow2(float(np.float32(e))))
+
+
+def _ext_pow2(e: float) -> float:
+    return float(np.power(np.float32(2.0), np.float32(e), dtype=np.float32))
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name}: must be a finite number, got {v}")
+    return v
+
+
+def _seed(value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"seed: expected an int, got {type(value).__name__}")
+    return int(value) & 0xFFFFFFFFFFFFFFFF
+
+
+def _scale_axis(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError("scale_axis: expected None, an int or a list of ints, got bool")
+    if isinstance(value, (numbers.Integral, np.integer)):
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        axes = []
+        for a in value:
+            if isinstance(a, (bool, np.bool_)) or not isinstance(a, (numbers.Integral, np.integer)):
+                raise TypeError(f"scale_axis: list entries must be ints, got {a!r}")
+            axes.append(int(a))
+        return axes
+    raise TypeError(f"scale_axis: expected None, an int or a list of ints, got {type(value).__name__}")
+
+
+def _settings(epsilon: Any, image_data_format: Any) -> tuple[float, str]:
+    eps = _number(epsilon, "epsilon")
+    if eps < 0:
+        raise ValueError(f"epsilon: must be >= 0, got {eps}")
+    if image_data_format not in _DATA_FORMATS:
+        raise ValueError(f"image_data_format: must be one of {list(_DATA_FORMATS)}, got {image_data_format!r}")
+    return eps, image_data_format
+
+
+def _integer_str(integer: Any) -> str:
+    # QKeras prints a one-digit [k] as k (its regex for tf.Variable values).
+    return re.sub(r"\[(\d)\]", r"\g<1>", str(integer))
+
+
+def _alpha_array(alpha: Any) -> np.ndarray:
+    """A numeric alpha as the float32 tensor TensorFlow converts it to."""
+    try:
+        a = np.asarray(alpha, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"alpha must be a string, an array, or None, not {type(alpha).__name__}") from e
+    return a.astype(np.float32)
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class _Quantizer:
+    """Shared state: build flag, qnoise handling, training steps and Keras settings."""
+
+    def __init__(self, qnoise_factor: Any, var_name: Any, use_variables: Any, epsilon: Any, image_data_format: Any,
+                 seed: Any) -> None:
+        self.qnoise_factor = qnoise_factor
+        _number(qnoise_factor, "qnoise_factor")
+        self.var_name = var_name
+        self.use_variables = use_variables
+        self.epsilon, self.image_data_format = _settings(epsilon, image_data_format)
+        self.seed = _seed(seed)
+        self.built = False
+        self._training_step = 0
+
+    def build(self, var_name: Any = None, use_variables: bool = False) -> None:
+        # QKeras turns qnoise_factor into a float32 tf.Variable here; polyquant keeps the number
+        # and computes 1 - qnoise_factor in float32 as the variable would.
+        self.built = True
+
+    def update_qnoise_factor(self, qnoise_factor: Any) -> None:
+        _number(qnoise_factor, "qnoise_factor")
+        self.qnoise_factor = qnoise_factor
+
+    def _set_trainable_parameter(self) -> None:
+        pass
+
+    def _common_config(self, training: bool, seed: Any) -> dict[str, Any]:
+        if not isinstance(training, (bool, np.bool_)):
+            raise TypeError(f"training: expected a bool, got {type(training).__name__}")
+        q = float(np.float32(self.qnoise_factor)) if self.use_variables else float(self.qnoise_factor)
+        step_seed = 0
+        if training:
+            base = self.seed if seed is None else _seed(seed)
+            # Each training call draws fresh noise: the Philox key mixes the seed and the step.
+            step_seed = (base * 0x9E3779B97F4A7C15 + self._training_step) & 0xFFFFFFFFFFFFFFFF
+            self._training_step += 1
+        return {
+            "qnoise_factor": q,
+            "qnoise_float32": bool(self.use_variables),
+            "epsilon": float(self.epsilon),
+            "image_data_format": self.image_data_format,
+            "training": bool(training),
+            "seed": step_seed,
+        }
+
+    @staticmethod
+    def _input(x: Any) -> np.ndarray:
+        return _as_array(x, "x")
+
+
+# ---------------------------------------------------------------------------------------------
+class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
+    """QKeras' legacy fixed-point quantizer (see polyquant::qkeras::quantized_bits for the math)."""
+
+    def __init__(self, bits: Any = 8, integer: Any = 0, symmetric: Any = 0, keep_negative: Any = True, alpha: Any = None,
+                 use_stochastic_rounding: Any = False, scale_axis: Any = None, qnoise_factor: Any = 1.0,
+                 var_name: Any = None, use_ste: Any = True, use_variables: Any = False, elements_per_scale: Any = None,
+                 min_po2_exponent: Any = None, max_po2_exponent: Any = None, post_training_scale: Any = None, *,
+                 epsilon: Any = 1e-7, image_data_format: str = "channels_last", seed: Any = 0) -> None:
+        super().__init__(qnoise_factor, var_name, use_variables, epsilon, image_data_format, seed)
+        _number(bits, "bits")
+        _number(integer, "integer")
+        self.bits = bits
+        self.integer = integer
+        self.symmetric = symmetric
+        self.keep_negative = keep_negative
+        self.alpha = alpha
+        self.use_stochastic_rounding = use_stochastic_rounding
+        self.post_training_scale = post_training_scale
+        if isinstance(alpha, str):
+            if alpha not in _ALPHA_STRINGS:
+                raise ValueError(f"alpha: invalid alpha '{alpha}'; must be one of {_ALPHA_STRINGS}, a number, "
+                                 "a list or array of numbers, or None")
+            self.freeze_scale = False
+            self.symmetric = True
+            if post_training_scale is not None:
+                self.scale = np.array(post_training_scale)
+                self.freeze_scale = True
+        else:
+            if post_training_scale is not None:
+                raise ValueError(f"alpha={alpha} doesn't support post_training_scale: {post_training_scale}")
+            if alpha is not None:
+                _alpha_array(alpha)
+            self.scale = None
+            self.freeze_scale = True
+        self.scale_axis = _scale_axis(scale_axis)
+        self.use_ste = use_ste
+        self.elements_per_scale = elements_per_scale
+        self.min_po2_exponent = min_po2_exponent
+        self.max_po2_exponent = max_po2_exponent
+        self._check_po2_options()
+
+    def _check_po2_options(self) -> None:
+        if self.alpha != "auto_po2":
+            for name in ("elements_per_scale", "min_po2_exponent", "max_po2_exponent"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}: only supported with alpha='auto_po2' (alpha is {self.alpha!r})")
+        eps = self.elements_per_scale
+        if eps is not None:
+            values = eps if isinstance(eps, (list, tuple)) else [eps]
+            for v in values:
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, np.integer)) or int(v) <= 0:
+                    raise ValueError(f"elements_per_scale: expected a positive int or a list of them, got {eps!r}")
+        for name in ("min_po2_exponent", "max_po2_exponent"):
+            v = getattr(self, name)
+            if v is not None:
+                _number(v, name)
+
+    def _alpha_kind(self) -> str:
+        if self.alpha is None:
+            return "none"
+        if isinstance(self.alpha, str):
+            return self.alpha
+        return "value"
+
+    def _config(self, training: bool, seed: Any) -> dict[str, Any]:
+        eps = self.elements_per_scale
+        c = {
+            "bits": float(self.bits),
+            "integer": float(self.integer),
+            "symmetric": bool(self.symmetric),
+            "keep_negative": bool(self.keep_negative),
+            "alpha_kind": self._alpha_kind(),
+            "use_stochastic_rounding": bool(self.use_stochastic_rounding),
+            "scale_axis": self.scale_axis,
+            "use_ste": bool(self.use_ste),
+            "frozen_scale": isinstance(self.alpha, str) and bool(self.freeze_scale),
+            "elements_per_scale": None if eps is None else (list(int(v) for v in eps) if isinstance(eps, (list, tuple)) else int(eps)),
+            "min_po2_exponent": None if self.min_po2_exponent is None else float(self.min_po2_exponent),
+            "max_po2_exponent": None if self.max_po2_exponent is None else float(self.max_po2_exponent),
+        }
+        c.update(self._common_config(training, seed))
+        return c
+
+    def _operand(self) -> Any:
+        if isinstance(self.alpha, str):
+            if self.freeze_scale:
+                return np.ascontiguousarray(np.asarray(self.scale, dtype=np.float64).astype(np.float32))
+            return None
+        if self.alpha is None:
+            return None
+        return _alpha_array(self.alpha)
+
+    def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
+        if not self.built:
+            self.build(var_name=self.var_name, use_variables=self.use_variables)
+        self._check_po2_options()
+        result, scale = _ext.qkeras_bits(self._input(x), self._operand(), self._config(training, seed), False, as_out(out))
+        if isinstance(self.alpha, str):
+            if not self.freeze_scale:
+                self.scale = scale
+        else:
+            self.scale = 1.0 if self.alpha is None else self.alpha
+        return result
+
+    def gradient(self, x: Any) -> np.ndarray:
+        """d q(x) / dx of QKeras' graph: 1 with use_ste, else 1 - qnoise_factor (float32)."""
+        result, _ = _ext.qkeras_bits(self._input(x), self._operand(), self._config(False, None), True, None)
+        return result
+
+    def __str__(self) -> str:
+        flags = [str(self.bits), _integer_str(self.integer), str(int(self.symmetric))]
+        if not self.keep_negative:
+            flags.append("keep_negative=False")
+        alpha = self.alpha
+        truthy = (alpha is not None and not isinstance(alpha, (list, tuple, np.ndarray)) and bool(alpha)) or \
+                 (isinstance(alpha, (list, tuple)) and len(alpha) > 0) or \
+                 (isinstance(alpha, np.ndarray) and alpha.size > 0)
+        if truthy:
+            text = "'" + alpha + "'" if isinstance(alpha, str) else str(alpha)
+            flags.append("alpha=" + text)
+        if self.use_stochastic_rounding:
+            flags.append("use_stochastic_rounding=" + str(int(self.use_stochastic_rounding)))
+        return "quantized_bits(" + ",".join(flags) + ")"
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _set_trainable_parameter(self) -> None:
+        if self.alpha is None:
+            self.alpha = "auto_po2"
+            self.freeze_scale = False
+            self.symmetric = True
+
+    def max(self) -> Any:
+        if self.bits - self.keep_negative > 0:
+            return max(1.0, np.array(_pow2_float32(self.integer), dtype=np.float32))
+        return 1.0
+
+    def min(self) -> Any:
+        if not self.keep_negative:
+            return 0.0
+        if self.bits - self.keep_negative > 0:
+            return -max(1.0, np.array(_pow2_float32(self.integer), dtype=np.float32))
+        return -1.0
+
+    def range(self) -> np.ndarray:
+        if self.symmetric != 0 or not self.keep_negative or not (self.alpha is None or (not isinstance(self.alpha, str) and np.all(np.asarray(self.alpha) == 1.0))):
+            raise ValueError("range(): only defined for symmetric=0, keep_negative=True and alpha None or 1.0")
+        bits = int(self.bits)
+        x = np.asarray(range(2**bits), dtype=np.float32)
+        half = 2 ** (bits - 1)
+        p_and_n = np.where(x >= half, (x - half) - half, x)
+        exponent = (np.float32(-self.bits) + np.float32(self.integer)) + np.float32(1.0)
+        return p_and_n * np.array(_pow2_float32(exponent), dtype=np.float32)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "quantized_bits":
+        config = dict(config)
+        if config.get("post_training_scale") is not None:
+            config["post_training_scale"] = np.array(config["post_training_scale"])
+        return cls(**config)
+
+    def get_config(self) -> dict[str, Any]:
+        pts = self.post_training_scale
+        return {
+            "bits": _to_json(self.bits),
+            "integer": _to_json(self.integer),
+            "symmetric": _to_json(self.symmetric),
+            "alpha": _to_json(self.alpha),
+            "keep_negative": _to_json(self.keep_negative),
+            "use_stochastic_rounding": _to_json(self.use_stochastic_rounding),
+            "qnoise_factor": _to_json(self.qnoise_factor),
+            "post_training_scale": None if pts is None else np.asarray(pts).tolist(),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+class quantized_relu(_Quantizer):  # noqa: N801
+    """QKeras' quantized ReLU (see polyquant::qkeras::quantized_relu for the math)."""
+
+    def __init__(self, bits: Any = 8, integer: Any = 0, use_sigmoid: Any = 0, negative_slope: Any = 0.0,
+                 use_stochastic_rounding: Any = False, relu_upper_bound: Any = None, is_quantized_clip: Any = True,
+                 qnoise_factor: Any = 1.0, var_name: Any = None, use_ste: Any = True, use_variables: Any = False,
+                 enable_fast_inference: Any = False, *, epsilon: Any = 1e-7, image_data_format: str = "channels_last",
+                 seed: Any = 0) -> None:
+        super().__init__(qnoise_factor, var_name, use_variables, epsilon, image_data_format, seed)
+        _number(bits, "bits")
+        _number(integer, "integer")
+        ns = _number(negative_slope, "negative_slope")
+        if ns < 0:
+            raise ValueError(f"negative_slope: must be >= 0, got {negative_slope}")
+        if ns != 0 and math.log2(ns) % 1 != 0:
+            raise ValueError(f"negative_slope: must be 0 or a power of two (0.125, 0.25, 0.5, ...), got {negative_slope}")
+        if relu_upper_bound is not None:
+            _number(relu_upper_bound, "relu_upper_bound")
+        self.bits = bits
+        self.integer = integer
+        self.use_sigmoid = use_sigmoid
+        self.negative_slope = negative_slope
+        self.use_stochastic_rounding = use_stochastic_rounding
+        self.relu_upper_bound = relu_upper_bound
+        self.is_quantized_clip = is_quantized_clip
+        self.use_ste = use_ste
+        self.enable_fast_inference = enable_fast_inference
+
+    def _config(self, training: bool, seed: Any) -> dict[str, Any]:
+        c = {
+            "bits": float(self.bits),
+            "integer": float(self.integer),
+            "use_sigmoid": bool(self.use_sigmoid),
+            "negative_slope": float(self.negative_slope),
+            "use_stochastic_rounding": bool(self.use_stochastic_rounding),
+            "relu_upper_bound": None if self.relu_upper_bound is None else float(self.relu_upper_bound),
+            "is_quantized_clip": bool(self.is_quantized_clip),
+            "use_ste": bool(self.use_ste),
+            "enable_fast_inference": bool(self.enable_fast_inference),
+        }
+        c.update(self._common_config(training, seed))
+        return c
+
+    def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
+        if not self.built:
+            self.build(var_name=self.var_name, use_variables=self.use_variables)
+        return _ext.qkeras_relu(self._input(x), self._config(training, seed), False, as_out(out))
+
+    def gradient(self, x: Any) -> np.ndarray:
+        """d q(x) / dx of QKeras' graph: the derivative of the unquantized companion (1 above 0;
+        negative_slope, or 0, at and below 0; 0 above the clip or upper bound), times
+        1 - qnoise_factor without use_ste."""
+        return _ext.qkeras_relu(self._input(x), self._config(False, None), True, None)
+
+    def __str__(self) -> str:
+        flags = [str(self.bits), _integer_str(self.integer)]
+        if self.use_sigmoid or self.use_stochastic_rounding:
+            flags.append(str(int(self.use_sigmoid)))
+        if self.negative_slope:
+            flags.append(str(self.negative_slope))
+        if self.use_stochastic_rounding:
+            flags.append(str(int(self.use_stochastic_rounding)))
+        return "quantized_relu(" + ",".join(flags) + ")"
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def max(self) -> Any:
+        if self.bits - (self.negative_slope != 0.0) > 0:
+            return max(1.0, np.array(_pow2_float32(self.integer), dtype=np.float32))
+        return 1.0
+
+    def min(self) -> Any:
+        if self.negative_slope == 0.0:
+            return 0.0
+        if self.bits - 1 > 0:
+            return min(-0.0, -self.negative_slope * np.array(_pow2_float32(self.integer), dtype=np.float32))
+        return -1.0
+
+    def range(self) -> np.ndarray:
+        if self.use_sigmoid != 0 or self.negative_slope != 0:
+            raise ValueError("range(): only defined for use_sigmoid=0 and negative_slope=0")
+        x = np.asarray(range(2 ** int(self.bits)))
+        exponent = np.float32(-self.bits) + np.float32(self.integer)
+        return x * np.array(_pow2_float32(exponent), dtype=np.float32)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "quantized_relu":
+        return cls(**config)
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "bits": _to_json(self.bits),
+            "integer": _to_json(self.integer),
+            "use_sigmoid": _to_json(self.use_sigmoid),
+            "negative_slope": _to_json(self.negative_slope),
+            "use_stochastic_rounding": _to_json(self.use_stochastic_rounding),
+            "relu_upper_bound": _to_json(self.relu_upper_bound),
+            "qnoise_factor": _to_json(self.qnoise_factor),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+class quantized_linear(_Quantizer):  # noqa: N801
+    """QKeras' linear quantizer (see polyquant::qkeras::quantized_linear for the math)."""
+
+    ALPHA_STRING_OPTIONS = ("auto", "auto_po2")
+
+    def __init__(self, bits: Any = 8, integer: Any = 0, symmetric: Any = 1, keep_negative: Any = True, alpha: Any = None,
+                 use_stochastic_rounding: Any = False, scale_axis: Any = None, qnoise_factor: Any = 1.0,
+                 var_name: Any = None, use_variables: Any = False, *, epsilon: Any = 1e-7,
+                 image_data_format: str = "channels_last", seed: Any = 0) -> None:
+        super().__init__(qnoise_factor, var_name, use_variables, epsilon, image_data_format, seed)
+        _number(bits, "bits")
+        _number(integer, "integer")
+        if bits <= 0:
+            raise ValueError(f"bits: Bit count {bits} must be positive")
+        if isinstance(alpha, str):
+            if alpha not in self.ALPHA_STRING_OPTIONS:
+                raise ValueError(f"alpha: invalid alpha '{alpha}' for auto alpha computation. "
+                                 f"Must be one of {list(self.ALPHA_STRING_OPTIONS)}")
+        elif alpha is not None:
+            _alpha_array(alpha)
+        self._bits = bits
+        self._integer = integer
+        self._keep_negative = keep_negative
+        self._use_stochastic_rounding = use_stochastic_rounding
+        self._scale_axis = _scale_axis(scale_axis)
+        self.alpha = alpha
+        self.symmetric = symmetric
+        self.quantization_scale = self.default_quantization_scale
+
+    bits = property(lambda self: self._bits)
+    integer = property(lambda self: self._integer)
+    keep_negative = property(lambda self: self._keep_negative)
+    use_stochastic_rounding = property(lambda self: self._use_stochastic_rounding)
+    scale_axis = property(lambda self: self._scale_axis)
+
+    @property
+    def auto_alpha(self) -> bool:
+        return isinstance(self.alpha, str)
+
+    @property
+    def use_sign_function(self) -> bool:
+        return bool((self.bits == 1.0) and self.keep_negative)
+
+    @property
+    def data_type_scale(self) -> np.float32:
+        e = (np.float32(self.integer) - np.float32(self.bits)) + np.float32(bool(self.keep_negative))
+        return _pow2_float32(e)
+
+    @property
+    def default_quantization_scale(self) -> Any:
+        if self.alpha is not None and not self.auto_alpha:
+            return _alpha_array(self.alpha) * self.data_type_scale
+        return self.data_type_scale
+
+    @property
+    def scale(self) -> Any:
+        return np.asarray(self.quantization_scale, dtype=np.float32) / self.data_type_scale
+
+    def get_clip_bounds(self) -> tuple[np.float32, np.float32]:
+        if self.use_sign_function:
+            return np.float32(-0.5), np.float32(0.5)
+        u = _pow2_float32(self.bits - self.keep_negative)
+        clip_min = np.float32(bool(self.keep_negative)) * (-u + np.float32(self.symmetric))
+        clip_max = u - np.float32(1.0)
+        return np.float32(clip_min), np.float32(clip_max)
+
+    def _config(self, training: bool, seed: Any) -> dict[str, Any]:
+        c = {
+            "bits": float(self.bits),
+            "integer": float(self.integer),
+            "symmetric": bool(self.symmetric),
+            "keep_negative": bool(self.keep_negative),
+            "alpha_kind": "none" if self.alpha is None else self.alpha if self.auto_alpha else "value",
+            "use_stochastic_rounding": bool(self.use_stochastic_rounding),
+            "scale_axis": self.scale_axis,
+        }
+        c.update(self._common_config(training, seed))
+        return c
+
+    def _operand(self) -> Any:
+        if self.alpha is None or self.auto_alpha:
+            return None
+        return _alpha_array(self.alpha)
+
+    def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
+        if not self.built:
+            self.build(var_name=self.var_name, use_variables=self.use_variables)
+        result, qs = _ext.qkeras_linear(self._input(x), self._operand(), self._config(training, seed), False, as_out(out))
+        self.quantization_scale = qs
+        return result
+
+    def gradient(self, x: Any) -> np.ndarray:
+        """d q(x) / dx = (1 - qnoise_factor) + qnoise_factor * [clip_min <= x / s <= clip_max]."""
+        result, _ = _ext.qkeras_linear(self._input(x), self._operand(), self._config(False, None), True, None)
+        return result
+
+    def max(self) -> Any:
+        _, clip_max = self.get_clip_bounds()
+        return clip_max * np.asarray(self.quantization_scale, dtype=np.float32)
+
+    def min(self) -> Any:
+        clip_min, _ = self.get_clip_bounds()
+        return clip_min * np.asarray(self.quantization_scale, dtype=np.float32)
+
+    def range(self) -> np.ndarray:
+        """Every representable value: s * [0, 1, ..., clip_max, clip_min, ..., -1] (the sign
+        function: [max, min]), broadcast as QKeras does; where QKeras cannot broadcast a per-channel
+        scale against the levels, the levels form a last axis."""
+        qs = np.asarray(self.quantization_scale, dtype=np.float32)
+        if self.use_sign_function:
+            return np.asarray([self.max(), self.min()], dtype=np.float32)
+        clip_min, clip_max = self.get_clip_bounds()
+        levels = np.concatenate([np.arange(int(clip_max) + 1), np.arange(int(clip_min), 0)]).astype(np.float32)
+        with np.errstate(all="ignore"):  # TensorFlow multiplies an inf scale by 0 silently
+            try:
+                np.broadcast_shapes(qs.shape, levels.shape)
+            except ValueError:
+                return np.multiply.outer(qs, levels)  # QKeras cannot broadcast these: levels on a last axis
+            return qs * levels  # QKeras: quantization_scale * levels, numpy broadcasting
+
+    def __str__(self) -> str:
+        flags = [str(int(self.bits)), str(int(self.integer)), str(int(self.symmetric))]
+        if not self.keep_negative:
+            flags.append("keep_negative=False")
+        if self.auto_alpha:
+            flags.append("alpha='" + self.alpha + "'")
+        elif self.alpha is not None:
+            flags.append("alpha=" + str(np.array(self.alpha)))
+        if self.use_stochastic_rounding:
+            flags.append("use_stochastic_rounding=" + str(int(self.use_stochastic_rounding)))
+        return "quantized_linear(" + ",".join(flags) + ")"
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _set_trainable_parameter(self) -> None:
+        if self.alpha is None:
+            self.alpha = "auto_po2"
+            self.symmetric = True
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "quantized_linear":
+        return cls(**config)
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "bits": _to_json(self.bits),
+            "integer": _to_json(self.integer),
+            "symmetric": _to_json(self.symmetric),
+            "alpha": _to_json(self.alpha),
+            "keep_negative": _to_json(self.keep_negative),
+            "use_stochastic_rounding": _to_json(self.use_stochastic_rounding),
+            "qnoise_factor": _to_json(self.qnoise_factor),
+        }
+
+
+_QUANTIZERS = {"quantized_bits": quantized_bits, "quantized_relu": quantized_relu, "quantized_linear": quantized_linear}
+
+
+def get_quantizer(identifier: Any) -> Any:
+    """A quantizer from its string form ("quantized_bits(8,0,1)"), a config dict
+    ({"class_name": ..., "config": {...}}) or itself, as QKeras' get_quantizer for these three."""
+    if identifier is None or isinstance(identifier, _Quantizer):
+        return identifier
+    if isinstance(identifier, dict):
+        return _QUANTIZERS[identifier["class_name"]].from_config(identifier["config"])
+    if isinstance(identifier, str):
+        m = re.fullmatch(r"\s*(\w+)\s*\((.*)\)\s*", identifier)
+        name = m.group(1) if m else identifier.strip()
+        if name not in _QUANTIZERS:
+            raise ValueError(f"identifier: unknown quantizer {identifier!r}; known: {sorted(_QUANTIZERS)}")
+        if not m:
+            return _QUANTIZERS[name]()
+        import ast
+
+        call = ast.parse(f"f({m.group(2)})", mode="eval").body
+        args = [ast.literal_eval(a) for a in call.args]  # type: ignore[attr-defined]
+        kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}  # type: ignore[attr-defined]
+        return _QUANTIZERS[name](*args, **kwargs)
+    raise TypeError(f"identifier: expected a string, dict or quantizer, got {type(identifier).__name__}")

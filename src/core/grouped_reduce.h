@@ -1,0 +1,170 @@
+// Grouped reductions: per-channel / per-block statistics of a C-contiguous float32 tensor, the
+// reductions behind data-dependent scales (QKeras' auto/auto_po2 scales now; AIMET's per-channel
+// and blockwise encodings next).
+//
+// A GroupedLayout maps every element of a tensor to a group: each dimension either keeps its
+// index (it selects the group) or is reduced over; a kept dimension of length N may be split into
+// [N / e, e] with the inner e reduced, so e consecutive channels share a group (blocks). An
+// optional auxiliary operand (the current scale of an iterative search) is read through its own
+// broadcast strides.
+//
+// Determinism: every group is accumulated in the C order of its elements by exactly one thread,
+// so results do not depend on the thread count. When some dimension is kept, threads split the
+// first kept dimension (groups are disjoint across threads); when everything is reduced into one
+// group, the outermost dimension is cut into chunks whose size depends only on the shape, each
+// chunk's partial result is combined in chunk order.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/parallel.h"
+#include "polyquant/tensor.h"
+
+namespace polyquant::detail {
+
+inline constexpr int kMaxGroupedRank = 2 * kMaxRank;
+
+struct GroupedLayout {
+  int rank = 0;
+  std::array<std::int64_t, kMaxGroupedRank> shape{};
+  std::array<std::int64_t, kMaxGroupedRank> x_stride{};      // C-contiguous strides of x
+  std::array<std::int64_t, kMaxGroupedRank> group_stride{};  // 0 for reduced dimensions
+  std::array<std::int64_t, kMaxGroupedRank> aux_stride{};    // 0 where the auxiliary operand broadcasts
+  std::int64_t num_groups = 1;
+  std::int64_t group_size = 1;  // elements per group
+  std::int64_t numel = 1;
+};
+
+// The layout of a tensor of `shape` whose dimension d is kept when keep[d], split into blocks of
+// block[d] (> 0; 1 = no split) when kept. Groups are numbered in C order of the kept (blocked)
+// indices. `aux_shape`/`aux` describe the auxiliary operand's broadcast shape (rank <= shape.rank,
+// right-aligned, numpy rules); pass an empty Dims for none.
+inline GroupedLayout make_grouped_layout(const Dims& shape, const std::vector<bool>& keep, const std::vector<std::int64_t>& block,
+                                         const Dims& aux_shape) {
+  GroupedLayout L;
+  const int r = shape.rank;
+  const Dims aux_strides = contiguous_strides(aux_shape);
+  std::int64_t x_stride = 1;
+  std::array<std::int64_t, kMaxGroupedRank> shape_rev{}, xs_rev{}, kept_rev{}, aux_rev{};
+  std::array<bool, kMaxGroupedRank> kept_flag{};
+  int n = 0;
+  // Build from the innermost dimension outwards, then reverse.
+  for (int d = r - 1; d >= 0; --d) {
+    const std::int64_t len = shape[d];
+    const int ad = d - (r - aux_shape.rank);
+    const std::int64_t as = (ad < 0 || aux_shape[ad] == 1) ? 0 : aux_strides[ad];
+    const std::int64_t b = keep[static_cast<std::size_t>(d)] ? block[static_cast<std::size_t>(d)] : 1;
+    if (keep[static_cast<std::size_t>(d)] && b > 1) {
+      // [len / b (kept), b (reduced)]: inner first (reversed order)
+      shape_rev[n] = b; xs_rev[n] = x_stride; kept_flag[n] = false; aux_rev[n] = as; ++n;
+      shape_rev[n] = len / b; xs_rev[n] = x_stride * b; kept_flag[n] = true; aux_rev[n] = as * b; ++n;
+    } else {
+      shape_rev[n] = len; xs_rev[n] = x_stride; kept_flag[n] = keep[static_cast<std::size_t>(d)]; aux_rev[n] = as; ++n;
+    }
+    x_stride *= len;
+  }
+  std::int64_t g = 1;
+  for (int i = 0; i < n; ++i) {
+    kept_rev[i] = kept_flag[i] ? g : 0;
+    if (kept_flag[i]) g *= shape_rev[i];
+  }
+  L.rank = n;
+  L.num_groups = g;
+  L.numel = x_stride;
+  for (int i = 0; i < n; ++i) {
+    L.shape[n - 1 - i] = shape_rev[i];
+    L.x_stride[n - 1 - i] = xs_rev[i];
+    L.group_stride[n - 1 - i] = kept_rev[i];
+    L.aux_stride[n - 1 - i] = aux_rev[i];
+  }
+  L.group_size = g == 0 ? 0 : x_stride / g;
+  if (n == 0) {  // a 0-d tensor: one element, one group
+    L.rank = 1;
+    L.shape[0] = 1;
+    L.x_stride[0] = 1;
+    L.group_stride[0] = 0;
+    L.aux_stride[0] = 0;
+    L.group_size = 1;
+    L.numel = 1;
+  }
+  return L;
+}
+
+// Runs `reducer` over every element: reducer.row(acc + g0, group_stride, x + x0, aux + a0,
+// aux_stride, n) folds a run of n elements along the innermost dimension (x stride 1) into the
+// accumulators of its groups; reducer.merge(into, from) folds partial results (single-group case).
+// Each thread holds a Reducer::ThreadEnv (a scoped floating-point environment) over its share. `acc` holds num_groups accumulators, initialised by the caller.
+template <class Reducer>
+void grouped_reduce(const float* x, const float* aux, const GroupedLayout& L, const Reducer& reducer,
+                    typename Reducer::Acc* acc) {
+  using Acc = typename Reducer::Acc;
+  if (L.numel == 0) return;
+  const int r = L.rank;
+  const int inner = r - 1;
+  // Walks dims [0, inner) as an odometer with dimension `split` limited to [lo, hi), calling the
+  // row fold on each innermost run.
+  auto walk = [&](int split, std::int64_t lo, std::int64_t hi, Acc* accs) {
+    std::array<std::int64_t, kMaxGroupedRank> idx{};
+    for (int d = 0; d < r; ++d) idx[static_cast<std::size_t>(d)] = d == split ? lo : 0;
+    const std::int64_t inner_lo = split == inner ? lo : 0;
+    const std::int64_t inner_hi = split == inner ? hi : L.shape[static_cast<std::size_t>(inner)];
+    if (inner_hi <= inner_lo) return;
+    for (;;) {
+      std::int64_t xo = inner_lo * L.x_stride[static_cast<std::size_t>(inner)];
+      std::int64_t go = inner_lo * L.group_stride[static_cast<std::size_t>(inner)];
+      std::int64_t ao = inner_lo * L.aux_stride[static_cast<std::size_t>(inner)];
+      for (int d = 0; d < inner; ++d) {
+        xo += idx[static_cast<std::size_t>(d)] * L.x_stride[static_cast<std::size_t>(d)];
+        go += idx[static_cast<std::size_t>(d)] * L.group_stride[static_cast<std::size_t>(d)];
+        ao += idx[static_cast<std::size_t>(d)] * L.aux_stride[static_cast<std::size_t>(d)];
+      }
+      reducer.row(accs + go, L.group_stride[static_cast<std::size_t>(inner)], x + xo, aux == nullptr ? nullptr : aux + ao,
+                  L.aux_stride[static_cast<std::size_t>(inner)], inner_hi - inner_lo);
+      int d = inner - 1;
+      for (; d >= 0; --d) {
+        const std::int64_t end = d == split ? hi : L.shape[static_cast<std::size_t>(d)];
+        if (++idx[static_cast<std::size_t>(d)] < end) break;
+        idx[static_cast<std::size_t>(d)] = d == split ? lo : 0;
+      }
+      if (d < 0) return;
+    }
+  };
+  int split = -1;
+  for (int d = 0; d < r; ++d) {
+    if (L.group_stride[static_cast<std::size_t>(d)] != 0 && L.shape[static_cast<std::size_t>(d)] > 1) {
+      split = d;
+      break;
+    }
+  }
+  if (split >= 0) {
+    // Elements per index of the split dimension: the grain keeps each task at >= 64 Ki elements.
+    const std::int64_t per_index = L.numel / L.shape[static_cast<std::size_t>(split)];
+    const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(per_index, 1));
+    parallel_for(L.shape[static_cast<std::size_t>(split)], grain, [&](std::int64_t lo, std::int64_t hi) {
+      const typename Reducer::ThreadEnv env;
+      walk(split, lo, hi, acc);
+    });
+    return;
+  }
+  // One group (or kept dimensions of length 1): chunks of the outermost dimension, sized from the
+  // shape alone, each folded into its own partial, combined in chunk order.
+  const std::int64_t outer = L.shape[0];
+  const std::int64_t per_index = L.numel / std::max<std::int64_t>(outer, 1);
+  const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(per_index, 1));
+  const std::int64_t chunks = (outer + chunk - 1) / chunk;
+  std::vector<Acc> partials(static_cast<std::size_t>(chunks * L.num_groups), acc[0]);
+  parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+    const typename Reducer::ThreadEnv env;
+    for (std::int64_t c = c0; c < c1; ++c) {
+      walk(0, c * chunk, std::min(outer, (c + 1) * chunk), partials.data() + c * L.num_groups);
+    }
+  });
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    for (std::int64_t g = 0; g < L.num_groups; ++g) reducer.merge(acc[g], partials[static_cast<std::size_t>(c * L.num_groups + g)]);
+  }
+}
+
+}  // namespace polyquant::detail

@@ -1,0 +1,158 @@
+// The row driver shared by every float32 SIMD kernel: the vector forms of numpy's sign and of the
+// rounding modes, the output policies, and for_each_vector, which walks a row (contiguous or
+// broadcast operands) a vector at a time. Written once against the `Vec` vocabulary and compiled
+// per kernel set inside that set's namespace. Include after defining `Vec`.
+//
+// Guarded per kernel set: several kernel files of one set may include it into the same namespace.
+#ifndef POLYQUANT_ROW_LOOP_INCLUDED
+#define POLYQUANT_ROW_LOOP_INCLUDED
+
+// Vector bodies are lambdas; they must be inlined into the row loop or every vector pays a call.
+#define POLYQUANT_ALWAYS_INLINE __attribute__((always_inline))
+
+// numpy.sign in vector form: +1, -1, +0 for zeros, NaN for NaN.
+inline Vec::F sign_v(Vec::F x) {
+  const Vec::F zero = Vec::zero();
+  Vec::F s = Vec::select(Vec::isnan(x), x, zero);
+  s = Vec::select(Vec::lt(x, zero), Vec::splat(-1.0f), s);
+  return Vec::select(Vec::gt(x, zero), Vec::splat(1.0f), s);
+}
+
+template <RoundingMode kMode>
+inline Vec::F round_v(Vec::F x) {
+  if constexpr (kMode == RoundingMode::kHalfEven) {
+    return Vec::rint(x);
+  } else if constexpr (kMode == RoundingMode::kCeil) {
+    return Vec::ceil(x);
+  } else if constexpr (kMode == RoundingMode::kFloor) {
+    return Vec::floor(x);
+  } else if constexpr (kMode == RoundingMode::kUp) {
+    return Vec::mul(sign_v(x), Vec::ceil(Vec::abs(x)));
+  } else if constexpr (kMode == RoundingMode::kDown) {
+    return Vec::trunc(x);
+  } else if constexpr (kMode == RoundingMode::kHalfUp) {
+    return Vec::mul(sign_v(x), Vec::floor(Vec::add(Vec::abs(x), Vec::splat(0.5f))));
+  } else {
+    return Vec::mul(sign_v(x), Vec::ceil(Vec::sub(Vec::abs(x), Vec::splat(0.5f))));
+  }
+}
+
+// How a row's results are stored. FloatOut: the body returns the float32 result vector.
+// WideProductOut: the body returns two float32 vectors whose product is the result, stored as
+// float64 (the product of two floats is exact in double: the reference's float64 outputs).
+struct FloatOut {
+  using T = float;
+  using Result = Vec::F;
+  static constexpr bool kCanStream = true;
+  static void store(float* p, const Result& r) { Vec::storeu(p, r); }
+  static void stream(float* p, const Result& r) { Vec::stream(p, r); }
+};
+struct WideProduct {
+  Vec::F a, b;
+};
+struct WideProductOut {
+  using T = double;
+  using Result = WideProduct;
+  static constexpr bool kCanStream = false;
+  static void store(double* p, const Result& r) { Vec::store_product_f64(p, r.a, r.b); }
+  static void stream(double* p, const Result& r) { store(p, r); }
+};
+// ScaledOut<T>: the body returns float32 values c, stored as c * factor computed in float64 (then
+// rounded to float32 for a float32 output): the product with a weak Python-float scale that
+// float32 does not hold (FloatQuantParams::product_scale).
+template <class OutT>
+struct ScaledOut {
+  using T = OutT;
+  using Result = Vec::F;
+  static constexpr bool kCanStream = false;
+  double factor;
+  void store(T* p, const Result& r) const {
+    if constexpr (std::is_same_v<T, double>) Vec::store_scaled_f64(p, r, factor);
+    else Vec::store_scaled_f32(p, r, factor);
+  }
+  void stream(T* p, const Result& r) const { store(p, r); }
+};
+
+// Drives a row: loads kN operands (contiguous or broadcast), applies `body` to whole vectors and
+// stores. Partial vectors (the tail, and the head peeled for aligned streaming stores) go through
+// the same body on a zero-padded copy, so every element sees identical arithmetic. Any operand may
+// be broadcast, x included (a zero-stride x: every element is the same value).
+template <int kN, class Out = FloatOut, class Body>
+POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& body, const Out& policy = Out{}) {
+  using T = typename Out::T;
+  constexpr int L = Vec::kLanes;
+  const float* src[kN];
+  Vec::F splats[kN];
+  for (int k = 0; k < kN; ++k) {
+    src[k] = a.input<float>(k);
+    splats[k] = Vec::splat(src[k][0]);
+  }
+  T* out = static_cast<T*>(a.out);
+  const std::int64_t n = a.n;
+
+  auto partial = [&](std::int64_t j, std::int64_t count) {
+    alignas(64) float buf[kN][L];
+    alignas(64) T res[L];
+    Vec::F v[kN];
+    for (int k = 0; k < kN; ++k) {
+      if (a.is_broadcast(k)) {
+        v[k] = splats[k];
+        continue;
+      }
+      for (int l = 0; l < L; ++l) buf[k][l] = l < count ? src[k][j + l] : 0.0f;
+      v[k] = Vec::loadu(buf[k]);
+    }
+    policy.store(res, body(v));
+    for (std::int64_t l = 0; l < count; ++l) out[j + l] = res[l];
+  };
+
+  std::int64_t j = 0;
+  const bool stream = Out::kCanStream && a.stream && (reinterpret_cast<std::uintptr_t>(out) % sizeof(T)) == 0;
+  if (stream) {
+    const std::uintptr_t misalign = reinterpret_cast<std::uintptr_t>(out) % (L * sizeof(T));
+    if (misalign != 0) {
+      const std::int64_t head = std::min<std::int64_t>(n, (L * sizeof(T) - misalign) / sizeof(T));
+      partial(0, head);
+      j = head;
+    }
+  }
+  Vec::F v[kN];
+  constexpr std::uint32_t kAllMask = (1u << kN) - 1u;
+  constexpr std::uint32_t kParamsMask = kAllMask & ~1u;
+  if ((a.broadcast_mask & kAllMask) == kAllMask) {
+    // Every operand, x included, is one value (a zero-stride x: np.broadcast_to, torch expand(),
+    // a 0-d x against zero-stride parameters): one result fills the row.
+    for (int k = 0; k < kN; ++k) v[k] = splats[k];
+    const typename Out::Result r = body(v);
+    if (stream) {
+      for (; j + L <= n; j += L) policy.stream(out + j, r);
+    } else {
+      for (; j + L <= n; j += L) policy.store(out + j, r);
+    }
+  } else if ((a.broadcast_mask & kAllMask) == kParamsMask) {
+    // Per-tensor and per-channel rows, the common case: parameters stay in registers.
+    for (int k = 1; k < kN; ++k) v[k] = splats[k];
+    if (stream) {
+      for (; j + L <= n; j += L) {
+        v[0] = Vec::loadu(src[0] + j);
+        policy.stream(out + j, body(v));
+      }
+    } else {
+      for (; j + L <= n; j += L) {
+        v[0] = Vec::loadu(src[0] + j);
+        policy.store(out + j, body(v));
+      }
+    }
+  } else {
+    for (; j + L <= n; j += L) {
+      for (int k = 0; k < kN; ++k) v[k] = a.is_broadcast(k) ? splats[k] : Vec::loadu(src[k] + j);
+      const typename Out::Result r = body(v);
+      if (stream) policy.stream(out + j, r);
+      else policy.store(out + j, r);
+    }
+  }
+  if (j < n) partial(j, n - j);
+  if (stream) Vec::fence();
+}
+
+#endif  // POLYQUANT_ROW_LOOP_INCLUDED
