@@ -58,6 +58,7 @@ struct QkBitsAutoParams {
   float half_levels = 0;       // 2^(bits - 1) - 1, the largest integer magnitude
   QkBlend blend;
   bool gradient = false;
+  bool level_only = false;     // write the integer level z (the least-squares rounds' input)
 };
 
 // ---- quantized_relu: operand x ---------------------------------------------------------------
@@ -89,6 +90,7 @@ struct QkLinearParams {
   QkBlend blend;
   QkStochastic stochastic;
   bool gradient = false;
+  bool level_only = false;     // write the level round_through(c - shift) + shift
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
@@ -156,6 +158,7 @@ inline float qk_bits_auto_element(float x, float s, const QkBitsAutoParams& p) {
   if (p.gradient) return p.blend.use_ste ? 1.0f : p.blend.one_minus_q;
   const float xs = x / p.m_i;
   const float z = qk_bits_auto_level(xs, s, p.half_levels);
+  if (p.level_only) return z;
   const float scale = s * p.m;
   const float full = p.m_i * xs;
   const float xq = scale * ((p.m_i * z) / p.m);
@@ -224,6 +227,7 @@ inline float qk_linear_element(float x, float s, const QkLinearParams& p, std::u
     const float inside = (xs >= p.clip_min && xs <= p.clip_max) ? 1.0f : 0.0f;
     return p.blend.one_minus_q + p.blend.q * inside;
   }
+  if (p.level_only) return qk_linear_level(x, s, p, index);
   const float xq = qk_linear_level(x, s, p, index) * s;
   return x + p.blend.q * (xq - x);
 }

@@ -213,25 +213,62 @@ struct MaxReducer {
   void merge(float& into, float from) const { into = fold(into, from); }
 };
 
-// Sums of x*z and z*z over a group, each product rounded to float32 (tf.multiply) and summed in
-// float64. `level(x, s, index)` returns {value used for x, z}.
+// Sums of v*z and z*z over a group (v = x / divisor for quantized_bits' xs, x for
+// quantized_linear), each product rounded to float32 (tf.multiply) and summed in float64. The level
+// z of a run comes from the quantizer's own kernel in level mode (the dispatched kernel set), a
+// block at a time; a run's flat index (for stochastic levels) is its offset from `base`.
 struct LeastSquaresAcc {
   double xz = 0, zz = 0;
 };
-template <class Level>
 struct LeastSquaresReducer {
   using Acc = LeastSquaresAcc;
-  Level level;
   using ThreadEnv = detail::ScopedFlushDenormals;  // TensorFlow's flush rule on every thread
+  detail::RowKernel level_kernel = nullptr;
+  const void* level_params = nullptr;
+  bool divide = false;
+  float divisor = 1.0f;
+  const float* base = nullptr;
+
   void row(Acc* acc, std::int64_t group_stride, const float* x, const float* aux, std::int64_t aux_stride, std::int64_t n) const {
-    if (group_stride == 0) {
-      // Eight interleaved partial sums in a fixed pattern: the same order on every run.
-      double xz[8] = {}, zz[8] = {};
-      for (std::int64_t j = 0; j < n; ++j) {
-        const auto [v, z] = level(x[j], aux[j * aux_stride]);
-        xz[j & 7] += static_cast<double>(v * z);
-        zz[j & 7] += static_cast<double>(z * z);
+    constexpr std::int64_t kBlock = 1024;
+    alignas(64) float z[kBlock];
+    alignas(64) float gathered[kBlock];
+    double xz[8] = {}, zz[8] = {};
+    for (std::int64_t b = 0; b < n; b += kBlock) {
+      const std::int64_t m = std::min(kBlock, n - b);
+      detail::RowArgs a;
+      a.in[0] = x + b;
+      if (aux_stride == 0) {
+        a.in[1] = aux;
+        a.broadcast_mask = 2u;
+      } else if (aux_stride == 1) {
+        a.in[1] = aux + b;
+      } else {
+        for (std::int64_t k = 0; k < m; ++k) gathered[k] = aux[(b + k) * aux_stride];
+        a.in[1] = gathered;
       }
+      a.out = z;
+      a.n = m;
+      a.index = (x + b) - base;
+      level_kernel(level_params, a);
+      const float* xb = x + b;
+      if (group_stride == 0) {
+        // Eight interleaved partial sums in a fixed pattern: the same order on every run.
+        for (std::int64_t k = 0; k < m; ++k) {
+          const float v = divide ? xb[k] / divisor : xb[k];
+          xz[k & 7] += static_cast<double>(v * z[k]);
+          zz[k & 7] += static_cast<double>(z[k] * z[k]);
+        }
+      } else {
+        Acc* ab = acc + b * group_stride;
+        for (std::int64_t k = 0; k < m; ++k) {
+          const float v = divide ? xb[k] / divisor : xb[k];
+          ab[k * group_stride].xz += static_cast<double>(v * z[k]);
+          ab[k * group_stride].zz += static_cast<double>(z[k] * z[k]);
+        }
+      }
+    }
+    if (group_stride == 0) {
       double sxz = 0, szz = 0;
       for (int k = 0; k < 8; ++k) {
         sxz += xz[k];
@@ -239,33 +276,6 @@ struct LeastSquaresReducer {
       }
       acc[0].xz += sxz;
       acc[0].zz += szz;
-    } else {
-      for (std::int64_t j = 0; j < n; ++j) {
-        const auto [v, z] = level(x[j], aux[j * aux_stride]);
-        acc[j * group_stride].xz += static_cast<double>(v * z);
-        acc[j * group_stride].zz += static_cast<double>(z * z);
-      }
-    }
-  }
-  void merge(Acc& into, const Acc& from) const {
-    into.xz += from.xz;
-    into.zz += from.zz;
-  }
-};
-
-// Least-squares sums of quantized_linear's training-mode rounds: each element's stochastic level
-// needs its flat index, recovered from its address in the C-contiguous x.
-struct StochasticLinearReducer {
-  using Acc = LeastSquaresAcc;
-  const detail::QkLinearParams* p;
-  const float* base;
-  using ThreadEnv = detail::ScopedFlushDenormals;  // TensorFlow's flush rule on every thread
-  void row(Acc* acc, std::int64_t gs, const float* xr, const float* aux, std::int64_t as, std::int64_t n) const {
-    const auto first = static_cast<std::uint64_t>(xr - base);
-    for (std::int64_t j = 0; j < n; ++j) {
-      const float z = detail::qk_linear_level(xr[j], aux[j * as], *p, first + static_cast<std::uint64_t>(j));
-      acc[j * gs].xz += static_cast<double>(xr[j] * z);
-      acc[j * gs].zz += static_cast<double>(z * z);
     }
   }
   void merge(Acc& into, const Acc& from) const {
@@ -477,11 +487,18 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
   for (int round = 0; round < 5; ++round) {
     const detail::GroupedLayout L = detail::make_grouped_layout(shape, ls.keep, ls.block, s.shape);
     std::vector<LeastSquaresAcc> sums(static_cast<std::size_t>(L.num_groups));
-    auto level = [m_i, half_levels_f](float xv, float sv) {
-      const float xs = xv / m_i;
-      return std::pair<float, float>{xs, detail::qk_bits_auto_level(xs, sv, half_levels_f)};
-    };
-    detail::grouped_reduce(x, s.values.data(), L, LeastSquaresReducer<decltype(level)>{level}, sums.data());
+    detail::QkBitsAutoParams level_params;
+    level_params.m = c.m;
+    level_params.m_i = m_i;
+    level_params.half_levels = half_levels_f;
+    level_params.level_only = true;
+    LeastSquaresReducer reducer;
+    reducer.level_kernel = detail::best_kernel(KernelOp::kQkBitsAuto, WorkType::kF32);
+    reducer.level_params = &level_params;
+    reducer.divide = true;
+    reducer.divisor = m_i;
+    reducer.base = x;
+    detail::grouped_reduce(x, s.values.data(), L, reducer, sums.data());
     ScaleArray next = least_squares_po2(sums, L, shape, ls.keep, ls.block, eps, clip);
     const bool converged = next.same_bits(s);
     s = std::move(next);
@@ -726,6 +743,7 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
   const int rank = x.shape.rank;
   const LsLayout ls{rank <= 1 ? std::vector<bool>(static_cast<std::size_t>(rank), true) : keep, no_blocks(rank)};
   detail::QkLinearParams level_params;
+  level_params.level_only = true;
   level_params.clip_min = c.clip_min;
   level_params.clip_max = c.clip_max;
   level_params.shift = c.shift;
@@ -742,17 +760,12 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
     level_params.stochastic.stream = static_cast<std::uint32_t>(round + 1);
     const detail::GroupedLayout L = detail::make_grouped_layout(x.shape, ls.keep, ls.block, s.shape);
     std::vector<LeastSquaresAcc> sums(static_cast<std::size_t>(L.num_groups));
-    // The stochastic draws of a round are keyed by the element's flat index: the reducer's rows
-    // are walked in C order, so the index is recovered from the pointer.
-    const float* base = xf;
-    auto level = [&level_params, base](float xv, float sv) {
-      return std::pair<float, float>{xv, detail::qk_linear_level(xv, sv, level_params, 0)};
-    };
-    if (level_params.stochastic.enabled) {
-      detail::grouped_reduce(xf, s.values.data(), L, StochasticLinearReducer{&level_params, base}, sums.data());
-    } else {
-      detail::grouped_reduce(xf, s.values.data(), L, LeastSquaresReducer<decltype(level)>{level}, sums.data());
-    }
+    // Stochastic levels (training) are keyed by the element's flat index and the round.
+    LeastSquaresReducer reducer;
+    reducer.level_kernel = detail::best_kernel(KernelOp::kQkLinear, WorkType::kF32);
+    reducer.level_params = &level_params;
+    reducer.base = xf;
+    detail::grouped_reduce(xf, s.values.data(), L, reducer, sums.data());
     ScaleArray next = least_squares_po2(sums, L, x.shape, ls.keep, ls.block, eps, Po2Clip{});
     last = std::move(s);
     s = std::move(next);

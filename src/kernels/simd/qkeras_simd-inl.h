@@ -76,6 +76,14 @@ void qk_bits_auto_f32(const void* params, const RowArgs& a) {
   const BlendV blend(p.blend);
   const Vec::F m = Vec::splat(p.m), m_i = Vec::splat(p.m_i), half_levels = Vec::splat(p.half_levels);
   const Vec::F half = Vec::splat(0.5f);
+  if (p.level_only) {
+    for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      const Vec::F xs = Vec::div(v[0], m_i);
+      const Vec::F level = Vec::floor(Vec::add(Vec::div(Vec::abs(xs), v[1]), half));
+      return Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
+    });
+    return;
+  }
   for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
     const Vec::F xs = Vec::div(v[0], m_i);
     const Vec::F level = Vec::floor(Vec::add(Vec::div(Vec::abs(xs), v[1]), half));
@@ -146,9 +154,11 @@ void qk_linear_f32(const void* params, const RowArgs& a) {
   const ScopedFlushDenormals flush;
   const Vec::F clip_min = Vec::splat(p.clip_min), clip_max = Vec::splat(p.clip_max), shift = Vec::splat(p.shift);
   const Vec::F q = Vec::splat(p.blend.q);
+  const bool level_only = p.level_only;
   for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
     const Vec::F c = tf_clip_v(Vec::div(v[0], v[1]), clip_min, clip_max);
     const Vec::F level = Vec::add(round_through_v(Vec::sub(c, shift)), shift);
+    if (level_only) return level;
     const Vec::F xq = Vec::mul(level, v[1]);
     return Vec::add(v[0], Vec::mul(q, Vec::sub(xq, v[0])));
   });
