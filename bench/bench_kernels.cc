@@ -13,10 +13,10 @@ namespace {
 
 struct Buffers {
   std::vector<float> x, out, ones, zeros, sixteen, lo, hi, min_exp;
-  std::vector<double> max_value;
+  std::vector<double> max_value, sums;
   explicit Buffers(std::size_t n)
       : x(n), out(n), ones(1, 0.5f), zeros(1, 0.0f), sixteen(1, 16.0f), lo(1, -8.0f), hi(1, 7.0f), min_exp(1, -9.0f),
-        max_value(1, 448.0) {
+        max_value(1, 448.0), sums(2 * n) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> d(-20.0f, 20.0f);
     for (auto& v : x) v = d(rng);
@@ -60,7 +60,14 @@ void bench_kernel(benchmark::State& state, KernelEntry e) {
   QkLinearParams ql;
   ql.clip_min = -127.0f;
   ql.clip_max = 127.0f;
+  // Reductions, per element (a kept innermost dimension): bytes counted are still x read + 4 per
+  // element, for comparison with the elementwise kernels.
+  GroupMaxParams gm{true, true};
+  ProductSumsParams ps{true, true, 2.0f, 0.5f};
+  void* out = b.out.data();
   switch (e.op) {
+    case KernelOp::kGroupMax: params_ptr = &gm; break;
+    case KernelOp::kProductSums: a.in[1] = b.x.data(); params_ptr = &ps; out = b.sums.data(); break;
     case KernelOp::kQkBits: a.in[1] = b.ones.data(); a.broadcast_mask = 2; params_ptr = &qb; break;
     case KernelOp::kQkBitsAuto: a.in[1] = b.ones.data(); a.broadcast_mask = 2; params_ptr = &qa; break;
     case KernelOp::kQkRelu: params_ptr = &qr; break;
@@ -77,7 +84,7 @@ void bench_kernel(benchmark::State& state, KernelEntry e) {
       a.in[1] = b.ones.data(); a.in[2] = b.min_exp.data(); a.in[3] = b.max_value.data(); a.broadcast_mask = 14;
       params_ptr = &fq; break;
   }
-  a.out = b.out.data();
+  a.out = out;
   a.n = state.range(0);
   a.stream = state.range(0) * 4 >= (32 << 20);
   for (auto _ : state) {

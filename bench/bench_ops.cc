@@ -167,6 +167,105 @@ BENCHMARK(BM_trunc_v1)->Apply(params_args);
 BENCHMARK(BM_trunc_v2)->Apply(params_args);
 BENCHMARK(BM_float_quant)->Apply(params_args);
 
+
+// ---- QKeras quantizers (include/polyquant/qkeras.h) on a (4096, 16384) float32 tensor, channels
+// last: fixed alpha (one pass), alpha "auto" (a max pass, then the quantizing pass) and "auto_po2"
+// (a max pass, least-squares rounds until the scale is a fixed point, then the quantizing pass).
+// BM_read is the read-only pass those reductions are measured against (a sum, as x.sum()).
+const Dims kQkShape{4096, 16384};
+
+std::vector<float> make_normal_x() {
+  std::vector<float> x(static_cast<std::size_t>(kN));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
+void BM_read(benchmark::State& state) {
+  const std::vector<float> x = make_normal_x();
+  const int threads = runtime_info().num_threads;
+  std::vector<double> sums(static_cast<std::size_t>(threads));
+  for (auto _ : state) {
+    std::vector<std::thread> pool;
+    const std::size_t chunk = static_cast<std::size_t>(kN) / static_cast<std::size_t>(threads);
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const float* p = x.data() + chunk * static_cast<std::size_t>(t);
+        float acc[16] = {};
+        for (std::size_t i = 0; i < chunk; i += 16) {
+          for (int k = 0; k < 16; ++k) acc[k] += p[i + static_cast<std::size_t>(k)];
+        }
+        double s = 0;
+        for (float a : acc) s += a;
+        sums[static_cast<std::size_t>(t)] = s;
+      });
+    }
+    for (auto& th : pool) th.join();
+    benchmark::DoNotOptimize(sums.data());
+  }
+  set_bytes(state, 1);
+}
+BENCHMARK(BM_read)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+enum class QkAlpha { kFixed, kAuto, kAutoPo2 };
+
+void BM_qkeras_bits(benchmark::State& state) {
+  const auto kind = static_cast<QkAlpha>(state.range(0));
+  const std::vector<float> x = make_normal_x();
+  std::vector<float> out(static_cast<std::size_t>(kN));
+  std::vector<float> scale(16384);
+  qkeras::QuantizedBitsAttrs attrs;
+  attrs.alpha = kind == QkAlpha::kFixed ? qkeras::Alpha::kValue : kind == QkAlpha::kAuto ? qkeras::Alpha::kAuto : qkeras::Alpha::kAutoPo2;
+  if (kind != QkAlpha::kFixed) attrs.symmetric = true;
+  const float one = 1.0f;
+  const TensorView alpha(&one, DType::kFloat32, Dims{});
+  const MutableTensorView scale_out(scale.data(), DType::kFloat32, Dims{1, 16384});
+  for (auto _ : state) {
+    qkeras::quantized_bits(TensorView(x.data(), DType::kFloat32, kQkShape), alpha, attrs, {}, {},
+                           MutableTensorView(out.data(), DType::kFloat32, kQkShape), kind == QkAlpha::kFixed ? nullptr : &scale_out);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bytes(state, 2);
+}
+
+void BM_qkeras_linear(benchmark::State& state) {
+  const auto kind = static_cast<QkAlpha>(state.range(0));
+  const std::vector<float> x = make_normal_x();
+  std::vector<float> out(static_cast<std::size_t>(kN));
+  std::vector<float> scale(16384);
+  qkeras::QuantizedLinearAttrs attrs;
+  attrs.alpha = kind == QkAlpha::kFixed ? qkeras::Alpha::kValue : kind == QkAlpha::kAuto ? qkeras::Alpha::kAuto : qkeras::Alpha::kAutoPo2;
+  const float one = 1.0f;
+  const TensorView alpha(&one, DType::kFloat32, Dims{});
+  const MutableTensorView scale_out(scale.data(), DType::kFloat32, kind == QkAlpha::kFixed ? Dims{} : Dims{1, 16384});
+  for (auto _ : state) {
+    qkeras::quantized_linear(TensorView(x.data(), DType::kFloat32, kQkShape), alpha, attrs, {}, {},
+                             MutableTensorView(out.data(), DType::kFloat32, kQkShape), &scale_out);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bytes(state, 2);
+}
+
+void BM_qkeras_relu(benchmark::State& state) {
+  const std::vector<float> x = make_normal_x();
+  std::vector<float> out(static_cast<std::size_t>(kN));
+  const qkeras::QuantizedReluAttrs attrs;
+  for (auto _ : state) {
+    qkeras::quantized_relu(TensorView(x.data(), DType::kFloat32, kQkShape), attrs, {},
+                           MutableTensorView(out.data(), DType::kFloat32, kQkShape));
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bytes(state, 2);
+}
+
+void alpha_args(benchmark::internal::Benchmark* b) {
+  b->ArgName("alpha")->Arg(0)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_qkeras_bits)->Apply(alpha_args);
+BENCHMARK(BM_qkeras_linear)->Apply(alpha_args);
+BENCHMARK(BM_qkeras_relu)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace polyquant
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Python extension and the ONNX Runtime custom-op library with AddressSanitizer +
 # UndefinedBehaviorSanitizer (POLYQUANT_SANITIZE=ON) into ./.venv-asan, and runs a subset of the
-# pytest suite against them: the Python API, the QONNX ops, the ONNX Runtime custom ops and the
-# property-based differential test (a reduced example count). Any ASan report or UBSan finding
+# pytest suite against them: the Python API, the QONNX ops, the ONNX Runtime custom ops, the QKeras
+# quantizers and the property-based differential tests (a reduced example count). Any ASan report or UBSan finding
 # aborts the interpreter, which fails the run.
 #
 #   scripts/sanitize_python.sh [extra pytest args]
@@ -54,7 +54,7 @@ export POLYQUANT_HYPOTHESIS_SCALE=${POLYQUANT_HYPOTHESIS_SCALE:-0.25}
 # test_cli/test_example start subprocesses through the console script; the exhaustive and
 # benchmark-like tests only repeat what the unsanitized run covers. -p no:cacheprovider: the
 # sanitized run must not reorder the main run's tests.
-tests=${POLYQUANT_SANITIZE_TESTS:-"tests/python/test_api.py tests/python/test_qonnx_ops.py tests/python/test_ort.py tests/python/test_ort_models.py tests/python/test_properties.py"}
+tests=${POLYQUANT_SANITIZE_TESTS:-"tests/python/test_api.py tests/python/test_qonnx_ops.py tests/python/test_ort.py tests/python/test_ort_models.py tests/python/test_properties.py tests/python/test_qkeras_golden.py tests/python/test_qkeras_own.py tests/python/test_qkeras_training.py tests/python/test_qkeras_api.py tests/python/test_qkeras_properties.py"}
 echo "== pytest under ASan + UBSan: $tests"
 # shellcheck disable=SC2086
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider $tests "$@"

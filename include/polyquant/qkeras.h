@@ -70,6 +70,15 @@ struct ElementsPerScale {
   std::vector<std::int64_t> values;
 };
 
+// What the data-dependent scale search of an alpha="auto"/"auto_po2" call did: the passes it made
+// over x before the quantizing pass (benchmarks compare a call with that many reads plus a copy).
+// A least-squares round that returns its input scale bit for bit is a fixed point: QKeras'
+// remaining rounds would repeat it, so polyquant stops there.
+struct SearchInfo {
+  int max_passes = 0;            // 1 when the max-based starting scale was computed from x
+  int least_squares_rounds = 0;  // auto_po2 rounds run (at most 5; 1 for the sign function)
+};
+
 // ---------------------------------------------------------------------------------------------
 // quantized_bits(bits, integer, symmetric, keep_negative, alpha, use_stochastic_rounding,
 //                scale_axis, qnoise_factor, use_ste, elements_per_scale, min_po2_exponent,
@@ -112,9 +121,10 @@ POLYQUANT_API Dims quantized_bits_scale_shape(const TensorView& x, const Quantiz
 // `alpha`: the alpha tensor for Alpha::kValue, the post_training_scale for a frozen auto call,
 // ignored otherwise (pass an empty view). `scale_out` (auto, not frozen): receives the reported
 // scale, float32 of quantized_bits_scale_shape(); may be null.
+// `info`: receives what the scale search did; may be null.
 POLYQUANT_API void quantized_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
                                   const Settings& settings, const Training& training, const MutableTensorView& out,
-                                  const MutableTensorView* scale_out = nullptr);
+                                  const MutableTensorView* scale_out = nullptr, SearchInfo* info = nullptr);
 // d out / d x as QKeras' graph defines it: 1 (use_ste), 1 - q (use_ste=False).
 POLYQUANT_API void quantized_bits_gradient(const TensorView& x, const TensorView& alpha,
                                            const QuantizedBitsAttrs& attrs, const Settings& settings,
@@ -183,9 +193,10 @@ POLYQUANT_API Dims quantized_linear_scale_shape(const TensorView& x, const Tenso
                                                 const QuantizedLinearAttrs& attrs, const Settings& settings = {});
 // `alpha`: the alpha tensor for Alpha::kValue (else ignored). `quantization_scale_out`: receives
 // the quantization scale (float32 of quantized_linear_scale_shape()); may be null.
+// `info`: receives what the scale search did; may be null.
 POLYQUANT_API void quantized_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
                                     const Settings& settings, const Training& training, const MutableTensorView& out,
-                                    const MutableTensorView* quantization_scale_out = nullptr);
+                                    const MutableTensorView* quantization_scale_out = nullptr, SearchInfo* info = nullptr);
 // d out / d x = (1 - q) + q [clip_min <= x / s <= clip_max] (bounds inclusive).
 POLYQUANT_API void quantized_linear_gradient(const TensorView& x, const TensorView& alpha,
                                              const QuantizedLinearAttrs& attrs, const Settings& settings,

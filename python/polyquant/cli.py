@@ -107,7 +107,7 @@ def _positive_int(text):
 
 
 def build_parser():
-    from polyquant.bench import CASE_NAMES, DEFAULT_SIZE
+    from polyquant.bench import ALL_CASE_NAMES, DEFAULT_SIZE
     from polyquant.runner import DEFAULT_OUTPUT_DIR
 
     parser = argparse.ArgumentParser(
@@ -162,8 +162,10 @@ def build_parser():
                        help="interleaved repeats per op (default: %(default)s)")
     bench.add_argument("--peer-repeat", type=int, default=3, metavar="R",
                        help="repeats of each qonnx function (default: %(default)s)")
-    bench.add_argument("--ops", nargs="+", choices=CASE_NAMES, metavar="OP",
-                       help=f"ops to run (default: all): {', '.join(CASE_NAMES)}")
+    bench.add_argument("--ops", nargs="+", choices=ALL_CASE_NAMES, metavar="OP",
+                       help=f"ops to run (default: all): {', '.join(ALL_CASE_NAMES)}")
+    bench.add_argument("--qkeras-timings", metavar="FILE", default=None,
+                       help="QKeras' recorded timings (default: scripts/qkeras_golden/peer_timings.json when present)")
     bench.add_argument("--no-peers", action="store_true", help="do not time qonnx's numpy functions")
     bench.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the input data (default: %(default)s)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")

@@ -207,7 +207,7 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
         self._check_po2_options()
 
     def _check_po2_options(self) -> None:
-        if self.alpha != "auto_po2":
+        if not (isinstance(self.alpha, str) and self.alpha == "auto_po2"):  # alpha may be an array
             for name in ("elements_per_scale", "min_po2_exponent", "max_po2_exponent"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name}: only supported with alpha='auto_po2' (alpha is {self.alpha!r})")
@@ -251,7 +251,9 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
     def _operand(self) -> Any:
         if isinstance(self.alpha, str):
             if self.freeze_scale:
-                return np.ascontiguousarray(np.asarray(self.scale, dtype=np.float64).astype(np.float32))
+                # astype(order="C"), not ascontiguousarray: that makes a 0-d scale 1-d, and the
+                # broadcast then turns a 0-d input's result into shape (1,)
+                return np.asarray(self.scale, dtype=np.float64).astype(np.float32, order="C")
             return None
         if self.alpha is None:
             return None

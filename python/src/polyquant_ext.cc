@@ -320,7 +320,16 @@ std::pair<nb::object, pq::MutableTensorView> scale_array(const pq::Dims& shape) 
 
 const pq::TensorView kNoTensor{};
 
-nb::tuple qkeras_bits(const InArray& x, nb::object alpha, const nb::dict& c, bool gradient, nb::object out) {
+// `info` (a dict, or None): receives the scale search's passes ("max_passes",
+// "least_squares_rounds"; see polyquant::qkeras::SearchInfo), for benchmarks.
+void report_search(const pq::qkeras::SearchInfo& s, nb::object info) {
+  if (info.is_none()) return;
+  nb::dict d = nb::cast<nb::dict>(info);
+  d["max_passes"] = s.max_passes;
+  d["least_squares_rounds"] = s.least_squares_rounds;
+}
+
+nb::tuple qkeras_bits(const InArray& x, nb::object alpha, const nb::dict& c, bool gradient, nb::object out, nb::object info) {
   pq::qkeras::QuantizedBitsAttrs a;
   a.bits = cfg_double(c, "bits");
   a.integer = cfg_double(c, "integer");
@@ -354,6 +363,7 @@ nb::tuple qkeras_bits(const InArray& x, nb::object alpha, const nb::dict& c, boo
     av = view(alpha_array, a.frozen_scale ? "post_training_scale" : "alpha");
   }
   const bool report_scale = !gradient && (a.alpha == pq::qkeras::Alpha::kAuto || a.alpha == pq::qkeras::Alpha::kAutoPo2) && !a.frozen_scale;
+  pq::qkeras::SearchInfo search;
   nb::object scale = nb::none();
   pq::MutableTensorView scale_view;
   if (report_scale) {
@@ -363,9 +373,10 @@ nb::tuple qkeras_bits(const InArray& x, nb::object alpha, const nb::dict& c, boo
   nb::object result = run([&] { return pq::qkeras::quantized_bits_spec(xv, av, a, settings); },
                           [&](const pq::MutableTensorView& o) {
                             if (gradient) pq::qkeras::quantized_bits_gradient(xv, av, a, settings, o);
-                            else pq::qkeras::quantized_bits(xv, av, a, settings, training, o, report_scale ? &scale_view : nullptr);
+                            else pq::qkeras::quantized_bits(xv, av, a, settings, training, o, report_scale ? &scale_view : nullptr, &search);
                           },
                           std::move(out));
+  report_search(search, std::move(info));
   return nb::make_tuple(result, scale);
 }
 
@@ -391,7 +402,8 @@ nb::object qkeras_relu(const InArray& x, const nb::dict& c, bool gradient, nb::o
              std::move(out));
 }
 
-nb::tuple qkeras_linear(const InArray& x, nb::object alpha, const nb::dict& c, bool gradient, nb::object out) {
+nb::tuple qkeras_linear(const InArray& x, nb::object alpha, const nb::dict& c, bool gradient, nb::object out, nb::object info) {
+  pq::qkeras::SearchInfo search;
   pq::qkeras::QuantizedLinearAttrs a;
   a.bits = cfg_double(c, "bits");
   a.integer = cfg_double(c, "integer");
@@ -419,9 +431,10 @@ nb::tuple qkeras_linear(const InArray& x, nb::object alpha, const nb::dict& c, b
   nb::object result = run([&] { return pq::qkeras::quantized_linear_spec(xv, av, a, settings); },
                           [&](const pq::MutableTensorView& o) {
                             if (gradient) pq::qkeras::quantized_linear_gradient(xv, av, a, settings, o);
-                            else pq::qkeras::quantized_linear(xv, av, a, settings, training, o, &scale_view);
+                            else pq::qkeras::quantized_linear(xv, av, a, settings, training, o, &scale_view, &search);
                           },
                           std::move(out));
+  report_search(search, std::move(info));
   return nb::make_tuple(result, scale);
 }
 
@@ -488,11 +501,15 @@ NB_MODULE(_polyquant_ext, m) {
         nb::arg("signed") = true, nb::arg("out").none() = nb::none(), nb::arg("weak") = 0u,
         "FloatQuant (see polyquant.qonnx.float_quant).");
   m.def("qkeras_bits", &qkeras_bits, tensor("x"), nb::arg("alpha").none(), nb::arg("config"), nb::arg("gradient") = false,
-        nb::arg("out").none() = nb::none(), "quantized_bits (see polyquant.qkeras): (output, reported scale or None).");
+        nb::arg("out").none() = nb::none(), nb::arg("info").none() = nb::none(),
+        "quantized_bits (see polyquant.qkeras): (output, reported scale or None); `info` (a dict) receives the "
+        "scale search's passes.");
   m.def("qkeras_relu", &qkeras_relu, tensor("x"), nb::arg("config"), nb::arg("gradient") = false,
         nb::arg("out").none() = nb::none(), "quantized_relu (see polyquant.qkeras).");
   m.def("qkeras_linear", &qkeras_linear, tensor("x"), nb::arg("alpha").none(), nb::arg("config"), nb::arg("gradient") = false,
-        nb::arg("out").none() = nb::none(), "quantized_linear (see polyquant.qkeras): (output, quantization scale).");
+        nb::arg("out").none() = nb::none(), nb::arg("info").none() = nb::none(),
+        "quantized_linear (see polyquant.qkeras): (output, quantization scale); `info` (a dict) receives the "
+        "scale search's passes.");
   m.def("_set_kernel_set", [](const std::string& name) { pq::set_kernel_set(name); }, nb::arg("name"),
         "Tests and benchmarks only: switch the kernel set ('scalar', 'avx2', 'avx512') for later calls.");
   m.def("_set_num_threads", [](int n) { pq::set_num_threads(n); }, nb::arg("n"),

@@ -8,11 +8,12 @@
 // optional auxiliary operand (the current scale of an iterative search) is read through its own
 // broadcast strides.
 //
-// Determinism: every group is accumulated in the C order of its elements by exactly one thread,
-// so results do not depend on the thread count. When some dimension is kept, threads split the
-// first kept dimension (groups are disjoint across threads); when everything is reduced into one
-// group, the outermost dimension is cut into chunks whose size depends only on the shape, each
-// chunk's partial result is combined in chunk order.
+// Determinism: no result depends on the thread count. When some outer dimension is kept, threads
+// split the first kept dimension (groups are disjoint across threads, each accumulated in the C
+// order of its elements by one thread); when only the innermost dimension is kept (channels last)
+// or everything is reduced into one group, the rows (or the outermost dimension) are cut into
+// chunks whose size depends only on the shape, and the chunks' partial results are combined in
+// chunk order.
 #pragma once
 
 #include <algorithm>
@@ -138,6 +139,37 @@ void grouped_reduce(const float* x, const float* aux, const GroupedLayout& L, co
       split = d;
       break;
     }
+  }
+  const std::int64_t cols = split == inner ? L.shape[static_cast<std::size_t>(inner)] : 0;
+  const std::int64_t rows = split == inner ? L.numel / cols : 0;
+  const std::int64_t row_bytes = cols * static_cast<std::int64_t>(sizeof(Acc));
+  if (split >= 0 && split == inner && rows >= 2 && row_bytes <= (std::int64_t{8} << 20)) {
+    // Only the innermost dimension selects the group (channels last): x is rows of `cols` groups.
+    // Splitting the columns would have each thread read a narrow strip of every row; instead
+    // chunks of whole rows, sized from the shape alone, each fold into their own partial row of
+    // accumulators, combined in chunk order (so no result depends on the thread count). The
+    // partials are bounded to ~8 MiB (wider rows: the columns are split, in wide strips).
+    const std::int64_t max_chunks = std::max<std::int64_t>(1, (std::int64_t{8} << 20) / std::max<std::int64_t>(row_bytes, 1));
+    std::int64_t chunk_rows = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / cols);
+    chunk_rows = std::max(chunk_rows, (rows + max_chunks - 1) / max_chunks);
+    const std::int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+    std::vector<Acc> partials(static_cast<std::size_t>(chunks * L.num_groups), acc[0]);
+    const std::int64_t group_stride = L.group_stride[static_cast<std::size_t>(inner)];
+    const std::int64_t aux_stride = L.aux_stride[static_cast<std::size_t>(inner)];
+    parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+      const typename Reducer::ThreadEnv env;
+      for (std::int64_t c = c0; c < c1; ++c) {
+        Acc* part = partials.data() + c * L.num_groups;
+        for (std::int64_t r = c * chunk_rows; r < std::min(rows, (c + 1) * chunk_rows); ++r) {
+          // Outer dimensions are reduced (aux broadcasts over them) or of extent 1.
+          reducer.row(part, group_stride, x + r * cols, aux, aux_stride, cols);
+        }
+      }
+    });
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      for (std::int64_t g = 0; g < L.num_groups; ++g) reducer.merge(acc[g], partials[static_cast<std::size_t>(c * L.num_groups + g)]);
+    }
+    return;
   }
   if (split >= 0) {
     // Elements per index of the split dimension: the grain keeps each task at >= 64 Ki elements.

@@ -42,10 +42,16 @@ struct QkStochastic {
 };
 
 // ---- quantized_bits, fixed-point path: operands x, alpha ------------------------------------
+// Division by a power of two: where QKeras divides by m or m_i (or by a scale operand) and that
+// divisor is 2^k with a normal reciprocal, x / 2^k and x * 2^-k are the one rounding of the same
+// exact value (overflow, flush to zero and NaN included), so the vector kernels multiply by the
+// reciprocal (divisions dominate their cost). inv_* = exact_reciprocal(divisor), 0 when it is not
+// exact; `pow2_scales`: every value of the scale operand is such a power of two.
 struct QkBitsParams {
   bool binary = false;         // bits - keep_negative <= 0: the +-1 branch
   bool keep_negative = true;
   float m = 0, m_i = 0;        // 2^(bits - keep_negative), 2^integer (float32 pow)
+  float inv_m = 0, inv_m_i = 0;
   float lo = 0, hi = 0;        // keep_negative * (-m + symmetric) (-0.0 when unsigned), m - 1
   QkBlend blend;
   QkStochastic stochastic;
@@ -55,6 +61,8 @@ struct QkBitsParams {
 // ---- quantized_bits, alpha "auto"/"auto_po2" final pass: operands x, s (internal scale) -------
 struct QkBitsAutoParams {
   float m = 0, m_i = 0;
+  float inv_m = 0, inv_m_i = 0;
+  bool pow2_scales = false;
   float half_levels = 0;       // 2^(bits - 1) - 1, the largest integer magnitude
   QkBlend blend;
   bool gradient = false;
@@ -64,6 +72,7 @@ struct QkBitsAutoParams {
 // ---- quantized_relu: operand x ---------------------------------------------------------------
 struct QkReluParams {
   float m = 0, m_i = 0;        // 2^(bits - (negative_slope != 0)), 2^integer
+  float inv_m = 0, inv_m_i = 0;
   float clip_value = 0;        // m_i - m_f: the unquantized companion's ceiling (is_quantized_clip)
   float one_minus_inv_m = 0;   // 1 - 1 / m
   float negative_slope = 0;    // ns (float32)
@@ -86,6 +95,7 @@ struct QkReluParams {
 // ---- quantized_linear: operands x, quantization scale ----------------------------------------
 struct QkLinearParams {
   float clip_min = 0, clip_max = 0;
+  bool pow2_scales = false;
   float shift = 0;             // 0.5 for the sign function (bits == 1, keep_negative), else 0
   QkBlend blend;
   QkStochastic stochastic;
@@ -94,6 +104,16 @@ struct QkLinearParams {
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
+
+// 1 / v when v = 2^k with 2^-k a normal float32 (k in [-126, 126]): then x / v == x * (1 / v) for
+// every float32 x under any flush mode. 0 when v is anything else.
+inline float exact_reciprocal(float v) {
+  if (!(v > 0.0f) || !std::isfinite(v)) return 0.0f;
+  int e = 0;
+  if (std::frexp(v, &e) != 0.5f) return 0.0f;  // v = 0.5 * 2^e = 2^(e - 1)
+  const int k = 1 - e;                         // 1 / v = 2^k
+  return (k >= -126 && k <= 126) ? std::ldexp(1.0f, k) : 0.0f;
+}
 
 // tf.minimum / tf.maximum (NaN propagating; equal operands give the second).
 inline float tf_min(float a, float b) { return std::isnan(a) ? a : std::isnan(b) ? b : (a < b ? a : b); }

@@ -15,8 +15,9 @@ namespace polyquant::detail {
 enum class KernelOp : std::uint8_t {
   kIntQuant, kBipolarQuant, kTruncV1, kTruncV2, kFloatQuant,  // QONNX (this header)
   kQkBits, kQkBitsAuto, kQkRelu, kQkLinear,                   // QKeras (qkeras_kernels.h)
+  kGroupMax, kProductSums,                                     // grouped reductions (reduce_kernels.h)
 };
-inline constexpr int kNumKernelOps = 9;
+inline constexpr int kNumKernelOps = 11;
 
 // Working precision of a kernel; operands arrive converted to it.
 enum class WorkType : std::uint8_t { kF16, kF32, kF64 };

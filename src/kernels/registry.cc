@@ -36,6 +36,8 @@ constexpr const char* op_name(KernelOp op) {
     case KernelOp::kQkBitsAuto: return "qk_bits_auto";
     case KernelOp::kQkRelu: return "qk_relu";
     case KernelOp::kQkLinear: return "qk_linear";
+    case KernelOp::kGroupMax: return "group_max";
+    case KernelOp::kProductSums: return "product_sums";
   }
   return "?";
 }

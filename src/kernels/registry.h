@@ -5,6 +5,7 @@
 
 #include "kernels/qkeras_kernels.h"
 #include "kernels/qonnx_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace polyquant::detail {
 
@@ -19,6 +20,8 @@ namespace polyquant::detail {
   void qk_bits_auto_f32(const void*, const RowArgs&);          \
   void qk_relu_f32(const void*, const RowArgs&);               \
   void qk_linear_f32(const void*, const RowArgs&);             \
+  void group_max_f32(const void*, const RowArgs&);             \
+  void product_sums_f32(const void*, const RowArgs&);          \
   }
 POLYQUANT_DECLARE_KERNEL_SET(ref)
 POLYQUANT_DECLARE_KERNEL_SET(avx2)

@@ -139,6 +139,15 @@ struct ScaleArray {
   }
 };
 
+// Whether every scale is a power of two with an exact float32 reciprocal: the kernels may then
+// multiply by 1/s where QKeras divides by s (see QkBitsParams).
+bool exact_reciprocals(const ScaleArray& s) {
+  for (float v : s.values) {
+    if (detail::exact_reciprocal(v) == 0.0f) return false;
+  }
+  return true;
+}
+
 // Writes a scale array into a caller's view of its shape (any strides).
 void copy_scale_into(const ScaleArray& s, const MutableTensorView& out, const char* what) {
   detail::require_output(out, TensorSpec{DType::kFloat32, s.shape}, what);
@@ -188,52 +197,63 @@ ContiguousF32 contiguous_f32(const TensorView& x) {
 }
 
 // ---- reducers ---------------------------------------------------------------------------------
-// max over the group of |x / divisor| (absolute) or x / divisor, in float32 under TensorFlow's
-// flush rule; NaN propagates (TensorFlow's reduce_max on CPU).
+// max over the group of |x| (absolute) or x, in float32 under TensorFlow's flush rule (subnormals
+// count as zero, as the kernel's spec says); NaN propagates (TensorFlow's reduce_max on CPU; made
+// the canonical quiet NaN by group_max). The division by 2^integer of quantized_bits'
+// max(|x / m_i|) is applied once to the result: x -> x / d rounds monotonically (flush to zero
+// included), so max(|x| / d) == max(|x|) / d.
 struct MaxReducer {
   using Acc = float;
-  float divisor = 1.0f;
-  bool absolute = true;
-  bool divide = false;
   using ThreadEnv = detail::ScopedFlushDenormals;  // TensorFlow's flush rule on every thread
-  float value(float v) const {
-    if (divide) v = v / divisor;
-    return absolute ? std::fabs(v) : v;
-  }
-  static float fold(float a, float b) { return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<float>::quiet_NaN() : (b > a ? b : a); }
+  detail::GroupMaxParams params;
+  detail::RowKernel kernel = detail::best_kernel(KernelOp::kGroupMax, WorkType::kF32);
+  static float fold(float a, float b) { return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<float>::quiet_NaN() : detail::group_max_fold(a, b); }
   void row(float* acc, std::int64_t group_stride, const float* x, const float*, std::int64_t, std::int64_t n) const {
-    if (group_stride == 0) {
-      float m = acc[0];
-      for (std::int64_t j = 0; j < n; ++j) m = fold(m, value(x[j]));
-      acc[0] = m;
-    } else {
-      for (std::int64_t j = 0; j < n; ++j) acc[j * group_stride] = fold(acc[j * group_stride], value(x[j]));
+    if (group_stride <= 1) {
+      detail::GroupMaxParams p = params;
+      p.per_element = group_stride == 1;
+      detail::RowArgs a;
+      a.in[0] = x;
+      a.out = acc;
+      a.n = n;
+      kernel(&p, a);
+      return;
     }
+    for (std::int64_t j = 0; j < n; ++j) acc[j * group_stride] = fold(acc[j * group_stride], detail::group_max_value(x[j], params.absolute));
   }
   void merge(float& into, float from) const { into = fold(into, from); }
 };
 
 // Sums of v*z and z*z over a group (v = x / divisor for quantized_bits' xs, x for
 // quantized_linear), each product rounded to float32 (tf.multiply) and summed in float64. The level
-// z of a run comes from the quantizer's own kernel in level mode (the dispatched kernel set), a
-// block at a time; a run's flat index (for stochastic levels) is its offset from `base`.
+// z of a run comes from the quantizer's own kernel in level mode, a block at a time, and the sums
+// from the product-sums kernel (both the dispatched kernel set); a run's flat index (for
+// stochastic levels) is its offset from `base`.
 struct LeastSquaresAcc {
   double xz = 0, zz = 0;
 };
+static_assert(sizeof(LeastSquaresAcc) == 2 * sizeof(double), "the product-sums kernel writes {xz, zz} pairs");
 struct LeastSquaresReducer {
   using Acc = LeastSquaresAcc;
   using ThreadEnv = detail::ScopedFlushDenormals;  // TensorFlow's flush rule on every thread
   detail::RowKernel level_kernel = nullptr;
   const void* level_params = nullptr;
+  detail::RowKernel sums_kernel = detail::best_kernel(KernelOp::kProductSums, WorkType::kF32);
   bool divide = false;
   float divisor = 1.0f;
   const float* base = nullptr;
 
   void row(Acc* acc, std::int64_t group_stride, const float* x, const float* aux, std::int64_t aux_stride, std::int64_t n) const {
-    constexpr std::int64_t kBlock = 1024;
+    constexpr std::int64_t kBlock = 1024;  // a multiple of 8: the k mod 8 partials run on across blocks
     alignas(64) float z[kBlock];
     alignas(64) float gathered[kBlock];
-    double xz[8] = {}, zz[8] = {};
+    // Sixteen partial sums (k mod 8 of xz, then of zz) in a fixed pattern: the same order on every run.
+    double partials[16] = {};
+    detail::ProductSumsParams sp;
+    sp.per_element = group_stride == 1;
+    sp.divide = divide;
+    sp.divisor = divisor;
+    sp.inv_divisor = divide ? detail::exact_reciprocal(divisor) : 0.0f;
     for (std::int64_t b = 0; b < n; b += kBlock) {
       const std::int64_t m = std::min(kBlock, n - b);
       detail::RowArgs a;
@@ -251,18 +271,17 @@ struct LeastSquaresReducer {
       a.n = m;
       a.index = (x + b) - base;
       level_kernel(level_params, a);
-      const float* xb = x + b;
-      if (group_stride == 0) {
-        // Eight interleaved partial sums in a fixed pattern: the same order on every run.
-        for (std::int64_t k = 0; k < m; ++k) {
-          const float v = divide ? xb[k] / divisor : xb[k];
-          xz[k & 7] += static_cast<double>(v * z[k]);
-          zz[k & 7] += static_cast<double>(z[k] * z[k]);
-        }
+      if (group_stride <= 1) {
+        detail::RowArgs s;
+        s.in[0] = x + b;
+        s.in[1] = z;
+        s.out = group_stride == 1 ? static_cast<void*>(acc + b) : static_cast<void*>(partials);
+        s.n = m;
+        sums_kernel(&sp, s);
       } else {
         Acc* ab = acc + b * group_stride;
         for (std::int64_t k = 0; k < m; ++k) {
-          const float v = divide ? xb[k] / divisor : xb[k];
+          const float v = detail::product_sums_v(x[b + k], sp);
           ab[k * group_stride].xz += static_cast<double>(v * z[k]);
           ab[k * group_stride].zz += static_cast<double>(z[k] * z[k]);
         }
@@ -271,8 +290,8 @@ struct LeastSquaresReducer {
     if (group_stride == 0) {
       double sxz = 0, szz = 0;
       for (int k = 0; k < 8; ++k) {
-        sxz += xz[k];
-        szz += zz[k];
+        sxz += partials[k];
+        szz += partials[8 + k];
       }
       acc[0].xz += sxz;
       acc[0].zz += szz;
@@ -338,10 +357,13 @@ ScaleArray group_max(const float* x, const Dims& shape, const std::vector<bool>&
   out.shape = kept_shape(shape, keep);
   out.values.assign(static_cast<std::size_t>(L.num_groups), -std::numeric_limits<float>::infinity());
   MaxReducer reducer;
-  reducer.absolute = absolute;
-  reducer.divide = divide;
-  reducer.divisor = divisor;
+  reducer.params.absolute = absolute;
   detail::grouped_reduce(x, nullptr, L, reducer, out.values.data());
+  const detail::ScopedFlushDenormals flush;
+  for (float& v : out.values) {
+    if (std::isnan(v)) v = std::numeric_limits<float>::quiet_NaN();
+    else if (divide) v = v / divisor;
+  }
   return out;
 }
 
@@ -452,7 +474,7 @@ std::vector<bool> bits_max_keep(const Dims& shape, const QuantizedBitsAttrs& a, 
 
 // The internal scale s of an auto/auto_po2 call (units of x / 2^integer).
 ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& frozen, const QuantizedBitsAttrs& a,
-                           const BitsConstants& c, const Settings& settings) {
+                           const BitsConstants& c, const Settings& settings, SearchInfo& info) {
   const float eps = settings.epsilon;
   ScaleArray s;
   if (a.frozen_scale) {
@@ -467,6 +489,7 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
   const double half_levels = std::pow(2.0, a.bits - 1.0) - 1.0;
   const auto levels = static_cast<float>(half_levels * 2.0);
   s = group_max(x, shape, bits_max_keep(shape, a, settings), true, true, c.m_i);
+  info.max_passes = 1;
   map_scale(s, [&](float v) { return (v * 2.0f) / levels; });
   if (a.alpha != Alpha::kAutoPo2) return s;
   map_scale(s, [&](float v) { return po2_round(v, eps); });
@@ -490,6 +513,9 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
     detail::QkBitsAutoParams level_params;
     level_params.m = c.m;
     level_params.m_i = m_i;
+    level_params.inv_m = detail::exact_reciprocal(c.m);
+    level_params.inv_m_i = detail::exact_reciprocal(m_i);
+    level_params.pow2_scales = exact_reciprocals(s);
     level_params.half_levels = half_levels_f;
     level_params.level_only = true;
     LeastSquaresReducer reducer;
@@ -499,6 +525,7 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
     reducer.divisor = m_i;
     reducer.base = x;
     detail::grouped_reduce(x, s.values.data(), L, reducer, sums.data());
+    ++info.least_squares_rounds;
     ScaleArray next = least_squares_po2(sums, L, shape, ls.keep, ls.block, eps, clip);
     const bool converged = next.same_bits(s);
     s = std::move(next);
@@ -545,7 +572,8 @@ Dims quantized_bits_scale_shape(const TensorView& x, const QuantizedBitsAttrs& a
 }
 
 void quantized_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs, const Settings& settings,
-                    const Training& training, const MutableTensorView& out, const MutableTensorView* scale_out) {
+                    const Training& training, const MutableTensorView& out, const MutableTensorView* scale_out, SearchInfo* info) {
+  SearchInfo search;
   const TensorSpec spec = quantized_bits_spec(x, alpha, attrs, settings);
   detail::require_output(out, spec, "quantized_bits");
   const BitsConstants c = bits_constants(attrs);
@@ -555,6 +583,8 @@ void quantized_bits(const TensorView& x, const TensorView& alpha, const Quantize
     p.binary = attrs.bits - (attrs.keep_negative ? 1.0 : 0.0) <= 0;
     p.m = c.m;
     p.m_i = c.m_i;
+    p.inv_m = detail::exact_reciprocal(c.m);
+    p.inv_m_i = detail::exact_reciprocal(c.m_i);
     {
       const detail::ScopedFlushDenormals flush;
       // keep_negative * (-m + symmetric), m - 1 (a False keep_negative gives -0.0).
@@ -567,13 +597,18 @@ void quantized_bits(const TensorView& x, const TensorView& alpha, const Quantize
     const TensorView scale = attrs.alpha == Alpha::kValue ? alpha : TensorView(&one, DType::kFloat32, Dims{});
     const std::array<TensorView, 2> inputs{x, scale};
     run_kernel(KernelOp::kQkBits, inputs.data(), 2, out, &p);
+    if (info != nullptr) *info = search;
     return;
   }
   const ContiguousF32 xf = contiguous_f32(x);
-  const ScaleArray s = bits_auto_scale(xf.data, x.shape, alpha, attrs, c, settings);
+  const ScaleArray s = bits_auto_scale(xf.data, x.shape, alpha, attrs, c, settings, search);
+  if (info != nullptr) *info = search;
   detail::QkBitsAutoParams p;
   p.m = c.m;
   p.m_i = c.m_i;
+  p.inv_m = detail::exact_reciprocal(c.m);
+  p.inv_m_i = detail::exact_reciprocal(c.m_i);
+  p.pow2_scales = exact_reciprocals(s);
   p.half_levels = static_cast<float>(std::pow(2.0, attrs.bits - 1.0) - 1.0);
   p.blend = make_blend(attrs.qnoise, attrs.use_ste);
   const std::array<TensorView, 2> inputs{TensorView(xf.data, DType::kFloat32, x.shape), s.view()};
@@ -620,6 +655,8 @@ detail::QkReluParams relu_params(const QuantizedReluAttrs& a) {
   // fractional integer QKeras cannot compute).
   p.m = pow2_float32(static_cast<float>(non_sign_bits));
   p.m_i = pow2_float32(static_cast<float>(a.integer));
+  p.inv_m = detail::exact_reciprocal(p.m);
+  p.inv_m_i = detail::exact_reciprocal(p.m_i);
   const float m_f = pow2_float32(static_cast<float>(a.integer) - static_cast<float>(non_sign_bits));
   p.clip_value = p.m_i - m_f;
   p.one_minus_inv_m = 1.0f - 1.0f / p.m;
@@ -710,7 +747,7 @@ std::vector<bool> linear_keep(const Dims& shape, const QuantizedLinearAttrs& a, 
 
 // The quantization scale of a call: alpha * data_type_scale, data_type_scale, or the auto search.
 ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& alpha, const QuantizedLinearAttrs& a,
-                        const LinearConstants& c, const Settings& settings, const Training& training) {
+                        const LinearConstants& c, const Settings& settings, const Training& training, SearchInfo& info) {
   ScaleArray s;
   if (!c.auto_alpha) {
     if (a.alpha == Alpha::kValue) {
@@ -733,6 +770,7 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
     clip_range = c.clip_max - c.clip_min;
   }
   s = group_max(xf, x.shape, keep, a.keep_negative, false, 1.0f);
+  info.max_passes = 1;
   const bool kn = a.keep_negative;
   map_scale(s, [&](float v) {
     const float q = kn ? (v * 2.0f) / clip_range : v / clip_range;
@@ -756,6 +794,7 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
     bool any_differs = last.shape != s.shape;
     for (std::size_t i = 0; !any_differs && i < s.values.size(); ++i) any_differs = last.values[i] != s.values[i];
     if (!any_differs) break;
+    level_params.pow2_scales = exact_reciprocals(s);
     level_params.stochastic = make_stochastic(a.use_stochastic_rounding, training, 1.0f);
     level_params.stochastic.stream = static_cast<std::uint32_t>(round + 1);
     const detail::GroupedLayout L = detail::make_grouped_layout(x.shape, ls.keep, ls.block, s.shape);
@@ -766,6 +805,7 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
     reducer.level_params = &level_params;
     reducer.base = xf;
     detail::grouped_reduce(xf, s.values.data(), L, reducer, sums.data());
+    ++info.least_squares_rounds;
     ScaleArray next = least_squares_po2(sums, L, x.shape, ls.keep, ls.block, eps, Po2Clip{});
     last = std::move(s);
     s = std::move(next);
@@ -798,17 +838,21 @@ Dims quantized_linear_scale_shape(const TensorView& x, const TensorView& alpha, 
 }
 
 void quantized_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs, const Settings& settings,
-                      const Training& training, const MutableTensorView& out, const MutableTensorView* quantization_scale_out) {
+                      const Training& training, const MutableTensorView& out, const MutableTensorView* quantization_scale_out,
+                      SearchInfo* info) {
   const TensorSpec spec = quantized_linear_spec(x, alpha, attrs, settings);
   detail::require_output(out, spec, "quantized_linear");
   const LinearConstants c = linear_constants(attrs);
   ContiguousF32 xf;
   if (c.auto_alpha) xf = contiguous_f32(x);
-  const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, training);
+  SearchInfo search;
+  const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, training, search);
+  if (info != nullptr) *info = search;
   detail::QkLinearParams p;
   p.clip_min = c.clip_min;
   p.clip_max = c.clip_max;
   p.shift = c.shift;
+  p.pow2_scales = exact_reciprocals(s);
   p.blend = make_blend(attrs.qnoise, true);
   p.stochastic = make_stochastic(attrs.use_stochastic_rounding, training, 1.0f);
   const std::array<TensorView, 2> inputs{c.auto_alpha ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
@@ -823,7 +867,8 @@ void quantized_linear_gradient(const TensorView& x, const TensorView& alpha, con
   const LinearConstants c = linear_constants(attrs);
   ContiguousF32 xf;
   if (c.auto_alpha) xf = contiguous_f32(x);
-  const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, Training{});
+  SearchInfo search;
+  const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, Training{}, search);
   detail::QkLinearParams p;
   p.clip_min = c.clip_min;
   p.clip_max = c.clip_max;

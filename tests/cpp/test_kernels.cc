@@ -6,8 +6,10 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <thread>
 
+#include "core/fpenv.h"
 #include "kernels/registry.h"
 #include "test_util.h"
 
@@ -110,6 +112,9 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
     const auto mode = static_cast<RoundingMode>(m);
     const std::string mode_name = rounding_mode_name(mode);
     switch (e.op) {
+      case KernelOp::kGroupMax:
+      case KernelOp::kProductSums:
+        break;  // accumulators, not rows: ReductionKernelTest below
       case KernelOp::kIntQuant: {
         const std::vector<Operand> ops = {{mixed_values(kLen, 1, 0.5f), {}, false},
                                           {random_params(2, {0.5f, 0.1f, 3.0f, -0.25f, 1.0f, 0.0f}), {}, true},
@@ -232,22 +237,43 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
           p.lo = (c.kn ? 1.0f : 0.0f) * ((-p.m) + (c.sym ? 1.0f : 0.0f));
           p.hi = p.m - 1.0f;
           p.blend = {c.ste, c.q, 1.0f - c.q};
-          check_against_reference(e, &p, ops, "bits=" + std::to_string(c.bits) + " integer=" + std::to_string(c.integer));
+          // Divisions by m and m_i, then products with their exact reciprocals (where they exist).
+          for (bool reciprocals : {false, true}) {
+            p.inv_m = reciprocals ? exact_reciprocal(p.m) : 0.0f;
+            p.inv_m_i = reciprocals ? exact_reciprocal(p.m_i) : 0.0f;
+            check_against_reference(e, &p, ops, "bits=" + std::to_string(c.bits) + " integer=" + std::to_string(c.integer) +
+                                                    " reciprocals=" + std::to_string(reciprocals));
+          }
         }
         break;
       }
       case KernelOp::kQkBitsAuto: {
         if (m > 0) break;
-        const std::vector<Operand> ops = {{mixed_values(kLen, 32, 0.25f), {}, false},
+        std::vector<float> x = mixed_values(kLen, 32, 0.25f);
+        for (std::size_t i = 7; i < x.size(); i += 17) x[i] = std::ldexp(static_cast<float>(i % 7) - 3.0f, 120 - static_cast<int>(i % 260));
+        const std::vector<Operand> ops = {{x, {}, false},
                                           {random_params(33, {0.125f, 0.0078125f, 1.0f, 0.0f, 0x1p-23f, 3.0f, INFINITY}), {}, true}};
-        for (float bits : {2.0f, 4.0f, 8.0f, 16.0f}) {
-          for (float integer : {0.0f, 3.0f, -5.0f}) {
-            QkBitsAutoParams p;
-            p.m = std::pow(2.0f, bits - 1.0f);
-            p.m_i = std::pow(2.0f, integer);
-            p.half_levels = std::pow(2.0f, bits - 1.0f) - 1.0f;
-            p.blend = {integer != 3.0f, 0.75f, 0.25f};
-            check_against_reference(e, &p, ops, "auto bits=" + std::to_string(bits));
+        // Power-of-two scales only (auto_po2), down to 2^-126 and up to 2^126: the reciprocal path.
+        const std::vector<Operand> pow2_ops = {
+            {x, {}, false}, {random_params(37, {0.125f, 0x1p-23f, 1.0f, 0x1p-126f, 0x1p126f, 0x1p-60f, 2.0f, 0x1p40f}), {}, true}};
+        for (float bits : {2.0f, 4.0f, 8.0f, 16.0f, 4.5f}) {
+          for (float integer : {0.0f, 3.0f, -5.0f, 0.5f, 126.0f}) {
+            for (bool level_only : {false, true}) {
+              QkBitsAutoParams p;
+              p.m = std::pow(2.0f, bits - 1.0f);
+              p.m_i = std::pow(2.0f, integer);
+              p.half_levels = std::pow(2.0f, bits - 1.0f) - 1.0f;
+              p.blend = {integer != 3.0f, 0.75f, 0.25f};
+              p.level_only = level_only;
+              const std::string what = "auto bits=" + std::to_string(bits) + " integer=" + std::to_string(integer) +
+                                       " level_only=" + std::to_string(level_only);
+              check_against_reference(e, &p, ops, what);
+              p.inv_m = exact_reciprocal(p.m);
+              p.inv_m_i = exact_reciprocal(p.m_i);
+              check_against_reference(e, &p, ops, what + " reciprocals");
+              p.pow2_scales = true;
+              check_against_reference(e, &p, pow2_ops, what + " reciprocals pow2_scales");
+            }
           }
         }
         break;
@@ -283,8 +309,13 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
                 p.fast_p_factor = 16.0f;
                 p.fast_factor = 1.0f / 64.0f;
                 p.fast_ceiling = 1.0f - 1.0f / 64.0f;
-                check_against_reference(e, &p, ops, "relu sigmoid=" + std::to_string(sigmoid) + " ns=" + std::to_string(ns) +
-                                                        " clip_mode=" + std::to_string(clip_mode) + " fast=" + std::to_string(fast));
+                for (bool reciprocals : {false, true}) {
+                  p.inv_m = reciprocals ? exact_reciprocal(p.m) : 0.0f;
+                  p.inv_m_i = reciprocals ? exact_reciprocal(p.m_i) : 0.0f;
+                  check_against_reference(e, &p, ops, "relu sigmoid=" + std::to_string(sigmoid) + " ns=" + std::to_string(ns) +
+                                                          " clip_mode=" + std::to_string(clip_mode) + " fast=" + std::to_string(fast) +
+                                                          " reciprocals=" + std::to_string(reciprocals));
+                }
               }
             }
           }
@@ -293,8 +324,12 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
       }
       case KernelOp::kQkLinear: {
         if (m > 0) break;
-        const std::vector<Operand> ops = {{mixed_values(kLen, 35, 0.125f), {}, false},
+        std::vector<float> x = mixed_values(kLen, 35, 0.125f);
+        for (std::size_t i = 7; i < x.size(); i += 17) x[i] = std::ldexp(static_cast<float>(i % 7) - 3.0f, 120 - static_cast<int>(i % 260));
+        const std::vector<Operand> ops = {{x, {}, false},
                                           {random_params(36, {0.125f, 0.1f, 3.0f, 1e-7f, 0.0f, -0.5f, INFINITY}), {}, true}};
+        const std::vector<Operand> pow2_ops = {
+            {x, {}, false}, {random_params(38, {0.125f, 0x1p-23f, 1.0f, 0x1p-126f, 0x1p126f, 0x1p-60f, 2.0f, 0x1p40f}), {}, true}};
         const std::pair<float, float> bounds[] = {{-127, 127}, {-128, 127}, {0, 255}, {-0.0f, 3}, {-0.5f, 0.5f}};
         for (const auto& [lo, hi] : bounds) {
           QkLinearParams p;
@@ -302,13 +337,110 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
           p.clip_max = hi;
           p.shift = hi == 0.5f ? 0.5f : 0.0f;
           p.blend = {true, lo == 0 ? 0.3f : 1.0f, 0.0f};
-          check_against_reference(e, &p, ops, "linear [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+          for (bool level_only : {false, true}) {
+            p.level_only = level_only;
+            p.pow2_scales = false;
+            check_against_reference(e, &p, ops, "linear [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+            p.pow2_scales = true;  // auto_po2 scales: x / s as x * (1 / s)
+            check_against_reference(e, &p, pow2_ops, "linear pow2 [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+          }
         }
         break;
       }
     }
   }
 }
+
+// Reduction kernels fold a row into accumulators that already hold earlier rows' results. Each is
+// run on the same rows (sizes around the vector width and its tails, offsets, specials, subnormals,
+// an initial accumulator from a previous row) and must leave exactly the scalar kernel's
+// accumulators: NaN-ness, and for the maximum every non-NaN bit.
+std::vector<float> reduction_values(std::size_t n, std::uint64_t salt) {
+  std::vector<float> v = mixed_values(n, salt, 0.25f);
+  for (std::size_t i = 3; i < n; i += 29) v[i] = std::ldexp(static_cast<float>(i % 5) - 2.0f, -128 - static_cast<int>(i % 15));
+  for (std::size_t i = 11; i < n; i += 97) v[i] = (i % 2) ? -0.0f : 0.0f;
+  return v;
+}
+
+class ReductionKernelTest : public ::testing::TestWithParam<KernelEntry> {};
+
+TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
+  const KernelEntry& e = GetParam();
+  if (!isa_available(e.isa)) GTEST_SKIP() << isa_name(e.isa) << " not supported by this CPU";
+  const RowKernel ref = reference_kernel(e.op, e.work);
+  const std::vector<float> x = reduction_values(kLen, 40);
+  std::vector<float> z = reduction_values(kLen, 41);
+  for (auto& v : z) v = std::isfinite(v) ? std::nearbyint(std::fmod(v, 200.0f)) : v;  // integer levels, some specials
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t n = 0; n <= 70; ++n) sizes.push_back(n);
+  for (std::int64_t n : {127, 128, 129, 1000, 4099}) sizes.push_back(n);
+  for (const bool flush : {false, true}) {
+    for (std::int64_t n : sizes) {
+      for (std::int64_t offset : {0, 1, 5}) {
+        RowArgs a;
+        a.in[0] = x.data() + offset;
+        a.in[1] = z.data() + offset;
+        a.n = n;
+        std::unique_ptr<ScopedFlushDenormals> env;
+        if (flush) env = std::make_unique<ScopedFlushDenormals>();
+        if (e.op == KernelOp::kGroupMax) {
+          for (bool absolute : {false, true}) {
+            for (bool per_element : {false, true}) {
+              const GroupMaxParams p{absolute, per_element};
+              // Accumulators start from an earlier row's values (incl. -inf, NaN, -0, subnormal).
+              std::vector<float> got(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
+              for (std::size_t i = 0; i < got.size(); ++i) got[i] = i % 7 == 0 ? -INFINITY : i % 13 == 1 ? NAN : x[(i * 31) % kLen];
+              std::vector<float> want = got;
+              a.out = got.data();
+              e.fn(&p, a);
+              a.out = want.data();
+              ref(&p, a);
+              for (std::size_t i = 0; i < got.size(); ++i) {
+                const bool same = (std::isnan(got[i]) && std::isnan(want[i])) ||
+                                  std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
+                ASSERT_TRUE(same) << e.name << " n=" << n << " offset=" << offset << " absolute=" << absolute
+                                  << " per_element=" << per_element << " flush=" << flush << " at " << i << ": got "
+                                  << got[i] << " want " << want[i];
+              }
+            }
+          }
+        } else {
+          for (bool per_element : {false, true}) {
+            for (float divisor : {1.0f, 0.25f, 3.0f}) {
+              const ProductSumsParams p{per_element, divisor != 1.0f, divisor, exact_reciprocal(divisor)};
+              std::vector<double> got(static_cast<std::size_t>(per_element ? 2 * n : 16));
+              for (std::size_t i = 0; i < got.size(); ++i) got[i] = static_cast<double>(x[(i * 17) % kLen]) * 1e-3;
+              std::vector<double> want = got;
+              a.out = got.data();
+              e.fn(&p, a);
+              a.out = want.data();
+              ref(&p, a);
+              for (std::size_t i = 0; i < got.size(); ++i) {
+                const bool same = (std::isnan(got[i]) && std::isnan(want[i])) ||
+                                  std::memcmp(&got[i], &want[i], sizeof(double)) == 0;
+                ASSERT_TRUE(same) << e.name << " n=" << n << " offset=" << offset << " per_element=" << per_element
+                                  << " divisor=" << divisor << " flush=" << flush << " at " << i << ": got " << got[i]
+                                  << " want " << want[i];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+std::vector<KernelEntry> optimized_reduction_kernels() {
+  std::vector<KernelEntry> v;
+  for (const auto& e : all_kernels()) {
+    if (e.isa != Isa::kScalar && (e.op == KernelOp::kGroupMax || e.op == KernelOp::kProductSums)) v.push_back(e);
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, ReductionKernelTest, ::testing::ValuesIn(optimized_reduction_kernels()),
+                         [](const auto& info) { return std::string(info.param.name); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ReductionKernelTest);
 
 std::vector<KernelEntry> optimized_kernels() {
   std::vector<KernelEntry> v;

@@ -197,6 +197,10 @@ def test_case(case):
         # polyquant rejects at construction what QKeras rejects (or mishandles) at call time.
         kw = _kwargs(case)
         other_string = isinstance(kw.get("alpha"), str) and kw["alpha"] not in ("auto", "auto_po2")  # DEPARTURE alpha_other_string
+        if outcome != "ok":
+            # Where QKeras fails and polyquant departs by computing a result, construction must not fail.
+            reason = _classify_error_departure(case, outcome["stage"])
+            assert reason is None, f"DEPARTURE {reason}: polyquant must compute a result, but construction raised {e}"
         assert outcome != "ok" or other_string, (
             f"polyquant rejected a configuration QKeras accepts: {e}")
         return

@@ -23,6 +23,16 @@ inline Vec::F tf_sign_v(Vec::F x) {
   const Vec::F zero = Vec::zero();
   return Vec::select(Vec::gt(x, zero), Vec::splat(1.0f), Vec::select(Vec::lt(x, zero), Vec::splat(-1.0f), x));
 }
+// 1 / s for lanes holding 2^k, k in [-126, 126] (the caller checked): the exponent field negated.
+inline Vec::F reciprocal_pow2_v(Vec::F s) { return Vec::from_bits(Vec::sub_i(Vec::splat_i(0x7F000000), Vec::bits(s))); }
+// a / d, as a product with d's exact reciprocal `inv` when there is one (inv != 0).
+POLYQUANT_ALWAYS_INLINE inline Vec::F div_by(Vec::F a, Vec::F d, bool has_inv, Vec::F inv) {
+  return has_inv ? Vec::mul(a, inv) : Vec::div(a, d);
+}
+// a / s for a scale operand s, by its reciprocal when every scale is a power of two.
+POLYQUANT_ALWAYS_INLINE inline Vec::F div_by_scale(Vec::F a, Vec::F s, bool pow2_scales) {
+  return pow2_scales ? Vec::mul(a, reciprocal_pow2_v(s)) : Vec::div(a, s);
+}
 // _round_through: p + (-p + round_half_even(p)).
 inline Vec::F round_through_v(Vec::F p) { return Vec::add(p, Vec::add(Vec::neg(p), Vec::rint(p))); }
 
@@ -46,12 +56,14 @@ void qk_bits_f32(const void* params, const RowArgs& a) {
   const ScopedFlushDenormals flush;
   const BlendV blend(p.blend);
   const Vec::F m = Vec::splat(p.m), m_i = Vec::splat(p.m_i), lo = Vec::splat(p.lo), hi = Vec::splat(p.hi);
+  const Vec::F inv_m = Vec::splat(p.inv_m), inv_m_i = Vec::splat(p.inv_m_i);
+  const bool has_inv_m = p.inv_m != 0.0f, has_inv_m_i = p.inv_m_i != 0.0f;
   const Vec::F one = Vec::splat(1.0f), two = Vec::splat(2.0f);
   if (!p.binary) {
     for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      const Vec::F scaled = Vec::div(Vec::mul(v[0], m), m_i);
+      const Vec::F scaled = div_by(Vec::mul(v[0], m), m_i, has_inv_m_i, inv_m_i);
       const Vec::F c = tf_clip_v(round_through_v(scaled), lo, hi);
-      const Vec::F xq = Vec::div(Vec::mul(m_i, c), m);
+      const Vec::F xq = div_by(Vec::mul(m_i, c), m, has_inv_m, inv_m);
       return blend(v[0], Vec::mul(v[1], xq));
     });
   } else {
@@ -75,22 +87,24 @@ void qk_bits_auto_f32(const void* params, const RowArgs& a) {
   const ScopedFlushDenormals flush;
   const BlendV blend(p.blend);
   const Vec::F m = Vec::splat(p.m), m_i = Vec::splat(p.m_i), half_levels = Vec::splat(p.half_levels);
+  const Vec::F inv_m = Vec::splat(p.inv_m), inv_m_i = Vec::splat(p.inv_m_i);
+  const bool has_inv_m = p.inv_m != 0.0f, has_inv_m_i = p.inv_m_i != 0.0f, pow2_scales = p.pow2_scales;
   const Vec::F half = Vec::splat(0.5f);
   if (p.level_only) {
     for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      const Vec::F xs = Vec::div(v[0], m_i);
-      const Vec::F level = Vec::floor(Vec::add(Vec::div(Vec::abs(xs), v[1]), half));
+      const Vec::F xs = div_by(v[0], m_i, has_inv_m_i, inv_m_i);
+      const Vec::F level = Vec::floor(Vec::add(div_by_scale(Vec::abs(xs), v[1], pow2_scales), half));
       return Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
     });
     return;
   }
   for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-    const Vec::F xs = Vec::div(v[0], m_i);
-    const Vec::F level = Vec::floor(Vec::add(Vec::div(Vec::abs(xs), v[1]), half));
+    const Vec::F xs = div_by(v[0], m_i, has_inv_m_i, inv_m_i);
+    const Vec::F level = Vec::floor(Vec::add(div_by_scale(Vec::abs(xs), v[1], pow2_scales), half));
     const Vec::F z = Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
     const Vec::F scale = Vec::mul(v[1], m);
     const Vec::F full = Vec::mul(m_i, xs);
-    return blend(full, Vec::mul(scale, Vec::div(Vec::mul(m_i, z), m)));
+    return blend(full, Vec::mul(scale, div_by(Vec::mul(m_i, z), m, has_inv_m, inv_m)));
   });
 }
 
@@ -115,6 +129,8 @@ void qk_relu_f32(const void* params, const RowArgs& a) {
   const Vec::F neg_factor = Vec::splat(p.neg_factor), ceiling = Vec::splat(p.one_minus_inv_m);
   const Vec::F clip_value = Vec::splat(p.clip_value), upper_bound = Vec::splat(p.upper_bound);
   const Vec::F half = Vec::splat(0.5f), two = Vec::splat(2.0f), minus_one = Vec::splat(-1.0f);
+  const Vec::F inv_m = Vec::splat(p.inv_m), inv_m_i = Vec::splat(p.inv_m_i);
+  const bool has_inv_m = p.inv_m != 0.0f, has_inv_m_i = p.inv_m_i != 0.0f;
   const bool leaky = p.leaky, negative_part = p.negative_part, sigmoid = p.sigmoid;
   const bool quantized_clip = p.quantized_clip, has_upper_bound = p.has_upper_bound, bound_output = p.bound_output;
   for_each_vector<1>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
@@ -125,15 +141,15 @@ void qk_relu_f32(const void* params, const RowArgs& a) {
     else if (has_upper_bound) xu = Vec::select(Vec::le(x, upper_bound), companion, upper_bound);
     Vec::F xq;
     if (sigmoid) {
-      const Vec::F scaled = Vec::mul(tf_clip_v(Vec::add(Vec::mul(half, Vec::div(x, m_i)), half), zero, one), m);
-      xq = Vec::mul(m_i, tf_clip_v(Vec::sub(Vec::mul(two, Vec::div(round_through_v(scaled), m)), one), zero, ceiling));
+      const Vec::F scaled = Vec::mul(tf_clip_v(Vec::add(Vec::mul(half, div_by(x, m_i, has_inv_m_i, inv_m_i)), half), zero, one), m);
+      xq = Vec::mul(m_i, tf_clip_v(Vec::sub(Vec::mul(two, div_by(round_through_v(scaled), m, has_inv_m, inv_m)), one), zero, ceiling));
       if (negative_part) {
         const Vec::F r = round_through_v(Vec::mul(scaled, ns));
         xq = Vec::add(xq, Vec::mul(m_i_ns, tf_clip_v(Vec::sub(Vec::mul(two, Vec::mul(r, neg_factor)), one), minus_one, zero)));
       }
     } else {
-      const Vec::F scaled = Vec::div(Vec::mul(x, m), m_i);
-      xq = Vec::mul(m_i, tf_clip_v(Vec::div(round_through_v(scaled), m), zero, ceiling));
+      const Vec::F scaled = div_by(Vec::mul(x, m), m_i, has_inv_m_i, inv_m_i);
+      xq = Vec::mul(m_i, tf_clip_v(div_by(round_through_v(scaled), m, has_inv_m, inv_m), zero, ceiling));
       if (negative_part) {
         const Vec::F r = round_through_v(Vec::mul(scaled, ns));
         xq = Vec::add(xq, Vec::mul(m_i_ns, tf_clip_v(Vec::mul(r, neg_factor), minus_one, zero)));
@@ -154,9 +170,9 @@ void qk_linear_f32(const void* params, const RowArgs& a) {
   const ScopedFlushDenormals flush;
   const Vec::F clip_min = Vec::splat(p.clip_min), clip_max = Vec::splat(p.clip_max), shift = Vec::splat(p.shift);
   const Vec::F q = Vec::splat(p.blend.q);
-  const bool level_only = p.level_only;
+  const bool level_only = p.level_only, pow2_scales = p.pow2_scales;
   for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-    const Vec::F c = tf_clip_v(Vec::div(v[0], v[1]), clip_min, clip_max);
+    const Vec::F c = tf_clip_v(div_by_scale(v[0], v[1], pow2_scales), clip_min, clip_max);
     const Vec::F level = Vec::add(round_through_v(Vec::sub(c, shift)), shift);
     if (level_only) return level;
     const Vec::F xq = Vec::mul(level, v[1]);

@@ -71,6 +71,24 @@ struct Vec {
     _mm256_storeu_pd(p + 4, hi);
   }
 
+  // acc[2l] += double(a_l), acc[2l + 1] += double(b_l) for every lane l (interleaved pairs of sums).
+  static void accumulate_pairs_f64(double* acc, F a, F b) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256d da = _mm256_cvtps_pd(h ? _mm256_extractf128_ps(a, 1) : _mm256_castps256_ps128(a));
+      const __m256d db = _mm256_cvtps_pd(h ? _mm256_extractf128_ps(b, 1) : _mm256_castps256_ps128(b));
+      const __m256d even = _mm256_unpacklo_pd(da, db);  // a0 b0 a2 b2
+      const __m256d odd = _mm256_unpackhi_pd(da, db);   // a1 b1 a3 b3
+      double* q = acc + 8 * h;
+      _mm256_storeu_pd(q, _mm256_add_pd(_mm256_loadu_pd(q), _mm256_permute2f128_pd(even, odd, 0x20)));
+      _mm256_storeu_pd(q + 4, _mm256_add_pd(_mm256_loadu_pd(q + 4), _mm256_permute2f128_pd(even, odd, 0x31)));
+    }
+  }
+  // acc[l mod 8] += double(a_l), lanes in order (8 lanes: one add each).
+  static void accumulate_mod8_f64(double* acc, F a) {
+    _mm256_storeu_pd(acc, _mm256_add_pd(_mm256_loadu_pd(acc), _mm256_cvtps_pd(_mm256_castps256_ps128(a))));
+    _mm256_storeu_pd(acc + 4, _mm256_add_pd(_mm256_loadu_pd(acc + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1))));
+  }
+
   // p[0..7] = double(a) * b, rounded once to float64 (store_scaled_f64) or, from that double,
   // to float32 (store_scaled_f32): a float32 vector times a float64 factor, as numpy multiplies
   // a float64 array by a Python float (and casts the product into a float32 output).

@@ -84,6 +84,26 @@ struct Vec {
     _mm512_storeu_ps(p, _mm512_insertf32x8(_mm512_castps256_ps512(lo_f), hi_f, 1));
   }
 
+  // acc[2l] += double(a_l), acc[2l + 1] += double(b_l) for every lane l (interleaved pairs of sums).
+  static void accumulate_pairs_f64(double* acc, F a, F b) {
+    for (int h = 0; h < 2; ++h) {
+      const __m512d da = _mm512_cvtps_pd(h ? _mm512_extractf32x8_ps(a, 1) : _mm512_castps512_ps256(a));
+      const __m512d db = _mm512_cvtps_pd(h ? _mm512_extractf32x8_ps(b, 1) : _mm512_castps512_ps256(b));
+      // lanes 0..7 of a and b interleaved: a0 b0 a1 b1 ... a3 b3 | a4 b4 ... a7 b7
+      const __m512i lo_idx = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
+      const __m512i hi_idx = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
+      double* q = acc + 16 * h;
+      _mm512_storeu_pd(q, _mm512_add_pd(_mm512_loadu_pd(q), _mm512_permutex2var_pd(da, lo_idx, db)));
+      _mm512_storeu_pd(q + 8, _mm512_add_pd(_mm512_loadu_pd(q + 8), _mm512_permutex2var_pd(da, hi_idx, db)));
+    }
+  }
+  // acc[l mod 8] += double(a_l), lanes in order: lanes 0..7 first, then 8..15.
+  static void accumulate_mod8_f64(double* acc, F a) {
+    __m512d s = _mm512_add_pd(_mm512_loadu_pd(acc), _mm512_cvtps_pd(_mm512_castps512_ps256(a)));
+    s = _mm512_add_pd(s, _mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)));
+    _mm512_storeu_pd(acc, s);
+  }
+
   static void fence() { _mm_sfence(); }
 };
 

@@ -1,0 +1,61 @@
+// Row kernels of the grouped reductions (core/grouped_reduce.h): per-channel / per-block
+// statistics behind data-dependent scales (QKeras' auto/auto_po2 now; AIMET's encodings next).
+//
+// A reduction row kernel folds a run of n contiguous float32 elements (RowArgs::in[0], and in[1]
+// where a second operand is read) into accumulators at RowArgs::out: one accumulator per element
+// (`per_element`: the run lies along a kept dimension, element j feeds group j) or one for the
+// whole run. No broadcast operands. Kernels run in the caller's floating-point environment.
+//
+// Every kernel set gives the same bits: each accumulator receives its elements in the same order
+// in every set (the vector kernels keep the scalar spec's lane assignment below), and the maximum
+// is order-independent by construction.
+#pragma once
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "core/target.h"
+#include "kernels/row.h"
+
+namespace polyquant::detail {
+
+// ---- maximum: acc (float) = max over the run of x or |x| ---------------------------------------
+// Subnormals and -0 count as +0, so equal values have one bit pattern and the maximum does not
+// depend on the order of the fold (the callers flush subnormals anyway, as TensorFlow does). A NaN
+// anywhere makes the accumulator NaN (which NaN is unspecified; callers canonicalize).
+struct GroupMaxParams {
+  bool absolute = true;
+  bool per_element = false;
+};
+
+// ---- sums of products: the least-squares sums of a scale fit ------------------------------------
+// With v = x / divisor (x when !divide; x * inv_divisor when that reciprocal is exact, the same
+// bits), each element contributes p = v * z and q = z * z, each rounded to float32 (tf.multiply),
+// added in float64:
+//   per_element: acc[2j] += p_j, acc[2j + 1] += q_j        (acc: n {sum_p, sum_q} pairs)
+//   otherwise:   acc[k mod 8] += p_k, acc[8 + k mod 8] += q_k for the run's k-th element
+//                (acc: 16 partial sums the caller combines in index order)
+struct ProductSumsParams {
+  bool per_element = false;
+  bool divide = false;
+  float divisor = 1.0f;
+  float inv_divisor = 0.0f;  // exact 1 / divisor, or 0
+};
+
+inline namespace POLYQUANT_TARGET_NAMESPACE {
+
+inline float group_max_value(float x, bool absolute) {
+  const float v = absolute ? std::fabs(x) : x;
+  return std::fabs(v) < FLT_MIN ? 0.0f : v;
+}
+// a NaN, once folded in, stays.
+inline float group_max_fold(float acc, float v) { return (v > acc || v != v) ? v : acc; }
+
+inline float product_sums_v(float x, const ProductSumsParams& p) {
+  if (!p.divide) return x;
+  return p.inv_divisor != 0.0f ? x * p.inv_divisor : x / p.divisor;
+}
+
+}  // namespace POLYQUANT_TARGET_NAMESPACE
+}  // namespace polyquant::detail

@@ -1,0 +1,80 @@
+// float32 SIMD kernels of the grouped reductions (reduce_kernels.h), written once against the
+// `Vec` vocabulary and compiled per kernel set. Lane l of a vector starting at element j (a
+// multiple of the lane count, itself a multiple of 8) is element j + l, so the k mod 8 partial
+// sums receive their products in the scalar spec's order.
+//
+// No include guard: meant to be included once per kernel-set translation unit.
+
+void group_max_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const GroupMaxParams*>(params);
+  constexpr int L = Vec::kLanes;
+  const float* x = a.input<float>(0);
+  auto* acc = static_cast<float*>(a.out);
+  const Vec::F tiny = Vec::splat(FLT_MIN), zero = Vec::zero();
+  const bool absolute = p.absolute;
+  auto value = [&](Vec::F v) POLYQUANT_ALWAYS_INLINE {
+    if (absolute) v = Vec::abs(v);
+    return Vec::select(Vec::lt(Vec::abs(v), tiny), zero, v);
+  };
+  auto fold = [](Vec::F m, Vec::F v) POLYQUANT_ALWAYS_INLINE {
+    return Vec::select(Vec::mask_or(Vec::gt(v, m), Vec::isnan(v)), v, m);
+  };
+  std::int64_t j = 0;
+  if (p.per_element) {
+    for (; j + L <= a.n; j += L) Vec::storeu(acc + j, fold(Vec::loadu(acc + j), value(Vec::loadu(x + j))));
+    for (; j < a.n; ++j) acc[j] = group_max_fold(acc[j], group_max_value(x[j], absolute));
+    return;
+  }
+  Vec::F m0 = Vec::splat(acc[0]), m1 = m0;
+  for (; j + 2 * L <= a.n; j += 2 * L) {
+    m0 = fold(m0, value(Vec::loadu(x + j)));
+    m1 = fold(m1, value(Vec::loadu(x + j + L)));
+  }
+  for (; j + L <= a.n; j += L) m0 = fold(m0, value(Vec::loadu(x + j)));
+  alignas(64) float lanes[2 * L];
+  Vec::storeu(lanes, m0);
+  Vec::storeu(lanes + L, m1);
+  float m = acc[0];
+  for (float v : lanes) m = group_max_fold(m, v);
+  for (; j < a.n; ++j) m = group_max_fold(m, group_max_value(x[j], absolute));
+  acc[0] = m;
+}
+
+void product_sums_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const ProductSumsParams*>(params);
+  constexpr int L = Vec::kLanes;
+  const float* x = a.input<float>(0);
+  const float* z = a.input<float>(1);
+  auto* acc = static_cast<double*>(a.out);
+  const bool divide = p.divide, has_inv = p.inv_divisor != 0.0f;
+  const Vec::F divisor = Vec::splat(p.divisor), inv = Vec::splat(p.inv_divisor);
+  auto v_of = [&](Vec::F xv) POLYQUANT_ALWAYS_INLINE {
+    if (!divide) return xv;
+    return has_inv ? Vec::mul(xv, inv) : Vec::div(xv, divisor);
+  };
+  std::int64_t j = 0;
+  if (p.per_element) {
+    for (; j + L <= a.n; j += L) {
+      const Vec::F zv = Vec::loadu(z + j);
+      Vec::accumulate_pairs_f64(acc + 2 * j, Vec::mul(v_of(Vec::loadu(x + j)), zv), Vec::mul(zv, zv));
+    }
+  } else {
+    for (; j + L <= a.n; j += L) {
+      const Vec::F zv = Vec::loadu(z + j);
+      Vec::accumulate_mod8_f64(acc, Vec::mul(v_of(Vec::loadu(x + j)), zv));
+      Vec::accumulate_mod8_f64(acc + 8, Vec::mul(zv, zv));
+    }
+  }
+  for (; j < a.n; ++j) {
+    const float v = product_sums_v(x[j], p);
+    const double pv = static_cast<double>(v * z[j]);
+    const double qv = static_cast<double>(z[j] * z[j]);
+    if (p.per_element) {
+      acc[2 * j] += pv;
+      acc[2 * j + 1] += qv;
+    } else {
+      acc[j & 7] += pv;
+      acc[8 + (j & 7)] += qv;
+    }
+  }
+}
