@@ -221,12 +221,15 @@ void BM_qkeras_bits(benchmark::State& state) {
   const float one = 1.0f;
   const TensorView alpha(&one, DType::kFloat32, Dims{});
   const MutableTensorView scale_out(scale.data(), DType::kFloat32, Dims{1, 16384});
+  qkeras::SearchInfo info;
   for (auto _ : state) {
     qkeras::quantized_bits(TensorView(x.data(), DType::kFloat32, kQkShape), alpha, attrs, {}, {},
-                           MutableTensorView(out.data(), DType::kFloat32, kQkShape), kind == QkAlpha::kFixed ? nullptr : &scale_out);
+                           MutableTensorView(out.data(), DType::kFloat32, kQkShape), kind == QkAlpha::kFixed ? nullptr : &scale_out,
+                           &info);
     benchmark::DoNotOptimize(out.data());
   }
   set_bytes(state, 2);
+  state.counters["reads"] = info.max_passes + info.least_squares_rounds;
 }
 
 void BM_qkeras_linear(benchmark::State& state) {
@@ -239,12 +242,14 @@ void BM_qkeras_linear(benchmark::State& state) {
   const float one = 1.0f;
   const TensorView alpha(&one, DType::kFloat32, Dims{});
   const MutableTensorView scale_out(scale.data(), DType::kFloat32, kind == QkAlpha::kFixed ? Dims{} : Dims{1, 16384});
+  qkeras::SearchInfo info;
   for (auto _ : state) {
     qkeras::quantized_linear(TensorView(x.data(), DType::kFloat32, kQkShape), alpha, attrs, {}, {},
-                             MutableTensorView(out.data(), DType::kFloat32, kQkShape), &scale_out);
+                             MutableTensorView(out.data(), DType::kFloat32, kQkShape), &scale_out, &info);
     benchmark::DoNotOptimize(out.data());
   }
   set_bytes(state, 2);
+  state.counters["reads"] = info.max_passes + info.least_squares_rounds;
 }
 
 void BM_qkeras_relu(benchmark::State& state) {

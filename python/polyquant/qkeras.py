@@ -360,6 +360,8 @@ class quantized_relu(_Quantizer):  # noqa: N801
             raise ValueError(f"negative_slope: must be >= 0, got {negative_slope}")
         if ns != 0 and math.log2(ns) % 1 != 0:
             raise ValueError(f"negative_slope: must be 0 or a power of two (0.125, 0.25, 0.5, ...), got {negative_slope}")
+        if ns != 0 and abs(math.log2(ns)) > 126:
+            raise ValueError(f"negative_slope: a power of two between 2**-126 and 2**126 (float32), got {negative_slope}")
         if relu_upper_bound is not None:
             _number(relu_upper_bound, "relu_upper_bound")
         self.bits = bits

@@ -39,6 +39,23 @@ void require_finite(double v, const char* name) {
   if (!std::isfinite(v)) value_error(std::string(name) + ": must be a finite number, got " + number(v));
 }
 
+// The shapes of the variant-like attribute structs: one entry for an int kind.
+void require_well_formed(const ScaleAxis& axis) {
+  if (axis.kind == ScaleAxis::Kind::kInt && axis.axes.size() != 1) {
+    value_error("scale_axis: an int scale_axis holds exactly one axis, got " + std::to_string(axis.axes.size()));
+  }
+}
+void require_well_formed(const ElementsPerScale& eps) {
+  if (eps.kind == ElementsPerScale::Kind::kInt && eps.values.size() != 1) {
+    value_error("elements_per_scale: an int elements_per_scale holds exactly one value, got " + std::to_string(eps.values.size()));
+  }
+}
+void require_settings(const Settings& settings) {
+  if (!(settings.epsilon >= 0.0f) || !std::isfinite(settings.epsilon)) {
+    value_error("epsilon: must be a finite number >= 0, got " + number(settings.epsilon));
+  }
+}
+
 void require_x(const TensorView& x) {
   if (!is_floating(x.dtype) && x.dtype != DType::kBool && dtype_size(x.dtype) == 0) {
     throw Error(ErrorKind::kType, "x: unsupported dtype");
@@ -392,6 +409,9 @@ BitsConstants bits_constants(const QuantizedBitsAttrs& a) {
 void validate_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& a) {
   require_x(x);
   bits_constants(a);
+  require_finite(a.qnoise.factor, "qnoise_factor");
+  require_well_formed(a.scale_axis);
+  require_well_formed(a.elements_per_scale);
   const bool auto_alpha = a.alpha == Alpha::kAuto || a.alpha == Alpha::kAutoPo2;
   if (a.alpha != Alpha::kAutoPo2) {
     if (a.elements_per_scale.kind != ElementsPerScale::Kind::kNone) {
@@ -547,8 +567,13 @@ float linear_data_type_scale(double bits, double integer, bool keep_negative) {
 
 TensorSpec quantized_bits_spec(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
                                const Settings& settings) {
-  (void)settings;
   validate_bits(x, alpha, attrs);
+  require_settings(settings);
+  if ((attrs.alpha == Alpha::kAuto || attrs.alpha == Alpha::kAutoPo2) && !attrs.frozen_scale) {
+    // The axes of the search (each throws naming scale_axis / elements_per_scale).
+    bits_max_keep(x.shape, attrs, settings);
+    if (attrs.alpha == Alpha::kAutoPo2) bits_ls_layout(x.shape, attrs, settings);
+  }
   TensorSpec spec;
   spec.dtype = DType::kFloat32;
   spec.shape = x.shape;
@@ -643,6 +668,9 @@ detail::QkReluParams relu_params(const QuantizedReluAttrs& a) {
   if (ns < 0) value_error("negative_slope: must be >= 0, got " + number(ns));
   if (ns != 0 && std::log2(ns) != std::floor(std::log2(ns))) {
     value_error("negative_slope: must be 0 or a power of two (0.125, 0.25, 0.5, ...), got " + number(ns));
+  }
+  if (ns != 0 && (std::fabs(std::log2(ns)) > 126)) {
+    value_error("negative_slope: a power of two between 2^-126 and 2^126 (float32), got " + number(ns));
   }
   if (a.relu_upper_bound) {
     if (std::isnan(*a.relu_upper_bound)) value_error("relu_upper_bound: must be a number, got nan");
@@ -816,9 +844,12 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
 
 TensorSpec quantized_linear_spec(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
                                  const Settings& settings) {
-  (void)settings;
   require_x(x);
   linear_constants(attrs);
+  require_finite(attrs.qnoise.factor, "qnoise_factor");
+  require_well_formed(attrs.scale_axis);
+  require_settings(settings);
+  if (attrs.alpha == Alpha::kAuto || attrs.alpha == Alpha::kAutoPo2) linear_keep(x.shape, attrs, settings);
   TensorSpec spec{DType::kFloat32, x.shape};
   if (attrs.alpha == Alpha::kValue) {
     if (alpha.numel() > 0 && alpha.data == nullptr) value_error("alpha: tensor has no data");

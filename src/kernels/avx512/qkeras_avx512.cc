@@ -1,6 +1,7 @@
 // QKeras float32 kernels for the avx512 kernel set (compiled with the avx512 flags only).
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/fpenv.h"
 #include "kernels/registry.h"

@@ -25,13 +25,33 @@ inline Vec::F tf_sign_v(Vec::F x) {
 }
 // 1 / s for lanes holding 2^k, k in [-126, 126] (the caller checked): the exponent field negated.
 inline Vec::F reciprocal_pow2_v(Vec::F s) { return Vec::from_bits(Vec::sub_i(Vec::splat_i(0x7F000000), Vec::bits(s))); }
-// a / d, as a product with d's exact reciprocal `inv` when there is one (inv != 0).
-POLYQUANT_ALWAYS_INLINE inline Vec::F div_by(Vec::F a, Vec::F d, bool has_inv, Vec::F inv) {
-  return has_inv ? Vec::mul(a, inv) : Vec::div(a, d);
+// a / d, as a product with d's exact reciprocal `inv` when there is one (HasInv: a
+// std::bool_constant, so the choice is made once per row, outside the vector loop).
+template <class HasInv>
+POLYQUANT_ALWAYS_INLINE inline Vec::F div_by(Vec::F a, Vec::F d, HasInv, Vec::F inv) {
+  if constexpr (HasInv::value) return Vec::mul(a, inv);
+  else return Vec::div(a, d);
 }
 // a / s for a scale operand s, by its reciprocal when every scale is a power of two.
-POLYQUANT_ALWAYS_INLINE inline Vec::F div_by_scale(Vec::F a, Vec::F s, bool pow2_scales) {
-  return pow2_scales ? Vec::mul(a, reciprocal_pow2_v(s)) : Vec::div(a, s);
+template <class Pow2Scales>
+POLYQUANT_ALWAYS_INLINE inline Vec::F div_by_scale(Vec::F a, Vec::F s, Pow2Scales) {
+  if constexpr (Pow2Scales::value) return Vec::mul(a, reciprocal_pow2_v(s));
+  else return Vec::div(a, s);
+}
+// f(std::bool_constant<a>{}, ...): runtime flags as compile-time constants, for loop bodies that
+// must not test them per vector.
+template <class F>
+POLYQUANT_ALWAYS_INLINE inline void with_flags(bool a, F&& f) {
+  if (a) f(std::true_type{});
+  else f(std::false_type{});
+}
+template <class F>
+POLYQUANT_ALWAYS_INLINE inline void with_flags(bool a, bool b, F&& f) {
+  with_flags(a, [&](auto fa) POLYQUANT_ALWAYS_INLINE { with_flags(b, [&](auto fb) POLYQUANT_ALWAYS_INLINE { f(fa, fb); }); });
+}
+template <class F>
+POLYQUANT_ALWAYS_INLINE inline void with_flags(bool a, bool b, bool c, F&& f) {
+  with_flags(a, b, [&](auto fa, auto fb) POLYQUANT_ALWAYS_INLINE { with_flags(c, [&](auto fc) POLYQUANT_ALWAYS_INLINE { f(fa, fb, fc); }); });
 }
 // _round_through: p + (-p + round_half_even(p)).
 inline Vec::F round_through_v(Vec::F p) { return Vec::add(p, Vec::add(Vec::neg(p), Vec::rint(p))); }
@@ -57,14 +77,15 @@ void qk_bits_f32(const void* params, const RowArgs& a) {
   const BlendV blend(p.blend);
   const Vec::F m = Vec::splat(p.m), m_i = Vec::splat(p.m_i), lo = Vec::splat(p.lo), hi = Vec::splat(p.hi);
   const Vec::F inv_m = Vec::splat(p.inv_m), inv_m_i = Vec::splat(p.inv_m_i);
-  const bool has_inv_m = p.inv_m != 0.0f, has_inv_m_i = p.inv_m_i != 0.0f;
   const Vec::F one = Vec::splat(1.0f), two = Vec::splat(2.0f);
   if (!p.binary) {
-    for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      const Vec::F scaled = div_by(Vec::mul(v[0], m), m_i, has_inv_m_i, inv_m_i);
-      const Vec::F c = tf_clip_v(round_through_v(scaled), lo, hi);
-      const Vec::F xq = div_by(Vec::mul(m_i, c), m, has_inv_m, inv_m);
-      return blend(v[0], Vec::mul(v[1], xq));
+    with_flags(p.inv_m != 0.0f, p.inv_m_i != 0.0f, [&](auto has_inv_m, auto has_inv_m_i) POLYQUANT_ALWAYS_INLINE {
+      for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+        const Vec::F scaled = div_by(Vec::mul(v[0], m), m_i, has_inv_m_i, inv_m_i);
+        const Vec::F c = tf_clip_v(round_through_v(scaled), lo, hi);
+        const Vec::F xq = div_by(Vec::mul(m_i, c), m, has_inv_m, inv_m);
+        return blend(v[0], Vec::mul(v[1], xq));
+      });
     });
   } else {
     const bool keep_negative = p.keep_negative;
@@ -88,23 +109,26 @@ void qk_bits_auto_f32(const void* params, const RowArgs& a) {
   const BlendV blend(p.blend);
   const Vec::F m = Vec::splat(p.m), m_i = Vec::splat(p.m_i), half_levels = Vec::splat(p.half_levels);
   const Vec::F inv_m = Vec::splat(p.inv_m), inv_m_i = Vec::splat(p.inv_m_i);
-  const bool has_inv_m = p.inv_m != 0.0f, has_inv_m_i = p.inv_m_i != 0.0f, pow2_scales = p.pow2_scales;
   const Vec::F half = Vec::splat(0.5f);
-  if (p.level_only) {
+  const bool level_only = p.level_only;
+  with_flags(p.inv_m != 0.0f, p.inv_m_i != 0.0f, p.pow2_scales,
+             [&](auto has_inv_m, auto has_inv_m_i, auto pow2_scales) POLYQUANT_ALWAYS_INLINE {
+    if (level_only) {
+      for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+        const Vec::F xs = div_by(v[0], m_i, has_inv_m_i, inv_m_i);
+        const Vec::F level = Vec::floor(Vec::add(div_by_scale(Vec::abs(xs), v[1], pow2_scales), half));
+        return Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
+      });
+      return;
+    }
     for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       const Vec::F xs = div_by(v[0], m_i, has_inv_m_i, inv_m_i);
       const Vec::F level = Vec::floor(Vec::add(div_by_scale(Vec::abs(xs), v[1], pow2_scales), half));
-      return Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
+      const Vec::F z = Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
+      const Vec::F scale = Vec::mul(v[1], m);
+      const Vec::F full = Vec::mul(m_i, xs);
+      return blend(full, Vec::mul(scale, div_by(Vec::mul(m_i, z), m, has_inv_m, inv_m)));
     });
-    return;
-  }
-  for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-    const Vec::F xs = div_by(v[0], m_i, has_inv_m_i, inv_m_i);
-    const Vec::F level = Vec::floor(Vec::add(div_by_scale(Vec::abs(xs), v[1], pow2_scales), half));
-    const Vec::F z = Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
-    const Vec::F scale = Vec::mul(v[1], m);
-    const Vec::F full = Vec::mul(m_i, xs);
-    return blend(full, Vec::mul(scale, div_by(Vec::mul(m_i, z), m, has_inv_m, inv_m)));
   });
 }
 
@@ -130,33 +154,34 @@ void qk_relu_f32(const void* params, const RowArgs& a) {
   const Vec::F clip_value = Vec::splat(p.clip_value), upper_bound = Vec::splat(p.upper_bound);
   const Vec::F half = Vec::splat(0.5f), two = Vec::splat(2.0f), minus_one = Vec::splat(-1.0f);
   const Vec::F inv_m = Vec::splat(p.inv_m), inv_m_i = Vec::splat(p.inv_m_i);
-  const bool has_inv_m = p.inv_m != 0.0f, has_inv_m_i = p.inv_m_i != 0.0f;
   const bool leaky = p.leaky, negative_part = p.negative_part, sigmoid = p.sigmoid;
   const bool quantized_clip = p.quantized_clip, has_upper_bound = p.has_upper_bound, bound_output = p.bound_output;
-  for_each_vector<1>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-    const Vec::F x = v[0];
-    const Vec::F companion = leaky ? Vec::select(Vec::gt(x, zero), x, Vec::mul(x, ns)) : tf_max_v(x, zero);
-    Vec::F xu = companion;
-    if (quantized_clip) xu = Vec::select(Vec::le(x, clip_value), companion, clip_value);
-    else if (has_upper_bound) xu = Vec::select(Vec::le(x, upper_bound), companion, upper_bound);
-    Vec::F xq;
-    if (sigmoid) {
-      const Vec::F scaled = Vec::mul(tf_clip_v(Vec::add(Vec::mul(half, div_by(x, m_i, has_inv_m_i, inv_m_i)), half), zero, one), m);
-      xq = Vec::mul(m_i, tf_clip_v(Vec::sub(Vec::mul(two, div_by(round_through_v(scaled), m, has_inv_m, inv_m)), one), zero, ceiling));
-      if (negative_part) {
-        const Vec::F r = round_through_v(Vec::mul(scaled, ns));
-        xq = Vec::add(xq, Vec::mul(m_i_ns, tf_clip_v(Vec::sub(Vec::mul(two, Vec::mul(r, neg_factor)), one), minus_one, zero)));
+  with_flags(p.inv_m != 0.0f, p.inv_m_i != 0.0f, [&](auto has_inv_m, auto has_inv_m_i) POLYQUANT_ALWAYS_INLINE {
+    for_each_vector<1>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      const Vec::F x = v[0];
+      const Vec::F companion = leaky ? Vec::select(Vec::gt(x, zero), x, Vec::mul(x, ns)) : tf_max_v(x, zero);
+      Vec::F xu = companion;
+      if (quantized_clip) xu = Vec::select(Vec::le(x, clip_value), companion, clip_value);
+      else if (has_upper_bound) xu = Vec::select(Vec::le(x, upper_bound), companion, upper_bound);
+      Vec::F xq;
+      if (sigmoid) {
+        const Vec::F scaled = Vec::mul(tf_clip_v(Vec::add(Vec::mul(half, div_by(x, m_i, has_inv_m_i, inv_m_i)), half), zero, one), m);
+        xq = Vec::mul(m_i, tf_clip_v(Vec::sub(Vec::mul(two, div_by(round_through_v(scaled), m, has_inv_m, inv_m)), one), zero, ceiling));
+        if (negative_part) {
+          const Vec::F r = round_through_v(Vec::mul(scaled, ns));
+          xq = Vec::add(xq, Vec::mul(m_i_ns, tf_clip_v(Vec::sub(Vec::mul(two, Vec::mul(r, neg_factor)), one), minus_one, zero)));
+        }
+      } else {
+        const Vec::F scaled = div_by(Vec::mul(x, m), m_i, has_inv_m_i, inv_m_i);
+        xq = Vec::mul(m_i, tf_clip_v(div_by(round_through_v(scaled), m, has_inv_m, inv_m), zero, ceiling));
+        if (negative_part) {
+          const Vec::F r = round_through_v(Vec::mul(scaled, ns));
+          xq = Vec::add(xq, Vec::mul(m_i_ns, tf_clip_v(Vec::mul(r, neg_factor), minus_one, zero)));
+        }
       }
-    } else {
-      const Vec::F scaled = div_by(Vec::mul(x, m), m_i, has_inv_m_i, inv_m_i);
-      xq = Vec::mul(m_i, tf_clip_v(div_by(round_through_v(scaled), m, has_inv_m, inv_m), zero, ceiling));
-      if (negative_part) {
-        const Vec::F r = round_through_v(Vec::mul(scaled, ns));
-        xq = Vec::add(xq, Vec::mul(m_i_ns, tf_clip_v(Vec::mul(r, neg_factor), minus_one, zero)));
-      }
-    }
-    if (bound_output) xq = Vec::select(Vec::le(xq, upper_bound), xq, upper_bound);
-    return blend(xu, xq);
+      if (bound_output) xq = Vec::select(Vec::le(xq, upper_bound), xq, upper_bound);
+      return blend(xu, xq);
+    });
   });
 }
 
@@ -170,12 +195,13 @@ void qk_linear_f32(const void* params, const RowArgs& a) {
   const ScopedFlushDenormals flush;
   const Vec::F clip_min = Vec::splat(p.clip_min), clip_max = Vec::splat(p.clip_max), shift = Vec::splat(p.shift);
   const Vec::F q = Vec::splat(p.blend.q);
-  const bool level_only = p.level_only, pow2_scales = p.pow2_scales;
-  for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-    const Vec::F c = tf_clip_v(div_by_scale(v[0], v[1], pow2_scales), clip_min, clip_max);
-    const Vec::F level = Vec::add(round_through_v(Vec::sub(c, shift)), shift);
-    if (level_only) return level;
-    const Vec::F xq = Vec::mul(level, v[1]);
-    return Vec::add(v[0], Vec::mul(q, Vec::sub(xq, v[0])));
+  with_flags(p.level_only, p.pow2_scales, [&](auto level_only, auto pow2_scales) POLYQUANT_ALWAYS_INLINE {
+    for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      const Vec::F c = tf_clip_v(div_by_scale(v[0], v[1], pow2_scales), clip_min, clip_max);
+      const Vec::F level = Vec::add(round_through_v(Vec::sub(c, shift)), shift);
+      if constexpr (decltype(level_only)::value) return level;
+      const Vec::F xq = Vec::mul(level, v[1]);
+      return Vec::add(v[0], Vec::mul(q, Vec::sub(xq, v[0])));
+    });
   });
 }
