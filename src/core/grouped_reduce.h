@@ -96,7 +96,9 @@ inline GroupedLayout make_grouped_layout(const Dims& shape, const std::vector<bo
 
 // Runs `reducer` over every element: reducer.row(acc + g0, group_stride, x + x0, aux + a0,
 // aux_stride, n) folds a run of n elements along the innermost dimension (x stride 1) into the
-// accumulators of its groups; reducer.merge(into, from) folds partial results (single-group case).
+// accumulators of its groups; optionally reducer.rows(acc, group_stride, x, x_row_stride, aux,
+// aux_stride, n, rows) folds several such runs into the same accumulators (channels last), in row
+// order; reducer.merge(into, from) folds partial results.
 // Each thread holds a Reducer::ThreadEnv (a scoped floating-point environment) over its share. `acc` holds num_groups accumulators, initialised by the caller.
 template <class Reducer>
 void grouped_reduce(const float* x, const float* aux, const GroupedLayout& L, const Reducer& reducer,
@@ -160,9 +162,14 @@ void grouped_reduce(const float* x, const float* aux, const GroupedLayout& L, co
       const typename Reducer::ThreadEnv env;
       for (std::int64_t c = c0; c < c1; ++c) {
         Acc* part = partials.data() + c * L.num_groups;
-        for (std::int64_t r = c * chunk_rows; r < std::min(rows, (c + 1) * chunk_rows); ++r) {
-          // Outer dimensions are reduced (aux broadcasts over them) or of extent 1.
-          reducer.row(part, group_stride, x + r * cols, aux, aux_stride, cols);
+        const std::int64_t r0 = c * chunk_rows, r1 = std::min(rows, (c + 1) * chunk_rows);
+        // Outer dimensions are reduced (aux broadcasts over them) or of extent 1. A reducer with
+        // rows() takes the chunk's rows at once (to fold a few rows per pass over its
+        // accumulators); each accumulator still receives its rows in order.
+        if constexpr (requires { reducer.rows(part, group_stride, x, cols, aux, aux_stride, cols, r1 - r0); }) {
+          reducer.rows(part, group_stride, x + r0 * cols, cols, aux, aux_stride, cols, r1 - r0);
+        } else {
+          for (std::int64_t r = r0; r < r1; ++r) reducer.row(part, group_stride, x + r * cols, aux, aux_stride, cols);
         }
       }
     });

@@ -27,13 +27,18 @@ namespace polyquant::detail {
 struct GroupMaxParams {
   bool absolute = true;
   bool per_element = false;
+  // per_element: `rows` rows of n elements, x_row_stride elements apart, fold into the same n
+  // accumulators, each taking its rows in order (a tile of a channels-last tensor).
+  std::int64_t rows = 1;
+  std::int64_t x_row_stride = 0;
 };
 
 // ---- sums of products: the least-squares sums of a scale fit ------------------------------------
 // With v = x / divisor (x when !divide; x * inv_divisor when that reciprocal is exact, the same
 // bits), each element contributes p = v * z and q = z * z, each rounded to float32 (tf.multiply),
 // added in float64:
-//   per_element: acc[2j] += p_j, acc[2j + 1] += q_j        (acc: n {sum_p, sum_q} pairs)
+//   per_element: acc[2j] += p_rj, acc[2j + 1] += q_rj for r = 0 .. rows - 1 in order
+//                (acc: n {sum_p, sum_q} pairs)
 //   otherwise:   acc[k mod 8] += p_k, acc[8 + k mod 8] += q_k for the run's k-th element
 //                (acc: 16 partial sums the caller combines in index order)
 struct ProductSumsParams {
@@ -41,6 +46,10 @@ struct ProductSumsParams {
   bool divide = false;
   float divisor = 1.0f;
   float inv_divisor = 0.0f;  // exact 1 / divisor, or 0
+  // per_element: `rows` rows of n elements (x every x_row_stride, z every z_row_stride elements)
+  // add into the same n pairs, each pair taking its rows in order.
+  std::int64_t rows = 1;
+  std::int64_t x_row_stride = 0, z_row_stride = 0;
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {

@@ -238,6 +238,26 @@ struct MaxReducer {
     }
     for (std::int64_t j = 0; j < n; ++j) acc[j * group_stride] = fold(acc[j * group_stride], detail::group_max_value(x[j], params.absolute));
   }
+  // Rows of n elements, x_row_stride apart, into the same n accumulators, four rows per pass.
+  void rows(float* acc, std::int64_t group_stride, const float* x, std::int64_t x_row_stride, const float* aux,
+            std::int64_t aux_stride, std::int64_t n, std::int64_t rows) const {
+    if (group_stride != 1) {
+      for (std::int64_t r = 0; r < rows; ++r) row(acc, group_stride, x + r * x_row_stride, aux, aux_stride, n);
+      return;
+    }
+    constexpr std::int64_t kTile = 4;
+    for (std::int64_t r = 0; r < rows; r += kTile) {
+      detail::GroupMaxParams p = params;
+      p.per_element = true;
+      p.rows = std::min(kTile, rows - r);
+      p.x_row_stride = x_row_stride;
+      detail::RowArgs a;
+      a.in[0] = x + r * x_row_stride;
+      a.out = acc;
+      a.n = n;
+      kernel(&p, a);
+    }
+  }
   void merge(float& into, float from) const { into = fold(into, from); }
 };
 
@@ -312,6 +332,48 @@ struct LeastSquaresReducer {
       }
       acc[0].xz += sxz;
       acc[0].zz += szz;
+    }
+  }
+  // Rows of n elements, x_row_stride apart, into the same n accumulator pairs (channels last):
+  // four rows' levels at a time, then their sums in one pass over the pairs (rows in order).
+  void rows(Acc* acc, std::int64_t group_stride, const float* x, std::int64_t x_row_stride, const float* aux,
+            std::int64_t aux_stride, std::int64_t n, std::int64_t rows) const {
+    if (group_stride != 1 || aux_stride > 1) {
+      for (std::int64_t r = 0; r < rows; ++r) row(acc, group_stride, x + r * x_row_stride, aux, aux_stride, n);
+      return;
+    }
+    constexpr std::int64_t kBlock = 1024, kTile = 4;
+    alignas(64) float z[kTile][kBlock];
+    detail::ProductSumsParams sp;
+    sp.per_element = true;
+    sp.divide = divide;
+    sp.divisor = divisor;
+    sp.inv_divisor = divide ? detail::exact_reciprocal(divisor) : 0.0f;
+    sp.x_row_stride = x_row_stride;
+    sp.z_row_stride = kBlock;
+    for (std::int64_t r = 0; r < rows; r += kTile) {
+      const std::int64_t tile = std::min(kTile, rows - r);
+      for (std::int64_t b = 0; b < n; b += kBlock) {
+        const std::int64_t m = std::min(kBlock, n - b);
+        for (std::int64_t i = 0; i < tile; ++i) {
+          const float* xr = x + (r + i) * x_row_stride + b;
+          detail::RowArgs a;
+          a.in[0] = xr;
+          a.in[1] = aux_stride == 0 ? aux : aux + b;
+          a.broadcast_mask = aux_stride == 0 ? 2u : 0u;
+          a.out = z[i];
+          a.n = m;
+          a.index = xr - base;
+          level_kernel(level_params, a);
+        }
+        sp.rows = tile;
+        detail::RowArgs s;
+        s.in[0] = x + r * x_row_stride + b;
+        s.in[1] = z[0];
+        s.out = acc + b;
+        s.n = m;
+        sums_kernel(&sp, s);
+      }
     }
   }
   void merge(Acc& into, const Acc& from) const {

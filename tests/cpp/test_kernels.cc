@@ -385,8 +385,12 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
         if (flush) env = std::make_unique<ScopedFlushDenormals>();
         if (e.op == KernelOp::kGroupMax) {
           for (bool absolute : {false, true}) {
-            for (bool per_element : {false, true}) {
-              const GroupMaxParams p{absolute, per_element};
+            for (int variant = 0; variant < 3; ++variant) {
+              // whole run; per element; per element over 3 rows (a tile of a channels-last tensor)
+              const bool per_element = variant > 0;
+              const std::int64_t rows = variant == 2 ? 3 : 1;
+              if (rows * (n + 5) + offset > static_cast<std::int64_t>(kLen)) continue;
+              const GroupMaxParams p{absolute, per_element, rows, n + 5};
               // Accumulators start from an earlier row's values (incl. -inf, NaN, -0, subnormal).
               std::vector<float> got(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
               for (std::size_t i = 0; i < got.size(); ++i) got[i] = i % 7 == 0 ? -INFINITY : i % 13 == 1 ? NAN : x[(i * 31) % kLen];
@@ -399,15 +403,19 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
                 const bool same = (std::isnan(got[i]) && std::isnan(want[i])) ||
                                   std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
                 ASSERT_TRUE(same) << e.name << " n=" << n << " offset=" << offset << " absolute=" << absolute
-                                  << " per_element=" << per_element << " flush=" << flush << " at " << i << ": got "
-                                  << got[i] << " want " << want[i];
+                                  << " per_element=" << per_element << " rows=" << rows << " flush=" << flush << " at " << i
+                                  << ": got " << got[i] << " want " << want[i];
               }
             }
           }
         } else {
-          for (bool per_element : {false, true}) {
+          for (int variant = 0; variant < 3; ++variant) {
+            const bool per_element = variant > 0;
+            const std::int64_t rows = variant == 2 ? 3 : 1;
+            if (rows * (n + 5) + offset > static_cast<std::int64_t>(kLen)) continue;
             for (float divisor : {1.0f, 0.25f, 3.0f}) {
-              const ProductSumsParams p{per_element, divisor != 1.0f, divisor, exact_reciprocal(divisor)};
+              const ProductSumsParams p{per_element, divisor != 1.0f, divisor, exact_reciprocal(divisor), rows, n + 5, n + 7};
+              if (rows * (n + 7) + offset > static_cast<std::int64_t>(kLen)) continue;
               std::vector<double> got(static_cast<std::size_t>(per_element ? 2 * n : 16));
               for (std::size_t i = 0; i < got.size(); ++i) got[i] = static_cast<double>(x[(i * 17) % kLen]) * 1e-3;
               std::vector<double> want = got;
@@ -419,8 +427,8 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
                 const bool same = (std::isnan(got[i]) && std::isnan(want[i])) ||
                                   std::memcmp(&got[i], &want[i], sizeof(double)) == 0;
                 ASSERT_TRUE(same) << e.name << " n=" << n << " offset=" << offset << " per_element=" << per_element
-                                  << " divisor=" << divisor << " flush=" << flush << " at " << i << ": got " << got[i]
-                                  << " want " << want[i];
+                                  << " rows=" << rows << " divisor=" << divisor << " flush=" << flush << " at " << i
+                                  << ": got " << got[i] << " want " << want[i];
               }
             }
           }

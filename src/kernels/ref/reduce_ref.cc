@@ -8,7 +8,9 @@ void group_max_f32(const void* params, const RowArgs& a) {
   const float* x = a.input<float>(0);
   auto* acc = static_cast<float*>(a.out);
   if (p.per_element) {
-    for (std::int64_t j = 0; j < a.n; ++j) acc[j] = group_max_fold(acc[j], group_max_value(x[j], p.absolute));
+    for (std::int64_t j = 0; j < a.n; ++j) {
+      for (std::int64_t r = 0; r < p.rows; ++r) acc[j] = group_max_fold(acc[j], group_max_value(x[r * p.x_row_stride + j], p.absolute));
+    }
   } else {
     float m = acc[0];
     for (std::int64_t j = 0; j < a.n; ++j) m = group_max_fold(m, group_max_value(x[j], p.absolute));
@@ -21,17 +23,20 @@ void product_sums_f32(const void* params, const RowArgs& a) {
   const float* x = a.input<float>(0);
   const float* z = a.input<float>(1);
   auto* acc = static_cast<double*>(a.out);
+  if (p.per_element) {
+    for (std::int64_t j = 0; j < a.n; ++j) {
+      for (std::int64_t r = 0; r < p.rows; ++r) {
+        const float zr = z[r * p.z_row_stride + j];
+        acc[2 * j] += static_cast<double>(product_sums_v(x[r * p.x_row_stride + j], p) * zr);
+        acc[2 * j + 1] += static_cast<double>(zr * zr);
+      }
+    }
+    return;
+  }
   for (std::int64_t j = 0; j < a.n; ++j) {
     const float v = product_sums_v(x[j], p);
-    const double pv = static_cast<double>(v * z[j]);
-    const double qv = static_cast<double>(z[j] * z[j]);
-    if (p.per_element) {
-      acc[2 * j] += pv;
-      acc[2 * j + 1] += qv;
-    } else {
-      acc[j & 7] += pv;
-      acc[8 + (j & 7)] += qv;
-    }
+    acc[j & 7] += static_cast<double>(v * z[j]);
+    acc[8 + (j & 7)] += static_cast<double>(z[j] * z[j]);
   }
 }
 

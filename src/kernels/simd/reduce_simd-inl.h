@@ -21,8 +21,15 @@ void group_max_f32(const void* params, const RowArgs& a) {
   };
   std::int64_t j = 0;
   if (p.per_element) {
-    for (; j + L <= a.n; j += L) Vec::storeu(acc + j, fold(Vec::loadu(acc + j), value(Vec::loadu(x + j))));
-    for (; j < a.n; ++j) acc[j] = group_max_fold(acc[j], group_max_value(x[j], absolute));
+    const std::int64_t rows = p.rows, stride = p.x_row_stride;
+    for (; j + L <= a.n; j += L) {
+      Vec::F m = Vec::loadu(acc + j);
+      for (std::int64_t r = 0; r < rows; ++r) m = fold(m, value(Vec::loadu(x + r * stride + j)));
+      Vec::storeu(acc + j, m);
+    }
+    for (; j < a.n; ++j) {
+      for (std::int64_t r = 0; r < rows; ++r) acc[j] = group_max_fold(acc[j], group_max_value(x[r * stride + j], absolute));
+    }
     return;
   }
   Vec::F m0 = Vec::splat(acc[0]), m1 = m0;
@@ -54,27 +61,31 @@ void product_sums_f32(const void* params, const RowArgs& a) {
   };
   std::int64_t j = 0;
   if (p.per_element) {
+    // A tile of rows per vector of columns: the pairs stay in L1 while their rows are added.
+    const std::int64_t rows = p.rows, xs = p.x_row_stride, zs = p.z_row_stride;
     for (; j + L <= a.n; j += L) {
-      const Vec::F zv = Vec::loadu(z + j);
-      Vec::accumulate_pairs_f64(acc + 2 * j, Vec::mul(v_of(Vec::loadu(x + j)), zv), Vec::mul(zv, zv));
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const Vec::F zv = Vec::loadu(z + r * zs + j);
+        Vec::accumulate_pairs_f64(acc + 2 * j, Vec::mul(v_of(Vec::loadu(x + r * xs + j)), zv), Vec::mul(zv, zv));
+      }
     }
-  } else {
-    for (; j + L <= a.n; j += L) {
-      const Vec::F zv = Vec::loadu(z + j);
-      Vec::accumulate_mod8_f64(acc, Vec::mul(v_of(Vec::loadu(x + j)), zv));
-      Vec::accumulate_mod8_f64(acc + 8, Vec::mul(zv, zv));
+    for (; j < a.n; ++j) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float zr = z[r * zs + j];
+        acc[2 * j] += static_cast<double>(product_sums_v(x[r * xs + j], p) * zr);
+        acc[2 * j + 1] += static_cast<double>(zr * zr);
+      }
     }
+    return;
+  }
+  for (; j + L <= a.n; j += L) {
+    const Vec::F zv = Vec::loadu(z + j);
+    Vec::accumulate_mod8_f64(acc, Vec::mul(v_of(Vec::loadu(x + j)), zv));
+    Vec::accumulate_mod8_f64(acc + 8, Vec::mul(zv, zv));
   }
   for (; j < a.n; ++j) {
     const float v = product_sums_v(x[j], p);
-    const double pv = static_cast<double>(v * z[j]);
-    const double qv = static_cast<double>(z[j] * z[j]);
-    if (p.per_element) {
-      acc[2 * j] += pv;
-      acc[2 * j + 1] += qv;
-    } else {
-      acc[j & 7] += pv;
-      acc[8 + (j & 7)] += qv;
-    }
+    acc[j & 7] += static_cast<double>(v * z[j]);
+    acc[8 + (j & 7)] += static_cast<double>(z[j] * z[j]);
   }
 }
