@@ -213,6 +213,17 @@ ContiguousF32 contiguous_f32(const TensorView& x) {
   return c;
 }
 
+// The output as a plain float32 array the least-squares rounds may write into while they search
+// (C-contiguous, x's shape, not overlapping the x they read), or null.
+float* speculative_output(const MutableTensorView& out, const Dims& shape, const float* x) {
+  const std::int64_t n = shape.numel();
+  if (n <= 0 || out.dtype != DType::kFloat32 || !(out.shape == shape) || !out.is_contiguous()) return nullptr;
+  const auto o0 = reinterpret_cast<std::uintptr_t>(out.data), x0 = reinterpret_cast<std::uintptr_t>(x);
+  const auto bytes = static_cast<std::uintptr_t>(n) * sizeof(float);
+  if (o0 < x0 + bytes && x0 < o0 + bytes) return nullptr;
+  return static_cast<float*>(out.data);
+}
+
 // ---- reducers ---------------------------------------------------------------------------------
 // max over the group of |x| (absolute) or x, in float32 under TensorFlow's flush rule (subnormals
 // count as zero, as the kernel's spec says); NaN propagates (TensorFlow's reduce_max on CPU; made
@@ -279,6 +290,21 @@ struct LeastSquaresReducer {
   bool divide = false;
   float divisor = 1.0f;
   const float* base = nullptr;
+  // Optional: the quantizer's output kernel, run on the same blocks with the round's scale into
+  // `out_base` (C-contiguous in x's layout, not overlapping x). When the round's new scale equals
+  // the one it used (a fixed point: the search ends), that is the final output and the
+  // quantizing pass is skipped.
+  detail::RowKernel out_kernel = nullptr;
+  const void* out_params = nullptr;
+  float* out_base = nullptr;
+
+  void write_output(const detail::RowArgs& level_args) const {
+    if (out_kernel == nullptr) return;
+    detail::RowArgs o = level_args;
+    o.out = out_base + level_args.index;
+    o.stream = true;
+    out_kernel(out_params, o);
+  }
 
   void row(Acc* acc, std::int64_t group_stride, const float* x, const float* aux, std::int64_t aux_stride, std::int64_t n) const {
     constexpr std::int64_t kBlock = 1024;  // a multiple of 8: the k mod 8 partials run on across blocks
@@ -308,6 +334,7 @@ struct LeastSquaresReducer {
       a.n = m;
       a.index = (x + b) - base;
       level_kernel(level_params, a);
+      write_output(a);
       if (group_stride <= 1) {
         detail::RowArgs s;
         s.in[0] = x + b;
@@ -365,6 +392,7 @@ struct LeastSquaresReducer {
           a.n = m;
           a.index = xr - base;
           level_kernel(level_params, a);
+          write_output(a);
         }
         sp.rows = tile;
         detail::RowArgs s;
@@ -555,8 +583,12 @@ std::vector<bool> bits_max_keep(const Dims& shape, const QuantizedBitsAttrs& a, 
 }
 
 // The internal scale s of an auto/auto_po2 call (units of x / 2^integer).
+// `speculative_out` (may be null): see LeastSquaresReducer::out_kernel; `*output_written` tells
+// whether the final output is already there.
 ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& frozen, const QuantizedBitsAttrs& a,
-                           const BitsConstants& c, const Settings& settings, SearchInfo& info) {
+                           const BitsConstants& c, const Settings& settings, SearchInfo& info,
+                           const detail::QkBitsAutoParams& final_params, float* speculative_out, bool& output_written) {
+  output_written = false;
   const float eps = settings.epsilon;
   ScaleArray s;
   if (a.frozen_scale) {
@@ -606,12 +638,22 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
     reducer.divide = true;
     reducer.divisor = m_i;
     reducer.base = x;
+    detail::QkBitsAutoParams round_output = final_params;
+    round_output.pow2_scales = level_params.pow2_scales;
+    if (speculative_out != nullptr) {
+      reducer.out_kernel = detail::best_kernel(KernelOp::kQkBitsAuto, WorkType::kF32);
+      reducer.out_params = &round_output;
+      reducer.out_base = speculative_out;
+    }
     detail::grouped_reduce(x, s.values.data(), L, reducer, sums.data());
     ++info.least_squares_rounds;
     ScaleArray next = least_squares_po2(sums, L, shape, ls.keep, ls.block, eps, clip);
     const bool converged = next.same_bits(s);
     s = std::move(next);
-    if (converged) break;
+    if (converged) {
+      output_written = speculative_out != nullptr;
+      break;
+    }
   }
   return s;
 }
@@ -688,18 +730,22 @@ void quantized_bits(const TensorView& x, const TensorView& alpha, const Quantize
     return;
   }
   const ContiguousF32 xf = contiguous_f32(x);
-  const ScaleArray s = bits_auto_scale(xf.data, x.shape, alpha, attrs, c, settings, search);
-  if (info != nullptr) *info = search;
   detail::QkBitsAutoParams p;
   p.m = c.m;
   p.m_i = c.m_i;
   p.inv_m = detail::exact_reciprocal(c.m);
   p.inv_m_i = detail::exact_reciprocal(c.m_i);
-  p.pow2_scales = exact_reciprocals(s);
   p.half_levels = static_cast<float>(std::pow(2.0, attrs.bits - 1.0) - 1.0);
   p.blend = make_blend(attrs.qnoise, attrs.use_ste);
-  const std::array<TensorView, 2> inputs{TensorView(xf.data, DType::kFloat32, x.shape), s.view()};
-  run_kernel(KernelOp::kQkBitsAuto, inputs.data(), 2, out, &p);
+  bool output_written = false;
+  const ScaleArray s = bits_auto_scale(xf.data, x.shape, alpha, attrs, c, settings, search, p,
+                                       speculative_output(out, x.shape, xf.data), output_written);
+  if (info != nullptr) *info = search;
+  if (!output_written) {
+    p.pow2_scales = exact_reciprocals(s);
+    const std::array<TensorView, 2> inputs{TensorView(xf.data, DType::kFloat32, x.shape), s.view()};
+    run_kernel(KernelOp::kQkBitsAuto, inputs.data(), 2, out, &p);
+  }
   if (scale_out != nullptr && !attrs.frozen_scale) {
     ScaleArray reported = s;
     map_scale(reported, [&](float v) { return v * c.m; });
@@ -836,8 +882,14 @@ std::vector<bool> linear_keep(const Dims& shape, const QuantizedLinearAttrs& a, 
 }
 
 // The quantization scale of a call: alpha * data_type_scale, data_type_scale, or the auto search.
+// `final_params`/`speculative_out` (may be null): the quantizing pass's parameters and output for
+// the least-squares rounds to write while they search (see LeastSquaresReducer::out_kernel);
+// `*output_written` tells whether the final output is already there.
 ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& alpha, const QuantizedLinearAttrs& a,
-                        const LinearConstants& c, const Settings& settings, const Training& training, SearchInfo& info) {
+                        const LinearConstants& c, const Settings& settings, const Training& training, SearchInfo& info,
+                        const detail::QkLinearParams* final_params = nullptr, float* speculative_out = nullptr,
+                        bool* output_written = nullptr) {
+  if (output_written != nullptr) *output_written = false;
   ScaleArray s;
   if (!c.auto_alpha) {
     if (a.alpha == Alpha::kValue) {
@@ -894,11 +946,23 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
     reducer.level_kernel = detail::best_kernel(KernelOp::kQkLinear, WorkType::kF32);
     reducer.level_params = &level_params;
     reducer.base = xf;
+    // The quantizing pass draws its own noise in training: no speculative output then.
+    const bool speculate = speculative_out != nullptr && final_params != nullptr && !final_params->stochastic.enabled;
+    detail::QkLinearParams round_output;
+    if (speculate) {
+      round_output = *final_params;
+      round_output.pow2_scales = level_params.pow2_scales;
+      reducer.out_kernel = detail::best_kernel(KernelOp::kQkLinear, WorkType::kF32);
+      reducer.out_params = &round_output;
+      reducer.out_base = speculative_out;
+    }
     detail::grouped_reduce(xf, s.values.data(), L, reducer, sums.data());
     ++info.least_squares_rounds;
     ScaleArray next = least_squares_po2(sums, L, x.shape, ls.keep, ls.block, eps, Po2Clip{});
     last = std::move(s);
     s = std::move(next);
+    // This round's output used `last`: final when the search stops here with the same scale.
+    if (output_written != nullptr) *output_written = speculate && last.same_bits(s);
   }
   return s;
 }
@@ -939,17 +1003,21 @@ void quantized_linear(const TensorView& x, const TensorView& alpha, const Quanti
   ContiguousF32 xf;
   if (c.auto_alpha) xf = contiguous_f32(x);
   SearchInfo search;
-  const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, training, search);
-  if (info != nullptr) *info = search;
   detail::QkLinearParams p;
   p.clip_min = c.clip_min;
   p.clip_max = c.clip_max;
   p.shift = c.shift;
-  p.pow2_scales = exact_reciprocals(s);
   p.blend = make_blend(attrs.qnoise, true);
   p.stochastic = make_stochastic(attrs.use_stochastic_rounding, training, 1.0f);
-  const std::array<TensorView, 2> inputs{c.auto_alpha ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
-  run_kernel(KernelOp::kQkLinear, inputs.data(), 2, out, &p);
+  bool output_written = false;
+  const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, training, search, &p,
+                                    c.auto_alpha ? speculative_output(out, x.shape, xf.data) : nullptr, &output_written);
+  if (info != nullptr) *info = search;
+  if (!output_written) {
+    p.pow2_scales = exact_reciprocals(s);
+    const std::array<TensorView, 2> inputs{c.auto_alpha ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
+    run_kernel(KernelOp::kQkLinear, inputs.data(), 2, out, &p);
+  }
   if (quantization_scale_out != nullptr) copy_scale_into(s, *quantization_scale_out, "quantized_linear quantization_scale");
 }
 
