@@ -23,6 +23,19 @@ def trunc_v2(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: A
 def float_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], exponent_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], mantissa_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], exponent_bias: Annotated[NDArray, dict(device='cpu', writable=False)], max_val: Annotated[NDArray, dict(device='cpu', writable=False)], has_inf: bool, has_nan: bool, has_subnormal: bool, saturation: bool, rounding_mode: str, signed: bool = True, out: object | None = None, weak: int = 0) -> object:
     """FloatQuant (see polyquant.qonnx.float_quant)."""
 
+def qkeras_bits(x: Annotated[NDArray, dict(device='cpu', writable=False)], alpha: object | None, config: dict, gradient: bool = False, out: object | None = None, info: object | None = None) -> tuple:
+    """
+    quantized_bits (see polyquant.qkeras): (output, reported scale or None); `info` (a dict) receives the scale search's passes.
+    """
+
+def qkeras_relu(x: Annotated[NDArray, dict(device='cpu', writable=False)], config: dict, gradient: bool = False, out: object | None = None) -> object:
+    """quantized_relu (see polyquant.qkeras)."""
+
+def qkeras_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], alpha: object | None, config: dict, gradient: bool = False, out: object | None = None, info: object | None = None) -> tuple:
+    """
+    quantized_linear (see polyquant.qkeras): (output, quantization scale); `info` (a dict) receives the scale search's passes.
+    """
+
 def version() -> str:
     """The polyquant version this module was built from."""
 

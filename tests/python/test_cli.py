@@ -317,6 +317,37 @@ def test_bench_json_on_a_small_size():
         assert all(op["polyquant_out_ms"] > 0 and op["out_of_memcpy"] > 0 for op in report["ops"])
 
 
+def test_bench_qkeras_cases_json():
+    status, text = polyquant_cli("bench", "--size", 2 * 16384, "--repeat", 2, "--ops", "qk_bits", "qk_bits_auto",
+                                 "qk_linear_auto_po2", "--json")
+    assert status == 0
+    report = json.loads(text)
+    assert report["ops"] == []
+    rows = {r["name"]: r for r in report["qkeras"]}
+    assert list(rows) == ["qk_bits", "qk_bits_auto", "qk_linear_auto_po2"]
+    for r in rows.values():
+        assert r["shape"] == [2, 16384]
+        assert r["polyquant_ms"] > 0 and r["polyquant_out_ms"] > 0 and r["copy_ms"] > 0 and r["read_ms"] > 0
+        assert len(r["samples_ms"]["polyquant"]) == 2
+        # QKeras' recorded timings are for 64 Mi elements only
+        assert r["qkeras_ms"] is None and r["speedup_vs_qkeras"] is None
+    assert rows["qk_bits"]["reads"] == 0 and rows["qk_bits"]["min_passes_ratio"] is None
+    assert rows["qk_bits_auto"]["reads"] == 1 and rows["qk_bits_auto"]["least_squares_rounds"] == 0
+    po2 = rows["qk_linear_auto_po2"]
+    assert 1 <= po2["least_squares_rounds"] <= 5 and po2["reads"] == 1 + po2["least_squares_rounds"]
+    assert po2["min_passes_ms"] == pytest.approx(po2["reads"] * po2["read_ms"] + po2["copy_ms"])
+
+
+def test_bench_qkeras_table_with_recorded_peer(tmp_path):
+    timings = tmp_path / "t.json"
+    timings.write_text(json.dumps({"elements": 16384, "versions": {"tensorflow": "2.15.1"},
+                                   "results": {"quantized_relu(8,0)": {"median_s": 2.0}}}))
+    status, text = polyquant_cli("bench", "--size", 16384, "--repeat", 1, "--ops", "qk_relu", "--qkeras-timings", timings)
+    assert status == 0
+    row = [line for line in text.splitlines() if line.startswith("qk_relu")]
+    assert len(row) == 1 and "2000 ms" in row[0], text
+
+
 def test_bench_table_for_selected_ops_without_peers():
     status, text = polyquant_cli("bench", "--size", 4096, "--repeat", 1, "--ops", "bipolar", "floatquant", "--no-peers")
     assert status == 0
