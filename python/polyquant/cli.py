@@ -2,7 +2,7 @@
 
     polyquant info
     polyquant run MODEL.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--reference] [--repeat N] [--seed S]
-    polyquant bench [--size N] [--repeat R] [--json] [--ops OP ...] [--no-peers]
+    polyquant bench [--size N] [--repeat R] [--json] [--ops OP ...] [--no-peers] [--qkeras-timings FILE]
 
 Exit status: 0 success; 1 a --reference check (run) or a qonnx comparison (bench) found a mismatch;
 2 bad arguments or a problem with the inputs (missing file, model onnxruntime cannot load, qonnx absent
@@ -152,7 +152,8 @@ def build_parser():
     run.set_defaults(func=_run)
 
     bench = sub.add_parser(
-        "bench", help="throughput of each op vs memcpy and vs qonnx's numpy functions",
+        "bench", help="throughput of each op vs memcpy and vs qonnx's numpy functions (QKeras quantizers: vs numpy "
+                      "copies, their minimum passes and QKeras' recorded times)",
         description="Time each op on N float32 elements against an in-process memcpy of the same bytes (interleaved, "
                     "medians) and, unless --no-peers, against qonnx's numpy function on the same input (fewer "
                     "repeats: they are slow), checking the two results are bit-identical.")
