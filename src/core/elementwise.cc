@@ -160,7 +160,15 @@ Plan make_plan(const ElementwiseCall& call) {
 struct Scratch {
   std::vector<unsigned char> in[kMaxOperands];
   std::vector<unsigned char> out;
+  // Fused short rows: an operand that repeats every row (a per-channel parameter, channels last),
+  // replicated over the fused rows; `tiled_from` is the row it was copied from.
+  std::vector<unsigned char> tiled[kMaxOperands];
+  const char* tiled_from[kMaxOperands] = {};
 };
+
+// Rows shorter than this are fused (see Runner::fuse_rows_), up to this many elements a call.
+constexpr std::int64_t kShortRow = 256;
+constexpr std::int64_t kFusedElements = 2048;
 
 class Runner {
  public:
@@ -185,6 +193,29 @@ class Runner {
       convert_scalar_[k] = broadcast && !direct_[k];
       needs_blocks_ = needs_blocks_ || (!direct_[k] && !broadcast);
     }
+    // Short rows (a per-channel parameter on a channels-last tensor: x (N, C), scale (C,)) would
+    // cost one kernel call per row of C elements. When the output and every operand run on
+    // contiguously from one row to the next, or repeat the same row (the parameter), or are one
+    // value, consecutive rows of the dimension above are fused into one call: repeating operands
+    // are read from a copy tiled over the fused rows. Each element gets the same operands and flat
+    // index as unfused.
+    const std::int64_t len = plan.shape[inner];
+    fuse_rows_ = plan.rank >= 2 && len < kShortRow && !needs_blocks_ && plan.out_strides[inner] == 1 &&
+                 plan.out_strides[inner - 1] == len;
+    bool repeats = false;
+    for (int k = 0; k < nin && fuse_rows_; ++k) {
+      const std::int64_t si = plan.in_strides[k][inner], so = plan.in_strides[k][inner - 1];
+      if (si == 1 && so == len) continue;                      // runs on across rows
+      if (si == 0 && so == 0 && !convert_scalar_[k]) continue;  // one value
+      if (si == 1 && so == 0) {                                 // the same row every row
+        tiled_[k] = true;
+        repeats = true;
+        continue;
+      }
+      fuse_rows_ = false;
+    }
+    fuse_rows_ = fuse_rows_ && repeats;
+    fused_rows_ = fuse_rows_ ? std::max<std::int64_t>(2, kFusedElements / len) : 1;
   }
 
   void run_range(std::int64_t begin, std::int64_t end) const {
@@ -202,6 +233,23 @@ class Runner {
     Scratch scratch;
     std::int64_t pos = begin;
     while (pos < end) {
+      if (fuse_rows_ && j == 0 && end - pos >= 2 * len) {
+        // Whole rows, not past the end of the dimension above the row (strides may change there).
+        const std::int64_t rows = std::min({fused_rows_, (end - pos) / len, plan_.shape[inner - 1] - idx[inner - 1]});
+        if (rows >= 2) {
+          run_fused_rows(idx, rows, pos, scratch);
+          pos += rows * len;
+          idx[inner - 1] += rows;
+          if (idx[inner - 1] == plan_.shape[inner - 1]) {
+            idx[inner - 1] = 0;
+            for (int d = inner - 2; d >= 0; --d) {
+              if (++idx[d] < plan_.shape[d]) break;
+              idx[d] = 0;
+            }
+          }
+          continue;
+        }
+      }
       const std::int64_t n = std::min(len - j, end - pos);
       run_segment(idx, j, n, pos, scratch);
       pos += n;
@@ -293,8 +341,48 @@ class Runner {
     }
   }
 
+  // `rows` whole rows starting at row `idx` (the kernel sees rows * len elements; see fuse_rows_).
+  void run_fused_rows(const std::int64_t* idx, std::int64_t rows, std::int64_t first, Scratch& scratch) const {
+    const int nin = plan_.num_inputs;
+    const int inner = plan_.rank - 1;
+    const std::int64_t len = plan_.shape[inner];
+    RowArgs args;
+    for (int k = 0; k < nin; ++k) {
+      const TensorView& v = call_.inputs[static_cast<std::size_t>(k)];
+      std::int64_t off = 0;
+      for (int d = 0; d < inner; ++d) off += idx[d] * plan_.in_strides[k][d];
+      const std::int64_t size = static_cast<std::int64_t>(dtype_size(v.dtype));
+      const char* base = static_cast<const char*>(v.data) + off * size;
+      if (plan_.in_strides[k][inner] == 0) {
+        args.broadcast_mask |= 1u << k;
+        args.in[static_cast<std::size_t>(k)] = base;
+      } else if (tiled_[k]) {
+        std::vector<unsigned char>& t = scratch.tiled[k];
+        const auto row_bytes = static_cast<std::size_t>(len * size);
+        if (scratch.tiled_from[k] != base || t.size() < row_bytes * static_cast<std::size_t>(fused_rows_)) {
+          t.resize(row_bytes * static_cast<std::size_t>(fused_rows_));
+          for (std::int64_t r = 0; r < fused_rows_; ++r) std::memcpy(t.data() + static_cast<std::size_t>(r) * row_bytes, base, row_bytes);
+          scratch.tiled_from[k] = base;
+        }
+        args.in[static_cast<std::size_t>(k)] = t.data();
+      } else {
+        args.in[static_cast<std::size_t>(k)] = base;
+      }
+    }
+    std::int64_t out_off = 0;
+    for (int d = 0; d < inner; ++d) out_off += idx[d] * plan_.out_strides[d];
+    args.out = static_cast<char*>(call_.out.data) + out_off * static_cast<std::int64_t>(dtype_size(call_.out.dtype));
+    args.n = rows * len;
+    args.index = first;
+    args.stream = stream_;
+    call_.kernel(call_.params, args);
+  }
+
   const ElementwiseCall& call_;
   const Plan& plan_;
+  bool fuse_rows_ = false;
+  bool tiled_[kMaxOperands] = {};
+  std::int64_t fused_rows_ = 1;
   bool direct_[kMaxOperands] = {};
   bool convert_scalar_[kMaxOperands] = {};
   bool out_direct_ = false;

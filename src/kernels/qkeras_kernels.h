@@ -13,6 +13,7 @@
 // does for all but a tensor's last few elements.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -108,11 +109,12 @@ inline namespace POLYQUANT_TARGET_NAMESPACE {
 // 1 / v when v = 2^k with 2^-k a normal float32 (k in [-126, 126]): then x / v == x * (1 / v) for
 // every float32 x under any flush mode. 0 when v is anything else.
 inline float exact_reciprocal(float v) {
-  if (!(v > 0.0f) || !std::isfinite(v)) return 0.0f;
-  int e = 0;
-  if (std::frexp(v, &e) != 0.5f) return 0.0f;  // v = 0.5 * 2^e = 2^(e - 1)
-  const int k = 1 - e;                         // 1 / v = 2^k
-  return (k >= -126 && k <= 126) ? std::ldexp(1.0f, k) : 0.0f;
+  // From the bits: a positive power of two has a zero fraction field; biased exponent E in
+  // [1, 253] keeps 2^-(E - 127) normal, and its biased exponent is 254 - E.
+  const auto bits = std::bit_cast<std::uint32_t>(v);
+  const std::uint32_t biased = bits >> 23;  // the sign bit makes negatives fail the range test
+  if ((bits & 0x7FFFFFu) != 0 || biased < 1 || biased > 253) return 0.0f;
+  return std::bit_cast<float>((254u - biased) << 23);
 }
 
 // tf.minimum / tf.maximum (NaN propagating; equal operands give the second).

@@ -3,6 +3,7 @@
 // kernel calls. No numerics beyond the constants: the per-element work is in the kernels.
 #include "polyquant/qkeras.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "core/elementwise.h"
 #include "core/fpenv.h"
 #include "core/grouped_reduce.h"
+#include "core/parallel.h"
 #include "kernels/registry.h"
 #include "ops/op_support.h"
 #include "polyquant/error.h"
@@ -70,7 +72,10 @@ float pow2_float32(float e) { return std::pow(2.0f, e); }
 float po2_round(float s, float eps) {
   constexpr float kLn2 = 0.693147182f;  // float32(ln 2): np.log(2.0) and K.log(2.0) alike
   const float e = std::nearbyint(std::log(s + eps) / kLn2);
-  return pow2_float32(e);
+  // powf(2, e) of an integral e in the normal range is 2^e exactly: built from its exponent field
+  // without a pow call (elsewhere, pow itself under the same flush rule).
+  return (e >= -126.0f && e <= 127.0f) ? std::bit_cast<float>(static_cast<std::uint32_t>(static_cast<int>(e) + 127) << 23)
+                                        : pow2_float32(e);
 }
 
 // Everything the elementwise engine needs to run one kernel over x and one float32 operand.
@@ -256,7 +261,8 @@ struct MaxReducer {
       for (std::int64_t r = 0; r < rows; ++r) row(acc, group_stride, x + r * x_row_stride, aux, aux_stride, n);
       return;
     }
-    constexpr std::int64_t kTile = 4;
+    // Short rows (few channels): more rows per call, so each call still covers ~1024 elements.
+    const std::int64_t kTile = std::max<std::int64_t>(4, 1024 / std::max<std::int64_t>(n, 1));
     for (std::int64_t r = 0; r < rows; r += kTile) {
       detail::GroupMaxParams p = params;
       p.per_element = true;
@@ -361,6 +367,44 @@ struct LeastSquaresReducer {
       acc[0].zz += szz;
     }
   }
+  // Short contiguous rows (few channels): blocks of whole rows, the scale row tiled over the block,
+  // so each kernel call covers up to 1024 elements. Every pair still takes its rows in order.
+  void short_rows(Acc* acc, const float* x, const float* aux, std::int64_t aux_stride, std::int64_t n, std::int64_t rows) const {
+    constexpr std::int64_t kBlock = 1024;
+    const std::int64_t tile = std::max<std::int64_t>(1, kBlock / n);
+    alignas(64) float z[kBlock];
+    alignas(64) float scale[kBlock];
+    if (aux_stride == 1) {
+      for (std::int64_t r = 0; r < tile; ++r) std::memcpy(scale + r * n, aux, static_cast<std::size_t>(n) * sizeof(float));
+    }
+    detail::ProductSumsParams sp;
+    sp.per_element = true;
+    sp.divide = divide;
+    sp.divisor = divisor;
+    sp.inv_divisor = divide ? detail::exact_reciprocal(divisor) : 0.0f;
+    sp.x_row_stride = n;
+    sp.z_row_stride = n;
+    for (std::int64_t r = 0; r < rows; r += tile) {
+      const std::int64_t t = std::min(tile, rows - r);
+      const float* xr = x + r * n;
+      detail::RowArgs a;
+      a.in[0] = xr;
+      a.in[1] = aux_stride == 0 ? aux : scale;
+      a.broadcast_mask = aux_stride == 0 ? 2u : 0u;
+      a.out = z;
+      a.n = t * n;
+      a.index = xr - base;
+      level_kernel(level_params, a);
+      write_output(a);
+      sp.rows = t;
+      detail::RowArgs s;
+      s.in[0] = xr;
+      s.in[1] = z;
+      s.out = acc;
+      s.n = n;
+      sums_kernel(&sp, s);
+    }
+  }
   // Rows of n elements, x_row_stride apart, into the same n accumulator pairs (channels last):
   // four rows' levels at a time, then their sums in one pass over the pairs (rows in order).
   void rows(Acc* acc, std::int64_t group_stride, const float* x, std::int64_t x_row_stride, const float* aux,
@@ -370,6 +414,10 @@ struct LeastSquaresReducer {
       return;
     }
     constexpr std::int64_t kBlock = 1024, kTile = 4;
+    if (n < 256 && x_row_stride == n) {
+      short_rows(acc, x, aux, aux_stride, n, rows);
+      return;
+    }
     alignas(64) float z[kTile][kBlock];
     detail::ProductSumsParams sp;
     sp.per_element = true;
@@ -418,22 +466,32 @@ struct Po2Clip {
 
 ScaleArray least_squares_po2(const std::vector<LeastSquaresAcc>& sums, const detail::GroupedLayout& L, const Dims& x_shape,
                              const std::vector<bool>& keep, const std::vector<std::int64_t>& block, float eps, const Po2Clip& clip) {
-  const detail::ScopedFlushDenormals flush;
   const float count = static_cast<float>(L.group_size);
   std::vector<float> per_group(sums.size());
-  for (std::size_t g = 0; g < sums.size(); ++g) {
-    const float qx = static_cast<float>(sums[g].xz) / count;
-    const float qq = static_cast<float>(sums[g].zz) / count;
-    float s = po2_round(qx / (qq + eps), eps);
-    if (clip.lo || clip.hi) {
-      // K.clip -> tf.clip_by_value(s, lo, hi) (maximum(minimum(s, hi), lo)).
-      if (clip.hi) s = detail::tf_min(s, *clip.hi);
-      if (clip.lo) s = detail::tf_max(s, *clip.lo);
+  // One value per group, independently: threads for the many groups of per-element scales.
+  detail::parallel_for(static_cast<std::int64_t>(sums.size()), 1 << 14, [&](std::int64_t g0, std::int64_t g1) {
+    const detail::ScopedFlushDenormals flush;
+    for (auto g = static_cast<std::size_t>(g0); g < static_cast<std::size_t>(g1); ++g) {
+      const float qx = static_cast<float>(sums[g].xz) / count;
+      const float qq = static_cast<float>(sums[g].zz) / count;
+      float s = po2_round(qx / (qq + eps), eps);
+      if (clip.lo || clip.hi) {
+        // K.clip -> tf.clip_by_value(s, lo, hi) (maximum(minimum(s, hi), lo)).
+        if (clip.hi) s = detail::tf_min(s, *clip.hi);
+        if (clip.lo) s = detail::tf_max(s, *clip.lo);
+      }
+      per_group[g] = s;
     }
-    per_group[g] = s;
-  }
+  });
   ScaleArray out;
   out.shape = kept_shape(x_shape, keep);
+  bool blocked = false;
+  for (std::int64_t b : block) blocked = blocked || b != 1;
+  if (!blocked) {
+    // Without blocks the groups are the kept shape's elements in C order.
+    out.values = std::move(per_group);
+    return out;
+  }
   out.values.resize(static_cast<std::size_t>(out.shape.numel()));
   // Group of each element of the kept shape: C order over kept dims, block index = index / block.
   const int r = x_shape.rank;
