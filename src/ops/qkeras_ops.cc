@@ -304,6 +304,16 @@ struct LeastSquaresReducer {
   const void* out_params = nullptr;
   float* out_base = nullptr;
 
+  // The product-sums kernel's parameters: v = x / divisor (by its exact reciprocal when it has one).
+  detail::ProductSumsParams sums_params(bool per_element) const {
+    detail::ProductSumsParams sp;
+    sp.per_element = per_element;
+    sp.divide = divide;
+    sp.divisor = divisor;
+    sp.inv_divisor = divide ? detail::exact_reciprocal(divisor) : 0.0f;
+    return sp;
+  }
+
   void write_output(const detail::RowArgs& level_args) const {
     if (out_kernel == nullptr) return;
     detail::RowArgs o = level_args;
@@ -318,11 +328,7 @@ struct LeastSquaresReducer {
     alignas(64) float gathered[kBlock];
     // Sixteen partial sums (k mod 8 of xz, then of zz) in a fixed pattern: the same order on every run.
     double partials[16] = {};
-    detail::ProductSumsParams sp;
-    sp.per_element = group_stride == 1;
-    sp.divide = divide;
-    sp.divisor = divisor;
-    sp.inv_divisor = divide ? detail::exact_reciprocal(divisor) : 0.0f;
+    detail::ProductSumsParams sp = sums_params(group_stride == 1);
     for (std::int64_t b = 0; b < n; b += kBlock) {
       const std::int64_t m = std::min(kBlock, n - b);
       detail::RowArgs a;
@@ -377,11 +383,7 @@ struct LeastSquaresReducer {
     if (aux_stride == 1) {
       for (std::int64_t r = 0; r < tile; ++r) std::memcpy(scale + r * n, aux, static_cast<std::size_t>(n) * sizeof(float));
     }
-    detail::ProductSumsParams sp;
-    sp.per_element = true;
-    sp.divide = divide;
-    sp.divisor = divisor;
-    sp.inv_divisor = divide ? detail::exact_reciprocal(divisor) : 0.0f;
+    detail::ProductSumsParams sp = sums_params(true);
     sp.x_row_stride = n;
     sp.z_row_stride = n;
     for (std::int64_t r = 0; r < rows; r += tile) {
@@ -419,11 +421,7 @@ struct LeastSquaresReducer {
       return;
     }
     alignas(64) float z[kTile][kBlock];
-    detail::ProductSumsParams sp;
-    sp.per_element = true;
-    sp.divide = divide;
-    sp.divisor = divisor;
-    sp.inv_divisor = divide ? detail::exact_reciprocal(divisor) : 0.0f;
+    detail::ProductSumsParams sp = sums_params(true);
     sp.x_row_stride = x_row_stride;
     sp.z_row_stride = kBlock;
     for (std::int64_t r = 0; r < rows; r += kTile) {
