@@ -119,6 +119,7 @@ ONNXTensorElementDataType to_onnx(DType dtype) {
     case DType::kUInt32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32;
     case DType::kUInt64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64;
     case DType::kBool: return ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL;
+    default: break;
   }
   return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 }
@@ -408,6 +409,7 @@ TensorView unit_tensor(DType dtype, size_t rank) {
     case DType::kUInt32: data = &u32_one; break;
     case DType::kUInt64: data = &u64_one; break;
     case DType::kBool: data = &bool_one; break;
+    default: break;
   }
   Dims shape;
   shape.rank = static_cast<int>(std::min(rank, static_cast<size_t>(kMaxRank)));

@@ -4,8 +4,10 @@
 
 #include "polyquant/error.h"
 #include "polyquant/export.h"
+#include "polyquant/onnx_qdq.h"
 #include "polyquant/qkeras.h"
 #include "polyquant/qonnx.h"
+#include "polyquant/quark.h"
 #include "polyquant/rounding.h"
 #include "polyquant/runtime.h"
 #include "polyquant/tensor.h"

@@ -12,7 +12,14 @@
 namespace polyquant {
 
 // Element types a tensor view may carry. Parameters (scales, zero points, bit widths) may be any of
-// them; the data tensor X of an op must be a floating type.
+// numpy's (float16 .. bool); the data tensor X of a QONNX or QKeras op must be one of numpy's
+// floating types.
+//
+// The types after kBool are the ONNX types numpy lacks (ml_dtypes' bfloat16, int4, float8_e4m3fn,
+// ...): the Q/DQ ops (onnx_qdq.h, quark.h) read and write them, and the engine converts them
+// like any other dtype. Sub-byte types are stored one element per byte (unpacked, as ml_dtypes and
+// onnx's reference evaluator hold them), in the byte's low bits with the high bits zero (int4 -1
+// is 0x0F).
 enum class DType : std::uint8_t {
   kFloat16,
   kFloat32,
@@ -26,11 +33,29 @@ enum class DType : std::uint8_t {
   kUInt32,
   kUInt64,
   kBool,
+  kBFloat16,         // 1-8-7, as float32's upper half
+  kInt4,             // [-8, 7]
+  kUInt4,            // [0, 15]
+  kInt2,             // [-2, 1]
+  kUInt2,            // [0, 3]
+  kFloat8E4M3FN,     // bias 7, no inf, NaN S.1111.111, max 448
+  kFloat8E4M3FNUZ,   // bias 8, no inf, no -0, NaN 0x80, max 240
+  kFloat8E5M2,       // bias 15, IEEE-like (inf and NaN), max 57344
+  kFloat8E5M2FNUZ,   // bias 16, no inf, no -0, NaN 0x80, max 57344
+  kFloat8E8M0,       // unsigned powers of two 2^(e-127), NaN 0xFF (scales only)
+  kFloat6E2M3,       // bias 1, finite only, max 7.5
+  kFloat6E3M2,       // bias 3, finite only, max 28
+  kFloat4E2M1,       // bias 1, finite only, max 6
 };
 
-POLYQUANT_API const char* dtype_name(DType dtype);  // numpy spelling: "float32", "int64", ...
+// True for the types after kBool (see DType).
+POLYQUANT_API bool is_onnx_only(DType dtype);
+// Minifloats: bfloat16, float8, float6, float4 (not float16/32/64).
+POLYQUANT_API bool is_minifloat(DType dtype);
+
+POLYQUANT_API const char* dtype_name(DType dtype);  // numpy / ml_dtypes spelling: "float32", "float8_e4m3fn", ...
 POLYQUANT_API std::size_t dtype_size(DType dtype);
-POLYQUANT_API bool is_floating(DType dtype);
+POLYQUANT_API bool is_floating(DType dtype);  // numpy's float16, float32, float64
 
 // numpy's type promotion for the binary arithmetic the references perform (`a / b`, `a + b`),
 // e.g. float32 with int64 gives float64, float16 with uint8 gives float16 (numpy >= 2, NEP 50,

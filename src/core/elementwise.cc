@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "core/half.h"
+#include "core/minifloat.h"
 #include "core/parallel.h"
 #include "polyquant/error.h"
 
@@ -36,8 +38,24 @@ T load_as(const void* p, DType t, std::int64_t i) {
     case DType::kUInt32: return static_cast<T>(static_cast<const std::uint32_t*>(p)[i]);
     case DType::kUInt64: return static_cast<T>(static_cast<const std::uint64_t*>(p)[i]);
     case DType::kBool: return static_cast<T>(static_cast<const std::uint8_t*>(p)[i] != 0);
+    case DType::kBFloat16: return static_cast<T>(bfloat16_bits_to_float(static_cast<const std::uint16_t*>(p)[i]));
+    case DType::kInt4: return static_cast<T>(static_cast<std::int8_t>(static_cast<std::uint8_t>(static_cast<const std::uint8_t*>(p)[i] << 4)) >> 4);
+    case DType::kUInt4: return static_cast<T>(static_cast<const std::uint8_t*>(p)[i] & 0x0F);
+    case DType::kInt2: return static_cast<T>(static_cast<std::int8_t>(static_cast<std::uint8_t>(static_cast<const std::uint8_t*>(p)[i] << 6)) >> 6);
+    case DType::kUInt2: return static_cast<T>(static_cast<const std::uint8_t*>(p)[i] & 0x03);
+    default: return static_cast<T>(minifloat_to_float(minifloat_format(t), static_cast<const std::uint8_t*>(p)[i]));
   }
-  return T{};
+}
+
+// The bits ml_dtypes' astype gives for value v in an ONNX-only dtype t: minifloats round v to
+// float32 first (ml_dtypes converts through float), sub-byte integers keep v's low bits (the
+// integer part, as a C cast; NaN -> 0).
+std::uint16_t onnx_only_bits(DType t, double v) {
+  if (t == DType::kBFloat16) return float_to_bfloat16_bits(static_cast<float>(v));
+  if (is_minifloat(t)) return minifloat_from_float(minifloat_format(t), static_cast<float>(v), false);
+  const std::int64_t i = (std::isnan(v) || std::fabs(v) >= 9.2e18) ? 0 : static_cast<std::int64_t>(v);
+  const unsigned mask = (t == DType::kInt4 || t == DType::kUInt4) ? 0x0Fu : 0x03u;
+  return static_cast<std::uint16_t>(static_cast<std::uint64_t>(i) & mask);
 }
 
 bool is_integer_dtype(DType t) { return !is_floating(t); }
@@ -86,6 +104,18 @@ void convert_values(const void* src, DType st, std::int64_t ss, void* dst, DType
       return;
     }
     default:
+      if (is_onnx_only(dt)) {
+        for (std::int64_t i = 0; i < n; ++i) {
+          double v;
+          if (st == DType::kInt64) v = static_cast<double>(static_cast<const std::int64_t*>(src)[i * ss]);
+          else if (st == DType::kUInt64) v = static_cast<double>(static_cast<const std::uint64_t*>(src)[i * ss]);
+          else v = load_as<double>(src, st, i * ss);
+          const std::uint16_t bits = onnx_only_bits(dt, v);
+          if (dt == DType::kBFloat16) static_cast<std::uint16_t*>(dst)[i * ds] = bits;
+          else static_cast<std::uint8_t*>(dst)[i * ds] = static_cast<std::uint8_t>(bits);
+        }
+        return;
+      }
       throw Error(ErrorKind::kType, std::string("internal: cannot convert to ") + dtype_name(dt));
   }
 }

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "core/elementwise.h"
@@ -47,6 +48,9 @@ inline ParamValue read_param(DType t, const void* p, std::int64_t j) {
     case DType::kUInt32: v.bits = static_cast<const std::uint32_t*>(p)[j]; break;
     case DType::kUInt64: v.bits = static_cast<const std::uint64_t*>(p)[j]; break;
     case DType::kBool: v.bits = static_cast<const std::uint8_t*>(p)[j] != 0; break;
+    default:  // ONNX-only dtypes never reach the QONNX / QKeras parameter paths (bindings refuse them)
+      v.f = std::numeric_limits<double>::quiet_NaN();
+      return v;
   }
   v.f = int_to_double(t, v.bits);
   return v;

@@ -117,6 +117,19 @@ const char* dtype_name(DType dtype) {
     case DType::kUInt32: return "uint32";
     case DType::kUInt64: return "uint64";
     case DType::kBool: return "bool";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kInt4: return "int4";
+    case DType::kUInt4: return "uint4";
+    case DType::kInt2: return "int2";
+    case DType::kUInt2: return "uint2";
+    case DType::kFloat8E4M3FN: return "float8_e4m3fn";
+    case DType::kFloat8E4M3FNUZ: return "float8_e4m3fnuz";
+    case DType::kFloat8E5M2: return "float8_e5m2";
+    case DType::kFloat8E5M2FNUZ: return "float8_e5m2fnuz";
+    case DType::kFloat8E8M0: return "float8_e8m0fnu";
+    case DType::kFloat6E2M3: return "float6_e2m3fn";
+    case DType::kFloat6E3M2: return "float6_e3m2fn";
+    case DType::kFloat4E2M1: return "float4_e2m1fn";
   }
   return "unknown";
 }
@@ -125,7 +138,20 @@ std::size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kBool:
     case DType::kInt8:
-    case DType::kUInt8: return 1;
+    case DType::kUInt8:
+    case DType::kInt4:
+    case DType::kUInt4:
+    case DType::kInt2:
+    case DType::kUInt2:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0:
+    case DType::kFloat6E2M3:
+    case DType::kFloat6E3M2:
+    case DType::kFloat4E2M1: return 1;
+    case DType::kBFloat16:
     case DType::kFloat16:
     case DType::kInt16:
     case DType::kUInt16: return 2;
@@ -141,6 +167,13 @@ std::size_t dtype_size(DType dtype) {
 
 bool is_floating(DType dtype) {
   return dtype == DType::kFloat16 || dtype == DType::kFloat32 || dtype == DType::kFloat64;
+}
+
+bool is_onnx_only(DType dtype) { return static_cast<int>(dtype) > static_cast<int>(DType::kBool); }
+
+bool is_minifloat(DType dtype) {
+  return is_onnx_only(dtype) && dtype != DType::kInt4 && dtype != DType::kUInt4 && dtype != DType::kInt2 &&
+         dtype != DType::kUInt2;
 }
 
 namespace {
@@ -163,6 +196,10 @@ int float_rank(DType t) { return t == DType::kFloat16 ? 0 : t == DType::kFloat32
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
+  if (is_onnx_only(a) || is_onnx_only(b)) {
+    throw Error(ErrorKind::kType, std::string("no numpy promotion is defined here for ") + dtype_name(a) + " with " +
+                                      dtype_name(b));
+  }
   const bool fa = is_floating(a), fb = is_floating(b);
   if (fa || fb) {
     const DType x = fa ? a : float_for_int(a);

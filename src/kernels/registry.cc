@@ -38,6 +38,8 @@ constexpr const char* op_name(KernelOp op) {
     case KernelOp::kQkLinear: return "qk_linear";
     case KernelOp::kGroupMax: return "group_max";
     case KernelOp::kProductSums: return "product_sums";
+    case KernelOp::kQuantizeLinear: return "quantize_linear";
+    case KernelOp::kDequantizeLinear: return "dequantize_linear";
   }
   return "?";
 }

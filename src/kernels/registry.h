@@ -3,6 +3,7 @@
 
 #include <span>
 
+#include "kernels/qdq_kernels.h"
 #include "kernels/qkeras_kernels.h"
 #include "kernels/qonnx_kernels.h"
 #include "kernels/reduce_kernels.h"
@@ -22,6 +23,8 @@ namespace polyquant::detail {
   void qk_linear_f32(const void*, const RowArgs&);             \
   void group_max_f32(const void*, const RowArgs&);             \
   void product_sums_f32(const void*, const RowArgs&);          \
+  void quantize_linear_f32(const void*, const RowArgs&);       \
+  void dequantize_linear_f32(const void*, const RowArgs&);     \
   }
 POLYQUANT_DECLARE_KERNEL_SET(ref)
 POLYQUANT_DECLARE_KERNEL_SET(avx2)
@@ -38,6 +41,8 @@ void bipolar_quant_f64(const void*, const RowArgs&);
 void trunc_v1_f64(const void*, const RowArgs&);
 void trunc_v2_f64(const void*, const RowArgs&);
 void float_quant_f64(const void*, const RowArgs&);
+void quantize_linear_f64(const void*, const RowArgs&);
+void dequantize_linear_f64(const void*, const RowArgs&);
 }  // namespace ref
 
 struct KernelEntry {

@@ -115,6 +115,9 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
       case KernelOp::kGroupMax:
       case KernelOp::kProductSums:
         break;  // accumulators, not rows: ReductionKernelTest below
+      case KernelOp::kQuantizeLinear:
+      case KernelOp::kDequantizeLinear:
+        break;  // integer and narrow outputs: QdqKernelTest (test_qdq.cc)
       case KernelOp::kIntQuant: {
         const std::vector<Operand> ops = {{mixed_values(kLen, 1, 0.5f), {}, false},
                                           {random_params(2, {0.5f, 0.1f, 3.0f, -0.25f, 1.0f, 0.0f}), {}, true},

@@ -104,6 +104,39 @@ struct Vec {
     _mm256_storeu_ps(p, _mm256_set_m128(hi_f, lo_f));
   }
 
+  // Lanes holding integers within the destination type's range, stored narrowed (8 elements).
+  static void store_as_i8(std::int8_t* p, F a) {
+    const __m256i i = _mm256_cvtps_epi32(a);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packs_epi16(w, w));
+  }
+  static void store_as_u8(std::uint8_t* p, F a) {
+    const __m256i i = _mm256_cvtps_epi32(a);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(w, w));
+  }
+  static void store_as_i16(std::int16_t* p, F a) {
+    const __m256i i = _mm256_cvtps_epi32(a);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+  }
+  static void store_as_u16(std::uint16_t* p, F a) {
+    const __m256i i = _mm256_cvtps_epi32(a);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+  }
+  // 8 integers widened to float32 lanes (exact).
+  static F load_from(const std::int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static F load_from(const std::uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static F load_from(const std::int16_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static F load_from(const std::uint16_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+
   static void fence() { _mm_sfence(); }
 };
 

@@ -1,0 +1,10 @@
+// Linear quantize / dequantize float32 kernels for the avx2 kernel set (compiled with its flags only).
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/registry.h"
+#include "kernels/simd/vec_avx2.h"
+
+namespace polyquant::detail::avx2 {
+#include "kernels/simd/qdq_simd-inl.h"
+}  // namespace polyquant::detail::avx2

@@ -1,0 +1,108 @@
+// Vector bodies of the linear quantize / dequantize kernels (qdq_kernels.h), written once against
+// the `Vec` vocabulary and compiled per kernel set. They cover the hot cases — float32 x and scale,
+// 8/16-bit integer outputs (Q) or inputs (DQ), ONNX Runtime's saturation — and hand every other
+// row to the scalar reference, which they equal bit for bit.
+#include "kernels/simd/row_loop-inl.h"
+
+namespace qdq_detail {
+
+// Q: y = clamp(rint(x / s), qmin - zp, qmax - zp) + zp, all in float32 and exact (the bounds and the
+// sum are integers below 2^17). max(NaN, lo) is lo, so NaN gives qmin; +-inf saturate.
+template <class T>
+struct NarrowOut {
+  using Result = Vec::F;
+  static constexpr bool kCanStream = false;
+  static void store(T* p, const Result& r) {
+    if constexpr (std::is_same_v<T, std::int8_t>) Vec::store_as_i8(p, r);
+    else if constexpr (std::is_same_v<T, std::uint8_t>) Vec::store_as_u8(p, r);
+    else if constexpr (std::is_same_v<T, std::int16_t>) Vec::store_as_i16(p, r);
+    else Vec::store_as_u16(p, r);
+  }
+  static void stream(T* p, const Result& r) { store(p, r); }
+};
+template <class OutT>
+struct NarrowPolicy : NarrowOut<OutT> {
+  using T = OutT;
+};
+
+template <class T>
+void quantize_rows(const QuantizeLinearParams& p, const RowArgs& a) {
+  const Vec::F qmin = Vec::splat(static_cast<float>(p.qmin)), qmax = Vec::splat(static_cast<float>(p.qmax));
+  if (p.has_zero_point) {
+    for_each_vector<3, NarrowPolicy<T>>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      const Vec::F r = Vec::rint(Vec::div(v[0], v[1]));
+      const Vec::F c = Vec::min(Vec::max(r, Vec::sub(qmin, v[2])), Vec::sub(qmax, v[2]));
+      return Vec::add(c, v[2]);
+    });
+  } else {
+    for_each_vector<2, NarrowPolicy<T>>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      return Vec::min(Vec::max(Vec::rint(Vec::div(v[0], v[1])), qmin), qmax);
+    });
+  }
+}
+
+// DQ: y = (float(x) - float(zp)) * s in float32 (the difference is exact for 8/16-bit integers).
+template <class T>
+void dequantize_rows(const DequantizeLinearParams& p, const RowArgs& a) {
+  constexpr int L = Vec::kLanes;
+  const T* x = a.input<T>(0);
+  const float* s = a.input<float>(1);
+  const T* zp = p.has_zero_point ? a.input<T>(2) : nullptr;
+  const bool s_one = a.is_broadcast(1), zp_one = !zp || a.is_broadcast(2);
+  const Vec::F s_splat = Vec::splat(s[0]);
+  const Vec::F zp_splat = Vec::splat(zp ? static_cast<float>(zp[0]) : 0.0f);
+  float* out = static_cast<float*>(a.out);
+  const std::int64_t n = a.n;
+  auto scalar = [&](std::int64_t j) {
+    const float zv = zp ? static_cast<float>(zp[zp_one ? 0 : j]) : 0.0f;
+    out[j] = (static_cast<float>(x[j]) - zv) * s[s_one ? 0 : j];
+  };
+  std::int64_t j = 0;
+  const bool stream = a.stream && (reinterpret_cast<std::uintptr_t>(out) % sizeof(float)) == 0;
+  if (stream) {
+    while (j < n && (reinterpret_cast<std::uintptr_t>(out + j) % (L * sizeof(float))) != 0) scalar(j++);
+  }
+  for (; j + L <= n; j += L) {
+    const Vec::F zv = zp_one ? zp_splat : Vec::load_from(zp + j);
+    const Vec::F sv = s_one ? s_splat : Vec::loadu(s + j);
+    const Vec::F y = Vec::mul(Vec::sub(Vec::load_from(x + j), zv), sv);
+    if (stream) Vec::stream(out + j, y);
+    else Vec::storeu(out + j, y);
+  }
+  for (; j < n; ++j) scalar(j);
+  if (stream) Vec::fence();
+}
+
+}  // namespace qdq_detail
+
+void quantize_linear_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const QuantizeLinearParams*>(params);
+  const bool vector = p.target == QuantTarget::kInteger && p.quotient == QuotientRounding::kNone && !p.round_operands &&
+                      p.non_finite == NonFinitePolicy::kSaturate && !p.zero_point_f64;
+  if (vector) {
+    switch (p.out_dtype) {
+      case DType::kInt8: return qdq_detail::quantize_rows<std::int8_t>(p, a);
+      case DType::kUInt8: return qdq_detail::quantize_rows<std::uint8_t>(p, a);
+      case DType::kInt16: return qdq_detail::quantize_rows<std::int16_t>(p, a);
+      case DType::kUInt16: return qdq_detail::quantize_rows<std::uint16_t>(p, a);
+      default: break;
+    }
+  }
+  ref::quantize_linear_f32(params, a);
+}
+
+void dequantize_linear_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const DequantizeLinearParams*>(params);
+  const bool vector = p.difference == DequantDifference::kFloat32 && !p.ignore_scale && !p.canonical_nan &&
+                      !a.is_broadcast(0);
+  if (vector) {
+    switch (p.x_dtype) {
+      case DType::kInt8: return qdq_detail::dequantize_rows<std::int8_t>(p, a);
+      case DType::kUInt8: return qdq_detail::dequantize_rows<std::uint8_t>(p, a);
+      case DType::kInt16: return qdq_detail::dequantize_rows<std::int16_t>(p, a);
+      case DType::kUInt16: return qdq_detail::dequantize_rows<std::uint16_t>(p, a);
+      default: break;
+    }
+  }
+  ref::dequantize_linear_f32(params, a);
+}

@@ -1,0 +1,165 @@
+#include "ops/qdq_support.h"
+
+#include <string>
+
+#include "polyquant/error.h"
+
+namespace polyquant::detail {
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw Error(ErrorKind::kValue, message); }
+
+int normalize_axis(std::int64_t axis, int rank, const QdqNames& names) {
+  if (axis < -rank || axis >= rank) {
+    fail(std::string(names.op) + ": axis " + std::to_string(axis) + " is out of range for x of rank " +
+         std::to_string(rank) + " (allowed: " + std::to_string(-rank) + " to " + std::to_string(rank - 1) + ")");
+  }
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+// The view of `v` restricted to [start, start + len) along dimension d.
+template <class View>
+View slice(View v, int d, std::int64_t start, std::int64_t len) {
+  if (len > 0 && start > 0) {
+    using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(v.data)>>, const char, char>;
+    v.data = static_cast<Byte*>(v.data) + start * v.strides[d] * static_cast<std::int64_t>(dtype_size(v.dtype));
+  }
+  v.shape[d] = len;
+  return v;
+}
+
+// Dimension d of extent nb * B split into (nb, B): for x and out (data runs on), and for a
+// parameter whose dimension d has extent nb (one value per block, repeated B times: stride 0).
+template <class View>
+View split(View v, int d, std::int64_t nb, std::int64_t b, bool parameter) {
+  View r = v;
+  r.shape.rank = v.shape.rank + 1;
+  r.strides.rank = v.strides.rank + 1;
+  for (int i = v.shape.rank; i > d + 1; --i) {
+    r.shape[i] = v.shape[i - 1];
+    r.strides[i] = v.strides[i - 1];
+  }
+  r.shape[d] = nb;
+  r.strides[d] = parameter ? v.strides[d] : v.strides[d] * b;
+  r.shape[d + 1] = parameter ? 1 : b;
+  r.strides[d + 1] = parameter ? 0 : v.strides[d];
+  return r;
+}
+
+}  // namespace
+
+ParamLayout check_param_layout(const TensorView& x, const TensorView& scale, const TensorView* zero_point,
+                               std::int64_t axis, std::int64_t block_size, const QdqNames& names,
+                               bool one_element_is_tensor) {
+  if (block_size < 0) {
+    fail(std::string(names.op) + ": block_size must be a positive integer, or 0 for per-tensor / per-axis "
+                                 "parameters (got " + std::to_string(block_size) + ")");
+  }
+  if (zero_point != nullptr && !(zero_point->shape == scale.shape)) {
+    fail(std::string(names.op) + ": " + names.zero_point + " must have the shape of " + names.scale + " " +
+         scale.shape.str() + " (got " + zero_point->shape.str() + ")");
+  }
+  ParamLayout layout;
+  const bool one = scale.numel() == 1;
+  if (one && (one_element_is_tensor || scale.shape.rank == 0 || scale.shape.rank == 1)) return layout;
+  const int rank = x.shape.rank;
+  if (block_size == 0) {
+    if (scale.shape.rank != 1) {
+      fail(std::string(names.op) + ": " + names.scale + " must be a scalar (per-tensor) or 1-D (per-axis) without "
+                                   "block_size (got shape " + scale.shape.str() + ")");
+    }
+    layout.granularity = ParamGranularity::kAxis;
+    layout.axis = normalize_axis(axis, rank, names);
+    if (scale.shape[0] != x.shape[layout.axis]) {
+      fail(std::string(names.op) + ": per-axis " + names.scale + " of length " + std::to_string(scale.shape[0]) +
+           " does not match x.shape[" + std::to_string(layout.axis) + "] = " + std::to_string(x.shape[layout.axis]) +
+           " (x shape " + x.shape.str() + ", axis " + std::to_string(axis) + ")");
+    }
+    return layout;
+  }
+  layout.granularity = ParamGranularity::kBlocked;
+  layout.axis = normalize_axis(axis, rank, names);
+  layout.block_size = block_size;
+  const std::int64_t d = x.shape[layout.axis];
+  const std::int64_t blocks = d / block_size + (d % block_size != 0 ? 1 : 0);
+  bool ok = scale.shape.rank == rank;
+  for (int i = 0; ok && i < rank; ++i) ok = scale.shape[i] == (i == layout.axis ? blocks : x.shape[i]);
+  if (!ok) {
+    Dims want = x.shape;
+    want[layout.axis] = blocks;
+    fail(std::string(names.op) + ": blocked " + names.scale + " must have shape " + want.str() + " for x of shape " +
+         x.shape.str() + ", axis " + std::to_string(axis) + " and block_size " + std::to_string(block_size) +
+         " (ceil(" + std::to_string(d) + " / " + std::to_string(block_size) + ") blocks; got " + scale.shape.str() + ")");
+  }
+  return layout;
+}
+
+void run_with_layout(const ElementwiseCall& call, const TensorView& x, const TensorView& scale,
+                     const TensorView* zero_point, const ParamLayout& layout) {
+  const int nparams = zero_point ? 2 : 1;
+  TensorView params[2] = {scale, zero_point ? *zero_point : scale};
+  auto run = [&](const TensorView& xv, const TensorView* pv, const MutableTensorView& out) {
+    TensorView inputs[3] = {xv, pv[0], pv[1]};
+    ElementwiseCall c = call;
+    c.inputs = std::span<const TensorView>(inputs, static_cast<std::size_t>(1 + nparams));
+    c.kernel_dtypes = call.kernel_dtypes.first(static_cast<std::size_t>(1 + nparams));
+    c.out = out;
+    run_elementwise(c);
+  };
+  const int rank = x.shape.rank;
+  switch (layout.granularity) {
+    case ParamGranularity::kTensor: {
+      TensorView pv[2];
+      for (int k = 0; k < nparams; ++k) pv[k] = TensorView(params[k].data, params[k].dtype, Dims{});
+      return run(x, pv, call.out);
+    }
+    case ParamGranularity::kAxis: {
+      TensorView pv[2];
+      for (int k = 0; k < nparams; ++k) {
+        pv[k] = params[k];
+        pv[k].shape.rank = pv[k].strides.rank = rank;
+        for (int i = 0; i < rank; ++i) {
+          pv[k].shape[i] = i == layout.axis ? params[k].shape[0] : 1;
+          pv[k].strides[i] = i == layout.axis ? params[k].strides[0] : 0;
+        }
+      }
+      return run(x, pv, call.out);
+    }
+    case ParamGranularity::kBlocked:
+      break;
+  }
+  const int a = layout.axis;
+  const std::int64_t b = layout.block_size;
+  const std::int64_t d = x.shape[a];
+  const std::int64_t whole = d / b, rest = d % b;
+  if (whole > 0) {
+    if (rank < kMaxRank) {
+      TensorView pv[2];
+      for (int k = 0; k < nparams; ++k) pv[k] = split(slice(params[k], a, 0, whole), a, whole, b, true);
+      run(split(slice(x, a, 0, whole * b), a, whole, b, false), pv,
+          split(slice(call.out, a, 0, whole * b), a, whole, b, false));
+    } else {
+      // No room for the extra dimension: one call per block.
+      for (std::int64_t i = 0; i < whole; ++i) {
+        TensorView pv[2];
+        for (int k = 0; k < nparams; ++k) pv[k] = slice(params[k], a, i, 1);
+        run(slice(x, a, i * b, b), pv, slice(call.out, a, i * b, b));
+      }
+    }
+  }
+  if (rest > 0) {
+    TensorView pv[2];
+    for (int k = 0; k < nparams; ++k) pv[k] = slice(params[k], a, whole, 1);
+    run(slice(x, a, whole * b, rest), pv, slice(call.out, a, whole * b, rest));
+  }
+}
+
+void require_exact_output(const MutableTensorView& out, const TensorSpec& spec, const char* op) {
+  if (!(out.shape == spec.shape) || out.dtype != spec.dtype) {
+    throw Error(ErrorKind::kValue, std::string(op) + ": out must have shape " + spec.shape.str() + " and dtype " +
+                                       dtype_name(spec.dtype) + " (got " + out.shape.str() + " " +
+                                       dtype_name(out.dtype) + ")");
+  }
+}
+
+}  // namespace polyquant::detail
