@@ -1,7 +1,9 @@
 """polyquant: bit-exact, fast quantization operators.
 
 ``polyquant.qonnx`` holds the QONNX operators (``int_quant``/``quant``, ``bipolar_quant``,
-``trunc``, ``trunc_v2``, ``float_quant``) with qonnx's names and semantics. ``polyquant.ort``
+``trunc``, ``trunc_v2``, ``float_quant``) with qonnx's names and semantics; ``polyquant.qkeras``
+the QKeras quantizers; ``polyquant.onnx`` ONNX's QuantizeLinear / DequantizeLinear (opset 28) and
+``polyquant.quark`` Quark's Extended Q/DQ ops. ``polyquant.ort``
 locates the ONNX Runtime custom-op library (imported on first use).
 """
 
@@ -15,7 +17,7 @@ from . import qonnx
 
 __version__: str = _ext.version()
 
-__all__ = ["__version__", "ort", "qonnx", "runtime_info"]
+__all__ = ["__version__", "onnx", "ort", "qonnx", "quark", "runtime_info"]
 
 
 def runtime_info() -> dict[str, Any]:
@@ -27,10 +29,10 @@ def runtime_info() -> dict[str, Any]:
 
 def __getattr__(name: str) -> Any:
     # `polyquant.ort` is imported on first use: plain users of polyquant.qonnx never need it.
-    if name == "ort":
-        return importlib.import_module(".ort", __name__)
+    if name in ("ort", "onnx", "quark", "qkeras"):
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"ort"})
+    return sorted(set(globals()) | {"ort", "onnx", "quark", "qkeras"})

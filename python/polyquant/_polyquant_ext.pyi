@@ -8,6 +8,29 @@ from typing import Annotated
 from numpy.typing import NDArray
 
 
+def quantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, y_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, y_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, axis: int, block_size: int, output_dtype: int, saturate: bool, precision: int, out: object | None = None) -> object:
+    """
+    ONNX QuantizeLinear (see polyquant.onnx.quantize_linear); returns (array, dtype name).
+    """
+
+def dequantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, x_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, x_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, axis: int, block_size: int, output_dtype: int, out: object | None = None) -> object:
+    """
+    ONNX DequantizeLinear (see polyquant.onnx.dequantize_linear); returns (array, dtype name).
+    """
+
+def extended_quantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, y_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, y_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, axis: int, semantics: str, out: object | None = None) -> object:
+    """
+    Quark ExtendedQuantizeLinear (see polyquant.quark); returns (array, dtype name).
+    """
+
+def extended_dequantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, x_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, x_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, axis: int, semantics: str, out: object | None = None) -> object:
+    """
+    Quark ExtendedDequantizeLinear (see polyquant.quark); returns (array, dtype name).
+    """
+
+def dtype_code(name: str) -> int:
+    """polyquant's code of a dtype name (-1: unknown)."""
+
 def int_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], signed: bool, narrow: bool, rounding_mode: str, out: object | None = None, weak: int = 0) -> object:
     """IntQuant/Quant (see polyquant.qonnx.int_quant)."""
 

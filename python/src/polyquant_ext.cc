@@ -3,6 +3,7 @@
 // with the GIL released and returns it. polyquant::Error becomes ValueError (kValue) or TypeError (kType).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
 #include <optional>
@@ -58,6 +59,9 @@ pq::DType to_dtype(nb::dlpack::dtype dt, const char* name) {
       case Code::Bool:
         if (dt.bits == 8) return pq::DType::kBool;
         break;
+      case Code::Bfloat:
+        if (dt.bits == 16) return pq::DType::kBFloat16;
+        break;
       default:
         break;
     }
@@ -94,7 +98,19 @@ nb::dlpack::dtype to_nb_dtype(pq::DType dtype) {
   fail(pq::ErrorKind::kType, "internal: unknown output dtype");
 }
 
+pq::TensorView any_view(const InArray& a, const char* name);
+
+// Views of QONNX / QKeras operands: numpy's dtypes only.
 pq::TensorView view(const InArray& a, const char* name) {
+  pq::TensorView v = any_view(a, name);
+  if (pq::is_onnx_only(v.dtype)) {
+    fail(pq::ErrorKind::kType, std::string(name) + ": unsupported element type " + pq::dtype_name(v.dtype) +
+                                   "; expected float16/32/64, (u)int8/16/32/64 or bool");
+  }
+  return v;
+}
+
+pq::TensorView any_view(const InArray& a, const char* name) {
   const auto rank = static_cast<int>(a.ndim());
   if (rank > pq::kMaxRank) {
     fail(pq::ErrorKind::kValue, std::string(name) + ": rank " + std::to_string(rank) + " exceeds the maximum of " +
@@ -469,6 +485,126 @@ void copy(const ContigIn& src, const ContigOut& dst) {
 
 }  // namespace
 
+// ---- Linear quantize / dequantize (ONNX, Quark) --------------------------------------------------
+// ml_dtypes arrays (bfloat16, int4, float8_*, ...) arrive as uint8 / uint16 views of the same
+// memory with the DType's code in `*_dtype` (-1: the array's own dtype); outputs of those types are
+// allocated as uint8 / uint16 and returned with the dtype's name for the package to view.
+pq::TensorView qdq_view(const InArray& a, const char* name, int dtype_code) {
+  pq::TensorView v = any_view(a, name);
+  if (dtype_code < 0) return v;
+  const auto t = static_cast<pq::DType>(dtype_code);
+  if (dtype_code > static_cast<int>(pq::DType::kFloat4E2M1) || pq::dtype_size(t) != pq::dtype_size(v.dtype)) {
+    fail(pq::ErrorKind::kType, std::string(name) + ": internal dtype code " + std::to_string(dtype_code) + " does not fit the array");
+  }
+  v.dtype = t;
+  return v;
+}
+
+pq::DType storage_dtype(pq::DType t) {
+  if (!pq::is_onnx_only(t)) return t;
+  return pq::dtype_size(t) == 2 ? pq::DType::kUInt16 : pq::DType::kUInt8;
+}
+
+template <typename SpecFn, typename KernelFn>
+nb::object run_qdq(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
+  const pq::TensorSpec spec = spec_fn();
+  if (out.is_none()) out = allocate(pq::TensorSpec{storage_dtype(spec.dtype), spec.shape});
+  OutArray array;
+  if (!nb::try_cast(out, array)) fail(pq::ErrorKind::kType, "out: expected a writable numpy array on the CPU");
+  pq::MutableTensorView view = mutable_view(array);
+  if (view.dtype == storage_dtype(spec.dtype)) view.dtype = spec.dtype;
+  PyThreadState* state = PyEval_SaveThread();
+  try {
+    kernel(view);
+  } catch (...) {
+    acquire_gil_or_park(state);
+    throw;
+  }
+  acquire_gil_or_park(state);
+  return nb::make_tuple(out, pq::dtype_name(spec.dtype));
+}
+
+std::optional<pq::DType> onnx_dtype_attr(int value, const char* name) {
+  if (value == 0) return std::nullopt;
+  const std::optional<pq::DType> t = pq::onnx::dtype_from_onnx(value);
+  if (!t) fail(pq::ErrorKind::kValue, std::string(name) + ": " + std::to_string(value) + " is not an ONNX data type polyquant supports");
+  return t;
+}
+
+nb::object quantize_linear(const InArray& x, int x_dtype, const InArray& scale, int scale_dtype,
+                           std::optional<InArray> zp, int zp_dtype, std::int64_t axis, std::int64_t block_size,
+                           int output_dtype, bool saturate, int precision, nb::object out) {
+  const pq::TensorView xv = qdq_view(x, "x", x_dtype), sv = qdq_view(scale, "y_scale", scale_dtype);
+  std::optional<pq::TensorView> zv;
+  if (zp) zv = qdq_view(*zp, "y_zero_point", zp_dtype);
+  pq::onnx::QuantizeLinearAttrs attrs;
+  attrs.axis = axis;
+  attrs.block_size = block_size;
+  attrs.output_dtype = onnx_dtype_attr(output_dtype, "output_dtype");
+  attrs.saturate = saturate;
+  attrs.precision = onnx_dtype_attr(precision, "precision");
+  const pq::TensorView* zp_ptr = zv ? &*zv : nullptr;
+  return run_qdq([&] { return pq::onnx::quantize_linear_spec(xv, sv, zp_ptr, attrs); },
+                 [&](const pq::MutableTensorView& o) { pq::onnx::quantize_linear(xv, sv, zp_ptr, attrs, o); }, std::move(out));
+}
+
+nb::object dequantize_linear(const InArray& x, int x_dtype, const InArray& scale, int scale_dtype,
+                             std::optional<InArray> zp, int zp_dtype, std::int64_t axis, std::int64_t block_size,
+                             int output_dtype, nb::object out) {
+  const pq::TensorView xv = qdq_view(x, "x", x_dtype), sv = qdq_view(scale, "x_scale", scale_dtype);
+  std::optional<pq::TensorView> zv;
+  if (zp) zv = qdq_view(*zp, "x_zero_point", zp_dtype);
+  pq::onnx::DequantizeLinearAttrs attrs;
+  attrs.axis = axis;
+  attrs.block_size = block_size;
+  attrs.output_dtype = onnx_dtype_attr(output_dtype, "output_dtype");
+  const pq::TensorView* zp_ptr = zv ? &*zv : nullptr;
+  return run_qdq([&] { return pq::onnx::dequantize_linear_spec(xv, sv, zp_ptr, attrs); },
+                 [&](const pq::MutableTensorView& o) { pq::onnx::dequantize_linear(xv, sv, zp_ptr, attrs, o); }, std::move(out));
+}
+
+pq::quark::ExtendedAttrs quark_attrs(std::int64_t axis, const std::string& semantics) {
+  pq::quark::ExtendedAttrs a;
+  a.axis = axis;
+  if (semantics == "quark") a.semantics = pq::quark::Semantics::kQuarkCpu;
+  else if (semantics == "onnx") a.semantics = pq::quark::Semantics::kOnnxSpec;
+  else fail(pq::ErrorKind::kValue, "semantics: '" + semantics + "' is not one of 'quark', 'onnx'");
+  return a;
+}
+
+nb::object extended_quantize_linear(const InArray& x, int x_dtype, const InArray& scale, int scale_dtype,
+                                    std::optional<InArray> zp, int zp_dtype, std::int64_t axis,
+                                    const std::string& semantics, nb::object out) {
+  const pq::TensorView xv = qdq_view(x, "x", x_dtype), sv = qdq_view(scale, "y_scale", scale_dtype);
+  std::optional<pq::TensorView> zv;
+  if (zp) zv = qdq_view(*zp, "y_zero_point", zp_dtype);
+  const pq::quark::ExtendedAttrs attrs = quark_attrs(axis, semantics);
+  const pq::TensorView* zp_ptr = zv ? &*zv : nullptr;
+  return run_qdq([&] { return pq::quark::extended_quantize_linear_spec(xv, sv, zp_ptr, attrs); },
+                 [&](const pq::MutableTensorView& o) { pq::quark::extended_quantize_linear(xv, sv, zp_ptr, attrs, o); },
+                 std::move(out));
+}
+
+nb::object extended_dequantize_linear(const InArray& x, int x_dtype, const InArray& scale, int scale_dtype,
+                                      std::optional<InArray> zp, int zp_dtype, std::int64_t axis,
+                                      const std::string& semantics, nb::object out) {
+  const pq::TensorView xv = qdq_view(x, "x", x_dtype), sv = qdq_view(scale, "x_scale", scale_dtype);
+  std::optional<pq::TensorView> zv;
+  if (zp) zv = qdq_view(*zp, "x_zero_point", zp_dtype);
+  const pq::quark::ExtendedAttrs attrs = quark_attrs(axis, semantics);
+  const pq::TensorView* zp_ptr = zv ? &*zv : nullptr;
+  return run_qdq([&] { return pq::quark::extended_dequantize_linear_spec(xv, sv, zp_ptr, attrs); },
+                 [&](const pq::MutableTensorView& o) { pq::quark::extended_dequantize_linear(xv, sv, zp_ptr, attrs, o); },
+                 std::move(out));
+}
+
+int dtype_code(const std::string& name) {
+  for (int c = 0; c <= static_cast<int>(pq::DType::kFloat4E2M1); ++c) {
+    if (name == pq::dtype_name(static_cast<pq::DType>(c))) return c;
+  }
+  return -1;
+}
+
 NB_MODULE(_polyquant_ext, m) {
   m.doc() = "polyquant's compiled core (private; use polyquant.qonnx)";
   nb::module_::import_("atexit").attr("register")(nb::cpp_function(&stop_reacquiring_at_exit));
@@ -486,6 +622,23 @@ NB_MODULE(_polyquant_ext, m) {
 
   // Tensor arguments: numpy arrays only (polyquant.qonnx converts everything else first).
   auto tensor = [](const char* name) { return nb::arg(name).noconvert(); };
+  m.def("quantize_linear", &quantize_linear, tensor("x"), nb::arg("x_dtype"), tensor("y_scale"), nb::arg("scale_dtype"),
+        nb::arg("y_zero_point").none(), nb::arg("zero_point_dtype"), nb::arg("axis"), nb::arg("block_size"),
+        nb::arg("output_dtype"), nb::arg("saturate"), nb::arg("precision"), nb::arg("out").none() = nb::none(),
+        "ONNX QuantizeLinear (see polyquant.onnx.quantize_linear); returns (array, dtype name).");
+  m.def("dequantize_linear", &dequantize_linear, tensor("x"), nb::arg("x_dtype"), tensor("x_scale"), nb::arg("scale_dtype"),
+        nb::arg("x_zero_point").none(), nb::arg("zero_point_dtype"), nb::arg("axis"), nb::arg("block_size"),
+        nb::arg("output_dtype"), nb::arg("out").none() = nb::none(),
+        "ONNX DequantizeLinear (see polyquant.onnx.dequantize_linear); returns (array, dtype name).");
+  m.def("extended_quantize_linear", &extended_quantize_linear, tensor("x"), nb::arg("x_dtype"), tensor("y_scale"),
+        nb::arg("scale_dtype"), nb::arg("y_zero_point").none(), nb::arg("zero_point_dtype"), nb::arg("axis"),
+        nb::arg("semantics"), nb::arg("out").none() = nb::none(),
+        "Quark ExtendedQuantizeLinear (see polyquant.quark); returns (array, dtype name).");
+  m.def("extended_dequantize_linear", &extended_dequantize_linear, tensor("x"), nb::arg("x_dtype"), tensor("x_scale"),
+        nb::arg("scale_dtype"), nb::arg("x_zero_point").none(), nb::arg("zero_point_dtype"), nb::arg("axis"),
+        nb::arg("semantics"), nb::arg("out").none() = nb::none(),
+        "Quark ExtendedDequantizeLinear (see polyquant.quark); returns (array, dtype name).");
+  m.def("dtype_code", &dtype_code, nb::arg("name"), "polyquant's code of a dtype name (-1: unknown).");
   m.def("int_quant", &int_quant, tensor("x"), tensor("scale"), tensor("zeropt"), tensor("bitwidth"), nb::arg("signed"),
         nb::arg("narrow"), nb::arg("rounding_mode"), nb::arg("out").none() = nb::none(), nb::arg("weak") = 0u, "IntQuant/Quant (see polyquant.qonnx.int_quant).");
   m.def("bipolar_quant", &bipolar_quant, tensor("x"), tensor("scale"), nb::arg("out").none() = nb::none(), nb::arg("weak") = 0u,

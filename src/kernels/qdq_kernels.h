@@ -6,6 +6,7 @@
 // sub-byte or minifloat element, 16-bit bfloat16/float16), so the engine writes them directly.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -30,7 +31,8 @@ enum class QuantTarget : std::uint8_t {
   kMinifloat,      // minifloat(q [+ zp]) with `format`, `saturate` (float8: onnx's saturate_cast)
   kBFloat16,       // bfloat16(q + zp), round to nearest even, overflow -> inf, NaN -> `bf16_nan`
   kFloat16Clamp,   // float16(clamp(x, -65504, 65504)), scale and zero point ignored (Quark's
-                   // float16 output: ORT's Cast of the clamped x); NaN -> 0x7E00 with x's sign
+                   // float16 output: ORT's Cast of the clamped x); NaN: sign, quiet bit and the
+                   // payload's top 9 bits
   kFloat16,        // float16(q + zp), round to nearest even, overflow -> inf, NaN kept
 };
 
@@ -73,7 +75,8 @@ struct QuantizeLinearParams {
 // kernel writes float32 (product_f64 false) or float64; the engine rounds that to the output dtype.
 enum class DequantDifference : std::uint8_t {
   kFloat32,  // (float32(x) - float32(zp)) * s in float32 (exact difference for 8/16-bit integers)
-  kFloat64,  // (float64(x) - float64(zp)) * float64(s), the product in float64 (onnx's int32 with zp)
+  kFloat64,  // (float64(float32(x)) - float64(zp)) * float64(s), the product in float64 (onnx's
+             // int32 with a zero point: x.astype(float32) minus an int32 array promotes to float64)
   kRounded,  // float32(x - zp) * s: the exact difference rounded once to float32 (Quark: int64)
 };
 struct DequantizeLinearParams {
@@ -144,7 +147,10 @@ inline void store_integer(void* out, std::int64_t j, DType t, std::int64_t v) {
 
 // float16 of Quark's clamped cast.
 inline std::uint16_t float16_clamped_bits(float x) {
-  if (std::isnan(x)) return std::signbit(x) ? 0xFE00 : 0x7E00;
+  if (std::isnan(x)) {  // ORT's Cast keeps the payload's top bits and sets the quiet bit
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+    return static_cast<std::uint16_t>(((u >> 16) & 0x8000u) | 0x7E00u | ((u >> 13) & 0x03FFu));
+  }
   const float c = x > 65504.0f ? 65504.0f : (x < -65504.0f ? -65504.0f : x);
   return float_to_half_bits(c);
 }
@@ -165,7 +171,7 @@ inline void quantize_linear_element(const QuantizeLinearParams& p, W x, W s, dou
       return;
     case QuantTarget::kMinifloat: {
       W v = q;
-      if (p.add_zero_point) v = v + static_cast<W>(zp);
+      if (p.add_zero_point && p.has_zero_point) v = v + static_cast<W>(zp);  // no zero point: -0 stays -0
       // A float64 value is clipped (saturate) in float64, then converted through float32.
       if (p.saturate && !std::isnan(v)) {
         const W m = static_cast<W>(p.format.max_value);
@@ -175,13 +181,13 @@ inline void quantize_linear_element(const QuantizeLinearParams& p, W x, W s, dou
       return;
     }
     case QuantTarget::kBFloat16: {
-      const float v = static_cast<float>(q + static_cast<W>(zp));
+      const float v = static_cast<float>(p.has_zero_point ? q + static_cast<W>(zp) : q);
       static_cast<std::uint16_t*>(out)[j] =
           std::isnan(v) ? (p.bf16_nan ? p.bf16_nan : float_to_bfloat16_bits(v)) : bfloat16_round_bits(v);
       return;
     }
     case QuantTarget::kFloat16:
-      static_cast<std::uint16_t*>(out)[j] = float_to_half_bits(static_cast<float>(q + static_cast<W>(zp)));
+      static_cast<std::uint16_t*>(out)[j] = float_to_half_bits(static_cast<float>(p.has_zero_point ? q + static_cast<W>(zp) : q));
       return;
     default:
       return;
@@ -209,7 +215,8 @@ inline float canonical_nan_f32(float v) {
 // float32 result, or (kFloat64) the float64 one.
 inline double dequantize_linear_element(const DequantizeLinearParams& p, double x, float s, double zp) {
   switch (p.difference) {
-    case DequantDifference::kFloat64: return (x - zp) * static_cast<double>(s);
+    case DequantDifference::kFloat64:  // onnx: float64(float32(x)) - zp, times the scale in float64
+      return (static_cast<double>(static_cast<float>(x)) - zp) * static_cast<double>(s);
     case DequantDifference::kRounded: return static_cast<double>(static_cast<float>(x - zp) * s);
     default: {
       float xf = static_cast<float>(x), zf = static_cast<float>(zp);

@@ -70,8 +70,7 @@ DType division_dtype(DType x, DType s) {
   if (x == DType::kInt32 || s == DType::kInt32) return DType::kFloat64;  // true division of integers
   if (x == s) return x == DType::kFloat8E8M0 ? DType::kFloat32 : x;
   if (x == DType::kFloat32 || s == DType::kFloat32) return DType::kFloat32;
-  if (s == DType::kFloat8E8M0) return x;  // an e8m0 scale takes the other float's dtype
-  return DType::kFloat32;                 // float16 with bfloat16: see the README (no numpy promotion)
+  return DType::kFloat32;  // float16 or bfloat16 with e8m0, float16 with bfloat16: ml_dtypes gives float32
 }
 
 const detail::QdqNames kQNames{"QuantizeLinear", "y_scale", "y_zero_point"};

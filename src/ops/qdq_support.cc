@@ -55,13 +55,21 @@ ParamLayout check_param_layout(const TensorView& x, const TensorView& scale, con
     fail(std::string(names.op) + ": block_size must be a positive integer, or 0 for per-tensor / per-axis "
                                  "parameters (got " + std::to_string(block_size) + ")");
   }
+  ParamLayout layout;
+  const bool one = scale.numel() == 1;
+  if (one && (one_element_is_tensor || scale.shape.rank == 0 || scale.shape.rank == 1)) {
+    // Per-tensor: a zero point of one element too, of any rank (0-d with (1,) is common).
+    if (zero_point != nullptr && (zero_point->numel() != 1 || (!one_element_is_tensor && zero_point->shape.rank > 1))) {
+      fail(std::string(names.op) + ": " + names.zero_point + " must have one element like the per-tensor " +
+           names.scale + (one_element_is_tensor ? "" : ", as a scalar or of shape (1,)") + " (got shape " +
+           zero_point->shape.str() + ")");
+    }
+    return layout;
+  }
   if (zero_point != nullptr && !(zero_point->shape == scale.shape)) {
     fail(std::string(names.op) + ": " + names.zero_point + " must have the shape of " + names.scale + " " +
          scale.shape.str() + " (got " + zero_point->shape.str() + ")");
   }
-  ParamLayout layout;
-  const bool one = scale.numel() == 1;
-  if (one && (one_element_is_tensor || scale.shape.rank == 0 || scale.shape.rank == 1)) return layout;
   const int rank = x.shape.rank;
   if (block_size == 0) {
     if (scale.shape.rank != 1) {

@@ -404,6 +404,8 @@ TEST(OnnxQdq, BadInputNamesTheParameter) {
   const TensorView sv(s.data(), DType::kFloat32, Dims{3});
   const TensorView zbad(z.data(), DType::kUInt8, Dims{2});
   expect_error(q(sv, &zbad, a), ErrorKind::kValue, "y_zero_point must have the shape of y_scale");
+  const TensorView zmany(z.data(), DType::kUInt8, Dims{2});
+  expect_error(q(TensorView(s.data(), DType::kFloat32, Dims{}), &zmany, a), ErrorKind::kValue, "must have one element");
   const TensorView zf(s.data(), DType::kFloat32, Dims{3});
   expect_error(q(sv, &zf, a), ErrorKind::kType, "y_zero_point has dtype float32");
   const TensorView zu(z.data(), DType::kUInt8, Dims{3});

@@ -1,0 +1,107 @@
+"""ONNX QuantizeLinear / DequantizeLinear (opset 28), bit-exact with onnx's reference evaluator.
+
+``quantize_linear(x, y_scale, y_zero_point=None, axis=1, block_size=0, output_dtype=None,
+saturate=1, precision=None)`` and ``dequantize_linear(x, x_scale, x_zero_point=None, axis=1,
+block_size=0, output_dtype=None)`` take and return numpy arrays; the types numpy lacks are
+``ml_dtypes`` arrays (bfloat16, int4/uint4, int2/uint2, float8_e4m3fn, float8_e4m3fnuz,
+float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn), one
+element per byte, as ``onnx.reference.ReferenceEvaluator`` returns them. ``output_dtype`` and
+``precision`` are ONNX ``TensorProto`` data-type numbers (``onnx.TensorProto.INT4`` = 22, ...).
+
+Semantics (see the README for every place where the evaluator departs from the spec text and the
+one choice polyquant makes): the division ``x / y_scale`` in ``precision`` or in numpy's promoted
+dtype; integer outputs ``clamp(rint(q) + zero_point)`` with NaN -> qmin, +inf -> qmax, -inf -> qmin
+(ONNX Runtime's rule where the evaluator's int32 cast is undefined); float8 outputs a (saturating)
+cast of q, the zero point ignored; float4/float6 a cast of q + zero_point. Dequantization:
+``(x - zero_point) * scale`` in float32 (float64 for int32 with a zero point), rounded once to the
+output dtype (``output_dtype``, else the scale's).
+
+``pack`` / ``unpack`` convert sub-byte arrays to and from the packed bytes ONNX stores in tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from . import _polyquant_ext as _ext
+from . import _qdq
+
+__all__ = ["quantize_linear", "dequantize_linear", "pack", "unpack"]
+
+
+def _dtype_attr(value: Any, name: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an ONNX TensorProto data type number (int), got {value!r}")
+    return int(value)
+
+
+def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axis: int = 1, block_size: int = 0,
+                    output_dtype: int | None = None, saturate: int = 1, precision: int | None = None, *,
+                    out: np.ndarray | None = None) -> np.ndarray:
+    """ONNX QuantizeLinear (opset 28). Output dtype: y_zero_point's, else output_dtype, else uint8."""
+    xa, xc = _qdq.operand(x, "x")
+    sa, sc = _qdq.operand(y_scale, "y_scale")
+    za, zc = (None, -1) if y_zero_point is None else _qdq.operand(y_zero_point, "y_zero_point")
+    pair = _ext.quantize_linear(xa, xc, sa, sc, za, zc, int(axis), int(block_size),
+                                _dtype_attr(output_dtype, "output_dtype"), bool(saturate),
+                                _dtype_attr(precision, "precision"), _qdq.out_operand(out))
+    return _qdq.finish(pair, out)
+
+
+def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, axis: int = 1, block_size: int = 0,
+                      output_dtype: int | None = None, *, out: np.ndarray | None = None) -> np.ndarray:
+    """ONNX DequantizeLinear (opset 28). Output dtype: output_dtype, else x_scale's."""
+    xa, xc = _qdq.operand(x, "x")
+    sa, sc = _qdq.operand(x_scale, "x_scale")
+    za, zc = (None, -1) if x_zero_point is None else _qdq.operand(x_zero_point, "x_zero_point")
+    pair = _ext.dequantize_linear(xa, xc, sa, sc, za, zc, int(axis), int(block_size),
+                                  _dtype_attr(output_dtype, "output_dtype"), _qdq.out_operand(out))
+    return _qdq.finish(pair, out)
+
+
+# ---- sub-byte packing, as ONNX stores int4/uint4/float4e2m1 (two per byte) and int2/uint2 (four per
+# byte) in tensors: element i in bits [w*(i % k), w*(i % k) + w) of byte i // k, low bits first,
+# the last byte zero-padded.
+_PACKED_BITS = {"int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}
+
+
+def pack(array: Any) -> np.ndarray:
+    """The packed bytes (uint8, flat) of an int4/uint4/float4_e2m1fn or int2/uint2 array, in C order."""
+    a = np.asarray(array)
+    bits = _PACKED_BITS.get(a.dtype.name)
+    if bits is None:
+        raise TypeError(f"array: pack takes int4, uint4, float4_e2m1fn, int2 or uint2 arrays (got {a.dtype})")
+    per_byte = 8 // bits
+    codes = np.ascontiguousarray(a).reshape(-1).view(np.uint8) & ((1 << bits) - 1)
+    padded = np.zeros(-(-codes.size // per_byte) * per_byte, np.uint8)
+    padded[: codes.size] = codes
+    groups = padded.reshape(-1, per_byte).astype(np.uint8)
+    packed = np.zeros(groups.shape[0], np.uint8)
+    for k in range(per_byte):
+        packed |= groups[:, k] << np.uint8(bits * k)
+    return packed
+
+
+def unpack(packed: Any, dtype: Any, shape: Any) -> np.ndarray:
+    """The array of `dtype` (an ml_dtypes sub-byte type or its name) and `shape` stored in `packed`."""
+    dt = np.dtype(getattr(ml_dtypes, dtype) if isinstance(dtype, str) else dtype)
+    bits = _PACKED_BITS.get(dt.name)
+    if bits is None:
+        raise TypeError(f"dtype: unpack takes int4, uint4, float4_e2m1fn, int2 or uint2 (got {dt})")
+    shape = tuple(int(s) for s in np.atleast_1d(np.asarray(shape, dtype=np.int64))) if np.ndim(shape) else (int(shape),)
+    n = int(np.prod(shape, dtype=np.int64))
+    if isinstance(packed, (bytes, bytearray, memoryview)):
+        p = np.frombuffer(packed, dtype=np.uint8)
+    else:
+        p = np.asarray(packed, dtype=np.uint8).reshape(-1)
+    per_byte = 8 // bits
+    if p.size * per_byte < n:
+        raise ValueError(f"packed: {p.size} bytes hold at most {p.size * per_byte} elements of {dt}, "
+                         f"shape {shape} needs {n}")
+    codes = np.stack([(p >> np.uint8(bits * k)) & np.uint8((1 << bits) - 1) for k in range(per_byte)], axis=1).reshape(-1)[:n]
+    return codes.astype(np.uint8).view(dt).reshape(shape)
