@@ -81,7 +81,7 @@ OrtStatus* status_from_current_exception(const std::string& prefix) noexcept {
 
 // ---- element types ---------------------------------------------------------------------------
 std::optional<DType> try_to_dtype(ONNXTensorElementDataType type) {
-  switch (type) {
+  switch (static_cast<int>(type)) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return DType::kFloat16;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return DType::kFloat32;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return DType::kFloat64;
@@ -94,6 +94,17 @@ std::optional<DType> try_to_dtype(ONNXTensorElementDataType type) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return DType::kUInt32;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: return DType::kUInt64;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return DType::kBool;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return DType::kBFloat16;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN: return DType::kFloat8E4M3FN;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ: return DType::kFloat8E4M3FNUZ;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2: return DType::kFloat8E5M2;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ: return DType::kFloat8E5M2FNUZ;
+    case kOrtUInt4: return DType::kUInt4;
+    case kOrtInt4: return DType::kInt4;
+    case kOrtFloat4E2M1: return DType::kFloat4E2M1;
+    case kOrtUInt2: return DType::kUInt2;
+    case kOrtInt2: return DType::kInt2;
+    case kOrtFloat8E8M0: return DType::kFloat8E8M0;
     default: return std::nullopt;
   }
 }
@@ -101,8 +112,8 @@ std::optional<DType> try_to_dtype(ONNXTensorElementDataType type) {
 DType to_dtype(ONNXTensorElementDataType type, const char* what) {
   if (auto dtype = try_to_dtype(type)) return *dtype;
   throw Error(ErrorKind::kType, std::string(what) + ": element type " + onnx_type_name(type) +
-                                    " is not supported (float16, float32, float64, bool and 8- to 64-bit "
-                                    "integers are)");
+                                    " is not supported (floating, integer, bool, bfloat16, float8 and the "
+                                    "4- and 2-bit types are)");
 }
 
 ONNXTensorElementDataType to_onnx(DType dtype) {
@@ -119,26 +130,131 @@ ONNXTensorElementDataType to_onnx(DType dtype) {
     case DType::kUInt32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32;
     case DType::kUInt64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64;
     case DType::kBool: return ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL;
-    default: break;
+    case DType::kBFloat16: return ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+    case DType::kFloat8E4M3FN: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN;
+    case DType::kFloat8E4M3FNUZ: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ;
+    case DType::kFloat8E5M2: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2;
+    case DType::kFloat8E5M2FNUZ: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ;
+    case DType::kUInt4: return kOrtUInt4;
+    case DType::kInt4: return kOrtInt4;
+    case DType::kFloat4E2M1: return kOrtFloat4E2M1;
+    case DType::kUInt2: return kOrtUInt2;
+    case DType::kInt2: return kOrtInt2;
+    case DType::kFloat8E8M0: return kOrtFloat8E8M0;
+    case DType::kFloat6E2M3:
+    case DType::kFloat6E3M2: break;  // no ORT element type
   }
   return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 }
 
 const char* onnx_type_name(ONNXTensorElementDataType type) {
-  switch (type) {
+  switch (static_cast<int>(type)) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED: return "undefined";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING: return "string";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX64: return "complex64";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX128: return "complex128";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return "bfloat16";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN: return "float8e4m3fn";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ: return "float8e4m3fnuz";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2: return "float8e5m2";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ: return "float8e5m2fnuz";
     default: break;
   }
   if (auto dtype = try_to_dtype(type)) return dtype_name(*dtype);
-  return "(an element type unknown to ONNX Runtime 1.17)";
+  return "(an element type unknown to this library)";
+}
+
+int elements_per_byte(DType dtype) {
+  switch (dtype) {
+    case DType::kInt4:
+    case DType::kUInt4:
+    case DType::kFloat4E2M1: return 2;
+    case DType::kInt2:
+    case DType::kUInt2: return 4;
+    default: return 1;
+  }
+}
+
+namespace {
+struct ValueDeleter {
+  void operator()(OrtValue* value) const { api().ReleaseValue(value); }
+};
+
+// ORT's packed storage (n elements, `per` to a byte, low bits first) <-> one element per byte.
+void unpack(const uint8_t* packed, uint8_t* out, int64_t n, int per) {
+  const int bits = 8 / per;
+  const unsigned mask = (1u << bits) - 1;
+  const int64_t full = n / per;
+  for (int64_t b = 0; b < full; ++b) {
+    const unsigned byte = packed[b];
+    for (int k = 0; k < per; ++k) out[b * per + k] = static_cast<uint8_t>((byte >> (bits * k)) & mask);
+  }
+  for (int64_t i = full * per; i < n; ++i) {
+    out[i] = static_cast<uint8_t>((packed[full] >> (bits * (i - full * per))) & mask);
+  }
+}
+
+void pack(const uint8_t* in, uint8_t* packed, int64_t n, int per) {
+  const int bits = 8 / per;
+  const unsigned mask = (1u << bits) - 1;
+  const int64_t full = n / per;
+  for (int64_t b = 0; b < full; ++b) {
+    unsigned byte = 0;
+    for (int k = 0; k < per; ++k) byte |= (in[b * per + k] & mask) << (bits * k);
+    packed[b] = static_cast<uint8_t>(byte);
+  }
+  if (full * per < n) {  // the last byte's unused high bits stay zero
+    unsigned byte = 0;
+    for (int64_t i = full * per; i < n; ++i) byte |= (in[i] & mask) << (bits * (i - full * per));
+    packed[full] = static_cast<uint8_t>(byte);
+  }
+}
+}  // namespace
+
+bool runtime_has_element_type(ONNXTensorElementDataType type) {
+  OrtAllocator* allocator = nullptr;
+  if (OrtStatus* s = api().GetAllocatorWithDefaultOptions(&allocator); s != nullptr) {
+    release(s);
+    return false;
+  }
+  const int64_t shape = 1;
+  OrtValue* raw = nullptr;
+  if (OrtStatus* s = api().CreateTensorAsOrtValue(allocator, &shape, 1, type, &raw); s != nullptr) {
+    release(s);
+    return false;
+  }
+  const std::unique_ptr<OrtValue, ValueDeleter> value(raw);
+  OrtTensorTypeAndShapeInfo* info_raw = nullptr;
+  if (OrtStatus* s = api().GetTensorTypeAndShape(value.get(), &info_raw); s != nullptr) {
+    release(s);
+    return false;
+  }
+  const OwnedInfo info(info_raw);
+  ONNXTensorElementDataType got = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  if (OrtStatus* s = api().GetTensorElementType(info.get(), &got); s != nullptr) {
+    release(s);
+    return false;
+  }
+  return got == type;
+}
+
+RuntimeVersion parse_runtime_version(const char* text) {
+  RuntimeVersion v;
+  if (text == nullptr) return v;
+  int parts[2] = {0, 0};
+  int part = 0;
+  bool digits = false;
+  for (const char* p = text; *p != '\0' && part < 2; ++p) {
+    if (*p >= '0' && *p <= '9') {
+      parts[part] = parts[part] * 10 + (*p - '0');
+      digits = true;
+      if (parts[part] > 100000) return {};
+    } else if (*p == '.' && digits) {
+      ++part;
+      digits = false;
+    } else {
+      break;
+    }
+  }
+  if (part < 1) return {};
+  v.major = parts[0];
+  v.minor = parts[1];
+  return v;
 }
 
 // ---- attributes ------------------------------------------------------------------------------
@@ -148,7 +264,7 @@ const char* onnx_type_name(ONNXTensorElementDataType type) {
 // such a type is recognised by the getter's message: ONNX Runtime says "No attribute with name"
 // only when the attribute is absent (1.17 to 1.32), anything else is a type mismatch. Should that
 // wording change, an unrecognised failure counts as absent, the behaviour before this check.
-bool AttributeReader::absent(const char* name, OrtStatus* status) const {
+bool AttributeReader::absent(const char* /*name*/, OrtStatus* status) const {
   const std::string message = api().GetErrorMessage(status);
   release(status);
   if (message.find("No attribute with name") != std::string::npos) return true;
@@ -253,32 +369,62 @@ std::string node_name(const OrtKernelInfo* info) {
 }
 
 // ---- kernel execution ------------------------------------------------------------------------
-Inputs::Inputs(OrtKernelContext* context) : context_(context) {
+Inputs::Inputs(OrtKernelContext* context, InputTypes types) : context_(context), types_(types) {
   check(api().KernelContext_GetInputCount(context, &count_), "input count");
 }
 
-TensorView Inputs::get(size_t index, const char* name) const {
+const OrtValue* Inputs::value(size_t index, const char* name) const {
   const OrtValue* value = nullptr;
   if (index < count_) check(api().KernelContext_GetInput(context_, index, &value), name);
-  if (value == nullptr) {
+  return value;
+}
+
+TensorView Inputs::get(size_t index, const char* name) {
+  const OrtValue* v = value(index, name);
+  if (v == nullptr) {
     throw Error(ErrorKind::kValue, std::string(name) + ": input " + std::to_string(index) +
                                        " is missing (the node has " + std::to_string(count_) + " inputs)");
   }
+  return view(v, name);
+}
+
+std::optional<TensorView> Inputs::get_optional(size_t index, const char* name) {
+  const OrtValue* v = value(index, name);
+  if (v == nullptr) return std::nullopt;
+  return view(v, name);
+}
+
+TensorView Inputs::view(const OrtValue* value, const char* name) {
   OrtTensorTypeAndShapeInfo* raw = nullptr;
   check(api().GetTensorTypeAndShape(value, &raw), name);
   const OwnedInfo info(raw);
-  const DType dtype = to_dtype(element_type(info.get(), name), name);
+  const ONNXTensorElementDataType type = element_type(info.get(), name);
+  const std::optional<DType> known = try_to_dtype(type);
+  if (!known || (types_ == InputTypes::kNumpy && is_onnx_only(*known))) {
+    throw Error(ErrorKind::kType, std::string(name) + ": element type " + onnx_type_name(type) +
+                                      " is not supported (float16, float32, float64, bool and 8- to 64-bit "
+                                      "integers are)");
+  }
+  const DType dtype = *known;
   const std::vector<int64_t> dims = dimensions(info.get(), name);
   if (dims.size() > static_cast<size_t>(kMaxRank)) {
     throw Error(ErrorKind::kValue, std::string(name) + ": rank " + std::to_string(dims.size()) +
                                        " exceeds the maximum of " + std::to_string(kMaxRank));
   }
+  const Dims shape{std::span<const int64_t>(dims)};
   void* data = nullptr;
   check(api().GetTensorMutableData(const_cast<OrtValue*>(value), &data), name);
-  return TensorView(data, dtype, Dims(std::span<const int64_t>(dims)));
+  const int per = elements_per_byte(dtype);
+  if (per == 1) return TensorView(data, dtype, shape);
+  const int64_t n = shape.numel();
+  std::vector<uint8_t>& buffer = scratch_.emplace_back(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  if (n > 0) unpack(static_cast<const uint8_t*>(data), buffer.data(), n, per);
+  return TensorView(buffer.data(), dtype, shape);
 }
 
-MutableTensorView allocate_output(OrtKernelContext* context, const TensorSpec& spec) {
+namespace {
+// Output 0 of `spec`'s shape: its data and ORT's element type for it.
+void* get_output(OrtKernelContext* context, const TensorSpec& spec, ONNXTensorElementDataType& type) {
   OrtValue* value = nullptr;
   check(api().KernelContext_GetOutput(context, 0, spec.shape.v.data(), static_cast<size_t>(spec.shape.rank), &value),
         "output");
@@ -286,7 +432,16 @@ MutableTensorView allocate_output(OrtKernelContext* context, const TensorSpec& s
   OrtTensorTypeAndShapeInfo* raw = nullptr;
   check(api().GetTensorTypeAndShape(value, &raw), "output");
   const OwnedInfo info(raw);
-  const ONNXTensorElementDataType type = element_type(info.get(), "output");
+  type = element_type(info.get(), "output");
+  void* data = nullptr;
+  check(api().GetTensorMutableData(value, &data), "output");
+  return data;
+}
+}  // namespace
+
+MutableTensorView allocate_output(OrtKernelContext* context, const TensorSpec& spec) {
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  void* data = get_output(context, spec, type);
   if (try_to_dtype(type) != spec.dtype) {
     throw Error(ErrorKind::kType,
                 std::string("output: the op produces ") + dtype_name(spec.dtype) +
@@ -295,9 +450,34 @@ MutableTensorView allocate_output(OrtKernelContext* context, const TensorSpec& s
                     " (ONNX Runtime < 1.19 ignores the element type set by custom-op shape inference and "
                     "takes the last input's); give the inputs one dtype or use ONNX Runtime >= 1.19");
   }
-  void* data = nullptr;
-  check(api().GetTensorMutableData(value, &data), "output");
   return MutableTensorView(data, spec.dtype, spec.shape);
+}
+
+Output::Output(OrtKernelContext* context, const TensorSpec& spec, const std::string& typed_by) {
+  if (to_onnx(spec.dtype) == ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED) {
+    throw Error(ErrorKind::kType, std::string("output: ") + typed_by + " " + dtype_name(spec.dtype) +
+                                      " has no ONNX Runtime element type; ONNX Runtime cannot hold the output");
+  }
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  ort_data_ = get_output(context, spec, type);
+  if (try_to_dtype(type) != spec.dtype) {
+    throw Error(ErrorKind::kType, std::string("output: the op produces ") + dtype_name(spec.dtype) + " (" + typed_by +
+                                      "), but ONNX Runtime typed the output " + onnx_type_name(type) +
+                                      " (ONNX Runtime < 1.19 ignores the element type set by custom-op shape "
+                                      "inference)");
+  }
+  if (elements_per_byte(spec.dtype) == 1) {
+    view_ = MutableTensorView(ort_data_, spec.dtype, spec.shape);
+  } else {
+    scratch_.assign(static_cast<size_t>(std::max<int64_t>(spec.shape.numel(), 1)), 0);
+    view_ = MutableTensorView(scratch_.data(), spec.dtype, spec.shape);
+  }
+}
+
+void Output::commit() {
+  const int per = elements_per_byte(view_.dtype);
+  const int64_t n = view_.shape.numel();
+  if (per > 1 && n > 0) pack(scratch_.data(), static_cast<uint8_t*>(ort_data_), n, per);
 }
 
 // ---- shape inference -------------------------------------------------------------------------
@@ -380,6 +560,23 @@ void set_output(OrtShapeInferContext* context, DType dtype, const std::vector<Sy
   check(api().SetDimensions(info.get(), values.data(), values.size()));
   check(api().SetSymbolicDimensions(info.get(), symbol_ptrs.data(), symbol_ptrs.size()));
   check(api().ShapeInferContext_SetOutputTypeShape(context, 0, info.get()));
+}
+
+std::optional<int64_t> infer_int_attribute(OrtShapeInferContext* context, const char* name) {
+  const OrtOpAttr* attr = nullptr;
+  if (OrtStatus* s = api().ShapeInferContext_GetAttribute(context, name, &attr); s != nullptr) {
+    release(s);
+    return std::nullopt;
+  }
+  if (attr == nullptr) return std::nullopt;
+  int64_t value = 0;
+  size_t size = 0;
+  if (OrtStatus* s = api().ReadOpAttr(attr, ORT_OP_ATTR_INT, &value, sizeof(value), &size); s != nullptr) {
+    release(s);
+    return std::nullopt;
+  }
+  if (size != sizeof(value)) return std::nullopt;
+  return value;
 }
 
 TensorView unit_tensor(DType dtype, size_t rank) {

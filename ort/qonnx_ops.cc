@@ -11,10 +11,10 @@
 // given the domain's latest version. The kernel therefore reads the node's input count, which is
 // what distinguishes the two versions in every export: 5 inputs run v1, 6 inputs run v2.
 #include <array>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "ops.h"
 #include "ort_glue.h"
 #include "polyquant/qonnx.h"
 #include "polyquant/rounding.h"
@@ -34,25 +34,6 @@ TensorSpec float32_node_output(TensorSpec spec) {
   return spec;
 }
 
-class Kernel {
- public:
-  explicit Kernel(std::string prefix) : prefix_(std::move(prefix)) {}
-  virtual ~Kernel() = default;
-
-  OrtStatusPtr ComputeV2(OrtKernelContext* context) noexcept {
-    try {
-      compute(context);
-      return nullptr;
-    } catch (...) {
-      return status_from_current_exception(prefix_);
-    }
-  }
-
- private:
-  virtual void compute(OrtKernelContext* context) = 0;
-  std::string prefix_;
-};
-
 class IntQuantKernel final : public Kernel {
  public:
   IntQuantKernel(std::string prefix, const AttributeReader& attrs) : Kernel(std::move(prefix)) {
@@ -63,7 +44,7 @@ class IntQuantKernel final : public Kernel {
 
  private:
   void compute(OrtKernelContext* context) override {
-    const Inputs in(context);
+    Inputs in(context);
     const TensorView x = in.get(0, "x"), scale = in.get(1, "scale"), zeropt = in.get(2, "zeropt"),
                      bitwidth = in.get(3, "bitwidth");
     const TensorSpec spec = float32_node_output(qonnx::int_quant_spec(x, scale, zeropt, bitwidth, attrs_));
@@ -78,7 +59,7 @@ class BipolarQuantKernel final : public Kernel {
 
  private:
   void compute(OrtKernelContext* context) override {
-    const Inputs in(context);  // a third input, as some qonnx tests give, is ignored like there
+    Inputs in(context);  // a third input, as some qonnx tests give, is ignored like there
     const TensorView x = in.get(0, "x"), scale = in.get(1, "scale");
     const TensorSpec spec = qonnx::bipolar_quant_spec(x, scale);
     qonnx::bipolar_quant(x, scale, allocate_output(context, spec));
@@ -105,7 +86,7 @@ class TruncKernel final : public Kernel {
   }
 
   void compute(OrtKernelContext* context) override {
-    const Inputs in(context);
+    Inputs in(context);
     const TensorView x = in.get(0, "x"), scale = in.get(1, "scale"), zeropt = in.get(2, "zeropt"),
                      in_bitwidth = in.get(3, "in_bitwidth");
     if (!v2_) {
@@ -134,7 +115,7 @@ class FloatQuantKernel final : public Kernel {
 
  private:
   void compute(OrtKernelContext* context) override {
-    const Inputs in(context);
+    Inputs in(context);
     const TensorView x = in.get(0, "x"), scale = in.get(1, "scale"), e = in.get(2, "exponent_bitwidth"),
                      m = in.get(3, "mantissa_bitwidth"), bias = in.get(4, "exponent_bias"),
                      max_val = in.get(5, "max_val");
@@ -241,7 +222,7 @@ class QonnxOp : public Ort::CustomOpBase<QonnxOp, Kernel, /*WithStatus=*/true> {
     if (in.size() < required_inputs() || in.empty() || in[0].dims.empty()) return;
     if (kind_ == OpKind::kBipolarQuant) in.resize(2);  // the optional third input plays no part
     for (const auto& input : in) {
-      if (!input.dtype) return;
+      if (!input.dtype || is_onnx_only(*input.dtype)) return;  // the run reports such inputs
     }
     const bool trunc_v2 = kind_ == OpKind::kTrunc && in.size() == 6;
     // Which inputs broadcast into the output (as the *_spec functions broadcast them).
@@ -292,70 +273,15 @@ QonnxOp g_float_quant{"FloatQuant", OpKind::kFloatQuant};
 
 constexpr std::array<const char*, 3> kDomains{"qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas"};
 
-// The domains are created once per load of the library and shared by every session options object
-// they are added to. ONNX Runtime only borrows them: the API says a domain must outlive the session
-// options and sessions it was added to, and it never frees them itself. Those hold the library
-// loaded (Python's SessionOptions and InferenceSession keep a reference to it; a C/C++ user must not
-// unload it before releasing them), so the library's unload is the moment to release them; before
-// this each load/unload cycle leaked the three domains.
-std::mutex g_domains_mutex;
-std::vector<OrtCustomOpDomain*> g_domains;
-
-struct DomainsRelease {
-  ~DomainsRelease() {
-    std::lock_guard<std::mutex> lock(g_domains_mutex);
-    for (OrtCustomOpDomain* domain : g_domains) api().ReleaseCustomOpDomain(domain);
-    g_domains.clear();
-  }
-};
-// Defined after g_domains and its mutex, so destroyed (at unload) before them.
-DomainsRelease g_domains_release;
-
-void create_domains() {
-  if (!g_domains.empty()) return;
-  std::vector<OrtCustomOpDomain*> domains;
-  try {
-    for (const char* name : kDomains) {
-      OrtCustomOpDomain* domain = nullptr;
-      check(api().CreateCustomOpDomain(name, &domain), name);
-      domains.push_back(domain);
-      for (QonnxOp* op : {&g_int_quant, &g_quant, &g_bipolar_quant, &g_trunc, &g_float_quant}) {
-        check(api().CustomOpDomain_Add(domain, op), name);
-      }
-    }
-  } catch (...) {
-    for (OrtCustomOpDomain* d : domains) api().ReleaseCustomOpDomain(d);
-    throw;
-  }
-  g_domains = std::move(domains);
-}
-
 }  // namespace
-}  // namespace polyquant::ort
 
-// The library's only exported symbol: ONNX Runtime calls it when the library is registered
-// (SessionOptions.register_custom_ops_library in Python, RegisterCustomOpsLibrary_V2 in C).
-extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
-RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
-  using namespace polyquant::ort;
-  if (api_base == nullptr) return nullptr;  // nothing to report an error through
-  const OrtApi* table = api_base->GetApi(kOrtApiVersion);
-  if (table == nullptr) {
-    // Every runtime serves version 1, whose first entry is CreateStatus.
-    const OrtApi* oldest = api_base->GetApi(1);
-    if (oldest == nullptr) return nullptr;
-    const std::string message = std::string("polyquant: the custom-op library needs ONNX Runtime 1.17 or later "
-                                            "(API version 17); this runtime is ") +
-                                api_base->GetVersionString();
-    return oldest->CreateStatus(ORT_FAIL, message.c_str());
-  }
-  std::lock_guard<std::mutex> lock(g_domains_mutex);
-  try {
-    if (g_domains.empty()) set_api(table);
-    create_domains();
-    for (OrtCustomOpDomain* domain : g_domains) check(api().AddCustomOpDomain(options, domain));
-    return nullptr;
-  } catch (...) {
-    return status_from_current_exception("polyquant: registering the custom ops failed: ");
+void add_qonnx_domains(std::vector<OrtCustomOpDomain*>& domains) {
+  for (const char* name : kDomains) {
+    OrtCustomOpDomain* domain = add_domain(domains, name);
+    for (QonnxOp* op : {&g_int_quant, &g_quant, &g_bipolar_quant, &g_trunc, &g_float_quant}) {
+      check(api().CustomOpDomain_Add(domain, op), name);
+    }
   }
 }
+
+}  // namespace polyquant::ort

@@ -149,7 +149,67 @@ def make_qkeras_cases():
 
 QKERAS_CASE_NAMES = ["qk_bits", "qk_relu", "qk_linear", "qk_bits_auto", "qk_bits_auto_po2", "qk_linear_auto",
                      "qk_linear_auto_po2"]
-ALL_CASE_NAMES = CASE_NAMES + QKERAS_CASE_NAMES
+
+
+# ---- linear quantize / dequantize (polyquant.onnx, polyquant.quark) against onnxruntime's own ops ----
+@dataclass
+class QdqCase:
+    name: str
+    description: str
+    shape: tuple                  # of x (N elements in all)
+    op: str                       # "q" (float32 -> integers) or "dq" (integers -> float32)
+    params: object                # (shape) -> dict(scale=..., zero_point=..., axis=..., block_size=...)
+    quark: bool = False           # polyquant.quark's Extended op instead of polyquant.onnx
+
+
+QDQ_BLOCK = 32
+
+
+def make_qdq_cases(size):
+    rows = size // 16384 if size % 16384 == 0 else size // CHANNELS
+    wide = (rows, size // rows)               # (4096, 16384) at the default size
+    last = (size // CHANNELS, CHANNELS)       # channels last: 64 channels of one element per slice
+
+    def tensor(dtype):
+        return lambda shape: dict(scale=np.float32(0.05), zero_point=np.array(3, dtype), axis=1, block_size=0)
+
+    def axis(dtype, a):
+        def make(shape):
+            c = shape[a]
+            return dict(scale=np.linspace(0.02, 0.08, c, dtype=np.float32),
+                        zero_point=(np.arange(c) % 7).astype(dtype), axis=a, block_size=0)
+        return make
+
+    def blocked(dtype):
+        def make(shape):
+            s = (shape[0], -(-shape[1] // QDQ_BLOCK))
+            return dict(scale=np.linspace(0.02, 0.08, s[0] * s[1], dtype=np.float32).reshape(s),
+                        zero_point=(np.arange(s[0] * s[1]) % 5).astype(dtype).reshape(s), axis=1,
+                        block_size=QDQ_BLOCK)
+        return make
+
+    return [
+        QdqCase("q_uint8", "QuantizeLinear -> uint8, per-tensor", wide, "q", tensor(np.uint8)),
+        QdqCase("q_int8", "QuantizeLinear -> int8, per-tensor", wide, "q", tensor(np.int8)),
+        QdqCase("q_int8_axis0", f"QuantizeLinear -> int8, per-axis on axis 0 ({wide[0]} channels)", wide, "q",
+                axis(np.int8, 0)),
+        QdqCase("q_int8_axis_last", f"QuantizeLinear -> int8, per-axis on the last axis ({CHANNELS} channels)", last,
+                "q", axis(np.int8, 1)),
+        QdqCase("q_int8_blocked", f"QuantizeLinear -> int8, blocked on the last axis (block {QDQ_BLOCK})", wide, "q",
+                blocked(np.int8)),
+        QdqCase("dq_int8", "DequantizeLinear int8 -> float32, per-tensor", wide, "dq", tensor(np.int8)),
+        QdqCase("dq_uint8_axis_last", f"DequantizeLinear uint8, per-axis on the last axis ({CHANNELS} channels)", last,
+                "dq", axis(np.uint8, 1)),
+        QdqCase("dq_int8_blocked", f"DequantizeLinear int8, blocked on the last axis (block {QDQ_BLOCK})", wide, "dq",
+                blocked(np.int8)),
+        QdqCase("quark_q_int16_axis1", "Quark ExtendedQuantizeLinear -> int16, per-axis on axis 1", wide, "q",
+                axis(np.int16, 1), quark=True),
+    ]
+
+
+QDQ_CASE_NAMES = ["q_uint8", "q_int8", "q_int8_axis0", "q_int8_axis_last", "q_int8_blocked", "dq_int8",
+                  "dq_uint8_axis_last", "dq_int8_blocked", "quark_q_int16_axis1"]
+ALL_CASE_NAMES = CASE_NAMES + QKERAS_CASE_NAMES + QDQ_CASE_NAMES
 QKERAS_CHANNELS = 16384
 DEFAULT_QKERAS_TIMINGS = "scripts/qkeras_golden/peer_timings.json"
 
@@ -310,6 +370,109 @@ def bench_qkeras_case(case, x, out, repeat, peer_timings, bar):
     return r
 
 
+@dataclass
+class QdqResult:
+    name: str
+    description: str
+    shape: list
+    polyquant_ms: float           # allocating call
+    polyquant_out_ms: float       # out= a reused array
+    copy_ms: float                # x.copy() of the float32 array of the same shape
+    copyto_ms: float              # np.copyto(out, x) of it
+    of_copy: float                # copy time / op time
+    out_of_copyto: float          # copyto time / out= time
+    onnxruntime_ms: float | None = None       # onnxruntime's own op (output bound to a reused array)
+    speedup_vs_onnxruntime: float | None = None   # onnxruntime time / polyquant out= time
+    bit_exact_vs_onnxruntime: bool | None = None
+    samples_ms: dict = field(default_factory=dict)
+
+
+def _ort_qdq_session(case, x, p):
+    """onnxruntime's QuantizeLinear / DequantizeLinear (opset 21) on the same operands; None if it cannot
+    run the case (Quark's op is not onnxruntime's)."""
+    try:
+        import onnx
+        import onnxruntime
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    if case.quark:
+        return None
+    op = "QuantizeLinear" if case.op == "q" else "DequantizeLinear"
+    attrs = {"axis": p["axis"]}
+    if p["block_size"]:
+        attrs["block_size"] = p["block_size"]
+    inits = [numpy_helper.from_array(np.asarray(p["scale"]), "s"), numpy_helper.from_array(np.asarray(p["zero_point"]), "z")]
+    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+    out_elem = helper.np_dtype_to_tensor_dtype(np.asarray(p["zero_point"]).dtype) if case.op == "q" else TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node(op, ["x", "s", "z"], ["y"], **attrs)], "qdq",
+                              [helper.make_tensor_value_info("x", elem, list(x.shape))],
+                              [helper.make_tensor_value_info("y", out_elem, list(x.shape))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception:
+        return None
+
+
+def bench_qdq_case(case, x_flat, repeat, bar, peers=True):
+    import polyquant.onnx as pqo
+    import polyquant.quark as pqq
+
+    xf = x_flat.reshape(case.shape)
+    p = case.params(case.shape)
+    zp = p["zero_point"]
+    if case.op == "q":
+        x = xf
+        if case.quark:
+            fn = lambda out=None: pqq.extended_quantize_linear(x, p["scale"], zp, axis=p["axis"], out=out)
+        else:
+            fn = lambda out=None: pqo.quantize_linear(x, p["scale"], zp, axis=p["axis"], block_size=p["block_size"], out=out)
+    else:
+        x = pqo.quantize_linear(xf, p["scale"], zp, axis=p["axis"], block_size=p["block_size"])
+        fn = lambda out=None: pqo.dequantize_linear(x, p["scale"], zp, axis=p["axis"], block_size=p["block_size"], out=out)
+    out = fn()
+    copy_dst = np.empty_like(xf)
+    copy_dst.fill(0)
+    session = _ort_qdq_session(case, x, p) if peers else None
+    binding = None
+    if session is not None:
+        import onnxruntime
+
+        ort_out = np.empty_like(out)
+        binding = session.io_binding()
+        binding.bind_cpu_input("x", x)
+        binding.bind_output("y", "cpu", 0, ort_out.dtype, list(ort_out.shape), ort_out.ctypes.data)
+        session.run_with_iobinding(binding)  # warm-up
+    samples = {"copy": [], "copyto": [], "polyquant": [], "polyquant_out": [], "onnxruntime": []}
+    for _ in range(repeat):
+        bar.set_postfix_str(case.name, refresh=False)
+        fresh_s, fresh = _timed(lambda: xf.copy())
+        samples["copy"].append(fresh_s)
+        del fresh
+        samples["copyto"].append(_timed(lambda: np.copyto(copy_dst, xf))[0])
+        op_s, result = _timed(fn)
+        samples["polyquant"].append(op_s)
+        del result
+        samples["polyquant_out"].append(_timed(lambda: fn(out=out))[0])
+        if binding is not None:
+            samples["onnxruntime"].append(_timed(lambda: session.run_with_iobinding(binding))[0])
+        bar.update(1)
+    med = {k: statistics.median(v) for k, v in samples.items() if v}
+    r = QdqResult(case.name, case.description, list(case.shape), med["polyquant"] * 1e3, med["polyquant_out"] * 1e3,
+                  med["copy"] * 1e3, med["copyto"] * 1e3, med["copy"] / med["polyquant"],
+                  med["copyto"] / med["polyquant_out"],
+                  samples_ms={k: [round(t * 1e3, 3) for t in v] for k, v in samples.items() if v})
+    if binding is not None:
+        r.onnxruntime_ms = med["onnxruntime"] * 1e3
+        r.speedup_vs_onnxruntime = med["onnxruntime"] / med["polyquant_out"]
+        r.bit_exact_vs_onnxruntime = bool(compare(out, ort_out).exact)
+    return r
+
+
 def _load_qkeras_timings(path):
     import os
 
@@ -335,6 +498,7 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
         raise CommandError("--repeat must be at least 1 and --peer-repeat at least 0")
     cases = [c for c in make_cases(peers) if ops is None or c.name in ops]
     qk_cases = [c for c in make_qkeras_cases() if ops is None or c.name in ops]
+    qdq_cases = [c for c in make_qdq_cases(size) if ops is None or c.name in ops]
     peers_available = any(c.peer is not None for c in cases)
     qk_peer, qk_peer_path = _load_qkeras_timings(qkeras_timings) if (peers and qk_cases) else (None, None)
 
@@ -344,8 +508,8 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
     dst = np.empty_like(x)
     dst.fill(0)  # touch every page once: steady-state memcpy must not pay first-touch faults
 
-    steps = len(cases) * (repeat + (peer_repeat if peers_available else 0)) + len(qk_cases) * repeat
-    results, qk_results = [], []
+    steps = len(cases) * (repeat + (peer_repeat if peers_available else 0)) + (len(qk_cases) + len(qdq_cases)) * repeat
+    results, qk_results, qdq_results = [], [], []
     with progress(None, "bench", total=steps, unit="step") as bar:
         for case in cases:
             results.append(bench_case(case, x, dst, repeat, peer_repeat if peers else 0, bar))
@@ -356,6 +520,8 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
             recorded = (qk_peer or {}).get("results") if (qk_peer or {}).get("elements") == size else None
             for case in qk_cases:
                 qk_results.append(bench_qkeras_case(case, xq, outq, repeat, recorded, bar))
+        for case in qdq_cases:
+            qdq_results.append(bench_qdq_case(case, x, repeat, bar, peers))
 
     info = polyquant.runtime_info()
     qonnx_version = None
@@ -378,10 +544,44 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
         "machine": platform.machine(),
         "ops": [asdict(r) for r in results],
         "qkeras": [asdict(r) for r in qk_results],
+        "qdq": [asdict(r) for r in qdq_results],
+        "onnxruntime": _ort_version() if qdq_results else None,
         "qkeras_peer": None if qk_peer is None else {
             "file": qk_peer_path, "elements": qk_peer.get("elements"), "versions": qk_peer.get("versions"),
             "machine": qk_peer.get("machine"), "statistic": qk_peer.get("statistic")},
     }
+
+
+def _ort_version():
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    return onnxruntime.__version__
+
+
+def format_qdq_report(report):
+    rows = report.get("qdq") or []
+    if not rows:
+        return ""
+    lines = [
+        "",
+        "Linear quantize / dequantize; copy = x.copy() and copyto = np.copyto of the float32 array of the same shape",
+        f"(x for Q, the dequantized output for DQ); onnxruntime {report.get('onnxruntime') or '-'}: its own op (opset 21)",
+        "on the same operands, output bound to a reused array; speedup = its time / polyquant's out= time.",
+        "",
+    ]
+    header = (f"{'op':<21} {'shape':<12} {'alloc':>9} {'of copy':>8} {'out=':>9} {'of copyto':>9} "
+              f"{'onnxruntime':>11} {'speedup':>8}  bit-exact")
+    lines += [header, "-" * len(header)]
+    for r in rows:
+        shape = "x".join(map(str, r["shape"]))
+        ort = "-" if r["onnxruntime_ms"] is None else f"{r['onnxruntime_ms']:.1f} ms"
+        sp = "-" if r["speedup_vs_onnxruntime"] is None else f"{r['speedup_vs_onnxruntime']:.1f}x"
+        ex = "-" if r["bit_exact_vs_onnxruntime"] is None else ("yes" if r["bit_exact_vs_onnxruntime"] else "NO")
+        lines.append(f"{r['name']:<21} {shape:<12} {r['polyquant_ms']:>6.1f} ms {_pct(r['of_copy']):>8} "
+                     f"{r['polyquant_out_ms']:>6.1f} ms {_pct(r['out_of_copyto']):>9} {ort:>11} {sp:>8}  {ex}")
+    return "\n".join(lines)
 
 
 def _pct(value):
@@ -464,4 +664,8 @@ def bench_command(args, out=sys.stdout):
         print(format_report(report), file=out)
         if report["qkeras"]:
             print(format_qkeras_report(report), file=out)
-    return 1 if any(op["bit_exact_vs_qonnx"] is False for op in report["ops"]) else 0
+        if report["qdq"]:
+            print(format_qdq_report(report), file=out)
+    mismatch = any(op["bit_exact_vs_qonnx"] is False for op in report["ops"])
+    mismatch = mismatch or any(r["bit_exact_vs_onnxruntime"] is False for r in report["qdq"])
+    return 1 if mismatch else 0

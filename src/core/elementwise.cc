@@ -196,6 +196,14 @@ struct Scratch {
   const char* tiled_from[kMaxOperands] = {};
 };
 
+template <class T>
+void fill_repeated(unsigned char* dst, const char* value, std::int64_t n) {
+  T v;
+  std::memcpy(&v, value, sizeof(T));
+  T* d = reinterpret_cast<T*>(dst);
+  for (std::int64_t i = 0; i < n; ++i) d[i] = v;
+}
+
 // Rows shorter than this are fused (see Runner::fuse_rows_), up to this many elements a call.
 constexpr std::int64_t kShortRow = 256;
 constexpr std::int64_t kFusedElements = 2048;
@@ -223,12 +231,14 @@ class Runner {
       convert_scalar_[k] = broadcast && !direct_[k];
       needs_blocks_ = needs_blocks_ || (!direct_[k] && !broadcast);
     }
-    // Short rows (a per-channel parameter on a channels-last tensor: x (N, C), scale (C,)) would
-    // cost one kernel call per row of C elements. When the output and every operand run on
-    // contiguously from one row to the next, or repeat the same row (the parameter), or are one
-    // value, consecutive rows of the dimension above are fused into one call: repeating operands
-    // are read from a copy tiled over the fused rows. Each element gets the same operands and flat
-    // index as unfused.
+    // Short rows (a per-channel parameter on a channels-last tensor: x (N, C), scale (C,); a
+    // blocked parameter: x viewed as (N, D / B, B), scale (N, D / B, 1)) would cost one kernel call
+    // per row of C (or B) elements. When the output and every operand run on contiguously from one
+    // row to the next, or repeat the same row (the per-channel parameter), or hold one value per
+    // row (the blocked parameter), or are one value, consecutive rows of the dimension above are
+    // fused into one call: repeating operands are read from a copy tiled over the fused rows, one
+    // value per row from a copy that repeats each row's value over its row. Each element gets the
+    // same operands and flat index as unfused.
     const std::int64_t len = plan.shape[inner];
     fuse_rows_ = plan.rank >= 2 && len < kShortRow && !needs_blocks_ && plan.out_strides[inner] == 1 &&
                  plan.out_strides[inner - 1] == len;
@@ -239,6 +249,11 @@ class Runner {
       if (si == 0 && so == 0 && !convert_scalar_[k]) continue;  // one value
       if (si == 1 && so == 0) {                                 // the same row every row
         tiled_[k] = true;
+        repeats = true;
+        continue;
+      }
+      if (si == 0 && so != 0 && !convert_scalar_[k]) {          // one value per row
+        expanded_[k] = true;
         repeats = true;
         continue;
       }
@@ -383,9 +398,27 @@ class Runner {
       for (int d = 0; d < inner; ++d) off += idx[d] * plan_.in_strides[k][d];
       const std::int64_t size = static_cast<std::int64_t>(dtype_size(v.dtype));
       const char* base = static_cast<const char*>(v.data) + off * size;
-      if (plan_.in_strides[k][inner] == 0) {
+      if (plan_.in_strides[k][inner] == 0 && !expanded_[k]) {
         args.broadcast_mask |= 1u << k;
         args.in[static_cast<std::size_t>(k)] = base;
+      } else if (expanded_[k]) {
+        // Row r's value (at base + r * stride) repeated over its len elements.
+        std::vector<unsigned char>& t = scratch.tiled[k];
+        const auto esize = static_cast<std::size_t>(size);
+        t.resize(static_cast<std::size_t>(rows * len) * esize);
+        const std::int64_t step = plan_.in_strides[k][inner - 1] * size;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const char* v = base + r * step;
+          unsigned char* dst = t.data() + static_cast<std::size_t>(r * len) * esize;
+          switch (esize) {
+            case 1: std::memset(dst, *v, static_cast<std::size_t>(len)); break;
+            case 2: fill_repeated<std::uint16_t>(dst, v, len); break;
+            case 4: fill_repeated<std::uint32_t>(dst, v, len); break;
+            default: fill_repeated<std::uint64_t>(dst, v, len); break;
+          }
+        }
+        scratch.tiled_from[k] = nullptr;
+        args.in[static_cast<std::size_t>(k)] = t.data();
       } else if (tiled_[k]) {
         std::vector<unsigned char>& t = scratch.tiled[k];
         const auto row_bytes = static_cast<std::size_t>(len * size);
@@ -412,6 +445,7 @@ class Runner {
   const Plan& plan_;
   bool fuse_rows_ = false;
   bool tiled_[kMaxOperands] = {};
+  bool expanded_[kMaxOperands] = {};
   std::int64_t fused_rows_ = 1;
   bool direct_[kMaxOperands] = {};
   bool convert_scalar_[kMaxOperands] = {};

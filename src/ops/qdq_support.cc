@@ -1,6 +1,9 @@
 #include "ops/qdq_support.h"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "polyquant/error.h"
 
@@ -44,6 +47,30 @@ View split(View v, int d, std::int64_t nb, std::int64_t b, bool parameter) {
   r.shape[d + 1] = parameter ? 1 : b;
   r.strides[d + 1] = parameter ? 0 : v.strides[d];
   return r;
+}
+
+// A contiguous copy of parameter `v` in dtype t (the engine converts). Parameters are small (a
+// per-axis vector, one value per block), and in the kernel's dtype they are read in place, so
+// per-channel and blocked rows can be fused (core/elementwise.cc).
+TensorView converted(const TensorView& v, DType t, std::vector<unsigned char>& storage) {
+  storage.assign(static_cast<std::size_t>(std::max<std::int64_t>(v.numel(), 1)) * dtype_size(t), 0);
+  const TensorView inputs[1] = {v};
+  const DType kernel_dtypes[1] = {t};
+  const std::size_t size = dtype_size(t);
+  ElementwiseCall c;
+  c.inputs = inputs;
+  c.kernel_dtypes = kernel_dtypes;
+  c.out = MutableTensorView(storage.data(), t, v.shape);
+  c.kernel_out_dtype = t;
+  c.params = &size;
+  c.kernel = [](const void* params, const RowArgs& a) {
+    const std::size_t n = *static_cast<const std::size_t*>(params);
+    const auto* in = static_cast<const unsigned char*>(a.in[0]);
+    auto* out = static_cast<unsigned char*>(a.out);
+    for (std::int64_t j = 0; j < a.n; ++j) std::memcpy(out + static_cast<std::size_t>(j) * n, in + (a.is_broadcast(0) ? 0 : static_cast<std::size_t>(j) * n), n);
+  };
+  run_elementwise(c);
+  return TensorView(storage.data(), t, v.shape);
 }
 
 }  // namespace
@@ -106,6 +133,13 @@ void run_with_layout(const ElementwiseCall& call, const TensorView& x, const Ten
                      const TensorView* zero_point, const ParamLayout& layout) {
   const int nparams = zero_point ? 2 : 1;
   TensorView params[2] = {scale, zero_point ? *zero_point : scale};
+  std::vector<unsigned char> storage[2];
+  for (int k = 0; k < nparams; ++k) {
+    const DType want = call.kernel_dtypes[static_cast<std::size_t>(1 + k)];
+    if (params[k].dtype != want && layout.granularity != ParamGranularity::kTensor) {
+      params[k] = converted(params[k], want, storage[k]);
+    }
+  }
   auto run = [&](const TensorView& xv, const TensorView* pv, const MutableTensorView& out) {
     TensorView inputs[3] = {xv, pv[0], pv[1]};
     ElementwiseCall c = call;

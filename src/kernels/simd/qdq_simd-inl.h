@@ -1,7 +1,7 @@
 // Vector bodies of the linear quantize / dequantize kernels (qdq_kernels.h), written once against
 // the `Vec` vocabulary and compiled per kernel set. They cover the hot cases — float32 x and scale,
-// 8/16-bit integer outputs (Q) or inputs (DQ), ONNX Runtime's saturation — and hand every other
-// row to the scalar reference, which they equal bit for bit.
+// 8/16-bit integer outputs (Q, ONNX Runtime's saturation or Quark's int64 rule) or inputs (DQ) —
+// and hand every other row to the scalar reference, which they equal bit for bit.
 #include "kernels/simd/row_loop-inl.h"
 
 namespace qdq_detail {
@@ -25,20 +25,40 @@ struct NarrowPolicy : NarrowOut<OutT> {
   using T = OutT;
 };
 
-template <class T>
+//
+// Quark's int64 policy (kQuarkCast) differs only where rint(q) is NaN or |rint(q)| >= 2^63: the
+// int64 conversion gives INT64_MIN there and INT64_MIN + zp clamps to qmin, or wraps to a huge
+// positive value (qmax) when zp < 0.
+template <class T, bool kQuarkCast>
 void quantize_rows(const QuantizeLinearParams& p, const RowArgs& a) {
   const Vec::F qmin = Vec::splat(static_cast<float>(p.qmin)), qmax = Vec::splat(static_cast<float>(p.qmax));
+  const Vec::F two63 = Vec::splat(9223372036854775808.0f), zero = Vec::zero();
+  auto quark_cast = [&](Vec::F r, Vec::F y, Vec::F zp) POLYQUANT_ALWAYS_INLINE {
+    const auto out_of_int64 = Vec::mask_or(Vec::isnan(r), Vec::ge(Vec::abs(r), two63));
+    return Vec::select(out_of_int64, Vec::select(Vec::lt(zp, zero), qmax, qmin), y);
+  };
   if (p.has_zero_point) {
     for_each_vector<3, NarrowPolicy<T>>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       const Vec::F r = Vec::rint(Vec::div(v[0], v[1]));
       const Vec::F c = Vec::min(Vec::max(r, Vec::sub(qmin, v[2])), Vec::sub(qmax, v[2]));
-      return Vec::add(c, v[2]);
+      const Vec::F y = Vec::add(c, v[2]);
+      if constexpr (kQuarkCast) return quark_cast(r, y, v[2]);
+      else return y;
     });
   } else {
     for_each_vector<2, NarrowPolicy<T>>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      return Vec::min(Vec::max(Vec::rint(Vec::div(v[0], v[1])), qmin), qmax);
+      const Vec::F r = Vec::rint(Vec::div(v[0], v[1]));
+      const Vec::F y = Vec::min(Vec::max(r, qmin), qmax);
+      if constexpr (kQuarkCast) return quark_cast(r, y, zero);
+      else return y;
     });
   }
+}
+
+template <class T>
+void quantize_rows_for(const QuantizeLinearParams& p, const RowArgs& a) {
+  if (p.non_finite == NonFinitePolicy::kInt64Cast) quantize_rows<T, true>(p, a);
+  else quantize_rows<T, false>(p, a);
 }
 
 // DQ: y = (float(x) - float(zp)) * s in float32 (the difference is exact for 8/16-bit integers).
@@ -78,13 +98,13 @@ void dequantize_rows(const DequantizeLinearParams& p, const RowArgs& a) {
 void quantize_linear_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const QuantizeLinearParams*>(params);
   const bool vector = p.target == QuantTarget::kInteger && p.quotient == QuotientRounding::kNone && !p.round_operands &&
-                      p.non_finite == NonFinitePolicy::kSaturate && !p.zero_point_f64;
+                      !p.zero_point_f64;
   if (vector) {
     switch (p.out_dtype) {
-      case DType::kInt8: return qdq_detail::quantize_rows<std::int8_t>(p, a);
-      case DType::kUInt8: return qdq_detail::quantize_rows<std::uint8_t>(p, a);
-      case DType::kInt16: return qdq_detail::quantize_rows<std::int16_t>(p, a);
-      case DType::kUInt16: return qdq_detail::quantize_rows<std::uint16_t>(p, a);
+      case DType::kInt8: return qdq_detail::quantize_rows_for<std::int8_t>(p, a);
+      case DType::kUInt8: return qdq_detail::quantize_rows_for<std::uint8_t>(p, a);
+      case DType::kInt16: return qdq_detail::quantize_rows_for<std::int16_t>(p, a);
+      case DType::kUInt16: return qdq_detail::quantize_rows_for<std::uint16_t>(p, a);
       default: break;
     }
   }
