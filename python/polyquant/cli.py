@@ -124,12 +124,16 @@ def build_parser():
     info.set_defaults(func=info_command)
 
     run = sub.add_parser(
-        "run", help="run an ONNX/QONNX model in onnxruntime with polyquant's custom ops",
+        "run", help="run an ONNX/QONNX/Quark model in onnxruntime with polyquant's custom ops",
         description="Run MODEL in onnxruntime with the polyquant custom-op library (IntQuant, Quant, BipolarQuant, "
                     "Trunc v1/v2, FloatQuant in the qonnx.custom_op.general, finn.custom_op.general and onnx.brevitas "
-                    "domains). Inputs not given with --input get random values (standard normal for floats) from "
+                    "domains; Quark's ExtendedQuantizeLinear/ExtendedDequantizeLinear in com.amd.quark; opset-28 "
+                    "QuantizeLinear/DequantizeLinear, moved onto the polyquant.onnx domain when onnxruntime has no "
+                    "kernel for them). A Quark model is checked by --reference against amd-quark's own op (when "
+                    "amd-quark and torch are installed), a model of standard ops against onnx's reference evaluator, "
+                    "a QONNX model against qonnx. Inputs not given with --input get random values (standard normal for floats) from "
                     "--seed; symbolic dimensions become 1. Outputs are saved as DIR/NAME.npy, the inputs used as "
-                    "DIR/inputs/NAME.npy. With --reference the model is also executed by qonnx's execute_onnx and "
+                    "DIR/inputs/NAME.npy. With --reference the model is also executed by its reference and "
                     "every output must match bit for bit (NaN equals NaN, the sign of zero counts); a mismatch "
                     "gives exit status 1 and names the first node whose output differs. The comparison runs in a "
                     "second session whose standard ops compute what qonnx's do (no fusions, no weight "
@@ -141,7 +145,7 @@ def build_parser():
     run.add_argument("--output-dir", "-o", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
                      help="where to save the outputs (default: ./%(default)s)")
     run.add_argument("--reference", action="store_true",
-                     help="also run qonnx's execute_onnx and check the outputs are bit-exact (from a session with "
+                     help="also run the reference (qonnx, amd-quark's op or onnx's evaluator) and check the outputs are bit-exact (from a session with "
                           "qonnx's standard-op numerics); report the speedup, and on a mismatch the first "
                           "differing node")
     run.add_argument("--repeat", "-n", type=_positive_int, default=10, metavar="N",

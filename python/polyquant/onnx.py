@@ -17,6 +17,8 @@ cast of q, the zero point ignored; float4/float6 a cast of q + zero_point. Dequa
 output dtype (``output_dtype``, else the scale's).
 
 ``pack`` / ``unpack`` convert sub-byte arrays to and from the packed bytes ONNX stores in tensors.
+``upgrade_model`` rewrites an opset-28 model's Q/DQ nodes onto polyquant's ONNX Runtime domain
+``polyquant.onnx`` so that today's onnxruntime runs it (``polyquant run`` does it by itself).
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+import onnx
 
 from . import _polyquant_ext as _ext
 from . import _qdq
 
-__all__ = ["quantize_linear", "dequantize_linear", "pack", "unpack"]
+__all__ = ["quantize_linear", "dequantize_linear", "pack", "unpack", "upgrade_model", "needs_upgrade",
+           "onnxruntime_max_opset", "POLYQUANT_DOMAIN"]
 
 
 def _dtype_attr(value: Any, name: str) -> int:
@@ -105,3 +109,87 @@ def unpack(packed: Any, dtype: Any, shape: Any) -> np.ndarray:
                          f"shape {shape} needs {n}")
     codes = np.stack([(p >> np.uint8(bits * k)) & np.uint8((1 << bits) - 1) for k in range(per_byte)], axis=1).reshape(-1)[:n]
     return codes.astype(np.uint8).view(dt).reshape(shape)
+
+
+# ---- running opset-28 models in today's onnxruntime ------------------------------------------------
+POLYQUANT_DOMAIN = "polyquant.onnx"
+"""The custom-op domain (opset 1) of polyquant's ONNX Runtime library that implements QuantizeLinear /
+DequantizeLinear with the semantics, attributes and types of ONNX opset 28."""
+
+_ORT_MAX_OPSET: dict[str, int] = {}
+
+
+def onnxruntime_max_opset(op: str = "QuantizeLinear") -> int:
+    """The newest default-domain opset at which the installed onnxruntime runs a one-node model of
+    `op` (probed once per op): for QuantizeLinear, onnxruntime 1.32 has kernels up to opset 25 while
+    it loads other ops at 28."""
+    if op not in _ORT_MAX_OPSET:
+        import onnxruntime
+        from onnx import TensorProto, helper
+
+        found = 0
+        for opset in range(onnx.defs.onnx_opset_version(), 0, -1):
+            inputs = ["x", "s"] if op in ("QuantizeLinear", "DequantizeLinear") else ["x"]
+            x_type = TensorProto.UINT8 if op == "DequantizeLinear" else TensorProto.FLOAT
+            y_type = TensorProto.UINT8 if op == "QuantizeLinear" else TensorProto.FLOAT
+            graph = helper.make_graph([helper.make_node(op, inputs, ["y"])], "probe",
+                                      [helper.make_tensor_value_info("x", x_type, [1])],
+                                      [helper.make_tensor_value_info("y", y_type, [1])],
+                                      [helper.make_tensor("s", TensorProto.FLOAT, [], [1.0])] if len(inputs) > 1 else [])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+            model.ir_version = 8
+            options = onnxruntime.SessionOptions()
+            options.log_severity_level = 4
+            try:
+                onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            except Exception:
+                continue
+            found = opset
+            break
+        _ORT_MAX_OPSET[op] = found
+    return _ORT_MAX_OPSET[op]
+
+
+def upgrade_model(model: Any, *, opset: int | None = None) -> Any:
+    """A copy of `model` (an onnx.ModelProto or a path) that today's onnxruntime runs with polyquant's
+    custom-op library: every QuantizeLinear / DequantizeLinear node of the default domain moves to
+    domain ``polyquant.onnx`` (same inputs, outputs and attributes; opset-28 semantics, every type
+    and attribute) and the domain is imported. With `opset`, a newer default-domain opset import is
+    lowered to it (only needed for an onnxruntime that does not load the model's opset at all; it is
+    sound for models whose other ops are defined alike at both opsets, and onnxruntime checks every
+    node when it loads the result). Types onnxruntime cannot hold at all (float6) cannot be carried
+    between nodes."""
+    import copy
+
+    proto = onnx.load(str(model)) if not isinstance(model, onnx.ModelProto) else copy.deepcopy(model)
+    if opset is not None:
+        for imp in proto.opset_import:
+            if imp.domain in ("", "ai.onnx") and imp.version > opset:
+                imp.version = opset
+
+    def move(graph):
+        moved = False
+        for node in graph.node:
+            if node.domain in ("", "ai.onnx") and node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+                node.domain = POLYQUANT_DOMAIN
+                moved = True
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    moved |= move(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    for g in attr.graphs:
+                        moved |= move(g)
+        return moved
+
+    if move(proto.graph) and not any(o.domain == POLYQUANT_DOMAIN for o in proto.opset_import):
+        proto.opset_import.append(onnx.helper.make_opsetid(POLYQUANT_DOMAIN, 1))
+    return proto
+
+
+def needs_upgrade(model: Any) -> bool:
+    """Whether `model` has default-domain Q/DQ nodes at an opset onnxruntime has no kernels for."""
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+    version = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    has_qdq = any(n.domain in ("", "ai.onnx") and n.op_type in ("QuantizeLinear", "DequantizeLinear")
+                  for n in proto.graph.node)
+    return has_qdq and version > onnxruntime_max_opset()

@@ -1,5 +1,12 @@
 """The ONNX Runtime custom-op library of polyquant.
 
+Besides the QONNX ops below, the library registers AMD Quark's ``ExtendedQuantizeLinear`` /
+``ExtendedDequantizeLinear`` in domain ``com.amd.quark`` (and ``VitisQuantizeLinear`` /
+``VitisDequantizeLinear`` in ``com.vai.quantize``), bit-exact with Quark's CPU kernel (an absent
+``axis`` attribute is axis 0 as there; the zero point is optional), and ONNX opset-28
+``QuantizeLinear`` / ``DequantizeLinear`` in domain ``polyquant.onnx`` (see
+``polyquant.onnx.upgrade_model``). See the README for the types onnxruntime can carry.
+
 ``libpolyquant_ort.so`` implements the QONNX ops IntQuant (and its legacy name Quant),
 BipolarQuant, Trunc and FloatQuant for ONNX Runtime's CPU execution provider, in the domains
 ``qonnx.custom_op.general``, ``finn.custom_op.general`` and ``onnx.brevitas``, bit-exact with
@@ -44,13 +51,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DOMAINS", "OPS", "QUIET_LOG_SEVERITY", "library_path", "session_options"]
+__all__ = ["DOMAINS", "OPS", "QDQ_OPS", "QUIET_LOG_SEVERITY", "library_path", "session_options"]
 
 DOMAINS: tuple[str, ...] = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
 """The ONNX domains the library registers its ops in."""
 
 OPS: tuple[str, ...] = ("IntQuant", "Quant", "BipolarQuant", "Trunc", "FloatQuant")
 """The op types registered in each of :data:`DOMAINS`."""
+
+QDQ_OPS: dict[str, tuple[str, ...]] = {
+    "com.amd.quark": ("ExtendedQuantizeLinear", "ExtendedDequantizeLinear"),
+    "com.vai.quantize": ("VitisQuantizeLinear", "VitisDequantizeLinear"),
+    "polyquant.onnx": ("QuantizeLinear", "DequantizeLinear"),
+}
+"""The linear quantize / dequantize ops, by domain (opset 1 each)."""
 
 if sys.platform == "win32":
     _NAMES = ("polyquant_ort.dll",)

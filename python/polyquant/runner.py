@@ -75,12 +75,17 @@ def progress(iterable, desc, total=None, unit="run"):
 # ONNX Runtime side
 
 
-def make_session(model_path, reference_numerics=False):
+def make_session(model_path, reference_numerics=False, notes=None):
     """An onnxruntime.InferenceSession on the CPU with the polyquant custom-op library registered and
     onnxruntime's logging reduced to errors. By default fully optimized (the fast session); with
     `reference_numerics` under the settings whose standard-op numerics equal qonnx's node-by-node
     execution (polyquant._execute.reference_session_options: no numerics-changing fusions, no weight
-    prepacking), so that a comparison with qonnx sees only what polyquant's ops compute."""
+    prepacking), so that a comparison with qonnx sees only what polyquant's ops compute.
+
+    Quark models (com.amd.quark / com.vai.quantize Extended Q/DQ) run as they are. A model whose
+    QuantizeLinear / DequantizeLinear nodes are of an opset onnxruntime has no kernels for (28) is
+    rewritten by polyquant.onnx.upgrade_model (its Q/DQ nodes move to the polyquant.onnx domain); a
+    sentence saying so is appended to `notes` when given."""
     import onnxruntime
 
     from polyquant import ort as polyquant_ort
@@ -104,6 +109,22 @@ def make_session(model_path, reference_numerics=False):
                 model = proto.SerializeToString()
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+    else:
+        import onnx
+
+        from polyquant import onnx as pq_onnx
+
+        try:
+            if pq_onnx.needs_upgrade(str(path)):
+                model = pq_onnx.upgrade_model(str(path)).SerializeToString()
+                if notes is not None:
+                    notes.append(f"QuantizeLinear/DequantizeLinear of opset > {pq_onnx.onnxruntime_max_opset()} run as "
+                                 f"polyquant.onnx ops (polyquant.onnx.upgrade_model)")
+        except (onnx.onnx_cpp2py_export.checker.ValidationError, onnx.onnx_cpp2py_export.shape_inference.InferenceError,
+                OSError, ValueError):
+            pass  # not loadable here: onnxruntime's message below says why
+        except Exception:  # a malformed protobuf: onnxruntime reports it
+            pass
     try:
         return onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for invalid models
@@ -263,10 +284,84 @@ def _reference_model(model_path, inputs):
     return model
 
 
+QUARK_DOMAINS = ("com.amd.quark", "com.vai.quantize")
+
+
+def reference_kind(model_path):
+    """Which reference checks a model: "quark" (amd-quark's own CPU op in onnxruntime) when it has
+    Quark's Extended Q/DQ nodes, "qonnx" (qonnx's execute_onnx) when it has QONNX ops, else "onnx"
+    (onnx's reference evaluator: standard ops, the opset-28 QuantizeLinear / DequantizeLinear)."""
+    import onnx
+
+    from polyquant import ort as polyquant_ort
+
+    try:
+        proto = onnx.load(str(model_path), load_external_data=False)
+    except Exception:
+        return "qonnx"
+    domains = {n.domain for n in proto.graph.node}
+    if domains & set(QUARK_DOMAINS):
+        return "quark"
+    if domains & set(polyquant_ort.DOMAINS):
+        return "qonnx"
+    return "onnx"
+
+
+def quark_reference_unavailable():
+    """None when amd-quark's custom-op library can be built / found (it needs torch), else why not."""
+    try:
+        import torch  # noqa: F401  (Quark's library links against torch's; import it first)
+        from quark.onnx.operators.custom_ops import get_library_path  # noqa: F401
+    except Exception as exc:
+        return (f"amd-quark cannot be imported ({type(exc).__name__}: {exc}); --reference on a Quark model needs "
+                f"amd-quark and torch (see scripts/quark_golden/README.md)")
+    return None
+
+
+def _run_quark_reference(model_path, inputs, repeat, show_progress):
+    reason = quark_reference_unavailable()
+    if reason:
+        raise CommandError(reason)
+    import onnxruntime
+    import torch  # noqa: F401
+    from quark.onnx.operators.custom_ops import get_library_path
+
+    from polyquant._execute import reference_session_options
+
+    options = reference_session_options()
+    options.register_custom_ops_library(get_library_path("CPU"))
+    session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    outputs, times = run_session(session, inputs, repeat, show_progress)
+    return outputs, times
+
+
+def _run_onnx_reference(model_path, inputs, repeat, show_progress):
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(onnx.load(str(model_path)))
+    names = list(evaluator.output_names)
+    outputs, times = {}, []
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        for _ in progress(range(repeat), "onnx reference", total=repeat) if show_progress else range(repeat):
+            start = time.perf_counter()
+            results = evaluator.run(None, dict(inputs))
+            times.append(time.perf_counter() - start)
+            outputs = dict(zip(names, results))
+    return {k: np.asarray(v) for k, v in outputs.items()}, times
+
+
 def run_reference(model_path, inputs, repeat=1, show_progress=True, full_context=False):
-    """Execute the model with qonnx's execute_onnx (node by node, numpy for the QONNX ops).
-    Returns ({output name: array}, [seconds per run]); with `full_context` the dict holds every
-    tensor of qonnx's execution context (intermediates included)."""
+    """Execute the model with its reference: qonnx's execute_onnx (node by node, numpy for the QONNX
+    ops), amd-quark's own op for Quark models, onnx's reference evaluator for standard models (see
+    reference_kind). Returns ({output name: array}, [seconds per run]); with `full_context` (qonnx only)
+    the dict holds every tensor of qonnx's execution context (intermediates included)."""
+    kind = reference_kind(model_path)
+    if kind == "quark":
+        return _run_quark_reference(model_path, inputs, repeat, show_progress)
+    if kind == "onnx":
+        return _run_onnx_reference(model_path, inputs, repeat, show_progress)
     reason = reference_unavailable()
     if reason:
         raise CommandError(reason)
@@ -405,11 +500,14 @@ def _describe(value):
 
 def run_command(args, out=sys.stdout):
     """`polyquant run`: returns the exit status (0 ok, 1 reference mismatch)."""
-    reason = args.reference and reference_unavailable()
+    kind = reference_kind(args.model) if args.reference else None
+    reason = args.reference and (reference_unavailable() if kind == "qonnx" else
+                                 quark_reference_unavailable() if kind == "quark" else None)
     if reason:
         raise CommandError(reason)
     start = time.perf_counter()
-    session = make_session(args.model)
+    session_notes = []
+    session = make_session(args.model, notes=session_notes)
     load_s = time.perf_counter() - start
     given, notes = load_inputs(args.input or [], session)
     inputs = {**given, **random_inputs(session, args.seed, skip=given)}
@@ -422,7 +520,7 @@ def run_command(args, out=sys.stdout):
     for name, value in inputs.items():
         origin = "from file" if name in given else f"random, seed {args.seed}"
         say(f"input      {name}: {_describe(value)}  {origin}")
-    for note in notes:
+    for note in session_notes + notes:
         say(f"note       {note}")
 
     outputs, times = run_session(session, inputs, args.repeat)
@@ -440,15 +538,17 @@ def run_command(args, out=sys.stdout):
     # order than qonnx, which runs each alone (fusions such as Transpose+MatMul -> FusedMatMul,
     # prepacked constant weights): compare from a session with qonnx's standard-op numerics, so a
     # mismatch can only come from polyquant's ops.
+    ref_name = {"qonnx": "qonnx execute_onnx", "quark": "amd-quark's CPU op in onnxruntime",
+                "onnx": "onnx's reference evaluator"}[kind]
     ref_session = make_session(args.model, reference_numerics=True)
     checked, checked_times = run_session(ref_session, inputs, args.repeat, show_progress=False)
-    say(f"polyquant  {_ms(statistics.median(checked_times))} per run in the session checked against qonnx "
-        f"(qonnx's standard-op numerics: basic optimizations without fusions or weight prepacking)")
+    say(f"polyquant  {_ms(statistics.median(checked_times))} per run in the session checked against {ref_name} "
+        f"(basic optimizations without fusions or weight prepacking)")
     ref_repeat = min(args.repeat, args.reference_repeat)
     expected, ref_times = run_reference(args.model, inputs, ref_repeat)
     _save({k: v for k, v in expected.items() if k in outputs}, out_dir / "reference")
     ref_time = statistics.median(ref_times)
-    say(f"reference  {_ms(ref_time)} per run (qonnx execute_onnx, median of {len(ref_times)} runs)")
+    say(f"reference  {_ms(ref_time)} per run ({ref_name}, median of {len(ref_times)} runs)")
     failed = 0
     for name, value in checked.items():
         result = (compare(value, expected[name]) if name in expected
@@ -460,8 +560,8 @@ def run_command(args, out=sys.stdout):
             say(f"note       {name}: the fully optimized session differs ({fast.describe()}): onnxruntime's fusions "
                 f"change standard ops' summation order; polyquant's ops are not involved")
     verdict = "bit-exact" if not failed else f"MISMATCH in {failed} of {len(checked)} outputs"
-    say(f"result     {verdict}; speedup {ref_time / pq_time:.1f}x over qonnx execute_onnx (median / median)")
-    if failed:
+    say(f"result     {verdict}; speedup {ref_time / pq_time:.1f}x over {ref_name} (median / median)")
+    if failed and kind == "qonnx":
         divergence = first_divergence(args.model, inputs)
         say("where      " + (divergence.describe() if divergence else
                               "every node's output agrees when intermediates are kept (the difference needs "
