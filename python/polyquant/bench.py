@@ -160,6 +160,7 @@ class QdqCase:
     op: str                       # "q" (float32 -> integers) or "dq" (integers -> float32)
     params: object                # (shape) -> dict(scale=..., zero_point=..., axis=..., block_size=...)
     quark: bool = False           # polyquant.quark's Extended op instead of polyquant.onnx
+    through_ort: bool = False     # time the op as a node of an onnxruntime session (custom-op library)
 
 
 QDQ_BLOCK = 32
@@ -204,11 +205,18 @@ def make_qdq_cases(size):
                 blocked(np.int8)),
         QdqCase("quark_q_int16_axis1", "Quark ExtendedQuantizeLinear -> int16, per-axis on axis 1", wide, "q",
                 axis(np.int16, 1), quark=True),
+        QdqCase("ort_quark_q_int8", "onnxruntime session: Quark ExtendedQuantizeLinear -> int8, per-tensor "
+                "(polyquant's library) vs onnxruntime's QuantizeLinear", wide, "q", tensor(np.int8), quark=True,
+                through_ort=True),
+        QdqCase("ort_quark_dq_int8_axis1", "onnxruntime session: Quark ExtendedDequantizeLinear int8, per-axis on "
+                "axis 1 (polyquant's library) vs onnxruntime's DequantizeLinear", wide, "dq", axis(np.int8, 0),
+                quark=True, through_ort=True),
     ]
 
 
 QDQ_CASE_NAMES = ["q_uint8", "q_int8", "q_int8_axis0", "q_int8_axis_last", "q_int8_blocked", "dq_int8",
-                  "dq_uint8_axis_last", "dq_int8_blocked", "quark_q_int16_axis1"]
+                  "dq_uint8_axis_last", "dq_int8_blocked", "quark_q_int16_axis1", "ort_quark_q_int8",
+                  "ort_quark_dq_int8_axis1"]
 ALL_CASE_NAMES = CASE_NAMES + QKERAS_CASE_NAMES + QDQ_CASE_NAMES
 QKERAS_CHANNELS = 16384
 DEFAULT_QKERAS_TIMINGS = "scripts/qkeras_golden/peer_timings.json"
@@ -387,31 +395,40 @@ class QdqResult:
     samples_ms: dict = field(default_factory=dict)
 
 
-def _ort_qdq_session(case, x, p):
-    """onnxruntime's QuantizeLinear / DequantizeLinear (opset 21) on the same operands; None if it cannot
-    run the case (Quark's op is not onnxruntime's)."""
+def _ort_qdq_session(case, x, p, quark_node=False):
+    """onnxruntime's QuantizeLinear / DequantizeLinear (opset 21) on the same operands, or with
+    `quark_node` Quark's Extended op run by polyquant's custom-op library; None if it cannot run the
+    case (a Quark case has no onnxruntime peer unless timed through onnxruntime)."""
     try:
         import onnx
         import onnxruntime
         from onnx import TensorProto, helper, numpy_helper
     except ImportError:
         return None
-    if case.quark:
+    if case.quark and not case.through_ort:
         return None
     op = "QuantizeLinear" if case.op == "q" else "DequantizeLinear"
+    domain = ""
+    if quark_node:
+        op, domain = "Extended" + op, "com.amd.quark"
     attrs = {"axis": p["axis"]}
     if p["block_size"]:
         attrs["block_size"] = p["block_size"]
     inits = [numpy_helper.from_array(np.asarray(p["scale"]), "s"), numpy_helper.from_array(np.asarray(p["zero_point"]), "z")]
     elem = helper.np_dtype_to_tensor_dtype(x.dtype)
     out_elem = helper.np_dtype_to_tensor_dtype(np.asarray(p["zero_point"]).dtype) if case.op == "q" else TensorProto.FLOAT
-    graph = helper.make_graph([helper.make_node(op, ["x", "s", "z"], ["y"], **attrs)], "qdq",
+    graph = helper.make_graph([helper.make_node(op, ["x", "s", "z"], ["y"], domain=domain, **attrs)], "qdq",
                               [helper.make_tensor_value_info("x", elem, list(x.shape))],
                               [helper.make_tensor_value_info("y", out_elem, list(x.shape))], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    imports = [helper.make_opsetid("", 21)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(graph, opset_imports=imports)
     model.ir_version = 10
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
+    if quark_node:
+        from polyquant import ort as polyquant_ort
+
+        options.register_custom_ops_library(str(polyquant_ort.library_path()))
     try:
         return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     except Exception:
@@ -435,6 +452,14 @@ def bench_qdq_case(case, x_flat, repeat, bar, peers=True):
         x = pqo.quantize_linear(xf, p["scale"], zp, axis=p["axis"], block_size=p["block_size"])
         fn = lambda out=None: pqo.dequantize_linear(x, p["scale"], zp, axis=p["axis"], block_size=p["block_size"], out=out)
     out = fn()
+    if case.through_ort:
+        ours = _ort_qdq_session(case, x, p, quark_node=True)
+        if ours is None:
+            raise CommandError(f"{case.name}: polyquant's custom-op library does not load in onnxruntime")
+        ours_binding = ours.io_binding()
+        ours_binding.bind_cpu_input("x", x)
+        ours_binding.bind_output("y", "cpu", 0, out.dtype, list(out.shape), out.ctypes.data)
+        fn = lambda out=None: ours.run_with_iobinding(ours_binding)
     copy_dst = np.empty_like(xf)
     copy_dst.fill(0)
     session = _ort_qdq_session(case, x, p) if peers else None
