@@ -671,3 +671,49 @@ def test_error_axis_attribute_type():
 def test_error_blocked_scale_shape():
     run_error("DequantizeLinear", PQ, {"x": np.ones((2, 6), np.int8), "x_scale": np.ones((2, 2), np.float32)},
               {"axis": 1, "block_size": 2}, "DequantizeLinear node 'n'", "x_scale")
+
+
+# ---- amd-quark 0.13's recorded results, through onnxruntime with polyquant's library -----------------
+def _quark_golden_cases():
+    import json
+
+    data = REPO / "tests" / "data" / "quark"
+    index = json.loads((data / "index.json").read_text())
+    arrays = np.load(data / "arrays.npz")
+
+    def array(spec):
+        a = arrays[spec["key"]]
+        return (a.view(ml_dtypes.bfloat16) if spec["dtype"] == "bfloat16" else a).reshape(spec["shape"])
+
+    cases = []
+    for case in index["cases"]:
+        ins = case["inputs"]
+        if case["outcome"] != "ok" or case["axis_attribute"] not in ("int", "absent"):
+            continue
+        if len(ins) > 2 and ins[2]["name"] and ins[0]["dtype"] != ins[2]["dtype"] and "Dequantize" in case["op"]:
+            continue  # a zero point of another type than x: rejected (see test_quark_golden.py)
+        cases.append((case, {i["name"]: array(i) for i in ins if i["name"]}, array(case["output"])))
+    return cases
+
+
+QUARK_GOLDEN = _quark_golden_cases()
+
+
+def test_every_recorded_quark_case_through_onnxruntime():
+    """Each case as the one-node model Quark's op ran (its op name, domain and axis attribute, present
+    or absent), in onnxruntime with polyquant's library: the recorded bits."""
+    assert len(QUARK_GOLDEN) > 800
+    for case, inputs, want in QUARK_GOLDEN:
+        attrs = {"axis": int(case["attrs"]["axis"])} if case["axis_attribute"] == "int" else {}
+        got = run(case["op"], case["domain"], inputs, attrs)
+        g, w = bits(got).copy(), bits(want).copy()
+        if "Dequantize" in case["op"] and case["inputs"][0]["dtype"] in ("float16", "bfloat16"):
+            # The two documented NaN departures (README): a float16 signalling NaN is quieted
+            # everywhere; bfloat16 with NaN scale, x and zero point keeps x's canonical NaN.
+            nan = np.isnan(got) & np.isnan(want)
+            g[nan] |= np.uint32(0x00400000)
+            w[nan] |= np.uint32(0x00400000)
+            if case["inputs"][0]["dtype"] == "bfloat16":
+                g[nan] = w[nan] = 0x7FC00000
+        diff = np.flatnonzero(g.reshape(-1) != w.reshape(-1))
+        assert diff.size == 0, f"{case['id']}: {diff.size} differ, first at {diff[:5]}"
