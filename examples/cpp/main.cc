@@ -2,6 +2,7 @@
 // checks a few values, using only the public API of the installed package.
 #include <polyquant/polyquant.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -28,6 +29,31 @@ int main() {
     std::printf("%g -> %g\n", static_cast<double>(x[i]), static_cast<double>(out[i]));
     if (out[i] != want[i]) {
       std::printf("unexpected value at %zu: want %g\n", i, static_cast<double>(want[i]));
+      return 1;
+    }
+  }
+  // ONNX QuantizeLinear (opset 28) to int4, blocked along the last axis (blocks of 2), and back.
+  const std::vector<float> w = {0.1f, -0.3f, 0.7f, 1.1f, -0.2f, 0.05f};
+  const std::vector<float> block_scales = {0.1f, 0.2f, 0.05f};  // one per block of 2
+  const TensorView wv(w.data(), DType::kFloat32, Dims{1, 6});
+  const TensorView bsv(block_scales.data(), DType::kFloat32, Dims{1, 3});
+  onnx::QuantizeLinearAttrs qa;
+  qa.block_size = 2;
+  qa.output_dtype = DType::kInt4;
+  const TensorSpec qspec = onnx::quantize_linear_spec(wv, bsv, nullptr, qa);
+  std::vector<std::uint8_t> q(6);  // one int4 per byte, in the low bits
+  onnx::quantize_linear(wv, bsv, nullptr, qa, MutableTensorView(q.data(), qspec.dtype, qspec.shape));
+  onnx::DequantizeLinearAttrs da;
+  da.block_size = 2;
+  std::vector<float> back(6);
+  onnx::dequantize_linear(TensorView(q.data(), DType::kInt4, qspec.shape), bsv, nullptr, da,
+                          MutableTensorView(back.data(), DType::kFloat32, qspec.shape));
+  // 0.7f / 0.2f rounds to 3.5 in float32, a tie: to even, 4.
+  const std::vector<float> want_back = {0.1f, -0.3f, 0.8f, 1.2f, -0.2f, 0.05f};
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    std::printf("int4 blocked: %g -> %d -> %g\n", static_cast<double>(w[i]), (q[i] ^ 8) - 8, static_cast<double>(back[i]));
+    if (back[i] != want_back[i]) {
+      std::printf("unexpected value at %zu: want %g\n", i, static_cast<double>(want_back[i]));
       return 1;
     }
   }
