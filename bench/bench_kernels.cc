@@ -14,12 +14,14 @@ namespace {
 struct Buffers {
   std::vector<float> x, out, ones, zeros, sixteen, lo, hi, min_exp;
   std::vector<double> max_value, sums;
+  std::vector<std::int8_t> x8, zero8;
   explicit Buffers(std::size_t n)
       : x(n), out(n), ones(1, 0.5f), zeros(1, 0.0f), sixteen(1, 16.0f), lo(1, -8.0f), hi(1, 7.0f), min_exp(1, -9.0f),
-        max_value(1, 448.0), sums(2 * n) {
+        max_value(1, 448.0), sums(2 * n), x8(n), zero8(1, 3) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> d(-20.0f, 20.0f);
     for (auto& v : x) v = d(rng);
+    for (auto& v : x8) v = static_cast<std::int8_t>(rng());
   }
 };
 
@@ -63,10 +65,23 @@ void bench_kernel(benchmark::State& state, KernelEntry e) {
   // Reductions, per element (a kept innermost dimension): bytes counted are still x read + 4 per
   // element, for comparison with the elementwise kernels.
   GroupMaxParams gm{true, true};
+  // Linear Q: float32 -> int8 (x / 0.5, zero point 0); DQ: int8 -> float32 (zero point 3). Bytes
+  // counted as for the others (8 per element), for comparison with memcpy of float32.
+  QuantizeLinearParams ql8;
+  ql8.out_dtype = DType::kInt8;
+  ql8.qmin = -128;
+  ql8.qmax = 127;
+  ql8.has_zero_point = true;
+  DequantizeLinearParams dq8;
+  dq8.x_dtype = DType::kInt8;
+  dq8.has_zero_point = true;
   ProductSumsParams ps{true, true, 2.0f, 0.5f};
   void* out = b.out.data();
   switch (e.op) {
     case KernelOp::kGroupMax: params_ptr = &gm; break;
+    case KernelOp::kQuantizeLinear: a.in[1] = b.ones.data(); a.in[2] = b.zeros.data(); a.broadcast_mask = 6; params_ptr = &ql8; break;
+    case KernelOp::kDequantizeLinear:
+      a.in[0] = b.x8.data(); a.in[1] = b.ones.data(); a.in[2] = b.zero8.data(); a.broadcast_mask = 6; params_ptr = &dq8; break;
     case KernelOp::kProductSums: a.in[1] = b.x.data(); params_ptr = &ps; out = b.sums.data(); break;
     case KernelOp::kQkBits: a.in[1] = b.ones.data(); a.broadcast_mask = 2; params_ptr = &qb; break;
     case KernelOp::kQkBitsAuto: a.in[1] = b.ones.data(); a.broadcast_mask = 2; params_ptr = &qa; break;
