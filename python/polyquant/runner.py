@@ -326,9 +326,15 @@ def _run_quark_reference(model_path, inputs, repeat, show_progress):
     import torch  # noqa: F401
     from quark.onnx.operators.custom_ops import get_library_path
 
-    from polyquant._execute import reference_session_options
+    from polyquant._execute import NUMERICS_CHANGING_OPTIMIZERS
 
-    options = reference_session_options()
+    # The checked session's settings, with Quark's library instead of polyquant's (both register
+    # com.amd.quark: one session cannot hold the two).
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.add_session_config_entry("optimization.disable_specified_optimizers", ";".join(NUMERICS_CHANGING_OPTIMIZERS))
+    options.add_session_config_entry("session.disable_prepacking", "1")
     options.register_custom_ops_library(get_library_path("CPU"))
     session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     outputs, times = run_session(session, inputs, repeat, show_progress)
