@@ -401,6 +401,21 @@ class Runner {
       if (plan_.in_strides[k][inner] == 0 && !expanded_[k]) {
         args.broadcast_mask |= 1u << k;
         args.in[static_cast<std::size_t>(k)] = base;
+      } else if (expanded_[k] && call_.per_row_operands) {
+        // One value per row, compact: in place when the rows' values are adjacent, else gathered.
+        const std::int64_t step = plan_.in_strides[k][inner - 1];
+        args.per_row_mask |= 1u << k;
+        args.row_len = len;
+        if (step == 1) {
+          args.in[static_cast<std::size_t>(k)] = base;
+        } else {
+          std::vector<unsigned char>& t = scratch.tiled[k];
+          const auto esize = static_cast<std::size_t>(size);
+          t.resize(static_cast<std::size_t>(rows) * esize);
+          for (std::int64_t r = 0; r < rows; ++r) std::memcpy(t.data() + static_cast<std::size_t>(r) * esize, base + r * step * size, esize);
+          scratch.tiled_from[k] = nullptr;
+          args.in[static_cast<std::size_t>(k)] = t.data();
+        }
       } else if (expanded_[k]) {
         // Row r's value (at base + r * stride) repeated over its len elements.
         std::vector<unsigned char>& t = scratch.tiled[k];

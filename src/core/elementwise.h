@@ -18,6 +18,9 @@ struct ElementwiseCall {
   DType kernel_out_dtype = DType::kFloat32;  // dtype the kernel writes (converted to out.dtype)
   RowKernel kernel = nullptr;
   const void* params = nullptr;
+  // The kernel reads per-row operands (RowArgs::per_row_mask): short rows whose operand holds one
+  // value per row are then fused with that operand passed compact instead of expanded.
+  bool per_row_operands = false;
 };
 
 void run_elementwise(const ElementwiseCall& call);

@@ -18,13 +18,21 @@ struct RowArgs {
   // random draws to the element, whatever the thread split or the engine's blocking.
   std::int64_t index = 0;
   bool stream = false;  // output is far larger than the caches: non-temporal stores are allowed
+  // Per-row operands (only for kernels that declare it, ElementwiseCall::per_row_operands): bit i
+  // set, operand i holds one value per row_len consecutive elements, in[i][j / row_len] (a blocked
+  // parameter over rows of one block each; n is a multiple of row_len).
+  std::uint32_t per_row_mask = 0;
+  std::int64_t row_len = 0;
 
   bool is_broadcast(int i) const { return (broadcast_mask >> i) & 1u; }
+  bool is_per_row(int i) const { return (per_row_mask >> i) & 1u; }
   template <class T>
   const T* input(int i) const { return static_cast<const T*>(in[static_cast<std::size_t>(i)]); }
-  // Operand i at element j, honouring broadcast.
+  // Element index of operand i for output element j, honouring broadcast and per-row operands.
+  std::int64_t index_of(int i, std::int64_t j) const { return is_per_row(i) ? j / row_len : (is_broadcast(i) ? 0 : j); }
+  // Operand i at element j, honouring broadcast and per-row operands.
   template <class T>
-  T at(int i, std::int64_t j) const { return input<T>(i)[is_broadcast(i) ? 0 : j]; }
+  T at(int i, std::int64_t j) const { return input<T>(i)[index_of(i, j)]; }
 };
 
 // A kernel: `params` points at the op's parameter struct (see qonnx_kernels.h).

@@ -52,8 +52,26 @@ View split(View v, int d, std::int64_t nb, std::int64_t b, bool parameter) {
 // A contiguous copy of parameter `v` in dtype t (the engine converts). Parameters are small (a
 // per-axis vector, one value per block), and in the kernel's dtype they are read in place, so
 // per-channel and blocked rows can be fused (core/elementwise.cc).
+template <class S>
+void widen_to_float(const void* src, unsigned char* dst, std::int64_t n) {
+  const S* s = static_cast<const S*>(src);
+  float* d = reinterpret_cast<float*>(dst);
+  for (std::int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(s[i]);  // exact: 8/16-bit integers
+}
+
 TensorView converted(const TensorView& v, DType t, std::vector<unsigned char>& storage) {
   storage.assign(static_cast<std::size_t>(std::max<std::int64_t>(v.numel(), 1)) * dtype_size(t), 0);
+  if (t == DType::kFloat32 && v.is_contiguous()) {
+    // The common case (an 8/16-bit zero point of a blocked layout, millions of values for a large
+    // weight): a plain widening loop instead of the engine's general conversion.
+    switch (v.dtype) {
+      case DType::kInt8: widen_to_float<std::int8_t>(v.data, storage.data(), v.numel()); return TensorView(storage.data(), t, v.shape);
+      case DType::kUInt8: widen_to_float<std::uint8_t>(v.data, storage.data(), v.numel()); return TensorView(storage.data(), t, v.shape);
+      case DType::kInt16: widen_to_float<std::int16_t>(v.data, storage.data(), v.numel()); return TensorView(storage.data(), t, v.shape);
+      case DType::kUInt16: widen_to_float<std::uint16_t>(v.data, storage.data(), v.numel()); return TensorView(storage.data(), t, v.shape);
+      default: break;
+    }
+  }
   const TensorView inputs[1] = {v};
   const DType kernel_dtypes[1] = {t};
   const std::size_t size = dtype_size(t);
@@ -143,6 +161,7 @@ void run_with_layout(const ElementwiseCall& call, const TensorView& x, const Ten
   auto run = [&](const TensorView& xv, const TensorView* pv, const MutableTensorView& out) {
     TensorView inputs[3] = {xv, pv[0], pv[1]};
     ElementwiseCall c = call;
+    c.per_row_operands = true;  // the Q/DQ kernels read blocked parameters compact
     c.inputs = std::span<const TensorView>(inputs, static_cast<std::size_t>(1 + nparams));
     c.kernel_dtypes = call.kernel_dtypes.first(static_cast<std::size_t>(1 + nparams));
     c.out = out;

@@ -43,13 +43,16 @@ Bytes bytes_of(const std::vector<T>& v, bool param) {
 }
 
 std::vector<unsigned char> run(RowKernel k, const void* params, const std::vector<Bytes>& ops, std::size_t out_size,
-                               std::int64_t n, std::int64_t offset, std::uint32_t mask, bool stream) {
+                               std::int64_t n, std::int64_t offset, std::uint32_t mask, bool stream,
+                               std::uint32_t per_row = 0, std::int64_t row_len = 0) {
   RowArgs a;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const bool b = (mask >> i) & 1u;
     a.in[i] = ops[i].data.data() + (b ? 0 : offset) * static_cast<std::int64_t>(ops[i].size);
     if (b) a.broadcast_mask |= 1u << i;
   }
+  a.per_row_mask = per_row;
+  a.row_len = row_len;
   std::vector<unsigned char> out(static_cast<std::size_t>(n + offset + 16) * out_size, 0xAB);
   a.out = out.data() + static_cast<std::size_t>(offset) * out_size;
   a.n = n;
@@ -83,8 +86,36 @@ bool same_output(const std::vector<unsigned char>& got, const std::vector<unsign
   return true;
 }
 
+// Blocked parameters: per-row operands (one value per row_len elements; ElementwiseCall::
+// per_row_operands) for the parameters, or broadcast, or (the reference's path) per element.
+void check_per_row(const KernelEntry& e, const void* params, const std::vector<Bytes>& ops, std::size_t out_size,
+                   bool float_out, const std::string& what) {
+  const RowKernel ref = reference_kernel(e.op, e.work);
+  for (std::int64_t row_len : {1, 3, 15, 16, 17, 32, 64, 100}) {
+    for (std::int64_t rows : {1, 2, 7}) {
+      const std::int64_t n = rows * row_len;
+      for (std::uint32_t per_row = 2; per_row < (1u << ops.size()); per_row += 2) {
+        for (std::uint32_t broadcast : {0u, 2u, 4u}) {
+          if ((broadcast & per_row) != 0 || broadcast >= (1u << ops.size())) continue;
+          for (std::int64_t offset : {0, 1}) {
+            const auto got = run(e.fn, params, ops, out_size, n, offset, broadcast, false, per_row, row_len);
+            const auto want = run(ref, params, ops, out_size, n, offset, broadcast, false, per_row, row_len);
+            std::string where;
+            if (!same_output(got, want, float_out, where)) {
+              ADD_FAILURE() << e.name << " " << what << " per-row mask " << per_row << " row_len " << row_len
+                            << " rows " << rows << " broadcast " << broadcast << " offset " << offset << ": " << where;
+              return;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 void check(const KernelEntry& e, const void* params, const std::vector<Bytes>& ops, std::size_t out_size, bool float_out,
            const std::string& what) {
+  if (ops.size() > 1) check_per_row(e, params, ops, out_size, float_out, what);
   const RowKernel ref = reference_kernel(e.op, e.work);
   std::uint32_t param_bits = 1u;
   for (std::size_t k = 0; k < ops.size(); ++k) {

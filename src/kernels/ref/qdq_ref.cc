@@ -6,7 +6,7 @@
 namespace polyquant::detail::ref {
 namespace {
 
-inline std::int64_t at(const RowArgs& a, int i, std::int64_t j) { return a.is_broadcast(i) ? 0 : j; }
+inline std::int64_t at(const RowArgs& a, int i, std::int64_t j) { return a.index_of(i, j); }
 
 template <class W>
 void quantize_linear_row(const void* params, const RowArgs& a) {

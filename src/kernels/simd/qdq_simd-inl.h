@@ -55,15 +55,81 @@ void quantize_rows(const QuantizeLinearParams& p, const RowArgs& a) {
   }
 }
 
+// Blocked parameters: rows of row_len elements, the scale and zero point one value per row
+// (RowArgs::per_row_mask) or one for all; x and the output run on. Each row is the per-tensor
+// loop with that row's parameters in registers; a row's tail goes through the scalar element
+// function (the spec), so every element gets exactly the reference's arithmetic.
+template <class T, bool kQuarkCast>
+void quantize_blocks(const QuantizeLinearParams& p, const RowArgs& a) {
+  constexpr int L = Vec::kLanes;
+  const float* x = a.input<float>(0);
+  const float* s = a.input<float>(1);
+  const float* z = p.has_zero_point ? a.input<float>(2) : nullptr;
+  T* out = static_cast<T*>(a.out);
+  const std::int64_t len = a.row_len, rows = a.n / a.row_len;
+  const bool s_rows = a.is_per_row(1), z_rows = z && a.is_per_row(2);
+  const Vec::F qmin = Vec::splat(static_cast<float>(p.qmin)), qmax = Vec::splat(static_cast<float>(p.qmax));
+  const Vec::F two63 = Vec::splat(9223372036854775808.0f), zero = Vec::zero();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float sr = s[s_rows ? r : 0], zr = z ? z[z_rows ? r : 0] : 0.0f;
+    const Vec::F sv = Vec::splat(sr), zv = Vec::splat(zr);
+    const Vec::F lo = Vec::sub(qmin, zv), hi = Vec::sub(qmax, zv);
+    const Vec::F sentinel = Vec::select(Vec::lt(zv, zero), qmax, qmin);
+    const std::int64_t base = r * len;
+    std::int64_t j = 0;
+    for (; j + L <= len; j += L) {
+      const Vec::F q = Vec::rint(Vec::div(Vec::loadu(x + base + j), sv));
+      Vec::F y = Vec::add(Vec::min(Vec::max(q, lo), hi), zv);
+      if constexpr (kQuarkCast) y = Vec::select(Vec::mask_or(Vec::isnan(q), Vec::ge(Vec::abs(q), two63)), sentinel, y);
+      NarrowOut<T>::store(out + base + j, y);
+    }
+    for (; j < len; ++j) quantize_linear_element<float>(p, x[base + j], sr, zr, out, base + j);
+  }
+}
+
 template <class T>
 void quantize_rows_for(const QuantizeLinearParams& p, const RowArgs& a) {
+  if (a.per_row_mask != 0) {
+    // x per row or broadcast, or a parameter running on per element: the reference handles it.
+    const bool blocks = !a.is_per_row(0) && !a.is_broadcast(0) && (a.is_per_row(1) || a.is_broadcast(1)) &&
+                        (!p.has_zero_point || a.is_per_row(2) || a.is_broadcast(2));
+    if (!blocks) return ref::quantize_linear_f32(&p, a);
+    if (p.non_finite == NonFinitePolicy::kInt64Cast) return quantize_blocks<T, true>(p, a);
+    return quantize_blocks<T, false>(p, a);
+  }
   if (p.non_finite == NonFinitePolicy::kInt64Cast) quantize_rows<T, true>(p, a);
   else quantize_rows<T, false>(p, a);
+}
+
+// DQ with blocked parameters (see quantize_blocks).
+template <class T>
+void dequantize_blocks(const DequantizeLinearParams& p, const RowArgs& a) {
+  constexpr int L = Vec::kLanes;
+  const T* x = a.input<T>(0);
+  const float* s = a.input<float>(1);
+  const T* z = p.has_zero_point ? a.input<T>(2) : nullptr;
+  float* out = static_cast<float*>(a.out);
+  const std::int64_t len = a.row_len, rows = a.n / a.row_len;
+  const bool s_rows = a.is_per_row(1), z_rows = z && a.is_per_row(2);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float sr = s[s_rows ? r : 0], zr = z ? static_cast<float>(z[z_rows ? r : 0]) : 0.0f;
+    const Vec::F sv = Vec::splat(sr), zv = Vec::splat(zr);
+    const std::int64_t base = r * len;
+    std::int64_t j = 0;
+    for (; j + L <= len; j += L) Vec::storeu(out + base + j, Vec::mul(Vec::sub(Vec::load_from(x + base + j), zv), sv));
+    for (; j < len; ++j) out[base + j] = (static_cast<float>(x[base + j]) - zr) * sr;
+  }
 }
 
 // DQ: y = (float(x) - float(zp)) * s in float32 (the difference is exact for 8/16-bit integers).
 template <class T>
 void dequantize_rows(const DequantizeLinearParams& p, const RowArgs& a) {
+  if (a.per_row_mask != 0) {
+    const bool blocks = !a.is_per_row(0) && !a.is_broadcast(0) && (a.is_per_row(1) || a.is_broadcast(1)) &&
+                        (!p.has_zero_point || a.is_per_row(2) || a.is_broadcast(2));
+    if (!blocks) return ref::dequantize_linear_f32(&p, a);
+    return dequantize_blocks<T>(p, a);
+  }
   constexpr int L = Vec::kLanes;
   const T* x = a.input<T>(0);
   const float* s = a.input<float>(1);
