@@ -459,3 +459,37 @@ TEST(OnnxQdq, BadInputNamesTheParameter) {
 
 }  // namespace
 }  // namespace polyquant::detail
+
+namespace polyquant::detail {
+namespace {
+
+// A blocked layout runs as several engine calls; an output overlapping x (here: reversed over x's
+// own bytes) must still equal a separate output (found by the fuzz harness).
+TEST(OnnxQdq, BlockedOutputOverlappingXEqualsSeparateOutput) {
+  for (int rank8 = 0; rank8 < 2; ++rank8) {
+    std::vector<std::int16_t> buf = {1, 2, 3, 4, 5};
+    const std::int64_t n = rank8 ? 4 : 5;
+    Dims shape = rank8 ? Dims{1, 1, 1, 1, 1, 1, 1, 4} : Dims{5};
+    std::vector<float> scale = {1.0f, 10.0f, 100.0f};
+    Dims sshape = rank8 ? Dims{1, 1, 1, 1, 1, 1, 1, 2} : Dims{3};
+    onnx::DequantizeLinearAttrs attrs;
+    attrs.axis = -1;
+    attrs.block_size = 2;
+    attrs.output_dtype = DType::kFloat16;
+    const TensorView xv(buf.data(), DType::kInt16, shape);
+    const TensorView sv(scale.data(), DType::kFloat32, sshape);
+    std::vector<std::uint16_t> separate(static_cast<std::size_t>(n));
+    onnx::dequantize_linear(xv, sv, nullptr, attrs, MutableTensorView(separate.data(), DType::kFloat16, shape));
+    Dims strides = contiguous_strides(shape);
+    strides[shape.rank - 1] = -1;
+    onnx::dequantize_linear(xv, sv, nullptr, attrs,
+                            MutableTensorView(buf.data() + n - 1, DType::kFloat16, shape, strides));
+    for (std::int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(static_cast<std::uint16_t>(buf[static_cast<std::size_t>(n - 1 - i)]), separate[static_cast<std::size_t>(i)])
+          << "rank8 " << rank8 << " element " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace polyquant::detail

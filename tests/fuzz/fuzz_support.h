@@ -3,6 +3,8 @@
 // with drawn strides (zero, negative, gapped, transposed) and their contiguous copies, bit-exact
 // element comparison, the kernel-set list, the failure report with its replay line, and the
 // deterministic driver `NAME [--seed N] [--seconds S] [--iterations N] [--start I]`.
+// fuzz_qdq.cc (the ONNX and Quark linear Q/DQ ops) uses it as well, with the bit-exact
+// compare_bits and check_untouched (no write outside an output view, none by a rejected call).
 #pragma once
 
 #include <polyquant/polyquant.h>
@@ -312,6 +314,109 @@ inline void compare(const std::string& case_description, const Tensor& got, cons
     if (!same_element(got, want, i, &detail)) fail(case_description, what + ": " + detail);
   }
   st.compared_elements += static_cast<std::uint64_t>(n);
+}
+
+// The raw bits of element i (C order) of a tensor (any dtype, read through its strides).
+inline std::uint64_t element_bits(const Tensor& t, std::int64_t flat) {
+  std::int64_t off = 0, rem = flat;
+  for (int k = t.shape.rank - 1; k >= 0; --k) {
+    off += (rem % t.shape[k]) * t.strides[k];
+    rem /= t.shape[k];
+  }
+  const std::size_t size = pq::dtype_size(t.dtype);
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, reinterpret_cast<const unsigned char*>(t.storage.data()) + (t.offset + off) * static_cast<std::int64_t>(size),
+              size);
+  return bits;
+}
+
+// Bit-exact comparison of every element (no NaN relaxation: NaN payloads and signs must agree too),
+// for ops whose every output bit is specified (the linear Q/DQ ops).
+inline void compare_bits(const std::string& case_description, const Tensor& got, const Tensor& want, const std::string& what,
+                         Stats& st) {
+  if (!(got.shape == want.shape) || got.dtype != want.dtype) {
+    fail(case_description, what + ": " + pq::dtype_name(got.dtype) + got.shape.str() + " vs " + pq::dtype_name(want.dtype) +
+                               want.shape.str());
+  }
+  const std::int64_t n = checked_numel(want.shape);
+  const std::size_t size = pq::dtype_size(want.dtype);
+  const auto* pa = reinterpret_cast<const unsigned char*>(got.storage.data());
+  const auto* pb = reinterpret_cast<const unsigned char*>(want.storage.data());
+  std::int64_t idx[pq::kMaxRank] = {};
+  std::int64_t oa = got.offset, ob = want.offset;  // element offsets of element i, walked in C order
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint64_t a = 0, b = 0;
+    std::memcpy(&a, pa + oa * static_cast<std::int64_t>(size), size);
+    std::memcpy(&b, pb + ob * static_cast<std::int64_t>(size), size);
+    for (int k = want.shape.rank - 1; k >= 0; --k) {
+      oa += got.strides[k];
+      ob += want.strides[k];
+      if (++idx[k] < want.shape[k]) break;
+      oa -= idx[k] * got.strides[k];
+      ob -= idx[k] * want.strides[k];
+      idx[k] = 0;
+    }
+    if (a != b) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "element %lld (C order) of %s%s: got bits 0x%llx, want 0x%llx", static_cast<long long>(i),
+                    pq::dtype_name(want.dtype), want.shape.str().c_str(), static_cast<unsigned long long>(a),
+                    static_cast<unsigned long long>(b));
+      fail(case_description, what + ": " + buf);
+    }
+  }
+  st.compared_elements += static_cast<std::uint64_t>(n);
+}
+
+// Fails unless every byte of `t`'s storage that is not part of an element (the gaps of a strided
+// view, the padding around it) still holds `fill`; with `elements_too`, the elements' bytes as well
+// (an output an op rejected must be left untouched).
+inline void check_untouched(const std::string& case_description, const Tensor& t, unsigned char fill, bool elements_too,
+                            const std::string& what) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(t.storage.data());
+  const std::size_t total = t.storage.size() * sizeof(std::uint64_t);
+  const std::size_t size = pq::dtype_size(t.dtype);
+  const std::int64_t n = elements_too ? 0 : checked_numel(t.shape);
+  // The bytes the elements own: [first, last) when the view is dense (no gaps, no zero strides),
+  // else marked one element at a time.
+  std::size_t first = total, last = total;
+  std::vector<unsigned char> owned;
+  if (n > 0) {
+    std::int64_t lo = 0, hi = 0;
+    bool zero = false;
+    for (int k = 0; k < t.shape.rank; ++k) {
+      if (t.shape[k] <= 1) continue;
+      const std::int64_t reach = (t.shape[k] - 1) * t.strides[k];
+      (reach < 0 ? lo : hi) += reach;
+      zero = zero || t.strides[k] == 0;
+    }
+    if (!zero && hi - lo + 1 == n) {
+      first = static_cast<std::size_t>(t.offset + lo) * size;
+      last = static_cast<std::size_t>(t.offset + hi + 1) * size;
+    } else {
+      owned.assign(total, 0);
+      std::int64_t idx[pq::kMaxRank] = {};
+      std::int64_t off = t.offset;
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::memset(owned.data() + static_cast<std::size_t>(off) * size, 1, size);
+        for (int k = t.shape.rank - 1; k >= 0; --k) {
+          off += t.strides[k];
+          if (++idx[k] < t.shape[k]) break;
+          off -= idx[k] * t.strides[k];
+          idx[k] = 0;
+        }
+      }
+    }
+  }
+  for (std::size_t b = 0; b < total; ++b) {
+    if (b == first) b = last;
+    if (b >= total) break;
+    if (bytes[b] != fill && (owned.empty() || !owned[b])) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "byte %zu of the output's storage (element offset %lld) changed to 0x%02x", b,
+                    static_cast<long long>(t.offset), bytes[b]);
+      fail(case_description, what + ": " + buf + (elements_too ? " (the call was rejected)" : " (outside the view)"));
+    }
+  }
 }
 
 inline std::uint64_t case_seed(std::uint64_t seed, std::uint64_t i) {
