@@ -97,13 +97,15 @@ void check_per_row(const KernelEntry& e, const void* params, const std::vector<B
       for (std::uint32_t per_row = 2; per_row < (1u << ops.size()); per_row += 2) {
         for (std::uint32_t broadcast : {0u, 2u, 4u}) {
           if ((broadcast & per_row) != 0 || broadcast >= (1u << ops.size())) continue;
-          for (std::int64_t offset : {0, 1}) {
-            const auto got = run(e.fn, params, ops, out_size, n, offset, broadcast, false, per_row, row_len);
+          for (std::int64_t offset : {0, 1, 16})
+          for (bool stream : {false, true}) {
+            const auto got = run(e.fn, params, ops, out_size, n, offset, broadcast, stream, per_row, row_len);
             const auto want = run(ref, params, ops, out_size, n, offset, broadcast, false, per_row, row_len);
             std::string where;
             if (!same_output(got, want, float_out, where)) {
               ADD_FAILURE() << e.name << " " << what << " per-row mask " << per_row << " row_len " << row_len
-                            << " rows " << rows << " broadcast " << broadcast << " offset " << offset << ": " << where;
+                            << " rows " << rows << " broadcast " << broadcast << " offset " << offset
+                            << " stream " << stream << ": " << where;
               return;
             }
           }

@@ -8,17 +8,24 @@ namespace qdq_detail {
 
 // Q: y = clamp(rint(x / s), qmin - zp, qmax - zp) + zp, all in float32 and exact (the bounds and the
 // sum are integers below 2^17). max(NaN, lo) is lo, so NaN gives qmin; +-inf saturate.
+// Narrowing output policy; for outputs far larger than the caches (RowArgs::stream), non-temporal
+// stores (for_each_vector aligns them to the stored width), which spare the read of each output line.
 template <class T>
 struct NarrowOut {
   using Result = Vec::F;
-  static constexpr bool kCanStream = false;
+  static constexpr bool kCanStream = true;
   static void store(T* p, const Result& r) {
     if constexpr (std::is_same_v<T, std::int8_t>) Vec::store_as_i8(p, r);
     else if constexpr (std::is_same_v<T, std::uint8_t>) Vec::store_as_u8(p, r);
     else if constexpr (std::is_same_v<T, std::int16_t>) Vec::store_as_i16(p, r);
     else Vec::store_as_u16(p, r);
   }
-  static void stream(T* p, const Result& r) { store(p, r); }
+  static void stream(T* p, const Result& r) {
+    if constexpr (std::is_same_v<T, std::int8_t>) Vec::stream_as_i8(p, r);
+    else if constexpr (std::is_same_v<T, std::uint8_t>) Vec::stream_as_u8(p, r);
+    else if constexpr (std::is_same_v<T, std::int16_t>) Vec::stream_as_i16(p, r);
+    else Vec::stream_as_u16(p, r);
+  }
 };
 template <class OutT>
 struct NarrowPolicy : NarrowOut<OutT> {
@@ -81,10 +88,14 @@ void quantize_blocks(const QuantizeLinearParams& p, const RowArgs& a) {
       const Vec::F q = Vec::rint(Vec::div(Vec::loadu(x + base + j), sv));
       Vec::F y = Vec::add(Vec::min(Vec::max(q, lo), hi), zv);
       if constexpr (kQuarkCast) y = Vec::select(Vec::mask_or(Vec::isnan(q), Vec::ge(Vec::abs(q), two63)), sentinel, y);
-      NarrowOut<T>::store(out + base + j, y);
+      // Large outputs: non-temporal stores where the vector's destination is aligned to its width.
+      T* dst = out + base + j;
+      if (a.stream && reinterpret_cast<std::uintptr_t>(dst) % (L * sizeof(T)) == 0) NarrowOut<T>::stream(dst, y);
+      else NarrowOut<T>::store(dst, y);
     }
     for (; j < len; ++j) quantize_linear_element<float>(p, x[base + j], sr, zr, out, base + j);
   }
+  if (a.stream) Vec::fence();
 }
 
 template <class T>
@@ -116,9 +127,15 @@ void dequantize_blocks(const DequantizeLinearParams& p, const RowArgs& a) {
     const Vec::F sv = Vec::splat(sr), zv = Vec::splat(zr);
     const std::int64_t base = r * len;
     std::int64_t j = 0;
-    for (; j + L <= len; j += L) Vec::storeu(out + base + j, Vec::mul(Vec::sub(Vec::load_from(x + base + j), zv), sv));
+    for (; j + L <= len; j += L) {
+      const Vec::F y = Vec::mul(Vec::sub(Vec::load_from(x + base + j), zv), sv);
+      float* dst = out + base + j;
+      if (a.stream && reinterpret_cast<std::uintptr_t>(dst) % (L * sizeof(float)) == 0) Vec::stream(dst, y);
+      else Vec::storeu(dst, y);
+    }
     for (; j < len; ++j) out[base + j] = (static_cast<float>(x[base + j]) - zr) * sr;
   }
+  if (a.stream) Vec::fence();
 }
 
 // DQ: y = (float(x) - float(zp)) * s in float32 (the difference is exact for 8/16-bit integers).

@@ -123,6 +123,27 @@ struct Vec {
     const __m256i i = _mm256_cvtps_epi32(a);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
   }
+  // The same, with non-temporal stores (p aligned to the stored width: 8 bytes for 8-bit, 16 for 16-bit).
+  static __m128i narrow_i8(F a) {
+    const __m256i i = _mm256_cvtps_epi32(a);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    return _mm_packs_epi16(w, w);
+  }
+  static __m128i narrow_u8(F a) {
+    const __m256i i = _mm256_cvtps_epi32(a);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    return _mm_packus_epi16(w, w);
+  }
+  static void stream_as_i8(std::int8_t* p, F a) { _mm_stream_si64(reinterpret_cast<long long*>(p), _mm_cvtsi128_si64(narrow_i8(a))); }
+  static void stream_as_u8(std::uint8_t* p, F a) { _mm_stream_si64(reinterpret_cast<long long*>(p), _mm_cvtsi128_si64(narrow_u8(a))); }
+  static void stream_as_i16(std::int16_t* p, F a) {
+    const __m256i i = _mm256_cvtps_epi32(a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+  }
+  static void stream_as_u16(std::uint16_t* p, F a) {
+    const __m256i i = _mm256_cvtps_epi32(a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+  }
   // 8 integers widened to float32 lanes (exact).
   static F load_from(const std::int8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));

@@ -109,6 +109,11 @@ struct Vec {
   static void store_as_u8(std::uint8_t* p, F a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(a))); }
   static void store_as_i16(std::int16_t* p, F a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(a))); }
   static void store_as_u16(std::uint16_t* p, F a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtusepi32_epi16(_mm512_cvtps_epi32(a))); }
+  // The same, with non-temporal stores (p aligned to the stored width: 16 bytes for 8-bit, 32 for 16-bit).
+  static void stream_as_i8(std::int8_t* p, F a) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(a))); }
+  static void stream_as_u8(std::uint8_t* p, F a) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(a))); }
+  static void stream_as_i16(std::int16_t* p, F a) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(a))); }
+  static void stream_as_u16(std::uint16_t* p, F a) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtusepi32_epi16(_mm512_cvtps_epi32(a))); }
   // 16 integers widened to float32 lanes (exact).
   static F load_from(const std::int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
   static F load_from(const std::uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
