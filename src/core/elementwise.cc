@@ -518,7 +518,8 @@ bool output_overlaps_inputs(const ElementwiseCall& call) {
   return false;
 }
 
-// Copies a C-contiguous `src` of out's shape and dtype into the strided `out`.
+}  // namespace
+
 void copy_into(const unsigned char* src, const MutableTensorView& out) {
   const Dims contiguous = contiguous_strides(out.shape);
   const TensorView from(src, out.dtype, out.shape, contiguous);
@@ -544,7 +545,11 @@ void copy_into(const unsigned char* src, const MutableTensorView& out) {
   run_elementwise(copy);
 }
 
-}  // namespace
+bool views_overlap(const void* a_data, const Layout& a, const void* b_data, const Layout& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const ByteRange ra = byte_range(a_data, a), rb = byte_range(b_data, b);
+  return !(ra.last < rb.first || rb.last < ra.first);
+}
 
 void run_elementwise(const ElementwiseCall& call) {
   if (call.inputs.size() > static_cast<std::size_t>(kMaxOperands) || call.inputs.size() != call.kernel_dtypes.size()) {

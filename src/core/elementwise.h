@@ -30,6 +30,12 @@ void run_elementwise(const ElementwiseCall& call);
 void convert_values(const void* src, DType src_dtype, std::int64_t src_stride, void* dst, DType dst_dtype,
                     std::int64_t dst_stride, std::int64_t n);
 
+// Copies a C-contiguous `src` of out's shape and dtype into the strided `out` (any layout).
+void copy_into(const unsigned char* src, const MutableTensorView& out);
+
+// Whether two views share any byte (strides of any sign; empty views share none).
+bool views_overlap(const void* a_data, const Layout& a, const void* b_data, const Layout& b);
+
 // Reads element `index` (flat, row-major over view.shape) of any view as a double.
 double read_as_double(const TensorView& view, std::int64_t index);
 

@@ -92,26 +92,6 @@ TensorView converted(const TensorView& v, DType t, std::vector<unsigned char>& s
   return TensorView(storage.data(), t, v.shape);
 }
 
-// [first, last] bytes a view touches (strides of any sign).
-std::pair<std::uintptr_t, std::uintptr_t> byte_span(const void* data, const Layout& v) {
-  const auto esize = static_cast<std::int64_t>(dtype_size(v.dtype));
-  std::int64_t lo = 0, hi = 0;
-  for (int d = 0; d < v.shape.rank; ++d) {
-    if (v.shape[d] <= 1) continue;
-    const std::int64_t span = (v.shape[d] - 1) * v.strides[d] * esize;
-    (span < 0 ? lo : hi) += span;
-  }
-  const auto base = reinterpret_cast<std::uintptr_t>(data);
-  return {base + static_cast<std::uintptr_t>(lo), base + static_cast<std::uintptr_t>(hi + esize - 1)};
-}
-
-bool overlaps(const void* a_data, const Layout& a, const void* b_data, const Layout& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  const auto [a0, a1] = byte_span(a_data, a);
-  const auto [b0, b1] = byte_span(b_data, b);
-  return !(a1 < b0 || b1 < a0);
-}
-
 // The output is x itself, element for element (in place): each element is read before it is
 // written, whatever the split of the work.
 bool in_place(const TensorView& x, const MutableTensorView& out) {
@@ -223,34 +203,14 @@ void run_with_layout(const ElementwiseCall& call, const TensorView& x, const Ten
   // A blocked layout runs as several engine calls, each buffering its own overlap: an output that
   // overlaps an input (other than in place) would overwrite elements a later call still reads.
   // Compute into a private buffer then, and copy it over the output once.
-  bool shared = !in_place(x, call.out) && overlaps(call.out.data, call.out, x.data, x);
-  for (int k = 0; k < nparams; ++k) shared = shared || overlaps(call.out.data, call.out, params[k].data, params[k]);
+  bool shared = !in_place(x, call.out) && views_overlap(call.out.data, call.out, x.data, x);
+  for (int k = 0; k < nparams; ++k) shared = shared || views_overlap(call.out.data, call.out, params[k].data, params[k]);
   if (shared) {
     std::vector<unsigned char> buffer(static_cast<std::size_t>(std::max<std::int64_t>(call.out.numel(), 1)) * dtype_size(call.out.dtype));
     ElementwiseCall private_call = call;
     private_call.out = MutableTensorView(buffer.data(), call.out.dtype, call.out.shape);
     run_with_layout(private_call, x, params[0], nparams == 2 ? &params[1] : nullptr, layout);
-    const TensorView from(buffer.data(), call.out.dtype, call.out.shape);
-    const TensorView inputs[1] = {from};
-    const DType kernel_dtypes[1] = {call.out.dtype};
-    const std::size_t size = dtype_size(call.out.dtype);
-    ElementwiseCall copy;
-    copy.inputs = inputs;
-    copy.kernel_dtypes = kernel_dtypes;
-    copy.out = call.out;
-    copy.kernel_out_dtype = call.out.dtype;
-    copy.params = &size;
-    copy.kernel = [](const void* params, const RowArgs& a) {
-      const std::size_t n = *static_cast<const std::size_t*>(params);
-      const auto* in = static_cast<const unsigned char*>(a.in[0]);
-      auto* o = static_cast<unsigned char*>(a.out);
-      if (a.is_broadcast(0)) {
-        for (std::int64_t j = 0; j < a.n; ++j) std::memcpy(o + static_cast<std::size_t>(j) * n, in, n);
-      } else {
-        std::memcpy(o, in, static_cast<std::size_t>(a.n) * n);
-      }
-    };
-    run_elementwise(copy);
+    copy_into(buffer.data(), call.out);
     return;
   }
   const int a = layout.axis;
