@@ -13,6 +13,7 @@ enum class ErrorKind {
   kValue,  // a value is out of its domain (Python: ValueError)
   kType,   // an element type is not supported (Python: TypeError)
   kOverflow,  // Python arithmetic of the reference overflows (Python: OverflowError)
+  kRuntime,   // the reference raises RuntimeError (AIMET's shape and grid checks)
 };
 
 class POLYQUANT_API Error : public std::invalid_argument {

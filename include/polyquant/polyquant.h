@@ -2,6 +2,7 @@
 // This umbrella header is the whole public C++ API; nothing in it depends on the CPU's ISA.
 #pragma once
 
+#include "polyquant/aimet.h"
 #include "polyquant/error.h"
 #include "polyquant/export.h"
 #include "polyquant/onnx_qdq.h"

@@ -40,6 +40,9 @@ constexpr const char* op_name(KernelOp op) {
     case KernelOp::kProductSums: return "product_sums";
     case KernelOp::kQuantizeLinear: return "quantize_linear";
     case KernelOp::kDequantizeLinear: return "dequantize_linear";
+    case KernelOp::kAffine: return "affine";
+    case KernelOp::kFakeQuantize: return "fake_quantize";
+    case KernelOp::kAffineGrad: return "affine_grad";
   }
   return "?";
 }

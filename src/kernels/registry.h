@@ -3,6 +3,7 @@
 
 #include <span>
 
+#include "kernels/affine_kernels.h"
 #include "kernels/qdq_kernels.h"
 #include "kernels/qkeras_kernels.h"
 #include "kernels/qonnx_kernels.h"
@@ -25,6 +26,8 @@ namespace polyquant::detail {
   void product_sums_f32(const void*, const RowArgs&);          \
   void quantize_linear_f32(const void*, const RowArgs&);       \
   void dequantize_linear_f32(const void*, const RowArgs&);     \
+  void affine_f32(const void*, const RowArgs&);                \
+  void fake_quantize_f32(const void*, const RowArgs&);         \
   }
 POLYQUANT_DECLARE_KERNEL_SET(ref)
 POLYQUANT_DECLARE_KERNEL_SET(avx2)
@@ -43,6 +46,10 @@ void trunc_v2_f64(const void*, const RowArgs&);
 void float_quant_f64(const void*, const RowArgs&);
 void quantize_linear_f64(const void*, const RowArgs&);
 void dequantize_linear_f64(const void*, const RowArgs&);
+void affine_f64(const void*, const RowArgs&);
+void fake_quantize_f64(const void*, const RowArgs&);
+void affine_grad_f32(const void*, const RowArgs&);
+void affine_grad_f64(const void*, const RowArgs&);
 }  // namespace ref
 
 struct KernelEntry {

@@ -118,6 +118,60 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
       case KernelOp::kQuantizeLinear:
       case KernelOp::kDequantizeLinear:
         break;  // integer and narrow outputs: QdqKernelTest (test_qdq.cc)
+      case KernelOp::kAffineGrad:
+        break;  // scalar only (training-time gradients)
+      case KernelOp::kAffine: {
+        if (m > 0) break;
+        // x around the grid (ties of x / s included by mixed_values' halves), scales with a tiny,
+        // a zero and a negative one, integer and non-integer offsets.
+        const std::vector<Operand> ops = {{mixed_values(kLen, 21, 64.0f), {}, false},
+                                          {random_params(22, {0.5f, 0.1f, 3.0f, -0.25f, 1e-30f, 0.0f, 0.0078125f}), {}, true},
+                                          {random_params(23, {0.0f, -128.0f, 3.0f, -0.5f, 2.5f, -0.0f}), {}, true}};
+        const std::pair<double, double> grids[] = {{0, 255}, {-128, 127}, {0, 1}, {-8, 7}, {0, 65535}, {-2097152, 2097151}, {5, 5}};
+        for (const auto& [lo, hi] : grids) {
+          for (AffineKind kind : {AffineKind::kQuantize, AffineKind::kQuantizeDequantize, AffineKind::kDequantize}) {
+            for (bool canonical : {false, true}) {
+              AffineParams p;
+              p.kind = kind;
+              p.qmin = lo;
+              p.qmax = hi;
+              p.canonical_nan = canonical;
+              check_against_reference(e, &p, ops, "affine kind " + std::to_string(static_cast<int>(kind)) + " grid [" +
+                                                      std::to_string(lo) + "," + std::to_string(hi) + "]");
+            }
+          }
+        }
+        break;
+      }
+      case KernelOp::kFakeQuantize: {
+        if (m > 0) break;
+        const std::vector<Operand> ops = {
+            {mixed_values(kLen, 24, 64.0f), {}, false},
+            {random_params(25, {0.5f, 0.1f, 3.0f, -0.25f, 1e-30f, 0.0f, 0.0078125f}), {}, true},
+            {{}, [] {
+               std::vector<double> z(kLen);
+               auto rng = test::make_rng(26);
+               const double choices[] = {0, 128, -3, 7, 255, -8388608, 8388608};
+               for (auto& v : z) v = choices[rng() % 7];
+               return z;
+             }(),
+             true}};
+        const std::pair<std::int64_t, std::int64_t> grids[] = {{0, 255}, {-128, 127}, {0, 1}, {-8, 7}, {0, 65535}, {-8388608, 8388607}};
+        for (const auto& [lo, hi] : grids) {
+          for (bool per_channel : {false, true}) {
+            for (bool exact : {false, true}) {
+              FakeQuantizeParams p;
+              p.per_channel = per_channel;
+              p.qmin = lo;
+              p.qmax = hi;
+              p.exact_in_float = exact;
+              check_against_reference(e, &p, ops, std::string(per_channel ? "per channel" : "per tensor") + " grid [" +
+                                                      std::to_string(lo) + "," + std::to_string(hi) + "]");
+            }
+          }
+        }
+        break;
+      }
       case KernelOp::kIntQuant: {
         const std::vector<Operand> ops = {{mixed_values(kLen, 1, 0.5f), {}, false},
                                           {random_params(2, {0.5f, 0.1f, 3.0f, -0.25f, 1.0f, 0.0f}), {}, true},

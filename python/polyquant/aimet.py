@@ -1,0 +1,226 @@
+"""AIMET's affine quantization (``aimet_torch.quantization.affine``, aimet-torch 2.42.0), bit-exact,
+on numpy arrays (float16, float32, float64, ``ml_dtypes.bfloat16``).
+
+Functional ops with AIMET's names, parameters and call forms::
+
+    quantize(tensor, scale, offset, bitwidth, signed=False, block_size=None)
+    quantize(tensor, scale, offset, *, num_steps, signed=False, block_size=None)
+    quantize(tensor, scale, offset, qmin, qmax, block_size=None)        # qmin/qmax also by keyword
+    quantize_dequantize(...)                                             # the same three forms
+    dequantize(tensor, scale, offset, block_size=None)
+    quantize_dequantize_grad(grad_output, tensor, scale, offset, <form>, block_size=None)
+        -> (output, grad_tensor, grad_scale, grad_offset)
+
+``quantize_dequantize`` returns what AIMET returns for tensors that do not require grad: where
+AIMET takes its no-grad shortcut (torch's fake quantization: no block size, one scale/offset value
+or one per index of a single axis) that is the shortcut's result, which rounds ``x * (1/scale)``
+rather than ``x / scale`` and maps NaN to the lowest level. ``quantize_dequantize_grad`` runs the
+training path (tensor, scale and offset requiring grad) and its gradients.
+
+Every number is computed by polyquant's C++ core; this module maps AIMET's arguments onto it.
+"""
+
+from __future__ import annotations
+
+import numbers
+from itertools import chain, repeat
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _polyquant_ext as _ext
+from . import _qdq
+
+__all__ = [
+    "quantize",
+    "quantize_dequantize",
+    "dequantize",
+    "quantize_grad",
+    "quantize_dequantize_grad",
+    "dequantize_grad",
+]
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_FLOAT_NAMES = ("float16", "float32", "float64", "bfloat16")
+
+
+# ---- arguments ---------------------------------------------------------------------------------
+def _derive_qmin_qmax(*, bitwidth=None, num_steps=None, signed):
+    if bitwidth is not None:
+        num_steps = 2**bitwidth - 1
+    if signed:
+        # -ceil(n / 2), floor(n / 2) as Python computes them (exact for ints, float for floats)
+        return -(-num_steps // 2) if isinstance(num_steps, int) else -np.ceil(num_steps / 2).item(), (
+            num_steps // 2 if isinstance(num_steps, int) else float(np.floor(num_steps / 2))
+        )
+    return 0, num_steps
+
+
+def _parse_args(args, kwargs):
+    """AIMET's call forms -> (qmin, qmax, block_size, zero_point_shift), as aimet-torch parses them
+    (num_steps= without signed= raises KeyError there, and here)."""
+    if len(args) > 4:
+        raise TypeError(f"expected at most 4 arguments after tensor, scale and offset, got {len(args)}")
+    args = tuple(chain(args, repeat(None, 4 - len(args))))
+    arg0 = kwargs.get("qmin", kwargs.get("bitwidth", args[0]))
+    arg1 = kwargs.get("qmax", kwargs.get("signed", args[1]))
+    block_size = kwargs.get("block_size", None) or args[2]
+    zero_point_shift = args[3] or kwargs.get("zero_point_shift", 0.0)
+    if arg0 is None:
+        if "num_steps" not in kwargs:
+            raise TypeError("expected bitwidth, (qmin, qmax) or num_steps= with signed=")
+        if "signed" not in kwargs:
+            raise KeyError("signed")  # aimet-torch 2.42.0 reads kwargs['signed'] unconditionally
+        qmin, qmax = _derive_qmin_qmax(num_steps=kwargs["num_steps"], signed=kwargs["signed"])
+    elif arg1 is None or isinstance(arg1, (bool, np.bool_)):
+        qmin, qmax = _derive_qmin_qmax(bitwidth=arg0, signed=bool(arg1))
+    else:
+        qmin, qmax = arg0, arg1
+    return qmin, qmax, block_size, zero_point_shift
+
+
+def _block_size(block_size) -> Optional[list]:
+    if not block_size:
+        return None
+    try:
+        return [int(b) for b in block_size]
+    except TypeError:
+        raise TypeError(f"block_size: expected a tuple of ints (or None), got {block_size!r}") from None
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _as_tensor(value: Any, name: str) -> Tuple[np.ndarray, int, Any]:
+    """(array for the extension, dtype code, dtype to return)."""
+    a = np.asarray(value)
+    if a.dtype.name not in _FLOAT_NAMES:
+        raise TypeError(f"{name}: dtype {a.dtype} is not supported; expected float16, bfloat16, float32 or float64")
+    arr, code = _qdq.operand(a, name)
+    return arr, code, a.dtype
+
+
+def _as_param(value: Any, name: str) -> Tuple[np.ndarray, int]:
+    """A scale / offset: float arrays as they are, Python numbers as torch.tensor makes them (a
+    float is float32), integer arrays as float64 (exact; AIMET casts them to the working dtype)."""
+    if isinstance(value, float):
+        a = np.asarray(value, dtype=np.float32)
+    else:
+        a = np.asarray(value)
+    if a.dtype.kind in "iub":
+        a = a.astype(np.float64)
+    if a.dtype.name not in _FLOAT_NAMES:
+        raise TypeError(f"{name}: dtype {a.dtype} is not supported; expected a float or integer array")
+    return _qdq.operand(a, name)
+
+
+def _prepared(tensor, scale, offset):
+    x, xc, dtype = _as_tensor(tensor, "tensor")
+    s, sc = _as_param(scale, "scale")
+    o, oc = _as_param(offset, "offset")
+    return (x, xc, s, sc, o, oc), dtype
+
+
+def _grid_problem(op: str, qmin, qmax, ops, block) -> Optional[Exception]:
+    """The error AIMET raises for a grid the core cannot take (non-integer or beyond int64), after
+    its shape checks; None for an int64 grid."""
+    if _is_int(qmin) and _is_int(qmax) and _INT64_MIN <= qmin <= qmax <= _INT64_MAX:
+        return None
+    # AIMET validates shapes first: run the core's checks with a harmless grid.
+    _ext.aimet_takes_shortcut(*ops, 0, 0, block)
+    if qmin > qmax:
+        return RuntimeError(f"qmin ({qmin}) must be smaller than or equal to qmax ({qmax})")
+    non_integer = next((n for n, v in (("qmin", qmin), ("qmax", qmax)) if not _is_int(v)), None)
+    if op == "quantize_dequantize":
+        lo = max(_INT64_MIN, min(_INT64_MAX, int(np.floor(qmin))))
+        hi = max(_INT64_MIN, min(_INT64_MAX, int(np.ceil(qmax))))
+        if _ext.aimet_takes_shortcut(*ops, lo, hi, block):
+            if non_integer:
+                return TypeError(f"{non_integer}: torch.fake_quantize needs integer bounds, got "
+                                 f"{qmin!r}, {qmax!r} (bitwidth, num_steps, qmin and qmax must be integers)")
+            return ValueError(f"qmin/qmax: [{qmin}, {qmax}] overflows int64 (Overflow when unpacking long long)")
+    if non_integer:
+        return AttributeError(f"{non_integer}: {type(qmin if non_integer == 'qmin' else qmax).__name__} value "
+                              f"{qmin if non_integer == 'qmin' else qmax!r} has no attribute 'bit_length'; "
+                              "bitwidth, num_steps, qmin and qmax must be integers")
+    dtype = "torch.float64" if op == "quantize_dequantize" else f"torch.{_dtype_of(ops[0], ops[1])}"
+    return RuntimeError(f"{dtype} is unable to represent quantized output of range [{qmin}, {qmax}].")
+
+
+def _dtype_of(arr: np.ndarray, code: int) -> str:
+    return "bfloat16" if code >= 0 else arr.dtype.name
+
+
+def _finish(pair, dtype):
+    array, _ = pair
+    return array.view(dtype) if array.dtype != dtype else array
+
+
+# ---- functional ops ----------------------------------------------------------------------------
+def quantize(tensor, scale, offset, *args, **kwargs):
+    """AIMET's quantize: clamp(round(tensor / scale) - offset, qmin, qmax), in tensor's dtype."""
+    qmin, qmax, block_size, zero_point_shift = _parse_args(args, kwargs)
+    if zero_point_shift:
+        raise RuntimeError("Nonzero zero_point_shift not supported for quantize()")
+    ops, dtype = _prepared(tensor, scale, offset)
+    block = _block_size(block_size)
+    problem = _grid_problem("quantize", qmin, qmax, ops, block)
+    if problem is not None:
+        raise problem
+    return _finish(_ext.aimet_quantize(*ops, int(qmin), int(qmax), block), dtype)
+
+
+def quantize_dequantize(tensor, scale, offset, *args, **kwargs):
+    """AIMET's quantize_dequantize for tensors that do not require grad (its no-grad shortcut where
+    AIMET takes it, else (clamp(round(tensor / scale) - offset, qmin, qmax) + offset) * scale)."""
+    return _qdq_forward(tensor, scale, offset, args, kwargs, training=False)
+
+
+def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool):
+    qmin, qmax, block_size, zero_point_shift = _parse_args(args, kwargs)
+    if zero_point_shift:
+        raise ValueError(f"zero_point_shift: only 0 is supported (got {zero_point_shift!r})")
+    ops, dtype = _prepared(tensor, scale, offset)
+    block = _block_size(block_size)
+    problem = _grid_problem("quantize_dequantize", qmin, qmax, ops, block)
+    if problem is not None:
+        raise problem
+    return _finish(_ext.aimet_quantize_dequantize(*ops, int(qmin), int(qmax), block, training), dtype)
+
+
+def dequantize(tensor, scale, offset, block_size=None):
+    """AIMET's dequantize: (tensor + offset) * scale, in tensor's dtype."""
+    ops, dtype = _prepared(tensor, scale, offset)
+    return _finish(_ext.aimet_dequantize(*ops, _block_size(block_size)), dtype)
+
+
+def _grads(op: int, grad_output, tensor, scale, offset, qmin, qmax, block):
+    g, gc, _ = _as_tensor(grad_output, "grad_output")
+    ops, dtype = _prepared(tensor, scale, offset)
+    gx, gs, go = _ext.aimet_backward(op, g, gc, *ops, int(qmin), int(qmax), block, True, True, True)
+    return (_qdq.result((gx, _dtype_of(*ops[0:2]))), _qdq.result((gs, _dtype_of(*ops[2:4]))),
+            _qdq.result((go, _dtype_of(*ops[4:6]))))
+
+
+def quantize_dequantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
+    """AIMET's training path of quantize_dequantize (tensor, scale and offset requiring grad):
+    (output, grad_tensor, grad_scale, grad_offset) for the upstream gradient grad_output."""
+    output = _qdq_forward(tensor, scale, offset, args, kwargs, training=True)
+    qmin, qmax, block_size, _ = _parse_args(args, kwargs)
+    return (output, *_grads(1, grad_output, tensor, scale, offset, qmin, qmax, _block_size(block_size)))
+
+
+def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
+    """AIMET's quantize with tensor, scale and offset requiring grad:
+    (output, grad_tensor, grad_scale, grad_offset)."""
+    output = quantize(tensor, scale, offset, *args, **kwargs)
+    qmin, qmax, block_size, _ = _parse_args(args, kwargs)
+    return (output, *_grads(0, grad_output, tensor, scale, offset, qmin, qmax, _block_size(block_size)))
+
+
+def dequantize_grad(grad_output, tensor, scale, offset, block_size=None):
+    """AIMET's dequantize with tensor, scale and offset requiring grad:
+    (output, grad_tensor, grad_scale, grad_offset)."""
+    output = dequantize(tensor, scale, offset, block_size)
+    return (output, *_grads(2, grad_output, tensor, scale, offset, 0, 0, _block_size(block_size)))
