@@ -126,7 +126,7 @@ def from_numpy(a: np.ndarray, dtype: str) -> torch.Tensor:
 
 class Store:
     """Arrays are packed per stored dtype into one flat pool each (few zip entries, small file);
-    an array spec is {"dtype", "shape", "pool", "start"}: pool[start : start + prod(shape)]."""
+    an array spec is [dtype, shape, start]: pool_<dtype>[start : start + prod(shape)].reshape(shape)."""
 
     def __init__(self):
         self.cases: list[dict] = []
@@ -143,8 +143,7 @@ class Store:
         start = self.sizes.get(pool, 0)
         self.pools.setdefault(pool, []).append(np.ascontiguousarray(a).reshape(-1))
         self.sizes[pool] = start + a.size
-        d = {"dtype": dt, "shape": list(a.shape), "pool": pool, "start": start}
-        return d
+        return [dt, list(a.shape), start]
 
     def add(self, case: dict):
         assert case["id"] not in self.ids, case["id"]
@@ -980,11 +979,11 @@ def gen_errors(st: Store):
     Q = lambda cls, *a, **k: {"class": cls, "args": list(a), "kwargs": k}  # noqa: E731
     xq = torch.linspace(-1, 1, 24).reshape(4, 6)
     for cls in ("Quantize", "QuantizeDequantize"):
-        error_case(st, f"{G}/{cls}/uninitialized_forward", "compute_encodings",
+        error_case(st, f"{G}/{cls}/uninitialized_forward", ["initialized", "compute_encodings"],
                    [{"do": "construct", "spec": Q(cls, [1], 8, False)}, {"do": "call", "x": xq}])
-        error_case(st, f"{G}/{cls}/qmin_eq_qmax", "qmax",
+        error_case(st, f"{G}/{cls}/qmin_eq_qmax", ["qmin", "qmax"],
                    [{"do": "construct", "spec": Q(cls, [1], qmin=3, qmax=3, symmetric=False)}])
-        error_case(st, f"{G}/{cls}/qmin_above_qmax", "qmax",
+        error_case(st, f"{G}/{cls}/qmin_above_qmax", ["qmin", "qmax"],
                    [{"do": "construct", "spec": Q(cls, [1], 10, 3, False)}])
         error_case(st, f"{G}/{cls}/missing_symmetric", "symmetric",
                    [{"do": "construct", "spec": Q(cls, [1], 8)}])
@@ -992,7 +991,7 @@ def gen_errors(st: Store):
                    [{"do": "construct", "spec": Q(cls, [1], qmin=0, qmax=255)}])
         error_case(st, f"{G}/{cls}/unexpected_kwarg", "foo",
                    [{"do": "construct", "spec": Q(cls, [1], 8, False, foo=1)}])
-        error_case(st, f"{G}/{cls}/shape_vs_input", "shape",
+        error_case(st, f"{G}/{cls}/shape_vs_input", ["shape", "scale"],
                    [{"do": "construct", "spec": Q(cls, [3], 8, False)},
                     {"do": "set", "attr": "min", "value": torch.full((3,), -1.0)},
                     {"do": "set", "attr": "max", "value": torch.full((3,), 1.0)},
@@ -1002,12 +1001,12 @@ def gen_errors(st: Store):
                     {"do": "set", "attr": "min", "value": torch.full((2, 3), -1.0)},
                     {"do": "set", "attr": "max", "value": torch.full((2, 3), 1.0)},
                     {"do": "call", "x": torch.linspace(-1, 1, 20).reshape(4, 5)}])
-        error_case(st, f"{G}/{cls}/calibrate_shape_vs_input", "shape",
+        error_case(st, f"{G}/{cls}/calibrate_shape_vs_input", ["shape"],
                    [{"do": "construct", "spec": Q(cls, [3], 8, False)}, {"do": "calibrate", "x": xq}])
         error_case(st, f"{G}/{cls}/analyzer_shape_mismatch", "encoding_analyzer",
                    [{"do": "construct", "spec": Q(cls, [4, 1], 8, False,
                                                    encoding_analyzer=Q("MinMaxEncodingAnalyzer", [3, 1]))}])
-        error_case(st, f"{G}/{cls}/bitwidth_0", "bitwidth",
+        error_case(st, f"{G}/{cls}/bitwidth_0", ["bitwidth", "qmin", "qmax"],
                    [{"do": "construct", "spec": Q(cls, [1], 0, False)}])
         error_case(st, f"{G}/{cls}/encodings_no_input_shape_pc", "input_shape",
                    [{"do": "construct", "spec": Q(cls, [4, 1], 8, False)},
@@ -1031,7 +1030,7 @@ def gen_errors(st: Store):
     # analyzers
     for an in ANALYZERS:
         shape_kw = {} if an == "TfEnhancedEncodingAnalyzer" else {}
-        error_case(st, f"{G}/{an}/no_stats", "update_stats",
+        error_case(st, f"{G}/{an}/no_stats", ["statistics", "update_stats"],
                    [{"do": "construct", "spec": Q(an, [1], **shape_kw)},
                     {"do": "compute_encodings", "num_steps": 255, "is_symmetric": False}])
         for ns in (0, -1):
@@ -1040,7 +1039,7 @@ def gen_errors(st: Store):
                         {"do": "compute_encodings", "num_steps": ns, "is_symmetric": False}])
         error_case(st, f"{G}/{an}/shape_vs_input", "shape",
                    [{"do": "construct", "spec": Q(an, [5])}, {"do": "update_stats", "x": xq}])
-        error_case(st, f"{G}/{an}/all_nonfinite", "input",
+        error_case(st, f"{G}/{an}/all_nonfinite", ["finite", "nan", "inf"],
                    [{"do": "construct", "spec": Q(an, [1])},
                     {"do": "update_stats", "x": torch.tensor([math.nan, math.inf, -math.inf, math.nan])}])
         error_case(st, f"{G}/{an}/block_not_dividing", "block_size",
@@ -1053,6 +1052,513 @@ def gen_errors(st: Store):
                    [{"do": "construct", "spec": Q(an, [1], num_bins=0)}])
     error_case(st, f"{G}/SqnrEncodingAnalyzer/growth_limit_below_1", "histogram_growth_limit",
                [{"do": "construct", "spec": Q("SqnrEncodingAnalyzer", [1], histogram_growth_limit=0.5)}])
+
+
+# ------------------------------------------------------------------------------------------------
+# quantizer modules, LPBQ and their encodings
+
+ENC_VERSIONS = ("0.6.1", "1.0.0", "2.0.0", "2.1.0")
+
+
+def _maybe(st, cid, name, t):
+    return None if t is None else st.arr(cid, name, t)
+
+
+def record_encodings(q, input_shape) -> dict:
+    out = {"input_shape": list(input_shape)}
+    try:
+        out["legacy"] = json_safe(q.get_legacy_encodings())
+    except Exception as e:  # noqa: BLE001
+        out["legacy_error"] = err_record(e)
+    qnn = {}
+    for v in ENC_VERSIONS:
+        for hint in (True, False):
+            key = f"{v}/{'input_shape' if hint else 'no_input_shape'}"
+            try:
+                enc = q.get_encodings()
+                if enc is None:
+                    r = {"result": None}
+                else:
+                    if hint:
+                        enc._hint_input_shape(tuple(input_shape))
+                    r = {"result": json_safe(enc.to_qnn_encoding_dict(v))}
+            except Exception as e:  # noqa: BLE001
+                r = {"error": err_record(e)}
+            if not hint and r == qnn[f"{v}/input_shape"]:
+                r = {"same_as": f"{v}/input_shape"}
+            qnn[key] = r
+    out["qnn"] = qnn
+    return out
+
+
+def record_state(st: Store, cid: str, q, tag: str) -> dict:
+    d = {"is_initialized": bool(q.is_initialized())}
+    for nm in ("get_scale", "get_offset", "get_min", "get_max", "get_per_channel_scale"):
+        if not hasattr(q, nm):
+            continue
+        try:
+            with torch.no_grad():
+                v = getattr(q, nm)()
+            d[nm] = _maybe(st, cid, f"{tag}_{nm}", v)
+        except Exception as e:  # noqa: BLE001
+            d[nm + "_error"] = err_record(e)
+    d["min"] = st.arr(cid, f"{tag}_min", q.min.detach())
+    d["max"] = st.arr(cid, f"{tag}_max", q.max.detach())
+    return d
+
+
+def record_forward(st: Store, cid: str, q, x: torch.Tensor, tag: str) -> dict:
+    d = {"x": st.arr(cid, f"{tag}_x", x)}
+    _PATH_LOG.clear()
+    try:
+        with torch.no_grad():
+            y = q(x.clone())
+        d["output_no_grad"] = st.arr(cid, f"{tag}_out_nograd", y)
+        d["path_no_grad"] = _path_from_log(_PATH_LOG) if isinstance(q, A.QuantizeDequantize) else "reference"
+    except Exception as e:  # noqa: BLE001
+        d["output_no_grad_error"] = err_record(e)
+    _PATH_LOG.clear()
+    try:
+        y = q(x.clone())
+        d["output_train"] = st.arr(cid, f"{tag}_out_train", y)
+        d["path_train"] = _path_from_log(_PATH_LOG) if isinstance(q, A.QuantizeDequantize) else "reference"
+    except Exception as e:  # noqa: BLE001
+        d["output_train_error"] = err_record(e)
+    return d
+
+
+def module_case(st: Store, cid: str, group: str, spec: dict, x_shape, minmax=None, batches=None,
+                block_size=None, note="", encodings=True, dtypes=(F32, F16, BF16)):
+    case = {"id": cid, "group": group, "spec": spec, "note": note}
+    try:
+        q = build(spec)
+    except Exception as e:  # noqa: BLE001
+        case["outcome"] = "error"
+        case["error"] = err_record(e)
+        st.add(case)
+        return case
+    case["initialized_at_start"] = bool(q.is_initialized())
+    if minmax is not None:
+        mn, mx = minmax
+        case["set_min"] = st.arr(cid, "set_min", mn)
+        with torch.no_grad():
+            q.min.copy_(mn)
+        case["initialized_after_min"] = bool(q.is_initialized())
+        case["set_max"] = st.arr(cid, "set_max", mx)
+        with torch.no_grad():
+            q.max.copy_(mx)
+    if batches is not None:
+        cal = [{"x": st.arr(cid, f"cal{i}_x", b)} for i, b in enumerate(batches)]
+        case["calibration"] = cal
+        i = 0
+        with warnings.catch_warnings(record=True) as wlist:
+            warnings.simplefilter("always")
+            try:
+                with q.compute_encodings():
+                    for i, b in enumerate(batches):
+                        _PATH_LOG.clear()
+                        y = q(b.clone())
+                        cal[i]["output"] = st.arr(cid, f"cal{i}_out", y)
+                        cal[i]["path"] = _path_from_log(_PATH_LOG) if isinstance(q, A.QuantizeDequantize) else "reference"
+                    i = len(batches)  # leaving the context computes the encodings
+            except Exception as e:  # noqa: BLE001
+                case["calibration_error"] = err_record(e)
+                case["calibration_error_at"] = i  # batch index, or len(batches): on leaving the context
+        # AIMET warns on leaving compute_encodings() when the range is non-finite or near float max
+        case["calibration_warnings"] = [{"category": w.category.__name__, "message": str(w.message)} for w in wlist]
+    case["state"] = record_state(st, cid, q, "state")
+    # an input exercising the grid: ties, edges, specials, from the quantizer's own scale/offset
+    try:
+        with torch.no_grad():
+            sc = q.get_scale()
+            of = q.get_offset()
+        se = expand_param(torch.nan_to_num(sc.to(F64), nan=0.1, posinf=0.1).numpy(), x_shape, block_size)
+        oe = expand_param(torch.nan_to_num(of.to(F64), nan=0.0).numpy(), x_shape, block_size)
+        se = np.where((se == 0) | ~np.isfinite(se), 0.1, se)
+        oe = np.clip(oe, -1e6, 1e6)
+    except Exception:  # noqa: BLE001
+        se, oe = np.full(x_shape, 0.1), np.zeros(x_shape)
+    qmin, qmax = q.qmin, q.qmax
+    fwd = []
+    for j, dt in enumerate(dtypes):
+        x = make_input(f"{cid}/x{DT_NAME[dt]}", x_shape, dt, se, oe, qmin, qmax)
+        fwd.append(record_forward(st, cid, q, x, f"fwd{j}"))
+    case["forward"] = fwd
+    if encodings:
+        case["encodings"] = record_encodings(q, x_shape)
+    case["outcome"] = "ok"
+    st.add(case)
+    return case
+
+
+def _minmax_setting(name: str, rng, shape):
+    n = int(np.prod(shape)) if shape else 1
+    def fill(lo, hi):
+        return np.full(n, lo, np.float64), np.full(n, hi, np.float64)
+    if name == "random":
+        mn, mx = -rng.uniform(0.1, 3, n), rng.uniform(0.1, 3, n)
+    elif name == "zero":
+        mn, mx = fill(0.0, 0.0)
+    elif name == "equal_pos":
+        mn, mx = fill(0.5, 0.5)
+    elif name == "equal_neg":
+        mn, mx = fill(-0.75, -0.75)
+    elif name == "min_above_max":
+        mn, mx = fill(1.0, -1.0)
+    elif name == "min_above_max_pos":
+        mn, mx = fill(2.0, 0.5)
+    elif name == "inf":
+        mn, mx = fill(-math.inf, math.inf)
+    elif name == "inf_max":
+        mn, mx = fill(-1.0, math.inf)
+    elif name == "positive":
+        mn, mx = fill(0.2, 0.9)
+    elif name == "negative":
+        mn, mx = fill(-0.9, -0.2)
+    elif name == "tiny":
+        mn, mx = fill(-1e-9, 2e-9)
+    elif name == "huge":
+        mn, mx = fill(-1e38, 3e38)
+    elif name == "nan":
+        mn, mx = fill(math.nan, 1.0)
+    elif name == "asym_offset_edge":
+        mn, mx = fill(-0.001, 10.0)
+    elif name == "mixed":
+        opts = ["random", "zero", "equal_pos", "min_above_max", "inf", "positive", "negative", "tiny", "huge",
+                "random", "asym_offset_edge", "equal_neg"]
+        mn, mx = np.empty(n), np.empty(n)
+        for i in range(n):
+            a, b = _minmax_setting(opts[i % len(opts)], rng, ())
+            mn[i], mx[i] = float(a), float(b)
+    else:
+        raise ValueError(name)
+    return (torch.from_numpy(np.asarray(mn.reshape(shape))).to(F32), torch.from_numpy(np.asarray(mx.reshape(shape))).to(F32))
+
+
+def _batches(cid, x_shape, n=3, dt=F32, specials_in_last=False):
+    rng = np.random.default_rng(seed_of(cid + "/batches"))
+    out = []
+    for i in range(n):
+        scale = [1.0, 3.0, 0.5, 2.0][i % 4]
+        shift = [0.0, 0.7, -0.2, 0.0][i % 4]
+        b = torch.from_numpy(np.asarray(rng.standard_normal(x_shape) * scale + shift)).to(dt)
+        if specials_in_last and i == n - 1:
+            b.view(-1)[0] = math.inf
+            b.view(-1)[1] = -math.inf
+        out.append(b)
+    return out
+
+
+def gen_module(st: Store):
+    G = "module"
+    Q = lambda cls, *a, **k: {"class": cls, "args": list(a), "kwargs": k}  # noqa: E731
+    grids = [("b8u", (8, False), {}), ("b8s", (8, True), {}), ("b4s", (4, True), {}), ("b4u", (4, False), {}),
+             ("b16u", (16, False), {}), ("b2s", (2, True), {}), ("b1u", (1, False), {}), ("b32s", (32, True), {}),
+             ("qq_0_255_sym", (), {"qmin": 0, "qmax": 255, "symmetric": True}),
+             ("qq_m128_127_asym", (), {"qmin": -128, "qmax": 127, "symmetric": False}),
+             ("qq_m8_7_sym", (-8, 7, True), {}),
+             ("qq_m100_37_asym", (-100, 37, False), {}),
+             ("qq_m127_127_sym", (), {"qmin": -127, "qmax": 127, "symmetric": True})]
+    settings = ["random", "zero", "equal_pos", "equal_neg", "min_above_max", "min_above_max_pos", "inf", "inf_max",
+                "positive", "negative", "tiny", "huge", "nan", "asym_offset_edge"]
+    for cls in ("Quantize", "QuantizeDequantize"):
+        for shp_name, shape in (("pt_1", (1,)), ("pt_0d", ())):
+            for gname, gargs, gkw in grids:
+                for sname in settings:
+                    if shp_name == "pt_0d" and sname not in ("random", "zero", "min_above_max", "inf"):
+                        continue
+                    cid = f"{G}/{cls}/{shp_name}/{gname}/{sname}"
+                    spec = Q(cls, list(shape), *gargs, **gkw)
+                    rng = np.random.default_rng(seed_of(cid))
+                    mm = _minmax_setting(sname, rng, shape)
+                    enc = sname in ("random", "zero", "min_above_max", "inf") and gname in (
+                        "b8u", "b8s", "b4s", "b1u", "b32s", "qq_0_255_sym", "qq_m128_127_asym", "qq_m100_37_asym")
+                    dts = (F32, F16, BF16) if sname in ("random", "zero", "tiny", "huge", "nan") else (F32,)
+                    module_case(st, cid, G, spec, (4, 6), minmax=mm, note="min/max set directly", encodings=enc,
+                                dtypes=dts)
+    shapes = [("pc_first", (4, 1), (4, 6), None), ("pc_last", (6,), (4, 6), None),
+              ("pc_lead", (3, 1, 1), (2, 3, 4, 5), None), ("pc_two_axes", (3, 1, 5), (2, 3, 4, 5), None),
+              ("block", (4, 2), (4, 6), (1, 3)), ("block_m1", (2, 3), (4, 6), (-1, 2)),
+              ("block_lead", (2, 2), (3, 4, 6), (2, 3)), ("block_conv", (4, 2, 1, 1), (4, 8, 3, 3), (1, 4, 3, 3))]
+    for cls in ("Quantize", "QuantizeDequantize"):
+        for shp_name, shape, xs, bs in shapes:
+            for gname, gargs, gkw in grids:
+                if gname not in ("b8u", "b8s", "b4s", "b16u", "qq_0_255_sym", "qq_m128_127_asym", "qq_m100_37_asym"):
+                    continue
+                kw = dict(gkw)
+                if bs is not None:
+                    kw["block_size"] = list(bs)
+                spec = Q(cls, list(shape), *gargs, **kw)
+                for sname in ("mixed", "random"):
+                    cid = f"{G}/{cls}/{shp_name}/{gname}/{sname}"
+                    rng = np.random.default_rng(seed_of(cid))
+                    mm = _minmax_setting(sname, rng, shape)
+                    module_case(st, cid, G, spec, xs, minmax=mm, block_size=bs, note="min/max set directly",
+                                dtypes=(F32, F16, BF16) if sname == "mixed" else (F32,), encodings=sname == "mixed")
+                # calibration over several batches (the default MinMax analyzer)
+                cid = f"{G}/{cls}/{shp_name}/{gname}/compute_encodings"
+                module_case(st, cid, G, spec, xs, batches=_batches(cid, xs, 3, specials_in_last=False),
+                            block_size=bs, note="compute_encodings over 3 batches", dtypes=(F32,),
+                            encodings=gname in ("b8u", "b4s", "qq_0_255_sym"))
+    # calibration of per-tensor quantizers, with other analyzers and input dtypes
+    an_specs = [("minmax", None), ("percentile99", Q("PercentileEncodingAnalyzer", [1], percentile=99.0)),
+                ("percentile100_64bins", Q("PercentileEncodingAnalyzer", [1], num_bins=64)),
+                ("sqnr", Q("SqnrEncodingAnalyzer", [1])), ("tfe", Q("TfEnhancedEncodingAnalyzer", [1])),
+                ("sqnr_gamma1_128bins", Q("SqnrEncodingAnalyzer", [1], num_bins=128, gamma=1.0))]
+    for cls in ("Quantize", "QuantizeDequantize"):
+        for aname, aspec in an_specs:
+            for gname, gargs, gkw in grids:
+                if gname not in ("b8u", "b8s", "b4s", "qq_0_255_sym", "b2s", "b16u"):
+                    continue
+                for dt in (F32, F16, BF16):
+                    if dt != F32 and (aname not in ("minmax", "sqnr") or gname not in ("b8u", "b4s")):
+                        continue
+                    kw = dict(gkw)
+                    if aspec is not None:
+                        kw["encoding_analyzer"] = aspec
+                    spec = Q(cls, [1], *gargs, **kw)
+                    cid = f"{G}/{cls}/pt_1/{gname}/compute_encodings_{aname}/{DT_NAME[dt]}"
+                    module_case(st, cid, G, spec, (64,), batches=_batches(cid, (64,), 3, dt=dt, specials_in_last=True),
+                                note="compute_encodings over 3 batches, the last with +-inf",
+                                encodings=dt == F32, dtypes=(dt,))
+    # per-channel calibration with a histogram analyzer (leading axis)
+    for cls in ("Quantize", "QuantizeDequantize"):
+        for aname, akw in (("percentile99", {"percentile": 99.0}), ("sqnr", {})):
+            an = "PercentileEncodingAnalyzer" if aname.startswith("percentile") else "SqnrEncodingAnalyzer"
+            spec = Q(cls, [4, 1], 8, False, encoding_analyzer=Q(an, [4, 1], **akw))
+            cid = f"{G}/{cls}/pc_first/b8u/compute_encodings_{aname}"
+            module_case(st, cid, G, spec, (4, 32), batches=_batches(cid, (4, 32), 2), note="per-channel histogram analyzer")
+
+
+def gen_lpbq(st: Store):
+    G = "lpbq"
+    GB = "GroupedBlockQuantizeDequantize"
+    confs = [
+        ("w4x32_b8_g1x4", (4, 4), (4, 32), (1, 8), (1, 4)),
+        ("w4x32_b8_gm1", (4, 4), (4, 32), (1, 8), (1, -1)),
+        ("w4x32_b8_g1x2", (4, 4), (4, 32), (1, 8), (1, 2)),
+        ("w4x32_b8_g1x1", (4, 4), (4, 32), (1, 8), (1, 1)),
+        ("w4x32_b8_gnone", (4, 4), (4, 32), (1, 8), None),
+        ("w4x32_b8_g2x2", (4, 4), (4, 32), (1, 8), (2, 2)),
+        ("w4x32_b8_gm1m1", (4, 4), (4, 32), (1, 8), (-1, -1)),
+        ("w4x32_bm1_g1x4", (4, 4), (4, 32), (1, -1), (1, 4)),
+        ("conv_8x8x3x3", (8, 2, 1, 1), (8, 8, 3, 3), (1, 4, 3, 3), (1, -1, 1, 1)),
+        ("lead_2x4x32", (4, 4), (2, 4, 32), (1, 8), (1, 4)),
+    ]
+    bws = [(4, 8), (4, 4), (8, 16), (2, 8), (4, 6), (3, 8)]
+    Q = lambda cls, *a, **k: {"class": cls, "args": list(a), "kwargs": k}  # noqa: E731
+    for cname, shape, xs, bs, bg in confs:
+        for bw, dbw in bws:
+            if cname not in ("w4x32_b8_g1x4", "conv_8x8x3x3") and (bw, dbw) not in ((4, 8), (4, 4)):
+                continue
+            kw = {"block_size": list(bs)}
+            if bg is not None:
+                kw["block_grouping"] = list(bg)
+            spec = Q(GB, list(shape), bw, True, dbw, **kw)
+            for sname in ("random", "mixed"):
+                cid = f"{G}/{cname}/b{bw}_d{dbw}/{sname}"
+                rng = np.random.default_rng(seed_of(cid))
+                mm = _minmax_setting(sname, rng, shape)
+                if sname == "random":  # wide spread of block scales, so the integer scales vary
+                    f = torch.from_numpy(np.asarray(np.exp(rng.uniform(-4, 0, size=shape)))).to(F32)
+                    mm = (mm[0] * f, mm[1] * f)
+                module_case(st, cid, G, spec, xs, minmax=mm, block_size=bs, note="LPBQ, min/max set directly",
+                            dtypes=(F32, F16, BF16) if sname == "random" else (F32,))
+            cid = f"{G}/{cname}/b{bw}_d{dbw}/compute_encodings"
+            module_case(st, cid, G, spec, xs, batches=_batches(cid, xs, 2), block_size=bs, note="LPBQ compute_encodings",
+                        dtypes=(F32,))
+    # keyword constructor
+    spec = Q(GB, [4, 4], bitwidth=4, symmetric=True, decompressed_bw=8, block_size=[1, 8], block_grouping=[1, 4])
+    cid = f"{G}/keywords/random"
+    module_case(st, cid, G, spec, (4, 32), minmax=_minmax_setting("random", np.random.default_rng(1), (4, 4)),
+                block_size=(1, 8), note="keyword constructor")
+
+
+# ------------------------------------------------------------------------------------------------
+# encoding analyzers
+
+
+def record_stats(st: Store, cid: str, an, tag: str):
+    stats = an.observer.get_stats()
+    if isinstance(stats, list):
+        out = []
+        for i, h in enumerate(stats):
+            if h.histogram is None:
+                out.append(None)
+                continue
+            out.append({"histogram": st.arr(cid, f"{tag}_h{i}_hist", h.histogram),
+                        "bin_edges": st.arr(cid, f"{tag}_h{i}_edges", h.bin_edges),
+                        "min": st.arr(cid, f"{tag}_h{i}_min", torch.as_tensor(h.min)),
+                        "max": st.arr(cid, f"{tag}_h{i}_max", torch.as_tensor(h.max))})
+        return {"kind": "histograms", "histograms": out}
+    return {"kind": "minmax", "min": _maybe(st, cid, f"{tag}_min", stats.min), "max": _maybe(st, cid, f"{tag}_max", stats.max)}
+
+
+NUM_STEPS = (255, 254, 15, 7, 3, 1)
+
+
+def analyzer_case(st: Store, cid: str, spec: dict, batches, note="", num_steps=NUM_STEPS, record_hist=True):
+    case = {"id": cid, "group": "analyzer", "spec": spec, "note": note}
+    try:
+        an = build(spec)
+    except Exception as e:  # noqa: BLE001
+        case["outcome"] = "error"
+        case["error"] = err_record(e)
+        st.add(case)
+        return
+    # histogram statistics: after every batch when small, after the last batch when moderate
+    nb = getattr(an.observer, "num_bins", 0) * len(an.observer.get_stats()) if isinstance(an.observer.get_stats(), list) else 0
+    upd = []
+    for i, b in enumerate(batches):
+        d = {"x": st.arr(cid, f"b{i}_x", b)}
+        try:
+            an.update_stats(b)
+            if record_hist and (nb <= 1024 or (nb <= 8192 and i == len(batches) - 1)):
+                d["stats"] = record_stats(st, cid, an, f"b{i}")
+        except Exception as e:  # noqa: BLE001
+            d["error"] = err_record(e)
+            upd.append(d)
+            break
+        upd.append(d)
+    case["updates"] = upd
+    enc = []
+    for ns in num_steps:
+        for sym in (False, True):
+            d = {"num_steps": ns, "is_symmetric": sym}
+            try:
+                mn, mx = an.compute_encodings(ns, sym)
+                d["min"] = st.arr(cid, f"enc_{ns}_{int(sym)}_min", mn)
+                d["max"] = st.arr(cid, f"enc_{ns}_{int(sym)}_max", mx)
+            except Exception as e:  # noqa: BLE001
+                d["error"] = err_record(e)
+            enc.append(d)
+    case["encodings"] = enc
+    # reset_stats, then one batch again: must equal a fresh analyzer on that batch
+    try:
+        an.reset_stats()
+        an.update_stats(batches[0])
+        mn, mx = an.compute_encodings(255, False)
+        case["after_reset"] = {"min": st.arr(cid, "reset_min", mn), "max": st.arr(cid, "reset_max", mx)}
+    except Exception as e:  # noqa: BLE001
+        case["after_reset"] = {"error": err_record(e)}
+    case["outcome"] = "ok"
+    st.add(case)
+
+
+def _an_batches(cid, x_shape, kinds, dt=F32):
+    rng = np.random.default_rng(seed_of(cid + "/batches"))
+    out = []
+    for k in kinds:
+        if k == "normal":
+            b = rng.standard_normal(x_shape)
+        elif k == "wider":
+            b = rng.standard_normal(x_shape) * 3.0 + 0.5
+        elif k == "inside":
+            b = rng.standard_normal(x_shape) * 0.3
+        elif k == "shifted_pos":
+            b = rng.uniform(0.5, 5.0, x_shape)
+        elif k == "shifted_neg":
+            b = rng.uniform(-7.0, -1.0, x_shape)
+        elif k == "huge":
+            b = rng.standard_normal(x_shape) * 100.0
+        elif k == "constant":
+            b = np.full(x_shape, 0.75)
+        elif k == "zeros":
+            b = np.zeros(x_shape)
+        elif k == "uniform":
+            b = rng.uniform(-1, 1, x_shape)
+        else:
+            raise ValueError(k)
+        t_ = torch.from_numpy(np.asarray(b)).to(dt)
+        out.append(t_)
+    return out
+
+
+def _with_specials(b: torch.Tensor, vals) -> torch.Tensor:
+    b = b.clone()
+    for i, v in enumerate(vals):
+        b.view(-1)[i * 7 % b.numel()] = v
+    return b
+
+
+def gen_analyzer(st: Store):
+    Q = lambda cls, *a, **k: {"class": cls, "args": list(a), "kwargs": k}  # noqa: E731
+    layouts = [("pt_1", [1], None, (256,)), ("pt_0d", [], None, (128,)),
+               ("pc_lead", [4, 1], None, (4, 64)), ("pc_trail", [8], None, (32, 8)),
+               ("pc_3d", [2, 1, 3], None, (2, 20, 3)),
+               ("block_last", [4, 2], [1, 16], (4, 32)), ("block_first", [2, 2], [2, -1], (4, 32))]
+    seqs = [("grow", ["normal", "wider", "inside"]), ("one", ["normal"]),
+            ("shift", ["shifted_pos", "shifted_neg", "huge"]), ("inf", ["normal", "wider+inf"]),
+            ("constant", ["constant", "constant"]), ("zeros", ["zeros"])]
+    confs = [
+        ("minmax", "MinMaxEncodingAnalyzer", {}),
+        ("percentile100", "PercentileEncodingAnalyzer", {}),
+        ("percentile99", "PercentileEncodingAnalyzer", {"percentile": 99.0}),
+        ("percentile50_16bins", "PercentileEncodingAnalyzer", {"percentile": 50, "num_bins": 16}),
+        ("percentile99.9_100bins", "PercentileEncodingAnalyzer", {"percentile": 99.9, "num_bins": 100}),
+        ("sqnr", "SqnrEncodingAnalyzer", {}),
+        ("sqnr_small", "SqnrEncodingAnalyzer", {"num_bins": 64, "asymmetric_delta_candidates": 5,
+                                                 "symmetric_delta_candidates": 11, "offset_candidates": 7,
+                                                 "max_parallelism": 3, "gamma": 1.0}),
+        ("sqnr_growth3", "SqnrEncodingAnalyzer", {"num_bins": 256, "histogram_growth_limit": 3.0}),
+        ("tfe", "TfEnhancedEncodingAnalyzer", {}),
+    ]
+    for cname, cls, kw in confs:
+        for lname, shape, bs, xs in layouts:
+            for sname, kinds in seqs:
+                if lname not in ("pt_1",) and sname not in ("grow", "one"):
+                    continue
+                if cname in ("percentile50_16bins", "percentile99.9_100bins", "sqnr_growth3") and lname not in ("pt_1", "pc_lead"):
+                    continue
+                cid = f"analyzer/{cname}/{lname}/{sname}"
+                k = dict(kw)
+                if bs is not None:
+                    k["block_size"] = bs
+                spec = Q(cls, shape, **k)
+                base = [kk.split("+")[0] for kk in kinds]
+                bt = _an_batches(cid, xs, base)
+                for i, kk in enumerate(kinds):
+                    if kk.endswith("+inf"):
+                        bt[i] = _with_specials(bt[i], [math.inf, -math.inf, math.inf])
+                analyzer_case(st, cid, spec, bt, note=f"{len(bt)} batches: {', '.join(kinds)}")
+    # float16 / bfloat16 inputs
+    for cname, cls, kw in confs:
+        if cname not in ("minmax", "percentile99", "sqnr", "tfe"):
+            continue
+        for dt in (F16, BF16):
+            for lname, shape, bs, xs in (("pt_1", [1], None, (256,)), ("pc_lead", [4, 1], None, (4, 64))):
+                cid = f"analyzer/{cname}/{lname}/grow/{DT_NAME[dt]}"
+                k = dict(kw)
+                spec = Q(cls, shape, **k)
+                analyzer_case(st, cid, spec, _an_batches(cid, xs, ["normal", "wider", "inside"], dt=dt),
+                              note=f"{DT_NAME[dt]} inputs")
+    # NaN in the input
+    for cname, cls, kw in confs:
+        if cname not in ("minmax", "percentile99", "sqnr"):
+            continue
+        cid = f"analyzer/{cname}/pt_1/nan"
+        bt = _an_batches(cid, (64,), ["normal", "normal"])
+        bt[1] = _with_specials(bt[1], [math.nan])
+        analyzer_case(st, cid, Q(cls, [1], **kw), bt, note="a NaN in the second batch")
+    # AIMET's own literal vectors (aimet.md section 4), recorded as cases too
+    lit = [
+        ("minmax_0_25.5", Q("MinMaxEncodingAnalyzer", [1]), [torch.arange(0, 25.5 + 0.25, 0.5)]),
+        ("minmax_m2_9", Q("MinMaxEncodingAnalyzer", [1]), [torch.arange(-2.0, 10.0)]),
+        ("minmax_3", Q("MinMaxEncodingAnalyzer", [1]), [torch.tensor([3.0])]),
+        ("minmax_0", Q("MinMaxEncodingAnalyzer", [1]), [torch.tensor([0.0])]),
+        ("percentile_0_1000_500bins_p99", Q("PercentileEncodingAnalyzer", [1], num_bins=500, percentile=99),
+         [torch.arange(0.0, 1001.0)]),
+        ("percentile_m2_9_1bin", Q("PercentileEncodingAnalyzer", [1], num_bins=1, percentile=100), [torch.arange(-2.0, 10.0)]),
+        ("sqnr_m1_1_gamma1", Q("SqnrEncodingAnalyzer", [1], gamma=1.0), [torch.arange(-100.0, 101.0) / 100]),
+        ("hist_merge_3bins", Q("PercentileEncodingAnalyzer", [1], num_bins=3),
+         [torch.tensor([2, 3.5, 4.2, 5]), torch.tensor([5.3, 6.4, 7, 8]), torch.tensor([-4.2, 0, 2.3, 4.5])]),
+        ("hist_split_3bins", Q("PercentileEncodingAnalyzer", [1], num_bins=3),
+         [torch.tensor([1, 7, 5.3, 6, 5.7, 6.8, 6.2, 2.8, 3.9]), torch.tensor([0, 9, 7.8, 2.5, 4.6, 6.2, 8.8])]),
+        ("hist_10bins_x1.5", Q("PercentileEncodingAnalyzer", [1], num_bins=10),
+         [torch.arange(-50.0, 50.0), torch.arange(-50.0, 50.0) * 1.5]),
+    ]
+    for name, spec, bt in lit:
+        analyzer_case(st, f"analyzer/literal/{name}", spec, [b.to(F32) for b in bt], note="AIMET test-suite literal")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1096,7 +1602,8 @@ def versions():
     return out
 
 
-GROUPS = {"functional": gen_functional, "grad": gen_grad, "errors": gen_errors}
+GROUPS = {"functional": gen_functional, "grad": gen_grad, "module": gen_module, "lpbq": gen_lpbq,
+          "analyzer": gen_analyzer, "errors": gen_errors}
 
 
 def main():
@@ -1132,7 +1639,7 @@ def main():
         "machine": machine_description(),
         "torch_threads": torch.get_num_threads(),
         "storage": {"arrays": "arrays.npz holds one flat array per stored dtype, 'pool_<dtype>'; an array spec "
-                              "{dtype, shape, pool, start} is pool_<pool>[start:start+prod(shape)].reshape(shape); "
+                              "[dtype, shape, start] is pool_<dtype>[start:start+prod(shape)].reshape(shape); "
                               "bfloat16 is kept as its uint16 bit pattern in pool_bfloat16; float16 as float16, "
                               "float32/float64 as is, bool as bool",
                     "non_finite_json_floats": "{\"float\": \"nan\" | \"inf\" | \"-inf\"} inside encodings dicts"},

@@ -28,6 +28,7 @@ from __future__ import annotations
 import builtins
 import json
 import re
+import warnings
 from pathlib import Path
 
 import ml_dtypes
@@ -52,14 +53,16 @@ def _cases(group, pred=lambda c: True):
 # arrays and comparison
 
 
-def arr(spec: dict | None) -> np.ndarray | None:
+def arr(spec: list | None) -> np.ndarray | None:
+    """An array spec is [dtype, shape, start] into the flat pool of that dtype."""
     if spec is None:
         return None
-    n = int(np.prod(spec["shape"], dtype=np.int64))
-    a = POOLS[spec["pool"]][spec["start"]:spec["start"] + n]
-    if spec["dtype"] == "bfloat16":
+    dtype, shape, start = spec
+    n = int(np.prod(shape, dtype=np.int64))
+    a = POOLS[dtype][start:start + n]
+    if dtype == "bfloat16":
         a = a.view(ml_dtypes.bfloat16)
-    return a.reshape(spec["shape"]).copy()
+    return a.reshape(shape).copy()
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -69,7 +72,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
-def check(cid: str, what: str, got, spec: dict) -> None:
+def check(cid: str, what: str, got, spec: list) -> None:
     want = arr(spec)
     got = np.asarray(got)
     assert got.dtype == want.dtype, f"{cid} {what}: dtype {got.dtype} != {want.dtype}"
@@ -231,9 +234,264 @@ def test_errors(case):
         f"{case['id']}: the message should name {case['param']!r}: {ei.value}")
 
 
+# ------------------------------------------------------------------------------------------------
+# quantizer modules and LPBQ
+
+
+def prepare(case):
+    """Build the quantizer, set min/max or calibrate as AIMET did; check what was observed on the way."""
+    cid = case["id"]
+    q = build(case["spec"])
+    assert bool(q.is_initialized()) == case["initialized_at_start"], cid
+    if "set_min" in case:
+        q.min = arr(case["set_min"])
+        assert bool(q.is_initialized()) == case["initialized_after_min"], f"{cid}: is_initialized after min only"
+        q.max = arr(case["set_max"])
+    if "calibration" in case:
+        # one compute_encodings() context over the batches; AIMET's forward inside it uses each
+        # batch's own (dynamic) encodings; the analyzer's result is set on leaving the context.
+        fail_at = case.get("calibration_error_at")
+
+        def calibrate():
+            with q.compute_encodings():
+                for i, b in enumerate(case["calibration"]):
+                    y = q(arr(b["x"]))
+                    if i == fail_at:
+                        raise AssertionError(f"{cid}: AIMET raised on calibration batch {i}: {case['calibration_error']}")
+                    check(cid, f"calibration batch {i} ({b['path']})", y, b["output"])
+
+        with warnings.catch_warnings(record=True) as wlist:
+            warnings.simplefilter("always")
+            if fail_at is not None:
+                with pytest.raises(expected_exception(case["calibration_error"])):
+                    calibrate()
+            else:
+                calibrate()
+        # AIMET warns ("Infinite or NaN values detected within input!", "Extreme values detected
+        # within input!") when the calibrated range is non-finite or within 5% of the dtype's max
+        want = {w["category"] for w in case["calibration_warnings"]}
+        got = {type(w.message).__name__ for w in wlist if issubclass(w.category, UserWarning)}
+        assert bool(got) == bool(want), (
+            f"{cid}: AIMET warned {case['calibration_warnings']}, polyquant {[str(w.message) for w in wlist]}")
+    return q
+
+
+def check_state(case, q):
+    cid, stt = case["id"], case["state"]
+    assert bool(q.is_initialized()) == stt["is_initialized"], cid
+    for nm in ("get_scale", "get_offset", "get_min", "get_max", "get_per_channel_scale"):
+        if nm + "_error" in stt:
+            with pytest.raises(expected_exception(stt[nm + "_error"])):
+                getattr(q, nm)()
+        elif nm in stt:
+            got = getattr(q, nm)()
+            if stt[nm] is None:
+                assert got is None, f"{cid}: {nm}() should be None (uninitialized)"
+            else:
+                check(cid, nm + "()", got, stt[nm])
+    check(cid, "min", q.min, stt["min"])
+    check(cid, "max", q.max, stt["max"])
+
+
+def check_forward(case, q):
+    cid = case["id"]
+    for f in case["forward"]:
+        x = arr(f["x"])
+        if "output_no_grad_error" in f:
+            with pytest.raises(expected_exception(f["output_no_grad_error"])):
+                q(x)
+        else:
+            check(cid, f"forward {x.dtype} ({f['path_no_grad']})", q(x), f["output_no_grad"])
+
+
+def check_forward_training(case, q):
+    # AIMET's forward with grad enabled (min/max are parameters) computes the reference formula; it
+    # equals the functional training path with the quantizer's own scale and offset.
+    cid = case["id"]
+    scale, offset = q.get_scale(), q.get_offset()
+    for f in case["forward"]:
+        x = arr(f["x"])
+        fn = pa.quantize_grad if case["spec"]["class"] == "Quantize" else pa.quantize_dequantize_grad
+        run = lambda: fn(np.zeros_like(x), x, scale, offset, q.qmin, q.qmax, block_size=q.block_size)  # noqa: E731
+        if "output_train_error" in f:
+            with pytest.raises(expected_exception(f["output_train_error"])):
+                run()
+        else:
+            check(cid, f"training forward {x.dtype}", run()[0], f["output_train"])
+
+
+def _module_case(case):
+    if case["outcome"] == "error":
+        with pytest.raises(expected_exception(case["error"])):
+            build(case["spec"])
+        return None
+    q = prepare(case)
+    check_state(case, q)
+    return q
+
+
+@_cases("module")
+def test_module(case):
+    q = _module_case(case)
+    if q is not None:
+        check_forward(case, q)
+
+
+@_cases("module", lambda c: c["outcome"] == "ok")
+def test_module_training_forward(case):
+    check_forward_training(case, _module_case(case))
+
+
+@_cases("lpbq")
+def test_lpbq(case):
+    q = _module_case(case)
+    if q is not None:
+        check_forward(case, q)
+
+
+@_cases("lpbq", lambda c: c["outcome"] == "ok")
+def test_lpbq_training_forward(case):
+    check_forward_training(case, _module_case(case))
+
+
+# ------------------------------------------------------------------------------------------------
+# encodings (JSON-like dicts compared through a canonical JSON text: types, key sets and every float)
+
+
+def canonical(v):
+    if isinstance(v, dict):
+        return {str(k): canonical(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [canonical(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return canonical(v.tolist())
+    if isinstance(v, (np.bool_,)):
+        return bool(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        v = float(v)
+        if v != v:
+            return {"float": "nan"}
+        if v in (float("inf"), float("-inf")):
+            return {"float": "inf" if v > 0 else "-inf"}
+        return v
+    return v
+
+
+def same_json(got, want) -> bool:
+    return json.dumps(canonical(got), sort_keys=True) == json.dumps(want, sort_keys=True)
+
+
+ENC_CASES = [c for c in CASES if c["group"] in ("module", "lpbq") and "encodings" in c]
+
+
+@pytest.mark.parametrize("case", ENC_CASES, ids=["encodings/" + c["id"] for c in ENC_CASES])
+def test_encodings(case):
+    q = prepare(case)
+    enc = case["encodings"]
+    if "legacy_error" in enc:
+        with pytest.raises(expected_exception(enc["legacy_error"])):
+            q.get_legacy_encodings()
+    else:
+        got = q.get_legacy_encodings()
+        assert same_json(got, enc["legacy"]), f"{case['id']} legacy: {canonical(got)} != {enc['legacy']}"
+    shape = tuple(enc["input_shape"])
+    for key, r in enc["qnn"].items():
+        version, hint = key.split("/")
+        if "same_as" in r:
+            r = enc["qnn"][r["same_as"]]
+        run = lambda: q.get_encodings().to_qnn_encoding_dict(  # noqa: E731
+            version, input_shape=shape if hint == "input_shape" else None)
+        if "error" in r:
+            with pytest.raises(expected_exception(r["error"])):
+                run()
+        else:
+            got = run()
+            assert same_json(got, r["result"]), f"{case['id']} {key}: {canonical(got)} != {r['result']}"
+
+
+# ------------------------------------------------------------------------------------------------
+# encoding analyzers
+
+
+def _analyzer_updates(case, an, check_stats=None):
+    for i, u in enumerate(case["updates"]):
+        x = arr(u["x"])
+        if "error" in u:
+            with pytest.raises(expected_exception(u["error"])):
+                an.update_stats(x)
+            return False
+        an.update_stats(x)
+        if check_stats is not None and "stats" in u:
+            check_stats(i, u["stats"])
+    return True
+
+
+@_cases("analyzer")
+def test_analyzer(case):
+    cid = case["id"]
+    if case["outcome"] == "error":
+        with pytest.raises(expected_exception(case["error"])):
+            build(case["spec"])
+        return
+    an = build(case["spec"])
+    if not _analyzer_updates(case, an):
+        return
+    for e in case["encodings"]:
+        what = f"compute_encodings({e['num_steps']}, {e['is_symmetric']})"
+        if "error" in e:
+            with pytest.raises(expected_exception(e["error"])):
+                an.compute_encodings(e["num_steps"], e["is_symmetric"])
+            continue
+        mn, mx = an.compute_encodings(e["num_steps"], e["is_symmetric"])
+        check(cid, what + " min", mn, e["min"])
+        check(cid, what + " max", mx, e["max"])
+    r = case["after_reset"]
+    an.reset_stats()
+    an.update_stats(arr(case["updates"][0]["x"]))
+    if "error" in r:
+        with pytest.raises(expected_exception(r["error"])):
+            an.compute_encodings(255, False)
+    else:
+        mn, mx = an.compute_encodings(255, False)
+        check(cid, "after reset_stats min", mn, r["min"])
+        check(cid, "after reset_stats max", mx, r["max"])
+
+
+STATS_CASES = [c for c in CASES if c["group"] == "analyzer" and any("stats" in u for u in c.get("updates", []))]
+
+
+@pytest.mark.parametrize("case", STATS_CASES, ids=["analyzer_stats/" + c["id"] for c in STATS_CASES])
+def test_analyzer_statistics(case):
+    # The running statistics as AIMET exposes them: analyzer.observer.get_stats() is an object with
+    # .min/.max (MinMax) or a list of per-encoding histograms with .histogram, .bin_edges, .min, .max.
+    an = build(case["spec"])
+    if not hasattr(an, "observer"):
+        pytest.skip("polyquant.aimet analyzers do not expose AIMET's observer statistics")
+    cid = case["id"]
+
+    def check_stats(i, want):
+        got = an.observer.get_stats()
+        if want["kind"] == "minmax":
+            for nm in ("min", "max"):
+                check(cid, f"batch {i} stats.{nm}", getattr(got, nm), want[nm])
+            return
+        assert len(got) == len(want["histograms"]), cid
+        for j, (g, w) in enumerate(zip(got, want["histograms"])):
+            for nm in ("histogram", "bin_edges", "min", "max"):
+                check(cid, f"batch {i} histogram {j} {nm}", getattr(g, nm), w[nm])
+
+    _analyzer_updates(case, an, check_stats)
+
+
 def test_the_data_is_complete():
     groups = {c["group"] for c in CASES}
-    assert {"functional", "grad", "errors"} <= groups
+    assert groups == {"functional", "grad", "module", "lpbq", "analyzer", "errors"}
+    assert ENC_CASES and STATS_CASES
+    classes = {c["spec"]["class"] for c in CASES if "spec" in c}
+    assert classes >= {"Quantize", "QuantizeDequantize", "GroupedBlockQuantizeDequantize", "MinMaxEncodingAnalyzer",
+                       "PercentileEncodingAnalyzer", "SqnrEncodingAnalyzer", "TfEnhancedEncodingAnalyzer"}
     ops = {c["op"] for c in CASES if c["group"] == "functional"}
     assert ops == {"quantize", "quantize_dequantize", "dequantize"}
     paths = {c["path"] for c in CASES if c["group"] == "functional"}
