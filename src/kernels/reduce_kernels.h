@@ -52,7 +52,26 @@ struct ProductSumsParams {
   std::int64_t x_row_stride = 0, z_row_stride = 0;
 };
 
+// ---- minimum and maximum: acc (float) = min / max over the run of x (AIMET's MinMax statistics) --
+// torch.amin / amax semantics: values kept exactly (subnormals, signs), a NaN anywhere makes the
+// accumulator NaN. A run of n elements folds as 16 virtual lanes (lane = index mod 16 over the
+// first n - n % 16 elements, each lane starting from +inf / -inf), then acc folds the lanes in
+// lane order, then the remaining elements in order; every fold keeps the earlier value on ties.
+// So every kernel set gives the same bits, the sign of a zero extreme included (which zero wins
+// when both occur is a property of this lane order; torch's depends on its own vectorisation).
+struct GroupMinMaxParams {
+  bool per_element = false;  // element j of the run feeds accumulator j (rows in order)
+  std::int64_t rows = 1;     // per_element: rows of n elements, x_row_stride apart
+  std::int64_t x_row_stride = 0;
+  float* max_out = nullptr;  // the maxima (RowArgs::out holds the minima), indexed alike
+};
+inline constexpr int kMinMaxVirtualLanes = 16;
+
 inline namespace POLYQUANT_TARGET_NAMESPACE {
+
+// A NaN, once folded in, stays (v < NaN is false); ties keep the accumulator.
+inline float group_min_fold(float acc, float v) { return (v < acc || v != v) ? v : acc; }
+inline float group_max_fold_keep(float acc, float v) { return (v > acc || v != v) ? v : acc; }
 
 inline float group_max_value(float x, bool absolute) {
   const float v = absolute ? std::fabs(x) : x;

@@ -89,3 +89,55 @@ void product_sums_f32(const void* params, const RowArgs& a) {
     acc[8 + (j & 7)] += static_cast<double>(z[j] * z[j]);
   }
 }
+
+// Minimum and maximum (GroupMinMaxParams): 16 / L vectors hold the 16 virtual lanes of the spec.
+void group_min_max_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const GroupMinMaxParams*>(params);
+  constexpr int L = Vec::kLanes;
+  constexpr int kVecs = kMinMaxVirtualLanes / L;
+  const float* x = a.input<float>(0);
+  auto* mn = static_cast<float*>(a.out);
+  float* mx = p.max_out;
+  auto fold_min = [](Vec::F m, Vec::F v, Vec::M nan) POLYQUANT_ALWAYS_INLINE { return Vec::select(Vec::mask_or(Vec::lt(v, m), nan), v, m); };
+  auto fold_max = [](Vec::F m, Vec::F v, Vec::M nan) POLYQUANT_ALWAYS_INLINE { return Vec::select(Vec::mask_or(Vec::gt(v, m), nan), v, m); };
+  std::int64_t j = 0;
+  if (p.per_element) {
+    const std::int64_t rows = p.rows, stride = p.x_row_stride;
+    for (; j + L <= a.n; j += L) {
+      Vec::F m0 = Vec::loadu(mn + j), m1 = Vec::loadu(mx + j);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const Vec::F v = Vec::loadu(x + r * stride + j);
+        const Vec::M nan = Vec::isnan(v);
+        m0 = fold_min(m0, v, nan);
+        m1 = fold_max(m1, v, nan);
+      }
+      Vec::storeu(mn + j, m0);
+      Vec::storeu(mx + j, m1);
+    }
+    for (; j < a.n; ++j) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float v = x[r * stride + j];
+        mn[j] = group_min_fold(mn[j], v);
+        mx[j] = group_max_fold_keep(mx[j], v);
+      }
+    }
+    return;
+  }
+  Vec::F lo[kVecs], hi[kVecs];
+  for (int v = 0; v < kVecs; ++v) lo[v] = Vec::splat(INFINITY), hi[v] = Vec::splat(-INFINITY);
+  for (; j + kMinMaxVirtualLanes <= a.n; j += kMinMaxVirtualLanes) {
+    for (int v = 0; v < kVecs; ++v) {
+      const Vec::F xv = Vec::loadu(x + j + v * L);
+      const Vec::M nan = Vec::isnan(xv);
+      lo[v] = fold_min(lo[v], xv, nan);
+      hi[v] = fold_max(hi[v], xv, nan);
+    }
+  }
+  alignas(64) float lane_min[kMinMaxVirtualLanes], lane_max[kMinMaxVirtualLanes];
+  for (int v = 0; v < kVecs; ++v) Vec::storeu(lane_min + v * L, lo[v]), Vec::storeu(lane_max + v * L, hi[v]);
+  float m0 = mn[0], m1 = mx[0];
+  for (int l = 0; l < kMinMaxVirtualLanes; ++l) m0 = group_min_fold(m0, lane_min[l]), m1 = group_max_fold_keep(m1, lane_max[l]);
+  for (; j < a.n; ++j) m0 = group_min_fold(m0, x[j]), m1 = group_max_fold_keep(m1, x[j]);
+  mn[0] = m0;
+  mx[0] = m1;
+}

@@ -1,0 +1,196 @@
+// AIMET's encoding analyzers (aimet_torch.quantization.encoding_analyzer, aimet-torch 2.42.0 with
+// torch 2.15 on the CPU), bit-exact: the statistics they gather over calibration batches and the
+// encoding ranges (min, max) they compute from them.
+//
+// Shapes. An analyzer has an encoding `shape`; update_stats(x) reduces x to one statistic per
+// encoding element: without a block size `shape` broadcasts against x's trailing dimensions
+// (right-aligned, each entry 1 or x's size) and every dimension where it is 1 is reduced; with a
+// block size (one entry per dimension of `shape`, -1 = x's size / shape's size, leading entries
+// may be omitted) x is viewed in C order as (-1, n0, B0, n1, B1, ...) and each block (B0, B1, ...)
+// feeds one element (AIMET's `reshape`: only the element count must divide).
+//
+// Numerics (each in AIMET's dtype, see aimet_analyzers.cc for the step-by-step account):
+//   MinMax:     min/max per element in x's dtype (NaN propagates); compute: 0 included, ranges
+//               narrower than N * min_scale widened (min_scale = min(float32 eps, 0.01 / N)),
+//               symmetric: delta = max(max / floor(N/2), -min / ceil(N/2)) (N == 3: max / 2),
+//               min = -ceil(N/2) delta, max = floor(N/2) delta; clamped to the dtype's finite range.
+//   Histograms: one per element, num_bins bins over its finite [min, max] (torch.histc in float32,
+//               values below / above the edges counted into the end bins); a later batch that
+//               leaves the range re-bins the counts into the grown range (AIMET's proportional
+//               split, rounded half-to-even), clamped to histogram_growth_limit times the first
+//               batch's range.
+//   Percentile: the left edge of the bin where the cumulative count reaches p% (and 100 - p%),
+//               then MinMax's adjustments (without the N == 3 rule).
+//   SQNR:       grid search over (delta, offset) candidates minimising the histogram-estimated
+//               squared error sum_b count_b * ((clamp(round(m_b / delta - o), 0, N) + o) delta -
+//               m_b)^2 (times gamma where clipped), summed in torch's float32 vector order.
+//
+// AIMET quirk kept: after the first batch, AIMET bins each new batch's data for histogram k from
+// the k-th contiguous chunk of x in C order (its `reshape(x, (num_histograms, -1))`), which is the
+// element's own slice only when each element's data is contiguous (e.g. per output channel of a
+// (C, ...) weight). The ranges always come from the right slices.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "polyquant/error.h"
+#include "polyquant/export.h"
+#include "polyquant/tensor.h"
+
+namespace polyquant::aimet {
+
+// compute_encodings() without statistics (Python: StatisticsNotFoundError, a RuntimeError).
+class POLYQUANT_API StatisticsNotFoundError : public Error {
+ public:
+  StatisticsNotFoundError() : Error(ErrorKind::kRuntime, "No statistics present to compute encodings.") {}
+};
+
+// An encoding range: `shape` is the analyzer's, values in C order, each exactly representable in
+// `dtype` (the dtype AIMET returns).
+struct EncodingRange {
+  DType dtype = DType::kFloat32;
+  Dims shape;
+  std::vector<double> min, max;
+};
+
+// The encoding geometry shared by every analyzer.
+struct AnalyzerShape {
+  Dims shape;
+  std::optional<std::vector<std::int64_t>> block_size;
+};
+
+// ---- MinMax -------------------------------------------------------------------------------------
+class POLYQUANT_API MinMaxEncodingAnalyzer {
+ public:
+  // Statistics: per-element min and max in `dtype` (x's dtype); empty vectors when none.
+  struct State {
+    DType dtype = DType::kFloat32;
+    std::vector<double> min, max;
+  };
+
+  explicit MinMaxEncodingAnalyzer(AnalyzerShape shape);
+  const AnalyzerShape& shape() const { return shape_; }
+
+  // x: float16, bfloat16, float32 or float64, any strides. Batches of another dtype than the
+  // statistics' promote them as torch.minimum does.
+  void update_stats(const TensorView& x);
+  void reset_stats() { state_ = {}; }
+  bool has_stats() const { return !state_.min.empty(); }
+  // num_steps > 0 (ValueError), then StatisticsNotFoundError without statistics.
+  EncodingRange compute_encodings(double num_steps, bool is_symmetric) const;
+  EncodingRange compute_dynamic_encodings(const TensorView& x, double num_steps, bool is_symmetric) const;
+  // Exactly the statistics of one analyzer fed both analyzers' batches (min/max are associative).
+  void merge(const MinMaxEncodingAnalyzer& other);
+  const State& state() const { return state_; }
+  void set_state(State state);  // validates sizes against shape()
+
+  // The statistics of one batch (what update_stats folds in).
+  State batch_stats(const TensorView& x) const;
+
+ private:
+  AnalyzerShape shape_;
+  State state_;
+};
+
+// ---- histograms (Percentile, SQNR, TfEnhanced) ---------------------------------------------------
+struct HistogramOptions {
+  std::int64_t num_bins = 2048;
+  double growth_limit = std::numeric_limits<double>::infinity();  // AIMET's histogram_growth_limit
+};
+
+// The histogram statistics: per element `num_bins` counts (float32, as AIMET holds them), edges
+// (num_bins + 1, float32), the range [min, max] in `dtype` (x's dtype after one batch, float32 /
+// float64 after a later batch, as AIMET's), and the growth limits fixed by the first batch.
+struct HistogramState {
+  DType dtype = DType::kFloat32;
+  std::int64_t num_bins = 0;
+  std::vector<float> counts;  // elements x num_bins
+  std::vector<float> edges;   // elements x (num_bins + 1)
+  std::vector<double> min, max;
+  std::vector<float> limit_lo, limit_hi;
+  bool empty() const { return min.empty(); }
+};
+
+class POLYQUANT_API HistogramEncodingAnalyzer {
+ public:
+  HistogramEncodingAnalyzer(AnalyzerShape shape, HistogramOptions options);
+  virtual ~HistogramEncodingAnalyzer() = default;
+  const AnalyzerShape& shape() const { return shape_; }
+  const HistogramOptions& options() const { return options_; }
+
+  void update_stats(const TensorView& x);
+  void reset_stats() { state_ = {}; }
+  bool has_stats() const { return !state_.empty(); }
+  virtual EncodingRange compute_encodings(double num_steps, bool is_symmetric) const = 0;
+  EncodingRange compute_dynamic_encodings(const TensorView& x, double num_steps, bool is_symmetric) const;
+
+  // Folds another analyzer's histograms in as AIMET folds a batch: when the ranges already cover
+  // `other`'s, the counts add exactly (equal edges: exactly one analyzer fed both streams);
+  // otherwise both are re-binned into the grown range by AIMET's proportional split. Needs the
+  // same shape and bin count.
+  void merge(const HistogramEncodingAnalyzer& other);
+  const HistogramState& state() const { return state_; }
+  void set_state(HistogramState state);
+
+  // The histograms of one batch alone (what compute_dynamic_encodings uses).
+  HistogramState batch_stats(const TensorView& x) const;
+
+ protected:
+  EncodingRange compute_from(const HistogramState& s, double num_steps, bool is_symmetric) const;
+  virtual EncodingRange compute_from_stats(const HistogramState& s, double num_steps, bool is_symmetric) const = 0;
+
+ private:
+  AnalyzerShape shape_;
+  HistogramOptions options_;
+  HistogramState state_;
+};
+
+class POLYQUANT_API PercentileEncodingAnalyzer : public HistogramEncodingAnalyzer {
+ public:
+  // num_bins > 0, percentile in [50, 100] (ValueError otherwise).
+  PercentileEncodingAnalyzer(AnalyzerShape shape, std::int64_t num_bins = 2048, double percentile = 100);
+  void set_percentile(double percentile);
+  double percentile() const { return percentile_; }
+  EncodingRange compute_encodings(double num_steps, bool is_symmetric) const override;
+
+ protected:
+  EncodingRange compute_from_stats(const HistogramState& s, double num_steps, bool is_symmetric) const override;
+
+ private:
+  double percentile_ = 100;
+};
+
+struct SqnrOptions {
+  std::int64_t num_bins = 2048;
+  std::int64_t asymmetric_delta_candidates = 17;
+  std::int64_t symmetric_delta_candidates = 101;
+  std::int64_t offset_candidates = 21;
+  std::int64_t max_parallelism = 64;  // AIMET's chunking; does not change results
+  double gamma = 3.0;
+  double histogram_growth_limit = std::numeric_limits<double>::infinity();
+  // float32 lanes of torch's vectorised sum: 8, the AVX2 kernel, which torch 2.15 also runs on
+  // AVX-512 machines (its sum is not dispatched to AVX-512; measured). 16 follows an AVX-512 sum.
+  int torch_sum_lanes = 8;
+};
+
+class POLYQUANT_API SqnrEncodingAnalyzer : public HistogramEncodingAnalyzer {
+ public:
+  SqnrEncodingAnalyzer(AnalyzerShape shape, SqnrOptions options = {});
+  const SqnrOptions& sqnr_options() const { return sqnr_; }
+  EncodingRange compute_encodings(double num_steps, bool is_symmetric) const override;
+
+ protected:
+  EncodingRange compute_from_stats(const HistogramState& s, double num_steps, bool is_symmetric) const override;
+
+ private:
+  SqnrOptions sqnr_;
+};
+
+// TfEnhanced = SQNR with 512 bins, 17 / 101 delta candidates, 21 offsets, gamma 3 and growth limit 3.
+POLYQUANT_API SqnrOptions tf_enhanced_options(int torch_sum_lanes = 8);
+
+}  // namespace polyquant::aimet

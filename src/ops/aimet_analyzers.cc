@@ -1,0 +1,1030 @@
+// AIMET's encoding analyzers (aimet-torch 2.42.0, torch 2.15 CPU), bit-exact (aimet_analyzers.h).
+//
+// Every arithmetic step below is rounded to the dtype torch computes it in. The notation in the
+// comments: T is the statistics' dtype; a Python number meeting a tensor is rounded to the
+// tensor's dtype (float32 for float16/bfloat16 tensors, whose ops compute in float32 and round the
+// result back); `rT(v)` rounds to T, `f32(v)` to float32.
+#include "polyquant/aimet_analyzers.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "core/grouped_reduce.h"
+#include "core/half.h"
+#include "core/histogram.h"
+#include "core/minifloat.h"
+#include "kernels/registry.h"
+
+namespace polyquant::aimet {
+
+namespace {
+
+using detail::GroupedLayout;
+
+[[noreturn]] void fail(ErrorKind kind, const std::string& message) { throw Error(kind, message); }
+
+std::string dims_list(std::span<const std::int64_t> d) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < d.size(); ++i) os << (i ? ", " : "") << d[i];
+  os << "]";
+  return os.str();
+}
+
+// ---- dtypes -------------------------------------------------------------------------------------
+bool is_analyzer_dtype(DType t) {
+  return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32 || t == DType::kFloat64;
+}
+void check_dtype(DType t) {
+  if (!is_analyzer_dtype(t))
+    fail(ErrorKind::kType, std::string("x: dtype ") + dtype_name(t) + " is not supported (float16, bfloat16, float32, float64)");
+}
+
+// v (a float32 or exact value) rounded to dtype t.
+double round_to(DType t, double v) {
+  switch (t) {
+    case DType::kFloat64: return v;
+    case DType::kFloat32: return static_cast<float>(v);
+    case DType::kFloat16: return static_cast<float>(detail::Half(static_cast<float>(v)));
+    case DType::kBFloat16: return detail::bfloat16_bits_to_float(detail::float_to_bfloat16_bits(static_cast<float>(v)));
+    default: return v;
+  }
+}
+double f32(double v) { return static_cast<float>(v); }
+// One binary op of torch in dtype t: float32 arithmetic rounded to t for 16-bit floats.
+double op_in(DType t, double exact_or_f32) {
+  return t == DType::kFloat64 ? exact_or_f32 : round_to(t, f32(exact_or_f32));
+}
+double finfo_max(DType t) {
+  switch (t) {
+    case DType::kFloat64: return DBL_MAX;
+    case DType::kFloat32: return FLT_MAX;
+    case DType::kFloat16: return 65504.0;
+    case DType::kBFloat16: return 3.3895313892515355e38;
+    default: return DBL_MAX;
+  }
+}
+// torch's type promotion between two floating dtypes of dimensioned tensors.
+DType promote(DType a, DType b) {
+  if (a == b) return a;
+  if (a == DType::kFloat64 || b == DType::kFloat64) return DType::kFloat64;
+  return DType::kFloat32;  // f16 with bf16, or either with f32
+}
+
+// AIMET's minimum scale: min(float32 eps, 0.01 / num_steps), in Python (double) arithmetic.
+double minimum_scale(double num_steps) { return std::min(static_cast<double>(FLT_EPSILON), (0.005 - -0.005) / num_steps); }
+
+// torch.maximum / torch.minimum of floats: NaN propagates; equal values (two zeros) give the
+// second operand (the SIMD kernels; see the notes in compute functions).
+double torch_maximum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  return a > b ? a : b;
+}
+double torch_minimum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  return a < b ? a : b;
+}
+// torch.clamp(x, lo, hi) with scalar bounds: min(max(x, lo), hi), NaN kept, ties keep x.
+double torch_clamp(double x, double lo, double hi) {
+  if (std::isnan(x)) return x;
+  double r = x < lo ? lo : x;
+  return hi < r ? hi : r;
+}
+// round half to even (torch.round), in double (exact for float32 values too).
+// Adding and subtracting 2^(p-1) rounds in IEEE's default mode (nothing in polyquant changes it);
+// the sign is put back so that round(-0.3) = -0, as torch's.
+template <class W>
+W rint_even(W v) {
+  const W big = sizeof(W) == 8 ? W(4503599627370496.0) : W(8388608.0f);
+  const W a = std::fabs(v);
+  if (!(a < big)) return v;
+  const W r = static_cast<W>(static_cast<W>(a + big) - big);
+  return std::copysign(r, v);
+}
+double round_half_even(double v) { return rint_even(v); }
+
+// ---- geometry -----------------------------------------------------------------------------------
+// x's view as the analyzer reduces it: `view` (x's shape, or (-1, n0, B0, n1, B1, ...) with a
+// block size) and which of its dimensions are kept (select the encoding element).
+struct ReducedView {
+  Dims view;
+  std::vector<bool> keep;
+  std::int64_t num_elements = 1;
+};
+
+std::vector<std::int64_t> concretize_block_size(const Dims& x_shape, const Dims& shape, const std::vector<std::int64_t>& block) {
+  if (x_shape.rank < shape.rank)
+    fail(ErrorKind::kValue, "Input shape " + x_shape.str() + " must have at least as many dimensions as scale shape " + shape.str() + ".");
+  if (shape.rank < static_cast<int>(block.size()))
+    fail(ErrorKind::kValue, "Scale shape " + shape.str() + " must have at least as many dimensions as block size " + dims_list(block) + ".");
+  const int k = shape.rank - static_cast<int>(block.size());
+  std::vector<std::int64_t> full;
+  for (int d = 0; d < k; ++d) full.push_back(shape[d] > 1 ? 1 : -1);
+  full.insert(full.end(), block.begin(), block.end());
+  std::vector<std::int64_t> out;
+  for (int d = 0; d < shape.rank; ++d) {
+    const std::int64_t xd = x_shape[x_shape.rank - shape.rank + d];
+    out.push_back(full[static_cast<std::size_t>(d)] != -1 ? full[static_cast<std::size_t>(d)] : (shape[d] == 0 ? 0 : xd / shape[d]));
+  }
+  return out;
+}
+
+ReducedView reduced_view(const Dims& x_shape, const AnalyzerShape& a, bool histogram) {
+  ReducedView r;
+  const Dims& shape = a.shape;
+  for (int d = 0; d < shape.rank; ++d)
+    if (shape[d] < 1) fail(ErrorKind::kValue, "shape: every entry must be >= 1, got " + shape.str());
+  r.num_elements = shape.numel();
+  if (a.block_size) {
+    const auto block = concretize_block_size(x_shape, shape, *a.block_size);
+    std::int64_t per = 1;
+    for (int d = 0; d < shape.rank; ++d) per *= shape[d] * block[static_cast<std::size_t>(d)];
+    const std::int64_t n = x_shape.numel();
+    if (per <= 0 || n % per != 0) {
+      std::vector<std::int64_t> want{-1};
+      for (int d = 0; d < shape.rank; ++d) want.push_back(shape[d]), want.push_back(block[static_cast<std::size_t>(d)]);
+      fail(ErrorKind::kRuntime, "shape '" + dims_list(want) + "' is invalid for input of size " + std::to_string(n));
+    }
+    if (1 + 2 * shape.rank > kMaxRank * 2) fail(ErrorKind::kValue, "shape: too many dimensions");
+    r.view.rank = 0;
+    std::vector<std::int64_t> v{n / per};
+    r.keep.push_back(false);
+    for (int d = 0; d < shape.rank; ++d) {
+      v.push_back(shape[d]);
+      r.keep.push_back(shape[d] > 1);
+      v.push_back(block[static_cast<std::size_t>(d)]);
+      r.keep.push_back(false);
+    }
+    // Dims holds kMaxRank entries: merge the leading reduced dimension with the next reduced
+    // ones is not needed for correctness of grouping, so collapse runs of reduced dims instead.
+    std::vector<std::int64_t> cv;
+    std::vector<bool> ck;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!cv.empty() && !ck.back() && !r.keep[i]) {
+        cv.back() *= v[i];
+      } else {
+        cv.push_back(v[i]);
+        ck.push_back(r.keep[i]);
+      }
+    }
+    if (static_cast<int>(cv.size()) > kMaxRank) fail(ErrorKind::kValue, "block_size: the blocked view has more than 8 dimensions");
+    r.view = Dims(std::span<const std::int64_t>(cv));
+    r.keep = ck;
+    return r;
+  }
+  bool ok = shape.rank <= x_shape.rank;
+  for (int i = 1; ok && i <= shape.rank; ++i) {
+    const std::int64_t s = shape[shape.rank - i], xd = x_shape[x_shape.rank - i];
+    if (s != 1 && s != xd) ok = false;
+  }
+  if (!ok) {
+    if (histogram)
+      fail(ErrorKind::kRuntime, "Shape " + shape.str() + " is incompatible with input of shape " + x_shape.str());
+    fail(ErrorKind::kRuntime, "Input of shape " + dims_list(x_shape.span()) + " can't be reduced to shape " + dims_list(shape.span()));
+  }
+  r.view = x_shape;
+  r.keep.assign(static_cast<std::size_t>(x_shape.rank), false);
+  for (int i = 1; i <= shape.rank; ++i) r.keep[static_cast<std::size_t>(x_shape.rank - i)] = shape[shape.rank - i] > 1;
+  return r;
+}
+
+// ---- input data ---------------------------------------------------------------------------------
+// x in C order as float32 (exact for float16 / bfloat16 / float32) or float64.
+struct Data {
+  DType dtype = DType::kFloat32;
+  const float* f = nullptr;
+  const double* d = nullptr;
+  std::vector<float> f_own;
+  std::vector<double> d_own;
+  std::int64_t n = 0;
+  double at(std::int64_t i) const { return f ? static_cast<double>(f[i]) : d[i]; }
+};
+
+template <class Load>
+void gather(const TensorView& x, const Load& load) {
+  const int r = x.shape.rank;
+  const std::int64_t n = x.numel();
+  if (n == 0) return;
+  std::array<std::int64_t, kMaxRank> idx{};
+  std::int64_t off = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    load(i, off);
+    for (int d = r - 1; d >= 0; --d) {
+      if (++idx[static_cast<std::size_t>(d)] < x.shape[d]) {
+        off += x.strides[d];
+        break;
+      }
+      off -= (x.shape[d] - 1) * x.strides[d];
+      idx[static_cast<std::size_t>(d)] = 0;
+    }
+  }
+}
+
+Data read_data(const TensorView& x) {
+  check_dtype(x.dtype);
+  Data data;
+  data.dtype = x.dtype;
+  data.n = x.numel();
+  if (x.dtype == DType::kFloat32 && x.is_contiguous()) {
+    data.f = static_cast<const float*>(x.data);
+    return data;
+  }
+  if (x.dtype == DType::kFloat64 && x.is_contiguous()) {
+    data.d = static_cast<const double*>(x.data);
+    return data;
+  }
+  if (x.dtype == DType::kFloat64) {
+    data.d_own.resize(static_cast<std::size_t>(data.n));
+    const auto* p = static_cast<const double*>(x.data);
+    gather(x, [&](std::int64_t i, std::int64_t off) { data.d_own[static_cast<std::size_t>(i)] = p[off]; });
+    data.d = data.d_own.data();
+    return data;
+  }
+  data.f_own.resize(static_cast<std::size_t>(data.n));
+  float* out = data.f_own.data();
+  if (x.dtype == DType::kFloat32) {
+    const auto* p = static_cast<const float*>(x.data);
+    gather(x, [&](std::int64_t i, std::int64_t off) { out[i] = p[off]; });
+  } else {
+    const auto* p = static_cast<const std::uint16_t*>(x.data);
+    if (x.dtype == DType::kFloat16)
+      gather(x, [&](std::int64_t i, std::int64_t off) { out[i] = detail::half_bits_to_float(p[off]); });
+    else
+      gather(x, [&](std::int64_t i, std::int64_t off) { out[i] = detail::bfloat16_bits_to_float(p[off]); });
+  }
+  data.f = out;
+  return data;
+}
+
+// ---- grouped min / max (MinMax statistics) -------------------------------------------------------
+struct MinMaxAcc {
+  float lo = INFINITY, hi = -INFINITY;
+};
+
+struct MinMaxReducer {
+  using Acc = MinMaxAcc;
+  struct ThreadEnv {
+    ThreadEnv() {}  // no floating-point environment to set
+  };
+  detail::RowKernel kernel = detail::best_kernel(detail::KernelOp::kGroupMinMax, detail::WorkType::kF32);
+
+  // Runs the kernel per element over `rows` rows of n groups (acc interleaved {lo, hi}).
+  void per_element(Acc* acc, const float* x, std::int64_t x_row_stride, std::int64_t n, std::int64_t rows) const {
+    thread_local std::vector<float> lo, hi;
+    lo.resize(static_cast<std::size_t>(n));
+    hi.resize(static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j) lo[static_cast<std::size_t>(j)] = acc[j].lo, hi[static_cast<std::size_t>(j)] = acc[j].hi;
+    const std::int64_t tile = std::max<std::int64_t>(4, 1024 / std::max<std::int64_t>(n, 1));
+    for (std::int64_t r = 0; r < rows; r += tile) {
+      detail::GroupMinMaxParams p;
+      p.per_element = true;
+      p.rows = std::min(tile, rows - r);
+      p.x_row_stride = x_row_stride;
+      p.max_out = hi.data();
+      detail::RowArgs a;
+      a.in[0] = x + r * x_row_stride;
+      a.out = lo.data();
+      a.n = n;
+      kernel(&p, a);
+    }
+    for (std::int64_t j = 0; j < n; ++j) acc[j].lo = lo[static_cast<std::size_t>(j)], acc[j].hi = hi[static_cast<std::size_t>(j)];
+  }
+  void row(Acc* acc, std::int64_t group_stride, const float* x, const float*, std::int64_t, std::int64_t n) const {
+    if (group_stride == 0) {
+      detail::GroupMinMaxParams p;
+      p.max_out = &acc->hi;
+      detail::RowArgs a;
+      a.in[0] = x;
+      a.out = &acc->lo;
+      a.n = n;
+      kernel(&p, a);
+      return;
+    }
+    if (group_stride == 1) {
+      per_element(acc, x, 0, n, 1);
+      return;
+    }
+    for (std::int64_t j = 0; j < n; ++j) {
+      Acc& g = acc[j * group_stride];
+      g.lo = detail::group_min_fold(g.lo, x[j]);
+      g.hi = detail::group_max_fold_keep(g.hi, x[j]);
+    }
+  }
+  void rows(Acc* acc, std::int64_t group_stride, const float* x, std::int64_t x_row_stride, const float* aux, std::int64_t aux_stride,
+            std::int64_t n, std::int64_t nrows) const {
+    if (group_stride != 1) {
+      for (std::int64_t r = 0; r < nrows; ++r) row(acc, group_stride, x + r * x_row_stride, aux, aux_stride, n);
+      return;
+    }
+    per_element(acc, x, x_row_stride, n, nrows);
+  }
+  void merge(Acc& into, const Acc& from) const {
+    into.lo = detail::group_min_fold(into.lo, from.lo);
+    into.hi = detail::group_max_fold_keep(into.hi, from.hi);
+  }
+};
+
+// Per-element min and max of x (float32 data through the kernels, float64 by a plain loop).
+void grouped_min_max(const Data& data, const ReducedView& rv, std::vector<double>& mn, std::vector<double>& mx) {
+  const GroupedLayout L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
+  const std::int64_t g = L.num_groups;
+  mn.assign(static_cast<std::size_t>(g), INFINITY);
+  mx.assign(static_cast<std::size_t>(g), -INFINITY);
+  if (data.f) {
+    std::vector<MinMaxAcc> acc(static_cast<std::size_t>(g));
+    detail::grouped_reduce(data.f, nullptr, L, MinMaxReducer{}, acc.data());
+    for (std::int64_t i = 0; i < g; ++i) mn[static_cast<std::size_t>(i)] = acc[static_cast<std::size_t>(i)].lo, mx[static_cast<std::size_t>(i)] = acc[static_cast<std::size_t>(i)].hi;
+    return;
+  }
+  // float64: odometer over the layout.
+  std::array<std::int64_t, detail::kMaxGroupedRank> idx{};
+  std::int64_t go = 0;
+  for (std::int64_t i = 0; i < L.numel; ++i) {
+    const double v = data.d[i];
+    double& lo = mn[static_cast<std::size_t>(go)];
+    double& hi = mx[static_cast<std::size_t>(go)];
+    if (v < lo || std::isnan(v)) lo = std::isnan(lo) ? lo : v;
+    if (v > hi || std::isnan(v)) hi = std::isnan(hi) ? hi : v;
+    for (int d = L.rank - 1; d >= 0; --d) {
+      const auto ud = static_cast<std::size_t>(d);
+      if (++idx[ud] < L.shape[ud]) {
+        go += L.group_stride[ud];
+        break;
+      }
+      go -= (L.shape[ud] - 1) * L.group_stride[ud];
+      idx[ud] = 0;
+    }
+  }
+}
+
+// Element indices of encoding element k's slice, in C order (the histogram input).
+struct SliceIndex {
+  GroupedLayout L;
+  // For each group, the flat indices of its elements in C order.
+  std::vector<std::int64_t> offsets;  // group-major: group g's elements at [g * size, (g+1) * size)
+};
+SliceIndex slice_index(const ReducedView& rv, std::int64_t numel) {
+  SliceIndex s;
+  s.L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
+  const auto& L = s.L;
+  s.offsets.resize(static_cast<std::size_t>(numel));
+  std::vector<std::int64_t> fill(static_cast<std::size_t>(L.num_groups), 0);
+  std::array<std::int64_t, detail::kMaxGroupedRank> idx{};
+  std::int64_t go = 0;
+  for (std::int64_t i = 0; i < numel; ++i) {
+    s.offsets[static_cast<std::size_t>(go * L.group_size + fill[static_cast<std::size_t>(go)]++)] = i;
+    for (int d = L.rank - 1; d >= 0; --d) {
+      const auto ud = static_cast<std::size_t>(d);
+      if (++idx[ud] < L.shape[ud]) {
+        go += L.group_stride[ud];
+        break;
+      }
+      go -= (L.shape[ud] - 1) * L.group_stride[ud];
+      idx[ud] = 0;
+    }
+  }
+  return s;
+}
+
+EncodingRange make_range(DType dtype, const Dims& shape, std::int64_t n) {
+  EncodingRange r;
+  r.dtype = dtype;
+  r.shape = shape;
+  r.min.resize(static_cast<std::size_t>(n));
+  r.max.resize(static_cast<std::size_t>(n));
+  return r;
+}
+
+void check_num_steps(double num_steps) {
+  if (!(num_steps > 0)) fail(ErrorKind::kValue, "The number of quantization bins cannot be less than or equal to 0.");
+}
+
+}  // namespace
+
+// ================================================================================================
+// MinMax
+// ================================================================================================
+MinMaxEncodingAnalyzer::MinMaxEncodingAnalyzer(AnalyzerShape shape) : shape_(std::move(shape)) {}
+
+MinMaxEncodingAnalyzer::State MinMaxEncodingAnalyzer::batch_stats(const TensorView& x) const {
+  check_dtype(x.dtype);
+  const ReducedView rv = reduced_view(x.shape, shape_, false);
+  const Data data = read_data(x);
+  State s;
+  s.dtype = x.dtype;
+  grouped_min_max(data, rv, s.min, s.max);
+  return s;
+}
+
+namespace {
+// torch.minimum / maximum of the running statistics with a batch's: the result in the promoted
+// dtype, NaN propagating, ties keeping the running value.
+void fold_min_max(MinMaxEncodingAnalyzer::State& into, const MinMaxEncodingAnalyzer::State& from) {
+  for (std::size_t i = 0; i < into.min.size(); ++i) {
+    const double a = into.min[i], b = from.min[i];
+    into.min[i] = (std::isnan(a) || std::isnan(b)) ? NAN : (b < a ? b : a);
+    const double c = into.max[i], d = from.max[i];
+    into.max[i] = (std::isnan(c) || std::isnan(d)) ? NAN : (d > c ? d : c);
+  }
+  into.dtype = promote(into.dtype, from.dtype);
+}
+}  // namespace
+
+void MinMaxEncodingAnalyzer::update_stats(const TensorView& x) {
+  State s = batch_stats(x);
+  if (!has_stats()) {
+    state_ = std::move(s);
+    return;
+  }
+  fold_min_max(state_, s);
+}
+
+void MinMaxEncodingAnalyzer::merge(const MinMaxEncodingAnalyzer& other) {
+  if (!(other.shape_.shape == shape_.shape)) fail(ErrorKind::kValue, "merge: the analyzers' shapes differ");
+  if (!other.has_stats()) return;
+  if (!has_stats()) {
+    state_ = other.state_;
+    return;
+  }
+  fold_min_max(state_, other.state_);
+}
+
+void MinMaxEncodingAnalyzer::set_state(State state) {
+  if (!state.min.empty() || !state.max.empty()) {
+    check_dtype(state.dtype);
+    const auto n = static_cast<std::size_t>(shape_.shape.numel());
+    if (state.min.size() != n || state.max.size() != n)
+      fail(ErrorKind::kValue, "state: min and max must have " + std::to_string(n) + " values (the analyzer's shape)");
+  }
+  state_ = std::move(state);
+}
+
+namespace {
+// MinMaxEncodingAnalyzer.compute_encodings_from_stats, per element (T = the statistics' dtype,
+// P = T promoted with float32):
+//   mwz = clamp(min, max=0), xwz = clamp(max, min=0)                          (T; -0 and NaN kept)
+//   diff = (xwz - mwz) / N                                                     (T)
+//   adj = min_scale * (diff < min_scale)                                       (float32: a Python
+//                                                           float times a bool tensor)
+//   symmetric:  max' = xwz + f32(floor(N/2) * adj), min' = mwz - f32(ceil(N/2) * adj)   (P)
+//               delta = maximum(max' / (floor(N/2) + [N == 3]), -min' / ceil(N/2))    (P)
+//               min' = -ceil(N/2) * delta, max' = floor(N/2) * delta                   (P)
+//   asymmetric: max' = xwz + f32(N * adj), min' = mwz                          (P, T)
+//   max = clamp(max', max=finfo(T).max) -> T, min = clamp(min', min=finfo(T).min) -> T
+void minmax_encoding(DType t, double mn, double mx, double n, bool symmetric, double& out_min, double& out_max) {
+  const DType p = promote(t, DType::kFloat32);
+  const double ms = minimum_scale(n);
+  const double mwz = mn > 0 ? 0.0 : mn;
+  const double xwz = mx < 0 ? 0.0 : mx;
+  const double diff = op_in(t, op_in(t, xwz - mwz) / op_in(t == DType::kFloat64 ? t : DType::kFloat32, n));
+  const double adj = diff < round_to(t, ms) ? f32(ms) : 0.0;
+  double umin, umax;
+  if (symmetric) {
+    const double pos = std::floor(n / 2), neg = std::ceil(n / 2);
+    umax = op_in(p, xwz + f32(f32(pos) * adj));
+    umin = op_in(p, mwz - f32(f32(neg) * adj));
+    const double den = pos + (n == 3 ? 1 : 0);
+    const double a = op_in(p, umax / round_to(p, den));
+    const double b = op_in(p, -umin / round_to(p, neg));
+    const double delta = torch_maximum(a, b);
+    umin = op_in(p, round_to(p, -neg) * delta);
+    umax = op_in(p, round_to(p, pos) * delta);
+  } else {
+    umax = op_in(p, xwz + f32(f32(n) * adj));
+    umin = mwz;
+  }
+  const double fmax = finfo_max(t);
+  out_max = round_to(t, std::isnan(umax) ? umax : std::min(umax, round_to(p, fmax)));
+  out_min = round_to(t, std::isnan(umin) ? umin : std::max(umin, -round_to(p, fmax)));
+}
+}  // namespace
+
+EncodingRange MinMaxEncodingAnalyzer::compute_encodings(double num_steps, bool is_symmetric) const {
+  check_num_steps(num_steps);
+  if (!has_stats()) throw StatisticsNotFoundError();
+  const auto n = static_cast<std::int64_t>(state_.min.size());
+  EncodingRange r = make_range(state_.dtype, shape_.shape, n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    minmax_encoding(state_.dtype, state_.min[u], state_.max[u], num_steps, is_symmetric, r.min[u], r.max[u]);
+  }
+  return r;
+}
+
+EncodingRange MinMaxEncodingAnalyzer::compute_dynamic_encodings(const TensorView& x, double num_steps, bool is_symmetric) const {
+  MinMaxEncodingAnalyzer batch(shape_);
+  batch.state_ = batch_stats(x);
+  return batch.compute_encodings(num_steps, is_symmetric);
+}
+
+// ================================================================================================
+// Histograms
+// ================================================================================================
+HistogramEncodingAnalyzer::HistogramEncodingAnalyzer(AnalyzerShape shape, HistogramOptions options)
+    : shape_(std::move(shape)), options_(options) {
+  if (options_.num_bins <= 0) fail(ErrorKind::kValue, "Number of bins cannot be less than or equal to 0.");
+  if (!(options_.growth_limit >= 1.0)) {
+    std::ostringstream os;
+    os << "Growth limit must be at least 1.0. Got " << options_.growth_limit;
+    fail(ErrorKind::kRuntime, os.str());
+  }
+}
+
+namespace {
+
+// _create_bin_edges: [lo, hi] (in dtype t; lo == hi widened by 0.5 in t), edges
+// f32(f32(i * step) + lo) with step = f32((hi - lo) / bins), all float32.
+void create_edges(DType t, double lo, double hi, std::int64_t bins, float* edges) {
+  if (lo == hi) {
+    lo = op_in(t, lo - 0.5);
+    hi = op_in(t, hi + 0.5);
+  }
+  const float l = static_cast<float>(lo), h = static_cast<float>(hi);
+  const float step = (h - l) / static_cast<float>(bins);
+  for (std::int64_t i = 0; i <= bins; ++i) edges[i] = static_cast<float>(i) * step + l;
+}
+
+// Finite min / max of a slice (+inf / -inf when it has none): torch.where(isfinite, x, +-inf).
+void finite_min_max(const Data& d, const std::int64_t* idx, std::int64_t n, double& mn, double& mx) {
+  mn = INFINITY;
+  mx = -INFINITY;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = d.at(idx ? idx[i] : i);
+    if (!std::isfinite(v)) continue;
+    if (v < mn) mn = v;
+    if (v > mx) mx = v;
+  }
+}
+
+// Counts of one histogram over [lo, hi] (torch.histc of the float32 data) plus the values below
+// `below` / above `above` (compared in the data's dtype) into the end bins; float32 counts.
+void bin_slice(const Data& d, const std::int64_t* idx, std::int64_t n, std::int64_t bins, double lo, double hi, double below,
+               double above, std::vector<float>& xs, float* counts_out) {
+  xs.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) xs[static_cast<std::size_t>(i)] = static_cast<float>(d.at(idx ? idx[i] : i));
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(bins), 0);
+  detail::torch_histc_f32(xs, bins, lo, hi, counts.data());
+  std::int64_t n_below = 0, n_above = 0;
+  const double b = round_to(d.dtype, below), a = round_to(d.dtype, above);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = d.at(idx ? idx[i] : i);
+    n_below += v < b;
+    n_above += v > a;
+  }
+  for (std::int64_t k = 0; k < bins; ++k) counts_out[k] = static_cast<float>(counts[static_cast<std::size_t>(k)]);
+  counts_out[0] = counts_out[0] + static_cast<float>(n_below);
+  counts_out[bins - 1] = counts_out[bins - 1] + static_cast<float>(n_above);
+}
+
+}  // namespace
+
+HistogramState HistogramEncodingAnalyzer::batch_stats(const TensorView& x) const {
+  check_dtype(x.dtype);
+  const ReducedView rv = reduced_view(x.shape, shape_, true);
+  const Data data = read_data(x);
+  const SliceIndex si = slice_index(rv, data.n);
+  const std::int64_t h = si.L.num_groups, size = si.L.group_size, bins = options_.num_bins;
+  HistogramState s;
+  s.dtype = x.dtype;
+  s.num_bins = bins;
+  s.counts.assign(static_cast<std::size_t>(h * bins), 0.0f);
+  s.edges.assign(static_cast<std::size_t>(h * (bins + 1)), 0.0f);
+  s.min.resize(static_cast<std::size_t>(h));
+  s.max.resize(static_cast<std::size_t>(h));
+  std::vector<float> xs;
+  for (std::int64_t k = 0; k < h; ++k) {
+    const std::int64_t* idx = si.offsets.data() + k * size;
+    double mn, mx;
+    finite_min_max(data, idx, size, mn, mx);
+    float* edges = s.edges.data() + k * (bins + 1);
+    create_edges(data.dtype, mn, mx, bins, edges);
+    bin_slice(data, idx, size, bins, edges[0], edges[bins], edges[0], edges[bins], xs, s.counts.data() + k * bins);
+    s.min[static_cast<std::size_t>(k)] = mn;
+    s.max[static_cast<std::size_t>(k)] = mx;
+  }
+  // The growth limits AIMET fixes at the first batch: lo - range * g / 2, hi + range * g / 2 (f32).
+  s.limit_lo.resize(static_cast<std::size_t>(h));
+  s.limit_hi.resize(static_cast<std::size_t>(h));
+  const float g = static_cast<float>(options_.growth_limit);
+  for (std::int64_t k = 0; k < h; ++k) {
+    const float lo = s.edges[static_cast<std::size_t>(k * (bins + 1))], hi = s.edges[static_cast<std::size_t>(k * (bins + 1) + bins)];
+    const float range = hi - lo;
+    const float half = (range * g) / 2.0f;
+    s.limit_lo[static_cast<std::size_t>(k)] = lo - half;
+    s.limit_hi[static_cast<std::size_t>(k)] = hi + half;
+  }
+  return s;
+}
+
+namespace {
+
+// One histogram of AIMET's merge_stats: grows [min, max] to the batch's (clamped to the limits),
+// re-binning the counts when it grew, then bins `xs` (the batch's data for this histogram) over the
+// new range. W = the working dtype (float32, or float64 for a float64 batch).
+void merge_histogram(DType batch_dtype, double new_min, double new_max, std::int64_t bins, float* counts, float* edges, double& cur_min,
+                     double& cur_max, float limit_lo, float limit_hi, const Data& d, const std::int64_t* idx, std::int64_t n,
+                     const float* other_counts, const float* other_edges, std::vector<float>& xs) {
+  const DType w = batch_dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  auto rw = [&](double v) { return round_to(w, v); };
+  auto clamp_t = [](double x, double lo, double hi) {
+    if (std::isnan(lo) || std::isnan(hi)) return static_cast<double>(NAN);
+    const double r = x < lo ? lo : x;
+    return hi < r ? hi : r;
+  };
+  const double umin = clamp_t(new_min, limit_lo, edges[0]);
+  const double umax = clamp_t(new_max, edges[bins], limit_hi);
+  std::vector<float> updates(static_cast<std::size_t>(bins), 0.0f);
+  if (umin == cur_min && umax == cur_max) {
+    std::copy(counts, counts + bins, updates.begin());
+  } else {
+    if (w == DType::kFloat64) fail(ErrorKind::kRuntime, "index_add_(): self (Float) and source (Double) must have the same scalar type");
+    const double dest_w = rw(rw(umax - umin) / static_cast<double>(static_cast<float>(bins)));
+    const float src_w = edges[1] - edges[0];
+    const float umin32 = static_cast<float>(umin), dw32 = static_cast<float>(dest_w);
+    auto bin_num = [&](float start) {
+      const float q = (start - umin32) / dw32;
+      // int32 conversion as x86 does it (out of range / NaN: INT32_MIN), then min(., bins - 1).
+      std::int64_t i = (std::isnan(q) || q >= 2147483648.0f || q < -2147483648.0f) ? std::int64_t{INT32_MIN} : static_cast<std::int32_t>(q);
+      i = std::min<std::int64_t>(i, bins - 1);
+      if (i < 0) fail(ErrorKind::kRuntime, "index out of range in self");
+      return i;
+    };
+    std::vector<double> dest_upd(static_cast<std::size_t>(bins));
+    std::vector<std::int64_t> dest_idx(static_cast<std::size_t>(bins));
+    for (std::int64_t j = 0; j < bins; ++j) {
+      const float a = edges[j];
+      const std::int64_t k = bin_num(a);
+      const double dest_end = rw(umin + rw(dest_w * static_cast<double>(k + 1)));
+      const double split = round_half_even(rw(rw(rw(dest_end - a) / src_w) * counts[j]));
+      dest_idx[static_cast<std::size_t>(j)] = k;
+      dest_upd[static_cast<std::size_t>(j)] = torch_minimum(split, counts[j]);
+    }
+    for (std::int64_t j = 0; j < bins; ++j)
+      updates[static_cast<std::size_t>(dest_idx[static_cast<std::size_t>(j)])] += static_cast<float>(dest_upd[static_cast<std::size_t>(j)]);
+    for (std::int64_t j = 0; j < bins; ++j) {
+      if (!(dest_upd[static_cast<std::size_t>(j)] < counts[j])) continue;
+      const std::int64_t k = bin_num(edges[j] + dw32);
+      updates[static_cast<std::size_t>(k)] += static_cast<float>(rw(counts[j] - dest_upd[static_cast<std::size_t>(j)]));
+    }
+  }
+  std::vector<float> fresh(static_cast<std::size_t>(bins), 0.0f);
+  if (other_counts == nullptr) {
+    bin_slice(d, idx, n, bins, umin, umax, umin, umax, xs, fresh.data());
+  } else {
+    // Another analyzer's histogram as the batch: its counts moved into [umin, umax] by the same
+    // proportional split (exact when its edges are the new edges).
+    const float dw32 = static_cast<float>(rw(rw(umax - umin) / static_cast<double>(static_cast<float>(bins))));
+    std::vector<float> new_edges(static_cast<std::size_t>(bins + 1));
+    create_edges(w, umin, umax, bins, new_edges.data());
+    if (std::equal(new_edges.begin(), new_edges.end(), other_edges)) {
+      std::copy(other_counts, other_counts + bins, fresh.begin());
+    } else {
+      const float src_w = other_edges[1] - other_edges[0];
+      const float umin32 = static_cast<float>(umin);
+      for (std::int64_t j = 0; j < bins; ++j) {
+        const float a = other_edges[j];
+        const float q = (a - umin32) / dw32;
+        const std::int64_t k = std::clamp<std::int64_t>(static_cast<std::int64_t>(q), 0, bins - 1);
+        const double dest_end = rw(umin + rw(static_cast<double>(dw32) * static_cast<double>(k + 1)));
+        const double split = round_half_even(rw(rw(rw(dest_end - a) / src_w) * other_counts[j]));
+        const double du = std::min<double>(split, other_counts[j]);
+        fresh[static_cast<std::size_t>(k)] += static_cast<float>(du);
+        if (du < other_counts[j]) {
+          const std::int64_t k2 = std::clamp<std::int64_t>(static_cast<std::int64_t>(((a + dw32) - umin32) / dw32), 0, bins - 1);
+          fresh[static_cast<std::size_t>(k2)] += static_cast<float>(other_counts[j] - du);
+        }
+      }
+    }
+  }
+  for (std::int64_t k = 0; k < bins; ++k) counts[k] = fresh[static_cast<std::size_t>(k)] + updates[static_cast<std::size_t>(k)];
+  create_edges(w, umin, umax, bins, edges);
+  cur_min = umin;
+  cur_max = umax;
+}
+
+}  // namespace
+
+void HistogramEncodingAnalyzer::update_stats(const TensorView& x) {
+  HistogramState batch = batch_stats(x);  // validates and raises AIMET's errors for every batch
+  if (!has_stats()) {
+    state_ = std::move(batch);
+    return;
+  }
+  const Data data = read_data(x);
+  const std::int64_t h = static_cast<std::int64_t>(state_.min.size()), bins = options_.num_bins;
+  const std::int64_t chunk = data.n / h;  // AIMET: reshape(x, (num_histograms, -1))
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(chunk));
+  std::vector<float> xs;
+  for (std::int64_t k = 0; k < h; ++k) {
+    for (std::int64_t i = 0; i < chunk; ++i) idx[static_cast<std::size_t>(i)] = k * chunk + i;
+    const auto u = static_cast<std::size_t>(k);
+    merge_histogram(x.dtype, batch.min[u], batch.max[u], bins, state_.counts.data() + k * bins, state_.edges.data() + k * (bins + 1),
+                    state_.min[u], state_.max[u], state_.limit_lo[u], state_.limit_hi[u], data, idx.data(), chunk, nullptr, nullptr, xs);
+  }
+  state_.dtype = x.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+}
+
+void HistogramEncodingAnalyzer::merge(const HistogramEncodingAnalyzer& other) {
+  if (!(other.shape_.shape == shape_.shape) || other.options_.num_bins != options_.num_bins)
+    fail(ErrorKind::kValue, "merge: the analyzers' shapes or bin counts differ");
+  if (!other.has_stats()) return;
+  if (!has_stats()) {
+    state_ = other.state_;
+    return;
+  }
+  const std::int64_t h = static_cast<std::int64_t>(state_.min.size()), bins = options_.num_bins;
+  const Data none;
+  std::vector<float> xs;
+  for (std::int64_t k = 0; k < h; ++k) {
+    const auto u = static_cast<std::size_t>(k);
+    merge_histogram(other.state_.dtype, other.state_.min[u], other.state_.max[u], bins, state_.counts.data() + k * bins,
+                    state_.edges.data() + k * (bins + 1), state_.min[u], state_.max[u], state_.limit_lo[u], state_.limit_hi[u], none,
+                    nullptr, 0, other.state_.counts.data() + k * bins, other.state_.edges.data() + k * (bins + 1), xs);
+  }
+  state_.dtype = other.state_.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+}
+
+void HistogramEncodingAnalyzer::set_state(HistogramState s) {
+  if (!s.empty()) {
+    check_dtype(s.dtype);
+    const auto h = static_cast<std::size_t>(shape_.shape.numel());
+    const auto b = static_cast<std::size_t>(options_.num_bins);
+    if (s.num_bins != options_.num_bins || s.min.size() != h || s.max.size() != h || s.counts.size() != h * b ||
+        s.edges.size() != h * (b + 1) || s.limit_lo.size() != h || s.limit_hi.size() != h)
+      fail(ErrorKind::kValue, "state: sizes do not match the analyzer's shape and num_bins");
+  }
+  state_ = std::move(s);
+}
+
+EncodingRange HistogramEncodingAnalyzer::compute_from(const HistogramState& s, double num_steps, bool is_symmetric) const {
+  return compute_from_stats(s, num_steps, is_symmetric);
+}
+
+EncodingRange HistogramEncodingAnalyzer::compute_dynamic_encodings(const TensorView& x, double num_steps, bool is_symmetric) const {
+  return compute_from_stats(batch_stats(x), num_steps, is_symmetric);
+}
+
+// ================================================================================================
+// Percentile
+// ================================================================================================
+PercentileEncodingAnalyzer::PercentileEncodingAnalyzer(AnalyzerShape shape, std::int64_t num_bins, double percentile)
+    : HistogramEncodingAnalyzer(std::move(shape), HistogramOptions{num_bins, std::numeric_limits<double>::infinity()}) {
+  set_percentile(percentile);
+}
+
+void PercentileEncodingAnalyzer::set_percentile(double percentile) {
+  if (!(percentile >= 50 && percentile <= 100)) fail(ErrorKind::kValue, "Percentile value must be within 50-100 range");
+  percentile_ = percentile;
+}
+
+EncodingRange PercentileEncodingAnalyzer::compute_encodings(double num_steps, bool is_symmetric) const {
+  check_num_steps(num_steps);
+  if (!has_stats()) throw StatisticsNotFoundError();
+  return compute_from_stats(state(), num_steps, is_symmetric);
+}
+
+namespace {
+// adjust_min_max on float32 scalars (0-d tensors: torch's scalar loops, so ties keep the first
+// operand): include 0, clamp finite, widen narrow ranges, symmetric grid.
+void adjust_min_max(double cmin, double cmax, double n, bool symmetric, double& out_min, double& out_max) {
+  const double ms = minimum_scale(n);
+  cmin = (std::isnan(cmin)) ? cmin : (0.0 < cmin ? 0.0 : cmin);
+  cmax = (std::isnan(cmax)) ? cmax : (cmax < 0.0 ? 0.0 : cmax);
+  cmin = torch_clamp(cmin, -FLT_MAX, 0.0);
+  cmax = torch_clamp(cmax, 0.0, FLT_MAX);
+  const double thr = f32(f32(cmax - cmin) / f32(n));
+  if (thr < f32(ms)) {
+    if (symmetric) {
+      cmin = f32(cmin - f32(ms * std::ceil(n / 2)));
+      cmax = f32(cmax + f32(ms * std::floor(n / 2)));
+    } else {
+      cmax = f32(cmax + f32(ms * n));
+    }
+  }
+  if (symmetric) {
+    const double pos = std::floor(n / 2), neg = std::ceil(n / 2);
+    const double a = f32(cmax / f32(pos)), b = f32(-cmin / f32(neg));
+    const double delta = b > a ? b : a;  // Python's max(a, b)
+    cmin = f32(f32(-neg) * delta);
+    cmax = f32(f32(pos) * delta);
+  }
+  out_min = cmin;
+  out_max = cmax;
+}
+}  // namespace
+
+EncodingRange PercentileEncodingAnalyzer::compute_from_stats(const HistogramState& s, double num_steps, bool is_symmetric) const {
+  check_num_steps(num_steps);
+  if (s.empty()) throw StatisticsNotFoundError();
+  const std::int64_t h = static_cast<std::int64_t>(s.min.size()), bins = s.num_bins;
+  EncodingRange r = make_range(s.dtype, shape().shape, h);
+  std::vector<float> cum(static_cast<std::size_t>(bins));
+  const double p = percentile_;
+  for (std::int64_t k = 0; k < h; ++k) {
+    const float* c = s.counts.data() + k * bins;
+    const float* e = s.edges.data() + k * (bins + 1);
+    double run = 0;  // torch's cumsum accumulates in double, rounding each output to float32
+    for (std::int64_t i = 0; i < bins; ++i) {
+      run += c[i];
+      cum[static_cast<std::size_t>(i)] = static_cast<float>(run);
+    }
+    std::int64_t min_index = 0, max_index = bins;
+    if (p != 100) {
+      const float total = cum[static_cast<std::size_t>(bins - 1)];
+      const float t_max = (total * static_cast<float>(p)) / 100.0f;
+      const float t_min = total * static_cast<float>(1 - p / 100);
+      auto left = [&](float t) { return std::lower_bound(cum.begin(), cum.end(), t) - cum.begin(); };
+      max_index = left(t_max);
+      min_index = left(t_min);
+    }
+    double mn, mx;
+    adjust_min_max(e[min_index], e[max_index], num_steps, is_symmetric, mn, mx);
+    r.min[static_cast<std::size_t>(k)] = round_to(s.dtype, mn);
+    r.max[static_cast<std::size_t>(k)] = round_to(s.dtype, mx);
+  }
+  return r;
+}
+
+// ================================================================================================
+// SQNR
+// ================================================================================================
+SqnrOptions tf_enhanced_options(int torch_sum_lanes) {
+  SqnrOptions o;
+  o.num_bins = 512;
+  o.asymmetric_delta_candidates = 17;
+  o.symmetric_delta_candidates = 101;
+  o.offset_candidates = 21;
+  o.gamma = 3.0;
+  o.histogram_growth_limit = 3.0;
+  o.torch_sum_lanes = torch_sum_lanes;
+  return o;
+}
+
+SqnrEncodingAnalyzer::SqnrEncodingAnalyzer(AnalyzerShape shape, SqnrOptions options)
+    : HistogramEncodingAnalyzer(std::move(shape), HistogramOptions{options.num_bins, options.histogram_growth_limit}), sqnr_(options) {
+  if (sqnr_.torch_sum_lanes != 8 && sqnr_.torch_sum_lanes != 16)
+    fail(ErrorKind::kValue, "torch_sum_lanes: must be 8 (AVX2) or 16 (AVX-512), got " + std::to_string(sqnr_.torch_sum_lanes));
+}
+
+EncodingRange SqnrEncodingAnalyzer::compute_encodings(double num_steps, bool is_symmetric) const {
+  if (!has_stats()) throw StatisticsNotFoundError();
+  check_num_steps(num_steps);
+  return compute_from_stats(state(), num_steps, is_symmetric);
+}
+
+namespace {
+
+// torch.arange(start, end, step, dtype=float32) on the CPU: length ceil((end - start) / step) in
+// double; element i = f32(start + step * i) (double), except that runs of 2 vectors use
+// Vectorized::arange: element j of a vector based at i is f32(f32(start + step * i) + j * step).
+std::vector<float> torch_arange_f32(double start, double end, double step, int lanes) {
+  const double size_d = std::ceil((end - start) / step);
+  const auto n = static_cast<std::int64_t>(size_d);
+  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
+  std::int64_t i = 0;
+  for (; i + 2 * lanes <= n; i += lanes) {
+    const float base = static_cast<float>(start + step * static_cast<double>(i));
+    for (int j = 0; j < lanes; ++j) out[static_cast<std::size_t>(i + j)] = static_cast<float>(static_cast<double>(base) + j * step);
+  }
+  for (; i < n; ++i) out[static_cast<std::size_t>(i)] = static_cast<float>(start + step * static_cast<double>(i));
+  return out;
+}
+
+// The estimated noise of one histogram for each (delta, offset) candidate, and the first minimum.
+// W is float (float32 candidates) or double (asymmetric candidates of float64 statistics).
+template <class W>
+std::int64_t best_candidate(const float* counts, const float* edges, std::int64_t bins, const std::vector<W>& deltas,
+                            const std::vector<W>& offsets, double n, double gamma, int lanes) {
+  // Midpoints: (e0 + hd / 2) + hd * b, hd = e1 - e0 (float32), the last product and sum in W.
+  const float hd = edges[1] - edges[0];
+  const float base = edges[0] + hd / 2.0f;
+  std::vector<W> mid(static_cast<std::size_t>(bins)), err(static_cast<std::size_t>(bins));
+  for (std::int64_t b = 0; b < bins; ++b) mid[static_cast<std::size_t>(b)] = static_cast<W>(base) + static_cast<W>(static_cast<W>(hd) * static_cast<W>(b));
+  const W wn = static_cast<W>(n), wg = static_cast<W>(gamma);
+  const bool use_gamma = gamma != 1.0;
+  const int w_lanes = sizeof(W) == 8 ? lanes / 2 : lanes;
+  std::int64_t best = 0;
+  W best_noise = 0;
+  for (std::size_t c = 0; c < deltas.size(); ++c) {
+    const W delta = deltas[c], off = offsets[c];
+    for (std::int64_t b = 0; b < bins; ++b) {
+      const W m = mid[static_cast<std::size_t>(b)];
+      const W t = m / delta;
+      W q = static_cast<W>(t - off);
+      q = rint_even(q);
+      const bool clipped = q < 0 || q > wn;
+      if (!std::isnan(q)) q = q < 0 ? W(0) : (wn < q ? wn : q);
+      W e = static_cast<W>(q + off);
+      e = static_cast<W>(e * delta);
+      e = static_cast<W>(e - m);
+      e = std::fabs(e);
+      e = static_cast<W>(e * e);
+      e = static_cast<W>(e * static_cast<W>(counts[b]));
+      if (use_gamma && clipped) e = static_cast<W>(e * wg);
+      err[static_cast<std::size_t>(b)] = e;
+    }
+    const W noise = detail::torch_sum_row(err.data(), bins, w_lanes);
+    if (c == 0 || (!std::isnan(best_noise) && (std::isnan(noise) || noise < best_noise))) {
+      best = static_cast<std::int64_t>(c);
+      best_noise = noise;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+// _LpNormEncodingAnalyzer.compute_encodings_from_stats with p = 2 (see the header comment).
+EncodingRange SqnrEncodingAnalyzer::compute_from_stats(const HistogramState& s, double n, bool is_symmetric) const {
+  if (s.empty()) throw StatisticsNotFoundError();
+  check_num_steps(n);
+  const DType t = s.dtype;
+  const std::int64_t h = static_cast<std::int64_t>(s.min.size()), bins = s.num_bins;
+  const double ms = minimum_scale(n);
+  const int lanes = sqnr_.torch_sum_lanes;
+  EncodingRange r = make_range(t, shape().shape, h);
+  const DType w = promote(t, DType::kFloat32);
+  for (std::int64_t k = 0; k < h; ++k) {
+    const auto u = static_cast<std::size_t>(k);
+    // min_v = minimum(min, 0), max_v = maximum(max, 0), max_v = maximum(max_v, min_v + ms * N) (T)
+    const double min_v = torch_minimum(s.min[u], 0.0);
+    double max_v = torch_maximum(s.max[u], 0.0);
+    max_v = torch_maximum(max_v, op_in(t, min_v + (t == DType::kFloat64 ? ms * n : f32(ms * n))));
+    const float* counts = s.counts.data() + k * bins;
+    const float* edges = s.edges.data() + k * (bins + 1);
+    double best_delta, best_offset;
+    if (is_symmetric) {
+      // delta_max = 2 * f32(maximum(max_v, -min_v)) / N; deltas f32(f32(delta_max * k) / (D - 1)),
+      // at least min_scale; one offset floor(-N / 2).
+      const double mm = round_to(DType::kFloat32, torch_maximum(max_v, -min_v));
+      const float dmax = static_cast<float>(f32(2.0 * mm) / f32(n));
+      const std::int64_t nd = sqnr_.symmetric_delta_candidates;
+      std::vector<float> deltas(static_cast<std::size_t>(nd)), offsets(static_cast<std::size_t>(nd));
+      const float off = static_cast<float>(std::floor(-n / 2));
+      for (std::int64_t i = 0; i < nd; ++i) {
+        float d = (dmax * static_cast<float>(i + 1)) / static_cast<float>(nd - 1);
+        d = static_cast<float>(torch_maximum(d, f32(ms)));
+        deltas[static_cast<std::size_t>(i)] = d;
+        offsets[static_cast<std::size_t>(i)] = off;
+      }
+      const std::int64_t c = best_candidate<float>(counts, edges, bins, deltas, offsets, n, sqnr_.gamma, lanes);
+      best_delta = deltas[static_cast<std::size_t>(c)];
+      best_offset = off;
+      const double mn = f32(best_offset * best_delta);
+      r.min[u] = round_to(t, mn);
+      r.max[u] = round_to(t, f32(mn + f32(f32(n) * best_delta)));
+      continue;
+    }
+    // Asymmetric candidates.
+    auto rw = [&](double v) { return round_to(w, v); };
+    const double md = f32(f32(op_in(t, max_v - min_v)) / f32(n));
+    const double obs_off = round_half_even(rw(min_v / md));
+    const double obs_min = rw(md * obs_off);
+    const double obs_max = rw(obs_min + f32(md * f32(n)));
+    const std::int64_t na = sqnr_.asymmetric_delta_candidates;
+    std::vector<double> test_deltas(static_cast<std::size_t>(na));
+    for (std::int64_t i = 0; i < na; ++i) test_deltas[static_cast<std::size_t>(i)] = f32(f32(md * f32(static_cast<double>(i + 1))) / f32(static_cast<double>(na - 1)));
+    const double num_offsets = std::min(n + 2, static_cast<double>(sqnr_.offset_candidates));
+    const double step = n / (num_offsets - 2);
+    const std::vector<float> grid = torch_arange_f32(-n, step, step, lanes);
+    std::vector<double> test_offsets;
+    for (float g : grid) test_offsets.push_back(round_half_even(g));
+    test_offsets.push_back(obs_off);
+    const std::size_t nc = test_deltas.size() * test_offsets.size();
+    std::vector<double> cd(nc), co(nc);
+    for (std::size_t a = 0; a < test_deltas.size(); ++a) {
+      for (std::size_t o = 0; o < test_offsets.size(); ++o) {
+        const double delta = test_deltas[a];
+        double tmin = rw(delta * test_offsets[o]);
+        double tmax = rw(tmin + f32(delta * f32(n)));
+        tmin = torch_maximum(obs_min, tmin);
+        tmax = torch_minimum(obs_max, tmax);
+        double d2 = rw(rw(tmax - tmin) / rw(n));
+        d2 = torch_maximum(d2, rw(ms));  // torch.tensor([min_scale], dtype=W)
+        cd[a * test_offsets.size() + o] = d2;
+        co[a * test_offsets.size() + o] = round_half_even(rw(tmin / d2));
+      }
+    }
+    std::int64_t c;
+    if (w == DType::kFloat64) {
+      c = best_candidate<double>(counts, edges, bins, cd, co, n, sqnr_.gamma, lanes);
+    } else {
+      std::vector<float> fd(cd.begin(), cd.end()), fo(co.begin(), co.end());
+      c = best_candidate<float>(counts, edges, bins, fd, fo, n, sqnr_.gamma, lanes);
+    }
+    best_delta = cd[static_cast<std::size_t>(c)];
+    best_offset = co[static_cast<std::size_t>(c)];
+    const double mn = rw(best_offset * best_delta);
+    r.min[u] = round_to(t, mn);
+    r.max[u] = round_to(t, rw(mn + rw(rw(n) * best_delta)));
+  }
+  return r;
+}
+
+}  // namespace polyquant::aimet
