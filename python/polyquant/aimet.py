@@ -22,6 +22,7 @@ Every number is computed by polyquant's C++ core; this module maps AIMET's argum
 
 from __future__ import annotations
 
+import math
 import numbers
 from itertools import chain, repeat
 from typing import Any, Optional, Sequence, Tuple
@@ -46,13 +47,11 @@ _FLOAT_NAMES = ("float16", "float32", "float64", "bfloat16")
 
 # ---- arguments ---------------------------------------------------------------------------------
 def _derive_qmin_qmax(*, bitwidth=None, num_steps=None, signed):
+    # aimet-torch's own arithmetic (Python's math.ceil / floor of a true division)
     if bitwidth is not None:
         num_steps = 2**bitwidth - 1
     if signed:
-        # -ceil(n / 2), floor(n / 2) as Python computes them (exact for ints, float for floats)
-        return -(-num_steps // 2) if isinstance(num_steps, int) else -np.ceil(num_steps / 2).item(), (
-            num_steps // 2 if isinstance(num_steps, int) else float(np.floor(num_steps / 2))
-        )
+        return -math.ceil(num_steps / 2), math.floor(num_steps / 2)
     return 0, num_steps
 
 

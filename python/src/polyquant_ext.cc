@@ -686,6 +686,7 @@ int dtype_code(const std::string& name) {
   return -1;
 }
 
+void bind_aimet_analyzers(nb::module_& m);  // aimet_analyzers_ext.cc
 
 NB_MODULE(_polyquant_ext, m) {
   m.doc() = "polyquant's compiled core (private; use polyquant.qonnx)";
@@ -702,6 +703,7 @@ NB_MODULE(_polyquant_ext, m) {
                       e.what());
     }
   });
+  bind_aimet_analyzers(m);
 
   // Tensor arguments: numpy arrays only (polyquant.qonnx converts everything else first).
   auto tensor = [](const char* name) { return nb::arg(name).noconvert(); };

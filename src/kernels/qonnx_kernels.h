@@ -18,8 +18,9 @@ enum class KernelOp : std::uint8_t {
   kGroupMax, kProductSums,                                     // grouped reductions (reduce_kernels.h)
   kQuantizeLinear, kDequantizeLinear,                          // linear Q / DQ (qdq_kernels.h)
   kAffine, kFakeQuantize, kAffineGrad,                         // AIMET (affine_kernels.h)
+  kGroupMinMax,                                                // AIMET MinMax statistics (reduce_kernels.h)
 };
-inline constexpr int kNumKernelOps = 16;
+inline constexpr int kNumKernelOps = 17;
 
 // Working precision of a kernel; operands arrive converted to it.
 enum class WorkType : std::uint8_t { kF16, kF32, kF64 };

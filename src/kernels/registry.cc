@@ -43,6 +43,7 @@ constexpr const char* op_name(KernelOp op) {
     case KernelOp::kAffine: return "affine";
     case KernelOp::kFakeQuantize: return "fake_quantize";
     case KernelOp::kAffineGrad: return "affine_grad";
+    case KernelOp::kGroupMinMax: return "group_min_max";
   }
   return "?";
 }

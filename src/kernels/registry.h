@@ -24,6 +24,7 @@ namespace polyquant::detail {
   void qk_linear_f32(const void*, const RowArgs&);             \
   void group_max_f32(const void*, const RowArgs&);             \
   void product_sums_f32(const void*, const RowArgs&);          \
+  void group_min_max_f32(const void*, const RowArgs&);         \
   void quantize_linear_f32(const void*, const RowArgs&);       \
   void dequantize_linear_f32(const void*, const RowArgs&);     \
   void affine_f32(const void*, const RowArgs&);                \
