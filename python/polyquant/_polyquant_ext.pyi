@@ -3,10 +3,14 @@
 #   python -m nanobind.stubgen -m polyquant._polyquant_ext -o stub.pyi, then put this header above it.
 """polyquant's compiled core (private; use polyquant.qonnx)"""
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from numpy.typing import NDArray
 
+
+class StatisticsNotFoundError(RuntimeError):
+    pass
 
 def quantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, y_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, y_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, axis: int, block_size: int, output_dtype: int, saturate: bool, precision: int, out: object | None = None) -> object:
     """
@@ -26,6 +30,31 @@ def extended_quantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=F
 def extended_dequantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, x_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, x_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, axis: int, semantics: str, out: object | None = None) -> object:
     """
     Quark ExtendedDequantizeLinear (see polyquant.quark); returns (array, dtype name).
+    """
+
+def aimet_quantize(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, qmin: int, qmax: int, block_size: Sequence[int] | None, out: object | None = None) -> object:
+    """
+    AIMET quantize (see polyquant.aimet.quantize); returns (array, dtype name).
+    """
+
+def aimet_quantize_dequantize(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, qmin: int, qmax: int, block_size: Sequence[int] | None, training: bool, out: object | None = None) -> object:
+    """
+    AIMET quantize_dequantize (see polyquant.aimet); training=False is AIMET's no-grad path. Returns (array, dtype name).
+    """
+
+def aimet_takes_shortcut(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, qmin: int, qmax: int, block_size: Sequence[int] | None) -> bool:
+    """
+    Whether AIMET's no-grad quantize_dequantize runs torch's fake quantization here.
+    """
+
+def aimet_dequantize(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, block_size: Sequence[int] | None, out: object | None = None) -> object:
+    """
+    AIMET dequantize (see polyquant.aimet.dequantize); returns (array, dtype name).
+    """
+
+def aimet_backward(op: int, grad_output: Annotated[NDArray, dict(device='cpu', writable=False)], grad_dtype: int, tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, qmin: int, qmax: int, block_size: Sequence[int] | None, want_tensor: bool, want_scale: bool, want_offset: bool) -> tuple:
+    """
+    Gradients of AIMET's training path (op 0 quantize, 1 quantize_dequantize, 2 dequantize): (grad_tensor, grad_scale, grad_offset), None where not asked.
     """
 
 def dtype_code(name: str) -> int:

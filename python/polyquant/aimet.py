@@ -31,6 +31,13 @@ import numpy as np
 
 from . import _polyquant_ext as _ext
 from . import _qdq
+from ._aimet_analyzers import (
+    MinMaxEncodingAnalyzer,
+    PercentileEncodingAnalyzer,
+    SqnrEncodingAnalyzer,
+    StatisticsNotFoundError,
+    TfEnhancedEncodingAnalyzer,
+)
 
 __all__ = [
     "quantize",
@@ -39,9 +46,24 @@ __all__ = [
     "quantize_grad",
     "quantize_dequantize_grad",
     "dequantize_grad",
+    "MinMaxEncodingAnalyzer",
+    "PercentileEncodingAnalyzer",
+    "SqnrEncodingAnalyzer",
+    "TfEnhancedEncodingAnalyzer",
+    "StatisticsNotFoundError",
 ]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+class TensorDtypeError(ValueError, NotImplementedError):
+    """tensor of a non-float dtype: AIMET raises ValueError (quantize) or, through torch's fake
+    quantization, NotImplementedError (quantize_dequantize); both classes catch it."""
+
+
+class GridTypeError(TypeError, AttributeError):
+    """A non-integer bitwidth / num_steps / qmin / qmax where AIMET's grid check needs integers
+    (aimet-torch raises AttributeError from int.bit_length there): both classes catch it."""
 _FLOAT_NAMES = ("float16", "float32", "float64", "bfloat16")
 
 
@@ -66,8 +88,8 @@ def _parse_args(args, kwargs):
     block_size = kwargs.get("block_size", None) or args[2]
     zero_point_shift = args[3] or kwargs.get("zero_point_shift", 0.0)
     if arg0 is None:
-        if "num_steps" not in kwargs:
-            raise TypeError("expected bitwidth, (qmin, qmax) or num_steps= with signed=")
+        if "num_steps" not in kwargs:  # no bitwidth, qmin/qmax or num_steps: AIMET's KeyError
+            raise KeyError("num_steps")
         if "signed" not in kwargs:
             raise KeyError("signed")  # aimet-torch 2.42.0 reads kwargs['signed'] unconditionally
         qmin, qmax = _derive_qmin_qmax(num_steps=kwargs["num_steps"], signed=kwargs["signed"])
@@ -94,8 +116,8 @@ def _is_int(v) -> bool:
 def _as_tensor(value: Any, name: str) -> Tuple[np.ndarray, int, Any]:
     """(array for the extension, dtype code, dtype to return)."""
     a = np.asarray(value)
-    if a.dtype.name not in _FLOAT_NAMES:
-        raise TypeError(f"{name}: dtype {a.dtype} is not supported; expected float16, bfloat16, float32 or float64")
+    if a.dtype.name not in _FLOAT_NAMES:  # AIMET's ValueError
+        raise TensorDtypeError(f"{name}: expected dtype to be one of float32, float16, bfloat16, or float64; got {a.dtype}")
     arr, code = _qdq.operand(a, name)
     return arr, code, a.dtype
 
@@ -140,7 +162,7 @@ def _grid_problem(op: str, qmin, qmax, ops, block) -> Optional[Exception]:
                                  f"{qmin!r}, {qmax!r} (bitwidth, num_steps, qmin and qmax must be integers)")
             return ValueError(f"qmin/qmax: [{qmin}, {qmax}] overflows int64 (Overflow when unpacking long long)")
     if non_integer:
-        return AttributeError(f"{non_integer}: {type(qmin if non_integer == 'qmin' else qmax).__name__} value "
+        return GridTypeError(f"{non_integer}: {type(qmin if non_integer == 'qmin' else qmax).__name__} value "
                               f"{qmin if non_integer == 'qmin' else qmax!r} has no attribute 'bit_length'; "
                               "bitwidth, num_steps, qmin and qmax must be integers")
     dtype = "torch.float64" if op == "quantize_dequantize" else f"torch.{_dtype_of(ops[0], ops[1])}"

@@ -149,7 +149,8 @@ ReducedView reduced_view(const Dims& x_shape, const AnalyzerShape& a, bool histo
     if (per <= 0 || n % per != 0) {
       std::vector<std::int64_t> want{-1};
       for (int d = 0; d < shape.rank; ++d) want.push_back(shape[d]), want.push_back(block[static_cast<std::size_t>(d)]);
-      fail(ErrorKind::kRuntime, "shape '" + dims_list(want) + "' is invalid for input of size " + std::to_string(n));
+      fail(ErrorKind::kRuntime, "shape '" + dims_list(want) + "' is invalid for input of size " + std::to_string(n) +
+                                      " (block_size must divide the input's dimensions)");
     }
     if (1 + 2 * shape.rank > kMaxRank * 2) fail(ErrorKind::kValue, "shape: too many dimensions");
     r.view.rank = 0;
@@ -402,7 +403,7 @@ EncodingRange make_range(DType dtype, const Dims& shape, std::int64_t n) {
 }
 
 void check_num_steps(double num_steps) {
-  if (!(num_steps > 0)) fail(ErrorKind::kValue, "The number of quantization bins cannot be less than or equal to 0.");
+  if (!(num_steps > 0)) fail(ErrorKind::kValue, "The number of quantization bins cannot be less than or equal to 0 (num_steps must be > 0).");
 }
 
 }  // namespace
@@ -528,10 +529,10 @@ EncodingRange MinMaxEncodingAnalyzer::compute_dynamic_encodings(const TensorView
 // ================================================================================================
 HistogramEncodingAnalyzer::HistogramEncodingAnalyzer(AnalyzerShape shape, HistogramOptions options)
     : shape_(std::move(shape)), options_(options) {
-  if (options_.num_bins <= 0) fail(ErrorKind::kValue, "Number of bins cannot be less than or equal to 0.");
+  if (options_.num_bins <= 0) fail(ErrorKind::kValue, "Number of bins cannot be less than or equal to 0 (num_bins must be > 0).");
   if (!(options_.growth_limit >= 1.0)) {
     std::ostringstream os;
-    os << "Growth limit must be at least 1.0. Got " << options_.growth_limit;
+    os << "Growth limit must be at least 1.0. Got " << options_.growth_limit << " (histogram_growth_limit must be >= 1)";
     fail(ErrorKind::kRuntime, os.str());
   }
 }

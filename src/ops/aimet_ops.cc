@@ -411,8 +411,8 @@ void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView
 // ---- gradients ---------------------------------------------------------------------------------
 // Sums per-element values `g` (contiguous over layout.shape, dtype float32 or float64) into the
 // parameter's elements, in float64, then writes them rounded to `out`'s dtype.
-void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, const AffineLayout& L, int which,
-                 const TensorView& param, const MutableTensorView& out) {
+void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRounding narrow, const AffineLayout& L,
+                 int which, const TensorView& param, const MutableTensorView& out) {
   std::vector<double> acc(static_cast<std::size_t>(std::max<std::int64_t>(param.numel(), 1)), 0.0);
   const Dims& shape = L.shape;
   const Dims& st = L.acc_strides[static_cast<std::size_t>(which)];
@@ -432,7 +432,11 @@ void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, const Affin
       idx[static_cast<std::size_t>(k)] = 0;
     }
   }
-  // Round to the parameter's dtype through a float64 tensor of its shape.
+  // The sum in the working precision (torch's sum_to runs there, before the cast back), then the
+  // parameter's dtype through a float64 tensor of its shape.
+  if (g_dtype == DType::kFloat32) {
+    for (double& a : acc) a = static_cast<double>(detail::narrow_to<float>(static_cast<float>(a), narrow));
+  }
   const TensorView src(acc.data(), DType::kFloat64, param.shape);
   const std::array<TensorView, 1> inputs{src};
   const std::array<DType, 1> dtypes{DType::kFloat64};
@@ -607,7 +611,7 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
   auto reduced = [&](detail::AffineGradOf of, int which, const TensorView& param, const MutableTensorView& out) {
     buffer.assign(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(w.kernel_dtype), 0);
     run(of, MutableTensorView(buffer.data(), w.kernel_dtype, L.shape));
-    reduce_into(buffer, w.kernel_dtype, L, which, param, out);
+    reduce_into(buffer, w.kernel_dtype, w.narrow, L, which, param, out);
   };
   if (grad_scale.data != nullptr) reduced(detail::AffineGradOf::kScale, 0, scale, grad_scale);
   if (grad_offset.data != nullptr) reduced(detail::AffineGradOf::kOffset, 1, offset, grad_offset);
