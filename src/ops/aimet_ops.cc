@@ -324,6 +324,7 @@ void run_affine(const AffineLayout& L, const TensorView& x, const MutableTensorV
   call.kernel_out_dtype = w.kernel_dtype;
   call.kernel = detail::best_kernel(op, w.work);
   call.params = params;
+  call.per_row_operands = op == detail::KernelOp::kAffine;  // blocked parameters passed compact
   detail::run_elementwise(call);
 }
 

@@ -94,6 +94,39 @@ void check_against_reference(const KernelEntry& e, const void* params, const std
 
 constexpr std::size_t kLen = 4099 + 16;
 
+// Blocked AIMET parameters: the scale / offset one value per row of row_len elements (per-row
+// operands, ElementwiseCall::per_row_operands) or broadcast, x running on, against the reference.
+void check_affine_per_row(const KernelEntry& e, const AffineParams& p, const std::vector<Operand>& ops) {
+  const RowKernel ref = reference_kernel(e.op, e.work);
+  for (std::int64_t row_len : {1, 3, 15, 16, 17, 32, 100}) {
+    for (std::int64_t rows : {1, 2, 7}) {
+      const std::int64_t n = rows * row_len;
+      for (std::uint32_t per_row : {2u, 4u, 6u}) {
+        for (std::uint32_t broadcast : {0u, 2u, 4u}) {
+          if ((broadcast & per_row) != 0) continue;
+          RowArgs a;
+          for (int k = 0; k < 3; ++k) a.in[static_cast<std::size_t>(k)] = ops[static_cast<std::size_t>(k)].f32.data();
+          a.per_row_mask = per_row;
+          a.broadcast_mask = broadcast;
+          a.row_len = row_len;
+          a.n = n;
+          std::vector<float> got(static_cast<std::size_t>(n)), want(static_cast<std::size_t>(n));
+          a.out = got.data();
+          e.fn(&p, a);
+          a.out = want.data();
+          ref(&p, a);
+          const auto r = test::all_same(got, want);
+          if (!r) {
+            ADD_FAILURE() << e.name << " per-row row_len=" << row_len << " rows=" << rows << " per_row=" << per_row
+                          << " broadcast=" << broadcast << ": " << r.message();
+            return;
+          }
+        }
+      }
+    }
+  }
+}
+
 std::vector<float> fill(float v) { return std::vector<float>(kLen, v); }
 
 std::vector<float> random_params(std::uint64_t salt, std::vector<float> choices) {
@@ -140,6 +173,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
               p.canonical_nan = canonical;
               check_against_reference(e, &p, ops, "affine kind " + std::to_string(static_cast<int>(kind)) + " grid [" +
                                                       std::to_string(lo) + "," + std::to_string(hi) + "]");
+              check_affine_per_row(e, p, ops);
             }
           }
         }
