@@ -29,6 +29,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import _aimet_torch
 from . import _polyquant_ext as _ext
 from . import _qdq
 from ._aimet_analyzers import (
@@ -179,8 +180,21 @@ def _finish(pair, dtype):
 
 
 # ---- functional ops ----------------------------------------------------------------------------
+# Each takes numpy arrays (numpy out) or CPU torch tensors (tensors out; with an input that
+# requires grad, AIMET's training path and its gradients through torch.autograd).
+
+
 def quantize(tensor, scale, offset, *args, **kwargs):
     """AIMET's quantize: clamp(round(tensor / scale) - offset, qmin, qmax), in tensor's dtype."""
+    if _aimet_torch.any_tensor(tensor, scale, offset):
+        return _aimet_torch.call(
+            lambda x, s, o, training: _quantize(x, s, o, args, kwargs),
+            lambda g, x, s, o: quantize_grad(g, x, s, o, *args, **kwargs),
+            tensor, scale, offset, training_if=lambda s_rg, o_rg: True)
+    return _quantize(tensor, scale, offset, args, kwargs)
+
+
+def _quantize(tensor, scale, offset, args, kwargs):
     qmin, qmax, block_size, zero_point_shift = _parse_args(args, kwargs)
     if zero_point_shift:
         raise RuntimeError("Nonzero zero_point_shift not supported for quantize()")
@@ -193,8 +207,15 @@ def quantize(tensor, scale, offset, *args, **kwargs):
 
 
 def quantize_dequantize(tensor, scale, offset, *args, **kwargs):
-    """AIMET's quantize_dequantize for tensors that do not require grad (its no-grad shortcut where
-    AIMET takes it, else (clamp(round(tensor / scale) - offset, qmin, qmax) + offset) * scale)."""
+    """AIMET's quantize_dequantize. numpy arrays (and tensors that do not require grad) get what
+    AIMET returns without grad: its no-grad shortcut where AIMET takes it, else
+    (clamp(round(tensor / scale) - offset, qmin, qmax) + offset) * scale. With a scale or offset
+    tensor that requires grad, AIMET's training path (the formula) and its gradients."""
+    if _aimet_torch.any_tensor(tensor, scale, offset):
+        return _aimet_torch.call(
+            lambda x, s, o, training: _qdq_forward(x, s, o, args, kwargs, training),
+            lambda g, x, s, o: quantize_dequantize_grad(g, x, s, o, *args, **kwargs),
+            tensor, scale, offset, training_if=lambda s_rg, o_rg: s_rg or o_rg)
     return _qdq_forward(tensor, scale, offset, args, kwargs, training=False)
 
 
@@ -212,6 +233,15 @@ def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool):
 
 def dequantize(tensor, scale, offset, block_size=None):
     """AIMET's dequantize: (tensor + offset) * scale, in tensor's dtype."""
+    if _aimet_torch.any_tensor(tensor, scale, offset):
+        return _aimet_torch.call(
+            lambda x, s, o, training: _dequantize(x, s, o, block_size),
+            lambda g, x, s, o: dequantize_grad(g, x, s, o, block_size),
+            tensor, scale, offset, training_if=lambda s_rg, o_rg: True)
+    return _dequantize(tensor, scale, offset, block_size)
+
+
+def _dequantize(tensor, scale, offset, block_size):
     ops, dtype = _prepared(tensor, scale, offset)
     return _finish(_ext.aimet_dequantize(*ops, _block_size(block_size)), dtype)
 
@@ -227,6 +257,8 @@ def _grads(op: int, grad_output, tensor, scale, offset, qmin, qmax, block):
 def quantize_dequantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
     """AIMET's training path of quantize_dequantize (tensor, scale and offset requiring grad):
     (output, grad_tensor, grad_scale, grad_offset) for the upstream gradient grad_output."""
+    tensor, scale, offset, grad_output = (_aimet_torch.to_numpy(v, n) for v, n in (
+        (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
     output = _qdq_forward(tensor, scale, offset, args, kwargs, training=True)
     qmin, qmax, block_size, _ = _parse_args(args, kwargs)
     return (output, *_grads(1, grad_output, tensor, scale, offset, qmin, qmax, _block_size(block_size)))
@@ -235,7 +267,9 @@ def quantize_dequantize_grad(grad_output, tensor, scale, offset, *args, **kwargs
 def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
     """AIMET's quantize with tensor, scale and offset requiring grad:
     (output, grad_tensor, grad_scale, grad_offset)."""
-    output = quantize(tensor, scale, offset, *args, **kwargs)
+    tensor, scale, offset, grad_output = (_aimet_torch.to_numpy(v, n) for v, n in (
+        (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
+    output = _quantize(tensor, scale, offset, args, kwargs)
     qmin, qmax, block_size, _ = _parse_args(args, kwargs)
     return (output, *_grads(0, grad_output, tensor, scale, offset, qmin, qmax, _block_size(block_size)))
 
@@ -243,5 +277,7 @@ def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
 def dequantize_grad(grad_output, tensor, scale, offset, block_size=None):
     """AIMET's dequantize with tensor, scale and offset requiring grad:
     (output, grad_tensor, grad_scale, grad_offset)."""
-    output = dequantize(tensor, scale, offset, block_size)
+    tensor, scale, offset, grad_output = (_aimet_torch.to_numpy(v, n) for v, n in (
+        (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
+    output = _dequantize(tensor, scale, offset, block_size)
     return (output, *_grads(2, grad_output, tensor, scale, offset, 0, 0, _block_size(block_size)))

@@ -217,7 +217,9 @@ def make_qdq_cases(size):
 QDQ_CASE_NAMES = ["q_uint8", "q_int8", "q_int8_axis0", "q_int8_axis_last", "q_int8_blocked", "dq_int8",
                   "dq_uint8_axis_last", "dq_int8_blocked", "quark_q_int16_axis1", "ort_quark_q_int8",
                   "ort_quark_dq_int8_axis1"]
-ALL_CASE_NAMES = CASE_NAMES + QKERAS_CASE_NAMES + QDQ_CASE_NAMES
+from ._bench_aimet import AIMET_CASE_NAMES  # noqa: E402
+
+ALL_CASE_NAMES = CASE_NAMES + QKERAS_CASE_NAMES + QDQ_CASE_NAMES + AIMET_CASE_NAMES
 QKERAS_CHANNELS = 16384
 DEFAULT_QKERAS_TIMINGS = "scripts/qkeras_golden/peer_timings.json"
 
@@ -524,6 +526,9 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
     cases = [c for c in make_cases(peers) if ops is None or c.name in ops]
     qk_cases = [c for c in make_qkeras_cases() if ops is None or c.name in ops]
     qdq_cases = [c for c in make_qdq_cases(size) if ops is None or c.name in ops]
+    from ._bench_aimet import bench_aimet_case, load_aimet_timings, make_aimet_cases
+    aimet_cases = [c for c in make_aimet_cases(size) if ops is None or c.name in ops] if size % 16384 == 0 else []
+    aimet_recorded = load_aimet_timings() if aimet_cases else None
     peers_available = any(c.peer is not None for c in cases)
     qk_peer, qk_peer_path = _load_qkeras_timings(qkeras_timings) if (peers and qk_cases) else (None, None)
 
@@ -533,8 +538,9 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
     dst = np.empty_like(x)
     dst.fill(0)  # touch every page once: steady-state memcpy must not pay first-touch faults
 
-    steps = len(cases) * (repeat + (peer_repeat if peers_available else 0)) + (len(qk_cases) + len(qdq_cases)) * repeat
-    results, qk_results, qdq_results = [], [], []
+    steps = (len(cases) * (repeat + (peer_repeat if peers_available else 0))
+             + (len(qk_cases) + len(qdq_cases) + len(aimet_cases)) * repeat)
+    results, qk_results, qdq_results, aimet_results = [], [], [], []
     with progress(None, "bench", total=steps, unit="step") as bar:
         for case in cases:
             results.append(bench_case(case, x, dst, repeat, peer_repeat if peers else 0, bar))
@@ -547,6 +553,8 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
                 qk_results.append(bench_qkeras_case(case, xq, outq, repeat, recorded, bar))
         for case in qdq_cases:
             qdq_results.append(bench_qdq_case(case, x, repeat, bar, peers))
+        for case in aimet_cases:
+            aimet_results.append(bench_aimet_case(case, x, repeat, aimet_recorded if peers else None, bar))
 
     info = polyquant.runtime_info()
     qonnx_version = None
@@ -570,6 +578,10 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
         "ops": [asdict(r) for r in results],
         "qkeras": [asdict(r) for r in qk_results],
         "qdq": [asdict(r) for r in qdq_results],
+        "aimet": aimet_results,
+        "aimet_peer": None if aimet_recorded is None else {
+            "versions": aimet_recorded.get("versions"), "elements": aimet_recorded.get("elements"),
+            "statistic": aimet_recorded.get("statistic"), "note": aimet_recorded.get("note")},
         "onnxruntime": _ort_version() if qdq_results else None,
         "qkeras_peer": None if qk_peer is None else {
             "file": qk_peer_path, "elements": qk_peer.get("elements"), "versions": qk_peer.get("versions"),
@@ -691,6 +703,9 @@ def bench_command(args, out=sys.stdout):
             print(format_qkeras_report(report), file=out)
         if report["qdq"]:
             print(format_qdq_report(report), file=out)
+        if report.get("aimet"):
+            from ._bench_aimet import format_aimet_report, load_aimet_timings
+            print(format_aimet_report(report["aimet"], load_aimet_timings()), file=out)
     mismatch = any(op["bit_exact_vs_qonnx"] is False for op in report["ops"])
     mismatch = mismatch or any(r["bit_exact_vs_onnxruntime"] is False for r in report["qdq"])
     return 1 if mismatch else 0
