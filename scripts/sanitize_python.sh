@@ -54,7 +54,7 @@ export POLYQUANT_HYPOTHESIS_SCALE=${POLYQUANT_HYPOTHESIS_SCALE:-0.25}
 # test_cli/test_example start subprocesses through the console script; the exhaustive and
 # benchmark-like tests only repeat what the unsanitized run covers. -p no:cacheprovider: the
 # sanitized run must not reorder the main run's tests.
-tests=${POLYQUANT_SANITIZE_TESTS:-"tests/python/test_api.py tests/python/test_qonnx_ops.py tests/python/test_ort.py tests/python/test_ort_models.py tests/python/test_properties.py tests/python/test_qkeras_golden.py tests/python/test_qkeras_own.py tests/python/test_qkeras_training.py tests/python/test_qkeras_api.py tests/python/test_qkeras_properties.py tests/python/test_onnx_qdq.py tests/python/test_quark_golden.py tests/python/test_ort_qdq.py tests/python/test_qdq_properties.py tests/python/test_aimet_golden.py tests/python/test_aimet_analyzers.py tests/python/test_aimet_fixed_vectors.py"}
+tests=${POLYQUANT_SANITIZE_TESTS:-"tests/python/test_api.py tests/python/test_qonnx_ops.py tests/python/test_ort.py tests/python/test_ort_models.py tests/python/test_properties.py tests/python/test_qkeras_golden.py tests/python/test_qkeras_own.py tests/python/test_qkeras_training.py tests/python/test_qkeras_api.py tests/python/test_qkeras_properties.py tests/python/test_onnx_qdq.py tests/python/test_quark_golden.py tests/python/test_ort_qdq.py tests/python/test_qdq_properties.py tests/python/test_aimet_golden.py tests/python/test_aimet_analyzers.py tests/python/test_aimet_fixed_vectors.py tests/python/test_aimet_properties.py"}
 echo "== pytest under ASan + UBSan: $tests"
 # shellcheck disable=SC2086
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider $tests "$@"

@@ -1,0 +1,222 @@
+"""Property-based differential tests of polyquant.aimet: for drawn shapes (rank 0..4, empty, rows
+long enough for vector bodies and tails), parameter layouts (per-tensor as 0-d / (1,) / (1, 1), one
+axis, several axes, blockwise with -1 entries and leading broadcast dimensions), grids, offsets
+(integers inside and outside the grid, non-integers), x dtypes (float16, bfloat16, float32,
+float64) and values (+-0, +-inf, NaN, subnormals, huge, exact k + 0.5 ties of x / s and their
+neighbours), and every memory layout of x (strided, reversed, Fortran, zero-stride), every kernel
+set with one thread and all equals the scalar kernel set on contiguous copies with one thread; a
+blockwise call equals the same call with the parameters expanded to one value per element; the
+gradients' per-element parts agree across kernel sets too.
+
+Budget: a fixed, derandomized example set in CI. POLYQUANT_HYPOTHESIS_SCALE scales it;
+POLYQUANT_HYPOTHESIS_EXAMPLES=N runs N random examples instead.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, note, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import polyquant  # noqa: E402
+import polyquant.aimet as pa  # noqa: E402
+from conftest import kernel_set  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+_COMMON = dict(deadline=None, database=None, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+settings.register_profile("aimet-ci", max_examples=100, derandomize=True, **_COMMON)
+_LONG = os.environ.get("POLYQUANT_HYPOTHESIS_EXAMPLES")
+if _LONG:
+    settings.register_profile("aimet-long", max_examples=int(_LONG), derandomize=False, **_COMMON)
+PROFILE = "aimet-long" if _LONG else "aimet-ci"
+_SCALE = float(os.environ.get("POLYQUANT_HYPOTHESIS_SCALE", "1"))
+
+
+def examples(ci: int) -> Callable:
+    return settings(settings.get_profile(PROFILE), max_examples=int(_LONG) if _LONG else max(1, round(ci * _SCALE)))
+
+
+ISAS = polyquant.runtime_info()["supported"]
+SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-39, 3e38, -3e38, 1e10, -1e10, 2.0**31, 65504.0]
+GRIDS = [(0, 255), (-128, 127), (0, 15), (-8, 7), (0, 1), (-1, 0), (0, 65535), (-32768, 32767), (-2**20, 2**20 - 1),
+         (0, 2**22), (3, 3)]
+X_DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def _same(got, want, what: str) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, want.dtype, got.shape, want.shape)
+    assert np.array_equal(_bits(got), _bits(want)), f"{what}: {np.flatnonzero(_bits(got) != _bits(want))[:5]}"
+
+
+def _divisors(n: int) -> list:
+    return [d for d in range(1, n + 1) if n % d == 0] or [1]
+
+
+@st.composite
+def problems(draw):
+    rank = draw(st.integers(0, 4))
+    shape = tuple(draw(st.lists(st.integers(0, 6) | st.sampled_from([16, 17, 33, 64]), min_size=rank, max_size=rank)))
+    hypothesis.assume(int(np.prod(shape)) <= 3000)
+    kinds = ["tensor"] + (["axis", "axes", "blocked"] if rank else [])
+    kind = draw(st.sampled_from(kinds))
+    block = None
+    if kind == "tensor":
+        sshape = draw(st.sampled_from([(), (1,), (1, 1)]))
+        if len(sshape) > rank:
+            sshape = ()
+    elif kind in ("axis", "axes"):
+        srank = draw(st.integers(1, rank))
+        tail = shape[rank - srank:]
+        picked = set(draw(st.lists(st.integers(0, srank - 1), min_size=1, max_size=1 if kind == "axis" else srank)))
+        sshape = tuple(d if i in picked else 1 for i, d in enumerate(tail))
+    else:
+        srank = draw(st.integers(1, rank))
+        tail = shape[rank - srank:]
+        hypothesis.assume(all(d > 0 for d in tail))
+        sizes = [draw(st.sampled_from(_divisors(d))) for d in tail]
+        sshape = tuple(d // b for d, b in zip(tail, sizes))
+        block = tuple(-1 if draw(st.booleans()) else b for b in sizes)
+    n = int(np.prod(shape))
+    grid = draw(st.sampled_from(GRIDS))
+    scale = draw(st.sampled_from([0.5, 0.1, 1 / 255, 0.0123, 2.0**-7, 3.0, 1e-30, 1e30, 0.0, -0.25]))
+    seed = draw(st.integers(0, 2**31))
+    rng = np.random.default_rng(seed)
+    k = rng.integers(-300, 301, n).astype(np.float32)
+    pick = rng.integers(0, 6, n)
+    ties = ((k + np.float32(0.5)) * np.float32(scale)).astype(np.float32)
+    specials = np.array(SPECIALS, np.float32)[np.abs(k.astype(np.int64)) % len(SPECIALS)] if n else np.zeros(0, np.float32)
+    vals = np.select([pick == 0, pick == 1, pick == 2, pick == 3],
+                     [ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)), specials],
+                     (k * np.float32(scale) / np.float32(7.0)).astype(np.float32)).astype(np.float32)
+    x = vals.reshape(shape)
+    m = int(np.prod(sshape))
+    s = rng.choice(np.array([scale, scale * 2, scale / 3], np.float32), m).astype(np.float32).reshape(sshape)
+    offset_kind = draw(st.sampled_from(["inside", "outside", "fraction", "zero"]))
+    lo, hi = grid
+    if offset_kind == "inside":
+        o = -rng.integers(lo, hi + 1, m).astype(np.float32)
+    elif offset_kind == "outside":
+        o = rng.choice(np.array([-(hi + 5), -(lo - 5), 1e9], np.float32), m)
+    elif offset_kind == "fraction":
+        o = rng.choice(np.array([-0.5, 2.5, -3.25], np.float32), m)
+    else:
+        o = np.zeros(m, np.float32)
+    return x, s, o.astype(np.float32).reshape(sshape), grid, block, seed
+
+
+def layouts(x: np.ndarray, variant: int) -> np.ndarray:
+    """x in another memory layout with the same values: strided, reversed, Fortran, broadcast."""
+    if x.ndim == 0 or x.size == 0 or variant == 0:
+        return x
+    if variant == 1:
+        big = np.empty(x.shape[:-1] + (2 * x.shape[-1],), x.dtype)
+        big[..., ::2] = x
+        return big[..., ::2]
+    if variant == 2:
+        return np.flip(np.flip(x).copy())
+    if variant == 3:
+        return np.asfortranarray(x)
+    return np.broadcast_to(x.reshape(-1)[:1].reshape((1,) * x.ndim), x.shape)  # zero strides (new values)
+
+
+def _call(op: str, x, s, o, grid, block):
+    kw = {"block_size": block} if block else {}
+    if op == "quantize":
+        return pa.quantize(x, s, o, *grid, **kw)
+    if op == "quantize_dequantize":
+        return pa.quantize_dequantize(x, s, o, *grid, **kw)
+    if op == "training":
+        return pa.quantize_dequantize_grad(np.ones(x.shape, x.dtype), x, s, o, *grid, **kw)[:2]
+    return pa.dequantize(x, s, o, **kw)
+
+
+def _outcome(fn):
+    try:
+        return fn(), None
+    except (RuntimeError, ValueError, TypeError) as e:
+        return None, type(e)
+
+
+def _compare(got, want, what):
+    if isinstance(want, tuple):
+        for g, w in zip(got, want):
+            _same(g, w, what)
+    else:
+        _same(got, want, what)
+
+
+@examples(300)
+@given(problems(), st.sampled_from(["quantize", "quantize_dequantize", "training", "dequantize"]),
+       st.sampled_from(X_DTYPES), st.integers(0, 4))
+def test_every_layout_and_kernel_set_equals_the_scalar_set(problem, op, x_dtype, variant):
+    x, s, o, grid, block, _ = problem
+    x = x.astype(x_dtype)
+    note(f"{op} x {x.shape} {np.dtype(x_dtype).name} s {s.shape} o {o.ravel()[:3]} grid {grid} block {block}")
+    with kernel_set("scalar", 1):
+        want, err = _outcome(lambda: _call(op, np.array(x, order="C"), s, o, grid, block))
+    xv = layouts(x, variant)
+    if variant == 4 and x.size:
+        with kernel_set("scalar", 1):
+            want, err = _outcome(lambda: _call(op, np.array(xv, order="C"), s, o, grid, block))
+    for isa in ISAS:
+        for threads in (1, None):
+            with kernel_set(isa, threads):
+                got, got_err = _outcome(lambda: _call(op, xv, s, o, grid, block))
+            assert got_err == err, (isa, threads, got_err, err)
+            if err is None:
+                _compare(got, want, f"{op} isa={isa} threads={threads}")
+
+
+@examples(150)
+@given(problems(), st.sampled_from(["quantize", "training", "dequantize"]), st.sampled_from(X_DTYPES))
+def test_blockwise_equals_expanded_parameters(problem, op, x_dtype):
+    """Blocked parameters are broadcasting over a split view: the same as one value per element."""
+    x, s, o, grid, block, _ = problem
+    hypothesis.assume(block is not None and x.size > 0)
+    x = x.astype(x_dtype)
+    sizes = [b if b != -1 else d // n for b, d, n in zip(block, x.shape[x.ndim - s.ndim:], s.shape)]
+    s_full, o_full = s, o
+    for axis, b in enumerate(sizes):
+        s_full = np.repeat(s_full, b, axis=axis)
+        o_full = np.repeat(o_full, b, axis=axis)
+    blocked, err = _outcome(lambda: _call(op, x, s, o, grid, block))
+    expanded, err2 = _outcome(lambda: _call(op, x, s_full, o_full, grid, None))
+    assert err == err2
+    if err is None:
+        _compare(blocked if op != "training" else blocked[0], expanded if op != "training" else expanded[0], op)
+
+
+def test_shortcut_eligibility_follows_aimet():
+    """AIMET's no-grad shortcut: no block size, one value, or one non-singleton axis with equal
+    scale / offset shapes and zero points inside the grid."""
+    from polyquant import _polyquant_ext as ext
+
+    x = np.zeros((4, 6), np.float32)
+
+    def takes(s, o, grid=(0, 255), block=None):
+        return ext.aimet_takes_shortcut(x, -1, np.asarray(s, np.float32), -1, np.asarray(o, np.float32), -1, *grid, block)
+
+    assert takes(0.1, 0.0)
+    assert takes(np.full((1, 1), 0.1), np.zeros((1,)))
+    assert takes(np.full((4, 1), 0.1), np.zeros((4, 1)))
+    assert takes(np.full((6,), 0.1), np.zeros((6,)))
+    assert not takes(np.full((4, 6), 0.1), np.zeros((4, 6)))                 # two axes
+    assert not takes(np.full((4, 1), 0.1), np.zeros(()))                     # shapes differ
+    assert not takes(np.full((4, 1), 0.1), np.full((4, 1), -300.0))          # zero point 300 outside [0, 255]
+    assert takes(0.1, -300.0)                                                # per-tensor accepts it
+    assert not takes(np.full((4, 1), 0.1), np.zeros((4, 1)), block=[1, 6])   # blockwise
