@@ -75,7 +75,10 @@ POLYQUANT_API void dequantize(const TensorView& x, const TensorView& scale, cons
 // grad_offset of the parameters' shapes and dtypes; any of the three may be skipped (data null).
 // The sums are accumulated in float64 and rounded once (torch sums in the working precision in
 // its own order, so reduced gradients can differ from AIMET's in the last bits).
-enum class AffineOp : std::uint8_t { kQuantize, kQuantizeDequantize, kDequantize };
+// kQuantizeDequantizeNoGrad: quantize_dequantize where only x requires grad, so AIMET's forward is
+// its no-grad path; where that path is torch's fake quantization, grad_x is that op's gradient
+// (grad * mask of its own rounding), else the formula's. grad_scale / grad_offset are not computed.
+enum class AffineOp : std::uint8_t { kQuantize, kQuantizeDequantize, kDequantize, kQuantizeDequantizeNoGrad };
 POLYQUANT_API void affine_backward(AffineOp op, const TensorView& grad_output, const TensorView& x,
                                    const TensorView& scale, const TensorView& offset, const AffineArgs& args,
                                    const MutableTensorView& grad_x, const MutableTensorView& grad_scale,

@@ -50,8 +50,8 @@ def _requires_grad(value: Any) -> bool:
 
 def call(forward: Callable, backward: Callable, tensor, scale, offset, *, training_if: Callable[[bool, bool], bool]):
     """Runs polyquant's `forward(x, s, o, training)` on tensors; with grad enabled and an input that
-    requires grad, through an autograd Function whose backward is `backward(g, x, s, o)` ->
-    (output, grad_tensor, grad_scale, grad_offset). `training_if(scale_rg, offset_rg)`: whether
+    requires grad, through an autograd Function whose backward is `backward(g, x, s, o, training)`
+    -> (output, grad_tensor, grad_scale, grad_offset). `training_if(scale_rg, offset_rg)`: whether
     AIMET takes its training path (formula) rather than its no-grad shortcut."""
     import torch
 
@@ -78,6 +78,7 @@ def _function():
         @staticmethod
         def forward(ctx, forward, backward, training, tensor, scale, offset):
             ctx.backward_fn = backward
+            ctx.training = training
             ctx.save_for_backward(tensor, scale, offset)
             out = forward(to_numpy(tensor, "tensor"), to_numpy(scale, "scale"), to_numpy(offset, "offset"), training)
             return to_tensor(np.array(out, copy=True) if not out.flags.writeable else out)
@@ -87,7 +88,7 @@ def _function():
             tensor, scale, offset = ctx.saved_tensors
             g = to_numpy(grad_output.contiguous(), "grad_output")
             _, gx, gs, go = ctx.backward_fn(g, to_numpy(tensor, "tensor"), to_numpy(scale, "scale"),
-                                            to_numpy(offset, "offset"))
+                                            to_numpy(offset, "offset"), ctx.training)
             need = ctx.needs_input_grad
             return (None, None, None, to_tensor(gx) if need[3] else None, to_tensor(gs) if need[4] else None,
                     to_tensor(go) if need[5] else None)

@@ -39,6 +39,8 @@ from ._aimet_analyzers import (
     StatisticsNotFoundError,
     TfEnhancedEncodingAnalyzer,
 )
+from ._aimet_encodings import AffineEncoding, GroupedBlockEncoding
+from ._aimet_quantizers import GroupedBlockQuantizeDequantize, Quantize, QuantizeDequantize
 
 __all__ = [
     "quantize",
@@ -52,6 +54,11 @@ __all__ = [
     "SqnrEncodingAnalyzer",
     "TfEnhancedEncodingAnalyzer",
     "StatisticsNotFoundError",
+    "Quantize",
+    "QuantizeDequantize",
+    "GroupedBlockQuantizeDequantize",
+    "AffineEncoding",
+    "GroupedBlockEncoding",
 ]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -189,7 +196,7 @@ def quantize(tensor, scale, offset, *args, **kwargs):
     if _aimet_torch.any_tensor(tensor, scale, offset):
         return _aimet_torch.call(
             lambda x, s, o, training: _quantize(x, s, o, args, kwargs),
-            lambda g, x, s, o: quantize_grad(g, x, s, o, *args, **kwargs),
+            lambda g, x, s, o, training: quantize_grad(g, x, s, o, *args, **kwargs),
             tensor, scale, offset, training_if=lambda s_rg, o_rg: True)
     return _quantize(tensor, scale, offset, args, kwargs)
 
@@ -214,7 +221,8 @@ def quantize_dequantize(tensor, scale, offset, *args, **kwargs):
     if _aimet_torch.any_tensor(tensor, scale, offset):
         return _aimet_torch.call(
             lambda x, s, o, training: _qdq_forward(x, s, o, args, kwargs, training),
-            lambda g, x, s, o: quantize_dequantize_grad(g, x, s, o, *args, **kwargs),
+            lambda g, x, s, o, training: (quantize_dequantize_grad(g, x, s, o, *args, **kwargs) if training
+                                          else _qdq_no_grad_backward(g, x, s, o, args, kwargs)),
             tensor, scale, offset, training_if=lambda s_rg, o_rg: s_rg or o_rg)
     return _qdq_forward(tensor, scale, offset, args, kwargs, training=False)
 
@@ -236,7 +244,7 @@ def dequantize(tensor, scale, offset, block_size=None):
     if _aimet_torch.any_tensor(tensor, scale, offset):
         return _aimet_torch.call(
             lambda x, s, o, training: _dequantize(x, s, o, block_size),
-            lambda g, x, s, o: dequantize_grad(g, x, s, o, block_size),
+            lambda g, x, s, o, training: dequantize_grad(g, x, s, o, block_size),
             tensor, scale, offset, training_if=lambda s_rg, o_rg: True)
     return _dequantize(tensor, scale, offset, block_size)
 
@@ -252,6 +260,16 @@ def _grads(op: int, grad_output, tensor, scale, offset, qmin, qmax, block):
     gx, gs, go = _ext.aimet_backward(op, g, gc, *ops, int(qmin), int(qmax), block, True, True, True)
     return (_qdq.result((gx, _dtype_of(*ops[0:2]))), _qdq.result((gs, _dtype_of(*ops[2:4]))),
             _qdq.result((go, _dtype_of(*ops[4:6]))))
+
+
+def _qdq_no_grad_backward(grad_output, tensor, scale, offset, args, kwargs):
+    """Only the tensor requires grad: AIMET's forward was its no-grad path, and so is the gradient
+    (torch's fake-quantization mask where the shortcut ran, the formula's elsewhere)."""
+    qmin, qmax, block_size, _ = _parse_args(args, kwargs)
+    g, gc, _ = _as_tensor(grad_output, "grad_output")
+    ops, _ = _prepared(tensor, scale, offset)
+    gx, _, _ = _ext.aimet_backward(3, g, gc, *ops, int(qmin), int(qmax), _block_size(block_size), True, False, False)
+    return None, _qdq.result((gx, _dtype_of(*ops[0:2]))), None, None
 
 
 def quantize_dequantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):

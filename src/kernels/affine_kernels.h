@@ -46,6 +46,9 @@ struct FakeQuantizeParams {
   std::int64_t qmin = 0, qmax = 255;
   bool exact_in_float = false;  // qmin, qmax and every zero point within +-2^23 (vector kernels)
   bool canonical_nan = false;   // as AffineParams::canonical_nan
+  // The gradient of x instead (operand 3: grad_output, in W): grad * mask, mask = the level before
+  // the clamp lies in [qmin, qmax] (per tensor: the float q; per channel: int64(q)).
+  bool gradient = false;
 };
 
 // Gradients of the training path (the autograd Functions of torch_builtins), per element, before
@@ -128,6 +131,23 @@ inline W fake_quantize_value(const FakeQuantizeParams& p, W x, float s, double z
 template <class W>
 inline W fake_quantize_element(const FakeQuantizeParams& p, W x, float s, double zp) {
   return canonical_if(p.canonical_nan, fake_quantize_value(p, x, s, zp));
+}
+
+// torch's fake-quantization backward: grad * mask (a product with 0 / 1: -0 for a negative masked
+// gradient, NaN for a NaN one).
+template <class W>
+inline W fake_quantize_grad_element(const FakeQuantizeParams& p, W dy, W x, float s, double zp) {
+  const float inv_scale = 1.0f / s;
+  const auto z = static_cast<std::int64_t>(zp);
+  const W qf = static_cast<W>(z) + std::nearbyint(x * static_cast<W>(inv_scale));
+  bool in_range;
+  if (!p.per_channel) {
+    in_range = static_cast<W>(p.qmin) <= qf && qf <= static_cast<W>(p.qmax);
+  } else {
+    const std::int64_t q = x86_int64(qf);
+    in_range = p.qmin <= q && q <= p.qmax;
+  }
+  return dy * (in_range ? W(1) : W(0));
 }
 
 // One per-element gradient of the training path.

@@ -391,7 +391,8 @@ Shortcut shortcut_for(const TensorView& x, const TensorView& scale, const Tensor
 }
 
 void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args,
-                  const Shortcut& s, const std::vector<double>& zero_points, const MutableTensorView& out) {
+                  const Shortcut& s, const std::vector<double>& zero_points, const MutableTensorView& out,
+                  const TensorView* grad_output = nullptr) {
   // The zero points as a float64 tensor of the offset's shape (contiguous).
   const TensorView zp(zero_points.data(), DType::kFloat64, offset.shape);
   const AffineLayout L = make_layout(x, scale, zp, {});
@@ -406,7 +407,26 @@ void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView
   const Work w = x.dtype == DType::kFloat64 ? Work{WorkType::kF64, DType::kFloat64, QuotientRounding::kNone}
                                             : Work{WorkType::kF32, DType::kFloat32, QuotientRounding::kNone};
   const std::array<DType, 2> param_dtypes{DType::kFloat32, DType::kFloat64};
-  run_affine(L, x, out, w, detail::KernelOp::kFakeQuantize, &p, param_dtypes);
+  if (grad_output == nullptr) {
+    run_affine(L, x, out, w, detail::KernelOp::kFakeQuantize, &p, param_dtypes);
+    return;
+  }
+  p.gradient = true;
+  p.canonical_nan = false;
+  TensorView xv = x, gv = *grad_output;
+  xv.shape = gv.shape = L.shape;
+  xv.strides = L.x_strides;
+  gv.strides = strides_like_x(grad_output->strides, L);
+  const std::array<TensorView, 4> inputs{xv, L.params[0], L.params[1], gv};
+  const std::array<DType, 4> dtypes{w.kernel_dtype, DType::kFloat32, DType::kFloat64, w.kernel_dtype};
+  detail::ElementwiseCall call;
+  call.inputs = inputs;
+  call.kernel_dtypes = dtypes;
+  call.out = out_view(out, L);
+  call.kernel_out_dtype = w.kernel_dtype;
+  call.kernel = detail::best_kernel(detail::KernelOp::kFakeQuantize, w.work);
+  call.params = &p;
+  detail::run_elementwise(call);
 }
 
 // ---- gradients ---------------------------------------------------------------------------------
@@ -565,6 +585,26 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
                      const MutableTensorView& grad_scale, const MutableTensorView& grad_offset) {
   const char* name = op == AffineOp::kQuantize ? "quantize" : op == AffineOp::kDequantize ? "dequantize" : "quantize_dequantize";
   check_common(name, x, scale, offset);
+  if (op == AffineOp::kQuantizeDequantizeNoGrad) {
+    std::vector<double> zero_points;
+    (void)quantize_dequantize_spec(x, scale, offset, args, QdqPath::kNoGrad);
+    const Shortcut s = shortcut_for(x, scale, offset, args, &zero_points);
+    if (!s.taken) {
+      affine_backward(AffineOp::kQuantizeDequantize, grad_output, x, scale, offset, args, grad_x, MutableTensorView(),
+                      MutableTensorView());
+      return;
+    }
+    require_float(grad_output, name, "grad_output");
+    if (!(grad_output.shape == x.shape)) {
+      throw Error(ErrorKind::kValue, std::string(name) + ": grad_output must have the input's shape " + x.shape.str() +
+                                         " (got " + grad_output.shape.str() + ")");
+    }
+    if (grad_x.data != nullptr) {
+      require_output(grad_x, {x.dtype, x.shape}, name, "grad_x");
+      run_shortcut(x, scale, offset, args, s, zero_points, grad_x, &grad_output);
+    }
+    return;
+  }
   require_float(grad_output, name, "grad_output");
   if (!(grad_output.shape == x.shape)) {
     throw Error(ErrorKind::kValue, std::string(name) + ": grad_output must have the input's shape " + x.shape.str() +

@@ -17,6 +17,12 @@ template <class W>
 void fake_quantize_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FakeQuantizeParams*>(params);
   auto* out = static_cast<W*>(a.out);
+  if (p.gradient) {
+    for (std::int64_t j = 0; j < a.n; ++j) {
+      out[j] = fake_quantize_grad_element<W>(p, a.at<W>(3, j), a.at<W>(0, j), a.at<float>(1, j), a.at<double>(2, j));
+    }
+    return;
+  }
   for (std::int64_t j = 0; j < a.n; ++j) {
     out[j] = fake_quantize_element<W>(p, a.at<W>(0, j), a.at<float>(1, j), a.at<double>(2, j));
   }

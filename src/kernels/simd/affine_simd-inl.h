@@ -86,7 +86,7 @@ void affine_f32(const void* params, const RowArgs& a) {
 // in int64 or double).
 void fake_quantize_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FakeQuantizeParams*>(params);
-  if (!p.exact_in_float || p.canonical_nan) {
+  if (!p.exact_in_float || p.canonical_nan || p.gradient) {
     ref::fake_quantize_f32(params, a);
     return;
   }
