@@ -1,0 +1,135 @@
+"""Same-run speed comparison of polyquant.aimet and aimet-torch 2.42.0 (CPU) on 64 Mi float32
+elements: quantize_dequantize per-tensor, per-channel (first and last axis) and blockwise, no-grad
+and training forward, and the encoding analyzers' update_stats + compute_encodings. Each call is
+timed interleaved with the other library's and with a numpy copy (x.copy()) and a read-only pass
+(x.sum()) of the same array; medians. Outputs are also compared bit for bit (NaN-ness for NaNs).
+
+Runs in the generator's environment (README.md here: aimet-torch 2.42.0, torch 2.15) with the
+installed polyquant on the path, e.g.
+
+    PYTHONPATH=<polyquant's site-packages> /work/venv-aimet/bin/python scripts/aimet_golden/compare_speed.py \
+        --repeat 5 --json /tmp/aimet_speed.json
+
+Not run in CI (CI never installs aimet-torch). torch uses as many threads as polyquant
+(POLYQUANT_NUM_THREADS or the machine's cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import polyquant
+import polyquant.aimet as pa
+from aimet_torch.quantization.affine import quantize_dequantize as aimet_qdq
+from aimet_torch.quantization import encoding_analyzer as aimet_ea
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    na, nb = np.isnan(a), np.isnan(b)
+    return bool(np.array_equal(na, nb) and np.array_equal(a[~na].view(np.uint32), b[~nb].view(np.uint32)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--analyzer-repeat", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    threads = int(os.environ.get("POLYQUANT_NUM_THREADS", os.cpu_count() or 1))
+    torch.set_num_threads(threads)
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(64 * 2**20, dtype=np.float32) * 4).reshape(4096, 16384)
+    xt = torch.from_numpy(x)
+    rows = []
+
+    def qdq_case(name, shape, s, o, block=None):
+        xs = x.reshape(shape)
+        xts = xt.reshape(shape)
+        st, ot = torch.from_numpy(s), torch.from_numpy(o)
+        kw = {"block_size": block} if block else {}
+        ours, peer, peer_train, copies = [], [], [], []
+        pa.quantize_dequantize(xs, s, o, 8, **kw)
+        for _ in range(args.repeat):
+            copies.append(timed(lambda: xs.copy())[0])
+            t, y = timed(lambda: pa.quantize_dequantize(xs, s, o, 8, **kw))
+            ours.append(t)
+            with torch.no_grad():
+                t, yp = timed(lambda: aimet_qdq(xts, st, ot, 8, **kw))
+            peer.append(t)
+            sg, og = st.clone().requires_grad_(), ot.clone().requires_grad_()
+            peer_train.append(timed(lambda: aimet_qdq(xts, sg, og, 8, **kw))[0])
+        exact = same(y, yp.numpy())
+        ours_train = []
+        for _ in range(args.repeat):
+            ours_train.append(timed(lambda: pa._qdq_forward(xs, s, o, (8,), kw, True))[0])
+        m = {k: statistics.median(v) * 1e3 for k, v in
+             dict(ours=ours, ours_train=ours_train, peer=peer, peer_train=peer_train, copy=copies).items()}
+        rows.append(dict(case=name, shape=list(shape), polyquant_ms=m["ours"], copy_ms=m["copy"],
+                         of_copy=m["copy"] / m["ours"], aimet_ms=m["peer"], speedup=m["peer"] / m["ours"],
+                         polyquant_training_ms=m["ours_train"], aimet_training_ms=m["peer_train"],
+                         training_speedup=m["peer_train"] / m["ours_train"], bit_exact=exact))
+        print(rows[-1], flush=True)
+
+    f = np.float32
+    qdq_case("per-tensor", (4096, 16384), np.array(0.05, f), np.array(-3.0, f))
+    qdq_case("per-channel axis 0", (4096, 16384), np.full((4096, 1), 0.05, f), np.full((4096, 1), -3.0, f))
+    qdq_case("per-channel last axis", (1048576, 64), np.full((64,), 0.05, f), np.full((64,), -3.0, f))
+    qdq_case("blockwise (1, 32)", (4096, 16384), np.full((4096, 512), 0.05, f), np.full((4096, 512), -3.0, f), (1, 32))
+
+    reads = []
+    for _ in range(args.repeat):
+        reads.append(timed(lambda: x.sum())[0])
+    read_ms = statistics.median(reads) * 1e3
+
+    def analyzer_case(name, make_ours, make_peer, shape, data, symmetric=False):
+        ours, peer = [], []
+        for _ in range(args.analyzer_repeat):
+            a = make_ours(shape)
+            t0 = time.perf_counter()
+            a.update_stats(data)
+            lo, hi = a.compute_encodings(255, symmetric)
+            ours.append(time.perf_counter() - t0)
+            b = make_peer(shape)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                b.update_stats(torch.from_numpy(data))
+                plo, phi = b.compute_encodings(255, symmetric)
+            peer.append(time.perf_counter() - t0)
+        exact = same(lo, plo.numpy()) and same(hi, phi.numpy())
+        m_ours, m_peer = statistics.median(ours) * 1e3, statistics.median(peer) * 1e3
+        rows.append(dict(case=name, shape=list(data.shape), params=list(shape), polyquant_ms=m_ours, aimet_ms=m_peer,
+                         speedup=m_peer / m_ours, read_ms=read_ms, of_read=read_ms / m_ours, bit_exact=exact))
+        print(rows[-1], flush=True)
+
+    for shape, tag in (((1,), "per-tensor"), ((4096, 1), "per-channel (4096, 1)")):
+        analyzer_case(f"MinMax {tag}", lambda s: pa.MinMaxEncodingAnalyzer(s), lambda s: aimet_ea.MinMaxEncodingAnalyzer(s),
+                      shape, x)
+        analyzer_case(f"Percentile 99.9 {tag}", lambda s: pa.PercentileEncodingAnalyzer(s, percentile=99.9),
+                      lambda s: aimet_ea.PercentileEncodingAnalyzer(s, percentile=99.9), shape, x)
+        analyzer_case(f"SQNR {tag}", lambda s: pa.SqnrEncodingAnalyzer(s), lambda s: aimet_ea.SqnrEncodingAnalyzer(s),
+                      shape, x)
+
+    report = dict(polyquant=polyquant.runtime_info(), torch=torch.__version__, threads=threads,
+                  elements=int(x.size), repeat=args.repeat, analyzer_repeat=args.analyzer_repeat, rows=rows)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
