@@ -6,11 +6,50 @@
 from collections.abc import Sequence
 from typing import Annotated
 
+import numpy
 from numpy.typing import NDArray
 
 
 class StatisticsNotFoundError(RuntimeError):
     pass
+
+def aimet_minimum_scale(num_steps: int) -> float:
+    """AIMET's minimum scale min(float32 eps, 0.01 / num_steps)."""
+
+def aimet_quantizer_scale(min: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], max: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], qmin: int, qmax: int, scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
+    """
+    get_scale(): |(max - min) / N| floored at the minimum scale, into `scale`.
+    """
+
+def aimet_quantizer_offset(min: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], qmin: int, qmax: int, symmetric: bool, offset: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
+    """
+    get_offset(): the symmetric constant, or clamp(round(min / scale) - qmin, -qmax, -qmin), into `offset`.
+    """
+
+def aimet_quantizer_range(scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], offset: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], qmin: int, qmax: int, min: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')], max: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
+    """
+    get_min() / get_max(): scale * (offset + qmin / qmax), into `min` / `max`.
+    """
+
+def aimet_scale_offset_from_range(min: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], max: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], qmin: int, qmax: int, symmetric: bool, scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')], offset: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
+    """
+    A calibration batch's encoding: (max - min) / N and round(min / scale) - qmin.
+    """
+
+def aimet_range_for_scale_offset(scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], offset: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], qmin: int, qmax: int, symmetric: bool, min: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')], max: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
+    """
+    A min / max range that reproduces `scale` and `offset` exactly (for loading encodings).
+    """
+
+def aimet_lpbq_channel_shape(shape: Sequence[int], grouping: Sequence[int]) -> list[int]:
+    """
+    Shape of the LPBQ per-channel scale for a quantizer shape and block grouping.
+    """
+
+def aimet_lpbq_scales(raw_scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], shape: Sequence[int], grouping: Sequence[int], bitwidth: int, decompressed_bw: int, per_channel_scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')], scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')], per_block_int_scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
+    """
+    LPBQ: per-channel scale, effective block scale and per-block integer scale, into the three arrays.
+    """
 
 def quantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, y_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, y_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, axis: int, block_size: int, output_dtype: int, saturate: bool, precision: int, out: object | None = None) -> object:
     """

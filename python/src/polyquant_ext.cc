@@ -687,6 +687,7 @@ int dtype_code(const std::string& name) {
 }
 
 void bind_aimet_analyzers(nb::module_& m);  // aimet_analyzers_ext.cc
+void bind_aimet_quantizer(nb::module_& m);  // aimet_quantizer_ext.cc
 
 NB_MODULE(_polyquant_ext, m) {
   m.doc() = "polyquant's compiled core (private; use polyquant.qonnx)";
@@ -704,6 +705,7 @@ NB_MODULE(_polyquant_ext, m) {
     }
   });
   bind_aimet_analyzers(m);
+  bind_aimet_quantizer(m);
 
   // Tensor arguments: numpy arrays only (polyquant.qonnx converts everything else first).
   auto tensor = [](const char* name) { return nb::arg(name).noconvert(); };

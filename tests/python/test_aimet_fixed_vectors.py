@@ -169,7 +169,6 @@ def test_docstring_example_keeps_negative_zero():
 
 @pytest.mark.parametrize("signed_grid", [(-128, 127), (0, 255)])
 @pytest.mark.parametrize("bitwidth_form", [True, False])
-@pytest.mark.xfail(strict=True, reason="quantizer modules / LPBQ are not implemented yet (issue 7 is open)")
 def test_argument_forms_give_unit_scale(signed_grid, bitwidth_form):
     # compute_encodings on x = arange(qmin, qmax + 1) gives scale 1 and offset 0 (signed symmetric
     # and unsigned asymmetric grids), whichever constructor form built the quantizer
@@ -184,7 +183,6 @@ def test_argument_forms_give_unit_scale(signed_grid, bitwidth_form):
         np.testing.assert_array_equal(q.get_offset(), np.array([0.0], f32))
 
 
-@pytest.mark.xfail(strict=True, reason="quantizer modules / LPBQ are not implemented yet (issue 7 is open)")
 def test_symmetric_invariants():
     # symmetric: min = -scale * ceil(N/2), max = scale * floor(N/2), offset = -round((qmin+qmax)/2)
     rng = np.random.default_rng(3)
@@ -198,7 +196,6 @@ def test_symmetric_invariants():
         np.testing.assert_array_equal(q.get_max(), s * (o + f32(qmax)))
 
 
-@pytest.mark.xfail(strict=True, reason="quantizer modules / LPBQ are not implemented yet (issue 7 is open)")
 def test_signed_doesnt_affect_output():
     rng = np.random.default_rng(5)
     x = rng.standard_normal((8, 16)).astype(f32)
@@ -212,7 +209,6 @@ def test_signed_doesnt_affect_output():
         np.testing.assert_array_equal(qdqs[0](x), qdqs[1](x))
 
 
-@pytest.mark.xfail(strict=True, reason="quantizer modules / LPBQ are not implemented yet (issue 7 is open)")
 def test_uninitialized_quantizer():
     for cls in (pa.Quantize, pa.QuantizeDequantize):
         q = cls((1,), 8, False)
@@ -222,7 +218,6 @@ def test_uninitialized_quantizer():
             q(np.zeros(4, f32))
 
 
-@pytest.mark.xfail(strict=True, reason="quantizer modules / LPBQ are not implemented yet (issue 7 is open)")
 def test_lpbq_with_unit_grouping_is_blockwise():
     rng = np.random.default_rng(11)
     x = rng.standard_normal((4, 32)).astype(f32)
@@ -236,7 +231,6 @@ def test_lpbq_with_unit_grouping_is_blockwise():
     np.testing.assert_array_equal(lpbq(x), bq(x))
 
 
-@pytest.mark.xfail(strict=True, reason="quantizer modules / LPBQ are not implemented yet (issue 7 is open)")
 def test_lpbq_whole_row_grouping_at_equal_bitwidths_is_per_channel():
     # block_grouping -1 over the blocks and decompressed_bw == bitwidth: the integer scales are all 1,
     # every block uses the row's largest raw scale: a per-channel quantizer with that scale

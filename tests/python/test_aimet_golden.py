@@ -44,25 +44,12 @@ POOLS = {k[len("pool_"):]: _NPZ[k] for k in _NPZ.files}
 CASES = INDEX["cases"]
 
 
-# Recorded behaviour polyquant does not have yet (issue 7 is open): strict xfail, so each case
-# turns into a failure the moment it starts to pass and the marker must go.
-NOT_YET = (
-    ("module", "quantizer modules Quantize / QuantizeDequantize are not implemented yet"),
-    ("lpbq", "GroupedBlockQuantizeDequantize (LPBQ) is not implemented yet"),
-    ("encodings", "encodings export (0.6.1 / 1.0.0 / 2.0.0 / 2.1.0) is not implemented yet"),
-)
-NOT_YET_ERRORS = ("errors/Quantize/", "errors/QuantizeDequantize/", "errors/GroupedBlockQuantizeDequantize/")
 # SQNR's min of -0.0: torch.maximum's SIMD loop returns its second operand on equal zeros (aimet.md
 # section 10); polyquant's analyzer gives +0.0 in these recorded cases.
 SQNR_NEGATIVE_ZERO = "SQNR min -0.0 from torch.maximum's SIMD tie rule not reproduced yet"
 
 
 def _mark(case):
-    for group, why in NOT_YET:
-        if case["group"] == group:
-            return [pytest.mark.xfail(strict=True, reason=why)]
-    if case["id"].startswith(NOT_YET_ERRORS):
-        return [pytest.mark.xfail(strict=True, reason="quantizer modules are not implemented yet")]
     if case["id"] in SQNR_NEGATIVE_ZERO_IDS:
         return [pytest.mark.xfail(strict=True, reason=SQNR_NEGATIVE_ZERO)]
     return []
@@ -460,7 +447,7 @@ def same_json(got, want) -> bool:
 ENC_CASES = [c for c in CASES if c["group"] in ("module", "lpbq") and "encodings" in c]
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id="encodings/" + c["id"], marks=[pytest.mark.xfail(strict=True, reason=NOT_YET[2][1])]) for c in ENC_CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id="encodings/" + c["id"]) for c in ENC_CASES])
 def test_encodings(case):
     q = prepare(case)
     enc = case["encodings"]
