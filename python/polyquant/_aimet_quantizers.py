@@ -289,6 +289,17 @@ class _AffineQuantizerBase:
             return None
         return AffineEncoding(so[0], so[1], self.qmin, self.qmax, self._symmetric, self.block_size)
 
+    @classmethod
+    def from_encodings(cls, encodings: AffineEncoding) -> "_AffineQuantizerBase":
+        """A quantizer of the encoding's shape, grid, symmetry and block size whose range is the
+        encoding's min / max (AIMET's from_encodings)."""
+        if not isinstance(encodings, AffineEncoding) or isinstance(encodings, GroupedBlockEncoding):
+            raise TypeError(f"encodings: expected an AffineEncoding, got {type(encodings).__name__}")
+        q = cls(encodings.scale.shape, qmin=encodings.qmin, qmax=encodings.qmax, symmetric=encodings.symmetry,
+                block_size=encodings.block_size)
+        q.set_range(encodings.min, encodings.max)
+        return q
+
     def get_legacy_encodings(self) -> Optional[List[Dict[str, Any]]]:
         """The 0.6.1 ("legacy") encodings: one dict per parameter element; None until initialized."""
         if not self.is_initialized():
@@ -468,6 +479,16 @@ class GroupedBlockQuantizeDequantize(QuantizeDequantize):
         pc, scale, ints = self._lpbq()
         return GroupedBlockEncoding(scale, self._offset_for(self._raw_scale()), self.qmin, self.qmax, self._symmetric,
                                     self.block_size, self.block_grouping, self.decompressed_bw, pc, ints)
+
+    @classmethod
+    def from_encodings(cls, encodings: GroupedBlockEncoding) -> "GroupedBlockQuantizeDequantize":
+        """An LPBQ quantizer with the encoding's parameters and its min / max as range."""
+        if not isinstance(encodings, GroupedBlockEncoding):
+            raise TypeError(f"encodings: expected a GroupedBlockEncoding, got {type(encodings).__name__}")
+        q = cls(encodings.scale.shape, encodings.bitwidth, encodings.symmetry, encodings.decompressed_bw,
+                block_size=encodings.block_size, block_grouping=encodings.block_grouping)
+        q.set_range(encodings.min, encodings.max)
+        return q
 
     def set_qnn_encoding_dict(self, encoding: Any, encoding_version: str) -> None:
         p = encoding_from_qnn_dict(encoding, encoding_version, self.shape)

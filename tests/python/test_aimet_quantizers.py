@@ -98,6 +98,19 @@ def test_legacy_import_rebuilds_from_min_max():
     np.testing.assert_allclose(r.get_scale(), q.get_scale(), rtol=1e-6)
 
 
+def test_from_encodings():
+    q = _with_range(QuantizeDequantize((4, 1), qmin=-100, qmax=37, symmetric=False))
+    r = QuantizeDequantize.from_encodings(q.get_encodings())
+    assert (r.shape, r.qmin, r.qmax, r.symmetric) == ((4, 1), -100, 37, False)
+    assert same(r.min, q.get_min()) and same(r.max, q.get_max())
+    np.testing.assert_allclose(r.get_scale(), q.get_scale(), rtol=1e-6)
+    g = _with_range(GroupedBlockQuantizeDequantize((4, 4), 4, True, 8, block_size=(1, 8), block_grouping=(1, 4)))
+    h = GroupedBlockQuantizeDequantize.from_encodings(g.get_encodings())
+    assert (h.block_grouping, h.decompressed_bw, h.block_size) == ((1, 4), 8, (1, 8))
+    with pytest.raises(TypeError, match="encodings"):
+        QuantizeDequantize.from_encodings(g.get_encodings())
+
+
 # ---- errors: AIMET's classes, messages naming the parameter ---------------------------------------
 
 @pytest.mark.parametrize("cls", [Quantize, QuantizeDequantize])
@@ -107,9 +120,12 @@ def test_legacy_import_rebuilds_from_min_max():
     (((1,), 8, False), {"foo": 1}, TypeError, "foo"),
     (((1,), 0, False), {}, ValueError, "qmax"),
     (((1,), 10, 3, False), {}, ValueError, "qmin"),
-    (((4, 1), 8, False), {"encoding_analyzer": pa.MinMaxEncodingAnalyzer((3, 1))}, RuntimeError, "encoding.analyzer"),
+    (((4, 1), 8, False), {"encoding_analyzer": lambda: pa.MinMaxEncodingAnalyzer((3, 1))}, RuntimeError,
+     "encoding.analyzer"),
 ])
 def test_constructor_errors(cls, args, kwargs, exc, word):
+    # analyzers are made in the test, not at collection (no extension object outlives the session)
+    kwargs = {k: v() if callable(v) else v for k, v in kwargs.items()}
     with pytest.raises(exc, match=f"(?i){word}"):
         cls(*args, **kwargs)
 
@@ -227,3 +243,15 @@ def test_lpbq_scale_is_integer_times_channel_scale():
     ints = enc.per_block_int_scale
     assert ints.min() >= 1 and ints.max() <= 16 and np.all(ints.max(axis=1) == 16)
     assert same(enc.scale, (ints * np.broadcast_to(g.get_per_channel_scale(), (4, 4))).astype(np.float32))
+
+
+def test_torch_tensors_calibrate_and_quantize_like_numpy():
+    torch = pytest.importorskip("torch")
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    a, b = QuantizeDequantize((4, 1), 8, False), QuantizeDequantize((4, 1), 8, False)
+    with a.compute_encodings():
+        ya = a(torch.from_numpy(x.copy()))
+    with b.compute_encodings():
+        yb = b(x)
+    assert isinstance(ya, torch.Tensor) and same(ya.numpy(), yb)
+    assert same(a.min, b.min) and same(a(torch.from_numpy(x)).numpy(), b(x))
