@@ -1,5 +1,6 @@
 """AIMET's affine quantizer modules (aimet_torch.quantization.affine, aimet-torch 2.42.0) on numpy
-arrays: ``Quantize``, ``QuantizeDequantize`` and ``GroupedBlockQuantizeDequantize`` (LPBQ).
+arrays: ``Quantize``, ``QuantizeDequantize``, ``Dequantize`` and ``GroupedBlockQuantizeDequantize``
+(LPBQ).
 
 A quantizer holds AIMET's learnable range ``min`` / ``max`` (float32 arrays of ``shape``, -1 and +1
 until set, and "uninitialized" until both were assigned or calibrated, as AIMET tracks it) and the
@@ -30,7 +31,7 @@ from ._aimet_encodings import (
     encoding_from_qnn_dict,
 )
 
-__all__ = ["Quantize", "QuantizeDequantize", "GroupedBlockQuantizeDequantize"]
+__all__ = ["Quantize", "QuantizeDequantize", "Dequantize", "GroupedBlockQuantizeDequantize"]
 
 _SIGNATURES = (
     "(self, shape, qmin: int, qmax: int, symmetric: bool, encoding_analyzer: EncodingAnalyzer = None, "
@@ -425,6 +426,15 @@ class QuantizeDequantize(_AffineQuantizerBase):
         from .aimet import quantize_dequantize
 
         return quantize_dequantize(x, scale, offset, self.qmin, self.qmax, block_size=block_size)
+
+
+class Dequantize(_AffineQuantizerBase):
+    """AIMET's Dequantize: (x + offset) * scale, in x's dtype (x holds integers on the grid)."""
+
+    def _functional(self, x, scale, offset, block_size):
+        from .aimet import dequantize
+
+        return dequantize(x, scale, offset, block_size=block_size)
 
 
 class GroupedBlockQuantizeDequantize(QuantizeDequantize):

@@ -40,7 +40,7 @@ from ._aimet_analyzers import (
     TfEnhancedEncodingAnalyzer,
 )
 from ._aimet_encodings import AffineEncoding, GroupedBlockEncoding
-from ._aimet_quantizers import GroupedBlockQuantizeDequantize, Quantize, QuantizeDequantize
+from ._aimet_quantizers import Dequantize, GroupedBlockQuantizeDequantize, Quantize, QuantizeDequantize
 
 __all__ = [
     "quantize",
@@ -57,6 +57,7 @@ __all__ = [
     "Quantize",
     "QuantizeDequantize",
     "GroupedBlockQuantizeDequantize",
+    "Dequantize",
     "AffineEncoding",
     "GroupedBlockEncoding",
 ]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import polyquant.aimet as pa
-from polyquant._aimet_quantizers import GroupedBlockQuantizeDequantize, Quantize, QuantizeDequantize
+from polyquant.aimet import Dequantize, GroupedBlockQuantizeDequantize, Quantize, QuantizeDequantize
 
 VERSIONS = ("0.6.1", "1.0.0", "2.0.0", "2.1.0")
 RNG = np.random.default_rng(7)
@@ -255,3 +255,15 @@ def test_torch_tensors_calibrate_and_quantize_like_numpy():
         yb = b(x)
     assert isinstance(ya, torch.Tensor) and same(ya.numpy(), yb)
     assert same(a.min, b.min) and same(a(torch.from_numpy(x)).numpy(), b(x))
+
+
+def test_dequantize_inverts_quantize():
+    q = Quantize((4, 1), 8, False)
+    q.min, q.max = np.full((4, 1), -1.0), np.full((4, 1), 3.0)
+    d = Dequantize((4, 1), 8, False)
+    d.min, d.max = q.min, q.max
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    want = pa.dequantize(q(x), q.get_scale(), q.get_offset())
+    assert same(d(q(x)), want)
+    with pytest.raises(RuntimeError, match="initialized"):
+        Dequantize((1,), 8, False)(x)
