@@ -177,9 +177,21 @@ class _AffineQuantizerBase:
         if max is not None:
             self.max = max
 
-    def allow_overwrite(self, mode: bool) -> None:
-        """Whether compute_encodings() may overwrite min and max."""
-        self._is_overwrite_allowed = {"min": bool(mode), "max": bool(mode)}
+    def allow_overwrite(self, *args, **kwargs) -> None:
+        """Whether compute_encodings() may overwrite min and max: ``allow_overwrite(mode)`` for
+        both, or ``allow_overwrite(min=..., max=...)`` per parameter (AIMET's two forms)."""
+        mode = kwargs.get("mode", args[0] if args else None)
+        flags = {k: mode for k in self._is_overwrite_allowed} if mode is not None else dict(kwargs)
+        unexpected = sorted(set(flags) - set(self._is_overwrite_allowed))
+        if unexpected:
+            raise RuntimeError(f"'allow_overwrite' expected param names {sorted(self._is_overwrite_allowed)}; "
+                               f"got unexpected parameter names {unexpected}")
+        self._is_overwrite_allowed.update({k: bool(v) for k, v in flags.items()})
+
+    def is_overwrite_allowed(self, name: Optional[str] = None) -> bool:
+        if name is None:
+            return any(self._is_overwrite_allowed.values())
+        return self._is_overwrite_allowed[name]
 
     # ---- grid attributes -----------------------------------------------------------------------
     @property

@@ -204,6 +204,13 @@ def test_compute_encodings_overwrite_and_warnings():
     with q.compute_encodings():
         q(np.arange(10, dtype=np.float32))
     assert same(q.min, np.array([-1.0], np.float32))
+    q.allow_overwrite(min=True)  # max stays
+    with q.compute_encodings():
+        q(np.arange(10, dtype=np.float32))
+    assert same(q.min, np.array([0.0], np.float32)) and same(q.max, np.array([1.0], np.float32))
+    assert q.is_overwrite_allowed() and not q.is_overwrite_allowed("max")
+    with pytest.raises(RuntimeError, match="allow_overwrite"):
+        q.allow_overwrite(scale=True)
     q.allow_overwrite(True)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
