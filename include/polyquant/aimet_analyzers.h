@@ -141,6 +141,7 @@ class POLYQUANT_API HistogramEncodingAnalyzer {
 
  protected:
   EncodingRange compute_from(const HistogramState& s, double num_steps, bool is_symmetric) const;
+  HistogramState batch_stats_impl(const TensorView& x, bool with_counts) const;
   virtual EncodingRange compute_from_stats(const HistogramState& s, double num_steps, bool is_symmetric) const = 0;
 
  private:

@@ -18,6 +18,25 @@ namespace polyquant::detail {
 //     with `bins` itself moved to bins - 1 (the last bin includes its right edge).
 void torch_histc_f32(std::span<const float> x, std::int64_t bins, double lo, double hi, std::int64_t* counts);
 
+// torch.histc's binning over a range that needs no data (lo != hi): the checks and errors above,
+// then per value the float32 steps of torch_histc_f32. Counts are integers, so any split of the
+// data into parts whose counts are added gives exactly the counts of one pass.
+struct HistcBinning {
+  HistcBinning(double lo, double hi, std::int64_t bins);  // lo != hi
+  float left, right, nbins, width;
+  std::int64_t bins;
+  // The quotient ((v - left) * bins) / width, each step rounded to float32.
+  float scaled(float v) const { return ((v - left) * nbins) / width; }
+  // The bin of a quotient: int64 truncation as x86 converts (NaN, infinities and |q| >= 2^63 give
+  // INT64_MIN), then clamped to [0, bins - 1].
+  std::int64_t bin(float q) const {
+    if (!(q >= 0.0f && q < 9.2233720368547758e18f)) return 0;
+    const auto pos = static_cast<std::int64_t>(q);
+    return pos < bins ? pos : bins - 1;
+  }
+  bool contains(float v) const { return v >= left && v <= right; }
+};
+
 // torch's CPU sum of a contiguous float32 (or float64) row, in its vector order
 // (aten/src/ATen/native/cpu/SumKernel.cpp: vectorized_inner_sum / scalar_inner_sum). `lanes` is
 // the vector width of torch's CPU capability in elements (16 float32 for AVX-512, 8 for AVX2;

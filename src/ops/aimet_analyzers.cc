@@ -10,6 +10,9 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -19,6 +22,7 @@
 #include "core/half.h"
 #include "core/histogram.h"
 #include "core/minifloat.h"
+#include "core/parallel.h"
 #include "kernels/registry.h"
 
 namespace polyquant::aimet {
@@ -530,6 +534,8 @@ EncodingRange MinMaxEncodingAnalyzer::compute_dynamic_encodings(const TensorView
 HistogramEncodingAnalyzer::HistogramEncodingAnalyzer(AnalyzerShape shape, HistogramOptions options)
     : shape_(std::move(shape)), options_(options) {
   if (options_.num_bins <= 0) fail(ErrorKind::kValue, "Number of bins cannot be less than or equal to 0 (num_bins must be > 0).");
+  if (options_.num_bins > std::numeric_limits<std::int32_t>::max())
+    fail(ErrorKind::kValue, "num_bins: must be below 2^31, got " + std::to_string(options_.num_bins));
   if (!(options_.growth_limit >= 1.0)) {
     std::ostringstream os;
     os << "Growth limit must be at least 1.0. Got " << options_.growth_limit << " (histogram_growth_limit must be >= 1)";
@@ -551,45 +557,247 @@ void create_edges(DType t, double lo, double hi, std::int64_t bins, float* edges
   for (std::int64_t i = 0; i <= bins; ++i) edges[i] = static_cast<float>(i) * step + l;
 }
 
-// Finite min / max of a slice (+inf / -inf when it has none): torch.where(isfinite, x, +-inf).
-void finite_min_max(const Data& d, const std::int64_t* idx, std::int64_t n, double& mn, double& mx) {
-  mn = INFINITY;
-  mx = -INFINITY;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double v = d.at(idx ? idx[i] : i);
-    if (!std::isfinite(v)) continue;
-    if (v < mn) mn = v;
-    if (v > mx) mx = v;
+// ---- one histogram's input -----------------------------------------------------------------------
+// `n` values of the data: contiguous from flat index `first`, or at the flat indices `idx`.
+struct Slice {
+  const Data* data = nullptr;
+  std::int64_t first = 0;
+  const std::int64_t* idx = nullptr;
+  std::int64_t n = 0;
+};
+
+template <class T>
+struct RunLoad {
+  const T* p;
+  T operator()(std::int64_t i) const { return p[i]; }
+};
+template <class T>
+struct IndexLoad {
+  const T* p;
+  const std::int64_t* idx;
+  T operator()(std::int64_t i) const { return p[idx[i]]; }
+};
+
+// f(load, T{}) with load(i) = the slice's i-th value in its storage type T (float or double).
+template <class F>
+void visit(const Slice& s, const F& f) {
+  if (s.data->f) {
+    if (s.idx) f(IndexLoad<float>{s.data->f, s.idx}, 0.0f);
+    else f(RunLoad<float>{s.data->f + s.first}, 0.0f);
+  } else {
+    if (s.idx) f(IndexLoad<double>{s.data->d, s.idx}, 0.0);
+    else f(RunLoad<double>{s.data->d + s.first}, 0.0);
   }
 }
 
+// Slices at least this long are split across threads when the histograms are not.
+constexpr std::int64_t kSliceGrain = std::int64_t{1} << 16;
+
+struct MinMaxPart {
+  double mn = INFINITY, mx = -INFINITY;
+};
+
+// Finite min / max of values [b, e): eight independent lanes (vectorisable, exact for every value
+// but the sign of a zero result, which finite_min_max settles).
+template <class T, class Load>
+MinMaxPart finite_min_max_part(const Load& at, std::int64_t b, std::int64_t e) {
+  constexpr int kLanes = 8;
+  const T inf = std::numeric_limits<T>::infinity(), big = std::numeric_limits<T>::max();
+  T lo[kLanes], hi[kLanes];
+  for (int l = 0; l < kLanes; ++l) lo[l] = inf, hi[l] = -inf;
+  const std::int64_t vec_end = b + (e - b) / kLanes * kLanes;
+  std::int64_t i = b;
+  for (; i < vec_end; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const T v = at(i + l);
+      const bool finite = std::fabs(v) <= big;
+      const T vl = finite ? v : inf, vh = finite ? v : -inf;
+      lo[l] = vl < lo[l] ? vl : lo[l];
+      hi[l] = vh > hi[l] ? vh : hi[l];
+    }
+  }
+  for (; i < e; ++i) {
+    const T v = at(i);
+    if (!(std::fabs(v) <= big)) continue;
+    lo[0] = v < lo[0] ? v : lo[0];
+    hi[0] = v > hi[0] ? v : hi[0];
+  }
+  MinMaxPart r;
+  for (int l = 0; l < kLanes; ++l) {
+    r.mn = std::min<double>(r.mn, lo[l]);
+    r.mx = std::max<double>(r.mx, hi[l]);
+  }
+  return r;
+}
+
+// Finite min / max of a slice (+inf / -inf when it has none): torch.where(isfinite, x, +-inf)
+// then min / max, where a zero result is the first zero of the slice (a left-to-right scan with
+// strict comparisons keeps the first of equal values; +0 and -0 are equal).
+MinMaxPart finite_min_max(const Slice& s, bool parallel) {
+  MinMaxPart r;
+  visit(s, [&](const auto& at, auto zero) {
+    using T = decltype(zero);
+    if (parallel && s.n >= 2 * kSliceGrain) {
+      std::mutex mu;
+      detail::parallel_for(s.n, kSliceGrain, [&](std::int64_t b, std::int64_t e) {
+        const MinMaxPart p = finite_min_max_part<T>(at, b, e);
+        std::lock_guard<std::mutex> lock(mu);
+        r.mn = std::min(r.mn, p.mn);
+        r.mx = std::max(r.mx, p.mx);
+      });
+    } else {
+      r = finite_min_max_part<T>(at, 0, s.n);
+    }
+    if (r.mn == 0 || r.mx == 0) {
+      std::int64_t i = 0;
+      while (at(i) != 0) ++i;
+      const double z = at(i);
+      if (r.mn == 0) r.mn = z;
+      if (r.mx == 0) r.mx = z;
+    }
+  });
+  return r;
+}
+
+// torch.histc counts of values [b, e) (as float32) plus the values below `below` / above `above`
+// (compared in the storage type), for bins <= 2^24: `counts` has bins + 1 slots, the last one
+// taking the values outside the range. Blocks: bin indices are computed vectorised (the steps of
+// HistcBinning::scaled and ::bin, written out so that they stay in this loop: with bins - 1
+// exact in float32, trunc(min(q, bins - 1)) == min(trunc(q), bins - 1)), then counted.
+template <class T, class Load>
+void bin_part(const Load& at, std::int64_t b, std::int64_t e, const detail::HistcBinning& hb, T below, T above, std::int64_t* counts,
+              std::int64_t& n_below, std::int64_t& n_above) {
+  constexpr int kBlock = 256;
+  const float left = hb.left, right = hb.right, nbins = hb.nbins, width = hb.width;
+  const float last = static_cast<float>(hb.bins - 1);
+  const auto outside = static_cast<std::int32_t>(hb.bins);
+  std::int32_t idx[kBlock];
+  std::int64_t nb = 0, na = 0;
+  for (std::int64_t i = b; i < e; i += kBlock) {
+    const int m = static_cast<int>(std::min<std::int64_t>(kBlock, e - i));
+    std::int32_t bb = 0, ba = 0;
+    for (int j = 0; j < m; ++j) {
+      const T v = at(i + j);
+      const float f = static_cast<float>(v);
+      const float q = ((f - left) * nbins) / width;
+      const bool valid = (q >= 0.0f) & (q < 9.2233720368547758e18f);  // else x86's int64 conversion gives INT64_MIN -> 0
+      const float qc = valid ? (q < last ? q : last) : 0.0f;
+      const bool in = (f >= left) & (f <= right);
+      idx[j] = in ? static_cast<std::int32_t>(qc) : outside;
+      bb += static_cast<std::int32_t>(v < below);
+      ba += static_cast<std::int32_t>(v > above);
+    }
+    nb += bb;
+    na += ba;
+    for (int j = 0; j < m; ++j) ++counts[idx[j]];
+  }
+  n_below += nb;
+  n_above += na;
+}
+
 // Counts of one histogram over [lo, hi] (torch.histc of the float32 data) plus the values below
-// `below` / above `above` (compared in the data's dtype) into the end bins; float32 counts.
-void bin_slice(const Data& d, const std::int64_t* idx, std::int64_t n, std::int64_t bins, double lo, double hi, double below,
-               double above, std::vector<float>& xs, float* counts_out) {
-  xs.resize(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) xs[static_cast<std::size_t>(i)] = static_cast<float>(d.at(idx ? idx[i] : i));
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(bins), 0);
-  detail::torch_histc_f32(xs, bins, lo, hi, counts.data());
+// `below` / above `above` (compared in the data's dtype) into the end bins; float32 counts. With
+// `parallel`, a long slice is split across threads; the integer counts add exactly.
+void bin_slice(const Slice& s, std::int64_t bins, double lo, double hi, double below, double above, bool parallel, float* counts_out) {
+  const Data& d = *s.data;
+  thread_local std::vector<std::int64_t> counts;
+  counts.assign(static_cast<std::size_t>(bins + 1), 0);  // + the slot of values outside the range
   std::int64_t n_below = 0, n_above = 0;
-  const double b = round_to(d.dtype, below), a = round_to(d.dtype, above);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double v = d.at(idx ? idx[i] : i);
-    n_below += v < b;
-    n_above += v > a;
+  const double bl = round_to(d.dtype, below), ab = round_to(d.dtype, above);
+  if (lo == hi || bins > (std::int64_t{1} << 24)) {
+    // torch.histc over the data's own extremes, or too many bins for bin_part: the reference loop.
+    std::vector<float> xs(static_cast<std::size_t>(s.n));
+    visit(s, [&](const auto& at, auto) {
+      for (std::int64_t i = 0; i < s.n; ++i) {
+        xs[static_cast<std::size_t>(i)] = static_cast<float>(at(i));
+        n_below += at(i) < bl;
+        n_above += at(i) > ab;
+      }
+    });
+    detail::torch_histc_f32(xs, bins, lo, hi, counts.data());
+  } else {
+    const detail::HistcBinning hb(lo, hi, bins);
+    visit(s, [&](const auto& at, auto zero) {
+      using T = decltype(zero);
+      const T tb = static_cast<T>(bl), ta = static_cast<T>(ab);
+      if (parallel && s.n >= 2 * kSliceGrain) {
+        std::mutex mu;
+        std::int64_t* total = counts.data();
+        detail::parallel_for(s.n, kSliceGrain, [&](std::int64_t b, std::int64_t e) {
+          std::vector<std::int64_t> part(static_cast<std::size_t>(bins + 1), 0);
+          std::int64_t pb = 0, pa = 0;
+          bin_part<T>(at, b, e, hb, tb, ta, part.data(), pb, pa);
+          std::lock_guard<std::mutex> lock(mu);
+          for (std::int64_t k = 0; k < bins; ++k) total[k] += part[static_cast<std::size_t>(k)];
+          n_below += pb;
+          n_above += pa;
+        });
+      } else {
+        bin_part<T>(at, 0, s.n, hb, tb, ta, counts.data(), n_below, n_above);
+      }
+    });
   }
   for (std::int64_t k = 0; k < bins; ++k) counts_out[k] = static_cast<float>(counts[static_cast<std::size_t>(k)]);
   counts_out[0] = counts_out[0] + static_cast<float>(n_below);
   counts_out[bins - 1] = counts_out[bins - 1] + static_cast<float>(n_above);
 }
 
+// Whether every encoding element's slice is one contiguous run of x in C order (no kept
+// dimension after a reduced one), so histogram k reads elements [k * size, (k + 1) * size).
+bool slices_contiguous(const ReducedView& rv) {
+  bool reduced_seen = false;
+  for (std::size_t d = 0; d < rv.keep.size(); ++d) {
+    if (rv.view[static_cast<int>(d)] == 1) continue;
+    if (!rv.keep[d]) reduced_seen = true;
+    else if (reduced_seen) return false;
+  }
+  return true;
+}
+
+// Runs body(k) for k in [0, h), across threads when `parallel`; an error is that of the lowest k
+// that failed, as a loop in order would report (later histograms may have run).
+void for_each_histogram(std::int64_t h, bool parallel, const std::function<void(std::int64_t)>& body) {
+  if (!parallel) {
+    for (std::int64_t k = 0; k < h; ++k) body(k);
+    return;
+  }
+  std::mutex mu;
+  std::int64_t failed = h;
+  std::exception_ptr error;
+  detail::parallel_for(h, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t k = b; k < e; ++k) {
+      try {
+        body(k);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (k < failed) failed = k, error = std::current_exception();
+        return;
+      }
+    }
+  });
+  if (error) std::rethrow_exception(error);
+}
+
+// Histograms run one per thread when there are several and enough data; otherwise each long
+// slice is split across threads.
+bool histograms_in_parallel(std::int64_t h, std::int64_t numel) {
+  return h > 1 && numel >= 2 * kSliceGrain && detail::num_threads() > 1;
+}
+
 }  // namespace
 
-HistogramState HistogramEncodingAnalyzer::batch_stats(const TensorView& x) const {
+HistogramState HistogramEncodingAnalyzer::batch_stats(const TensorView& x) const { return batch_stats_impl(x, true); }
+
+// The batch's histograms (with_counts) or only its ranges and edges, raising the errors binning
+// would raise either way.
+HistogramState HistogramEncodingAnalyzer::batch_stats_impl(const TensorView& x, bool with_counts) const {
   check_dtype(x.dtype);
   const ReducedView rv = reduced_view(x.shape, shape_, true);
   const Data data = read_data(x);
-  const SliceIndex si = slice_index(rv, data.n);
+  const bool contiguous = data.n > 0 && slices_contiguous(rv);
+  SliceIndex si;
+  if (contiguous) si.L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
+  else si = slice_index(rv, data.n);
   const std::int64_t h = si.L.num_groups, size = si.L.group_size, bins = options_.num_bins;
   HistogramState s;
   s.dtype = x.dtype;
@@ -598,17 +806,27 @@ HistogramState HistogramEncodingAnalyzer::batch_stats(const TensorView& x) const
   s.edges.assign(static_cast<std::size_t>(h * (bins + 1)), 0.0f);
   s.min.resize(static_cast<std::size_t>(h));
   s.max.resize(static_cast<std::size_t>(h));
-  std::vector<float> xs;
-  for (std::int64_t k = 0; k < h; ++k) {
-    const std::int64_t* idx = si.offsets.data() + k * size;
-    double mn, mx;
-    finite_min_max(data, idx, size, mn, mx);
+  const bool across = histograms_in_parallel(h, data.n);
+  for_each_histogram(h, across, [&](std::int64_t k) {
+    Slice sl;
+    sl.data = &data;
+    sl.n = size;
+    if (contiguous) sl.first = k * size;
+    else sl.idx = si.offsets.data() + k * size;
+    const MinMaxPart r = finite_min_max(sl, !across);
     float* edges = s.edges.data() + k * (bins + 1);
-    create_edges(data.dtype, mn, mx, bins, edges);
-    bin_slice(data, idx, size, bins, edges[0], edges[bins], edges[0], edges[bins], xs, s.counts.data() + k * bins);
-    s.min[static_cast<std::size_t>(k)] = mn;
-    s.max[static_cast<std::size_t>(k)] = mx;
-  }
+    create_edges(data.dtype, r.mn, r.mx, bins, edges);
+    if (with_counts || edges[0] == edges[bins]) {
+      thread_local std::vector<float> scratch;
+      float* out = s.counts.data() + k * bins;
+      if (!with_counts) scratch.resize(static_cast<std::size_t>(bins)), out = scratch.data();
+      bin_slice(sl, bins, edges[0], edges[bins], edges[0], edges[bins], !across, out);
+    } else {
+      detail::HistcBinning(edges[0], edges[bins], bins);  // torch.histc's range checks
+    }
+    s.min[static_cast<std::size_t>(k)] = r.mn;
+    s.max[static_cast<std::size_t>(k)] = r.mx;
+  });
   // The growth limits AIMET fixes at the first batch: lo - range * g / 2, hi + range * g / 2 (f32).
   s.limit_lo.resize(static_cast<std::size_t>(h));
   s.limit_hi.resize(static_cast<std::size_t>(h));
@@ -629,8 +847,8 @@ namespace {
 // re-binning the counts when it grew, then bins `xs` (the batch's data for this histogram) over the
 // new range. W = the working dtype (float32, or float64 for a float64 batch).
 void merge_histogram(DType batch_dtype, double new_min, double new_max, std::int64_t bins, float* counts, float* edges, double& cur_min,
-                     double& cur_max, float limit_lo, float limit_hi, const Data& d, const std::int64_t* idx, std::int64_t n,
-                     const float* other_counts, const float* other_edges, std::vector<float>& xs) {
+                     double& cur_max, float limit_lo, float limit_hi, const Slice* batch, bool parallel, const float* other_counts,
+                     const float* other_edges) {
   const DType w = batch_dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
   auto rw = [&](double v) { return round_to(w, v); };
   auto clamp_t = [](double x, double lo, double hi) {
@@ -676,7 +894,7 @@ void merge_histogram(DType batch_dtype, double new_min, double new_max, std::int
   }
   std::vector<float> fresh(static_cast<std::size_t>(bins), 0.0f);
   if (other_counts == nullptr) {
-    bin_slice(d, idx, n, bins, umin, umax, umin, umax, xs, fresh.data());
+    bin_slice(*batch, bins, umin, umax, umin, umax, parallel, fresh.data());
   } else {
     // Another analyzer's histogram as the batch: its counts moved into [umin, umax] by the same
     // proportional split (exact when its edges are the new edges).
@@ -712,22 +930,25 @@ void merge_histogram(DType batch_dtype, double new_min, double new_max, std::int
 }  // namespace
 
 void HistogramEncodingAnalyzer::update_stats(const TensorView& x) {
-  HistogramState batch = batch_stats(x);  // validates and raises AIMET's errors for every batch
   if (!has_stats()) {
-    state_ = std::move(batch);
+    state_ = batch_stats(x);
     return;
   }
+  // The batch's ranges (validated as AIMET's binning validates them; its histograms are unused).
+  const HistogramState batch = batch_stats_impl(x, false);
   const Data data = read_data(x);
   const std::int64_t h = static_cast<std::int64_t>(state_.min.size()), bins = options_.num_bins;
   const std::int64_t chunk = data.n / h;  // AIMET: reshape(x, (num_histograms, -1))
-  std::vector<std::int64_t> idx(static_cast<std::size_t>(chunk));
-  std::vector<float> xs;
-  for (std::int64_t k = 0; k < h; ++k) {
-    for (std::int64_t i = 0; i < chunk; ++i) idx[static_cast<std::size_t>(i)] = k * chunk + i;
+  const bool across = histograms_in_parallel(h, data.n);
+  for_each_histogram(h, across, [&](std::int64_t k) {
     const auto u = static_cast<std::size_t>(k);
+    Slice sl;
+    sl.data = &data;
+    sl.first = k * chunk;
+    sl.n = chunk;
     merge_histogram(x.dtype, batch.min[u], batch.max[u], bins, state_.counts.data() + k * bins, state_.edges.data() + k * (bins + 1),
-                    state_.min[u], state_.max[u], state_.limit_lo[u], state_.limit_hi[u], data, idx.data(), chunk, nullptr, nullptr, xs);
-  }
+                    state_.min[u], state_.max[u], state_.limit_lo[u], state_.limit_hi[u], &sl, !across, nullptr, nullptr);
+  });
   state_.dtype = x.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
 }
 
@@ -740,13 +961,11 @@ void HistogramEncodingAnalyzer::merge(const HistogramEncodingAnalyzer& other) {
     return;
   }
   const std::int64_t h = static_cast<std::int64_t>(state_.min.size()), bins = options_.num_bins;
-  const Data none;
-  std::vector<float> xs;
   for (std::int64_t k = 0; k < h; ++k) {
     const auto u = static_cast<std::size_t>(k);
     merge_histogram(other.state_.dtype, other.state_.min[u], other.state_.max[u], bins, state_.counts.data() + k * bins,
-                    state_.edges.data() + k * (bins + 1), state_.min[u], state_.max[u], state_.limit_lo[u], state_.limit_hi[u], none,
-                    nullptr, 0, other.state_.counts.data() + k * bins, other.state_.edges.data() + k * (bins + 1), xs);
+                    state_.edges.data() + k * (bins + 1), state_.min[u], state_.max[u], state_.limit_lo[u], state_.limit_hi[u], nullptr,
+                    false, other.state_.counts.data() + k * bins, other.state_.edges.data() + k * (bins + 1));
   }
   state_.dtype = other.state_.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
 }
@@ -897,43 +1116,90 @@ std::vector<float> torch_arange_f32(double start, double end, double step, int l
   return out;
 }
 
-// The estimated noise of one histogram for each (delta, offset) candidate, and the first minimum.
-// W is float (float32 candidates) or double (asymmetric candidates of float64 statistics).
+// GCC if-converts (and so vectorises) the comparisons of these loops only without trapping math;
+// results are unchanged (only floating-point exception flags could differ, and none are read).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math", "fp-contract=off")
+#endif
+// The estimated noise of one histogram for one (delta, offset) candidate, in W (float, or double
+// for the asymmetric candidates of float64 statistics), each step rounded as torch's:
+//   m_b = (e0 + hd / 2) + hd * b   (hd = e1 - e0; the first sum float32, the rest in W)
+//   q = clamp(rne(m_b / delta - off), 0, N); err_b = |(q + off) * delta - m_b|^2 * count_b
+//   (times gamma where q was clipped), summed in torch's vector order. `err` is bins of scratch.
+// Builtins rather than std::fabs / std::copysign: GCC does not inline functions compiled with
+// other optimisation options into these loops.
+inline float abs_of(float v) { return __builtin_fabsf(v); }
+inline double abs_of(double v) { return __builtin_fabs(v); }
+inline float sign_from(float r, float v) { return __builtin_copysignf(r, v); }
+inline double sign_from(double r, double v) { return __builtin_copysign(r, v); }
+
 template <class W>
-std::int64_t best_candidate(const float* counts, const float* edges, std::int64_t bins, const std::vector<W>& deltas,
-                            const std::vector<W>& offsets, double n, double gamma, int lanes) {
-  // Midpoints: (e0 + hd / 2) + hd * b, hd = e1 - e0 (float32), the last product and sum in W.
-  const float hd = edges[1] - edges[0];
-  const float base = edges[0] + hd / 2.0f;
-  std::vector<W> mid(static_cast<std::size_t>(bins)), err(static_cast<std::size_t>(bins));
-  for (std::int64_t b = 0; b < bins; ++b) mid[static_cast<std::size_t>(b)] = static_cast<W>(base) + static_cast<W>(static_cast<W>(hd) * static_cast<W>(b));
+W candidate_noise(const float* counts, float base, float hd, std::int64_t bins, W delta, W off, W wn, W wg, bool use_gamma, int w_lanes,
+                  W* err) {
+  const W big = sizeof(W) == 8 ? W(4503599627370496.0) : W(8388608.0f);
+  const W wg1 = use_gamma ? wg : W(1);
+  const auto nb = static_cast<std::int32_t>(bins);  // < 2^31 (constructor); int32 -> W converts vectorised
+  for (std::int32_t b = 0; b < nb; ++b) {
+    const W m = static_cast<W>(base) + static_cast<W>(static_cast<W>(hd) * static_cast<W>(b));
+    const W t = m / delta;
+    W q = static_cast<W>(t - off);
+    const W a = abs_of(q);
+    const W r = static_cast<W>(static_cast<W>(a + big) - big);
+    q = a < big ? sign_from(r, q) : q;  // rint_even, branch-free
+    const bool clipped = (q < 0) | (q > wn);
+    q = q < 0 ? W(0) : (wn < q ? wn : q);
+    W e = static_cast<W>(q + off);
+    e = static_cast<W>(e * delta);
+    e = static_cast<W>(e - m);
+    e = abs_of(e);
+    e = static_cast<W>(e * e);
+    e = static_cast<W>(e * static_cast<W>(counts[b]));
+    err[b] = static_cast<W>(e * (clipped ? wg1 : W(1)));  // e * 1 == e exactly
+  }
+  return detail::torch_sum_row(err, bins, w_lanes);
+}
+
+template float candidate_noise<float>(const float*, float, float, std::int64_t, float, float, float, float, bool, int, float*);
+template double candidate_noise<double>(const float*, float, float, std::int64_t, double, double, double, double, bool, int, double*);
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
+// The noise of every candidate of every histogram (h histograms of nc candidates, deltas / offsets
+// flat in `cd` / `co`), computed across threads, then per histogram the index of the first minimum
+// (torch.min: NaN wins, then the smallest, the first of equals).
+template <class W>
+std::vector<std::int64_t> best_candidates(const HistogramState& s, std::int64_t nc, const std::vector<double>& cd,
+                                          const std::vector<double>& co, double n, double gamma, int lanes) {
+  const std::int64_t h = static_cast<std::int64_t>(s.min.size()), bins = s.num_bins;
+  std::vector<W> noise(static_cast<std::size_t>(h * nc));
   const W wn = static_cast<W>(n), wg = static_cast<W>(gamma);
   const bool use_gamma = gamma != 1.0;
   const int w_lanes = sizeof(W) == 8 ? lanes / 2 : lanes;
-  std::int64_t best = 0;
-  W best_noise = 0;
-  for (std::size_t c = 0; c < deltas.size(); ++c) {
-    const W delta = deltas[c], off = offsets[c];
-    for (std::int64_t b = 0; b < bins; ++b) {
-      const W m = mid[static_cast<std::size_t>(b)];
-      const W t = m / delta;
-      W q = static_cast<W>(t - off);
-      q = rint_even(q);
-      const bool clipped = q < 0 || q > wn;
-      if (!std::isnan(q)) q = q < 0 ? W(0) : (wn < q ? wn : q);
-      W e = static_cast<W>(q + off);
-      e = static_cast<W>(e * delta);
-      e = static_cast<W>(e - m);
-      e = std::fabs(e);
-      e = static_cast<W>(e * e);
-      e = static_cast<W>(e * static_cast<W>(counts[b]));
-      if (use_gamma && clipped) e = static_cast<W>(e * wg);
-      err[static_cast<std::size_t>(b)] = e;
+  const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(bins, 1));
+  detail::parallel_for(h * nc, grain, [&](std::int64_t begin, std::int64_t end) {
+    thread_local std::vector<W> err;
+    err.resize(static_cast<std::size_t>(bins));
+    for (std::int64_t i = begin; i < end; ++i) {
+      const std::int64_t k = i / nc;
+      const float* edges = s.edges.data() + k * (bins + 1);
+      const float hd = edges[1] - edges[0];
+      const float base = edges[0] + hd / 2.0f;
+      noise[static_cast<std::size_t>(i)] =
+          candidate_noise<W>(s.counts.data() + k * bins, base, hd, bins, static_cast<W>(cd[static_cast<std::size_t>(i)]),
+                             static_cast<W>(co[static_cast<std::size_t>(i)]), wn, wg, use_gamma, w_lanes, err.data());
     }
-    const W noise = detail::torch_sum_row(err.data(), bins, w_lanes);
-    if (c == 0 || (!std::isnan(best_noise) && (std::isnan(noise) || noise < best_noise))) {
-      best = static_cast<std::int64_t>(c);
-      best_noise = noise;
+  });
+  std::vector<std::int64_t> best(static_cast<std::size_t>(h), 0);
+  for (std::int64_t k = 0; k < h; ++k) {
+    const W* nk = noise.data() + k * nc;
+    W best_noise = nk[0];
+    for (std::int64_t c = 1; c < nc; ++c) {
+      if (!std::isnan(best_noise) && (std::isnan(nk[c]) || nk[c] < best_noise)) {
+        best[static_cast<std::size_t>(k)] = c;
+        best_noise = nk[c];
+      }
     }
   }
   return best;
@@ -941,64 +1207,60 @@ std::int64_t best_candidate(const float* counts, const float* edges, std::int64_
 
 }  // namespace
 
-// _LpNormEncodingAnalyzer.compute_encodings_from_stats with p = 2 (see the header comment).
+// _LpNormEncodingAnalyzer.compute_encodings_from_stats with p = 2 (see the header comment): the
+// candidates of every histogram first, then all noises across threads, then the picks.
 EncodingRange SqnrEncodingAnalyzer::compute_from_stats(const HistogramState& s, double n, bool is_symmetric) const {
   if (s.empty()) throw StatisticsNotFoundError();
   check_num_steps(n);
   const DType t = s.dtype;
-  const std::int64_t h = static_cast<std::int64_t>(s.min.size()), bins = s.num_bins;
+  const std::int64_t h = static_cast<std::int64_t>(s.min.size());
   const double ms = minimum_scale(n);
   const int lanes = sqnr_.torch_sum_lanes;
   EncodingRange r = make_range(t, shape().shape, h);
   const DType w = promote(t, DType::kFloat32);
+  auto rw = [&](double v) { return round_to(w, v); };
+  // Offsets of the asymmetric grid (the same for every histogram but the observed one).
+  const double num_offsets = std::min(n + 2, static_cast<double>(sqnr_.offset_candidates));
+  std::vector<double> grid_offsets;
+  if (!is_symmetric) {
+    const double step = n / (num_offsets - 2);
+    for (float g : torch_arange_f32(-n, step, step, lanes)) grid_offsets.push_back(round_half_even(g));
+  }
+  const std::int64_t na = sqnr_.asymmetric_delta_candidates;
+  const std::int64_t nd = sqnr_.symmetric_delta_candidates;
+  const std::int64_t no = static_cast<std::int64_t>(grid_offsets.size()) + 1;
+  const std::int64_t nc = is_symmetric ? nd : na * no;
+  std::vector<double> cd(static_cast<std::size_t>(h * nc)), co(static_cast<std::size_t>(h * nc));
+  std::vector<double> test_deltas(static_cast<std::size_t>(na)), test_offsets(static_cast<std::size_t>(no));
   for (std::int64_t k = 0; k < h; ++k) {
     const auto u = static_cast<std::size_t>(k);
+    double* kd = cd.data() + k * nc;
+    double* ko = co.data() + k * nc;
     // min_v = minimum(min, 0), max_v = maximum(max, 0), max_v = maximum(max_v, min_v + ms * N) (T)
     const double min_v = torch_minimum(s.min[u], 0.0);
     double max_v = torch_maximum(s.max[u], 0.0);
     max_v = torch_maximum(max_v, op_in(t, min_v + (t == DType::kFloat64 ? ms * n : f32(ms * n))));
-    const float* counts = s.counts.data() + k * bins;
-    const float* edges = s.edges.data() + k * (bins + 1);
-    double best_delta, best_offset;
     if (is_symmetric) {
       // delta_max = 2 * f32(maximum(max_v, -min_v)) / N; deltas f32(f32(delta_max * k) / (D - 1)),
       // at least min_scale; one offset floor(-N / 2).
       const double mm = round_to(DType::kFloat32, torch_maximum(max_v, -min_v));
       const float dmax = static_cast<float>(f32(2.0 * mm) / f32(n));
-      const std::int64_t nd = sqnr_.symmetric_delta_candidates;
-      std::vector<float> deltas(static_cast<std::size_t>(nd)), offsets(static_cast<std::size_t>(nd));
       const float off = static_cast<float>(std::floor(-n / 2));
       for (std::int64_t i = 0; i < nd; ++i) {
         float d = (dmax * static_cast<float>(i + 1)) / static_cast<float>(nd - 1);
-        d = static_cast<float>(torch_maximum(d, f32(ms)));
-        deltas[static_cast<std::size_t>(i)] = d;
-        offsets[static_cast<std::size_t>(i)] = off;
+        kd[i] = static_cast<float>(torch_maximum(d, f32(ms)));
+        ko[i] = off;
       }
-      const std::int64_t c = best_candidate<float>(counts, edges, bins, deltas, offsets, n, sqnr_.gamma, lanes);
-      best_delta = deltas[static_cast<std::size_t>(c)];
-      best_offset = off;
-      const double mn = f32(best_offset * best_delta);
-      r.min[u] = round_to(t, mn);
-      r.max[u] = round_to(t, f32(mn + f32(f32(n) * best_delta)));
       continue;
     }
-    // Asymmetric candidates.
-    auto rw = [&](double v) { return round_to(w, v); };
+    // Asymmetric candidates: each (delta, offset) pair clamped into the observed range.
     const double md = f32(f32(op_in(t, max_v - min_v)) / f32(n));
     const double obs_off = round_half_even(rw(min_v / md));
     const double obs_min = rw(md * obs_off);
     const double obs_max = rw(obs_min + f32(md * f32(n)));
-    const std::int64_t na = sqnr_.asymmetric_delta_candidates;
-    std::vector<double> test_deltas(static_cast<std::size_t>(na));
     for (std::int64_t i = 0; i < na; ++i) test_deltas[static_cast<std::size_t>(i)] = f32(f32(md * f32(static_cast<double>(i + 1))) / f32(static_cast<double>(na - 1)));
-    const double num_offsets = std::min(n + 2, static_cast<double>(sqnr_.offset_candidates));
-    const double step = n / (num_offsets - 2);
-    const std::vector<float> grid = torch_arange_f32(-n, step, step, lanes);
-    std::vector<double> test_offsets;
-    for (float g : grid) test_offsets.push_back(round_half_even(g));
-    test_offsets.push_back(obs_off);
-    const std::size_t nc = test_deltas.size() * test_offsets.size();
-    std::vector<double> cd(nc), co(nc);
+    std::copy(grid_offsets.begin(), grid_offsets.end(), test_offsets.begin());
+    test_offsets.back() = obs_off;
     for (std::size_t a = 0; a < test_deltas.size(); ++a) {
       for (std::size_t o = 0; o < test_offsets.size(); ++o) {
         const double delta = test_deltas[a];
@@ -1008,22 +1270,27 @@ EncodingRange SqnrEncodingAnalyzer::compute_from_stats(const HistogramState& s, 
         tmax = torch_minimum(obs_max, tmax);
         double d2 = rw(rw(tmax - tmin) / rw(n));
         d2 = torch_maximum(d2, rw(ms));  // torch.tensor([min_scale], dtype=W)
-        cd[a * test_offsets.size() + o] = d2;
-        co[a * test_offsets.size() + o] = round_half_even(rw(tmin / d2));
+        kd[a * test_offsets.size() + o] = d2;
+        ko[a * test_offsets.size() + o] = round_half_even(rw(tmin / d2));
       }
     }
-    std::int64_t c;
-    if (w == DType::kFloat64) {
-      c = best_candidate<double>(counts, edges, bins, cd, co, n, sqnr_.gamma, lanes);
+  }
+  const std::vector<std::int64_t> best = (!is_symmetric && w == DType::kFloat64)
+                                             ? best_candidates<double>(s, nc, cd, co, n, sqnr_.gamma, lanes)
+                                             : best_candidates<float>(s, nc, cd, co, n, sqnr_.gamma, lanes);
+  for (std::int64_t k = 0; k < h; ++k) {
+    const auto u = static_cast<std::size_t>(k);
+    const auto c = static_cast<std::size_t>(k * nc + best[u]);
+    const double best_delta = cd[c], best_offset = co[c];
+    if (is_symmetric) {
+      const double mn = f32(best_offset * best_delta);
+      r.min[u] = round_to(t, mn);
+      r.max[u] = round_to(t, f32(mn + f32(f32(n) * best_delta)));
     } else {
-      std::vector<float> fd(cd.begin(), cd.end()), fo(co.begin(), co.end());
-      c = best_candidate<float>(counts, edges, bins, fd, fo, n, sqnr_.gamma, lanes);
+      const double mn = rw(best_offset * best_delta);
+      r.min[u] = round_to(t, mn);
+      r.max[u] = round_to(t, rw(mn + rw(rw(n) * best_delta)));
     }
-    best_delta = cd[static_cast<std::size_t>(c)];
-    best_offset = co[static_cast<std::size_t>(c)];
-    const double mn = rw(best_offset * best_delta);
-    r.min[u] = round_to(t, mn);
-    r.max[u] = round_to(t, rw(mn + rw(rw(n) * best_delta)));
   }
   return r;
 }
