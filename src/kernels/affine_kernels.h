@@ -45,6 +45,7 @@ struct FakeQuantizeParams {
   bool per_channel = false;
   std::int64_t qmin = 0, qmax = 255;
   bool exact_in_float = false;  // qmin, qmax and every zero point within +-2^23 (vector kernels)
+  bool zero_point_f32 = false;  // the zero point operand arrives as float32 (exact: exact_in_float)
   bool canonical_nan = false;   // as AffineParams::canonical_nan
   // The gradient of x instead (operand 3: grad_output, in W): grad * mask, mask = the level before
   // the clamp lies in [qmin, qmax] (per tensor: the float q; per channel: int64(q)).

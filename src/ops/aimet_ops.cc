@@ -393,9 +393,6 @@ Shortcut shortcut_for(const TensorView& x, const TensorView& scale, const Tensor
 void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args,
                   const Shortcut& s, const std::vector<double>& zero_points, const MutableTensorView& out,
                   const TensorView* grad_output = nullptr) {
-  // The zero points as a float64 tensor of the offset's shape (contiguous).
-  const TensorView zp(zero_points.data(), DType::kFloat64, offset.shape);
-  const AffineLayout L = make_layout(x, scale, zp, {});
   detail::FakeQuantizeParams p;
   p.per_channel = s.per_channel;
   p.qmin = args.grid.qmin;
@@ -404,9 +401,16 @@ void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView
   p.canonical_nan = x.dtype == DType::kBFloat16;
   p.exact_in_float = std::abs(static_cast<double>(p.qmin)) <= kExact && std::abs(static_cast<double>(p.qmax)) <= kExact &&
                      std::all_of(zero_points.begin(), zero_points.end(), [&](double z) { return std::abs(z) <= kExact; });
+  // The zero points as a contiguous tensor of the offset's shape: float32 when every one is exact
+  // in it (the vector kernels read them so, with no conversion per row), else float64.
+  p.zero_point_f32 = p.exact_in_float;
+  const std::vector<float> zero_points_f32(zero_points.begin(), zero_points.end());
+  const TensorView zp = p.zero_point_f32 ? TensorView(zero_points_f32.data(), DType::kFloat32, offset.shape)
+                                         : TensorView(zero_points.data(), DType::kFloat64, offset.shape);
+  const AffineLayout L = make_layout(x, scale, zp, {});
   const Work w = x.dtype == DType::kFloat64 ? Work{WorkType::kF64, DType::kFloat64, QuotientRounding::kNone}
                                             : Work{WorkType::kF32, DType::kFloat32, QuotientRounding::kNone};
-  const std::array<DType, 2> param_dtypes{DType::kFloat32, DType::kFloat64};
+  const std::array<DType, 2> param_dtypes{DType::kFloat32, p.zero_point_f32 ? DType::kFloat32 : DType::kFloat64};
   if (grad_output == nullptr) {
     run_affine(L, x, out, w, detail::KernelOp::kFakeQuantize, &p, param_dtypes);
     return;
@@ -418,7 +422,7 @@ void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView
   xv.strides = L.x_strides;
   gv.strides = strides_like_x(grad_output->strides, L);
   const std::array<TensorView, 4> inputs{xv, L.params[0], L.params[1], gv};
-  const std::array<DType, 4> dtypes{w.kernel_dtype, DType::kFloat32, DType::kFloat64, w.kernel_dtype};
+  const std::array<DType, 4> dtypes{w.kernel_dtype, DType::kFloat32, param_dtypes[1], w.kernel_dtype};
   detail::ElementwiseCall call;
   call.inputs = inputs;
   call.kernel_dtypes = dtypes;

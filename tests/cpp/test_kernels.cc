@@ -192,6 +192,9 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
                return z;
              }(),
              true}};
+        std::vector<Operand> ops_f32_zp = ops;
+        ops_f32_zp[2].f32.assign(ops[2].f64.begin(), ops[2].f64.end());
+        ops_f32_zp[2].f64.clear();
         const std::pair<std::int64_t, std::int64_t> grids[] = {{0, 255}, {-128, 127}, {0, 1}, {-8, 7}, {0, 65535}, {-8388608, 8388607}};
         for (const auto& [lo, hi] : grids) {
           for (bool per_channel : {false, true}) {
@@ -203,6 +206,10 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
               p.exact_in_float = exact;
               check_against_reference(e, &p, ops, std::string(per_channel ? "per channel" : "per tensor") + " grid [" +
                                                       std::to_string(lo) + "," + std::to_string(hi) + "]");
+              // The zero point as float32 (exact: within 2^23), as the op passes it for the vector kernels.
+              p.zero_point_f32 = true;
+              check_against_reference(e, &p, ops_f32_zp, std::string(per_channel ? "per channel" : "per tensor") +
+                                                             " float32 zero point");
             }
           }
         }

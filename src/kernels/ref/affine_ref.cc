@@ -17,15 +17,14 @@ template <class W>
 void fake_quantize_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FakeQuantizeParams*>(params);
   auto* out = static_cast<W*>(a.out);
+  auto zp = [&](std::int64_t j) { return p.zero_point_f32 ? static_cast<double>(a.at<float>(2, j)) : a.at<double>(2, j); };
   if (p.gradient) {
     for (std::int64_t j = 0; j < a.n; ++j) {
-      out[j] = fake_quantize_grad_element<W>(p, a.at<W>(3, j), a.at<W>(0, j), a.at<float>(1, j), a.at<double>(2, j));
+      out[j] = fake_quantize_grad_element<W>(p, a.at<W>(3, j), a.at<W>(0, j), a.at<float>(1, j), zp(j));
     }
     return;
   }
-  for (std::int64_t j = 0; j < a.n; ++j) {
-    out[j] = fake_quantize_element<W>(p, a.at<W>(0, j), a.at<float>(1, j), a.at<double>(2, j));
-  }
+  for (std::int64_t j = 0; j < a.n; ++j) out[j] = fake_quantize_element<W>(p, a.at<W>(0, j), a.at<float>(1, j), zp(j));
 }
 
 template <class W>

@@ -80,50 +80,31 @@ void affine_f32(const void* params, const RowArgs& a) {
   }
 }
 
-// Operands x, scale (float32) and the zero point, which arrives as float64: it is narrowed here
-// (exact: params.exact_in_float says every zero point and both bounds lie within +-2^23, so the
-// clamped level minus the zero point is exact in float32 and so is everything the reference does
-// in int64 or double).
+// Operands x, scale (float32) and the zero point as float32 (params.zero_point_f32; exact:
+// params.exact_in_float says every zero point and both bounds lie within +-2^23, so the clamped
+// level minus the zero point is exact in float32 and so is everything the reference does in int64
+// or double).
 void fake_quantize_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FakeQuantizeParams*>(params);
-  if (!p.exact_in_float || p.canonical_nan || p.gradient) {
+  if (!p.exact_in_float || !p.zero_point_f32 || p.canonical_nan || p.gradient || a.per_row_mask != 0) {
     ref::fake_quantize_f32(params, a);
     return;
   }
-  // The zero point as float32, contiguous or broadcast like the other operands.
-  constexpr std::int64_t kChunk = 1024;
-  alignas(64) float zp[kChunk];
-  const double* zsrc = a.input<double>(2);
   const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
   const Vec::F one = Vec::splat(1.0f), int64_limit = Vec::splat(0x1p63f);
-  RowArgs chunk = a;
-  chunk.in[2] = zp;
-  for (std::int64_t j0 = 0; j0 < a.n; j0 += kChunk) {
-    const std::int64_t n = std::min(kChunk, a.n - j0);
-    if (a.is_broadcast(2)) {
-      zp[0] = static_cast<float>(zsrc[0]);
-    } else {
-      for (std::int64_t j = 0; j < n; ++j) zp[j] = static_cast<float>(zsrc[j0 + j]);
-    }
-    chunk.n = n;
-    chunk.index = a.index + j0;
-    chunk.in[0] = a.is_broadcast(0) ? a.in[0] : static_cast<const void*>(a.input<float>(0) + j0);
-    chunk.in[1] = a.is_broadcast(1) ? a.in[1] : static_cast<const void*>(a.input<float>(1) + j0);
-    chunk.out = static_cast<float*>(a.out) + j0;
-    if (p.per_channel) {
-      for_each_vector<3>(chunk, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-        const Vec::F qf = Vec::add(v[2], Vec::rint(Vec::mul(v[0], Vec::div(one, v[1]))));
-        // int64(qf) of NaN, +-inf and |qf| >= 2^63 is INT64_MIN on x86: the lower bound.
-        const auto unrepresentable = Vec::mask_or(Vec::isnan(qf), Vec::ge(Vec::abs(qf), int64_limit));
-        const Vec::F c = Vec::select(unrepresentable, lo, torch_clamp_v(qf, lo, hi));
-        return Vec::mul(Vec::sub(c, v[2]), v[1]);
-      });
-    } else {
-      for_each_vector<3>(chunk, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-        const Vec::F qf = Vec::add(v[2], Vec::rint(Vec::mul(v[0], Vec::div(one, v[1]))));
-        const Vec::F c = Vec::select(Vec::isnan(qf), lo, torch_clamp_v(qf, lo, hi));  // fmax(NaN, lo) = lo
-        return Vec::mul(Vec::sub(c, v[2]), v[1]);
-      });
-    }
+  if (p.per_channel) {
+    for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      const Vec::F qf = Vec::add(v[2], Vec::rint(Vec::mul(v[0], Vec::div(one, v[1]))));
+      // int64(qf) of NaN, +-inf and |qf| >= 2^63 is INT64_MIN on x86: the lower bound.
+      const auto unrepresentable = Vec::mask_or(Vec::isnan(qf), Vec::ge(Vec::abs(qf), int64_limit));
+      const Vec::F c = Vec::select(unrepresentable, lo, torch_clamp_v(qf, lo, hi));
+      return Vec::mul(Vec::sub(c, v[2]), v[1]);
+    });
+  } else {
+    for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      const Vec::F qf = Vec::add(v[2], Vec::rint(Vec::mul(v[0], Vec::div(one, v[1]))));
+      const Vec::F c = Vec::select(Vec::isnan(qf), lo, torch_clamp_v(qf, lo, hi));  // fmax(NaN, lo) = lo
+      return Vec::mul(Vec::sub(c, v[2]), v[1]);
+    });
   }
 }
