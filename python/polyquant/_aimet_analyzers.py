@@ -260,3 +260,13 @@ class TfEnhancedEncodingAnalyzer(SqnrEncodingAnalyzer):
         super().__init__(shape, 512, asymmetric_delta_candidates=17, symmetric_delta_candidates=101,
                          offset_candidates=21, gamma=3.0, histogram_growth_limit=3.0, block_size=block_size,
                          torch_sum_lanes=torch_sum_lanes)
+
+    def _state_common(self):
+        return {"kind": "tfe", "shape": self.shape, "block_size": self.block_size,
+                "torch_sum_lanes": self._options["torch_sum_lanes"]}
+
+    @classmethod
+    def from_state(cls, state: Dict[str, Any]) -> "TfEnhancedEncodingAnalyzer":
+        a = cls(state["shape"], state.get("block_size"), torch_sum_lanes=state.get("torch_sum_lanes", 8))
+        a.load_state_dict(state)
+        return a
