@@ -56,7 +56,79 @@ def make_aimet_cases(size):
     ]
 
 
-AIMET_CASE_NAMES = ["aimet_qdq", "aimet_qdq_axis0", "aimet_qdq_axis_last", "aimet_qdq_blocked"]
+@dataclass
+class AnalyzerCase:
+    name: str
+    description: str
+    make: object        # params shape -> polyquant analyzer
+    params: tuple       # the analyzer's shape on (rows, 16384)
+    peer_keys: tuple    # aimet-torch's recorded update_stats (+ compute_encodings) entries
+    read_only: bool     # compare with a read-only pass (x.sum()) instead of a copy
+
+
+def make_analyzer_cases(size):
+    from polyquant import aimet
+
+    rows = size // 16384
+    pt, pc = (1,), (rows, 1)
+    minmax = lambda shape: aimet.MinMaxEncodingAnalyzer(shape)  # noqa: E731
+    pct = lambda shape: aimet.PercentileEncodingAnalyzer(shape, percentile=99.9)  # noqa: E731
+    sqnr = lambda shape: aimet.SqnrEncodingAnalyzer(shape)  # noqa: E731
+    u, c = "update_stats", "compute_encodings(255, is_symmetric=False)"
+    return [
+        AnalyzerCase("aimet_minmax", "MinMaxEncodingAnalyzer update_stats, per-tensor", minmax, pt,
+                     (f"MinMaxEncodingAnalyzer {u}, per-tensor (1,)",), True),
+        AnalyzerCase("aimet_minmax_channel", "MinMaxEncodingAnalyzer update_stats, per-channel (rows, 1)", minmax, pc,
+                     (f"MinMaxEncodingAnalyzer {u}, per-channel (4096, 1)",), True),
+        AnalyzerCase("aimet_percentile", "PercentileEncodingAnalyzer(99.9) update + compute, per-tensor", pct, pt,
+                     (f"PercentileEncodingAnalyzer(percentile=99.9) {u}, per-tensor (1,)",
+                      f"PercentileEncodingAnalyzer(percentile=99.9) {c}, per-tensor (1,)"), False),
+        AnalyzerCase("aimet_percentile_channel", "PercentileEncodingAnalyzer(99.9) update + compute, per-channel", pct, pc,
+                     (f"PercentileEncodingAnalyzer(percentile=99.9) {u}, per-channel (4096, 1)",
+                      f"PercentileEncodingAnalyzer(percentile=99.9) {c}, per-channel (4096, 1)"), False),
+        AnalyzerCase("aimet_sqnr", "SqnrEncodingAnalyzer update + compute, per-tensor", sqnr, pt,
+                     (f"SqnrEncodingAnalyzer {u}, per-tensor (1,)", f"SqnrEncodingAnalyzer {c}, per-tensor (1,)"), False),
+        AnalyzerCase("aimet_sqnr_channel", "SqnrEncodingAnalyzer update + compute, per-channel", sqnr, pc,
+                     (f"SqnrEncodingAnalyzer {u}, per-channel (4096, 1)",
+                      f"SqnrEncodingAnalyzer {c}, per-channel (4096, 1)"), False),
+    ]
+
+
+def bench_analyzer_case(case, x_flat, repeat, recorded, bar):
+    x = x_flat.reshape(-1, 16384)
+    base, ours = [], []
+    for _ in range(repeat):
+        bar.set_postfix_str(case.name, refresh=False)
+        t = time.perf_counter()
+        if case.read_only:
+            x.sum()
+        else:
+            y = x.copy()
+            del y
+        base.append(time.perf_counter() - t)
+        a = case.make(case.params)
+        t = time.perf_counter()
+        a.update_stats(x)
+        if not case.read_only:
+            a.compute_encodings(255, False)
+        ours.append(time.perf_counter() - t)
+        bar.update(1)
+    ms, base_ms = statistics.median(ours) * 1e3, statistics.median(base) * 1e3
+    r = AimetResult(case.name, case.description, [*x.shape], ms, base_ms, base_ms / ms,
+                    samples_ms={"polyquant": [round(v * 1e3, 3) for v in ours],
+                                "x.sum()" if case.read_only else "copy": [round(v * 1e3, 3) for v in base]})
+    entries = [((recorded or {}).get("results") or {}).get(k) for k in case.peer_keys]
+    if all(entries) and (recorded or {}).get("elements") == x_flat.size:
+        r.aimet_ms = sum(e["median_s"] for e in entries) * 1e3
+        r.speedup_vs_aimet = r.aimet_ms / ms
+    out = asdict(r)
+    out["baseline"] = "x.sum()" if case.read_only else "x.copy()"
+    return out
+
+
+AIMET_CASE_NAMES = ["aimet_qdq", "aimet_qdq_axis0", "aimet_qdq_axis_last", "aimet_qdq_blocked", "aimet_minmax",
+                    "aimet_minmax_channel", "aimet_percentile", "aimet_percentile_channel", "aimet_sqnr",
+                    "aimet_sqnr_channel"]
 
 
 @dataclass
@@ -117,17 +189,18 @@ def format_aimet_report(rows, recorded):
     versions = (recorded or {}).get("versions") or {}
     lines = [
         "",
-        "AIMET quantize_dequantize (polyquant.aimet, numpy in/out); copy = x.copy() of the float32 array, same run;",
+        "AIMET quantize_dequantize and encoding analyzers (polyquant.aimet, numpy in/out); base = x.copy() (or x.sum()",
+        "for the MinMax update, a read-only pass) of the float32 array, same run; analyzers: update_stats + compute_encodings;",
         "aimet-torch: recorded medians (aimet-torch " + str(versions.get("aimet-torch", "-")) + ", torch "
         + str(versions.get("torch", "-")) + ", CPU), scripts/aimet_golden/peer_timings.json.",
         "",
     ]
-    header = f"{'op':<20} {'shape':<13} {'polyquant':>10} {'of copy':>8} {'aimet-torch':>11} {'speedup':>8}"
+    header = f"{'op':<25} {'shape':<13} {'polyquant':>10} {'of base':>8} {'base':>9} {'aimet-torch':>11} {'speedup':>8}"
     lines += [header, "-" * len(header)]
     for r in rows:
         shape = "x".join(map(str, r["shape"]))
         peer = "-" if r["aimet_ms"] is None else f"{r['aimet_ms']:.0f} ms"
         sp = "-" if r["speedup_vs_aimet"] is None else f"{r['speedup_vs_aimet']:.1f}x"
-        lines.append(f"{r['name']:<20} {shape:<13} {r['polyquant_ms']:>7.1f} ms {100 * r['of_copy']:>7.0f}% "
-                     f"{peer:>11} {sp:>8}")
+        lines.append(f"{r['name']:<25} {shape:<13} {r['polyquant_ms']:>7.1f} ms {100 * r['of_copy']:>7.0f}% "
+                     f"{r.get('baseline', 'x.copy()'):>9} {peer:>11} {sp:>8}")
     return "\n".join(lines)

@@ -526,9 +526,10 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
     cases = [c for c in make_cases(peers) if ops is None or c.name in ops]
     qk_cases = [c for c in make_qkeras_cases() if ops is None or c.name in ops]
     qdq_cases = [c for c in make_qdq_cases(size) if ops is None or c.name in ops]
-    from ._bench_aimet import bench_aimet_case, load_aimet_timings, make_aimet_cases
+    from ._bench_aimet import bench_aimet_case, bench_analyzer_case, load_aimet_timings, make_aimet_cases, make_analyzer_cases
     aimet_cases = [c for c in make_aimet_cases(size) if ops is None or c.name in ops] if size % 16384 == 0 else []
-    aimet_recorded = load_aimet_timings() if aimet_cases else None
+    analyzer_cases = [c for c in make_analyzer_cases(size) if ops is None or c.name in ops] if size % 16384 == 0 else []
+    aimet_recorded = load_aimet_timings() if (aimet_cases or analyzer_cases) else None
     peers_available = any(c.peer is not None for c in cases)
     qk_peer, qk_peer_path = _load_qkeras_timings(qkeras_timings) if (peers and qk_cases) else (None, None)
 
@@ -539,7 +540,7 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
     dst.fill(0)  # touch every page once: steady-state memcpy must not pay first-touch faults
 
     steps = (len(cases) * (repeat + (peer_repeat if peers_available else 0))
-             + (len(qk_cases) + len(qdq_cases) + len(aimet_cases)) * repeat)
+             + (len(qk_cases) + len(qdq_cases) + len(aimet_cases) + len(analyzer_cases)) * repeat)
     results, qk_results, qdq_results, aimet_results = [], [], [], []
     with progress(None, "bench", total=steps, unit="step") as bar:
         for case in cases:
@@ -555,6 +556,8 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
             qdq_results.append(bench_qdq_case(case, x, repeat, bar, peers))
         for case in aimet_cases:
             aimet_results.append(bench_aimet_case(case, x, repeat, aimet_recorded if peers else None, bar))
+        for case in analyzer_cases:
+            aimet_results.append(bench_analyzer_case(case, x, repeat, aimet_recorded if peers else None, bar))
 
     info = polyquant.runtime_info()
     qonnx_version = None

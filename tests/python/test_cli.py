@@ -370,3 +370,18 @@ def test_bad_environment_is_a_clear_error_not_a_traceback(variable, value, comma
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert variable in proc.stderr and value in proc.stderr and "allowed" in proc.stderr
+
+
+def test_bench_aimet_cases_json():
+    names = ["aimet_qdq", "aimet_qdq_axis_last", "aimet_qdq_blocked", "aimet_minmax", "aimet_sqnr_channel"]
+    status, text = polyquant_cli("bench", "--size", 4 * 16384, "--repeat", 2, "--ops", *names, "--json")
+    assert status == 0
+    report = json.loads(text)
+    rows = {r["name"]: r for r in report["aimet"]}
+    assert list(rows) == names
+    for r in rows.values():
+        assert r["polyquant_ms"] > 0 and r["copy_ms"] > 0 and len(r["samples_ms"]["polyquant"]) == 2
+        # aimet-torch's recorded timings are for 64 Mi elements only
+        assert r["aimet_ms"] is None and r["speedup_vs_aimet"] is None
+    assert rows["aimet_minmax"]["baseline"] == "x.sum()" and rows["aimet_qdq"]["shape"] == [4, 16384]
+    assert rows["aimet_qdq_axis_last"]["shape"] == [1024, 64]
