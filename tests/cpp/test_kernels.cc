@@ -149,7 +149,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
       case KernelOp::kProductSums:
         break;  // accumulators, not rows: ReductionKernelTest below
       case KernelOp::kGroupMinMax:
-        break;  // accumulators: test_aimet_analyzers.cc compares every kernel set with the reference
+        break;  // accumulators, not rows: ReductionKernelTest below
       case KernelOp::kQuantizeLinear:
       case KernelOp::kDequantizeLinear:
         break;  // integer and narrow outputs: QdqKernelTest (test_qdq.cc)
@@ -483,7 +483,37 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
         a.n = n;
         std::unique_ptr<ScopedFlushDenormals> env;
         if (flush) env = std::make_unique<ScopedFlushDenormals>();
-        if (e.op == KernelOp::kGroupMax) {
+        if (e.op == KernelOp::kGroupMinMax) {
+          // AIMET's statistics never run in flush-to-zero mode (torch does not set it); under DAZ
+          // the vector min/max return flushed operands, which the scalar fold does not.
+          for (int variant = 0; variant < 3 && !flush; ++variant) {
+            // whole run; per element; per element over 3 rows
+            const bool per_element = variant > 0;
+            const std::int64_t rows = variant == 2 ? 3 : 1;
+            if (rows * (n + 5) + offset > static_cast<std::int64_t>(kLen)) continue;
+            const std::size_t m = static_cast<std::size_t>(std::max<std::int64_t>(n, 1));
+            // Accumulators start from an earlier batch's values (incl. +-inf, NaN, +-0, subnormal).
+            std::vector<float> got_min(m), got_max(m);
+            for (std::size_t i = 0; i < m; ++i) {
+              got_min[i] = i % 7 == 0 ? INFINITY : i % 13 == 1 ? NAN : i % 11 == 2 ? -0.0f : x[(i * 31) % kLen];
+              got_max[i] = i % 7 == 0 ? -INFINITY : i % 13 == 1 ? NAN : i % 11 == 2 ? 0.0f : x[(i * 37) % kLen];
+            }
+            std::vector<float> want_min = got_min, want_max = got_max;
+            GroupMinMaxParams p{per_element, rows, n + 5, got_max.data()};
+            a.out = got_min.data();
+            e.fn(&p, a);
+            p.max_out = want_max.data();
+            a.out = want_min.data();
+            ref(&p, a);
+            for (std::size_t i = 0; i < m; ++i) {
+              for (const auto& [g, w] : {std::pair{got_min[i], want_min[i]}, std::pair{got_max[i], want_max[i]}}) {
+                const bool same = (std::isnan(g) && std::isnan(w)) || std::memcmp(&g, &w, sizeof(float)) == 0;
+                ASSERT_TRUE(same) << e.name << " n=" << n << " offset=" << offset << " per_element=" << per_element
+                                  << " rows=" << rows << " flush=" << flush << " at " << i << ": got " << g << " want " << w;
+              }
+            }
+          }
+        } else if (e.op == KernelOp::kGroupMax) {
           for (bool absolute : {false, true}) {
             for (int variant = 0; variant < 3; ++variant) {
               // whole run; per element; per element over 3 rows (a tile of a channels-last tensor)
@@ -541,7 +571,10 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
 std::vector<KernelEntry> optimized_reduction_kernels() {
   std::vector<KernelEntry> v;
   for (const auto& e : all_kernels()) {
-    if (e.isa != Isa::kScalar && (e.op == KernelOp::kGroupMax || e.op == KernelOp::kProductSums)) v.push_back(e);
+    if (e.isa != Isa::kScalar &&
+        (e.op == KernelOp::kGroupMax || e.op == KernelOp::kProductSums || e.op == KernelOp::kGroupMinMax)) {
+      v.push_back(e);
+    }
   }
   return v;
 }
