@@ -477,6 +477,36 @@ void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRou
   detail::run_elementwise(call);
 }
 
+// RuntimeError unless the working dtype `t` holds every integer of the grid (AIMET's message).
+void require_grid_in(DType t, const Grid& g) {
+  if (!grid_representable(t, g)) {
+    runtime_error(std::string(torch_dtype_name(t)) + " is unable to represent quantized output of range " + grid_str(g) + ".");
+  }
+}
+
+// The formula kernel's parameters for `kind` in working precision `w` (bfloat16 outputs carry
+// torch's canonical NaN).
+detail::AffineParams formula_params(AffineKind kind, const Work& w, const Grid& grid, DType x_dtype) {
+  detail::AffineParams p;
+  p.kind = kind;
+  p.narrow = w.narrow;
+  p.canonical_nan = x_dtype == DType::kBFloat16;
+  p.qmin = static_cast<double>(grid.qmin);
+  p.qmax = static_cast<double>(grid.qmax);
+  return p;
+}
+
+// AIMET's formula (quantize, the training path of quantize_dequantize, dequantize) into `out`:
+// working precision by AIMET's rule (dequantize: x's dtype).
+void run_formula(AffineKind kind, const TensorView& x, const TensorView& scale, const TensorView& offset,
+                 const AffineArgs& args, const MutableTensorView& out) {
+  const AffineLayout L = make_layout(x, scale, offset, args.block_size);
+  const Work w = work_for(kind == AffineKind::kDequantize ? x.dtype : working_dtype(x.dtype, args.grid));
+  const detail::AffineParams p = formula_params(kind, w, args.grid, x.dtype);
+  const std::array<DType, 2> param_dtypes{w.kernel_dtype, w.kernel_dtype};
+  run_affine(L, x, out, w, detail::KernelOp::kAffine, &p, param_dtypes);
+}
+
 }  // namespace
 
 Grid grid_from_num_steps(std::int64_t num_steps, bool is_signed) {
@@ -496,26 +526,14 @@ TensorSpec quantize_spec(const TensorView& x, const TensorView& scale, const Ten
   check_common("quantize", x, scale, offset);
   (void)make_layout(x, scale, offset, args.block_size);
   check_grid(args.grid);
-  if (!grid_representable(x.dtype, args.grid)) {
-    runtime_error(std::string(torch_dtype_name(x.dtype)) + " is unable to represent quantized output of range " +
-                  grid_str(args.grid) + ".");
-  }
+  require_grid_in(x.dtype, args.grid);
   return {x.dtype, x.shape};
 }
 
 void quantize(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args,
               const MutableTensorView& out) {
   require_output(out, quantize_spec(x, scale, offset, args), "quantize");
-  const AffineLayout L = make_layout(x, scale, offset, args.block_size);
-  const Work w = work_for(working_dtype(x.dtype, args.grid));
-  detail::AffineParams p;
-  p.kind = AffineKind::kQuantize;
-  p.narrow = w.narrow;
-  p.canonical_nan = x.dtype == DType::kBFloat16;
-  p.qmin = static_cast<double>(args.grid.qmin);
-  p.qmax = static_cast<double>(args.grid.qmax);
-  const std::array<DType, 2> param_dtypes{w.kernel_dtype, w.kernel_dtype};
-  run_affine(L, x, out, w, detail::KernelOp::kAffine, &p, param_dtypes);
+  run_formula(AffineKind::kQuantize, x, scale, offset, args, out);
 }
 
 bool takes_no_grad_shortcut(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args) {
@@ -531,13 +549,7 @@ TensorSpec quantize_dequantize_spec(const TensorView& x, const TensorView& scale
   (void)make_layout(x, scale, offset, args.block_size);
   check_grid(args.grid);
   const bool shortcut = path == QdqPath::kNoGrad && shortcut_for(x, scale, offset, args, nullptr).taken;
-  if (!shortcut) {
-    const DType w = working_dtype(x.dtype, args.grid);
-    if (!grid_representable(w, args.grid)) {
-      runtime_error(std::string(torch_dtype_name(w)) + " is unable to represent quantized output of range " +
-                    grid_str(args.grid) + ".");
-    }
-  }
+  if (!shortcut) require_grid_in(working_dtype(x.dtype, args.grid), args.grid);
   return {x.dtype, x.shape};
 }
 
@@ -552,16 +564,7 @@ void quantize_dequantize(const TensorView& x, const TensorView& scale, const Ten
       return;
     }
   }
-  const AffineLayout L = make_layout(x, scale, offset, args.block_size);
-  const Work w = work_for(working_dtype(x.dtype, args.grid));
-  detail::AffineParams p;
-  p.kind = AffineKind::kQuantizeDequantize;
-  p.narrow = w.narrow;
-  p.canonical_nan = x.dtype == DType::kBFloat16;
-  p.qmin = static_cast<double>(args.grid.qmin);
-  p.qmax = static_cast<double>(args.grid.qmax);
-  const std::array<DType, 2> param_dtypes{w.kernel_dtype, w.kernel_dtype};
-  run_affine(L, x, out, w, detail::KernelOp::kAffine, &p, param_dtypes);
+  run_formula(AffineKind::kQuantizeDequantize, x, scale, offset, args, out);
 }
 
 TensorSpec dequantize_spec(const TensorView& x, const TensorView& scale, const TensorView& offset,
@@ -574,14 +577,7 @@ TensorSpec dequantize_spec(const TensorView& x, const TensorView& scale, const T
 void dequantize(const TensorView& x, const TensorView& scale, const TensorView& offset,
                 std::span<const std::int64_t> block_size, const MutableTensorView& out) {
   require_output(out, dequantize_spec(x, scale, offset, block_size), "dequantize");
-  const AffineLayout L = make_layout(x, scale, offset, block_size);
-  const Work w = work_for(x.dtype);
-  detail::AffineParams p;
-  p.kind = AffineKind::kDequantize;
-  p.narrow = w.narrow;
-  p.canonical_nan = x.dtype == DType::kBFloat16;
-  const std::array<DType, 2> param_dtypes{w.kernel_dtype, w.kernel_dtype};
-  run_affine(L, x, out, w, detail::KernelOp::kAffine, &p, param_dtypes);
+  run_formula(AffineKind::kDequantize, x, scale, offset, AffineArgs{{0, 0}, block_size}, out);
 }
 
 void affine_backward(AffineOp op, const TensorView& grad_output, const TensorView& x, const TensorView& scale,
@@ -589,6 +585,13 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
                      const MutableTensorView& grad_scale, const MutableTensorView& grad_offset) {
   const char* name = op == AffineOp::kQuantize ? "quantize" : op == AffineOp::kDequantize ? "dequantize" : "quantize_dequantize";
   check_common(name, x, scale, offset);
+  const auto check_grad_output = [&] {
+    require_float(grad_output, name, "grad_output");
+    if (!(grad_output.shape == x.shape)) {
+      throw Error(ErrorKind::kValue, std::string(name) + ": grad_output must have the input's shape " + x.shape.str() +
+                                         " (got " + grad_output.shape.str() + ")");
+    }
+  };
   if (op == AffineOp::kQuantizeDequantizeNoGrad) {
     std::vector<double> zero_points;
     (void)quantize_dequantize_spec(x, scale, offset, args, QdqPath::kNoGrad);
@@ -598,22 +601,14 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
                       MutableTensorView());
       return;
     }
-    require_float(grad_output, name, "grad_output");
-    if (!(grad_output.shape == x.shape)) {
-      throw Error(ErrorKind::kValue, std::string(name) + ": grad_output must have the input's shape " + x.shape.str() +
-                                         " (got " + grad_output.shape.str() + ")");
-    }
+    check_grad_output();
     if (grad_x.data != nullptr) {
       require_output(grad_x, {x.dtype, x.shape}, name, "grad_x");
       run_shortcut(x, scale, offset, args, s, zero_points, grad_x, &grad_output);
     }
     return;
   }
-  require_float(grad_output, name, "grad_output");
-  if (!(grad_output.shape == x.shape)) {
-    throw Error(ErrorKind::kValue, std::string(name) + ": grad_output must have the input's shape " + x.shape.str() +
-                                       " (got " + grad_output.shape.str() + ")");
-  }
+  check_grad_output();
   DType wd = x.dtype;
   if (op != AffineOp::kDequantize) {
     if (op == AffineOp::kQuantize) (void)quantize_spec(x, scale, offset, args);
@@ -628,11 +623,10 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
   const AffineLayout L = make_layout(x, scale, offset, args.block_size);
   const Work w = work_for(wd);
   detail::AffineGradParams p;
-  p.op.kind = op == AffineOp::kQuantize ? AffineKind::kQuantize
-              : op == AffineOp::kDequantize ? AffineKind::kDequantize : AffineKind::kQuantizeDequantize;
-  p.op.narrow = w.narrow;
-  p.op.qmin = static_cast<double>(args.grid.qmin);
-  p.op.qmax = static_cast<double>(args.grid.qmax);
+  p.op = formula_params(op == AffineOp::kQuantize     ? AffineKind::kQuantize
+                        : op == AffineOp::kDequantize ? AffineKind::kDequantize
+                                                      : AffineKind::kQuantizeDequantize,
+                        w, args.grid, x.dtype);
   TensorView xv = x, gv = grad_output;
   xv.shape = gv.shape = L.shape;
   xv.strides = L.x_strides;
