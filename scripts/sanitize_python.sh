@@ -20,7 +20,9 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # Build requirements first: the sanitized build runs without build isolation (it must not use a
 # cached unsanitized wheel, and reuses build/py-asan between runs); then the package with its test
-# extras (pytest, qonnx, hypothesis, ...).
+# extras (pytest, qonnx, hypothesis, ...) but not torch (the test-torch extra): none of the tests
+# below needs it, and a second copy of its CUDA libraries costs ~5 GB of disk.
+if [ -n "${CI:-}" ]; then export PIP_NO_CACHE_DIR=1; fi
 "$VENV/bin/python" -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.2"
 
 echo "== sanitized build (ASan + UBSan) of the extension and the ORT library"

@@ -22,7 +22,11 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
+# A fresh CI machine downloads everything once: keeping the wheels in pip's cache as well would
+# double torch's ~5 GB (its CUDA libraries) on a disk whose free space varies.
+if [ -n "${CI:-}" ]; then export PIP_NO_CACHE_DIR=1; fi
 .venv/bin/python -m pip install -q --upgrade pip
-# Builds the C++ core, the nanobind extension and the ONNX Runtime custom-op library.
-.venv/bin/python -m pip install -q ".[test]"
+# Builds the C++ core, the nanobind extension and the ONNX Runtime custom-op library; the test
+# extras, torch included (tests/python/test_aimet_torch.py).
+.venv/bin/python -m pip install -q ".[test,test-torch]"
 echo "setup: polyquant installed in $(pwd)/.venv"

@@ -9,6 +9,7 @@
 # same cases; scripts/fuzz.sh draws a new seed by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+df -h . | sed 's/^/disk: /'
 scripts/setup.sh
 
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -38,6 +39,14 @@ build/consumer/polyquant_example
 echo "== Python tests"
 # The kernel-set tests and the property-based tests run on every set listed here.
 .venv/bin/python -c 'import polyquant; i = polyquant.runtime_info(); print("kernel sets on this CPU:", i["supported"])'
+# The torch-interop tests skip without torch; where the test-torch extra installs it (x86_64, Python
+# >= 3.10) it must have arrived, or CI would pass without running them.
+.venv/bin/python - <<'PY'
+import platform, sys
+if platform.machine() == "x86_64" and sys.version_info >= (3, 10):
+    import torch
+    print("torch", torch.__version__)
+PY
 .venv/bin/python -m pytest -q
 
 echo "== Python extension and ORT library under ASan + UBSan"
