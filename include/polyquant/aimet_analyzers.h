@@ -170,7 +170,7 @@ struct SqnrOptions {
   std::int64_t asymmetric_delta_candidates = 17;
   std::int64_t symmetric_delta_candidates = 101;
   std::int64_t offset_candidates = 21;
-  std::int64_t max_parallelism = 64;  // AIMET's chunking; does not change results
+  std::int64_t max_parallelism = 64;  // AIMET's chunking of histograms (decides torch's ties of +0 / -0)
   double gamma = 3.0;
   double histogram_growth_limit = std::numeric_limits<double>::infinity();
   // float32 lanes of torch's vectorised sum: 8, the AVX2 kernel, which torch 2.15 also runs on

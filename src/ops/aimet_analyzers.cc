@@ -84,14 +84,26 @@ DType promote(DType a, DType b) {
 // AIMET's minimum scale: min(float32 eps, 0.01 / num_steps), in Python (double) arithmetic.
 double minimum_scale(double num_steps) { return std::min(static_cast<double>(FLT_EPSILON), (0.005 - -0.005) / num_steps); }
 
-// torch.maximum / torch.minimum of floats: NaN propagates; equal values (two zeros) give the
-// second operand (the SIMD kernels; see the notes in compute functions).
-double torch_maximum(double a, double b) {
+// torch.maximum / torch.minimum of floats on the CPU: NaN propagates. On a tie (only +0 against -0
+// can tell) the result depends on which of torch's two loops handled the element: cpu_kernel_vec
+// runs a contiguous row (or a row against a broadcast scalar) in whole blocks of two float vectors
+// (vmaxps / vminps: the second operand wins a tie) and the row's remaining n mod block elements in
+// a scalar loop (std::max / std::min: the first operand wins). The block is two vectors of torch's
+// float width: 16 elements in torch 2.15's CPU build, measured on AVX2 and AVX-512 machines.
+// (Rows of 32768 elements or more are also split between torch's threads; each part has its own
+// tail. The analyzers' rows are shorter.)
+constexpr std::int64_t kTorchBinaryBlock = 16;
+bool torch_vector_loop(std::int64_t index, std::int64_t row, std::int64_t block = kTorchBinaryBlock) {
+  return index < row - row % block;
+}
+double torch_maximum(double a, double b, bool vector_loop = true) {
   if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  if (a == b) return vector_loop ? b : a;
   return a > b ? a : b;
 }
-double torch_minimum(double a, double b) {
+double torch_minimum(double a, double b, bool vector_loop = true) {
   if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  if (a == b) return vector_loop ? b : a;
   return a < b ? a : b;
 }
 // torch.clamp(x, lo, hi) with scalar bounds: min(max(x, lo), hi), NaN kept, ties keep x.
@@ -428,14 +440,16 @@ MinMaxEncodingAnalyzer::State MinMaxEncodingAnalyzer::batch_stats(const TensorVi
 }
 
 namespace {
-// torch.minimum / maximum of the running statistics with a batch's: the result in the promoted
-// dtype, NaN propagating, ties keeping the running value.
+// torch.minimum / maximum of the running statistics with a batch's (both contiguous, one row of
+// all channels): the result in the promoted dtype, NaN propagating, ties (+0 against -0) as torch's
+// loops give them.
 void fold_min_max(MinMaxEncodingAnalyzer::State& into, const MinMaxEncodingAnalyzer::State& from) {
-  for (std::size_t i = 0; i < into.min.size(); ++i) {
-    const double a = into.min[i], b = from.min[i];
-    into.min[i] = (std::isnan(a) || std::isnan(b)) ? NAN : (b < a ? b : a);
-    const double c = into.max[i], d = from.max[i];
-    into.max[i] = (std::isnan(c) || std::isnan(d)) ? NAN : (d > c ? d : c);
+  const auto n = static_cast<std::int64_t>(into.min.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    const bool vector_loop = torch_vector_loop(i, n);
+    into.min[u] = torch_minimum(into.min[u], from.min[u], vector_loop);
+    into.max[u] = torch_maximum(into.max[u], from.max[u], vector_loop);
   }
   into.dtype = promote(into.dtype, from.dtype);
 }
@@ -597,64 +611,143 @@ struct MinMaxPart {
   double mn = INFINITY, mx = -INFINITY;
 };
 
-// Finite min / max of values [b, e): eight independent lanes (vectorisable, exact for every value
-// but the sign of a zero result, which finite_min_max settles).
-template <class T, class Load>
-MinMaxPart finite_min_max_part(const Load& at, std::int64_t b, std::int64_t e) {
-  constexpr int kLanes = 8;
+// _get_min_max: torch.where(isfinite(x), x, +-inf).min() / .max() of the slice, bit for bit
+// including the sign of a zero result. torch reduces a contiguous run (as one piece below 32768
+// elements: longer runs are split between torch's threads, and polyquant follows a single-threaded
+// torch) in `period` lanes, element i in lane i mod period, each lane keeping the LAST of equal
+// values (vminps(acc, x) returns x on a tie of +0 and -0); then combines the lanes in a fixed tree:
+//   float32   8 lanes, then the butterfly f(v_i, v_i^4), f(., ._i^2), f(u_0, u_1)
+//   f16/bf16  16 lanes (two float vectors of one 16-element load), f(a_l, a_l+8), then the butterfly
+//   float64   4 lanes, then a left-to-right chain
+// and a run shorter than one load is a left-to-right chain over its elements (the 16-lane case of
+// 9..15 elements first folds lane l + 8 into lane l). f(a, b) = a < b ? a : b (b on a tie).
+struct TorchMinAllShape {
+  int period;       // lanes of the accumulating loop
+  bool fold_halves; // f16/bf16: lanes l and l + 8 first
+  bool butterfly;   // float lanes: the shuffle tree; float64: a chain
+};
+TorchMinAllShape torch_min_all_shape(DType t) {
+  if (t == DType::kFloat64) return {4, false, false};
+  if (t == DType::kFloat16 || t == DType::kBFloat16) return {16, true, true};
+  return {8, false, true};
+}
+
+constexpr int kMaxPeriod = 16;
+template <class T>
+struct LaneMinMax {
+  T lo[kMaxPeriod], hi[kMaxPeriod];
+};
+
+// min / max with ties taken by the second operand (the later element).
+template <class T>
+T min_later(T a, T b) { return a < b ? a : b; }
+template <class T>
+T max_later(T a, T b) { return a > b ? a : b; }
+
+// The lanes over values [b, e) (b a multiple of the period): vectorisable.
+template <class T, int P, class Load>
+void lane_min_max(const Load& at, std::int64_t b, std::int64_t e, LaneMinMax<T>& acc) {
   const T inf = std::numeric_limits<T>::infinity(), big = std::numeric_limits<T>::max();
-  T lo[kLanes], hi[kLanes];
-  for (int l = 0; l < kLanes; ++l) lo[l] = inf, hi[l] = -inf;
-  const std::int64_t vec_end = b + (e - b) / kLanes * kLanes;
+  T lo[P], hi[P];
+  for (int l = 0; l < P; ++l) lo[l] = inf, hi[l] = -inf;
   std::int64_t i = b;
-  for (; i < vec_end; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
+  for (; i + P <= e; i += P) {
+    for (int l = 0; l < P; ++l) {
       const T v = at(i + l);
       const bool finite = std::fabs(v) <= big;
-      const T vl = finite ? v : inf, vh = finite ? v : -inf;
-      lo[l] = vl < lo[l] ? vl : lo[l];
-      hi[l] = vh > hi[l] ? vh : hi[l];
+      lo[l] = min_later(lo[l], finite ? v : inf);
+      hi[l] = max_later(hi[l], finite ? v : -inf);
     }
   }
-  for (; i < e; ++i) {
+  for (int l = 0; i + l < e; ++l) {
+    const T v = at(i + l);
+    const bool finite = std::fabs(v) <= big;
+    lo[l] = min_later(lo[l], finite ? v : inf);
+    hi[l] = max_later(hi[l], finite ? v : -inf);
+  }
+  for (int l = 0; l < P; ++l) acc.lo[l] = lo[l], acc.hi[l] = hi[l];
+}
+
+template <class T>
+T combine_lanes(const T* v, const TorchMinAllShape& shape, bool is_min) {
+  auto f = [is_min](T a, T b) { return is_min ? min_later(a, b) : max_later(a, b); };
+  T w[kMaxPeriod];
+  int n = shape.period;
+  for (int l = 0; l < n; ++l) w[l] = v[l];
+  if (shape.fold_halves) {
+    for (int l = 0; l < 8; ++l) w[l] = f(w[l], w[l + 8]);
+    n = 8;
+  }
+  if (!shape.butterfly) {
+    T r = w[0];
+    for (int l = 1; l < n; ++l) r = f(r, w[l]);
+    return r;
+  }
+  T x[8], u[8];
+  for (int l = 0; l < 8; ++l) x[l] = f(w[l], w[l ^ 4]);
+  for (int l = 0; l < 8; ++l) u[l] = f(x[l], x[l ^ 2]);
+  return f(u[0], u[1]);
+}
+
+// A run shorter than one load: a chain over its elements (16-lane loads of 9..15 elements first
+// fold element l + 8 into element l).
+template <class T, class Load>
+MinMaxPart short_min_max(const Load& at, std::int64_t n, const TorchMinAllShape& shape) {
+  const T inf = std::numeric_limits<T>::infinity(), big = std::numeric_limits<T>::max();
+  T lo[kMaxPeriod], hi[kMaxPeriod];
+  for (std::int64_t i = 0; i < n; ++i) {
     const T v = at(i);
-    if (!(std::fabs(v) <= big)) continue;
-    lo[0] = v < lo[0] ? v : lo[0];
-    hi[0] = v > hi[0] ? v : hi[0];
+    const bool finite = std::fabs(v) <= big;
+    lo[i] = finite ? v : inf;
+    hi[i] = finite ? v : -inf;
+  }
+  std::int64_t m = n;
+  if (shape.fold_halves && n > 8) {
+    for (std::int64_t l = 0; l < n - 8; ++l) lo[l] = min_later(lo[l], lo[l + 8]), hi[l] = max_later(hi[l], hi[l + 8]);
+    m = 8;
   }
   MinMaxPart r;
-  for (int l = 0; l < kLanes; ++l) {
-    r.mn = std::min<double>(r.mn, lo[l]);
-    r.mx = std::max<double>(r.mx, hi[l]);
-  }
+  T a = lo[0], c = hi[0];
+  for (std::int64_t l = 1; l < m; ++l) a = min_later(a, lo[l]), c = max_later(c, hi[l]);
+  r.mn = a, r.mx = c;
   return r;
 }
 
-// Finite min / max of a slice (+inf / -inf when it has none): torch.where(isfinite, x, +-inf)
-// then min / max, where a zero result is the first zero of the slice (a left-to-right scan with
-// strict comparisons keeps the first of equal values; +0 and -0 are equal).
-MinMaxPart finite_min_max(const Slice& s, bool parallel) {
+// Finite min / max of a slice (+inf / -inf when it has none), as torch's min_all / max_all.
+MinMaxPart finite_min_max(const Slice& s, DType dtype, bool parallel) {
+  const TorchMinAllShape shape = torch_min_all_shape(dtype);
   MinMaxPart r;
   visit(s, [&](const auto& at, auto zero) {
     using T = decltype(zero);
+    if (s.n == 0) return;
+    if (s.n < shape.period) {
+      r = short_min_max<T>(at, s.n, shape);
+      return;
+    }
+    auto lanes = [&](std::int64_t b, std::int64_t e, LaneMinMax<T>& acc) {
+      if (shape.period == 16) lane_min_max<T, 16>(at, b, e, acc);
+      else if (shape.period == 8) lane_min_max<T, 8>(at, b, e, acc);
+      else lane_min_max<T, 4>(at, b, e, acc);
+    };
+    LaneMinMax<T> acc;
     if (parallel && s.n >= 2 * kSliceGrain) {
-      std::mutex mu;
-      detail::parallel_for(s.n, kSliceGrain, [&](std::int64_t b, std::int64_t e) {
-        const MinMaxPart p = finite_min_max_part<T>(at, b, e);
-        std::lock_guard<std::mutex> lock(mu);
-        r.mn = std::min(r.mn, p.mn);
-        r.mx = std::max(r.mx, p.mx);
+      // Pieces of whole periods, folded lane by lane in order (the last of equal values wins, so
+      // folding pieces in order equals one pass).
+      const std::int64_t pieces = (s.n + kSliceGrain - 1) / kSliceGrain;
+      std::vector<LaneMinMax<T>> part(static_cast<std::size_t>(pieces));
+      detail::parallel_for(pieces, 1, [&](std::int64_t pb, std::int64_t pe) {
+        for (std::int64_t q = pb; q < pe; ++q)
+          lanes(q * kSliceGrain, std::min(s.n, (q + 1) * kSliceGrain), part[static_cast<std::size_t>(q)]);
       });
+      acc = part[0];
+      for (std::size_t q = 1; q < part.size(); ++q)
+        for (int l = 0; l < shape.period; ++l)
+          acc.lo[l] = min_later(acc.lo[l], part[q].lo[l]), acc.hi[l] = max_later(acc.hi[l], part[q].hi[l]);
     } else {
-      r = finite_min_max_part<T>(at, 0, s.n);
+      lanes(0, s.n, acc);
     }
-    if (r.mn == 0 || r.mx == 0) {
-      std::int64_t i = 0;
-      while (at(i) != 0) ++i;
-      const double z = at(i);
-      if (r.mn == 0) r.mn = z;
-      if (r.mx == 0) r.mx = z;
-    }
+    r.mn = combine_lanes(acc.lo, shape, true);
+    r.mx = combine_lanes(acc.hi, shape, false);
   });
   return r;
 }
@@ -813,7 +906,7 @@ HistogramState HistogramEncodingAnalyzer::batch_stats_impl(const TensorView& x, 
     sl.n = size;
     if (contiguous) sl.first = k * size;
     else sl.idx = si.offsets.data() + k * size;
-    const MinMaxPart r = finite_min_max(sl, !across);
+    const MinMaxPart r = finite_min_max(sl, data.dtype, !across);
     float* edges = s.edges.data() + k * (bins + 1);
     create_edges(data.dtype, r.mn, r.mx, bins, edges);
     if (with_counts || edges[0] == edges[bins]) {
@@ -1090,6 +1183,9 @@ SqnrEncodingAnalyzer::SqnrEncodingAnalyzer(AnalyzerShape shape, SqnrOptions opti
     : HistogramEncodingAnalyzer(std::move(shape), HistogramOptions{options.num_bins, options.histogram_growth_limit}), sqnr_(options) {
   if (sqnr_.torch_sum_lanes != 8 && sqnr_.torch_sum_lanes != 16)
     fail(ErrorKind::kValue, "torch_sum_lanes: must be 8 (AVX2) or 16 (AVX-512), got " + std::to_string(sqnr_.torch_sum_lanes));
+  // AIMET chunks with range(0, n, max_parallelism): 0 raises ValueError there (at compute time).
+  if (sqnr_.max_parallelism < 1)
+    fail(ErrorKind::kValue, "max_parallelism: must be a positive integer, got " + std::to_string(sqnr_.max_parallelism));
 }
 
 EncodingRange SqnrEncodingAnalyzer::compute_encodings(double num_steps, bool is_symmetric) const {
@@ -1101,18 +1197,23 @@ EncodingRange SqnrEncodingAnalyzer::compute_encodings(double num_steps, bool is_
 namespace {
 
 // torch.arange(start, end, step, dtype=float32) on the CPU: length ceil((end - start) / step) in
-// double; element i = f32(start + step * i) (double), except that runs of 2 vectors use
-// Vectorized::arange: element j of a vector based at i is f32(f32(start + step * i) + j * step).
+// double. torch's kernel works in double and its compiler fuses the multiply-add (measured: the
+// element -255 + 19 * (255 / 19) comes out as the fused residual -2^-47 * 1.25, not 0): element i
+// of the scalar loop is f32(fma(step, i, start)); the vector loop runs whole blocks of two vectors
+// of `lanes` elements, each vector from its own base b = f32(fma(step, i, start)), its element j
+// f32(fma(j, step, b)). (Checked against torch 2.15 on 3000 random (n, offset_candidates).)
 std::vector<float> torch_arange_f32(double start, double end, double step, int lanes) {
   const double size_d = std::ceil((end - start) / step);
   const auto n = static_cast<std::int64_t>(size_d);
   std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
   std::int64_t i = 0;
-  for (; i + 2 * lanes <= n; i += lanes) {
-    const float base = static_cast<float>(start + step * static_cast<double>(i));
-    for (int j = 0; j < lanes; ++j) out[static_cast<std::size_t>(i + j)] = static_cast<float>(static_cast<double>(base) + j * step);
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    for (std::int64_t v = i; v < i + 2 * lanes; v += lanes) {
+      const double base = static_cast<float>(std::fma(step, static_cast<double>(v), start));
+      for (int j = 0; j < lanes; ++j) out[static_cast<std::size_t>(v + j)] = static_cast<float>(std::fma(static_cast<double>(j), step, base));
+    }
   }
-  for (; i < n; ++i) out[static_cast<std::size_t>(i)] = static_cast<float>(start + step * static_cast<double>(i));
+  for (; i < n; ++i) out[static_cast<std::size_t>(i)] = static_cast<float>(std::fma(step, static_cast<double>(i), start));
   return out;
 }
 
@@ -1232,14 +1333,20 @@ EncodingRange SqnrEncodingAnalyzer::compute_from_stats(const HistogramState& s, 
   const std::int64_t nc = is_symmetric ? nd : na * no;
   std::vector<double> cd(static_cast<std::size_t>(h * nc)), co(static_cast<std::size_t>(h * nc));
   std::vector<double> test_deltas(static_cast<std::size_t>(na)), test_offsets(static_cast<std::size_t>(no));
+  // Ties of torch.maximum / minimum (+0 against -0, which decide the sign of a zero min): the
+  // per-histogram operations run on rows of one chunk of max_parallelism histograms, the clamp of
+  // the candidates on rows of nc candidates per histogram.
+  const std::int64_t block = 2 * lanes;
+  const std::int64_t chunk = sqnr_.max_parallelism;
   for (std::int64_t k = 0; k < h; ++k) {
     const auto u = static_cast<std::size_t>(k);
     double* kd = cd.data() + k * nc;
     double* ko = co.data() + k * nc;
+    const bool chunk_vector = torch_vector_loop(k % chunk, std::min(chunk, h - k / chunk * chunk), block);
     // min_v = minimum(min, 0), max_v = maximum(max, 0), max_v = maximum(max_v, min_v + ms * N) (T)
-    const double min_v = torch_minimum(s.min[u], 0.0);
-    double max_v = torch_maximum(s.max[u], 0.0);
-    max_v = torch_maximum(max_v, op_in(t, min_v + (t == DType::kFloat64 ? ms * n : f32(ms * n))));
+    const double min_v = torch_minimum(s.min[u], 0.0, chunk_vector);
+    double max_v = torch_maximum(s.max[u], 0.0, chunk_vector);
+    max_v = torch_maximum(max_v, op_in(t, min_v + (t == DType::kFloat64 ? ms * n : f32(ms * n))), chunk_vector);
     if (is_symmetric) {
       // delta_max = 2 * f32(maximum(max_v, -min_v)) / N; deltas f32(f32(delta_max * k) / (D - 1)),
       // at least min_scale; one offset floor(-N / 2).
@@ -1266,8 +1373,9 @@ EncodingRange SqnrEncodingAnalyzer::compute_from_stats(const HistogramState& s, 
         const double delta = test_deltas[a];
         double tmin = rw(delta * test_offsets[o]);
         double tmax = rw(tmin + f32(delta * f32(n)));
-        tmin = torch_maximum(obs_min, tmin);
-        tmax = torch_minimum(obs_max, tmax);
+        const bool vector_loop = torch_vector_loop(static_cast<std::int64_t>(a * test_offsets.size() + o), nc, block);
+        tmin = torch_maximum(obs_min, tmin, vector_loop);
+        tmax = torch_minimum(obs_max, tmax, vector_loop);
         double d2 = rw(rw(tmax - tmin) / rw(n));
         d2 = torch_maximum(d2, rw(ms));  // torch.tensor([min_scale], dtype=W)
         kd[a * test_offsets.size() + o] = d2;

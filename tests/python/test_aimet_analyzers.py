@@ -68,7 +68,11 @@ def _same(got, want, dtype):
         w = w.view(BF16).astype(np.float32)
     g = g.astype(np.float64)
     w = w.astype(np.float64)
-    return g.shape == w.shape and np.array_equal(g, w, equal_nan=True)
+    if g.shape != w.shape or not np.array_equal(g, w, equal_nan=True):
+        return False
+    # the sign of zero too (== does not see it); NaN-ness only, not the NaN's sign or payload
+    numbers = ~np.isnan(w)
+    return np.array_equal(np.signbit(g[numbers]), np.signbit(w[numbers]))
 
 
 LANES = 8  # torch 2.15 sums with its AVX2 kernel on AVX-512 machines too
