@@ -66,6 +66,14 @@ def make_batches(rng, kind, shape, n_batches, dtype):
             x = -np.abs(rng.standard_normal(shape)) * (1 + b)
         elif kind == "wide":
             x = rng.standard_normal(shape) * 1e4 * (1 + 3 * b)
+        elif kind in ("signed_zeros_pos", "signed_zeros_neg"):
+            # +0 and -0 mixed with values of one sign: the min (max) is a zero whose sign depends on
+            # torch's reduction lanes, and the candidate grids' zeros on its tie rules
+            sign = 1.0 if kind == "signed_zeros_pos" else -1.0
+            x = sign * np.abs(rng.standard_normal(shape)) * (1 + b)
+            flat = x.reshape(-1)
+            zeros = rng.random(flat.size) < 0.4
+            flat[zeros] = np.where(rng.random(int(zeros.sum())) < 0.5, 0.0, -0.0)
         else:
             raise ValueError(kind)
         out.append(torch.tensor(x, dtype=torch.float64).to(DTYPES[dtype]))
@@ -99,6 +107,49 @@ LAYOUTS = [
 ]
 
 
+def add_case(case, name, args, dtype, kind, batches, picks, index, arrays):
+    """Runs one analyzer over `batches` and records its encodings for `picks` (num_steps, symmetric)."""
+    rec = {"id": case, "analyzer": name, "args": args, "dtype": dtype, "kind": kind, "batches": [], "results": []}
+    for b, x in enumerate(batches):
+        key = f"c{case}_x{b}"
+        arrays[key] = to_np(x)
+        rec["batches"].append(key)
+    try:
+        an = make_analyzer(name, args)
+    except Exception as e:  # noqa: BLE001
+        rec["construct_error"] = type(e).__name__
+        index.append(rec)
+        return
+    err = None
+    for x in batches:
+        try:
+            an.update_stats(x)
+        except Exception as e:  # noqa: BLE001
+            err = type(e).__name__
+            break
+    rec["update_error"] = err
+    for n, sym in picks:
+        r = {"num_steps": n, "symmetric": sym}
+        if err is None:
+            try:
+                mn, mx = an.compute_encodings(n, sym)
+                r["dtype"] = str(mn.dtype).replace("torch.", "")
+                arrays[f"c{case}_min_{n}_{int(sym)}"] = to_np(mn)
+                arrays[f"c{case}_max_{n}_{int(sym)}"] = to_np(mx)
+            except Exception as e:  # noqa: BLE001
+                r["error"] = type(e).__name__
+        rec["results"].append(r)
+    # dynamic encodings of the first batch
+    try:
+        mn, mx = an.compute_dynamic_encodings(batches[0], 255, False)
+        arrays[f"c{case}_dmin"] = to_np(mn)
+        arrays[f"c{case}_dmax"] = to_np(mx)
+        rec["dynamic_dtype"] = str(mn.dtype).replace("torch.", "")
+    except Exception as e:  # noqa: BLE001
+        rec["dynamic_error"] = type(e).__name__
+    index.append(rec)
+
+
 def main(out_dir):
     rng = np.random.default_rng(20250601)
     index, arrays = [], {}
@@ -126,47 +177,22 @@ def main(out_dir):
                     n_batches = int(rng.integers(1, 4))
                     args = {"shape": list(shape), "block_size": None if block is None else list(block), **extra}
                     batches = make_batches(rng, kind, xshape, n_batches, dtype)
-                    rec = {"id": case, "analyzer": name, "args": args, "dtype": dtype, "kind": kind, "batches": [], "results": []}
-                    for b, x in enumerate(batches):
-                        key = f"c{case}_x{b}"
-                        arrays[key] = to_np(x)
-                        rec["batches"].append(key)
-                    try:
-                        an = make_analyzer(name, args)
-                    except Exception as e:  # noqa: BLE001
-                        rec["construct_error"] = type(e).__name__
-                        index.append(rec)
-                        case += 1
-                        continue
-                    err = None
-                    for x in batches:
-                        try:
-                            an.update_stats(x)
-                        except Exception as e:  # noqa: BLE001
-                            err = type(e).__name__
-                            break
-                    rec["update_error"] = err
                     picks = [steps[i] for i in rng.choice(len(steps), 3, replace=False)]
-                    for n, sym in picks:
-                        r = {"num_steps": n, "symmetric": sym}
-                        if err is None:
-                            try:
-                                mn, mx = an.compute_encodings(n, sym)
-                                r["dtype"] = str(mn.dtype).replace("torch.", "")
-                                arrays[f"c{case}_min_{n}_{int(sym)}"] = to_np(mn)
-                                arrays[f"c{case}_max_{n}_{int(sym)}"] = to_np(mx)
-                            except Exception as e:  # noqa: BLE001
-                                r["error"] = type(e).__name__
-                        rec["results"].append(r)
-                    # dynamic encodings of the first batch
-                    try:
-                        mn, mx = an.compute_dynamic_encodings(batches[0], 255, False)
-                        arrays[f"c{case}_dmin"] = to_np(mn)
-                        arrays[f"c{case}_dmax"] = to_np(mx)
-                        rec["dynamic_dtype"] = str(mn.dtype).replace("torch.", "")
-                    except Exception as e:  # noqa: BLE001
-                        rec["dynamic_error"] = type(e).__name__
-                    index.append(rec)
+                    add_case(case, name, args, dtype, kind, batches, picks, index, arrays)
+                    case += 1
+    # Signed zeros (appended with their own generator, so the cases above stay as recorded): wider
+    # per-channel layouts put channels in torch's vector loops as well as its scalar tails.
+    rng = np.random.default_rng(20261126)
+    zero_layouts = LAYOUTS + [((40, 16), (40, 1), None), ((16, 37), (37,), None), ((3, 20, 8), (1, 20, 1), None)]
+    for name, extra in analyzers:
+        for dtype in DTYPES:
+            for xshape, shape, block in zero_layouts:
+                for kind in ("signed_zeros_pos", "signed_zeros_neg"):
+                    if rng.random() < 0.5:
+                        continue
+                    args = {"shape": list(shape), "block_size": None if block is None else list(block), **extra}
+                    add_case(case, name, args, dtype, kind, make_batches(rng, kind, xshape, int(rng.integers(1, 3)), dtype),
+                             [steps[i] for i in rng.choice(len(steps), 3, replace=False)], index, arrays)
                     case += 1
     meta = {"aimet_torch": "2.42.0", "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "cases": index}

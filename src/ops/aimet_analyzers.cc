@@ -89,13 +89,14 @@ double minimum_scale(double num_steps) { return std::min(static_cast<double>(FLT
 // runs a contiguous row (or a row against a broadcast scalar) in whole blocks of two float vectors
 // (vmaxps / vminps: the second operand wins a tie) and the row's remaining n mod block elements in
 // a scalar loop (std::max / std::min: the first operand wins). The block is two vectors of torch's
-// float width: 16 elements in torch 2.15's CPU build, measured on AVX2 and AVX-512 machines.
-// (Rows of 32768 elements or more are also split between torch's threads; each part has its own
-// tail. The analyzers' rows are shorter.)
-constexpr std::int64_t kTorchBinaryBlock = 16;
-bool torch_vector_loop(std::int64_t index, std::int64_t row, std::int64_t block = kTorchBinaryBlock) {
-  return index < row - row % block;
+// CPU build (256 bits: torch 2.15 measured on AVX2 and AVX-512 machines), so 16 float32, 8 float64
+// or 32 float16 / bfloat16 elements. (Rows of 32768 elements or more are also split between
+// torch's threads; each part has its own tail. The analyzers' rows are shorter.)
+std::int64_t torch_binary_block(DType t, int float_lanes = 8) {
+  const std::int64_t vector_bytes = 4 * static_cast<std::int64_t>(float_lanes);
+  return 2 * vector_bytes / static_cast<std::int64_t>(dtype_size(t));
 }
+bool torch_vector_loop(std::int64_t index, std::int64_t row, std::int64_t block) { return index < row - row % block; }
 double torch_maximum(double a, double b, bool vector_loop = true) {
   if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
   if (a == b) return vector_loop ? b : a;
@@ -445,9 +446,10 @@ namespace {
 // loops give them.
 void fold_min_max(MinMaxEncodingAnalyzer::State& into, const MinMaxEncodingAnalyzer::State& from) {
   const auto n = static_cast<std::int64_t>(into.min.size());
+  const std::int64_t block = torch_binary_block(promote(into.dtype, from.dtype));
   for (std::int64_t i = 0; i < n; ++i) {
     const auto u = static_cast<std::size_t>(i);
-    const bool vector_loop = torch_vector_loop(i, n);
+    const bool vector_loop = torch_vector_loop(i, n, block);
     into.min[u] = torch_minimum(into.min[u], from.min[u], vector_loop);
     into.max[u] = torch_maximum(into.max[u], from.max[u], vector_loop);
   }
@@ -1336,13 +1338,13 @@ EncodingRange SqnrEncodingAnalyzer::compute_from_stats(const HistogramState& s, 
   // Ties of torch.maximum / minimum (+0 against -0, which decide the sign of a zero min): the
   // per-histogram operations run on rows of one chunk of max_parallelism histograms, the clamp of
   // the candidates on rows of nc candidates per histogram.
-  const std::int64_t block = 2 * lanes;
+  const std::int64_t block_t = torch_binary_block(t, lanes), block_w = torch_binary_block(w, lanes);
   const std::int64_t chunk = sqnr_.max_parallelism;
   for (std::int64_t k = 0; k < h; ++k) {
     const auto u = static_cast<std::size_t>(k);
     double* kd = cd.data() + k * nc;
     double* ko = co.data() + k * nc;
-    const bool chunk_vector = torch_vector_loop(k % chunk, std::min(chunk, h - k / chunk * chunk), block);
+    const bool chunk_vector = torch_vector_loop(k % chunk, std::min(chunk, h - k / chunk * chunk), block_t);
     // min_v = minimum(min, 0), max_v = maximum(max, 0), max_v = maximum(max_v, min_v + ms * N) (T)
     const double min_v = torch_minimum(s.min[u], 0.0, chunk_vector);
     double max_v = torch_maximum(s.max[u], 0.0, chunk_vector);
@@ -1373,7 +1375,7 @@ EncodingRange SqnrEncodingAnalyzer::compute_from_stats(const HistogramState& s, 
         const double delta = test_deltas[a];
         double tmin = rw(delta * test_offsets[o]);
         double tmax = rw(tmin + f32(delta * f32(n)));
-        const bool vector_loop = torch_vector_loop(static_cast<std::int64_t>(a * test_offsets.size() + o), nc, block);
+        const bool vector_loop = torch_vector_loop(static_cast<std::int64_t>(a * test_offsets.size() + o), nc, block_w);
         tmin = torch_maximum(obs_min, tmin, vector_loop);
         tmax = torch_minimum(obs_max, tmax, vector_loop);
         double d2 = rw(rw(tmax - tmin) / rw(n));
