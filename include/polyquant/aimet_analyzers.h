@@ -128,10 +128,15 @@ class POLYQUANT_API HistogramEncodingAnalyzer {
   virtual EncodingRange compute_encodings(double num_steps, bool is_symmetric) const = 0;
   EncodingRange compute_dynamic_encodings(const TensorView& x, double num_steps, bool is_symmetric) const;
 
-  // Folds another analyzer's histograms in as AIMET folds a batch: when the ranges already cover
-  // `other`'s, the counts add exactly (equal edges: exactly one analyzer fed both streams);
-  // otherwise both are re-binned into the grown range by AIMET's proportional split. Needs the
-  // same shape and bin count.
+  // Folds another analyzer's histograms in as AIMET folds a batch. Guarantee: when both have the
+  // same edges (every part of the split data reaches each histogram's min and max), the counts add
+  // exactly and the result is bit for bit one analyzer fed all the batches, provided each
+  // histogram's slice is a contiguous chunk of x (per-tensor, per leading channel; where it is not,
+  // AIMET's own later batches are binned from the wrong chunk, the quirk above, and merge gives the
+  // correct counts instead). Otherwise both are re-binned into the grown range by AIMET's
+  // proportional split: every count is kept and the range covers both, but the histogram depends on
+  // the order of merging (as AIMET's depends on the order of batches). Needs the same shape and bin
+  // count.
   void merge(const HistogramEncodingAnalyzer& other);
   const HistogramState& state() const { return state_; }
   void set_state(HistogramState state);
