@@ -6,7 +6,10 @@ float64) and values (+-0, +-inf, NaN, subnormals, huge, exact k + 0.5 ties of x 
 neighbours), and every memory layout of x (strided, reversed, Fortran, zero-stride), every kernel
 set with one thread and all equals the scalar kernel set on contiguous copies with one thread; a
 blockwise call equals the same call with the parameters expanded to one value per element; the
-gradients' per-element parts agree across kernel sets too.
+gradients' per-element parts agree across kernel sets too. The encoding analyzers (MinMax,
+Percentile, SQNR) over per-tensor / per-channel / blockwise shapes, every dtype, signed-zero
+extremes and specials: statistics and encodings on every layout and kernel set equal the scalar
+set's on contiguous copies, errors alike.
 
 Budget: a fixed, derandomized example set in CI. POLYQUANT_HYPOTHESIS_SCALE scales it;
 POLYQUANT_HYPOTHESIS_EXAMPLES=N runs N random examples instead.
@@ -220,3 +223,80 @@ def test_shortcut_eligibility_follows_aimet():
     assert not takes(np.full((4, 1), 0.1), np.full((4, 1), -300.0))          # zero point 300 outside [0, 255]
     assert takes(0.1, -300.0)                                                # per-tensor accepts it
     assert not takes(np.full((4, 1), 0.1), np.zeros((4, 1)), block=[1, 6])   # blockwise
+
+
+# ------------------------------------------------------------------------------------------------
+# Encoding analyzers: statistics and encodings on every layout of x and every kernel set equal the
+# scalar set's on a contiguous copy, bit for bit (state included), errors alike.
+
+ANALYZERS = {
+    "minmax": lambda shape, block: pa.MinMaxEncodingAnalyzer(shape, block_size=block),
+    "percentile": lambda shape, block: pa.PercentileEncodingAnalyzer(shape, num_bins=32, percentile=99.0, block_size=block),
+    "sqnr": lambda shape, block: pa.SqnrEncodingAnalyzer(shape, num_bins=32, asymmetric_delta_candidates=5,
+                                                         symmetric_delta_candidates=11, offset_candidates=7, block_size=block),
+}
+
+
+@st.composite
+def analyzer_problems(draw):
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 6) | st.sampled_from([16, 17, 33]), min_size=rank, max_size=rank)))
+    hypothesis.assume(int(np.prod(shape)) <= 3000)
+    kind = draw(st.sampled_from(["tensor", "channel", "blocked"]))
+    keep = draw(st.lists(st.booleans(), min_size=rank, max_size=rank))
+    block = None
+    if kind == "tensor":
+        ashape = (1,)
+    elif kind == "channel":
+        ashape = tuple(d if k else 1 for d, k in zip(shape, keep))
+    else:
+        b = draw(st.sampled_from(_divisors(shape[-1])))
+        ashape = tuple(d if k else 1 for d, k in zip(shape[:-1], keep[:-1])) + (shape[-1] // b,)
+        block = tuple(1 if k else d for d, k in zip(shape[:-1], keep[:-1])) + (b,)
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape) * draw(st.sampled_from([1.0, 1e-3, 100.0]))
+    specials = [v for v in SPECIALS if not (isinstance(v, float) and np.isnan(v))]
+    n_special = draw(st.integers(0, 3))
+    for _ in range(n_special):
+        x.flat[rng.integers(0, x.size)] = specials[rng.integers(0, len(specials))]
+    if draw(st.booleans()):  # signed zeros as the extremes
+        x = np.abs(x) * draw(st.sampled_from([1.0, -1.0]))
+        x.flat[rng.integers(0, x.size, 1 + x.size // 4)] = 0.0
+        x.flat[rng.integers(0, x.size, 1 + x.size // 4)] = -0.0
+    batches = 1 + draw(st.integers(0, 2))
+    xs = [x] + [x * (1.5 + i) for i in range(batches - 1)]
+    return xs, ashape, block
+
+
+def _analyzer_outcome(name, ashape, block, xs):
+    def run():
+        an = ANALYZERS[name](ashape, block)
+        for x in xs:
+            an.update_stats(x)
+        state = an.state_dict()
+        return [state[k] for k in ("min", "max", "histogram", "bin_edges") if k in state] + [
+            e for n, sym in ((255, False), (254, True), (1, False)) for e in an.compute_encodings(n, sym)]
+    try:
+        return run(), None
+    except (RuntimeError, ValueError, TypeError) as e:
+        return None, type(e)
+
+
+@examples(150)
+@given(analyzer_problems(), st.sampled_from(sorted(ANALYZERS)), st.sampled_from(X_DTYPES), st.integers(0, 4))
+def test_analyzers_every_layout_and_kernel_set_equal_the_scalar_set(problem, name, x_dtype, variant):
+    xs, ashape, block = problem
+    xs = [x.astype(x_dtype) for x in xs]
+    views = [layouts(x, variant) for x in xs]
+    note(f"{name} x {xs[0].shape} {np.dtype(x_dtype).name} shape {ashape} block {block} variant {variant}")
+    with kernel_set("scalar", 1):
+        want, err = _analyzer_outcome(name, ashape, block, [np.array(v, order="C") for v in views])
+    for isa in ISAS:
+        for threads in (1, None):
+            with kernel_set(isa, threads):
+                got, got_err = _analyzer_outcome(name, ashape, block, views)
+            assert got_err == err, (isa, threads, got_err, err)
+            if err is None:
+                for i, (g, w) in enumerate(zip(got, want)):
+                    _same(g, w, f"{name} isa={isa} threads={threads} output {i}")
