@@ -673,7 +673,7 @@ void lane_min_max(const Load& at, std::int64_t b, std::int64_t e, LaneMinMax<T>&
 template <class T>
 T combine_lanes(const T* v, const TorchMinAllShape& shape, bool is_min) {
   auto f = [is_min](T a, T b) { return is_min ? min_later(a, b) : max_later(a, b); };
-  T w[kMaxPeriod];
+  T w[kMaxPeriod] = {};
   int n = shape.period;
   for (int l = 0; l < n; ++l) w[l] = v[l];
   if (shape.fold_halves) {
@@ -696,7 +696,7 @@ T combine_lanes(const T* v, const TorchMinAllShape& shape, bool is_min) {
 template <class T, class Load>
 MinMaxPart short_min_max(const Load& at, std::int64_t n, const TorchMinAllShape& shape) {
   const T inf = std::numeric_limits<T>::infinity(), big = std::numeric_limits<T>::max();
-  T lo[kMaxPeriod], hi[kMaxPeriod];
+  T lo[kMaxPeriod] = {}, hi[kMaxPeriod] = {};
   for (std::int64_t i = 0; i < n; ++i) {
     const T v = at(i);
     const bool finite = std::fabs(v) <= big;
