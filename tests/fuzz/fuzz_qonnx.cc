@@ -276,18 +276,7 @@ void run_case(Source& s, Stats& st) {
 
 #if defined(POLYQUANT_LIBFUZZER)
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static bool ready = [] {
-    init_sets();
-    return true;
-  }();
-  (void)ready;
-  Source s;
-  s.data = data;
-  s.size = size;
-  Stats st;
-  st.per_op.assign(std::size(kOpNames), 0);
-  run_case(s, st);
-  return 0;
+  return run_libfuzzer_case(data, size, std::size(kOpNames), run_case);
 }
 #else
 int main(int argc, char** argv) {

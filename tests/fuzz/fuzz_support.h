@@ -432,6 +432,24 @@ inline void init_sets() {
   for (auto it = info.supported.rbegin(); it != info.supported.rend(); ++it) g_sets.push_back(*it);
 }
 
+// ---- libFuzzer's entry (-DPOLYQUANT_LIBFUZZER) --------------------------------------------------
+// One case drawn from the fuzzer's bytes: the kernel sets are listed once, on the first call.
+inline int run_libfuzzer_case(const std::uint8_t* data, std::size_t size, std::size_t num_ops,
+                              void (*run_case)(Source&, Stats&)) {
+  static const bool ready = [] {
+    init_sets();
+    return true;
+  }();
+  (void)ready;
+  Source s;
+  s.data = data;
+  s.size = size;
+  Stats st;
+  st.per_op.assign(num_ops, 0);
+  run_case(s, st);
+  return 0;
+}
+
 // ---- the deterministic driver -----------------------------------------------------------------
 
 struct Driver {
