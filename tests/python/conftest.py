@@ -82,3 +82,24 @@ def kernel_set(name: str | None, threads: int | None = None):
             ext._set_kernel_set(info["isa"])
         if switch_threads:
             ext._set_num_threads(info["num_threads"])
+
+
+def hypothesis_budget() -> tuple[Callable[[int], Callable], str]:
+    """The property tests' example budget, shared by every test_*_properties module: returns
+    (examples, profile) where @examples(ci) runs `ci` derandomized examples (the same ones every
+    run), scaled by POLYQUANT_HYPOTHESIS_SCALE (the sanitized run uses a quarter), or
+    POLYQUANT_HYPOTHESIS_EXAMPLES random examples when that is set. hypothesis is imported here, not
+    at the top: it is optional, and the modules skip without it."""
+    from hypothesis import HealthCheck, settings
+
+    common = dict(deadline=None, database=None, print_blob=True,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+    long = os.environ.get("POLYQUANT_HYPOTHESIS_EXAMPLES")
+    scale = float(os.environ.get("POLYQUANT_HYPOTHESIS_SCALE", "1"))
+    profile = "polyquant-long" if long else "polyquant-ci"
+    settings.register_profile(profile, max_examples=int(long) if long else 100, derandomize=not long, **common)
+
+    def examples(ci: int) -> Callable:
+        return settings(settings.get_profile(profile), max_examples=int(long) if long else max(1, round(ci * scale)))
+
+    return examples, profile

@@ -17,35 +17,21 @@ POLYQUANT_HYPOTHESIS_EXAMPLES=N runs N random examples instead.
 
 from __future__ import annotations
 
-import os
-from typing import Callable
-
 import ml_dtypes
 import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, note, settings  # noqa: E402
+from hypothesis import given, note  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import polyquant  # noqa: E402
 import polyquant.aimet as pa  # noqa: E402
-from conftest import kernel_set  # noqa: E402
+from conftest import hypothesis_budget, kernel_set  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
-_COMMON = dict(deadline=None, database=None, print_blob=True,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-settings.register_profile("aimet-ci", max_examples=100, derandomize=True, **_COMMON)
-_LONG = os.environ.get("POLYQUANT_HYPOTHESIS_EXAMPLES")
-if _LONG:
-    settings.register_profile("aimet-long", max_examples=int(_LONG), derandomize=False, **_COMMON)
-PROFILE = "aimet-long" if _LONG else "aimet-ci"
-_SCALE = float(os.environ.get("POLYQUANT_HYPOTHESIS_SCALE", "1"))
-
-
-def examples(ci: int) -> Callable:
-    return settings(settings.get_profile(PROFILE), max_examples=int(_LONG) if _LONG else max(1, round(ci * _SCALE)))
+examples = hypothesis_budget()[0]
 
 
 ISAS = polyquant.runtime_info()["supported"]

@@ -34,14 +34,14 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, assume, given, note, settings  # noqa: E402
+from hypothesis import assume, given, note  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import polyquant  # noqa: E402
 import polyquant.qonnx as pq  # noqa: E402
 from polyquant import _polyquant_ext as _ext  # noqa: E402
 
-from conftest import assert_identical, kernel_set  # noqa: E402
+from conftest import assert_identical, hypothesis_budget, kernel_set  # noqa: E402
 
 try:
     from qonnx.custom_op.general import bipolar_quant as q_bipolar
@@ -57,26 +57,7 @@ if int(np.__version__.split(".")[0]) < 2:
 # ------------------------------------------------------------------------------------------------
 # budget
 
-_COMMON = dict(
-    deadline=None,
-    database=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-)
-settings.register_profile("ci", max_examples=150, derandomize=True, **_COMMON)
-_LONG = os.environ.get("POLYQUANT_HYPOTHESIS_EXAMPLES")
-if _LONG:
-    settings.register_profile("long", max_examples=int(_LONG), derandomize=False, **_COMMON)
-PROFILE = "long" if _LONG else "ci"
-
-
-# POLYQUANT_HYPOTHESIS_SCALE scales the CI counts (the sanitized run uses a quarter of them).
-_SCALE = float(os.environ.get("POLYQUANT_HYPOTHESIS_SCALE", "1"))
-
-
-def examples(ci: int) -> Callable:
-    """Per-test example count: `ci` in CI, POLYQUANT_HYPOTHESIS_EXAMPLES when set."""
-    return settings(settings.get_profile(PROFILE), max_examples=int(_LONG) if _LONG else max(1, round(ci * _SCALE)))
+examples, PROFILE = hypothesis_budget()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ float32 neighbours).
 
 Where the reference call raises ValueError/TypeError, every variant must raise the same type.
 
-Budget: a fixed, derandomized example set in CI ("qkeras-ci" profile). POLYQUANT_HYPOTHESIS_SCALE
+Budget: a fixed, derandomized example set in CI ("polyquant-ci" profile). POLYQUANT_HYPOTHESIS_SCALE
 scales the CI count; POLYQUANT_HYPOTHESIS_EXAMPLES=N runs N random examples instead (new
 examples every run; a failure prints the blob to reproduce it).
 """
@@ -23,41 +23,24 @@ examples every run; a failure prints the blob to reproduce it).
 from __future__ import annotations
 
 import math
-import os
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, assume, event, given, note, settings  # noqa: E402
+from hypothesis import assume, event, given, note  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import polyquant  # noqa: E402
 from polyquant import _polyquant_ext as _ext  # noqa: E402
 from polyquant import qkeras  # noqa: E402
 
-from conftest import kernel_set  # noqa: E402
+from conftest import hypothesis_budget, kernel_set  # noqa: E402
 
 F = np.float32
 
-_COMMON = dict(
-    deadline=None,
-    database=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-)
-settings.register_profile("qkeras-ci", max_examples=100, derandomize=True, **_COMMON)
-_LONG = os.environ.get("POLYQUANT_HYPOTHESIS_EXAMPLES")
-if _LONG:
-    settings.register_profile("qkeras-long", max_examples=int(_LONG), derandomize=False, **_COMMON)
-PROFILE = "qkeras-long" if _LONG else "qkeras-ci"
-_SCALE = float(os.environ.get("POLYQUANT_HYPOTHESIS_SCALE", "1"))
-
-
-def examples(ci: int) -> Callable:
-    """Per-test example count: `ci` in CI (scaled), POLYQUANT_HYPOTHESIS_EXAMPLES when set."""
-    return settings(settings.get_profile(PROFILE), max_examples=int(_LONG) if _LONG else max(1, round(ci * _SCALE)))
+examples = hypothesis_budget()[0]
 
 
 SUPPORTED = list(polyquant.runtime_info()["supported"])
