@@ -381,6 +381,112 @@ void grouped_min_max(const Data& data, const ReducedView& rv, std::vector<double
   }
 }
 
+// ---- the sign of a zero min / max (MinMax statistics) ---------------------------------------------
+// AIMET's reduce() permutes the reduced dimensions of a contiguous x first, reshapes to
+// (-1, *shape) (a view when the reduced dimensions are adjacent in memory, else a contiguous copy)
+// and calls torch.amin / amax over dimension 0. The values are the min / max whatever the order;
+// which of several zeros of different signs comes out depends on torch's reduction loops
+// (measured against torch 2.15 on every layout AIMET produces, single-threaded):
+//   inner (the reduced run is x's innermost, stride 1; or one group): per group, 4 vectors of V
+//     lanes take elements k < 4V * floor(n / 4V) (lane k mod 4V, the later of equal values wins),
+//     folded as f(f(a0, a1), f(a2, a3)) lane by lane, then lanes 1..V-1 into lane 0 by the scalar
+//     rule (the earlier wins), then the remaining elements one by one by the scalar rule;
+//   outer (a kept run is innermost): groups are columns of that run of W; columns below
+//     W - W mod 4V run in vectors (the last of equal values down the column wins), the others in
+//     the scalar loop (the first wins).
+// V = 8 (float32), 4 (float64), 16 (float16 / bfloat16): 256-bit vectors.
+void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<double>& mn, std::vector<double>& mx) {
+  const auto groups = static_cast<std::int64_t>(mn.size());
+  bool any = false;
+  for (std::int64_t g = 0; g < groups && !any; ++g) any = mn[static_cast<std::size_t>(g)] == 0 || mx[static_cast<std::size_t>(g)] == 0;
+  if (!any) return;
+  // Dimensions of extent > 1 with their C-contiguous strides.
+  struct Dim {
+    std::int64_t size, stride;
+    bool keep;
+  };
+  std::vector<Dim> dims;
+  std::int64_t stride = 1;
+  for (int d = rv.view.rank - 1; d >= 0; --d) {
+    const std::int64_t n = rv.view[d];
+    if (n > 1) dims.insert(dims.begin(), Dim{n, stride, rv.keep[static_cast<std::size_t>(d)]});
+    stride *= n;
+  }
+  std::vector<Dim> kept, reduced;
+  int first_reduced = -1, last_reduced = -1;
+  for (int i = 0; i < static_cast<int>(dims.size()); ++i) {
+    (dims[static_cast<std::size_t>(i)].keep ? kept : reduced).push_back(dims[static_cast<std::size_t>(i)]);
+    if (!dims[static_cast<std::size_t>(i)].keep) {
+      if (first_reduced < 0) first_reduced = i;
+      last_reduced = i;
+    }
+  }
+  const bool adjacent = reduced.empty() || last_reduced - first_reduced + 1 == static_cast<int>(reduced.size());
+  const bool inner = reduced.empty() || kept.empty() || (adjacent && last_reduced == static_cast<int>(dims.size()) - 1);
+  std::int64_t columns = groups;  // outer: the innermost kept run
+  if (!inner && adjacent) {
+    columns = 1;
+    for (std::size_t i = static_cast<std::size_t>(last_reduced) + 1; i < dims.size(); ++i) columns *= dims[i].size;
+  }
+  const int v = data.dtype == DType::kFloat64 ? 4 : (data.dtype == DType::kFloat32 ? 8 : 16);
+  const std::int64_t vec_columns = columns - columns % (4 * v);
+  std::int64_t n = 1;
+  for (const Dim& d : reduced) n *= d.size;
+  std::vector<double> seq(static_cast<std::size_t>(n));
+  auto later = [](bool is_min, double a, double b) { return is_min ? (a < b ? a : b) : (a > b ? a : b); };
+  auto earlier = [](bool is_min, double a, double b) { return is_min ? (b < a ? b : a) : (b > a ? b : a); };
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const auto u = static_cast<std::size_t>(g);
+    const bool zero_min = mn[u] == 0, zero_max = mx[u] == 0;
+    if (!zero_min && !zero_max) continue;
+    // The group's elements in C order over the reduced dimensions.
+    std::int64_t base = 0, rem = g;
+    for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+      base += (rem % it->size) * it->stride;
+      rem /= it->size;
+    }
+    std::vector<std::int64_t> idx(reduced.size(), 0);
+    std::int64_t off = base;
+    for (std::int64_t k = 0; k < n; ++k) {
+      seq[static_cast<std::size_t>(k)] = data.at(off);
+      for (int d = static_cast<int>(reduced.size()) - 1; d >= 0; --d) {
+        const auto ud = static_cast<std::size_t>(d);
+        off += reduced[ud].stride;
+        if (++idx[ud] < reduced[ud].size) break;
+        off -= reduced[ud].size * reduced[ud].stride;
+        idx[ud] = 0;
+      }
+    }
+    for (const bool is_min : {true, false}) {
+      if (!(is_min ? zero_min : zero_max)) continue;
+      double r;
+      if (!inner) {
+        const bool vector = g % columns < vec_columns;
+        r = seq[0];
+        for (std::int64_t k = 1; k < n; ++k) r = vector ? later(is_min, r, seq[static_cast<std::size_t>(k)]) : earlier(is_min, r, seq[static_cast<std::size_t>(k)]);
+      } else {
+        const std::int64_t block = 4 * v, count = n / block;
+        r = is_min ? INFINITY : -INFINITY;
+        if (count > 0) {
+          std::vector<double> acc(seq.begin(), seq.begin() + block);
+          for (std::int64_t i = 1; i < count; ++i)
+            for (std::int64_t l = 0; l < block; ++l) acc[static_cast<std::size_t>(l)] = later(is_min, acc[static_cast<std::size_t>(l)], seq[static_cast<std::size_t>(i * block + l)]);
+          double b0 = 0;
+          for (int l = 0; l < v; ++l) {
+            const auto ul = static_cast<std::size_t>(l), uv = static_cast<std::size_t>(v);
+            const double a01 = later(is_min, acc[ul], acc[uv + ul]), a23 = later(is_min, acc[2 * uv + ul], acc[3 * uv + ul]);
+            const double b = later(is_min, a01, a23);
+            b0 = l == 0 ? b : earlier(is_min, b0, b);
+          }
+          r = earlier(is_min, r, b0);
+        }
+        for (std::int64_t k = count * block; k < n; ++k) r = earlier(is_min, r, seq[static_cast<std::size_t>(k)]);
+      }
+      if (r == 0) (is_min ? mn[u] : mx[u]) = r;
+    }
+  }
+}
+
 // Element indices of encoding element k's slice, in C order (the histogram input).
 struct SliceIndex {
   GroupedLayout L;
@@ -437,6 +543,7 @@ MinMaxEncodingAnalyzer::State MinMaxEncodingAnalyzer::batch_stats(const TensorVi
   State s;
   s.dtype = x.dtype;
   grouped_min_max(data, rv, s.min, s.max);
+  settle_zero_signs(data, rv, s.min, s.max);
   return s;
 }
 

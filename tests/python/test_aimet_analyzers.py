@@ -78,20 +78,7 @@ def _same(got, want, dtype):
 LANES = 8  # torch 2.15 sums with its AVX2 kernel on AVX-512 machines too
 
 
-# MinMax statistics whose min / max is a zero of either sign: torch.amin / amax reduce in lanes that
-# depend on the layout and dtype (which zero survives), not modelled yet; the values are equal, the
-# sign of zero differs in these recorded cases (README, AIMET departures).
-AMIN_SIGNED_ZERO_IDS = {1005, 1007, 1025, 1031, 1033}
-
-
-def _marks(rec):
-    if rec["id"] in AMIN_SIGNED_ZERO_IDS:
-        return [pytest.mark.xfail(strict=True, reason="sign of a zero torch.amin / amax result (layout-dependent lanes)")]
-    return []
-
-
-@pytest.mark.parametrize("rec", [pytest.param(r, marks=_marks(r), id=f"{r['id']}-{r['analyzer']}-{r['dtype']}-{r['kind']}")
-                                 for r in META["cases"]])
+@pytest.mark.parametrize("rec", META["cases"], ids=lambda r: f"{r['id']}-{r['analyzer']}-{r['dtype']}-{r['kind']}")
 def test_replays_aimet(rec):
     name, args, dtype = rec["analyzer"], rec["args"], rec["dtype"]
     an = _make(name, args, LANES)
