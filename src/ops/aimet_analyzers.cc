@@ -7,6 +7,7 @@
 #include "polyquant/aimet_analyzers.h"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -395,6 +396,86 @@ void grouped_min_max(const Data& data, const ReducedView& rv, std::vector<double
 //     W - W mod 4V run in vectors (the last of equal values down the column wins), the others in
 //     the scalar loop (the first wins).
 // V = 8 (float32), 4 (float64), 16 (float16 / bfloat16): 256-bit vectors.
+// Only groups whose min (max) is exactly 0 are replayed, and only zeros can win there (every other
+// value is larger (smaller), NaN would have made the result NaN): a loop tracks the last zero of
+// each lane (NaN: none yet), the folds keep the later or the earlier zero as torch's loops do.
+template <class T>
+T later_zero(T a, T b) { return std::isnan(b) ? a : b; }
+template <class T>
+T earlier_zero(T a, T b) { return std::isnan(a) ? b : a; }
+
+// z = x when x is a zero, else z, without branches (zeros are frequent: ReLU outputs).
+template <class T>
+inline T take_if_zero(T x, T z) {
+  using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  const U mask = U{0} - static_cast<U>(x == 0);
+  return std::bit_cast<T>((std::bit_cast<U>(x) & mask) | (std::bit_cast<U>(z) & ~mask));
+}
+
+// The inner loop over a contiguous run of n values (the group's elements in torch's order).
+template <class T>
+T inner_zero(const T* p, std::int64_t n, int v) {
+  const T none = std::numeric_limits<T>::quiet_NaN();
+  const std::int64_t block = 4 * static_cast<std::int64_t>(v), count = n / block;
+  T r = none;
+  if (count > 0) {
+    T lane[64];
+    for (std::int64_t l = 0; l < block; ++l) lane[l] = none;
+    for (std::int64_t i = 0; i < count; ++i) {
+      const T* q = p + i * block;
+      for (std::int64_t l = 0; l < block; ++l) lane[l] = take_if_zero(q[l], lane[l]);
+    }
+    T b0 = none;
+    for (int l = 0; l < v; ++l) {
+      const T b = later_zero(later_zero(lane[l], lane[v + l]), later_zero(lane[2 * v + l], lane[3 * v + l]));
+      b0 = l == 0 ? b : earlier_zero(b0, b);
+    }
+    r = b0;
+  }
+  for (std::int64_t k = count * block; k < n && std::isnan(r); ++k)
+    if (p[k] == 0) r = p[k];
+  return r;
+}
+
+// The outer loops: one walk of x in C order (each group's rows come in torch's order), keeping per
+// group its last zero (vector columns) or its first (scalar columns). `zero[g]` starts as NaN.
+// The innermost dimension is a run of `run` values: one group each (kept: groups g0, g0 + 1, ...,
+// column (g0 + j) mod columns, vector below vec_columns), or all of group g0 (reduced).
+template <class T>
+void zeros_in_run(const T* p, std::int64_t run, std::int64_t g0, bool kept, std::int64_t columns, std::int64_t vec_columns, T* zero) {
+  if (kept) {
+    std::int64_t j = 0;
+    while (j < run) {
+      const std::int64_t c = (g0 + j) % columns;
+      const bool vector = c < vec_columns;
+      const std::int64_t end = std::min(run, j + (vector ? vec_columns - c : columns - c));
+      T* z = zero + g0;
+      if (vector) {
+        for (std::int64_t k = j; k < end; ++k) z[k] = take_if_zero(p[k], z[k]);
+      } else {
+        for (std::int64_t k = j; k < end; ++k)
+          if (std::isnan(z[k]) && p[k] == 0) z[k] = p[k];
+      }
+      j = end;
+    }
+    return;
+  }
+  T& z = zero[g0];
+  if (g0 % columns < vec_columns) {  // the last zero of the run, if any
+    for (std::int64_t k = run - 1; k >= 0; --k)
+      if (p[k] == 0) {
+        z = p[k];
+        break;
+      }
+  } else if (std::isnan(z)) {  // the first zero, if none yet
+    for (std::int64_t k = 0; k < run; ++k)
+      if (p[k] == 0) {
+        z = p[k];
+        break;
+      }
+  }
+}
+
 void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<double>& mn, std::vector<double>& mx) {
   const auto groups = static_cast<std::int64_t>(mn.size());
   bool any = false;
@@ -415,14 +496,16 @@ void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<doub
   std::vector<Dim> kept, reduced;
   int first_reduced = -1, last_reduced = -1;
   for (int i = 0; i < static_cast<int>(dims.size()); ++i) {
-    (dims[static_cast<std::size_t>(i)].keep ? kept : reduced).push_back(dims[static_cast<std::size_t>(i)]);
-    if (!dims[static_cast<std::size_t>(i)].keep) {
+    const Dim& d = dims[static_cast<std::size_t>(i)];
+    (d.keep ? kept : reduced).push_back(d);
+    if (!d.keep) {
       if (first_reduced < 0) first_reduced = i;
       last_reduced = i;
     }
   }
   const bool adjacent = reduced.empty() || last_reduced - first_reduced + 1 == static_cast<int>(reduced.size());
-  const bool inner = reduced.empty() || kept.empty() || (adjacent && last_reduced == static_cast<int>(dims.size()) - 1);
+  // inner: the group's elements are one contiguous run (the reduced dimensions trail, adjacent)
+  const bool inner = reduced.empty() || (adjacent && last_reduced == static_cast<int>(dims.size()) - 1);
   std::int64_t columns = groups;  // outer: the innermost kept run
   if (!inner && adjacent) {
     columns = 1;
@@ -432,59 +515,64 @@ void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<doub
   const std::int64_t vec_columns = columns - columns % (4 * v);
   std::int64_t n = 1;
   for (const Dim& d : reduced) n *= d.size;
-  std::vector<double> seq(static_cast<std::size_t>(n));
-  auto later = [](bool is_min, double a, double b) { return is_min ? (a < b ? a : b) : (a > b ? a : b); };
-  auto earlier = [](bool is_min, double a, double b) { return is_min ? (b < a ? b : a) : (b > a ? b : a); };
-  for (std::int64_t g = 0; g < groups; ++g) {
+  // Only the groups whose min or max is a zero are settled.
+  auto settle = [&](std::int64_t g, double z) {
     const auto u = static_cast<std::size_t>(g);
-    const bool zero_min = mn[u] == 0, zero_max = mx[u] == 0;
-    if (!zero_min && !zero_max) continue;
-    // The group's elements in C order over the reduced dimensions.
-    std::int64_t base = 0, rem = g;
-    for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
-      base += (rem % it->size) * it->stride;
-      rem /= it->size;
+    if (std::isnan(z)) return;  // (cannot happen: the extreme is a zero of the group)
+    if (mn[u] == 0) mn[u] = z;
+    if (mx[u] == 0) mx[u] = z;
+  };
+  auto run_typed = [&](auto type_tag) {
+    using T = decltype(type_tag);
+    const T* x = std::is_same_v<T, float> ? reinterpret_cast<const T*>(data.f) : reinterpret_cast<const T*>(data.d);
+    if (inner) {
+      for (std::int64_t g = 0; g < groups; ++g) {
+        if (mn[static_cast<std::size_t>(g)] != 0 && mx[static_cast<std::size_t>(g)] != 0) continue;
+        std::int64_t base = 0, rem = g;
+        for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+          base += (rem % it->size) * it->stride;
+          rem /= it->size;
+        }
+        settle(g, inner_zero(x + base, n, v));
+      }
+      return;
     }
-    std::vector<std::int64_t> idx(reduced.size(), 0);
-    std::int64_t off = base;
-    for (std::int64_t k = 0; k < n; ++k) {
-      seq[static_cast<std::size_t>(k)] = data.at(off);
-      for (int d = static_cast<int>(reduced.size()) - 1; d >= 0; --d) {
+    // outer: rows are the reduced dimensions (when they are not adjacent AIMET's reshape copies,
+    // and the copy's rows follow x's C order too).
+    std::vector<T> zero(static_cast<std::size_t>(groups), std::numeric_limits<T>::quiet_NaN());
+    // group strides of the dimensions (C order over the kept ones), then the walk.
+    std::vector<std::int64_t> gstride(dims.size(), 0);
+    std::int64_t gs = 1;
+    for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+      if (dims[static_cast<std::size_t>(d)].keep) {
+        gstride[static_cast<std::size_t>(d)] = gs;
+        gs *= dims[static_cast<std::size_t>(d)].size;
+      }
+    }
+    const int last = static_cast<int>(dims.size()) - 1;
+    const std::int64_t run = dims[static_cast<std::size_t>(last)].size;
+    const bool kept_run = dims[static_cast<std::size_t>(last)].keep;
+    std::vector<std::int64_t> idx(dims.size(), 0);
+    std::int64_t off = 0, g0 = 0;
+    for (;;) {
+      zeros_in_run(x + off, run, g0, kept_run, columns, vec_columns, zero.data());
+      int d = last - 1;
+      for (; d >= 0; --d) {
         const auto ud = static_cast<std::size_t>(d);
-        off += reduced[ud].stride;
-        if (++idx[ud] < reduced[ud].size) break;
-        off -= reduced[ud].size * reduced[ud].stride;
+        off += dims[ud].stride;
+        g0 += gstride[ud];
+        if (++idx[ud] < dims[ud].size) break;
+        off -= dims[ud].size * dims[ud].stride;
+        g0 -= dims[ud].size * gstride[ud];
         idx[ud] = 0;
       }
+      if (d < 0) break;
     }
-    for (const bool is_min : {true, false}) {
-      if (!(is_min ? zero_min : zero_max)) continue;
-      double r;
-      if (!inner) {
-        const bool vector = g % columns < vec_columns;
-        r = seq[0];
-        for (std::int64_t k = 1; k < n; ++k) r = vector ? later(is_min, r, seq[static_cast<std::size_t>(k)]) : earlier(is_min, r, seq[static_cast<std::size_t>(k)]);
-      } else {
-        const std::int64_t block = 4 * v, count = n / block;
-        r = is_min ? INFINITY : -INFINITY;
-        if (count > 0) {
-          std::vector<double> acc(seq.begin(), seq.begin() + block);
-          for (std::int64_t i = 1; i < count; ++i)
-            for (std::int64_t l = 0; l < block; ++l) acc[static_cast<std::size_t>(l)] = later(is_min, acc[static_cast<std::size_t>(l)], seq[static_cast<std::size_t>(i * block + l)]);
-          double b0 = 0;
-          for (int l = 0; l < v; ++l) {
-            const auto ul = static_cast<std::size_t>(l), uv = static_cast<std::size_t>(v);
-            const double a01 = later(is_min, acc[ul], acc[uv + ul]), a23 = later(is_min, acc[2 * uv + ul], acc[3 * uv + ul]);
-            const double b = later(is_min, a01, a23);
-            b0 = l == 0 ? b : earlier(is_min, b0, b);
-          }
-          r = earlier(is_min, r, b0);
-        }
-        for (std::int64_t k = count * block; k < n; ++k) r = earlier(is_min, r, seq[static_cast<std::size_t>(k)]);
-      }
-      if (r == 0) (is_min ? mn[u] : mx[u]) = r;
-    }
-  }
+    for (std::int64_t g = 0; g < groups; ++g)
+      if (mn[static_cast<std::size_t>(g)] == 0 || mx[static_cast<std::size_t>(g)] == 0) settle(g, zero[static_cast<std::size_t>(g)]);
+  };
+  if (data.f) run_typed(0.0f);
+  else run_typed(0.0);
 }
 
 // Element indices of encoding element k's slice, in C order (the histogram input).
