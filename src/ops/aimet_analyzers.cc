@@ -90,13 +90,16 @@ double minimum_scale(double num_steps) { return std::min(static_cast<double>(FLT
 // runs a contiguous row (or a row against a broadcast scalar) in whole blocks of two float vectors
 // (vmaxps / vminps: the second operand wins a tie) and the row's remaining n mod block elements in
 // a scalar loop (std::max / std::min: the first operand wins). The block is two vectors of torch's
-// CPU build (256 bits: torch 2.15 measured on AVX2 and AVX-512 machines), so 16 float32, 8 float64
-// or 32 float16 / bfloat16 elements. (Rows of 32768 elements or more are also split between
-// torch's threads; each part has its own tail. The analyzers' rows are shorter.)
-std::int64_t torch_binary_block(DType t, int float_lanes = 8) {
-  const std::int64_t vector_bytes = 4 * static_cast<std::int64_t>(float_lanes);
-  return 2 * vector_bytes / static_cast<std::int64_t>(dtype_size(t));
+// CPU build. (Rows of 32768 elements or more are also split between torch's threads; each part has
+// its own tail. The analyzers' rows are shorter.)
+//
+// torch's vector width, in elements of t: its CPU kernels run 256-bit vectors (torch 2.15 measured
+// on AVX2 and AVX-512 machines: 8 float32, 4 float64, 16 float16 / bfloat16), or 512-bit ones when
+// float_lanes is 16. Every torch loop modelled in this file takes its lanes from here.
+int torch_vector_lanes(DType t, int float_lanes = 8) {
+  return 4 * float_lanes / static_cast<int>(dtype_size(t));
 }
+std::int64_t torch_binary_block(DType t, int float_lanes = 8) { return 2 * torch_vector_lanes(t, float_lanes); }
 bool torch_vector_loop(std::int64_t index, std::int64_t row, std::int64_t block) { return index < row - row % block; }
 double torch_maximum(double a, double b, bool vector_loop = true) {
   if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
@@ -395,7 +398,7 @@ void grouped_min_max(const Data& data, const ReducedView& rv, std::vector<double
 //   outer (a kept run is innermost): groups are columns of that run of W; columns below
 //     W - W mod 4V run in vectors (the last of equal values down the column wins), the others in
 //     the scalar loop (the first wins).
-// V = 8 (float32), 4 (float64), 16 (float16 / bfloat16): 256-bit vectors.
+// V = torch_vector_lanes(dtype).
 // Only groups whose min (max) is exactly 0 are replayed, and only zeros can win there (every other
 // value is larger (smaller), NaN would have made the result NaN): a loop tracks the last zero of
 // each lane (NaN: none yet), the folds keep the later or the earlier zero as torch's loops do.
@@ -481,17 +484,16 @@ void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<doub
   bool any = false;
   for (std::int64_t g = 0; g < groups && !any; ++g) any = mn[static_cast<std::size_t>(g)] == 0 || mx[static_cast<std::size_t>(g)] == 0;
   if (!any) return;
-  // Dimensions of extent > 1 with their C-contiguous strides.
+  // The dimensions of extent > 1 of the grouped layout (x's C strides, group strides: 0 when reduced).
+  const GroupedLayout L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
   struct Dim {
-    std::int64_t size, stride;
+    std::int64_t size, stride, group_stride;
     bool keep;
   };
   std::vector<Dim> dims;
-  std::int64_t stride = 1;
-  for (int d = rv.view.rank - 1; d >= 0; --d) {
-    const std::int64_t n = rv.view[d];
-    if (n > 1) dims.insert(dims.begin(), Dim{n, stride, rv.keep[static_cast<std::size_t>(d)]});
-    stride *= n;
+  for (int d = 0; d < L.rank; ++d) {
+    const auto ud = static_cast<std::size_t>(d);
+    if (L.shape[ud] > 1) dims.push_back(Dim{L.shape[ud], L.x_stride[ud], L.group_stride[ud], L.group_stride[ud] != 0});
   }
   std::vector<Dim> kept, reduced;
   int first_reduced = -1, last_reduced = -1;
@@ -511,7 +513,7 @@ void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<doub
     columns = 1;
     for (std::size_t i = static_cast<std::size_t>(last_reduced) + 1; i < dims.size(); ++i) columns *= dims[i].size;
   }
-  const int v = data.dtype == DType::kFloat64 ? 4 : (data.dtype == DType::kFloat32 ? 8 : 16);
+  const int v = torch_vector_lanes(data.dtype);
   const std::int64_t vec_columns = columns - columns % (4 * v);
   std::int64_t n = 1;
   for (const Dim& d : reduced) n *= d.size;
@@ -528,11 +530,8 @@ void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<doub
     if (inner) {
       for (std::int64_t g = 0; g < groups; ++g) {
         if (mn[static_cast<std::size_t>(g)] != 0 && mx[static_cast<std::size_t>(g)] != 0) continue;
-        std::int64_t base = 0, rem = g;
-        for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
-          base += (rem % it->size) * it->stride;
-          rem /= it->size;
-        }
+        std::int64_t base = 0;
+        for (const Dim& d : kept) base += (g / d.group_stride) % d.size * d.stride;
         settle(g, inner_zero(x + base, n, v));
       }
       return;
@@ -540,15 +539,6 @@ void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<doub
     // outer: rows are the reduced dimensions (when they are not adjacent AIMET's reshape copies,
     // and the copy's rows follow x's C order too).
     std::vector<T> zero(static_cast<std::size_t>(groups), std::numeric_limits<T>::quiet_NaN());
-    // group strides of the dimensions (C order over the kept ones), then the walk.
-    std::vector<std::int64_t> gstride(dims.size(), 0);
-    std::int64_t gs = 1;
-    for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
-      if (dims[static_cast<std::size_t>(d)].keep) {
-        gstride[static_cast<std::size_t>(d)] = gs;
-        gs *= dims[static_cast<std::size_t>(d)].size;
-      }
-    }
     const int last = static_cast<int>(dims.size()) - 1;
     const std::int64_t run = dims[static_cast<std::size_t>(last)].size;
     const bool kept_run = dims[static_cast<std::size_t>(last)].keep;
@@ -560,10 +550,10 @@ void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<doub
       for (; d >= 0; --d) {
         const auto ud = static_cast<std::size_t>(d);
         off += dims[ud].stride;
-        g0 += gstride[ud];
+        g0 += dims[ud].group_stride;
         if (++idx[ud] < dims[ud].size) break;
         off -= dims[ud].size * dims[ud].stride;
-        g0 -= dims[ud].size * gstride[ud];
+        g0 -= dims[ud].size * dims[ud].group_stride;
         idx[ud] = 0;
       }
       if (d < 0) break;
@@ -824,9 +814,8 @@ struct TorchMinAllShape {
   bool butterfly;   // float lanes: the shuffle tree; float64: a chain
 };
 TorchMinAllShape torch_min_all_shape(DType t) {
-  if (t == DType::kFloat64) return {4, false, false};
-  if (t == DType::kFloat16 || t == DType::kBFloat16) return {16, true, true};
-  return {8, false, true};
+  const bool half = t == DType::kFloat16 || t == DType::kBFloat16;
+  return {torch_vector_lanes(t), half, t != DType::kFloat64};
 }
 
 constexpr int kMaxPeriod = 16;
