@@ -204,9 +204,13 @@ void fill_repeated(unsigned char* dst, const char* value, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) d[i] = v;
 }
 
-// Rows shorter than this are fused (see Runner::fuse_rows_), up to this many elements a call.
+// Rows shorter than this are fused (see Runner::fuse_rows_), up to kFusedElements a call when an
+// operand is copied over the fused rows (the copies stay in L1), up to kFusedElementsInPlace when
+// every operand is read in place, compact or as one repeated row (calls long enough that their
+// fixed cost vanishes).
 constexpr std::int64_t kShortRow = 256;
 constexpr std::int64_t kFusedElements = 2048;
+constexpr std::int64_t kFusedElementsInPlace = std::int64_t{1} << 16;
 
 class Runner {
  public:
@@ -260,7 +264,11 @@ class Runner {
       fuse_rows_ = false;
     }
     fuse_rows_ = fuse_rows_ && repeats;
-    fused_rows_ = fuse_rows_ ? std::max<std::int64_t>(2, kFusedElements / len) : 1;
+    bool copies = false;  // an operand expanded or tiled over the fused rows
+    for (int k = 0; k < nin; ++k) {
+      copies = copies || (expanded_[k] && !call.per_row_operands) || (tiled_[k] && !call.repeated_row_operands);
+    }
+    fused_rows_ = fuse_rows_ ? std::max<std::int64_t>(2, (copies ? kFusedElements : kFusedElementsInPlace) / len) : 1;
   }
 
   void run_range(std::int64_t begin, std::int64_t end) const {
@@ -433,6 +441,19 @@ class Runner {
           }
         }
         scratch.tiled_from[k] = nullptr;
+        args.in[static_cast<std::size_t>(k)] = t.data();
+      } else if (tiled_[k] && call_.repeated_row_operands) {
+        // The row once, continued cyclically over kRepeatedRowPad more values (RowArgs).
+        std::vector<unsigned char>& t = scratch.tiled[k];
+        const auto esize = static_cast<std::size_t>(size);
+        const auto count = static_cast<std::size_t>(len + kRepeatedRowPad);
+        if (scratch.tiled_from[k] != base || t.size() != count * esize) {
+          t.resize(count * esize);
+          for (std::size_t i = 0; i < count; ++i) std::memcpy(t.data() + i * esize, base + (i % static_cast<std::size_t>(len)) * esize, esize);
+          scratch.tiled_from[k] = base;
+        }
+        args.repeated_row_mask |= 1u << k;
+        args.row_len = len;
         args.in[static_cast<std::size_t>(k)] = t.data();
       } else if (tiled_[k]) {
         std::vector<unsigned char>& t = scratch.tiled[k];

@@ -21,6 +21,11 @@ struct ElementwiseCall {
   // The kernel reads per-row operands (RowArgs::per_row_mask): short rows whose operand holds one
   // value per row are then fused with that operand passed compact instead of expanded.
   bool per_row_operands = false;
+  // The kernel reads repeated-row operands (RowArgs::repeated_row_mask): short rows that all reuse
+  // one row of an operand (a per-channel parameter, channels last) are then fused into long calls
+  // with that row passed once, instead of calls of a few thousand elements reading a copy tiled
+  // over the fused rows (such copies share the L1 cache with the streams of x and the output).
+  bool repeated_row_operands = false;
 };
 
 void run_elementwise(const ElementwiseCall& call);

@@ -8,6 +8,9 @@
 namespace polyquant::detail {
 
 inline constexpr int kMaxOperands = 8;
+// Values past the row in a repeated-row operand's buffer (RowArgs::repeated_row_mask): the widest
+// vector of any kernel set (16 float32 lanes).
+inline constexpr std::int64_t kRepeatedRowPad = 16;
 
 struct RowArgs {
   std::array<const void*, kMaxOperands> in{};  // operand i: in[i][j] (or in[i][0] if broadcast)
@@ -23,14 +26,26 @@ struct RowArgs {
   // parameter over rows of one block each; n is a multiple of row_len).
   std::uint32_t per_row_mask = 0;
   std::int64_t row_len = 0;
+  // Repeated-row operands (only for kernels that declare it, ElementwiseCall::repeated_row_operands):
+  // bit i set, operand i holds one row that every row of row_len elements reuses, in[i][j % row_len]
+  // (a per-channel parameter on channels-last rows; n is a multiple of row_len). The buffer holds
+  // row_len + kRepeatedRowPad values, the row continued cyclically, so a vector of up to
+  // kRepeatedRowPad lanes loads from any offset within the row without wrapping.
+  std::uint32_t repeated_row_mask = 0;
 
   bool is_broadcast(int i) const { return (broadcast_mask >> i) & 1u; }
   bool is_per_row(int i) const { return (per_row_mask >> i) & 1u; }
+  bool is_repeated_row(int i) const { return (repeated_row_mask >> i) & 1u; }
   template <class T>
   const T* input(int i) const { return static_cast<const T*>(in[static_cast<std::size_t>(i)]); }
-  // Element index of operand i for output element j, honouring broadcast and per-row operands.
-  std::int64_t index_of(int i, std::int64_t j) const { return is_per_row(i) ? j / row_len : (is_broadcast(i) ? 0 : j); }
-  // Operand i at element j, honouring broadcast and per-row operands.
+  // Element index of operand i for output element j, honouring broadcast, per-row and repeated-row
+  // operands.
+  std::int64_t index_of(int i, std::int64_t j) const {
+    if (is_per_row(i)) return j / row_len;
+    if (is_repeated_row(i)) return j % row_len;
+    return is_broadcast(i) ? 0 : j;
+  }
+  // Operand i at element j, honouring broadcast, per-row and repeated-row operands.
   template <class T>
   T at(int i, std::int64_t j) const { return input<T>(i)[index_of(i, j)]; }
 };

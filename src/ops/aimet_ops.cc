@@ -325,6 +325,7 @@ void run_affine(const AffineLayout& L, const TensorView& x, const MutableTensorV
   call.kernel = detail::best_kernel(op, w.work);
   call.params = params;
   call.per_row_operands = op == detail::KernelOp::kAffine;  // blocked parameters passed compact
+  call.repeated_row_operands = true;                        // per-channel parameters, channels last
   detail::run_elementwise(call);
 }
 
@@ -430,6 +431,7 @@ void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView
   call.kernel_out_dtype = w.kernel_dtype;
   call.kernel = detail::best_kernel(detail::KernelOp::kFakeQuantize, w.work);
   call.params = &p;
+  call.repeated_row_operands = true;
   detail::run_elementwise(call);
 }
 
@@ -642,6 +644,7 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
     call.kernel_out_dtype = w.kernel_dtype;
     call.kernel = detail::best_kernel(detail::KernelOp::kAffineGrad, w.work);
     call.params = &p;
+    call.repeated_row_operands = true;
     detail::run_elementwise(call);
   };
   if (grad_x.data != nullptr) run(detail::AffineGradOf::kX, out_view(grad_x, L));

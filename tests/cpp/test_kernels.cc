@@ -127,6 +127,79 @@ void check_affine_per_row(const KernelEntry& e, const AffineParams& p, const std
   }
 }
 
+// Repeated-row operands (RowArgs::repeated_row_mask, ElementwiseCall::repeated_row_operands: a
+// per-channel parameter on channels-last rows, fused into one call): every mask of repeated
+// operands, x included, the others contiguous or broadcast, rows shorter and longer than a vector,
+// outputs misaligned so that streaming peels a head mid-row. The kernel and the reference given the
+// repeated rows must both equal the reference given the rows written out in full.
+template <class OutT = float>
+void check_repeated_rows(const KernelEntry& e, const void* params, const std::vector<Operand>& ops, const std::string& what) {
+  const RowKernel ref = reference_kernel(e.op, e.work);
+  const std::size_t nops = ops.size();
+  for (std::int64_t row_len : {1, 3, 7, 15, 16, 17, 32, 64, 100, 255}) {
+    for (std::int64_t rows : {1, 2, 5, 33}) {
+      const std::int64_t n = rows * row_len;
+      // Operand k's repeated row (padded cyclically) and its rows written out, in its own type.
+      std::vector<std::vector<unsigned char>> repeated(nops), expanded(nops);
+      for (std::size_t k = 0; k < nops; ++k) {
+        const bool wide = !ops[k].f64.empty();
+        const std::size_t esize = wide ? 8 : 4;
+        const auto* src = wide ? static_cast<const unsigned char*>(static_cast<const void*>(ops[k].f64.data()))
+                               : static_cast<const unsigned char*>(static_cast<const void*>(ops[k].f32.data()));
+        const std::int64_t first = static_cast<std::int64_t>(k) * 37;  // rows of different operands differ
+        repeated[k].resize(static_cast<std::size_t>(row_len + kRepeatedRowPad) * esize);
+        for (std::int64_t i = 0; i < row_len + kRepeatedRowPad; ++i) {
+          std::memcpy(&repeated[k][static_cast<std::size_t>(i) * esize], src + static_cast<std::size_t>(first + i % row_len) * esize, esize);
+        }
+        expanded[k].resize(static_cast<std::size_t>(n) * esize);
+        for (std::int64_t j = 0; j < n; ++j) {
+          std::memcpy(&expanded[k][static_cast<std::size_t>(j) * esize], src + static_cast<std::size_t>(first + j % row_len) * esize, esize);
+        }
+      }
+      for (std::uint32_t repeat = 1; repeat < (1u << nops); ++repeat) {
+        for (bool broadcast_others : {false, true}) {
+          std::uint32_t broadcast = 0;
+          for (std::size_t k = 1; k < nops && broadcast_others; ++k) {
+            if (!((repeat >> k) & 1u) && ops[k].param) broadcast |= 1u << k;
+          }
+          for (std::int64_t offset : {0, 1, 5}) {
+            for (bool stream : {false, true}) {
+              RowArgs a, full;
+              for (std::size_t k = 0; k < nops; ++k) {
+                const bool r = (repeat >> k) & 1u;
+                a.in[k] = r ? repeated[k].data() : expanded[k].data();
+                full.in[k] = expanded[k].data();
+              }
+              a.repeated_row_mask = repeat;
+              a.broadcast_mask = full.broadcast_mask = broadcast;
+              a.row_len = row_len;
+              a.n = full.n = n;
+              a.stream = stream;
+              std::vector<OutT> got(static_cast<std::size_t>(n + offset + 16), OutT(12345.0f)), from_ref(got), want(got);
+              a.out = got.data() + offset;
+              e.fn(params, a);
+              a.out = from_ref.data() + offset;
+              a.stream = false;
+              ref(params, a);
+              full.out = want.data() + offset;
+              ref(params, full);
+              for (const auto* result : {&got, &from_ref}) {
+                const auto r = test::all_same(*result, want);
+                if (!r) {
+                  ADD_FAILURE() << e.name << " " << what << " repeated rows: " << (result == &got ? "kernel" : "reference")
+                                << " row_len=" << row_len << " rows=" << rows << " repeat=" << repeat << " broadcast=" << broadcast
+                                << " offset=" << offset << " stream=" << stream << ": " << r.message();
+                  return;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 std::vector<float> fill(float v) { return std::vector<float>(kLen, v); }
 
 std::vector<float> random_params(std::uint64_t salt, std::vector<float> choices) {
@@ -174,6 +247,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
               check_against_reference(e, &p, ops, "affine kind " + std::to_string(static_cast<int>(kind)) + " grid [" +
                                                       std::to_string(lo) + "," + std::to_string(hi) + "]");
               check_affine_per_row(e, p, ops);
+              if (!canonical && hi <= 255) check_repeated_rows(e, &p, ops, "affine kind " + std::to_string(static_cast<int>(kind)));
             }
           }
         }
@@ -210,6 +284,8 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
               p.zero_point_f32 = true;
               check_against_reference(e, &p, ops_f32_zp, std::string(per_channel ? "per channel" : "per tensor") +
                                                              " float32 zero point");
+              if (exact && hi <= 255) check_repeated_rows(e, &p, ops_f32_zp, std::string(per_channel ? "per channel" : "per tensor") +
+                                                         " float32 zero point");
             }
           }
         }

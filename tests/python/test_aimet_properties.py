@@ -190,6 +190,38 @@ def test_blockwise_equals_expanded_parameters(problem, op, x_dtype):
         _compare(blocked if op != "training" else blocked[0], expanded if op != "training" else expanded[0], op)
 
 
+@pytest.mark.parametrize("x_dtype", X_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("op", ["quantize", "quantize_dequantize", "training", "dequantize"])
+def test_channels_last_equals_channels_first(op, x_dtype):
+    """Per-channel parameters on the last axis (the engine fuses the short rows and hands the
+    kernels one repeated row of parameters) equal the same parameters on the first axis (one value
+    per row), element for element, on every kernel set and thread count: channel counts below, at
+    and above the vector widths and the engine's short-row limit (256), row counts from one to
+    enough for the threads to split rows."""
+    rng = np.random.default_rng(7)
+    grid = (-8, 7) if op == "dequantize" else (0, 255)
+    for channels in (1, 3, 7, 16, 17, 64, 100, 255, 256):
+        for rows in (1, 2, 37, 1500):
+            s = rng.choice(np.array([0.5, 1 / 255, 0.0123, 3.0, 2.0**-7, 1e-30], np.float32), channels)
+            o = -rng.integers(0, 256, channels).astype(np.float32)
+            k = rng.integers(-300, 301, (rows, channels)).astype(np.float32)
+            ties = ((k + np.float32(0.5)) * s).astype(np.float32)
+            pick = rng.integers(0, 5, (rows, channels))
+            specials = np.array(SPECIALS, np.float32)[np.abs(k.astype(np.int64)) % len(SPECIALS)]
+            x = np.select([pick == 0, pick == 1, pick == 2, pick == 3],
+                          [ties, np.nextafter(ties, np.float32(np.inf)), specials, k],
+                          (k * s / np.float32(7.0)).astype(np.float32)).astype(x_dtype)
+            x_first = np.ascontiguousarray(x.T)
+            with kernel_set("scalar", 1):
+                want = _call(op, x_first, s.reshape(channels, 1), o.reshape(channels, 1), grid, None)
+            want = tuple(w.T for w in want) if isinstance(want, tuple) else want.T
+            for isa in ISAS:
+                for threads in (1, None):
+                    with kernel_set(isa, threads):
+                        got = _call(op, x, s, o, grid, None)
+                    _compare(got, want, f"{op} channels={channels} rows={rows} isa={isa} threads={threads}")
+
+
 def test_shortcut_eligibility_follows_aimet():
     """AIMET's no-grad shortcut: no block size, one value, or one non-singleton axis with equal
     scale / offset shapes and zero points inside the grid."""

@@ -38,7 +38,7 @@ void affine_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const AffineParams*>(params);
   const bool blocks = a.per_row_mask != 0;
   if (p.narrow != QuotientRounding::kNone || p.canonical_nan ||
-      (blocks && (a.is_per_row(0) || a.is_broadcast(0) || !(a.is_per_row(1) || a.is_broadcast(1)) ||
+      (blocks && (a.repeated_row_mask != 0 || a.is_per_row(0) || a.is_broadcast(0) || !(a.is_per_row(1) || a.is_broadcast(1)) ||
                   !(a.is_per_row(2) || a.is_broadcast(2))))) {
     ref::affine_f32(params, a);
     return;

@@ -73,10 +73,12 @@ struct ScaledOut {
   void stream(T* p, const Result& r) const { store(p, r); }
 };
 
-// Drives a row: loads kN operands (contiguous or broadcast), applies `body` to whole vectors and
-// stores. Partial vectors (the tail, and the head peeled for aligned streaming stores) go through
-// the same body on a zero-padded copy, so every element sees identical arithmetic. Any operand may
-// be broadcast, x included (a zero-stride x: every element is the same value).
+// Drives a row: loads kN operands (contiguous, broadcast or repeated-row), applies `body` to whole
+// vectors and stores. Partial vectors (the tail, and the head peeled for aligned streaming stores)
+// go through the same body on a zero-padded copy, so every element sees identical arithmetic. Any
+// operand may be broadcast, x included (a zero-stride x: every element is the same value). A
+// repeated-row operand (RowArgs::repeated_row_mask) is loaded at the element's offset within its
+// row, which the loop carries along instead of dividing.
 template <int kN, class Out = FloatOut, class Body>
 POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& body, const Out& policy = Out{}) {
   using T = typename Out::T;
@@ -90,6 +92,7 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
   T* out = static_cast<T*>(a.out);
   const std::int64_t n = a.n;
 
+  static_assert(L <= kRepeatedRowPad, "a repeated-row operand is padded for the widest vector");
   auto partial = [&](std::int64_t j, std::int64_t count) {
     alignas(64) float buf[kN][L];
     alignas(64) T res[L];
@@ -99,7 +102,8 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
         v[k] = splats[k];
         continue;
       }
-      for (int l = 0; l < L; ++l) buf[k][l] = l < count ? src[k][j + l] : 0.0f;
+      const float* from = a.is_repeated_row(k) ? src[k] + j % a.row_len : src[k] + j;
+      for (int l = 0; l < L; ++l) buf[k][l] = l < count ? from[l] : 0.0f;
       v[k] = Vec::loadu(buf[k]);
     }
     policy.store(res, body(v));
@@ -129,7 +133,7 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
     } else {
       for (; j + L <= n; j += L) policy.store(out + j, r);
     }
-  } else if ((a.broadcast_mask & kAllMask) == kParamsMask) {
+  } else if ((a.broadcast_mask & kAllMask) == kParamsMask && !a.is_repeated_row(0)) {
     // Per-tensor and per-channel rows, the common case: parameters stay in registers.
     for (int k = 1; k < kN; ++k) v[k] = splats[k];
     if (stream) {
@@ -143,12 +147,27 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
         policy.store(out + j, body(v));
       }
     }
-  } else {
+  } else if (a.repeated_row_mask == 0) {
     for (; j + L <= n; j += L) {
       for (int k = 0; k < kN; ++k) v[k] = a.is_broadcast(k) ? splats[k] : Vec::loadu(src[k] + j);
       const typename Out::Result r = body(v);
       if (stream) policy.stream(out + j, r);
       else policy.store(out + j, r);
+    }
+  } else {
+    // Repeated-row operands read at `in_row` = j % row_len, advanced by L % row_len per vector.
+    const std::int64_t len = a.row_len, step = L % len;
+    std::int64_t in_row = j % len;
+    for (; j + L <= n; j += L) {
+      for (int k = 0; k < kN; ++k) {
+        if (a.is_broadcast(k)) v[k] = splats[k];
+        else v[k] = Vec::loadu(src[k] + (a.is_repeated_row(k) ? in_row : j));
+      }
+      const typename Out::Result r = body(v);
+      if (stream) policy.stream(out + j, r);
+      else policy.store(out + j, r);
+      in_row += step;
+      if (in_row >= len) in_row -= len;
     }
   }
   if (j < n) partial(j, n - j);
