@@ -172,7 +172,8 @@ void run_with_layout(const ElementwiseCall& call, const TensorView& x, const Ten
   auto run = [&](const TensorView& xv, const TensorView* pv, const MutableTensorView& out) {
     TensorView inputs[3] = {xv, pv[0], pv[1]};
     ElementwiseCall c = call;
-    c.per_row_operands = true;  // the Q/DQ kernels read blocked parameters compact
+    c.per_row_operands = true;       // the Q/DQ kernels read blocked parameters compact
+    c.repeated_row_operands = true;  // and a last-axis parameter as one row
     c.inputs = std::span<const TensorView>(inputs, static_cast<std::size_t>(1 + nparams));
     c.kernel_dtypes = call.kernel_dtypes.first(static_cast<std::size_t>(1 + nparams));
     c.out = out;

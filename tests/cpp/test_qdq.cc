@@ -115,9 +115,74 @@ void check_per_row(const KernelEntry& e, const void* params, const std::vector<B
   }
 }
 
+// Repeated-row operands (a per-axis parameter on the last axis: ElementwiseCall::
+// repeated_row_operands): every mask of repeated operands, x included, the others contiguous or
+// broadcast, misaligned streaming outputs. The kernel and the reference given the repeated rows
+// must equal the reference given the rows written out in full.
+void check_repeated_rows(const KernelEntry& e, const void* params, const std::vector<Bytes>& ops, std::size_t out_size,
+                         bool float_out, const std::string& what) {
+  const RowKernel ref = reference_kernel(e.op, e.work);
+  for (std::int64_t row_len : {1, 3, 16, 17, 64, 100}) {
+    for (std::int64_t rows : {1, 2, 33}) {
+      const std::int64_t n = rows * row_len;
+      std::vector<std::vector<unsigned char>> repeated(ops.size()), expanded(ops.size());
+      for (std::size_t k = 0; k < ops.size(); ++k) {
+        const std::size_t size = ops[k].size, first = k * 37;  // rows of different operands differ
+        repeated[k].resize(static_cast<std::size_t>(row_len + kRepeatedRowPad) * size);
+        for (std::int64_t i = 0; i < row_len + kRepeatedRowPad; ++i) {
+          std::memcpy(&repeated[k][static_cast<std::size_t>(i) * size], &ops[k].data[(first + static_cast<std::size_t>(i % row_len)) * size], size);
+        }
+        expanded[k].resize(static_cast<std::size_t>(n) * size);
+        for (std::int64_t j = 0; j < n; ++j) {
+          std::memcpy(&expanded[k][static_cast<std::size_t>(j) * size], &ops[k].data[(first + static_cast<std::size_t>(j % row_len)) * size], size);
+        }
+      }
+      for (std::uint32_t repeat = 1; repeat < (1u << ops.size()); ++repeat) {
+        for (bool broadcast_others : {false, true}) {
+          std::uint32_t broadcast = 0;
+          for (std::size_t k = 1; k < ops.size() && broadcast_others; ++k) {
+            if (!((repeat >> k) & 1u) && ops[k].param) broadcast |= 1u << k;
+          }
+          for (std::int64_t offset : {0, 1, 16}) {
+            for (bool stream : {false, true}) {
+              auto call = [&](RowKernel k, bool use_repeated, bool streaming) {
+                RowArgs a;
+                for (std::size_t i = 0; i < ops.size(); ++i) {
+                  a.in[i] = use_repeated && ((repeat >> i) & 1u) ? repeated[i].data() : expanded[i].data();
+                }
+                a.repeated_row_mask = use_repeated ? repeat : 0;
+                a.broadcast_mask = broadcast;
+                a.row_len = row_len;
+                a.n = n;
+                a.stream = streaming;
+                std::vector<unsigned char> out(static_cast<std::size_t>(n + offset + 16) * out_size, 0xAB);
+                a.out = out.data() + static_cast<std::size_t>(offset) * out_size;
+                k(params, a);
+                return out;
+              };
+              const auto want = call(ref, false, false);
+              const auto got = call(e.fn, true, stream), from_ref = call(ref, true, false);
+              for (const auto* result : {&got, &from_ref}) {
+                std::string where;
+                if (!same_output(*result, want, float_out, where)) {
+                  ADD_FAILURE() << e.name << " " << what << " repeated rows: " << (result == &got ? "kernel" : "reference")
+                                << " mask " << repeat << " row_len " << row_len << " rows " << rows << " broadcast "
+                                << broadcast << " offset " << offset << " stream " << stream << ": " << where;
+                  return;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 void check(const KernelEntry& e, const void* params, const std::vector<Bytes>& ops, std::size_t out_size, bool float_out,
            const std::string& what) {
   if (ops.size() > 1) check_per_row(e, params, ops, out_size, float_out, what);
+  if (ops.size() > 1) check_repeated_rows(e, params, ops, out_size, float_out, what);
   const RowKernel ref = reference_kernel(e.op, e.work);
   std::uint32_t param_bits = 1u;
   for (std::size_t k = 0; k < ops.size(); ++k) {

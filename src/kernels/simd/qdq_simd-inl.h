@@ -102,8 +102,8 @@ template <class T>
 void quantize_rows_for(const QuantizeLinearParams& p, const RowArgs& a) {
   if (a.per_row_mask != 0) {
     // x per row or broadcast, or a parameter running on per element: the reference handles it.
-    const bool blocks = !a.is_per_row(0) && !a.is_broadcast(0) && (a.is_per_row(1) || a.is_broadcast(1)) &&
-                        (!p.has_zero_point || a.is_per_row(2) || a.is_broadcast(2));
+    const bool blocks = a.repeated_row_mask == 0 && !a.is_per_row(0) && !a.is_broadcast(0) &&
+                        (a.is_per_row(1) || a.is_broadcast(1)) && (!p.has_zero_point || a.is_per_row(2) || a.is_broadcast(2));
     if (!blocks) return ref::quantize_linear_f32(&p, a);
     if (p.non_finite == NonFinitePolicy::kInt64Cast) return quantize_blocks<T, true>(p, a);
     return quantize_blocks<T, false>(p, a);
@@ -142,35 +142,43 @@ void dequantize_blocks(const DequantizeLinearParams& p, const RowArgs& a) {
 template <class T>
 void dequantize_rows(const DequantizeLinearParams& p, const RowArgs& a) {
   if (a.per_row_mask != 0) {
-    const bool blocks = !a.is_per_row(0) && !a.is_broadcast(0) && (a.is_per_row(1) || a.is_broadcast(1)) &&
-                        (!p.has_zero_point || a.is_per_row(2) || a.is_broadcast(2));
+    const bool blocks = a.repeated_row_mask == 0 && !a.is_per_row(0) && !a.is_broadcast(0) &&
+                        (a.is_per_row(1) || a.is_broadcast(1)) && (!p.has_zero_point || a.is_per_row(2) || a.is_broadcast(2));
     if (!blocks) return ref::dequantize_linear_f32(&p, a);
     return dequantize_blocks<T>(p, a);
   }
+  if (a.is_repeated_row(0)) return ref::dequantize_linear_f32(&p, a);  // x repeating one row: rare
   constexpr int L = Vec::kLanes;
   const T* x = a.input<T>(0);
   const float* s = a.input<float>(1);
   const T* zp = p.has_zero_point ? a.input<T>(2) : nullptr;
   const bool s_one = a.is_broadcast(1), zp_one = !zp || a.is_broadcast(2);
+  // Repeated-row parameters (a per-axis parameter on the last axis) are read at the element's
+  // offset within the row, `in_row`, carried along the loop.
+  const bool s_repeats = a.is_repeated_row(1), zp_repeats = zp && a.is_repeated_row(2);
+  const std::int64_t len = a.repeated_row_mask != 0 ? a.row_len : 1, step = L % len;
   const Vec::F s_splat = Vec::splat(s[0]);
   const Vec::F zp_splat = Vec::splat(zp ? static_cast<float>(zp[0]) : 0.0f);
   float* out = static_cast<float*>(a.out);
   const std::int64_t n = a.n;
   auto scalar = [&](std::int64_t j) {
-    const float zv = zp ? static_cast<float>(zp[zp_one ? 0 : j]) : 0.0f;
-    out[j] = (static_cast<float>(x[j]) - zv) * s[s_one ? 0 : j];
+    const float zv = zp ? static_cast<float>(zp[zp_one ? 0 : (zp_repeats ? j % len : j)]) : 0.0f;
+    out[j] = (static_cast<float>(x[j]) - zv) * s[s_one ? 0 : (s_repeats ? j % len : j)];
   };
   std::int64_t j = 0;
   const bool stream = a.stream && (reinterpret_cast<std::uintptr_t>(out) % sizeof(float)) == 0;
   if (stream) {
     while (j < n && (reinterpret_cast<std::uintptr_t>(out + j) % (L * sizeof(float))) != 0) scalar(j++);
   }
+  std::int64_t in_row = j % len;
   for (; j + L <= n; j += L) {
-    const Vec::F zv = zp_one ? zp_splat : Vec::load_from(zp + j);
-    const Vec::F sv = s_one ? s_splat : Vec::loadu(s + j);
+    const Vec::F zv = zp_one ? zp_splat : Vec::load_from(zp + (zp_repeats ? in_row : j));
+    const Vec::F sv = s_one ? s_splat : Vec::loadu(s + (s_repeats ? in_row : j));
     const Vec::F y = Vec::mul(Vec::sub(Vec::load_from(x + j), zv), sv);
     if (stream) Vec::stream(out + j, y);
     else Vec::storeu(out + j, y);
+    in_row += step;
+    if (in_row >= len) in_row -= len;
   }
   for (; j < n; ++j) scalar(j);
   if (stream) Vec::fence();
