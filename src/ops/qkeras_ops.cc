@@ -88,6 +88,7 @@ void run_kernel(KernelOp op, const TensorView* inputs, int count, const MutableT
   call.kernel_out_dtype = DType::kFloat32;
   call.kernel = detail::best_kernel(op, WorkType::kF32);
   call.params = params;
+  call.repeated_row_operands = true;  // a per-channel scale (alpha), channels last
   detail::run_elementwise(call);
 }
 

@@ -38,6 +38,7 @@ void run(KernelOp op, detail::WorkType work, std::span<const TensorView> inputs,
   call.kernel_out_dtype = kernel_out;
   call.kernel = detail::best_kernel(op, work);
   call.params = params;
+  call.repeated_row_operands = true;  // IntQuant, BipolarQuant: a per-channel scale, channels last
   detail::run_elementwise(call);
 }
 

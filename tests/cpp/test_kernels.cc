@@ -301,6 +301,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
           for (bool bipolar : {false, true}) {
             const IntQuantParams p{mode, bipolar, lo, hi};
             check_against_reference(e, &p, ops, mode_name + " range [" + std::to_string(lo) + "," + std::to_string(hi) + "]");
+            if (m == 0 && lo == -8) check_repeated_rows(e, &p, ops, "intquant bipolar=" + std::to_string(bipolar));
           }
         }
         break;
@@ -311,6 +312,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
                                           {random_params(5, {0.5f, -2.0f, 0.0f, 1e-40f}), {}, true}};
         const BipolarQuantParams p;
         check_against_reference(e, &p, ops, "bipolar");
+        check_repeated_rows(e, &p, ops, "bipolar");
         break;
       }
       case KernelOp::kTruncV1: {
@@ -419,6 +421,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
             p.inv_m_i = reciprocals ? exact_reciprocal(p.m_i) : 0.0f;
             check_against_reference(e, &p, ops, "bits=" + std::to_string(c.bits) + " integer=" + std::to_string(c.integer) +
                                                     " reciprocals=" + std::to_string(reciprocals));
+            if (c.integer == 0 && (c.bits == 8 || c.bits == 1)) check_repeated_rows(e, &p, ops, "bits=" + std::to_string(c.bits));
           }
         }
         break;
@@ -449,6 +452,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
               check_against_reference(e, &p, ops, what + " reciprocals");
               p.pow2_scales = true;
               check_against_reference(e, &p, pow2_ops, what + " reciprocals pow2_scales");
+              if (bits == 4.0f && integer == 0.0f && !level_only) check_repeated_rows(e, &p, pow2_ops, what + " pow2_scales");
             }
           }
         }
@@ -491,6 +495,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
                   check_against_reference(e, &p, ops, "relu sigmoid=" + std::to_string(sigmoid) + " ns=" + std::to_string(ns) +
                                                           " clip_mode=" + std::to_string(clip_mode) + " fast=" + std::to_string(fast) +
                                                           " reciprocals=" + std::to_string(reciprocals));
+                  if (!reciprocals && !sigmoid && ns == 0.0f && clip_mode == 0) check_repeated_rows(e, &p, ops, "relu");
                 }
               }
             }
@@ -519,6 +524,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
             check_against_reference(e, &p, ops, "linear [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
             p.pow2_scales = true;  // auto_po2 scales: x / s as x * (1 / s)
             check_against_reference(e, &p, pow2_ops, "linear pow2 [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+            if (lo == -127) check_repeated_rows(e, &p, pow2_ops, "linear pow2");
           }
         }
         break;
