@@ -240,9 +240,10 @@ class Runner {
     // per row of C (or B) elements. When the output and every operand run on contiguously from one
     // row to the next, or repeat the same row (the per-channel parameter), or hold one value per
     // row (the blocked parameter), or are one value, consecutive rows of the dimension above are
-    // fused into one call: repeating operands are read from a copy tiled over the fused rows, one
-    // value per row from a copy that repeats each row's value over its row. Each element gets the
-    // same operands and flat index as unfused.
+    // fused into one call: repeating operands are passed as one row (RowArgs::repeated_row_mask)
+    // to kernels that read them so, else read from a copy tiled over the fused rows; one value per
+    // row compact (RowArgs::per_row_mask) or from a copy that repeats each row's value over its
+    // row. Each element gets the same operands and flat index as unfused.
     const std::int64_t len = plan.shape[inner];
     fuse_rows_ = plan.rank >= 2 && len < kShortRow && !needs_blocks_ && plan.out_strides[inner] == 1 &&
                  plan.out_strides[inner - 1] == len;
