@@ -64,34 +64,6 @@ def main() -> None:
     xt = torch.from_numpy(x)
     rows = []
 
-    def qdq_case(name, shape, s, o, block=None):
-        xs = x.reshape(shape)
-        xts = xt.reshape(shape)
-        st, ot = torch.from_numpy(s), torch.from_numpy(o)
-        kw = {"block_size": block} if block else {}
-        ours, peer, peer_train, copies = [], [], [], []
-        pa.quantize_dequantize(xs, s, o, 8, **kw)
-        for _ in range(args.repeat):
-            copies.append(timed(lambda: xs.copy())[0])
-            t, y = timed(lambda: pa.quantize_dequantize(xs, s, o, 8, **kw))
-            ours.append(t)
-            with torch.no_grad():
-                t, yp = timed(lambda: aimet_qdq(xts, st, ot, 8, **kw))
-            peer.append(t)
-            sg, og = st.clone().requires_grad_(), ot.clone().requires_grad_()
-            peer_train.append(timed(lambda: aimet_qdq(xts, sg, og, 8, **kw))[0])
-        exact = same(y, yp.numpy())
-        ours_train = []
-        for _ in range(args.repeat):
-            ours_train.append(timed(lambda: pa._qdq_forward(xs, s, o, (8,), kw, True))[0])
-        m = {k: statistics.median(v) * 1e3 for k, v in
-             dict(ours=ours, ours_train=ours_train, peer=peer, peer_train=peer_train, copy=copies).items()}
-        rows.append(dict(case=name, shape=list(shape), polyquant_ms=m["ours"], copy_ms=m["copy"],
-                         of_copy=m["copy"] / m["ours"], aimet_ms=m["peer"], speedup=m["peer"] / m["ours"],
-                         polyquant_training_ms=m["ours_train"], aimet_training_ms=m["peer_train"],
-                         training_speedup=m["peer_train"] / m["ours_train"], bit_exact=exact))
-        print(rows[-1], flush=True)
-
     f = np.float32
     if args.params == "calibrated":  # scale = (max - min) / 255, offset = round(min / scale)
         scale = f((x.max() - x.min()) / f(255))
@@ -99,10 +71,44 @@ def main() -> None:
     else:
         scale, offset = f(0.05), f(-3.0)
     print(f"params {args.params}: scale {scale!r}, offset {offset!r}", flush=True)
-    qdq_case("per-tensor", (4096, 16384), np.array(scale, f), np.array(offset, f))
-    qdq_case("per-channel axis 0", (4096, 16384), np.full((4096, 1), scale, f), np.full((4096, 1), offset, f))
-    qdq_case("per-channel last axis", (1048576, 64), np.full((64,), scale, f), np.full((64,), offset, f))
-    qdq_case("blockwise (1, 32)", (4096, 16384), np.full((4096, 512), scale, f), np.full((4096, 512), offset, f), (1, 32))
+
+    # The quantize_dequantize cases run round-robin (each round times every case once), so that a
+    # slow spell of the machine lands on all cases alike instead of on the one running then.
+    cases = []
+    for name, shape, pshape, block in (("per-tensor", (4096, 16384), (), None),
+                                       ("per-channel axis 0", (4096, 16384), (4096, 1), None),
+                                       ("per-channel last axis", (1048576, 64), (64,), None),
+                                       ("blockwise (1, 32)", (4096, 16384), (4096, 512), (1, 32))):
+        s, o = np.full(pshape, scale, f), np.full(pshape, offset, f)
+        kw = {"block_size": block} if block else {}
+        case = dict(name=name, shape=shape, xs=x.reshape(shape), xts=xt.reshape(shape), s=s, o=o,
+                    st=torch.from_numpy(s), ot=torch.from_numpy(o), kw=kw,
+                    samples={k: [] for k in ("ours", "ours_train", "peer", "peer_train", "copy")})
+        y = pa.quantize_dequantize(case["xs"], s, o, 8, **kw)  # warm-up, and the bit-exactness check
+        with torch.no_grad():
+            yp = aimet_qdq(case["xts"], case["st"], case["ot"], 8, **kw)
+        case["exact"] = same(y, yp.numpy())
+        del y, yp
+        cases.append(case)
+    for _ in range(args.repeat):
+        for c in cases:
+            xs, xts, s, o, kw, t = c["xs"], c["xts"], c["s"], c["o"], c["kw"], c["samples"]
+            t["copy"].append(timed(lambda: xs.copy())[0])
+            t["ours"].append(timed(lambda: pa.quantize_dequantize(xs, s, o, 8, **kw))[0])
+            with torch.no_grad():
+                t["peer"].append(timed(lambda: aimet_qdq(xts, c["st"], c["ot"], 8, **kw))[0])
+            sg, og = c["st"].clone().requires_grad_(), c["ot"].clone().requires_grad_()
+            t["peer_train"].append(timed(lambda: aimet_qdq(xts, sg, og, 8, **kw))[0])
+            t["ours_train"].append(timed(lambda: pa._qdq_forward(xs, s, o, (8,), kw, True))[0])
+    for c in cases:
+        m = {k: statistics.median(v) * 1e3 for k, v in c["samples"].items()}
+        rows.append(dict(case=c["name"], shape=list(c["shape"]), polyquant_ms=m["ours"], copy_ms=m["copy"],
+                         of_copy=m["copy"] / m["ours"], aimet_ms=m["peer"], speedup=m["peer"] / m["ours"],
+                         polyquant_training_ms=m["ours_train"], aimet_training_ms=m["peer_train"],
+                         training_speedup=m["peer_train"] / m["ours_train"], bit_exact=c["exact"],
+                         samples_ms={k: [round(v * 1e3, 2) for v in vs] for k, vs in c["samples"].items()}))
+        print({k: v for k, v in rows[-1].items() if k != "samples_ms"}, flush=True)
+    del cases
 
     reads = []
     for _ in range(args.repeat):
