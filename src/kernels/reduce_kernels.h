@@ -11,9 +11,11 @@
 // is order-independent by construction.
 #pragma once
 
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "core/target.h"
 #include "kernels/row.h"
@@ -59,11 +61,15 @@ struct ProductSumsParams {
 // lane order, then the remaining elements in order; every fold keeps the earlier value on ties.
 // So every kernel set gives the same bits, the sign of a zero extreme included (which zero wins
 // when both occur is a property of this lane order; torch's depends on its own vectorisation).
+// Where `negative_zero` is set, it also records which accumulators saw a -0.0 (set to 1, never
+// cleared, indexed alike): a zero extreme of an accumulator that saw none is +0 whatever the order,
+// so only those that saw one need torch's order replayed for the sign (AIMET's MinMax statistics).
 struct GroupMinMaxParams {
   bool per_element = false;  // element j of the run feeds accumulator j (rows in order)
   std::int64_t rows = 1;     // per_element: rows of n elements, x_row_stride apart
   std::int64_t x_row_stride = 0;
   float* max_out = nullptr;  // the maxima (RowArgs::out holds the minima), indexed alike
+  std::uint8_t* negative_zero = nullptr;
 };
 inline constexpr int kMinMaxVirtualLanes = 16;
 
@@ -71,6 +77,7 @@ inline namespace POLYQUANT_TARGET_NAMESPACE {
 
 // A NaN, once folded in, stays (v < NaN is false); ties keep the accumulator.
 inline float group_min_fold(float acc, float v) { return (v < acc || v != v) ? v : acc; }
+inline bool is_negative_zero(float v) { return std::bit_cast<std::uint32_t>(v) == 0x80000000u; }
 inline float group_max_fold_keep(float acc, float v) { return (v > acc || v != v) ? v : acc; }
 
 inline float group_max_value(float x, bool absolute) {

@@ -287,6 +287,7 @@ Data read_data(const TensorView& x) {
 // ---- grouped min / max (MinMax statistics) -------------------------------------------------------
 struct MinMaxAcc {
   float lo = INFINITY, hi = -INFINITY;
+  std::uint8_t negative_zero = 0;  // a -0.0 was folded in (GroupMinMaxParams::negative_zero)
 };
 
 struct MinMaxReducer {
@@ -299,9 +300,14 @@ struct MinMaxReducer {
   // Runs the kernel per element over `rows` rows of n groups (acc interleaved {lo, hi}).
   void per_element(Acc* acc, const float* x, std::int64_t x_row_stride, std::int64_t n, std::int64_t rows) const {
     thread_local std::vector<float> lo, hi;
+    thread_local std::vector<std::uint8_t> negative_zero;
     lo.resize(static_cast<std::size_t>(n));
     hi.resize(static_cast<std::size_t>(n));
-    for (std::int64_t j = 0; j < n; ++j) lo[static_cast<std::size_t>(j)] = acc[j].lo, hi[static_cast<std::size_t>(j)] = acc[j].hi;
+    negative_zero.resize(static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j) {
+      const auto u = static_cast<std::size_t>(j);
+      lo[u] = acc[j].lo, hi[u] = acc[j].hi, negative_zero[u] = acc[j].negative_zero;
+    }
     const std::int64_t tile = std::max<std::int64_t>(4, 1024 / std::max<std::int64_t>(n, 1));
     for (std::int64_t r = 0; r < rows; r += tile) {
       detail::GroupMinMaxParams p;
@@ -309,18 +315,23 @@ struct MinMaxReducer {
       p.rows = std::min(tile, rows - r);
       p.x_row_stride = x_row_stride;
       p.max_out = hi.data();
+      p.negative_zero = negative_zero.data();
       detail::RowArgs a;
       a.in[0] = x + r * x_row_stride;
       a.out = lo.data();
       a.n = n;
       kernel(&p, a);
     }
-    for (std::int64_t j = 0; j < n; ++j) acc[j].lo = lo[static_cast<std::size_t>(j)], acc[j].hi = hi[static_cast<std::size_t>(j)];
+    for (std::int64_t j = 0; j < n; ++j) {
+      const auto u = static_cast<std::size_t>(j);
+      acc[j].lo = lo[u], acc[j].hi = hi[u], acc[j].negative_zero = negative_zero[u];
+    }
   }
   void row(Acc* acc, std::int64_t group_stride, const float* x, const float*, std::int64_t, std::int64_t n) const {
     if (group_stride == 0) {
       detail::GroupMinMaxParams p;
       p.max_out = &acc->hi;
+      p.negative_zero = &acc->negative_zero;
       detail::RowArgs a;
       a.in[0] = x;
       a.out = &acc->lo;
@@ -336,6 +347,7 @@ struct MinMaxReducer {
       Acc& g = acc[j * group_stride];
       g.lo = detail::group_min_fold(g.lo, x[j]);
       g.hi = detail::group_max_fold_keep(g.hi, x[j]);
+      g.negative_zero |= static_cast<std::uint8_t>(detail::is_negative_zero(x[j]));
     }
   }
   void rows(Acc* acc, std::int64_t group_stride, const float* x, std::int64_t x_row_stride, const float* aux, std::int64_t aux_stride,
@@ -349,19 +361,26 @@ struct MinMaxReducer {
   void merge(Acc& into, const Acc& from) const {
     into.lo = detail::group_min_fold(into.lo, from.lo);
     into.hi = detail::group_max_fold_keep(into.hi, from.hi);
+    into.negative_zero |= from.negative_zero;
   }
 };
 
-// Per-element min and max of x (float32 data through the kernels, float64 by a plain loop).
-void grouped_min_max(const Data& data, const ReducedView& rv, std::vector<double>& mn, std::vector<double>& mx) {
+// Per-group min and max of x (float32 data through the kernels, float64 by a plain loop), and
+// whether the group holds a -0.0 (settle_zero_signs replays only those groups).
+void grouped_min_max(const Data& data, const ReducedView& rv, std::vector<double>& mn, std::vector<double>& mx,
+                     std::vector<std::uint8_t>& negative_zero) {
   const GroupedLayout L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
   const std::int64_t g = L.num_groups;
   mn.assign(static_cast<std::size_t>(g), INFINITY);
   mx.assign(static_cast<std::size_t>(g), -INFINITY);
+  negative_zero.assign(static_cast<std::size_t>(g), 0);
   if (data.f) {
     std::vector<MinMaxAcc> acc(static_cast<std::size_t>(g));
     detail::grouped_reduce(data.f, nullptr, L, MinMaxReducer{}, acc.data());
-    for (std::int64_t i = 0; i < g; ++i) mn[static_cast<std::size_t>(i)] = acc[static_cast<std::size_t>(i)].lo, mx[static_cast<std::size_t>(i)] = acc[static_cast<std::size_t>(i)].hi;
+    for (std::int64_t i = 0; i < g; ++i) {
+      const auto u = static_cast<std::size_t>(i);
+      mn[u] = acc[u].lo, mx[u] = acc[u].hi, negative_zero[u] = acc[u].negative_zero;
+    }
     return;
   }
   // float64: odometer over the layout.
@@ -373,6 +392,7 @@ void grouped_min_max(const Data& data, const ReducedView& rv, std::vector<double
     double& hi = mx[static_cast<std::size_t>(go)];
     if (v < lo || std::isnan(v)) lo = std::isnan(lo) ? lo : v;
     if (v > hi || std::isnan(v)) hi = std::isnan(hi) ? hi : v;
+    if (v == 0 && std::signbit(v)) negative_zero[static_cast<std::size_t>(go)] = 1;
     for (int d = L.rank - 1; d >= 0; --d) {
       const auto ud = static_cast<std::size_t>(d);
       if (++idx[ud] < L.shape[ud]) {
@@ -399,7 +419,8 @@ void grouped_min_max(const Data& data, const ReducedView& rv, std::vector<double
 //     W - W mod 4V run in vectors (the last of equal values down the column wins), the others in
 //     the scalar loop (the first wins).
 // V = torch_vector_lanes(dtype).
-// Only groups whose min (max) is exactly 0 are replayed, and only zeros can win there (every other
+// Only groups whose min (max) is exactly 0 and that hold a -0.0 are replayed (without one every
+// zero is +0), and only zeros can win there (every other
 // value is larger (smaller), NaN would have made the result NaN): a loop tracks the last zero of
 // each lane (NaN: none yet), the folds keep the later or the earlier zero as torch's loops do.
 template <class T>
@@ -479,10 +500,18 @@ void zeros_in_run(const T* p, std::int64_t run, std::int64_t g0, bool kept, std:
   }
 }
 
-void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<double>& mn, std::vector<double>& mx) {
+// Only groups whose min or max is a zero and that hold a -0.0 are replayed: in a group without
+// one every zero is +0, and the kernel's extreme, one of the group's zeros, is +0 already (ReLU
+// outputs: no pass at all).
+void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<double>& mn, std::vector<double>& mx,
+                       const std::vector<std::uint8_t>& negative_zero) {
   const auto groups = static_cast<std::int64_t>(mn.size());
+  auto needs_replay = [&](std::int64_t g) {
+    const auto u = static_cast<std::size_t>(g);
+    return negative_zero[u] != 0 && (mn[u] == 0 || mx[u] == 0);
+  };
   bool any = false;
-  for (std::int64_t g = 0; g < groups && !any; ++g) any = mn[static_cast<std::size_t>(g)] == 0 || mx[static_cast<std::size_t>(g)] == 0;
+  for (std::int64_t g = 0; g < groups && !any; ++g) any = needs_replay(g);
   if (!any) return;
   // The dimensions of extent > 1 of the grouped layout (x's C strides, group strides: 0 when reduced).
   const GroupedLayout L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
@@ -517,7 +546,7 @@ void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<doub
   const std::int64_t vec_columns = columns - columns % (4 * v);
   std::int64_t n = 1;
   for (const Dim& d : reduced) n *= d.size;
-  // Only the groups whose min or max is a zero are settled.
+  // Only the groups needs_replay picks are settled.
   auto settle = [&](std::int64_t g, double z) {
     const auto u = static_cast<std::size_t>(g);
     if (std::isnan(z)) return;  // (cannot happen: the extreme is a zero of the group)
@@ -529,7 +558,7 @@ void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<doub
     const T* x = std::is_same_v<T, float> ? reinterpret_cast<const T*>(data.f) : reinterpret_cast<const T*>(data.d);
     if (inner) {
       for (std::int64_t g = 0; g < groups; ++g) {
-        if (mn[static_cast<std::size_t>(g)] != 0 && mx[static_cast<std::size_t>(g)] != 0) continue;
+        if (!needs_replay(g)) continue;
         std::int64_t base = 0;
         for (const Dim& d : kept) base += (g / d.group_stride) % d.size * d.stride;
         settle(g, inner_zero(x + base, n, v));
@@ -559,7 +588,7 @@ void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<doub
       if (d < 0) break;
     }
     for (std::int64_t g = 0; g < groups; ++g)
-      if (mn[static_cast<std::size_t>(g)] == 0 || mx[static_cast<std::size_t>(g)] == 0) settle(g, zero[static_cast<std::size_t>(g)]);
+      if (needs_replay(g)) settle(g, zero[static_cast<std::size_t>(g)]);
   };
   if (data.f) run_typed(0.0f);
   else run_typed(0.0);
@@ -620,8 +649,9 @@ MinMaxEncodingAnalyzer::State MinMaxEncodingAnalyzer::batch_stats(const TensorVi
   const Data data = read_data(x);
   State s;
   s.dtype = x.dtype;
-  grouped_min_max(data, rv, s.min, s.max);
-  settle_zero_signs(data, rv, s.min, s.max);
+  std::vector<std::uint8_t> negative_zero;
+  grouped_min_max(data, rv, s.min, s.max, negative_zero);
+  settle_zero_signs(data, rv, s.min, s.max, negative_zero);
   return s;
 }
 

@@ -581,12 +581,27 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
               got_max[i] = i % 7 == 0 ? -INFINITY : i % 13 == 1 ? NAN : i % 11 == 2 ? 0.0f : x[(i * 37) % kLen];
             }
             std::vector<float> want_min = got_min, want_max = got_max;
-            GroupMinMaxParams p{per_element, rows, n + 5, got_max.data()};
+            // Which accumulators saw a -0.0: set where one was folded in, kept where already set.
+            std::vector<std::uint8_t> got_nz(m), want_nz(m), expect_nz(m);
+            for (std::size_t i = 0; i < m; ++i) got_nz[i] = want_nz[i] = expect_nz[i] = i % 5 == 3;
+            for (std::int64_t r = 0; r < rows; ++r) {
+              for (std::int64_t j = 0; j < n; ++j) {
+                if (is_negative_zero(x[static_cast<std::size_t>(offset + r * (n + 5) + j)])) {
+                  expect_nz[per_element ? static_cast<std::size_t>(j) : 0] = 1;
+                }
+              }
+            }
+            GroupMinMaxParams p{per_element, rows, n + 5, got_max.data(), got_nz.data()};
             a.out = got_min.data();
             e.fn(&p, a);
             p.max_out = want_max.data();
+            p.negative_zero = want_nz.data();
             a.out = want_min.data();
             ref(&p, a);
+            ASSERT_EQ(want_nz, expect_nz) << e.name << " reference negative zeros n=" << n << " offset=" << offset
+                                          << " per_element=" << per_element << " rows=" << rows;
+            ASSERT_EQ(got_nz, expect_nz) << e.name << " negative zeros n=" << n << " offset=" << offset
+                                         << " per_element=" << per_element << " rows=" << rows;
             for (std::size_t i = 0; i < m; ++i) {
               for (const auto& [g, w] : {std::pair{got_min[i], want_min[i]}, std::pair{got_max[i], want_max[i]}}) {
                 const bool same = (std::isnan(g) && std::isnan(w)) || std::memcmp(&g, &w, sizeof(float)) == 0;

@@ -31,9 +31,14 @@ void group_min_max_f32(const void* params, const RowArgs& a) {
         const float v = x[r * p.x_row_stride + j];
         mn[j] = group_min_fold(mn[j], v);
         mx[j] = group_max_fold_keep(mx[j], v);
+        if (p.negative_zero != nullptr && is_negative_zero(v)) p.negative_zero[j] = 1;
       }
     }
     return;
+  }
+  if (p.negative_zero != nullptr) {
+    for (std::int64_t j = 0; j < a.n; ++j)
+      if (is_negative_zero(x[j])) p.negative_zero[0] = 1;
   }
   constexpr int kL = kMinMaxVirtualLanes;
   float lane_min[kL], lane_max[kL];

@@ -100,39 +100,57 @@ void group_min_max_f32(const void* params, const RowArgs& a) {
   float* mx = p.max_out;
   auto fold_min = [](Vec::F m, Vec::F v, Vec::M nan) POLYQUANT_ALWAYS_INLINE { return Vec::select(Vec::mask_or(Vec::lt(v, m), nan), v, m); };
   auto fold_max = [](Vec::F m, Vec::F v, Vec::M nan) POLYQUANT_ALWAYS_INLINE { return Vec::select(Vec::mask_or(Vec::gt(v, m), nan), v, m); };
+  // -0.0 is the one float whose bits, as int32, are below INT32_MIN + 1.
+  const Vec::I above_negative_zero = Vec::splat_i(std::numeric_limits<std::int32_t>::min() + 1);
+  auto negative_zero = [&](Vec::F v) POLYQUANT_ALWAYS_INLINE { return Vec::gt_i(above_negative_zero, Vec::bits(v)); };
+  const Vec::M none = Vec::lt(Vec::zero(), Vec::zero());
+  std::uint8_t* seen = p.negative_zero;
   std::int64_t j = 0;
   if (p.per_element) {
     const std::int64_t rows = p.rows, stride = p.x_row_stride;
     for (; j + L <= a.n; j += L) {
       Vec::F m0 = Vec::loadu(mn + j), m1 = Vec::loadu(mx + j);
+      Vec::M nz = none;
       for (std::int64_t r = 0; r < rows; ++r) {
         const Vec::F v = Vec::loadu(x + r * stride + j);
         const Vec::M nan = Vec::isnan(v);
         m0 = fold_min(m0, v, nan);
         m1 = fold_max(m1, v, nan);
+        nz = Vec::mask_or(nz, negative_zero(v));
       }
       Vec::storeu(mn + j, m0);
       Vec::storeu(mx + j, m1);
+      if (seen != nullptr) {
+        const unsigned bits = Vec::mask_bits(nz);
+        for (int l = 0; l < L; ++l)
+          if ((bits >> l) & 1u) seen[j + l] = 1;
+      }
     }
     for (; j < a.n; ++j) {
       for (std::int64_t r = 0; r < rows; ++r) {
         const float v = x[r * stride + j];
         mn[j] = group_min_fold(mn[j], v);
         mx[j] = group_max_fold_keep(mx[j], v);
+        if (seen != nullptr && is_negative_zero(v)) seen[j] = 1;
       }
     }
     return;
   }
   Vec::F lo[kVecs], hi[kVecs];
   for (int v = 0; v < kVecs; ++v) lo[v] = Vec::splat(INFINITY), hi[v] = Vec::splat(-INFINITY);
+  Vec::M nz = none;
   for (; j + kMinMaxVirtualLanes <= a.n; j += kMinMaxVirtualLanes) {
     for (int v = 0; v < kVecs; ++v) {
       const Vec::F xv = Vec::loadu(x + j + v * L);
       const Vec::M nan = Vec::isnan(xv);
       lo[v] = fold_min(lo[v], xv, nan);
       hi[v] = fold_max(hi[v], xv, nan);
+      nz = Vec::mask_or(nz, negative_zero(xv));
     }
   }
+  bool any_negative_zero = Vec::mask_bits(nz) != 0;
+  for (std::int64_t k = j; k < a.n; ++k) any_negative_zero = any_negative_zero || is_negative_zero(x[k]);
+  if (seen != nullptr && any_negative_zero) seen[0] = 1;
   alignas(64) float lane_min[kMinMaxVirtualLanes], lane_max[kMinMaxVirtualLanes];
   for (int v = 0; v < kVecs; ++v) Vec::storeu(lane_min + v * L, lo[v]), Vec::storeu(lane_max + v * L, hi[v]);
   float m0 = mn[0], m1 = mx[0];
