@@ -2,6 +2,8 @@
 // sizes, with memcpy of the same bytes as the yardstick. Bytes counted: read X + write out.
 #include <benchmark/benchmark.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -76,6 +78,19 @@ void bench_kernel(benchmark::State& state, KernelEntry e) {
   dq8.x_dtype = DType::kInt8;
   dq8.has_zero_point = true;
   ProductSumsParams ps{true, true, 2.0f, 0.5f};
+  // AIMET: quantize_dequantize on the 8-bit unsigned grid (the training path's formula and the
+  // no-grad shortcut's fake quantization), its x gradient, and MinMax statistics per tensor
+  // (negative zeros tracked, as the analyzer runs it).
+  AffineParams af;
+  FakeQuantizeParams fk;
+  fk.exact_in_float = true;
+  fk.zero_point_f32 = true;
+  AffineGradParams ag;
+  float min_max[2] = {INFINITY, -INFINITY};
+  std::uint8_t negative_zero = 0;
+  GroupMinMaxParams mm;
+  mm.max_out = &min_max[1];
+  mm.negative_zero = &negative_zero;
   void* out = b.out.data();
   switch (e.op) {
     case KernelOp::kGroupMax: params_ptr = &gm; break;
@@ -98,6 +113,11 @@ void bench_kernel(benchmark::State& state, KernelEntry e) {
     case KernelOp::kFloatQuant:
       a.in[1] = b.ones.data(); a.in[2] = b.min_exp.data(); a.in[3] = b.max_value.data(); a.broadcast_mask = 14;
       params_ptr = &fq; break;
+    case KernelOp::kAffine: a.in[1] = b.ones.data(); a.in[2] = b.zeros.data(); a.broadcast_mask = 6; params_ptr = &af; break;
+    case KernelOp::kFakeQuantize: a.in[1] = b.ones.data(); a.in[2] = b.zeros.data(); a.broadcast_mask = 6; params_ptr = &fk; break;
+    case KernelOp::kAffineGrad:
+      a.in[1] = b.x.data(); a.in[2] = b.ones.data(); a.in[3] = b.zeros.data(); a.broadcast_mask = 12; params_ptr = &ag; break;
+    case KernelOp::kGroupMinMax: params_ptr = &mm; out = &min_max[0]; break;
   }
   a.out = out;
   a.n = state.range(0);
