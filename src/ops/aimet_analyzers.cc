@@ -419,10 +419,10 @@ void grouped_min_max(const Data& data, const ReducedView& rv, std::vector<double
 //     W - W mod 4V run in vectors (the last of equal values down the column wins), the others in
 //     the scalar loop (the first wins).
 // V = torch_vector_lanes(dtype).
-// Only groups whose min (max) is exactly 0 and that hold a -0.0 are replayed (without one every
-// zero is +0), and only zeros can win there (every other
-// value is larger (smaller), NaN would have made the result NaN): a loop tracks the last zero of
-// each lane (NaN: none yet), the folds keep the later or the earlier zero as torch's loops do.
+// Only groups whose min (max) is exactly 0 and that hold a -0.0 are replayed (settle_zero_signs),
+// and only zeros can win there (every other value is larger (smaller), NaN would have made the
+// result NaN): a loop tracks the last zero of each lane (NaN: none yet), the folds keep the later
+// or the earlier zero as torch's loops do.
 template <class T>
 T later_zero(T a, T b) { return std::isnan(b) ? a : b; }
 template <class T>
@@ -546,7 +546,6 @@ void settle_zero_signs(const Data& data, const ReducedView& rv, std::vector<doub
   const std::int64_t vec_columns = columns - columns % (4 * v);
   std::int64_t n = 1;
   for (const Dim& d : reduced) n *= d.size;
-  // Only the groups needs_replay picks are settled.
   auto settle = [&](std::int64_t g, double z) {
     const auto u = static_cast<std::size_t>(g);
     if (std::isnan(z)) return;  // (cannot happen: the extreme is a zero of the group)

@@ -146,15 +146,9 @@ void check_repeated_rows(const KernelEntry& e, const void* params, const std::ve
         const std::size_t esize = wide ? 8 : 4;
         const auto* src = wide ? static_cast<const unsigned char*>(static_cast<const void*>(ops[k].f64.data()))
                                : static_cast<const unsigned char*>(static_cast<const void*>(ops[k].f32.data()));
-        const std::int64_t first = static_cast<std::int64_t>(k) * 37;  // rows of different operands differ
-        repeated[k].resize(static_cast<std::size_t>(row_len + kRepeatedRowPad) * esize);
-        for (std::int64_t i = 0; i < row_len + kRepeatedRowPad; ++i) {
-          std::memcpy(&repeated[k][static_cast<std::size_t>(i) * esize], src + static_cast<std::size_t>(first + i % row_len) * esize, esize);
-        }
-        expanded[k].resize(static_cast<std::size_t>(n) * esize);
-        for (std::int64_t j = 0; j < n; ++j) {
-          std::memcpy(&expanded[k][static_cast<std::size_t>(j) * esize], src + static_cast<std::size_t>(first + j % row_len) * esize, esize);
-        }
+        const unsigned char* row = src + k * 37 * esize;  // rows of different operands differ
+        repeated[k] = test::cyclic_copy(row, esize, row_len, row_len + kRepeatedRowPad);
+        expanded[k] = test::cyclic_copy(row, esize, row_len, n);
       }
       for (std::uint32_t repeat = 1; repeat < (1u << nops); ++repeat) {
         for (bool broadcast_others : {false, true}) {

@@ -127,15 +127,10 @@ void check_repeated_rows(const KernelEntry& e, const void* params, const std::ve
       const std::int64_t n = rows * row_len;
       std::vector<std::vector<unsigned char>> repeated(ops.size()), expanded(ops.size());
       for (std::size_t k = 0; k < ops.size(); ++k) {
-        const std::size_t size = ops[k].size, first = k * 37;  // rows of different operands differ
-        repeated[k].resize(static_cast<std::size_t>(row_len + kRepeatedRowPad) * size);
-        for (std::int64_t i = 0; i < row_len + kRepeatedRowPad; ++i) {
-          std::memcpy(&repeated[k][static_cast<std::size_t>(i) * size], &ops[k].data[(first + static_cast<std::size_t>(i % row_len)) * size], size);
-        }
-        expanded[k].resize(static_cast<std::size_t>(n) * size);
-        for (std::int64_t j = 0; j < n; ++j) {
-          std::memcpy(&expanded[k][static_cast<std::size_t>(j) * size], &ops[k].data[(first + static_cast<std::size_t>(j % row_len)) * size], size);
-        }
+        const std::size_t size = ops[k].size;
+        const unsigned char* row = &ops[k].data[k * 37 * size];  // rows of different operands differ
+        repeated[k] = test::cyclic_copy(row, size, row_len, row_len + kRepeatedRowPad);
+        expanded[k] = test::cyclic_copy(row, size, row_len, n);
       }
       for (std::uint32_t repeat = 1; repeat < (1u << ops.size()); ++repeat) {
         for (bool broadcast_others : {false, true}) {

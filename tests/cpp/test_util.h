@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -94,6 +95,17 @@ inline std::vector<float> mixed_values(std::size_t n, std::uint64_t salt, float 
     else x = unit(rng) * std::exp2(expo(rng));
   }
   return v;
+}
+
+// `count` elements of `esize` bytes repeating the row of `row_len` elements at `row`: element i is
+// row[i % row_len]. A repeated-row operand (row_len + kRepeatedRowPad elements) and the same rows
+// written out in full, for the kernel tests of RowArgs::repeated_row_mask.
+inline std::vector<unsigned char> cyclic_copy(const unsigned char* row, std::size_t esize, std::int64_t row_len, std::int64_t count) {
+  std::vector<unsigned char> out(static_cast<std::size_t>(count) * esize);
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::memcpy(out.data() + static_cast<std::size_t>(i) * esize, row + static_cast<std::size_t>(i % row_len) * esize, esize);
+  }
+  return out;
 }
 
 }  // namespace polyquant::test

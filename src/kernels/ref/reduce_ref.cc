@@ -36,10 +36,7 @@ void group_min_max_f32(const void* params, const RowArgs& a) {
     }
     return;
   }
-  if (p.negative_zero != nullptr) {
-    for (std::int64_t j = 0; j < a.n; ++j)
-      if (is_negative_zero(x[j])) p.negative_zero[0] = 1;
-  }
+  bool negative_zero = false;
   constexpr int kL = kMinMaxVirtualLanes;
   float lane_min[kL], lane_max[kL];
   for (int l = 0; l < kL; ++l) lane_min[l] = INFINITY, lane_max[l] = -INFINITY;
@@ -47,12 +44,17 @@ void group_min_max_f32(const void* params, const RowArgs& a) {
   for (std::int64_t j = 0; j < body; ++j) {
     lane_min[j % kL] = group_min_fold(lane_min[j % kL], x[j]);
     lane_max[j % kL] = group_max_fold_keep(lane_max[j % kL], x[j]);
+    negative_zero = negative_zero || is_negative_zero(x[j]);
   }
   float m0 = mn[0], m1 = mx[0];
   for (int l = 0; l < kL; ++l) m0 = group_min_fold(m0, lane_min[l]), m1 = group_max_fold_keep(m1, lane_max[l]);
-  for (std::int64_t j = body; j < a.n; ++j) m0 = group_min_fold(m0, x[j]), m1 = group_max_fold_keep(m1, x[j]);
+  for (std::int64_t j = body; j < a.n; ++j) {
+    m0 = group_min_fold(m0, x[j]), m1 = group_max_fold_keep(m1, x[j]);
+    negative_zero = negative_zero || is_negative_zero(x[j]);
+  }
   mn[0] = m0;
   mx[0] = m1;
+  if (p.negative_zero != nullptr && negative_zero) p.negative_zero[0] = 1;
 }
 
 void product_sums_f32(const void* params, const RowArgs& a) {

@@ -98,13 +98,18 @@ void quantize_blocks(const QuantizeLinearParams& p, const RowArgs& a) {
   if (a.stream) Vec::fence();
 }
 
+// Whether a call with per-row operands is the blocked layout the *_blocks loops run: x running on,
+// the scale and zero point one value per row or one for all. Anything else (x per row, broadcast or
+// repeating a row, a parameter running on per element or repeating a row) goes to the reference.
+inline bool blocked_parameters(const RowArgs& a, bool has_zero_point) {
+  return a.repeated_row_mask == 0 && !a.is_per_row(0) && !a.is_broadcast(0) && (a.is_per_row(1) || a.is_broadcast(1)) &&
+         (!has_zero_point || a.is_per_row(2) || a.is_broadcast(2));
+}
+
 template <class T>
 void quantize_rows_for(const QuantizeLinearParams& p, const RowArgs& a) {
   if (a.per_row_mask != 0) {
-    // x per row or broadcast, or a parameter running on per element: the reference handles it.
-    const bool blocks = a.repeated_row_mask == 0 && !a.is_per_row(0) && !a.is_broadcast(0) &&
-                        (a.is_per_row(1) || a.is_broadcast(1)) && (!p.has_zero_point || a.is_per_row(2) || a.is_broadcast(2));
-    if (!blocks) return ref::quantize_linear_f32(&p, a);
+    if (!blocked_parameters(a, p.has_zero_point)) return ref::quantize_linear_f32(&p, a);
     if (p.non_finite == NonFinitePolicy::kInt64Cast) return quantize_blocks<T, true>(p, a);
     return quantize_blocks<T, false>(p, a);
   }
@@ -142,9 +147,7 @@ void dequantize_blocks(const DequantizeLinearParams& p, const RowArgs& a) {
 template <class T>
 void dequantize_rows(const DequantizeLinearParams& p, const RowArgs& a) {
   if (a.per_row_mask != 0) {
-    const bool blocks = a.repeated_row_mask == 0 && !a.is_per_row(0) && !a.is_broadcast(0) &&
-                        (a.is_per_row(1) || a.is_broadcast(1)) && (!p.has_zero_point || a.is_per_row(2) || a.is_broadcast(2));
-    if (!blocks) return ref::dequantize_linear_f32(&p, a);
+    if (!blocked_parameters(a, p.has_zero_point)) return ref::dequantize_linear_f32(&p, a);
     return dequantize_blocks<T>(p, a);
   }
   if (a.is_repeated_row(0)) return ref::dequantize_linear_f32(&p, a);  // x repeating one row: rare
