@@ -34,8 +34,12 @@ echo "== sanitized build (ASan + UBSan) of the extension and the ORT library"
 
 # (Found without importing polyquant: the sanitized extension only loads with the runtime preloaded.)
 pkg=$("$VENV/bin/python" -c 'import importlib.util as u; print(u.find_spec("polyquant").submodule_search_locations[0])')
+# ldd's output is captured before it is searched: with pipefail, `ldd | grep -q` fails whenever grep
+# exits at the first match while the loader is still writing (ldd dies of SIGPIPE), which made this
+# check fail at random on a correctly sanitized build.
 for lib in "$pkg"/_polyquant_ext*.so "$pkg"/libpolyquant_ort.so; do
-  if ! ldd "$lib" | grep -q libasan; then
+  deps=$(ldd "$lib")
+  if ! grep -q libasan <<<"$deps"; then
     echo "sanitize_python: $lib is not linked against libasan" >&2
     exit 1
   fi
