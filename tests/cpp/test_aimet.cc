@@ -19,6 +19,7 @@ namespace {
 
 using aimet::AffineArgs;
 using aimet::Grid;
+using test::expect_error;
 
 std::vector<float> values(std::size_t n, std::uint64_t salt, float scale) {
   auto rng = test::make_rng(salt);
@@ -203,16 +204,6 @@ TEST(Aimet, GradientsSumOverSharedParameters) {
   EXPECT_EQ(gs, static_cast<float>(want_s));
   EXPECT_EQ(go, static_cast<float>(want_o));
   EXPECT_EQ(gx[2], 0.0f);  // 100 / 0.1 - (-5) is far above 15: masked
-}
-
-void expect_error(const std::function<void()>& f, ErrorKind kind, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
 }
 
 TEST(Aimet, BadInputNamesTheParameter) {

@@ -7,17 +7,7 @@
 
 namespace polyquant {
 namespace {
-
-template <class F>
-void expect_error(F&& f, ErrorKind kind, std::initializer_list<const char*> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const char* frag : fragments) EXPECT_NE(std::string(e.what()).find(frag), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 const std::vector<float> xs = {0.5f, -1.0f, 2.0f};
 const float one = 1.0f, zero = 0.0f, eight = 8.0f;

@@ -15,6 +15,7 @@ namespace polyquant::detail {
 namespace {
 
 using test::mixed_values;
+using test::expect_error;
 
 bool isa_available(Isa isa) {
   for (Isa s : supported_isas()) {
@@ -462,16 +463,6 @@ TEST(OnnxQdq, ReversedAndStridedViewsEqualContiguous) {
   const TensorView xrv(xr.data() + 53, DType::kFloat32, shape, Dims{-9, -1});
   onnx::quantize_linear(xrv, sv, nullptr, attrs, MutableTensorView(got.data(), DType::kUInt8, shape, Dims{18, 2}));
   for (int i = 0; i < 54; ++i) ASSERT_EQ(got[static_cast<std::size_t>(2 * i)], want[static_cast<std::size_t>(i)]) << i;
-}
-
-void expect_error(const std::function<void()>& f, ErrorKind kind, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
 }
 
 TEST(OnnxQdq, BadInputNamesTheParameter) {

@@ -24,6 +24,7 @@
 
 namespace polyquant::qkeras {
 namespace {
+using test::expect_error;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -1146,20 +1147,6 @@ TEST(QKerasTraining, StochasticRoundingIsUnbiased) {
 // =================================================================================================
 // Errors: polyquant::Error of the right kind, naming the parameter.
 // =================================================================================================
-
-template <class F>
-void expect_error(F&& f, ErrorKind kind, std::initializer_list<const char*> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const char* frag : fragments)
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos) << "'" << frag << "' not in: " << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a polyquant::Error: " << e.what();
-  }
-}
 
 const std::vector<float> kX4 = {0.5f, -1.0f, 2.0f, 0.25f};
 const std::vector<float> kX23 = {0.5f, -1.0f, 2.0f, 0.25f, 3.0f, -0.75f};

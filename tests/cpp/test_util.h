@@ -9,10 +9,16 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
+
+#include "polyquant/error.h"
 
 namespace polyquant::test {
 
@@ -106,6 +112,27 @@ inline std::vector<unsigned char> cyclic_copy(const unsigned char* row, std::siz
     std::memcpy(out.data() + static_cast<std::size_t>(i) * esize, row + static_cast<std::size_t>(i % row_len) * esize, esize);
   }
   return out;
+}
+
+// f() must throw a polyquant::Error of `kind` whose message holds every fragment (the parameter's
+// name, the allowed values): bad input gets a clear error, never another exception type.
+template <class F>
+void expect_error(F&& f, ErrorKind kind, std::initializer_list<const char*> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    for (const char* fragment : fragments)
+      EXPECT_NE(std::string_view(e.what()).find(fragment), std::string_view::npos)
+          << "'" << fragment << "' not in: " << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a polyquant::Error: " << e.what();
+  }
+}
+template <class F>
+void expect_error(F&& f, ErrorKind kind, const std::string& fragment) {
+  expect_error(std::forward<F>(f), kind, {fragment.c_str()});
 }
 
 }  // namespace polyquant::test

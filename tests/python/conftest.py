@@ -103,3 +103,20 @@ def hypothesis_budget() -> tuple[Callable[[int], Callable], str]:
         return settings(settings.get_profile(profile), max_examples=int(long) if long else max(1, round(ci * scale)))
 
     return examples, profile
+
+
+def layouts(x: np.ndarray, variant: int) -> np.ndarray:
+    """x in memory layout number `variant` (0-4): as given, strided (every other element of a
+    wider array), reversed along every axis, Fortran order, or broadcast from one element (zero
+    strides; that one changes the values)."""
+    if x.ndim == 0 or x.size == 0 or variant == 0:
+        return x
+    if variant == 1:
+        big = np.empty(x.shape[:-1] + (2 * x.shape[-1],), x.dtype)
+        big[..., ::2] = x
+        return big[..., ::2]
+    if variant == 2:
+        return np.flip(np.flip(x).copy())
+    if variant == 3:
+        return np.asfortranarray(x)
+    return np.broadcast_to(x.reshape(-1)[:1].reshape((1,) * x.ndim), x.shape)  # zero strides (new values)

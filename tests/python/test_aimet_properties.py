@@ -27,7 +27,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import polyquant  # noqa: E402
 import polyquant.aimet as pa  # noqa: E402
-from conftest import hypothesis_budget, kernel_set  # noqa: E402
+from conftest import hypothesis_budget, kernel_set, layouts  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -106,21 +106,6 @@ def problems(draw):
     else:
         o = np.zeros(m, np.float32)
     return x, s, o.astype(np.float32).reshape(sshape), grid, block, seed
-
-
-def layouts(x: np.ndarray, variant: int) -> np.ndarray:
-    """x in another memory layout with the same values: strided, reversed, Fortran, broadcast."""
-    if x.ndim == 0 or x.size == 0 or variant == 0:
-        return x
-    if variant == 1:
-        big = np.empty(x.shape[:-1] + (2 * x.shape[-1],), x.dtype)
-        big[..., ::2] = x
-        return big[..., ::2]
-    if variant == 2:
-        return np.flip(np.flip(x).copy())
-    if variant == 3:
-        return np.asfortranarray(x)
-    return np.broadcast_to(x.reshape(-1)[:1].reshape((1,) * x.ndim), x.shape)  # zero strides (new values)
 
 
 def _call(op: str, x, s, o, grid, block):
