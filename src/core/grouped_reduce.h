@@ -94,6 +94,27 @@ inline GroupedLayout make_grouped_layout(const Dims& shape, const std::vector<bo
   return L;
 }
 
+// Calls visit(i, group) for every element i of x in C order (i = 0 .. numel - 1) with the group it
+// belongs to: an odometer over the layout's dimensions that steps the group index by group_stride.
+// For the plain loops (float64 data, index building) that do not go through grouped_reduce.
+template <class Visit>
+void for_each_element_group(const GroupedLayout& L, Visit&& visit) {
+  std::array<std::int64_t, kMaxGroupedRank> idx{};
+  std::int64_t group = 0;
+  for (std::int64_t i = 0; i < L.numel; ++i) {
+    visit(i, group);
+    for (int d = L.rank - 1; d >= 0; --d) {
+      const auto ud = static_cast<std::size_t>(d);
+      if (++idx[ud] < L.shape[ud]) {
+        group += L.group_stride[ud];
+        break;
+      }
+      group -= (L.shape[ud] - 1) * L.group_stride[ud];
+      idx[ud] = 0;
+    }
+  }
+}
+
 // Runs `reducer` over every element: reducer.row(acc + g0, group_stride, x + x0, aux + a0,
 // aux_stride, n) folds a run of n elements along the innermost dimension (x stride 1) into the
 // accumulators of its groups; optionally reducer.rows(acc, group_stride, x, x_row_stride, aux,

@@ -383,26 +383,16 @@ void grouped_min_max(const Data& data, const ReducedView& rv, std::vector<double
     }
     return;
   }
-  // float64: odometer over the layout.
-  std::array<std::int64_t, detail::kMaxGroupedRank> idx{};
-  std::int64_t go = 0;
-  for (std::int64_t i = 0; i < L.numel; ++i) {
+  // float64: a plain loop.
+  detail::for_each_element_group(L, [&](std::int64_t i, std::int64_t group) {
+    const auto ug = static_cast<std::size_t>(group);
     const double v = data.d[i];
-    double& lo = mn[static_cast<std::size_t>(go)];
-    double& hi = mx[static_cast<std::size_t>(go)];
+    double& lo = mn[ug];
+    double& hi = mx[ug];
     if (v < lo || std::isnan(v)) lo = std::isnan(lo) ? lo : v;
     if (v > hi || std::isnan(v)) hi = std::isnan(hi) ? hi : v;
-    if (v == 0 && std::signbit(v)) negative_zero[static_cast<std::size_t>(go)] = 1;
-    for (int d = L.rank - 1; d >= 0; --d) {
-      const auto ud = static_cast<std::size_t>(d);
-      if (++idx[ud] < L.shape[ud]) {
-        go += L.group_stride[ud];
-        break;
-      }
-      go -= (L.shape[ud] - 1) * L.group_stride[ud];
-      idx[ud] = 0;
-    }
-  }
+    if (v == 0 && std::signbit(v)) negative_zero[ug] = 1;
+  });
 }
 
 // ---- the sign of a zero min / max (MinMax statistics) ---------------------------------------------
@@ -605,20 +595,9 @@ SliceIndex slice_index(const ReducedView& rv, std::int64_t numel) {
   const auto& L = s.L;
   s.offsets.resize(static_cast<std::size_t>(numel));
   std::vector<std::int64_t> fill(static_cast<std::size_t>(L.num_groups), 0);
-  std::array<std::int64_t, detail::kMaxGroupedRank> idx{};
-  std::int64_t go = 0;
-  for (std::int64_t i = 0; i < numel; ++i) {
-    s.offsets[static_cast<std::size_t>(go * L.group_size + fill[static_cast<std::size_t>(go)]++)] = i;
-    for (int d = L.rank - 1; d >= 0; --d) {
-      const auto ud = static_cast<std::size_t>(d);
-      if (++idx[ud] < L.shape[ud]) {
-        go += L.group_stride[ud];
-        break;
-      }
-      go -= (L.shape[ud] - 1) * L.group_stride[ud];
-      idx[ud] = 0;
-    }
-  }
+  detail::for_each_element_group(L, [&](std::int64_t i, std::int64_t group) {
+    s.offsets[static_cast<std::size_t>(group * L.group_size + fill[static_cast<std::size_t>(group)]++)] = i;
+  });
   return s;
 }
 
