@@ -120,3 +120,16 @@ def layouts(x: np.ndarray, variant: int) -> np.ndarray:
     if variant == 3:
         return np.asfortranarray(x)
     return np.broadcast_to(x.reshape(-1)[:1].reshape((1,) * x.ndim), x.shape)  # zero strides (new values)
+
+
+def values_around_ties(rng: np.random.Generator, n: int, scale: float, specials: list[float]) -> np.ndarray:
+    """n float32 values for a grid of step `scale`, k drawn from [-300, 300]: in six, one value is
+    an exact tie (k + 0.5) * scale, one is 1 ulp above a tie, one 1 ulp below, one is taken from
+    `specials`, and two are k * scale / 7 (off the grid)."""
+    k = rng.integers(-300, 301, n).astype(np.float32)
+    pick = rng.integers(0, 6, n)
+    ties = ((k + np.float32(0.5)) * np.float32(scale)).astype(np.float32)
+    chosen = np.array(specials, np.float32)[np.abs(k.astype(np.int64)) % len(specials)] if n else np.zeros(0, np.float32)
+    return np.select([pick == 0, pick == 1, pick == 2, pick == 3],
+                     [ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)), chosen],
+                     (k * np.float32(scale) / np.float32(7.0)).astype(np.float32)).astype(np.float32)

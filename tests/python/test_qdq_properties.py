@@ -28,7 +28,7 @@ from hypothesis import strategies as st  # noqa: E402
 import polyquant  # noqa: E402
 import polyquant.onnx as pqo  # noqa: E402
 import polyquant.quark as pqq  # noqa: E402
-from conftest import hypothesis_budget, kernel_set, layouts  # noqa: E402
+from conftest import hypothesis_budget, kernel_set, layouts, values_around_ties  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -78,14 +78,7 @@ def problems(draw, blocked_ok=True):
     scale = draw(st.sampled_from([0.5, 0.1, 1 / 255, 0.0123, 2.0**-7, 3.0, 1e-30, 1e30]))
     seed = draw(st.integers(0, 2**31))
     rng = np.random.default_rng(seed)
-    k = rng.integers(-300, 301, n).astype(np.float32)
-    pick = rng.integers(0, 6, n)
-    ties = ((k + np.float32(0.5)) * np.float32(scale)).astype(np.float32)
-    specials = np.array(SPECIALS, np.float32)[np.abs(k.astype(np.int64)) % len(SPECIALS)] if n else np.zeros(0, np.float32)
-    vals = np.select([pick == 0, pick == 1, pick == 2, pick == 3],
-                     [ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)), specials],
-                     (k * np.float32(scale) / np.float32(7.0)).astype(np.float32)).astype(np.float32)
-    x = vals.reshape(shape)
+    x = values_around_ties(rng, n, scale, SPECIALS).reshape(shape)
     m = int(np.prod(sshape))
     s = rng.choice(np.array([scale, scale * 2, scale / 3], np.float32), m).astype(np.float32).reshape(sshape)
     return x, s, axis, block, seed
