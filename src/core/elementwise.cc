@@ -543,8 +543,11 @@ bool output_overlaps_inputs(const ElementwiseCall& call) {
 }  // namespace
 
 void copy_into(const unsigned char* src, const MutableTensorView& out) {
-  const Dims contiguous = contiguous_strides(out.shape);
-  const TensorView from(src, out.dtype, out.shape, contiguous);
+  convert_into(TensorView(src, out.dtype, out.shape, contiguous_strides(out.shape)), out);
+}
+
+void convert_into(const TensorView& from, const MutableTensorView& out) {
+  // The engine converts `from` to out's dtype on the way in; the kernel only moves bytes.
   const std::array<TensorView, 1> inputs{from};
   const std::array<DType, 1> kernel_dtypes{out.dtype};
   ElementwiseCall copy;

@@ -35,6 +35,10 @@ void run_elementwise(const ElementwiseCall& call);
 void convert_values(const void* src, DType src_dtype, std::int64_t src_stride, void* dst, DType dst_dtype,
                     std::int64_t dst_stride, std::int64_t n);
 
+// Writes `from` (any dtype and layout, broadcast to out's shape) into `out` (any layout), values
+// converted as convert_values does.
+void convert_into(const TensorView& from, const MutableTensorView& out);
+
 // Copies a C-contiguous `src` of out's shape and dtype into the strided `out` (any layout).
 void copy_into(const unsigned char* src, const MutableTensorView& out);
 

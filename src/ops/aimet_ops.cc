@@ -114,7 +114,16 @@ Work work_for(DType w) {
   }
 }
 
-std::string grid_str(const Grid& g) { return "[" + std::to_string(g.qmin) + ", " + std::to_string(g.qmax) + "]"; }
+// Appends instead of `"[" + std::to_string(...)`: GCC 12 reports a false -Wrestrict on
+// operator+(const char*, std::string&&) once this is inlined (GCC bug 105329).
+std::string grid_str(const Grid& g) {
+  std::string s = "[";
+  s += std::to_string(g.qmin);
+  s += ", ";
+  s += std::to_string(g.qmax);
+  s += "]";
+  return s;
+}
 
 const char* torch_dtype_name(DType t) {
   switch (t) {
@@ -464,19 +473,7 @@ void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRou
   if (g_dtype == DType::kFloat32) {
     for (double& a : acc) a = static_cast<double>(detail::narrow_to<float>(static_cast<float>(a), narrow));
   }
-  const TensorView src(acc.data(), DType::kFloat64, param.shape);
-  const std::array<TensorView, 1> inputs{src};
-  const std::array<DType, 1> dtypes{DType::kFloat64};
-  detail::ElementwiseCall call;
-  call.inputs = inputs;
-  call.kernel_dtypes = dtypes;
-  call.out = out;
-  call.kernel_out_dtype = DType::kFloat64;
-  call.kernel = [](const void*, const detail::RowArgs& a) {
-    auto* o = static_cast<double*>(a.out);
-    for (std::int64_t j = 0; j < a.n; ++j) o[j] = a.at<double>(0, j);
-  };
-  detail::run_elementwise(call);
+  detail::convert_into(TensorView(acc.data(), DType::kFloat64, param.shape), out);
 }
 
 // RuntimeError unless the working dtype `t` holds every integer of the grid (AIMET's message).

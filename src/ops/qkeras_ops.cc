@@ -175,19 +175,7 @@ bool exact_reciprocals(const ScaleArray& s) {
 void copy_scale_into(const ScaleArray& s, const MutableTensorView& out, const char* what) {
   detail::require_output(out, TensorSpec{DType::kFloat32, s.shape}, what);
   if (s.values.empty()) return;
-  const std::array<TensorView, 1> in{s.view()};
-  const std::array<DType, 1> kd{DType::kFloat32};
-  detail::ElementwiseCall call;
-  call.inputs = in;
-  call.kernel_dtypes = kd;
-  call.out = out;
-  call.kernel_out_dtype = DType::kFloat32;
-  call.kernel = [](const void*, const detail::RowArgs& a) {
-    const float* v = a.input<float>(0);
-    auto* o = static_cast<float*>(a.out);
-    for (std::int64_t j = 0; j < a.n; ++j) o[j] = v[a.is_broadcast(0) ? 0 : j];
-  };
-  detail::run_elementwise(call);
+  detail::convert_into(s.view(), out);
 }
 
 // x as C-contiguous float32 (converted or copied only when it is not already).
@@ -202,19 +190,7 @@ ContiguousF32 contiguous_f32(const TensorView& x) {
     return c;
   }
   c.storage.resize(static_cast<std::size_t>(x.numel()));
-  const std::array<TensorView, 1> inputs{x};
-  const std::array<DType, 1> kd{DType::kFloat32};
-  detail::ElementwiseCall call;
-  call.inputs = inputs;
-  call.kernel_dtypes = kd;
-  call.out = MutableTensorView(c.storage.data(), DType::kFloat32, x.shape);
-  call.kernel_out_dtype = DType::kFloat32;
-  call.kernel = [](const void*, const detail::RowArgs& a) {
-    const float* in = a.input<float>(0);
-    auto* o = static_cast<float*>(a.out);
-    for (std::int64_t j = 0; j < a.n; ++j) o[j] = in[a.is_broadcast(0) ? 0 : j];
-  };
-  detail::run_elementwise(call);
+  detail::convert_into(x, MutableTensorView(c.storage.data(), DType::kFloat32, x.shape));
   c.data = c.storage.data();
   return c;
 }
