@@ -16,6 +16,14 @@ installed polyquant on the path, e.g.
     PYTHONPATH=<polyquant's site-packages> /work/venv-aimet/bin/python scripts/aimet_golden/compare_speed.py \
         --repeat 5 --json /tmp/aimet_speed.json
 
+Memory: every quantize_dequantize call (and the copy) allocates a fresh 256 MiB output. On a VM
+whose balloon driver reports free memory to the host (virtio-balloon free page reporting, 2 MiB
+blocks free for about 2 s), pages freed that long ago are taken back by the host and the next call
+that gets them faults them in again: ~290 ms instead of ~23 ms for polyquant, ~500 instead of ~45 ms
+for the copy, a spike that lands on whichever call is next. Unless ``--cold-memory``, each timed
+call is therefore preceded (untimed) by touching and freeing twice its output's size, so
+every call, either library's, starts from recently used memory as in a steady-state loop.
+
 Not run in CI (CI never installs aimet-torch). torch uses as many threads as polyquant
 (POLYQUANT_NUM_THREADS or the machine's cores).
 """
@@ -37,7 +45,20 @@ from aimet_torch.quantization.affine import quantize_dequantize as aimet_qdq
 from aimet_torch.quantization import encoding_analyzer as aimet_ea
 
 
+WARM_BYTES = 0  # set from --cold-memory in main()
+
+
+def warm_memory(nbytes: int) -> None:
+    """Faults in and frees nbytes, so that the next allocation of that size gets pages the host has
+    not taken back (see the module docstring)."""
+    if nbytes:
+        buffer = np.empty(nbytes, np.uint8)
+        buffer[::4096] = 1
+        del buffer
+
+
 def timed(fn):
+    warm_memory(WARM_BYTES)
     t = time.perf_counter()
     out = fn()
     return time.perf_counter() - t, out
@@ -55,6 +76,8 @@ def main() -> None:
     ap.add_argument("--analyzer-repeat", type=int, default=3)
     ap.add_argument("--json", default=None)
     ap.add_argument("--params", choices=("calibrated", "saturating"), default="calibrated")
+    ap.add_argument("--cold-memory", action="store_true",
+                    help="do not touch a buffer of the output's size before each timed call")
     args = ap.parse_args()
     threads = int(os.environ.get("POLYQUANT_NUM_THREADS", os.cpu_count() or 1))
     torch.set_num_threads(threads)
@@ -62,6 +85,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(64 * 2**20, dtype=np.float32) * 4).reshape(4096, 16384)
     xt = torch.from_numpy(x)
+    global WARM_BYTES
+    WARM_BYTES = 0 if args.cold_memory else 2 * x.nbytes  # the output and a temporary's worth
     rows = []
 
     f = np.float32
@@ -152,7 +177,7 @@ def main() -> None:
                       shape, x)
 
     report = dict(polyquant=polyquant.runtime_info(), torch=torch.__version__, threads=threads,
-                  elements=int(x.size), repeat=args.repeat, analyzer_repeat=args.analyzer_repeat, params=args.params,
+                  elements=int(x.size), repeat=args.repeat, analyzer_repeat=args.analyzer_repeat, params=args.params, cold_memory=args.cold_memory,
                   scale=float(scale), offset=float(offset), rows=rows)
     if args.json:
         with open(args.json, "w") as fh:
