@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--params", choices=("calibrated", "saturating"), default="calibrated")
     ap.add_argument("--cold-memory", action="store_true",
-                    help="do not touch a buffer of the output's size before each timed call")
+                    help="do not touch and free twice the output's size before each timed call")
     args = ap.parse_args()
     threads = int(os.environ.get("POLYQUANT_NUM_THREADS", os.cpu_count() or 1))
     torch.set_num_threads(threads)

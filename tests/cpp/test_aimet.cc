@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <vector>
 
 #include "kernels/affine_kernels.h"

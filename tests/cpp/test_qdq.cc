@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <functional>
 
 #include "kernels/registry.h"
 #include "polyquant/polyquant.h"

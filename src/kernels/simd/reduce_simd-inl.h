@@ -148,16 +148,16 @@ void group_min_max_f32(const void* params, const RowArgs& a) {
       nz = Vec::mask_or(nz, negative_zero(xv));
     }
   }
-  if (seen != nullptr) {
-    bool any = Vec::mask_bits(nz) != 0;
-    for (std::int64_t k = j; k < a.n; ++k) any = any || is_negative_zero(x[k]);
-    if (any) seen[0] = 1;
-  }
+  bool any_negative_zero = Vec::mask_bits(nz) != 0;
   alignas(64) float lane_min[kMinMaxVirtualLanes], lane_max[kMinMaxVirtualLanes];
   for (int v = 0; v < kVecs; ++v) Vec::storeu(lane_min + v * L, lo[v]), Vec::storeu(lane_max + v * L, hi[v]);
   float m0 = mn[0], m1 = mx[0];
   for (int l = 0; l < kMinMaxVirtualLanes; ++l) m0 = group_min_fold(m0, lane_min[l]), m1 = group_max_fold_keep(m1, lane_max[l]);
-  for (; j < a.n; ++j) m0 = group_min_fold(m0, x[j]), m1 = group_max_fold_keep(m1, x[j]);
+  for (; j < a.n; ++j) {
+    m0 = group_min_fold(m0, x[j]), m1 = group_max_fold_keep(m1, x[j]);
+    any_negative_zero = any_negative_zero || is_negative_zero(x[j]);
+  }
   mn[0] = m0;
   mx[0] = m1;
+  if (seen != nullptr && any_negative_zero) seen[0] = 1;
 }
