@@ -23,6 +23,7 @@
 #include <thread>
 #include <utility>
 
+#include "gil_release.h"
 #include "polyquant/polyquant.h"
 
 namespace nb = nanobind;
@@ -161,48 +162,9 @@ nb::object allocate(const pq::TensorSpec& spec) {
   return empty(nb::tuple(shape), pq::dtype_name(spec.dtype));
 }
 
-bool interpreter_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() != 0;
-#else
-  return _Py_IsFinalizing() != 0;
-#endif
-}
-
-// Interpreter exit. Once CPython marks the interpreter as finalizing, a daemon thread that takes
-// the GIL back is ended with pthread_exit, and that forced unwind through this module's C++ frames
-// reaches noexcept code (nanobind releasing the call's arrays takes the GIL again) and calls
-// std::terminate: the process aborts. Checking the flag before PyEval_RestoreThread is not enough,
-// as the flag can be set while the thread waits for the GIL. So the module takes part in the exit:
-// an atexit callback (CPython runs them with the GIL, before it marks the interpreter as
-// finalizing) sets `g_exiting` and then releases the GIL until no thread is between its check of
-// `g_exiting` and holding the GIL. Every thread either saw the flag (it parks, and dies with the
-// process, as a thread inside a numpy call does) or is counted in `g_reacquiring` and gets the GIL
-// before finalization begins. seq_cst on both sides: the flag store precedes the counter load, the
-// counter increment precedes the flag load, so one of the two sees the other. The thread running
-// the exit (and calling polyquant from later exit code) never parks.
-std::atomic<bool> g_exiting{false};
-std::atomic<int> g_reacquiring{0};
-std::atomic<std::thread::id> g_exiting_thread{};
-
-void stop_reacquiring_at_exit() {
-  g_exiting_thread.store(std::this_thread::get_id());
-  g_exiting.store(true);
-  Py_BEGIN_ALLOW_THREADS
-  while (g_reacquiring.load() != 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
-  Py_END_ALLOW_THREADS
-}
-
-void acquire_gil_or_park(PyThreadState* state) {
-  g_reacquiring.fetch_add(1);
-  const bool exiting = g_exiting.load() && g_exiting_thread.load() != std::this_thread::get_id();
-  if (exiting || interpreter_finalizing()) {
-    g_reacquiring.fetch_sub(1);
-    for (;;) pause();
-  }
-  PyEval_RestoreThread(state);
-  g_reacquiring.fetch_sub(1);
-}
+// Interpreter exit: python/src/gil_release.h (a daemon thread in a call parks instead of aborting).
+using polyquant::python::acquire_gil_or_park;
+using polyquant::python::stop_reacquiring_at_exit;
 
 // Runs `spec` (with the GIL, it is cheap and may throw), allocates unless `out` was given (the op
 // checks its shape and dtype), then `kernel(out)` without the GIL. Returns the output array.
