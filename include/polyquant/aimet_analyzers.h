@@ -25,15 +25,24 @@
 //               squared error sum_b count_b * ((clamp(round(m_b / delta - o), 0, N) + o) delta -
 //               m_b)^2 (times gamma where clipped), summed in torch's float32 vector order.
 //
+// Threads: every analyzer may be shared between threads. Each holds a reader-writer lock: the
+// methods that change the statistics (update_stats, reset_stats, merge into it, set_state) take it
+// exclusively, those that read them (compute_encodings, state, has_stats, being merged from)
+// shared, so concurrent calls give the result of some serial order of the same calls. a.merge(b)
+// locks both without deadlock (b.merge(a) may run at the same time); a.merge(a) folds a copy of a's
+// statistics into a. compute_dynamic_encodings reads no statistics and takes no lock.
+//
 // AIMET quirk kept: after the first batch, AIMET bins each new batch's data for histogram k from
 // the k-th contiguous chunk of x in C order (its `reshape(x, (num_histograms, -1))`), which is the
 // element's own slice only when each element's data is contiguous (e.g. per output channel of a
 // (C, ...) weight). The ranges always come from the right slices.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <vector>
 
@@ -77,23 +86,26 @@ class POLYQUANT_API MinMaxEncodingAnalyzer {
 
   // x: float16, bfloat16, float32 or float64, any strides. Batches of another dtype than the
   // statistics' promote them as torch.minimum does.
+  // An empty x (no values) is a ValueError, as AIMET's reductions refuse it.
   void update_stats(const TensorView& x);
-  void reset_stats() { state_ = {}; }
-  bool has_stats() const { return !state_.min.empty(); }
+  void reset_stats();
+  bool has_stats() const;
   // num_steps > 0 (ValueError), then StatisticsNotFoundError without statistics.
   EncodingRange compute_encodings(double num_steps, bool is_symmetric) const;
   EncodingRange compute_dynamic_encodings(const TensorView& x, double num_steps, bool is_symmetric) const;
   // Exactly the statistics of one analyzer fed both analyzers' batches (min/max are associative).
   void merge(const MinMaxEncodingAnalyzer& other);
-  const State& state() const { return state_; }
-  void set_state(State state);  // validates sizes against shape()
+  State state() const;          // a copy, taken under the lock
+  void set_state(State state);  // validates dtype and sizes against shape()
 
   // The statistics of one batch (what update_stats folds in).
   State batch_stats(const TensorView& x) const;
 
  private:
+  void merge_locked(const State& other);
   AnalyzerShape shape_;
   State state_;
+  mutable std::shared_mutex mutex_;
 };
 
 // ---- histograms (Percentile, SQNR, TfEnhanced) ---------------------------------------------------
@@ -122,10 +134,14 @@ class POLYQUANT_API HistogramEncodingAnalyzer {
   const AnalyzerShape& shape() const { return shape_; }
   const HistogramOptions& options() const { return options_; }
 
+  // An empty x (no values) is a ValueError (AIMET's histogram observer refuses a batch without a
+  // finite value).
   void update_stats(const TensorView& x);
-  void reset_stats() { state_ = {}; }
-  bool has_stats() const { return !state_.empty(); }
-  virtual EncodingRange compute_encodings(double num_steps, bool is_symmetric) const = 0;
+  void reset_stats();
+  bool has_stats() const;
+  // Percentile: num_steps > 0 (ValueError), then StatisticsNotFoundError; SQNR the other order
+  // (AIMET's).
+  EncodingRange compute_encodings(double num_steps, bool is_symmetric) const;
   EncodingRange compute_dynamic_encodings(const TensorView& x, double num_steps, bool is_symmetric) const;
 
   // Folds another analyzer's histograms in as AIMET folds a batch. Guarantee: when both have the
@@ -138,7 +154,8 @@ class POLYQUANT_API HistogramEncodingAnalyzer {
   // the order of merging (as AIMET's depends on the order of batches). Needs the same shape and bin
   // count.
   void merge(const HistogramEncodingAnalyzer& other);
-  const HistogramState& state() const { return state_; }
+  HistogramState state() const;  // a copy, taken under the lock
+  // Validates the dtype, num_bins and every size against shape() and num_bins (ValueError).
   void set_state(HistogramState state);
 
   // The histograms of one batch alone (what compute_dynamic_encodings uses).
@@ -150,9 +167,11 @@ class POLYQUANT_API HistogramEncodingAnalyzer {
   virtual EncodingRange compute_from_stats(const HistogramState& s, double num_steps, bool is_symmetric) const = 0;
 
  private:
+  void merge_locked(const HistogramState& other);
   AnalyzerShape shape_;
   HistogramOptions options_;
   HistogramState state_;
+  mutable std::shared_mutex mutex_;
 };
 
 class POLYQUANT_API PercentileEncodingAnalyzer : public HistogramEncodingAnalyzer {
@@ -160,16 +179,19 @@ class POLYQUANT_API PercentileEncodingAnalyzer : public HistogramEncodingAnalyze
   // num_bins > 0, percentile in [50, 100] (ValueError otherwise).
   PercentileEncodingAnalyzer(AnalyzerShape shape, std::int64_t num_bins = 2048, double percentile = 100);
   void set_percentile(double percentile);
-  double percentile() const { return percentile_; }
-  EncodingRange compute_encodings(double num_steps, bool is_symmetric) const override;
+  double percentile() const { return percentile_.load(); }
 
  protected:
   EncodingRange compute_from_stats(const HistogramState& s, double num_steps, bool is_symmetric) const override;
 
  private:
-  double percentile_ = 100;
+  std::atomic<double> percentile_{100};
 };
 
+// Validated by SqnrEncodingAnalyzer's constructor (ValueError naming the option): the delta
+// candidates k / (count - 1), k = 1..count, need count in [2, 2^24]; offset_candidates is 1 (only
+// the observed offset, as AIMET's empty offset grid gives) or in [3, 2^24] (AIMET divides by
+// offset_candidates - 2, and its offset grid runs backwards below 1).
 struct SqnrOptions {
   std::int64_t num_bins = 2048;
   std::int64_t asymmetric_delta_candidates = 17;
@@ -187,7 +209,6 @@ class POLYQUANT_API SqnrEncodingAnalyzer : public HistogramEncodingAnalyzer {
  public:
   SqnrEncodingAnalyzer(AnalyzerShape shape, SqnrOptions options = {});
   const SqnrOptions& sqnr_options() const { return sqnr_; }
-  EncodingRange compute_encodings(double num_steps, bool is_symmetric) const override;
 
  protected:
   EncodingRange compute_from_stats(const HistogramState& s, double num_steps, bool is_symmetric) const override;

@@ -11,6 +11,8 @@ in the core (``polyquant/aimet_analyzers.h``); this module converts arrays and n
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Mapping
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -61,14 +63,93 @@ def _np_dtype(name: str):
     return _BFLOAT16 if name == "bfloat16" else np.dtype(name)
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int(name: str, value, lo: int = _INT64_MIN, hi: int = _INT64_MAX, allowed: str = "") -> int:
+    """An integer parameter: Python / numpy integers only (not bool, not 1.5 truncated), in [lo, hi]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name}: expected an integer{allowed and ' (' + allowed + ')'}, got {type(value).__name__} {value!r}")
+    v = int(value)
+    if not lo <= v <= hi:
+        raise ValueError(f"{name}: {v} is out of range; allowed: {allowed or f'{lo} to {hi}'}")
+    return v
+
+
+def _real(name: str, value) -> float:
+    """A real-number parameter (int or float, not bool, not None or a string)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _int_tuple(name: str, value) -> Tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
+        raise TypeError(f"{name}: expected a sequence of integers, got {type(value).__name__} {value!r}")
+    return tuple(_int(f"{name}[{i}]", v) for i, v in enumerate(value))
+
+
 def _shape(shape) -> Tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
-        return (int(shape),)
-    return tuple(int(s) for s in shape)
+    if isinstance(shape, (numbers.Integral, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        return (_int("shape", shape),)
+    return _int_tuple("shape", shape)
 
 
-def _block(block_size) -> Optional[list]:
-    return None if block_size is None else [int(b) for b in block_size]
+def _block(block_size) -> Optional[Tuple[int, ...]]:
+    return None if block_size is None else _int_tuple("block_size", block_size)
+
+
+_LANES = (8, 16)
+
+
+def _lanes(value) -> int:
+    v = _int("torch_sum_lanes", value, allowed="8 or 16")
+    if v not in _LANES:
+        raise ValueError(f"torch_sum_lanes: {v} is not supported; allowed: 8 (AVX2) or 16 (AVX-512)")
+    return v
+
+
+# ---- state dicts: every key checked, errors name it ------------------------------------------------
+def _key(state, key: str):
+    if key not in state:
+        raise ValueError(f"state: missing key {key!r}")
+    return state[key]
+
+
+def _check_mapping(state, kinds: Tuple[str, ...]) -> None:
+    if not isinstance(state, Mapping):
+        raise TypeError(f"state: expected a dict (from state_dict()), got {type(state).__name__}")
+    kind = _key(state, "kind")
+    if kind not in kinds:
+        raise ValueError(f"state: 'kind' is {kind!r}, expected {' or '.join(map(repr, kinds))}")
+
+
+def _state_dtype(state) -> Optional[str]:
+    dtype = state.get("dtype")
+    if dtype is None:
+        return None
+    if not isinstance(dtype, str) or dtype not in ("float16", "bfloat16", "float32", "float64"):
+        raise ValueError(f"state: 'dtype' is {dtype!r}; allowed: None (no statistics), 'float16', 'bfloat16', 'float32', 'float64'")
+    return dtype
+
+
+def _state_array(state, key: str, dtype, shape: Tuple[int, ...]) -> np.ndarray:
+    """state[key] as a C-contiguous array of `dtype` and exactly `shape` (any real dtype converts)."""
+    value = _key(state, key)
+    try:
+        a = np.asarray(value)
+    except Exception as e:  # ragged lists and the like
+        raise TypeError(f"state: {key!r} is not an array of numbers ({e})") from None
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)
+                                 or (_BFLOAT16 is not None and a.dtype == _BFLOAT16)):
+        raise TypeError(f"state: {key!r} has dtype {a.dtype}; expected real numbers")
+    if a.shape != tuple(shape):
+        raise ValueError(f"state: {key!r} has shape {a.shape}, expected {tuple(shape)} (the analyzer's shape and num_bins)")
+    return np.ascontiguousarray(a.astype(dtype))
+
+
+def _list(values) -> Optional[list]:
+    return None if values is None else list(values)
 
 
 def _range(result, shape):
@@ -84,7 +165,7 @@ class _Analyzer:
 
     def __init__(self, shape, block_size):
         self.shape = _shape(shape)
-        self.block_size = None if block_size is None else tuple(int(b) for b in block_size)
+        self.block_size = _block(block_size)
 
     def update_stats(self, x) -> None:
         """Folds a batch into the statistics."""
@@ -99,12 +180,12 @@ class _Analyzer:
 
     def compute_encodings(self, num_steps, is_symmetric: bool) -> Tuple[np.ndarray, np.ndarray]:
         """(min, max) of the encodings from the gathered statistics."""
-        return _range(self._impl.compute_encodings(float(num_steps), bool(is_symmetric)), self.shape)
+        return _range(self._impl.compute_encodings(_real("num_steps", num_steps), bool(is_symmetric)), self.shape)
 
     def compute_dynamic_encodings(self, x, num_steps, is_symmetric: bool) -> Tuple[np.ndarray, np.ndarray]:
         """(min, max) from the statistics of `x` alone (the running statistics are untouched)."""
         a, dtype = _as_input(x)
-        return _range(self._impl.compute_dynamic_encodings(a, dtype, float(num_steps), bool(is_symmetric)), self.shape)
+        return _range(self._impl.compute_dynamic_encodings(a, dtype, _real("num_steps", num_steps), bool(is_symmetric)), self.shape)
 
     def merge(self, other: "_Analyzer") -> None:
         """Folds another analyzer's statistics in (see polyquant/aimet_analyzers.h for guarantees)."""
@@ -118,11 +199,11 @@ class MinMaxEncodingAnalyzer(_Analyzer):
 
     def __init__(self, shape, block_size: Optional[Sequence[int]] = None):
         super().__init__(shape, block_size)
-        self._impl = _ext._AimetMinMaxAnalyzer(list(self.shape), _block(block_size))
+        self._impl = _ext._AimetMinMaxAnalyzer(list(self.shape), _list(self.block_size))
 
     def state_dict(self) -> Dict[str, Any]:
-        dtype, mn, mx = self._impl.get_state()
-        if not self._impl.has_stats():
+        dtype, mn, mx = self._impl.get_state()  # one consistent copy (other threads may update)
+        if len(mn) == 0:
             return {"kind": "minmax", "shape": self.shape, "block_size": self.block_size, "dtype": None}
         dt = _np_dtype(dtype)
         return {
@@ -135,16 +216,19 @@ class MinMaxEncodingAnalyzer(_Analyzer):
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        if state.get("dtype") is None:
+        _check_mapping(state, ("minmax",))
+        dtype = _state_dtype(state)
+        if dtype is None:
             self.reset_stats()
             return
-        mn = np.asarray(state["min"]).astype(np.float64).tobytes()
-        mx = np.asarray(state["max"]).astype(np.float64).tobytes()
-        self._impl.set_state(str(state["dtype"]), mn, mx)
+        mn = _state_array(state, "min", np.float64, self.shape).tobytes()
+        mx = _state_array(state, "max", np.float64, self.shape).tobytes()
+        self._impl.set_state(dtype, mn, mx)
 
     @classmethod
     def from_state(cls, state: Dict[str, Any]) -> "MinMaxEncodingAnalyzer":
-        a = cls(state["shape"], state.get("block_size"))
+        _check_mapping(state, ("minmax",))
+        a = cls(_key(state, "shape"), state.get("block_size"))
         a.load_state_dict(state)
         return a
 
@@ -153,10 +237,12 @@ class _HistogramAnalyzer(_Analyzer):
     def _state_common(self) -> Dict[str, Any]:
         raise NotImplementedError
 
+    _kinds: Tuple[str, ...] = ()
+
     def state_dict(self) -> Dict[str, Any]:
-        dtype, bins, counts, edges, mn, mx, lo, hi = self._impl.get_state()
+        dtype, bins, counts, edges, mn, mx, lo, hi = self._impl.get_state()  # one consistent copy
         state = self._state_common()
-        if not self._impl.has_stats():
+        if len(mn) == 0:
             state["dtype"] = None
             return state
         h = int(np.prod(self.shape))
@@ -171,19 +257,22 @@ class _HistogramAnalyzer(_Analyzer):
         return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        if state.get("dtype") is None:
+        _check_mapping(state, self._kinds)
+        dtype = _state_dtype(state)
+        if dtype is None:
             self.reset_stats()
             return
-        hist = np.ascontiguousarray(state["histogram"], dtype=np.float32)
-        limit = np.ascontiguousarray(state["range_limit"], dtype=np.float32)
+        h, bins = int(np.prod(self.shape)), self.num_bins
+        hist = _state_array(state, "histogram", np.float32, (h, bins))
+        limit = _state_array(state, "range_limit", np.float32, (h, 2))
         self._impl.set_state(
             (
-                str(state["dtype"]),
-                int(hist.shape[-1]),
+                dtype,
+                bins,
                 hist.tobytes(),
-                np.ascontiguousarray(state["bin_edges"], dtype=np.float32).tobytes(),
-                np.ascontiguousarray(state["min"], dtype=np.float64).tobytes(),
-                np.ascontiguousarray(state["max"], dtype=np.float64).tobytes(),
+                _state_array(state, "bin_edges", np.float32, (h, bins + 1)).tobytes(),
+                _state_array(state, "min", np.float64, (h,)).tobytes(),
+                _state_array(state, "max", np.float64, (h,)).tobytes(),
                 np.ascontiguousarray(limit[:, 0]).tobytes(),
                 np.ascontiguousarray(limit[:, 1]).tobytes(),
             )
@@ -193,17 +282,20 @@ class _HistogramAnalyzer(_Analyzer):
 class PercentileEncodingAnalyzer(_HistogramAnalyzer):
     """Percentile calibration: the range after clipping (100 - p)% at each end of a histogram."""
 
+    _kinds = ("percentile",)
+
     def __init__(self, shape, num_bins: int = 2048, percentile: float = 100, block_size: Optional[Sequence[int]] = None):
         super().__init__(shape, block_size)
-        self.num_bins = int(num_bins)
-        self._impl = _ext._AimetPercentileAnalyzer(list(self.shape), _block(block_size), self.num_bins, float(percentile))
+        self.num_bins = _int("num_bins", num_bins)
+        self._impl = _ext._AimetPercentileAnalyzer(list(self.shape), _list(self.block_size), self.num_bins,
+                                                   _real("percentile", percentile))
 
     @property
     def percentile(self) -> float:
         return self._impl.percentile()
 
     def set_percentile(self, percentile: float) -> None:
-        self._impl.set_percentile(float(percentile))
+        self._impl.set_percentile(_real("percentile", percentile))
 
     def _state_common(self):
         return {"kind": "percentile", "shape": self.shape, "block_size": self.block_size, "num_bins": self.num_bins,
@@ -211,7 +303,8 @@ class PercentileEncodingAnalyzer(_HistogramAnalyzer):
 
     @classmethod
     def from_state(cls, state: Dict[str, Any]) -> "PercentileEncodingAnalyzer":
-        a = cls(state["shape"], state["num_bins"], state["percentile"], state.get("block_size"))
+        _check_mapping(state, cls._kinds)
+        a = cls(_key(state, "shape"), _key(state, "num_bins"), _key(state, "percentile"), state.get("block_size"))
         a.load_state_dict(state)
         return a
 
@@ -221,20 +314,25 @@ class SqnrEncodingAnalyzer(_HistogramAnalyzer):
 
     ``torch_sum_lanes`` (polyquant's): the float32 vector width of torch's CPU sum kernel, whose
     order the noise sums follow: 8 (AVX2; torch 2.15 runs it on AVX-512 machines too), or 16.
+    ``asymmetric_delta_candidates`` / ``symmetric_delta_candidates``: 2 to 2**24;
+    ``offset_candidates``: 1 (the observed offset only) or 3 to 2**24 (ValueError otherwise).
     """
+
+    _kinds = ("sqnr",)
 
     def __init__(self, shape, num_bins: int = 2048, *, asymmetric_delta_candidates=17, symmetric_delta_candidates=101,
                  offset_candidates=21, max_parallelism=64, gamma=3.0, histogram_growth_limit: Optional[float] = None,
                  block_size: Optional[Sequence[int]] = None, torch_sum_lanes: int = 8):
         super().__init__(shape, block_size)
-        self.num_bins = int(num_bins)
-        growth = math.inf if histogram_growth_limit is None else float(histogram_growth_limit)
-        self._options = dict(asymmetric_delta_candidates=int(asymmetric_delta_candidates),
-                             symmetric_delta_candidates=int(symmetric_delta_candidates),
-                             offset_candidates=int(offset_candidates), max_parallelism=int(max_parallelism),
-                             gamma=float(gamma), histogram_growth_limit=histogram_growth_limit,
-                             torch_sum_lanes=int(torch_sum_lanes))
-        self._impl = _ext._AimetSqnrAnalyzer(list(self.shape), _block(block_size), self.num_bins,
+        self.num_bins = _int("num_bins", num_bins)
+        growth = math.inf if histogram_growth_limit is None else _real("histogram_growth_limit", histogram_growth_limit)
+        self._options = dict(asymmetric_delta_candidates=_int("asymmetric_delta_candidates", asymmetric_delta_candidates),
+                             symmetric_delta_candidates=_int("symmetric_delta_candidates", symmetric_delta_candidates),
+                             offset_candidates=_int("offset_candidates", offset_candidates),
+                             max_parallelism=_int("max_parallelism", max_parallelism),
+                             gamma=_real("gamma", gamma), histogram_growth_limit=histogram_growth_limit,
+                             torch_sum_lanes=_lanes(torch_sum_lanes))
+        self._impl = _ext._AimetSqnrAnalyzer(list(self.shape), _list(self.block_size), self.num_bins,
                                              self._options["asymmetric_delta_candidates"],
                                              self._options["symmetric_delta_candidates"],
                                              self._options["offset_candidates"], self._options["max_parallelism"],
@@ -246,9 +344,11 @@ class SqnrEncodingAnalyzer(_HistogramAnalyzer):
 
     @classmethod
     def from_state(cls, state: Dict[str, Any]) -> "SqnrEncodingAnalyzer":
+        _check_mapping(state, cls._kinds)
         keys = ("asymmetric_delta_candidates", "symmetric_delta_candidates", "offset_candidates", "max_parallelism",
                 "gamma", "histogram_growth_limit", "torch_sum_lanes")
-        a = cls(state["shape"], state["num_bins"], block_size=state.get("block_size"), **{k: state[k] for k in keys})
+        a = cls(_key(state, "shape"), _key(state, "num_bins"), block_size=state.get("block_size"),
+                **{k: _key(state, k) for k in keys})
         a.load_state_dict(state)
         return a
 
@@ -261,12 +361,15 @@ class TfEnhancedEncodingAnalyzer(SqnrEncodingAnalyzer):
                          offset_candidates=21, gamma=3.0, histogram_growth_limit=3.0, block_size=block_size,
                          torch_sum_lanes=torch_sum_lanes)
 
+    _kinds = ("tfe",)
+
     def _state_common(self):
         return {"kind": "tfe", "shape": self.shape, "block_size": self.block_size,
                 "torch_sum_lanes": self._options["torch_sum_lanes"]}
 
     @classmethod
     def from_state(cls, state: Dict[str, Any]) -> "TfEnhancedEncodingAnalyzer":
-        a = cls(state["shape"], state.get("block_size"), torch_sum_lanes=state.get("torch_sum_lanes", 8))
+        _check_mapping(state, cls._kinds)
+        a = cls(_key(state, "shape"), state.get("block_size"), torch_sum_lanes=state.get("torch_sum_lanes", 8))
         a.load_state_dict(state)
         return a

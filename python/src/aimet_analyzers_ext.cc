@@ -1,7 +1,12 @@
 // Bindings of AIMET's encoding analyzers (polyquant/aimet_analyzers.h): thin classes over the C++
 // ones. Arrays arrive as numpy arrays with their dtype named separately (bfloat16 as its uint16
 // storage); results and states go back as raw bytes of float64 / float32 values, which
-// polyquant._aimet_analyzers turns into arrays. The GIL is released while statistics are gathered.
+// polyquant._aimet_analyzers turns into arrays.
+//
+// Threads: every call that touches an analyzer runs with the GIL released (gil_release.h: a daemon
+// thread still in a call parks at interpreter exit instead of aborting the process), and the C++
+// analyzer takes its own lock inside. So an analyzer's lock is only ever waited for without the GIL,
+// and released before the GIL is taken back: no lock-order cycle with the GIL.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -16,22 +21,24 @@
 #include <tuple>
 #include <vector>
 
+#include "gil_release.h"
 #include "polyquant/aimet_analyzers.h"
 
 namespace nb = nanobind;
 namespace pq = polyquant;
 namespace pa = polyquant::aimet;
+using polyquant::python::without_gil;
 
 namespace {
 
 using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
 
-pq::DType dtype_of(const std::string& name) {
+pq::DType dtype_of(const std::string& name, const char* what = "x") {
   if (name == "float16") return pq::DType::kFloat16;
   if (name == "bfloat16") return pq::DType::kBFloat16;
   if (name == "float32") return pq::DType::kFloat32;
   if (name == "float64") return pq::DType::kFloat64;
-  throw pq::Error(pq::ErrorKind::kType, "x: dtype " + name + " is not supported (float16, bfloat16, float32, float64)");
+  throw pq::Error(pq::ErrorKind::kType, std::string(what) + ": dtype " + name + " is not supported (float16, bfloat16, float32, float64)");
 }
 
 pq::TensorView view_of(const InArray& a, const std::string& dtype) {
@@ -49,7 +56,10 @@ nb::bytes to_bytes(const std::vector<T>& v) {
   return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 template <class T>
-std::vector<T> from_bytes(const nb::bytes& b) {
+std::vector<T> from_bytes(const nb::bytes& b, const char* what) {
+  if (b.size() % sizeof(T) != 0)
+    throw pq::Error(pq::ErrorKind::kValue, std::string("state: ") + what + " has " + std::to_string(b.size()) + " bytes, not a whole number of " +
+                                               std::to_string(sizeof(T)) + "-byte values");
   std::vector<T> v(b.size() / sizeof(T));
   if (!v.empty()) std::memcpy(v.data(), b.c_str(), v.size() * sizeof(T));
   return v;
@@ -73,46 +83,44 @@ HistTuple hist_tuple(const pa::HistogramState& s) {
 }
 pa::HistogramState hist_state(const HistTuple& t) {
   pa::HistogramState s;
-  s.dtype = dtype_of(std::get<0>(t));
+  s.dtype = dtype_of(std::get<0>(t), "state");
   s.num_bins = std::get<1>(t);
-  s.counts = from_bytes<float>(std::get<2>(t));
-  s.edges = from_bytes<float>(std::get<3>(t));
-  s.min = from_bytes<double>(std::get<4>(t));
-  s.max = from_bytes<double>(std::get<5>(t));
-  s.limit_lo = from_bytes<float>(std::get<6>(t));
-  s.limit_hi = from_bytes<float>(std::get<7>(t));
+  s.counts = from_bytes<float>(std::get<2>(t), "histogram");
+  s.edges = from_bytes<float>(std::get<3>(t), "bin_edges");
+  s.min = from_bytes<double>(std::get<4>(t), "min");
+  s.max = from_bytes<double>(std::get<5>(t), "max");
+  s.limit_lo = from_bytes<float>(std::get<6>(t), "range_limit");
+  s.limit_hi = from_bytes<float>(std::get<7>(t), "range_limit");
   return s;
+}
+
+// The methods every analyzer has; each waits for the analyzer's lock without the GIL.
+template <class A>
+void bind_common_methods(nb::class_<A>& c) {
+  c.def("update_stats", [](A& a, const InArray& x, const std::string& dtype) {
+       const pq::TensorView v = view_of(x, dtype);
+       without_gil([&] { a.update_stats(v); });
+     })
+      .def("reset_stats", [](A& a) { without_gil([&] { a.reset_stats(); }); })
+      .def("has_stats", [](const A& a) { return without_gil([&] { return a.has_stats(); }); })
+      .def("compute_encodings", [](const A& a, double n, bool sym) {
+        return range_tuple(without_gil([&] { return a.compute_encodings(n, sym); }));
+      })
+      .def("compute_dynamic_encodings", [](const A& a, const InArray& x, const std::string& dtype, double n, bool sym) {
+        const pq::TensorView v = view_of(x, dtype);
+        return range_tuple(without_gil([&] { return a.compute_dynamic_encodings(v, n, sym); }));
+      })
+      .def("merge", [](A& a, const A& other) { without_gil([&] { a.merge(other); }); });
 }
 
 template <class A>
 void bind_histogram_methods(nb::class_<A>& c) {
-  c.def("update_stats", [](A& a, const InArray& x, const std::string& dtype) {
-       const pq::TensorView v = view_of(x, dtype);
-       nb::gil_scoped_release release;
-       a.update_stats(v);
-     })
-      .def("reset_stats", &A::reset_stats)
-      .def("has_stats", &A::has_stats)
-      .def("compute_encodings", [](const A& a, double n, bool sym) {
-        pa::EncodingRange r;
-        {
-          nb::gil_scoped_release release;
-          r = a.compute_encodings(n, sym);
-        }
-        return range_tuple(r);
-      })
-      .def("compute_dynamic_encodings", [](const A& a, const InArray& x, const std::string& dtype, double n, bool sym) {
-        const pq::TensorView v = view_of(x, dtype);
-        pa::EncodingRange r;
-        {
-          nb::gil_scoped_release release;
-          r = a.compute_dynamic_encodings(v, n, sym);
-        }
-        return range_tuple(r);
-      })
-      .def("merge", [](A& a, const A& other) { a.merge(other); })
-      .def("get_state", [](const A& a) { return hist_tuple(a.state()); })
-      .def("set_state", [](A& a, const HistTuple& t) { a.set_state(hist_state(t)); });
+  bind_common_methods(c);
+  c.def("get_state", [](const A& a) { return hist_tuple(without_gil([&] { return a.state(); })); })
+      .def("set_state", [](A& a, const HistTuple& t) {
+        pa::HistogramState s = hist_state(t);
+        without_gil([&] { a.set_state(std::move(s)); });
+      });
 }
 
 }  // namespace
@@ -122,37 +130,22 @@ void bind_aimet_analyzers(nb::module_& m) {
   // translator, so it is tried first).
   nb::exception<pa::StatisticsNotFoundError>(m, "StatisticsNotFoundError", PyExc_RuntimeError);
 
-  nb::class_<pa::MinMaxEncodingAnalyzer>(m, "_AimetMinMaxAnalyzer")
-      .def("__init__", [](pa::MinMaxEncodingAnalyzer* self, const std::vector<std::int64_t>& shape,
-                          const std::optional<std::vector<std::int64_t>>& block) { new (self) pa::MinMaxEncodingAnalyzer(make_shape(shape, block)); },
-           nb::arg("shape"), nb::arg("block_size").none())
-      .def("update_stats", [](pa::MinMaxEncodingAnalyzer& a, const InArray& x, const std::string& dtype) {
-        const pq::TensorView v = view_of(x, dtype);
-        nb::gil_scoped_release release;
-        a.update_stats(v);
-      })
-      .def("reset_stats", &pa::MinMaxEncodingAnalyzer::reset_stats)
-      .def("has_stats", &pa::MinMaxEncodingAnalyzer::has_stats)
-      .def("compute_encodings", [](const pa::MinMaxEncodingAnalyzer& a, double n, bool sym) { return range_tuple(a.compute_encodings(n, sym)); })
-      .def("compute_dynamic_encodings", [](const pa::MinMaxEncodingAnalyzer& a, const InArray& x, const std::string& dtype, double n, bool sym) {
-        const pq::TensorView v = view_of(x, dtype);
-        pa::EncodingRange r;
-        {
-          nb::gil_scoped_release release;
-          r = a.compute_dynamic_encodings(v, n, sym);
-        }
-        return range_tuple(r);
-      })
-      .def("merge", &pa::MinMaxEncodingAnalyzer::merge)
+  auto minmax = nb::class_<pa::MinMaxEncodingAnalyzer>(m, "_AimetMinMaxAnalyzer")
+                    .def("__init__", [](pa::MinMaxEncodingAnalyzer* self, const std::vector<std::int64_t>& shape,
+                                        const std::optional<std::vector<std::int64_t>>& block) { new (self) pa::MinMaxEncodingAnalyzer(make_shape(shape, block)); },
+                         nb::arg("shape"), nb::arg("block_size").none());
+  bind_common_methods(minmax);
+  minmax
       .def("get_state", [](const pa::MinMaxEncodingAnalyzer& a) {
-        return std::make_tuple(std::string(pq::dtype_name(a.state().dtype)), to_bytes(a.state().min), to_bytes(a.state().max));
+        const pa::MinMaxEncodingAnalyzer::State s = without_gil([&] { return a.state(); });  // one consistent copy
+        return std::make_tuple(std::string(pq::dtype_name(s.dtype)), to_bytes(s.min), to_bytes(s.max));
       })
       .def("set_state", [](pa::MinMaxEncodingAnalyzer& a, const std::string& dtype, const nb::bytes& mn, const nb::bytes& mx) {
         pa::MinMaxEncodingAnalyzer::State s;
-        s.dtype = dtype_of(dtype);
-        s.min = from_bytes<double>(mn);
-        s.max = from_bytes<double>(mx);
-        a.set_state(std::move(s));
+        s.dtype = dtype_of(dtype, "state");
+        s.min = from_bytes<double>(mn, "min");
+        s.max = from_bytes<double>(mx, "max");
+        without_gil([&] { a.set_state(std::move(s)); });
       });
 
   auto pct = nb::class_<pa::PercentileEncodingAnalyzer>(m, "_AimetPercentileAnalyzer")

@@ -13,8 +13,9 @@
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <mutex>
 #include <limits>
+#include <mutex>
+#include <shared_mutex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -246,6 +247,12 @@ void gather(const TensorView& x, const Load& load) {
       idx[static_cast<std::size_t>(d)] = 0;
     }
   }
+}
+
+// AIMET refuses a batch without values (its reductions over an empty tensor raise).
+void check_not_empty(const TensorView& x) {
+  if (x.numel() == 0)
+    fail(ErrorKind::kValue, "x: the batch is empty (shape " + x.shape.str() + "); the analyzers need at least one value per batch");
 }
 
 Data read_data(const TensorView& x) {
@@ -624,6 +631,7 @@ MinMaxEncodingAnalyzer::MinMaxEncodingAnalyzer(AnalyzerShape shape) : shape_(std
 MinMaxEncodingAnalyzer::State MinMaxEncodingAnalyzer::batch_stats(const TensorView& x) const {
   check_dtype(x.dtype);
   const ReducedView rv = reduced_view(x.shape, shape_, false);
+  check_not_empty(x);
   const Data data = read_data(x);
   State s;
   s.dtype = x.dtype;
@@ -651,31 +659,64 @@ void fold_min_max(MinMaxEncodingAnalyzer::State& into, const MinMaxEncodingAnaly
 }  // namespace
 
 void MinMaxEncodingAnalyzer::update_stats(const TensorView& x) {
+  // The batch's statistics need no lock (shape_ never changes); only the fold does.
   State s = batch_stats(x);
-  if (!has_stats()) {
+  std::unique_lock lock(mutex_);
+  if (state_.min.empty()) {
     state_ = std::move(s);
     return;
   }
   fold_min_max(state_, s);
 }
 
-void MinMaxEncodingAnalyzer::merge(const MinMaxEncodingAnalyzer& other) {
-  if (!(other.shape_.shape == shape_.shape)) fail(ErrorKind::kValue, "merge: the analyzers' shapes differ");
-  if (!other.has_stats()) return;
-  if (!has_stats()) {
-    state_ = other.state_;
+void MinMaxEncodingAnalyzer::reset_stats() {
+  std::unique_lock lock(mutex_);
+  state_ = {};
+}
+
+bool MinMaxEncodingAnalyzer::has_stats() const {
+  std::shared_lock lock(mutex_);
+  return !state_.min.empty();
+}
+
+MinMaxEncodingAnalyzer::State MinMaxEncodingAnalyzer::state() const {
+  std::shared_lock lock(mutex_);
+  return state_;
+}
+
+void MinMaxEncodingAnalyzer::merge_locked(const State& other) {
+  if (other.min.empty()) return;
+  if (state_.min.empty()) {
+    state_ = other;
     return;
   }
-  fold_min_max(state_, other.state_);
+  fold_min_max(state_, other);
+}
+
+void MinMaxEncodingAnalyzer::merge(const MinMaxEncodingAnalyzer& other) {
+  if (!(other.shape_.shape == shape_.shape)) fail(ErrorKind::kValue, "merge: the analyzers' shapes differ");
+  if (&other == this) {  // a.merge(a): fold a copy (min / max of equal values leave them as they are)
+    std::unique_lock lock(mutex_);
+    const State copy = state_;
+    merge_locked(copy);
+    return;
+  }
+  std::unique_lock mine(mutex_, std::defer_lock);
+  std::shared_lock theirs(other.mutex_, std::defer_lock);
+  std::lock(mine, theirs);  // deadlock-free against a concurrent other.merge(*this)
+  merge_locked(other.state_);
 }
 
 void MinMaxEncodingAnalyzer::set_state(State state) {
   if (!state.min.empty() || !state.max.empty()) {
-    check_dtype(state.dtype);
+    if (!is_analyzer_dtype(state.dtype))
+      fail(ErrorKind::kValue, std::string("state: dtype ") + dtype_name(state.dtype) + " is not supported (float16, bfloat16, float32, float64)");
     const auto n = static_cast<std::size_t>(shape_.shape.numel());
     if (state.min.size() != n || state.max.size() != n)
-      fail(ErrorKind::kValue, "state: min and max must have " + std::to_string(n) + " values (the analyzer's shape)");
+      fail(ErrorKind::kValue, "state: min and max must have " + std::to_string(n) + " values (the analyzer's shape), got " +
+                                  std::to_string(state.min.size()) + " and " + std::to_string(state.max.size()));
   }
+  std::unique_lock lock(mutex_);
   state_ = std::move(state);
 }
 
@@ -721,7 +762,8 @@ void minmax_encoding(DType t, double mn, double mx, double n, bool symmetric, do
 
 EncodingRange MinMaxEncodingAnalyzer::compute_encodings(double num_steps, bool is_symmetric) const {
   check_num_steps(num_steps);
-  if (!has_stats()) throw StatisticsNotFoundError();
+  std::shared_lock lock(mutex_);
+  if (state_.min.empty()) throw StatisticsNotFoundError();
   const auto n = static_cast<std::int64_t>(state_.min.size());
   EncodingRange r = make_range(state_.dtype, shape_.shape, n);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -1080,6 +1122,7 @@ HistogramState HistogramEncodingAnalyzer::batch_stats(const TensorView& x) const
 HistogramState HistogramEncodingAnalyzer::batch_stats_impl(const TensorView& x, bool with_counts) const {
   check_dtype(x.dtype);
   const ReducedView rv = reduced_view(x.shape, shape_, true);
+  check_not_empty(x);
   const Data data = read_data(x);
   const bool contiguous = data.n > 0 && slices_contiguous(rv);
   SliceIndex si;
@@ -1217,7 +1260,10 @@ void merge_histogram(DType batch_dtype, double new_min, double new_max, std::int
 }  // namespace
 
 void HistogramEncodingAnalyzer::update_stats(const TensorView& x) {
-  if (!has_stats()) {
+  // Held for the whole update: later batches are binned into the running ranges. The core's
+  // thread pool never takes an analyzer's lock, so the parallel loops below cannot deadlock on it.
+  std::unique_lock lock(mutex_);
+  if (state_.empty()) {
     state_ = batch_stats(x);
     return;
   }
@@ -1239,33 +1285,80 @@ void HistogramEncodingAnalyzer::update_stats(const TensorView& x) {
   state_.dtype = x.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
 }
 
-void HistogramEncodingAnalyzer::merge(const HistogramEncodingAnalyzer& other) {
-  if (!(other.shape_.shape == shape_.shape) || other.options_.num_bins != options_.num_bins)
-    fail(ErrorKind::kValue, "merge: the analyzers' shapes or bin counts differ");
-  if (!other.has_stats()) return;
-  if (!has_stats()) {
-    state_ = other.state_;
+void HistogramEncodingAnalyzer::reset_stats() {
+  std::unique_lock lock(mutex_);
+  state_ = {};
+}
+
+bool HistogramEncodingAnalyzer::has_stats() const {
+  std::shared_lock lock(mutex_);
+  return !state_.empty();
+}
+
+HistogramState HistogramEncodingAnalyzer::state() const {
+  std::shared_lock lock(mutex_);
+  return state_;
+}
+
+EncodingRange HistogramEncodingAnalyzer::compute_encodings(double num_steps, bool is_symmetric) const {
+  std::shared_lock lock(mutex_);
+  return compute_from_stats(state_, num_steps, is_symmetric);
+}
+
+void HistogramEncodingAnalyzer::merge_locked(const HistogramState& other) {
+  if (other.empty()) return;
+  if (state_.empty()) {
+    state_ = other;
     return;
   }
   const std::int64_t h = static_cast<std::int64_t>(state_.min.size()), bins = options_.num_bins;
   for (std::int64_t k = 0; k < h; ++k) {
     const auto u = static_cast<std::size_t>(k);
-    merge_histogram(other.state_.dtype, other.state_.min[u], other.state_.max[u], bins, state_.counts.data() + k * bins,
-                    state_.edges.data() + k * (bins + 1), state_.min[u], state_.max[u], state_.limit_lo[u], state_.limit_hi[u], nullptr,
-                    false, other.state_.counts.data() + k * bins, other.state_.edges.data() + k * (bins + 1));
+    merge_histogram(other.dtype, other.min[u], other.max[u], bins, state_.counts.data() + k * bins, state_.edges.data() + k * (bins + 1),
+                    state_.min[u], state_.max[u], state_.limit_lo[u], state_.limit_hi[u], nullptr, false, other.counts.data() + k * bins,
+                    other.edges.data() + k * (bins + 1));
   }
-  state_.dtype = other.state_.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  state_.dtype = other.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+}
+
+void HistogramEncodingAnalyzer::merge(const HistogramEncodingAnalyzer& other) {
+  if (!(other.shape_.shape == shape_.shape) || other.options_.num_bins != options_.num_bins)
+    fail(ErrorKind::kValue, "merge: the analyzers' shapes or bin counts differ");
+  if (&other == this) {  // a.merge(a): the statistics fed twice (same edges: the counts double)
+    std::unique_lock lock(mutex_);
+    const HistogramState copy = state_;
+    merge_locked(copy);
+    return;
+  }
+  std::unique_lock mine(mutex_, std::defer_lock);
+  std::shared_lock theirs(other.mutex_, std::defer_lock);
+  std::lock(mine, theirs);  // deadlock-free against a concurrent other.merge(*this)
+  merge_locked(other.state_);
 }
 
 void HistogramEncodingAnalyzer::set_state(HistogramState s) {
   if (!s.empty()) {
-    check_dtype(s.dtype);
+    if (!is_analyzer_dtype(s.dtype))
+      fail(ErrorKind::kValue, std::string("state: dtype ") + dtype_name(s.dtype) + " is not supported (float16, bfloat16, float32, float64)");
     const auto h = static_cast<std::size_t>(shape_.shape.numel());
     const auto b = static_cast<std::size_t>(options_.num_bins);
-    if (s.num_bins != options_.num_bins || s.min.size() != h || s.max.size() != h || s.counts.size() != h * b ||
-        s.edges.size() != h * (b + 1) || s.limit_lo.size() != h || s.limit_hi.size() != h)
-      fail(ErrorKind::kValue, "state: sizes do not match the analyzer's shape and num_bins");
+    auto expect = [](const char* what, std::size_t got, std::size_t want) {
+      if (got != want)
+        fail(ErrorKind::kValue, std::string("state: ") + what + " has " + std::to_string(got) + " values, expected " + std::to_string(want) +
+                                    " (the analyzer's shape and num_bins)");
+    };
+    if (s.num_bins != options_.num_bins)
+      fail(ErrorKind::kValue, "state: num_bins is " + std::to_string(s.num_bins) + ", the analyzer's is " + std::to_string(options_.num_bins));
+    expect("min", s.min.size(), h);
+    expect("max", s.max.size(), h);
+    expect("histogram", s.counts.size(), h * b);
+    expect("bin_edges", s.edges.size(), h * (b + 1));
+    expect("range_limit (low)", s.limit_lo.size(), h);
+    expect("range_limit (high)", s.limit_hi.size(), h);
+  } else if (!s.max.empty() || !s.counts.empty() || !s.edges.empty() || !s.limit_lo.empty() || !s.limit_hi.empty()) {
+    fail(ErrorKind::kValue, "state: min is empty but other statistics are not (an empty state has none)");
   }
+  std::unique_lock lock(mutex_);
   state_ = std::move(s);
 }
 
@@ -1288,12 +1381,6 @@ PercentileEncodingAnalyzer::PercentileEncodingAnalyzer(AnalyzerShape shape, std:
 void PercentileEncodingAnalyzer::set_percentile(double percentile) {
   if (!(percentile >= 50 && percentile <= 100)) fail(ErrorKind::kValue, "Percentile value must be within 50-100 range");
   percentile_ = percentile;
-}
-
-EncodingRange PercentileEncodingAnalyzer::compute_encodings(double num_steps, bool is_symmetric) const {
-  check_num_steps(num_steps);
-  if (!has_stats()) throw StatisticsNotFoundError();
-  return compute_from_stats(state(), num_steps, is_symmetric);
 }
 
 namespace {
@@ -1380,12 +1467,22 @@ SqnrEncodingAnalyzer::SqnrEncodingAnalyzer(AnalyzerShape shape, SqnrOptions opti
   // AIMET chunks with range(0, n, max_parallelism): 0 raises ValueError there (at compute time).
   if (sqnr_.max_parallelism < 1)
     fail(ErrorKind::kValue, "max_parallelism: must be a positive integer, got " + std::to_string(sqnr_.max_parallelism));
-}
-
-EncodingRange SqnrEncodingAnalyzer::compute_encodings(double num_steps, bool is_symmetric) const {
-  if (!has_stats()) throw StatisticsNotFoundError();
-  check_num_steps(num_steps);
-  return compute_from_stats(state(), num_steps, is_symmetric);
+  // The delta candidates are max_delta * k / (count - 1), k = 1..count: AIMET divides by zero for
+  // 1 (inf / NaN encodings) and has no candidate for 0 or less. The upper bound keeps the
+  // candidate tables (histograms x deltas x offsets) addressable.
+  constexpr std::int64_t kMaxCandidates = std::int64_t{1} << 24;
+  auto check_deltas = [&](const char* name, std::int64_t v) {
+    if (v < 2 || v > kMaxCandidates)
+      fail(ErrorKind::kValue, std::string(name) + ": must be an integer from 2 to " + std::to_string(kMaxCandidates) + ", got " + std::to_string(v));
+  };
+  check_deltas("asymmetric_delta_candidates", sqnr_.asymmetric_delta_candidates);
+  check_deltas("symmetric_delta_candidates", sqnr_.symmetric_delta_candidates);
+  // The offset grid has min(N + 2, count) - 1 values spaced N / (count - 2): 2 divides by zero
+  // in AIMET, 0 or less gives a backward range torch.arange refuses; 1 leaves only the observed
+  // offset (AIMET's grid is empty then).
+  const std::int64_t oc = sqnr_.offset_candidates;
+  if (oc != 1 && (oc < 3 || oc > kMaxCandidates))
+    fail(ErrorKind::kValue, "offset_candidates: must be 1 or an integer from 3 to " + std::to_string(kMaxCandidates) + ", got " + std::to_string(oc));
 }
 
 namespace {
