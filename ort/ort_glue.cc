@@ -51,6 +51,21 @@ void check(OrtStatus* status, const std::string& context) {
   throw OrtFailure(code, context.empty() ? message : context + ": " + message);
 }
 
+namespace {
+// The core's messages start with its op label ("ExtendedQuantizeLinear: y_scale must be ...") so
+// that C++ and Python callers see which op failed. A kernel's prefix already names the op and the
+// node ("VitisQuantizeLinear node 'q': "), so the label is dropped there instead of repeated.
+std::string without_core_op_label(std::string message) {
+  static constexpr const char* kLabels[] = {"ExtendedQuantizeLinear", "ExtendedDequantizeLinear", "QuantizeLinear",
+                                            "DequantizeLinear", "IntQuant", "BipolarQuant", "Trunc", "FloatQuant"};
+  for (const char* label : kLabels) {
+    const std::string lead = std::string(label) + ": ";
+    if (message.compare(0, lead.size(), lead) == 0) return message.substr(lead.size());
+  }
+  return message;
+}
+}  // namespace
+
 OrtStatus* status_from_current_exception(const std::string& prefix) noexcept {
   OrtErrorCode code = ORT_FAIL;
   try {
@@ -59,7 +74,7 @@ OrtStatus* status_from_current_exception(const std::string& prefix) noexcept {
       throw;
     } catch (const polyquant::Error& e) {
       code = ORT_INVALID_ARGUMENT;
-      message = e.what();
+      message = prefix.empty() ? std::string(e.what()) : without_core_op_label(e.what());
     } catch (const OrtFailure& e) {
       code = e.code();
       message = e.what();
@@ -321,20 +336,19 @@ std::optional<std::string> AttributeReader::try_string(const char* name) const {
   if (value.find('\0') != std::string::npos) {
     std::string shown;
     for (char c : value) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
-    throw Error(ErrorKind::kValue, std::string(name) + ": attribute '" + shown + "' of " + op_ +
-                                       " contains a NUL character");
+    throw Error(ErrorKind::kValue, std::string(name) + ": attribute '" + shown + "' contains a NUL character");
   }
   return value;
 }
 
 void AttributeReader::wrong_type(const char* name, const char* expected) const {
-  throw Error(ErrorKind::kType, std::string(name) + ": attribute must be " + expected + " (" + op_ +
-                                    " reads it as one), but the node gives another attribute type");
+  throw Error(ErrorKind::kType, std::string(name) + ": attribute must be " + expected +
+                                    ", but the node gives another attribute type");
 }
 
 int64_t AttributeReader::required_int(const char* name) const {
   if (auto v = try_int(name)) return *v;
-  throw Error(ErrorKind::kValue, std::string(name) + ": required attribute of " + op_ + " is missing");
+  throw Error(ErrorKind::kValue, std::string(name) + ": required attribute is missing");
 }
 
 int64_t AttributeReader::optional_int(const char* name, int64_t fallback) const {
@@ -343,7 +357,7 @@ int64_t AttributeReader::optional_int(const char* name, int64_t fallback) const 
 
 std::string AttributeReader::required_string(const char* name) const {
   if (auto v = try_string(name)) return *v;
-  throw Error(ErrorKind::kValue, std::string(name) + ": required attribute of " + op_ + " is missing");
+  throw Error(ErrorKind::kValue, std::string(name) + ": required attribute is missing");
 }
 
 std::string AttributeReader::optional_string(const char* name, const std::string& fallback) const {

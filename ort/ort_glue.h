@@ -88,11 +88,11 @@ struct RuntimeVersion {
 RuntimeVersion parse_runtime_version(const char* text);
 
 // ---- kernel creation -----------------------------------------------------------------------
-// Reads the node's attributes. `op` names the op in messages. A present attribute of another
-// type than expected is an error; an absent required one is too.
+// Reads the node's attributes. A present attribute of another type than expected is an error; an
+// absent required one is too. Messages name the attribute; the kernel's prefix names op and node.
 class AttributeReader {
  public:
-  AttributeReader(const OrtKernelInfo* info, const char* op) : info_(info), op_(op) {}
+  explicit AttributeReader(const OrtKernelInfo* info) : info_(info) {}
   int64_t required_int(const char* name) const;
   int64_t optional_int(const char* name, int64_t fallback) const;
   std::string required_string(const char* name) const;
@@ -106,7 +106,6 @@ class AttributeReader {
   bool present_as_other_type(const char* name, const char* except) const;
   [[noreturn]] void wrong_type(const char* name, const char* expected) const;
   const OrtKernelInfo* info_;
-  const char* op_;
 };
 
 size_t node_input_count(const OrtKernelInfo* info);

@@ -205,11 +205,10 @@ class QdqOp : public Ort::CustomOpBase<QdqOp, Kernel, /*WithStatus=*/true> {
     try {
       const std::string node = node_name(info);
       if (!node.empty()) prefix = std::string(name_) + " node '" + node + "': ";
-      const AttributeReader attrs(info, name_);
+      const AttributeReader attrs(info);
       const size_t inputs = node_input_count(info);
       if (inputs < 2 || inputs > 3) {
-        throw Error(ErrorKind::kValue, "inputs: the node has " + std::to_string(inputs) + " inputs, " + name_ +
-                                           " takes 2 or 3");
+        throw Error(ErrorKind::kValue, "inputs: the node has " + std::to_string(inputs) + " inputs, the op takes 2 or 3");
       }
       switch (kind_) {
         case OpKind::kExtendedQuantize: *kernel = new ExtendedQuantizeKernel(prefix, attrs); break;

@@ -182,12 +182,12 @@ class QonnxOp : public Ort::CustomOpBase<QonnxOp, Kernel, /*WithStatus=*/true> {
     try {
       const std::string node = node_name(info);
       if (!node.empty()) prefix = std::string(name_) + " node '" + node + "': ";
-      const AttributeReader attrs(info, name_);
+      const AttributeReader attrs(info);
       const size_t inputs = node_input_count(info);
       if (inputs < required_inputs() || inputs > GetInputTypeCount()) {
         const size_t lo = required_inputs(), hi = GetInputTypeCount();
-        throw Error(ErrorKind::kValue, "inputs: the node has " + std::to_string(inputs) + " inputs, " + name_ +
-                                           " takes " + std::to_string(lo) +
+        throw Error(ErrorKind::kValue, "inputs: the node has " + std::to_string(inputs) + " inputs, the op takes " +
+                                           std::to_string(lo) +
                                            (hi > lo ? " or " + std::to_string(hi) : std::string()));
       }
       switch (kind_) {

@@ -13,6 +13,7 @@ standard ops, such as Transpose+MatMul into FusedMatMul, are off; constant foldi
 from __future__ import annotations
 
 import collections
+import collections.abc
 import hashlib
 import os
 import threading
@@ -22,7 +23,12 @@ from typing import Any
 import numpy as np
 
 __all__ = ["execute_onnx", "REFERENCE_OPTIMIZATION", "reference_session_options", "reconcile_trunc_versions",
-           "clear_cache"]
+           "clear_cache", "UnknownInputWarning"]
+
+
+class UnknownInputWarning(UserWarning):
+    """execute_onnx was given a value under a name that is no tensor of the model: as qonnx, it is
+    ignored (the model's input then holds zeros), which is almost always a misspelt input name."""
 
 # ONNX Runtime's optimizers that rewrite standard ops into others computing different bits: they
 # change the summation order or fold a multiplication/addition into another op's weights. qonnx runs
@@ -380,7 +386,12 @@ def execute_onnx(model: Any, input_dict: dict[str, np.ndarray], return_full_exec
     every tensor's shape declared. Nodes of qonnx custom ops that polyquant does not implement
     (MultiThreshold, ...) make it defer to qonnx's own execute_onnx, which must then be installed."""
     proto = _model_proto(model)
+    if not isinstance(input_dict, collections.abc.Mapping):
+        raise TypeError(f"execute_onnx: input_dict must be a dict {{tensor name: array}}, got "
+                        f"{type(input_dict).__name__}")
     graph = proto.graph
+    declared = _declared_tensors(graph)
+    _warn_unknown_inputs(graph, input_dict, declared)
     for prop in proto.metadata_props:
         if prop.key == "exec_mode" and prop.value != "":
             raise Exception('Metadata property "exec_mode" is set to an unknown value.')
@@ -395,14 +406,14 @@ def execute_onnx(model: Any, input_dict: dict[str, np.ndarray], return_full_exec
     if _unsupported_custom_nodes(graph.node[first:last + 1]):
         return _defer_to_qonnx(model, proto, input_dict, return_full_exec_context, start_node, end_node)
 
-    declared = _declared_tensors(graph)
     given: dict[str, np.ndarray] = {}
     for name, value in input_dict.items():
         if name in declared:
             value = np.asarray(value)
             if _shape_of(declared[name]) != value.shape:
-                raise Exception(f"Shape mismatch for provided input {name}: found {_shape_of(declared[name])} "
-                                f"expected {value.shape} ")
+                # qonnx's message names the two shapes the other way round.
+                raise Exception(f"Shape mismatch for provided input {name}: found {value.shape} "
+                                f"expected {_shape_of(declared[name])} ")
             given[name] = value
     annotations = _integer_annotations(graph) if _sanitize_enabled() else {}
 
@@ -448,6 +459,18 @@ def execute_onnx(model: Any, input_dict: dict[str, np.ndarray], return_full_exec
             context[name] = results[name]
         return context
     return {name: results[name] if name in results else initial(name) for name in plan.graph_outputs}
+
+
+def _warn_unknown_inputs(graph: Any, input_dict: Any, declared: dict[str, Any]) -> None:
+    """Warn about keys of input_dict that are no tensor of the model (qonnx ignores them silently)."""
+    unknown = [name for name in input_dict if name not in declared]
+    if unknown:
+        initializers = {t.name for t in graph.initializer}
+        inputs = [v.name for v in graph.input if v.name not in initializers]
+        warnings.warn(f"execute_onnx: input_dict key(s) {', '.join(map(repr, unknown))} are not tensors of the "
+                      f"model and are ignored, as qonnx does (the model's inputs: "
+                      f"{', '.join(map(repr, inputs)) or 'none'}; a graph input not given holds zeros)",
+                      UnknownInputWarning, stacklevel=3)
 
 
 def _defer_to_qonnx(model: Any, proto: Any, input_dict: dict[str, np.ndarray], full: bool, start_node: Any,

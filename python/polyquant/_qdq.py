@@ -1,9 +1,11 @@
 """Array plumbing shared by polyquant.onnx and polyquant.quark: ml_dtypes arrays travel to the
 core as uint8 / uint16 views of the same memory with polyquant's dtype code beside them, and
-outputs of those types come back viewed as the ml_dtypes type. No numerics here."""
+outputs of those types come back viewed as the ml_dtypes type. Also the checks of the integer
+attributes (axis, block_size, ...) and of ``out=``. No numerics here."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import ml_dtypes
@@ -15,17 +17,106 @@ from . import _polyquant_ext as _ext
 _ML_DTYPES = ("bfloat16", "int4", "uint4", "int2", "uint2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
               "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
 _CODES = {name: _ext.dtype_code(name) for name in _ML_DTYPES}
+_NAMES_BY_CODE = {code: name for name, code in _CODES.items()}
+
+
+# The most dimensions a tensor may have (the core's kMaxRank).
+_MAX_RANK = 8
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def operand(value: Any, name: str) -> tuple[np.ndarray, int]:
-    """(array the extension can read, dtype code or -1)."""
+    """(array the extension can read, dtype code or -1). Big-endian (non-native) arrays are read
+    through a native copy, as are unaligned ones and those whose strides are not whole elements (the
+    core reads elements through typed pointers)."""
     a = np.asarray(value)
     if a.dtype.name in _CODES:
         storage = np.uint16 if a.dtype.itemsize == 2 else np.uint8
         return a.view(storage), _CODES[a.dtype.name]
     if a.dtype == object or a.dtype.kind not in "biuf":
         raise TypeError(f"{name}: unsupported dtype {a.dtype}")
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if not a.flags.aligned or any(s % a.itemsize for s in a.strides):
+        a = np.array(a, copy=True, order="C")
     return a, -1
+
+
+def is_weak(value: Any) -> bool:
+    """A Python int or float (not bool): "weak" as in numpy 2 (NEP 50), it takes the dtype its
+    partner operand gives it instead of becoming int64 / float64."""
+    return isinstance(value, (int, float)) and not isinstance(value, (bool, np.generic))
+
+
+def weak_operand(value: Any, name: str, dtype: Any) -> tuple[np.ndarray, int]:
+    """A Python int / float parameter converted to `dtype` (a numpy or ml_dtypes dtype), the type its
+    partner gives it; a value the dtype cannot hold exactly as an integer (a zero point of 300 for
+    uint8) raises ValueError naming the parameter instead of wrapping."""
+    dt = np.dtype(dtype)
+    if isinstance(value, int) and dt.kind in "iu":
+        info = np.iinfo(dt)
+        if not info.min <= value <= info.max:
+            raise ValueError(f"{name}: {value} does not fit {dt} (range {info.min}..{info.max}), the type a Python "
+                             f"int takes here; pass a numpy scalar or array of the intended type, e.g. np.int16({value})")
+    elif isinstance(value, int) and dt.name in ("int4", "uint4", "int2", "uint2"):
+        info = ml_dtypes.iinfo(dt)
+        if not int(info.min) <= value <= int(info.max):
+            raise ValueError(f"{name}: {value} does not fit {dt} (range {int(info.min)}..{int(info.max)}), the type "
+                             f"a Python int takes here; pass an array of the intended type")
+    try:
+        return operand(np.asarray(value, dtype=dt), name)
+    except OverflowError as e:
+        raise ValueError(f"{name}: {value!r} does not fit {dt}: {e}") from e
+
+
+def int_attr(value: Any, name: str, allowed: str = "an int") -> int:
+    """An integer attribute (axis, block_size, ...): a Python or numpy int in int64's range. bool,
+    float, str and None raise TypeError (no silent int() truncation); values beyond int64 ValueError."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected {allowed}, got the bool {value!r}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected {allowed}, got {type(value).__name__} {value!r}") from None
+    if not _INT64_MIN <= number <= _INT64_MAX:
+        raise ValueError(f"{name}: {number} is outside the int64 range (expected {allowed})")
+    return number
+
+
+def flag_attr(value: Any, name: str) -> bool:
+    """A 0/1 attribute (saturate): a bool or the ints 0 and 1."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected 0, 1 or a bool, got {type(value).__name__} {value!r}") from None
+    if number not in (0, 1):
+        raise ValueError(f"{name}: must be 0 or 1, got {number}")
+    return bool(number)
+
+
+def dtype_name(array: np.ndarray, code: int) -> str:
+    """The dtype name of an operand (array, code) as operand() returned it."""
+    return _NAMES_BY_CODE.get(code, array.dtype.name) if code >= 0 else array.dtype.name
+
+
+def numpy_dtype(name: str) -> Any:
+    """The numpy or ml_dtypes dtype called `name`."""
+    return np.dtype(getattr(ml_dtypes, name)) if name in _CODES else np.dtype(name)
+
+
+# ONNX TensorProto.DataType numbers of the types the Q/DQ ops may output or be given.
+_ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 10: "float16",
+               16: "bfloat16", 17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2",
+               20: "float8_e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4_e2m1fn", 24: "float8_e8m0fnu",
+               25: "uint2", 26: "int2", 27: "float6_e2m3fn", 28: "float6_e3m2fn"}
+
+
+def numpy_dtype_of_onnx(number: int) -> Any:
+    """The numpy / ml_dtypes dtype of an ONNX data type number; None for numbers not listed."""
+    name = _ONNX_TYPES.get(number)
+    return None if name is None else numpy_dtype(name)
 
 
 def result(pair: tuple[np.ndarray, str]) -> np.ndarray:
@@ -36,10 +127,22 @@ def result(pair: tuple[np.ndarray, str]) -> np.ndarray:
 
 
 def out_operand(out: np.ndarray | None) -> np.ndarray | None:
+    """The optional ``out=`` array: None or a writable numpy array in native byte order, aligned,
+    with whole-element strides (its shape and dtype are checked against the op's output by the core)."""
     if out is None:
         return None
     if not isinstance(out, np.ndarray):
-        raise TypeError("out: expected a numpy array")
+        raise TypeError(f"out: expected a numpy array or None, got {type(out).__name__}")
+    if not out.flags.writeable:
+        raise ValueError("out: the array is read-only; pass a writable array")
+    if not out.dtype.isnative:
+        raise ValueError(
+            f"out: the array's byte order is not the machine's (dtype {out.dtype.str}); results are written in "
+            f"native order, so pass e.g. np.empty(shape, {out.dtype.newbyteorder('=').str!r}) and convert afterwards")
+    if out.ndim > _MAX_RANK:
+        raise ValueError(f"out: rank {out.ndim} exceeds the maximum of {_MAX_RANK} dimensions")
+    if not out.flags.aligned or any(s % out.itemsize for s in out.strides):
+        raise ValueError("out: the array must be aligned with whole-element strides")
     if out.dtype.name in _CODES:
         return out.view(np.uint16 if out.dtype.itemsize == 2 else np.uint8)
     return out

@@ -5,8 +5,10 @@
     polyquant bench [--size N] [--repeat R] [--json] [--ops OP ...] [--no-peers] [--qkeras-timings FILE]
 
 Exit status: 0 success; 1 a --reference check (run) or a qonnx comparison (bench) found a mismatch;
-2 bad arguments or a problem with the inputs (missing file, model onnxruntime cannot load, qonnx absent
-for --reference).
+2 bad arguments or a problem with the inputs (a missing file, a directory or a file that is no ONNX
+model / .npy file, a model onnxruntime cannot load, qonnx absent for --reference, an output directory
+that cannot be written); 3 an unexpected internal error (a bug: the traceback is printed); 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -14,8 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 
-EXIT_OK, EXIT_ERROR = 0, 2  # 1: a mismatch against qonnx (returned by run and bench)
+# 1 is reserved for a mismatch against the reference (returned by run and bench), so that scripts can
+# tell "the bits differ" from "the command could not run".
+EXIT_OK, EXIT_MISMATCH, EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_STATUS_HELP = ("Exit status: 0 ok; 1 mismatch against the reference (run --reference, bench); 2 usage or "
+                    "input error (bad arguments, a missing file, a directory or a file that is no ONNX model / "
+                    ".npy file, a model onnxruntime cannot load, a reference that is not installed, an output "
+                    "directory that cannot be written); 3 unexpected internal error (a bug; the traceback is "
+                    "printed); 130 interrupted.")
 
 
 def info_report():
@@ -112,11 +122,12 @@ def build_parser():
 
     parser = argparse.ArgumentParser(
         prog="polyquant", description="Bit-exact QONNX quantization operators: run models, benchmark, inspect.",
-        epilog="Exit status: 0 ok, 1 mismatch against the qonnx reference, 2 usage or input error.")
+        epilog=EXIT_STATUS_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    info = sub.add_parser("info", help="version, detected ISA, threads, custom-op library, peers",
+    info = sub.add_parser("info", epilog="Exit status: 0 ok; 2 the custom-op library does not load in onnxruntime.",
+                          help="version, detected ISA, threads, custom-op library, peers",
                           description="Show the polyquant version, the kernel set (ISA) in use and those this CPU "
                                       "supports, the worker threads, the ONNX Runtime custom-op library (and whether "
                                       "it registers), and the onnxruntime and qonnx versions.")
@@ -124,7 +135,7 @@ def build_parser():
     info.set_defaults(func=info_command)
 
     run = sub.add_parser(
-        "run", help="run an ONNX/QONNX/Quark model in onnxruntime with polyquant's custom ops",
+        "run", epilog=EXIT_STATUS_HELP, help="run an ONNX/QONNX/Quark model in onnxruntime with polyquant's custom ops",
         description="Run MODEL in onnxruntime with the polyquant custom-op library (IntQuant, Quant, BipolarQuant, "
                     "Trunc v1/v2, FloatQuant in the qonnx.custom_op.general, finn.custom_op.general and onnx.brevitas "
                     "domains; Quark's ExtendedQuantizeLinear/ExtendedDequantizeLinear in com.amd.quark; opset-28 "
@@ -156,7 +167,7 @@ def build_parser():
     run.set_defaults(func=_run)
 
     bench = sub.add_parser(
-        "bench", help="throughput of each op vs memcpy and vs qonnx's numpy functions (QKeras quantizers: vs numpy "
+        "bench", epilog=EXIT_STATUS_HELP, help="throughput of each op vs memcpy and vs qonnx's numpy functions (QKeras quantizers: vs numpy "
                       "copies, their minimum passes and QKeras' recorded times)",
         description="Time each op on N float32 elements against an in-process memcpy of the same bytes (interleaved, "
                     "medians) and, unless --no-peers, against qonnx's numpy function on the same input (fewer "
@@ -201,4 +212,9 @@ def main(argv=None, out=None):
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - a bug: say so, keep the traceback, and never exit 1 (mismatch)
+        traceback.print_exc(file=sys.stderr)
+        print(f"polyquant {args.command}: internal error: {type(exc).__name__}: {exc} (please report it with the "
+              f"traceback above)", file=sys.stderr)
+        return EXIT_INTERNAL

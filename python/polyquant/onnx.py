@@ -39,32 +39,78 @@ __all__ = ["quantize_linear", "dequantize_linear", "pack", "unpack", "upgrade_mo
 def _dtype_attr(value: Any, name: str) -> int:
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an ONNX TensorProto data type number (int), got {value!r}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an ONNX TensorProto data type number (int) or None, got {value!r}")
+    # The extension takes a C int: anything beyond is no data type either (the core names the
+    # supported ones for values in range).
+    if not 0 <= int(value) < 2**31:
+        raise ValueError(f"{name}: {int(value)} is not an ONNX TensorProto data type number polyquant supports "
+                         f"(e.g. onnx.TensorProto.INT8 = 3, UINT8 = 2, INT4 = 22, FLOAT8E4M3FN = 17)")
     return int(value)
+
+
+# Python scalars are weak (NEP 50), as everywhere in polyquant: a Python float / int scale takes x's
+# type where that is a scale type, a Python int zero point the type of the output (Q) or of x (DQ).
+_SCALE_TYPES = ("float32", "float16", "bfloat16")
+
+
+def _weak_scale_dtype(x: np.ndarray, code: int, value: Any) -> Any:
+    """Q: x's dtype (float32, float16, bfloat16; int32 for an int scale with int32 x), else float32."""
+    name = _qdq.dtype_name(x, code)
+    if name in _SCALE_TYPES or (name == "int32" and isinstance(value, int)):
+        return _qdq.numpy_dtype(name)
+    return np.float32
+
+
+def _output_type(output_dtype: int) -> Any:
+    """The numpy / ml_dtypes type of an output_dtype attribute (0: uint8, Q's default); None when the
+    number is no type polyquant knows (the core then names output_dtype)."""
+    if output_dtype == 0:
+        return np.uint8
+    return _qdq.numpy_dtype_of_onnx(output_dtype)
+
+
+def _zero_point(value: Any, name: str, dtype: Any) -> tuple[Any, int]:
+    if value is None:
+        return None, -1
+    if _qdq.is_weak(value) and dtype is not None:
+        return _qdq.weak_operand(value, name, dtype)
+    return _qdq.operand(value, name)
 
 
 def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axis: int = 1, block_size: int = 0,
                     output_dtype: int | None = None, saturate: int = 1, precision: int | None = None, *,
                     out: np.ndarray | None = None) -> np.ndarray:
-    """ONNX QuantizeLinear (opset 28). Output dtype: y_zero_point's, else output_dtype, else uint8."""
+    """ONNX QuantizeLinear (opset 28). Output dtype: y_zero_point's, else output_dtype, else uint8.
+    A Python float / int y_scale takes x's type (float32 when x has none a scale may have); a Python
+    int y_zero_point takes the output type (output_dtype's, else uint8)."""
     xa, xc = _qdq.operand(x, "x")
-    sa, sc = _qdq.operand(y_scale, "y_scale")
-    za, zc = (None, -1) if y_zero_point is None else _qdq.operand(y_zero_point, "y_zero_point")
-    pair = _ext.quantize_linear(xa, xc, sa, sc, za, zc, int(axis), int(block_size),
-                                _dtype_attr(output_dtype, "output_dtype"), bool(saturate),
-                                _dtype_attr(precision, "precision"), _qdq.out_operand(out))
+    axis_value, block = _qdq.int_attr(axis, "axis"), _qdq.int_attr(block_size, "block_size")
+    out_code = _dtype_attr(output_dtype, "output_dtype")
+    if _qdq.is_weak(y_scale):
+        sa, sc = _qdq.weak_operand(y_scale, "y_scale", _weak_scale_dtype(xa, xc, y_scale))
+    else:
+        sa, sc = _qdq.operand(y_scale, "y_scale")
+    za, zc = _zero_point(y_zero_point, "y_zero_point", _output_type(out_code))
+    pair = _ext.quantize_linear(xa, xc, sa, sc, za, zc, axis_value, block, out_code,
+                                _qdq.flag_attr(saturate, "saturate"), _dtype_attr(precision, "precision"),
+                                _qdq.out_operand(out))
     return _qdq.finish(pair, out)
 
 
 def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, axis: int = 1, block_size: int = 0,
                       output_dtype: int | None = None, *, out: np.ndarray | None = None) -> np.ndarray:
-    """ONNX DequantizeLinear (opset 28). Output dtype: output_dtype, else x_scale's."""
+    """ONNX DequantizeLinear (opset 28). Output dtype: output_dtype, else x_scale's. A Python float /
+    int x_scale is float32; a Python int x_zero_point takes x's type."""
     xa, xc = _qdq.operand(x, "x")
-    sa, sc = _qdq.operand(x_scale, "x_scale")
-    za, zc = (None, -1) if x_zero_point is None else _qdq.operand(x_zero_point, "x_zero_point")
-    pair = _ext.dequantize_linear(xa, xc, sa, sc, za, zc, int(axis), int(block_size),
-                                  _dtype_attr(output_dtype, "output_dtype"), _qdq.out_operand(out))
+    axis_value, block = _qdq.int_attr(axis, "axis"), _qdq.int_attr(block_size, "block_size")
+    out_code = _dtype_attr(output_dtype, "output_dtype")
+    if _qdq.is_weak(x_scale):
+        sa, sc = _qdq.weak_operand(x_scale, "x_scale", np.float32)
+    else:
+        sa, sc = _qdq.operand(x_scale, "x_scale")
+    za, zc = _zero_point(x_zero_point, "x_zero_point", _qdq.numpy_dtype(_qdq.dtype_name(xa, xc)))
+    pair = _ext.dequantize_linear(xa, xc, sa, sc, za, zc, axis_value, block, out_code, _qdq.out_operand(out))
     return _qdq.finish(pair, out)
 
 
@@ -93,12 +139,22 @@ def pack(array: Any) -> np.ndarray:
 
 def unpack(packed: Any, dtype: Any, shape: Any) -> np.ndarray:
     """The array of `dtype` (an ml_dtypes sub-byte type or its name) and `shape` stored in `packed`."""
-    dt = np.dtype(getattr(ml_dtypes, dtype) if isinstance(dtype, str) else dtype)
-    bits = _PACKED_BITS.get(dt.name)
+    try:
+        dt = np.dtype(getattr(ml_dtypes, dtype) if isinstance(dtype, str) else dtype)
+    except (AttributeError, TypeError):
+        dt = None
+    bits = None if dt is None else _PACKED_BITS.get(dt.name)
     if bits is None:
-        raise TypeError(f"dtype: unpack takes int4, uint4, float4_e2m1fn, int2 or uint2 (got {dt})")
-    shape = tuple(int(s) for s in np.atleast_1d(np.asarray(shape, dtype=np.int64))) if np.ndim(shape) else (int(shape),)
-    n = int(np.prod(shape, dtype=np.int64))
+        raise TypeError(f"dtype: unpack takes int4, uint4, float4_e2m1fn, int2 or uint2 (got {dtype!r})")
+    if isinstance(shape, np.ndarray):
+        shape = shape.tolist() if shape.ndim else shape.item()
+    dims = list(shape) if isinstance(shape, (tuple, list)) else [shape]
+    shape = tuple(_qdq.int_attr(d, "shape", "an int or a tuple of ints") for d in dims)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"shape: dimensions must be >= 0, got {shape}")
+    n = 1
+    for d in shape:
+        n *= d
     if isinstance(packed, (bytes, bytearray, memoryview)):
         p = np.frombuffer(packed, dtype=np.uint8)
     else:
@@ -150,18 +206,53 @@ def onnxruntime_max_opset(op: str = "QuantizeLinear") -> int:
     return _ORT_MAX_OPSET[op]
 
 
+def _load_model(model: Any, copy: bool, load_external_data: bool = True) -> Any:
+    """The onnx.ModelProto of `model`: a ModelProto (copied when `copy`), a path (str or os.PathLike)
+    or the serialized bytes onnx.load_model_from_string reads. Anything else is a TypeError; a path
+    that is no file, or bytes / a file that do not parse as a model, a ValueError or OSError saying so."""
+    import copy as copy_module
+    import os
+
+    from google.protobuf.message import DecodeError
+
+    if isinstance(model, onnx.ModelProto):
+        return copy_module.deepcopy(model) if copy else model
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            return onnx.load_model_from_string(bytes(model))
+        except (DecodeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"model: the {len(model)} bytes given are not a serialized ONNX model ({e})") from None
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"model: expected an onnx.ModelProto, a path (str or os.PathLike) or the bytes of a "
+                        f"serialized model, got {type(model).__name__}")
+    path = os.fspath(model)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"model: {path} is a directory, not an ONNX model file")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"model: no such file: {path}")
+    try:
+        return onnx.load(path, load_external_data=load_external_data)
+    except (DecodeError, RuntimeError) as e:
+        raise ValueError(f"model: {path} is not an ONNX model file (it does not parse as one: {e})") from None
+
+
 def upgrade_model(model: Any, *, opset: int | None = None) -> Any:
-    """A copy of `model` (an onnx.ModelProto or a path) that today's onnxruntime runs with polyquant's
-    custom-op library: every QuantizeLinear / DequantizeLinear node of the default domain moves to
+    """A copy of `model` (an onnx.ModelProto, a path or a serialized model's bytes) that today's
+    onnxruntime runs with polyquant's custom-op library: every QuantizeLinear / DequantizeLinear node of the default domain moves to
     domain ``polyquant.onnx`` (same inputs, outputs and attributes; opset-28 semantics, every type
     and attribute) and the domain is imported. With `opset`, a newer default-domain opset import is
     lowered to it (only needed for an onnxruntime that does not load the model's opset at all; it is
     sound for models whose other ops are defined alike at both opsets, and onnxruntime checks every
     node when it loads the result). Types onnxruntime cannot hold at all (float6) cannot be carried
-    between nodes."""
-    import copy
-
-    proto = onnx.load(str(model)) if not isinstance(model, onnx.ModelProto) else copy.deepcopy(model)
+    between nodes. An `opset` outside 1 .. the installed onnx's newest opset is a ValueError."""
+    if opset is not None:
+        opset = _qdq.int_attr(opset, "opset")
+        newest = onnx.defs.onnx_opset_version()
+        if not 1 <= opset <= newest:
+            raise ValueError(f"opset: {opset} is not a default-domain opset version (1 .. {newest})")
+    proto = _load_model(model, copy=True)
     if opset is not None:
         for imp in proto.opset_import:
             if imp.domain in ("", "ai.onnx") and imp.version > opset:
@@ -188,7 +279,7 @@ def upgrade_model(model: Any, *, opset: int | None = None) -> Any:
 
 def needs_upgrade(model: Any) -> bool:
     """Whether `model` has default-domain Q/DQ nodes at an opset onnxruntime has no kernels for."""
-    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+    proto = _load_model(model, copy=False, load_external_data=False)
     version = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
     has_qdq = any(n.domain in ("", "ai.onnx") and n.op_type in ("QuantizeLinear", "DequantizeLinear")
                   for n in proto.graph.node)

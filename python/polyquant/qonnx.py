@@ -64,6 +64,7 @@ from . import _polyquant_ext as _ext
 from ._convert import as_data, as_flag, as_out, as_param, as_rounding_mode, as_weak_param, is_weak, weak_mask
 
 __all__ = [
+    "UnknownInputWarning",
     "binary_quant",
     "bipolar_quant",
     "compute_default_exponent_bias",
@@ -401,4 +402,4 @@ def float_quant(
     return _result(result, out)
 
 
-from ._execute import execute_onnx  # noqa: E402
+from ._execute import UnknownInputWarning, execute_onnx  # noqa: E402

@@ -28,21 +28,38 @@ from . import _qdq
 __all__ = ["extended_quantize_linear", "extended_dequantize_linear"]
 
 
+def _common(x: Any, scale: Any, scale_name: str, axis: Any, semantics: Any) -> tuple:
+    xa, xc = _qdq.operand(x, "x")
+    axis_value = _qdq.int_attr(axis, "axis")
+    if not isinstance(semantics, str):
+        raise TypeError(f"semantics: expected 'quark' or 'onnx', got {type(semantics).__name__} {semantics!r}")
+    # A Python float / int scale is weak (NEP 50): it takes the float32 the ops' scales have.
+    sa, sc = _qdq.weak_operand(scale, scale_name, np.float32) if _qdq.is_weak(scale) else _qdq.operand(scale, scale_name)
+    return xa, xc, sa, sc, axis_value
+
+
+def _zero_point(value: Any, name: str, weak_dtype: Any) -> tuple[Any, int]:
+    if value is None:
+        return None, -1
+    return _qdq.weak_operand(value, name, weak_dtype) if _qdq.is_weak(value) else _qdq.operand(value, name)
+
+
 def extended_quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axis: int = 1, *,
                              semantics: str = "quark", out: np.ndarray | None = None) -> np.ndarray:
-    """Quark ExtendedQuantizeLinear: output dtype = y_zero_point's (uint8 when absent)."""
-    xa, xc = _qdq.operand(x, "x")
-    sa, sc = _qdq.operand(y_scale, "y_scale")
-    za, zc = (None, -1) if y_zero_point is None else _qdq.operand(y_zero_point, "y_zero_point")
-    pair = _ext.extended_quantize_linear(xa, xc, sa, sc, za, zc, int(axis), str(semantics), _qdq.out_operand(out))
+    """Quark ExtendedQuantizeLinear: output dtype = y_zero_point's (uint8 when absent). A Python float /
+    int y_scale is float32; a Python int y_zero_point is uint8, the type without a zero point (pass a
+    numpy scalar, e.g. np.int8(-3), for another output type)."""
+    xa, xc, sa, sc, axis_value = _common(x, y_scale, "y_scale", axis, semantics)
+    za, zc = _zero_point(y_zero_point, "y_zero_point", np.uint8)
+    pair = _ext.extended_quantize_linear(xa, xc, sa, sc, za, zc, axis_value, semantics, _qdq.out_operand(out))
     return _qdq.finish(pair, out)
 
 
 def extended_dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, axis: int = 1, *,
                                semantics: str = "quark", out: np.ndarray | None = None) -> np.ndarray:
-    """Quark ExtendedDequantizeLinear: float32 output."""
-    xa, xc = _qdq.operand(x, "x")
-    sa, sc = _qdq.operand(x_scale, "x_scale")
-    za, zc = (None, -1) if x_zero_point is None else _qdq.operand(x_zero_point, "x_zero_point")
-    pair = _ext.extended_dequantize_linear(xa, xc, sa, sc, za, zc, int(axis), str(semantics), _qdq.out_operand(out))
+    """Quark ExtendedDequantizeLinear: float32 output. A Python float / int x_scale is float32; a
+    Python int x_zero_point takes x's type."""
+    xa, xc, sa, sc, axis_value = _common(x, x_scale, "x_scale", axis, semantics)
+    za, zc = _zero_point(x_zero_point, "x_zero_point", _qdq.numpy_dtype(_qdq.dtype_name(xa, xc)))
+    pair = _ext.extended_dequantize_linear(xa, xc, sa, sc, za, zc, axis_value, semantics, _qdq.out_operand(out))
     return _qdq.finish(pair, out)

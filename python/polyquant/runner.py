@@ -91,19 +91,15 @@ def make_session(model_path, reference_numerics=False, notes=None):
     from polyquant import ort as polyquant_ort
     from polyquant._execute import reference_session_options
 
-    path = Path(model_path)
-    if not path.is_file():
-        raise CommandError(f"model file not found: {path}")
+    path = check_model_file(model_path)
     options = reference_session_options() if reference_numerics else polyquant_ort.session_options()
     model = str(path)
     if _has_trunc(path):
         # qonnx picks the Trunc version from the opset import, the custom-op library from the input
         # count: make the count say what qonnx would run (or refuse a Trunc qonnx cannot run either).
-        import onnx
-
         from polyquant._execute import reconcile_trunc_versions
 
-        proto = onnx.load(str(path))
+        proto = load_model(path)
         try:
             if reconcile_trunc_versions(proto):
                 model = proto.SerializeToString()
@@ -129,6 +125,32 @@ def make_session(model_path, reference_numerics=False, notes=None):
         return onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for invalid models
         raise CommandError(f"onnxruntime cannot load {path}: {exc}") from exc
+
+
+def check_model_file(model_path):
+    """The model's Path; CommandError when it does not exist or is a directory."""
+    path = Path(model_path)
+    if path.is_dir():
+        raise CommandError(f"{path} is a directory, not an ONNX model file (give the .onnx file)")
+    if not path.is_file():
+        raise CommandError(f"model file not found: {path}")
+    return path
+
+
+def load_model(model_path, load_external_data=True):
+    """The onnx.ModelProto in the file; CommandError when it is missing, a directory, or does not parse
+    as an ONNX model (instead of protobuf's traceback)."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    path = check_model_file(model_path)
+    try:
+        return onnx.load(str(path), load_external_data=load_external_data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise CommandError(f"{path} is not an ONNX model: it does not parse as one ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else 'no details'})") from exc
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc}") from exc
 
 
 def _has_trunc(path):
@@ -184,10 +206,7 @@ def load_inputs(specs, session):
             raise CommandError(f"--input {spec!r}: the model has no input {name!r} (inputs: {', '.join(args)})")
         if name in inputs:
             raise CommandError(f"--input {name!r} given twice")
-        try:
-            value = np.load(file_name, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise CommandError(f"--input {spec!r}: cannot read {file_name}: {exc}") from exc
+        value = _load_array(spec, name, file_name)
         shape, dtype = input_spec(args[name])
         declared = args[name].shape or []
         if value.ndim != len(declared) or any(isinstance(d, int) and d >= 0 and d != n
@@ -202,6 +221,41 @@ def load_inputs(specs, session):
             value = value.astype(dtype)
         inputs[name] = np.ascontiguousarray(value)
     return inputs, notes
+
+
+_NPY_MAGIC, _ZIP_MAGIC = b"\x93NUMPY", b"PK\x03\x04"
+
+
+def _load_array(spec, name, file_name):
+    """The array in FILE.npy (or in a .npz archive: its only array, or the one named like the input);
+    CommandError naming the file when it is missing, a directory, or not in numpy's format."""
+    path = Path(file_name)
+    if path.is_dir():
+        raise CommandError(f"--input {spec!r}: {file_name} is a directory, not a .npy file")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+    except OSError as exc:
+        raise CommandError(f"--input {spec!r}: cannot read {file_name}: {exc.strerror or exc}") from exc
+    if not magic.startswith((_NPY_MAGIC, _ZIP_MAGIC)):
+        raise CommandError(f"--input {spec!r}: {file_name} is not a .npy or .npz file (numpy's format, as "
+                           f"written by np.save / np.savez)")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded:
+                keys = list(loaded.files)
+                if name in keys:
+                    return loaded[name]
+                if len(keys) == 1:
+                    return loaded[keys[0]]
+                raise CommandError(f"--input {spec!r}: {file_name} holds {len(keys)} arrays "
+                                   f"({', '.join(keys) or 'none'}) and none is named {name!r}")
+        return loaded
+    except CommandError:
+        raise
+    except (OSError, ValueError, EOFError) as exc:
+        raise CommandError(f"--input {spec!r}: cannot read {file_name}: {exc}") from exc
 
 
 def run_session(session, inputs, repeat=1, show_progress=True):
@@ -488,11 +542,14 @@ def _file_name(tensor_name):
 
 
 def _save(arrays, directory):
-    directory.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for name, value in arrays.items():
-        paths[name] = directory / _file_name(name)
-        np.save(paths[name], value)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, value in arrays.items():
+            paths[name] = directory / _file_name(name)
+            np.save(paths[name], value)
+    except OSError as exc:
+        raise CommandError(f"--output-dir: cannot write into {directory}: {exc.strerror or exc}") from exc
     return paths
 
 
@@ -506,6 +563,7 @@ def _describe(value):
 
 def run_command(args, out=sys.stdout):
     """`polyquant run`: returns the exit status (0 ok, 1 reference mismatch)."""
+    load_model(args.model, load_external_data=False)  # a clear error for a file that is no model
     kind = reference_kind(args.model) if args.reference else None
     reason = args.reference and (reference_unavailable() if kind == "qonnx" else
                                  quark_reference_unavailable() if kind == "quark" else None)

@@ -175,11 +175,39 @@ def test_overridden_initializer_and_missing_input(rng, same):
     feeds = {**inputs, weight.name: value}
     assert_same_context(pq.execute_onnx(wrapper, dict(feeds), True), qonnx_run(wrapper, feeds, True), same)
     assert_same_context(pq.execute_onnx(wrapper, {}), qonnx_run(wrapper, {}), same)
-    ignored = {**inputs, "no_such_tensor": np.ones(3, np.float32)}  # qonnx ignores unknown names too
-    assert_same_context(pq.execute_onnx(wrapper, ignored), qonnx_run(wrapper, inputs), same)
+    ignored = {**inputs, "no_such_tensor": np.ones(3, np.float32)}  # qonnx ignores unknown names too...
+    with pytest.warns(pq.UnknownInputWarning, match="'no_such_tensor'"):  # ...polyquant says so
+        got = pq.execute_onnx(wrapper, ignored)
+    assert_same_context(got, qonnx_run(wrapper, inputs), same)
     (name,) = inputs
-    with pytest.raises(Exception, match="Shape mismatch for provided input"):
+    declared = tuple(inputs[name].shape)
+    with pytest.raises(Exception, match="Shape mismatch for provided input") as info:
         pq.execute_onnx(wrapper, {name: np.zeros((1, 1), np.float32)})
+    # "found" is what was given, "expected" what the model declares (qonnx has them swapped).
+    assert f"found (1, 1) expected {declared}" in str(info.value)
+
+
+def test_misspelt_input_name_warns_naming_the_key_and_the_inputs(rng, same):
+    """A key that is no tensor of the model runs the model on zeros, as in qonnx, but warns: the
+    warning names the unknown key and the model's inputs. Known keys alone give no warning."""
+    model, inputs = load_case("example", rng)
+    (name,) = inputs
+    with pytest.warns(pq.UnknownInputWarning) as record:
+        got = pq.execute_onnx(model, {"input": inputs[name]})
+    (warning,) = record
+    assert "'input'" in str(warning.message) and f"'{name}'" in str(warning.message)
+    assert warning.filename == __file__  # points at the caller
+    assert_same_context(got, qonnx_run(wrapped(model), {"input": inputs[name]}), same)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pq.execute_onnx(model, inputs)  # no warning
+    assert issubclass(pq.UnknownInputWarning, UserWarning)
+
+
+def test_input_dict_must_be_a_mapping(rng):
+    model, inputs = load_case("example", rng)
+    with pytest.raises(TypeError, match="input_dict"):
+        pq.execute_onnx(model, list(inputs.values()))
 
 
 def test_session_is_cached(rng):
