@@ -343,3 +343,50 @@ def test_unpack_arguments():
             pqo.unpack(packed, dtype, 6)
     with pytest.raises(ValueError, match="packed: 3 bytes hold at most 6"):
         pqo.unpack(packed, "int4", 7)
+
+
+QONNX_OPS = {  # op: (initializers after x, attributes); the scale of length 4 cannot broadcast with x (2, 3)
+    "IntQuant": (["s", "z", "b"], {"signed": 1, "narrow": 0, "rounding_mode": "ROUND"}),
+    "Trunc": (["s", "z", "b", "o"], {"rounding_mode": "FLOOR"}),
+    "BipolarQuant": (["s"], {}),
+    "FloatQuant": (["s", "e", "m", "bias", "mx"], {"has_inf": 0, "has_nan": 1, "has_subnormal": 1, "saturation": 1,
+                                                   "rounding_mode": "ROUND"}),
+}
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
+@pytest.mark.parametrize("op,kind", [(op, kind) for op in sorted(QONNX_OPS) for kind in ("input", "attribute")
+                                     if (op, kind) != ("BipolarQuant", "attribute")])  # it reads no attributes
+def test_ort_qonnx_messages_name_the_op_once(op, kind, named):
+    """The same class in the QONNX ops of the library: the core's "IntQuant: ..." label and the
+    attribute reader's "(IntQuant reads it as one)" came on top of the kernel's prefix."""
+    ort = pytest.importorskip("onnxruntime")
+    import polyquant.ort
+
+    try:
+        options = polyquant.ort.session_options()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    names, attrs = QONNX_OPS[op]
+    attrs = dict(attrs)
+    if kind == "attribute":
+        attrs["rounding_mode"] = 7  # an int where a string is read
+    values = {"s": [1.0] * 4, "z": 0.0, "b": 8.0, "o": 4.0, "e": 4.0, "m": 3.0, "bias": 7.0, "mx": 240.0}
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, [4] if n == "s" else [], np.atleast_1d(values[n]).tolist())
+             for n in names]
+    node = helper.make_node(op, ["x"] + names, ["y"], domain="qonnx.custom_op.general", name="n" if named else "",
+                            **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid("qonnx.custom_op.general", 1)])
+    model.ir_version = 8
+    with pytest.raises(Exception) as info:
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session.run(None, {"x": np.zeros((2, 3), np.float32)})
+    message = str(info.value)
+    ours = message.split("Status Message:", 1)[-1]
+    assert ("broadcast" if kind == "input" else "rounding_mode") in ours, message
+    assert ours.count(op) == 1, message
+    if named:
+        assert f"{op} node 'n': " in ours, message
