@@ -116,6 +116,16 @@ def _positive_int(text):
     return value
 
 
+def _seed(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer (numpy's seeds are), got {value}")
+    return value
+
+
 def build_parser():
     from polyquant.bench import ALL_CASE_NAMES, DEFAULT_SIZE
     from polyquant.runner import DEFAULT_OUTPUT_DIR
@@ -163,7 +173,7 @@ def build_parser():
                      help="timed runs after one warm-up; the median is reported (default: %(default)s)")
     run.add_argument("--reference-repeat", type=_positive_int, default=3, metavar="N",
                      help="timed qonnx runs, at most --repeat (default: %(default)s; qonnx is slow)")
-    run.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random inputs (default: %(default)s)")
+    run.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed of the random inputs (default: %(default)s)")
     run.set_defaults(func=_run)
 
     bench = sub.add_parser(
@@ -183,7 +193,7 @@ def build_parser():
     bench.add_argument("--qkeras-timings", metavar="FILE", default=None,
                        help="QKeras' recorded timings (default: scripts/qkeras_golden/peer_timings.json when present)")
     bench.add_argument("--no-peers", action="store_true", help="do not time qonnx's numpy functions")
-    bench.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the input data (default: %(default)s)")
+    bench.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed of the input data (default: %(default)s)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
     bench.set_defaults(func=_bench)
     return parser

@@ -132,6 +132,8 @@ def check_model_file(model_path):
     path = Path(model_path)
     if path.is_dir():
         raise CommandError(f"{path} is a directory, not an ONNX model file (give the .onnx file)")
+    if path.exists() and not path.is_file():
+        raise CommandError(f"{path} is not a regular file (an ONNX model file is expected)")
     if not path.is_file():
         raise CommandError(f"model file not found: {path}")
     return path
@@ -229,6 +231,8 @@ _NPY_MAGIC, _ZIP_MAGIC = b"\x93NUMPY", b"PK\x03\x04"
 def _load_array(spec, name, file_name):
     """The array in FILE.npy (or in a .npz archive: its only array, or the one named like the input);
     CommandError naming the file when it is missing, a directory, or not in numpy's format."""
+    if not file_name:
+        raise CommandError(f"--input {spec!r}: no file name given (NAME=FILE.npy)")
     path = Path(file_name)
     if path.is_dir():
         raise CommandError(f"--input {spec!r}: {file_name} is a directory, not a .npy file")

@@ -120,3 +120,19 @@ def test_bench_bad_qkeras_timings_file(tmp_path, capsys):
     assert polyquant_cli("bench", "--size", "64", "--repeat", "1", "--ops", "qk_bits", "--qkeras-timings",
                          README)[0] == 2
     _one_line_error(capsys, "bench", "--qkeras-timings: cannot read")
+
+
+@pytest.mark.parametrize("argv", [["run", MODEL, "--seed", "-1"], ["bench", "--seed", "-3"], ["run", MODEL, "--seed", "x"]])
+def test_negative_seed_is_a_usage_error(argv, capsys):
+    """numpy rejects negative seeds deep inside: a usage error (2), not an internal one."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main([str(a) for a in argv])
+    assert exc.value.code == 2
+    assert "--seed" in capsys.readouterr().err
+
+
+def test_input_without_a_file_name_and_a_model_that_is_no_regular_file(tmp_path, capsys):
+    assert polyquant_cli("run", MODEL, "--input", "x=", "-o", tmp_path)[0] == 2
+    _one_line_error(capsys, "run", "no file name given")
+    assert polyquant_cli("run", "/dev/null", "-o", tmp_path)[0] == 2
+    _one_line_error(capsys, "run", "/dev/null is not a regular file")
