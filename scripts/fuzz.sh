@@ -3,7 +3,7 @@
 # tests/fuzz/fuzz_qkeras.cc: the QKeras quantizers; tests/fuzz/fuzz_qdq.cc: the ONNX and Quark
 # linear quantize / dequantize ops; tests/fuzz/fuzz_aimet.cc: AIMET's affine ops and gradients) under AddressSanitizer + UndefinedBehaviorSanitizer for a
 # bounded time, comparing every kernel set the CPU has with the scalar reference and every layout
-# with contiguous copies. The seconds are split between the four harnesses (a quarter each, the
+# with contiguous copies. The seconds are split between the five harnesses (a fifth each, the
 # remainder to the last). CI runs it for 60 s; run it longer by hand:
 #
 #   scripts/fuzz.sh [SECONDS] [SEED]        # defaults: 60 s (whole seconds), seed = the current time
@@ -13,6 +13,7 @@
 #   build/asan/tests/fuzz/polyquant_fuzz_qkeras --seed N --start I --iterations 1
 #   build/asan/tests/fuzz/polyquant_fuzz_qdq --seed N --start I --iterations 1
 #   build/asan/tests/fuzz/polyquant_fuzz_aimet --seed N --start I --iterations 1
+#   build/asan/tests/fuzz/polyquant_fuzz_aimet_analyzers --seed N --start I --iterations 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,13 +23,16 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOLYQUANT_BUILD_TESTS=ON -DPOLYQUANT_SANITIZE=ON \
   -DPOLYQUANT_BUILD_FUZZ=ON >/dev/null
-cmake --build build/asan -j "$jobs" --target polyquant_fuzz polyquant_fuzz_qkeras polyquant_fuzz_qdq polyquant_fuzz_aimet
-qonnx_seconds=$((seconds / 4))
-qkeras_seconds=$((seconds / 4))
-qdq_seconds=$((seconds / 4))
-aimet_seconds=$((seconds - qonnx_seconds - qkeras_seconds - qdq_seconds))
+cmake --build build/asan -j "$jobs" --target polyquant_fuzz polyquant_fuzz_qkeras polyquant_fuzz_qdq polyquant_fuzz_aimet \
+  polyquant_fuzz_aimet_analyzers
+qonnx_seconds=$((seconds / 5))
+qkeras_seconds=$((seconds / 5))
+qdq_seconds=$((seconds / 5))
+aimet_seconds=$((seconds / 5))
+analyzer_seconds=$((seconds - qonnx_seconds - qkeras_seconds - qdq_seconds - aimet_seconds))
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 build/asan/tests/fuzz/polyquant_fuzz --seed "$seed" --seconds "$qonnx_seconds"
 build/asan/tests/fuzz/polyquant_fuzz_qkeras --seed "$seed" --seconds "$qkeras_seconds"
 build/asan/tests/fuzz/polyquant_fuzz_qdq --seed "$seed" --seconds "$qdq_seconds"
 build/asan/tests/fuzz/polyquant_fuzz_aimet --seed "$seed" --seconds "$aimet_seconds"
+build/asan/tests/fuzz/polyquant_fuzz_aimet_analyzers --seed "$seed" --seconds "$analyzer_seconds"
