@@ -128,6 +128,21 @@ inline float xla_clip(float t, float lo, float hi) {
   t = t > lo ? t : lo;
   return t < hi ? t : hi;
 }
+// The NaN a quantizer writes. Where an element's result is NaN, which NaN comes out of the op chain
+// depends on operand order whenever two NaNs of different sign or payload meet (x and -x in
+// round_through's p + (-p + round(p)), x and a NaN scale), and C++ compilers may commute a + b or
+// a * b for floats, so neither the scalar code nor a vector kernel pins the bits down by itself.
+// The rule, explicit in every kernel set: a NaN input x gives x itself, quieted (what TensorFlow's
+// elementwise chain returns: tf.sign, tf.round, +, * all carry the first NaN operand, and QKeras
+// starts every chain from x); any other NaN result (from +-inf, a NaN scale or alpha) is x86's
+// default NaN 0xFFC00000, what TensorFlow gives for +-inf inputs.
+inline constexpr std::uint32_t kQkDefaultNanBits = 0xFFC00000u;
+inline float qk_nan_result(float out, float x) {
+  if (!std::isnan(out)) return out;
+  if (std::isnan(x)) return std::bit_cast<float>(std::bit_cast<std::uint32_t>(x) | 0x00400000u);
+  return std::bit_cast<float>(kQkDefaultNanBits);
+}
+
 // tf.sign: -1, +1, 0 (the sign of zero kept) and NaN.
 inline float tf_sign(float x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x; }
 // tf.round: half to even.
@@ -167,7 +182,7 @@ inline float qk_bits_element(float x, float alpha, const QkBitsParams& p, std::u
     xq = xq + (1.0f - std::fabs(xq));
     if (!p.keep_negative) xq = (xq + 1.0f) / 2.0f;
   }
-  return blend(x, alpha * xq, p.blend);
+  return qk_nan_result(blend(x, alpha * xq, p.blend), x);
 }
 
 // z = sign(xs) * where(v < L, v, L) with v = floor(|xs| / s + 0.5): the auto path's integer level.
@@ -180,11 +195,11 @@ inline float qk_bits_auto_element(float x, float s, const QkBitsAutoParams& p) {
   if (p.gradient) return p.blend.use_ste ? 1.0f : p.blend.one_minus_q;
   const float xs = x / p.m_i;
   const float z = qk_bits_auto_level(xs, s, p.half_levels);
-  if (p.level_only) return z;
+  if (p.level_only) return qk_nan_result(z, x);
   const float scale = s * p.m;
   const float full = p.m_i * xs;
   const float xq = scale * ((p.m_i * z) / p.m);
-  return blend(full, xq, p.blend);
+  return qk_nan_result(blend(full, xq, p.blend), x);
 }
 
 // K.relu(x, alpha=ns): tf.nn.relu (maximum with +0, NaN propagating) or tf.nn.leaky_relu
@@ -232,7 +247,7 @@ inline float qk_relu_element(float x, const QkReluParams& p, std::uint64_t index
     }
   }
   if (p.bound_output) xq = xq <= p.upper_bound ? xq : p.upper_bound;
-  return blend(xu, xq, p.blend);
+  return qk_nan_result(blend(xu, xq, p.blend), x);
 }
 
 // _scale_clip_and_round: round_through(clip(x / s, lo, hi) - shift) + shift.
@@ -249,9 +264,9 @@ inline float qk_linear_element(float x, float s, const QkLinearParams& p, std::u
     const float inside = (xs >= p.clip_min && xs <= p.clip_max) ? 1.0f : 0.0f;
     return p.blend.one_minus_q + p.blend.q * inside;
   }
-  if (p.level_only) return qk_linear_level(x, s, p, index);
+  if (p.level_only) return qk_nan_result(qk_linear_level(x, s, p, index), x);
   const float xq = qk_linear_level(x, s, p, index) * s;
-  return x + p.blend.q * (xq - x);
+  return qk_nan_result(x + p.blend.q * (xq - x), x);
 }
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE

@@ -59,10 +59,18 @@ std::vector<OutT> run_row(RowKernel kernel, const void* params, const std::vecto
   return {out.begin() + offset, out.begin() + offset + n};
 }
 
+// POLYQUANT_TEST_NAN_BITS=1 compares NaN bits for every kernel (a survey: only the QKeras kernels
+// specify their NaN bits, so only they ask for it by default).
+bool nan_bits_everywhere() {
+  const char* v = std::getenv("POLYQUANT_TEST_NAN_BITS");
+  return v != nullptr && std::string(v) == "1";
+}
+
 // Compares the kernel with the reference over sizes, offsets, broadcast masks and streaming.
+// nan_bits: NaN results must match bit for bit (payload and sign), not only in NaN-ness.
 template <class OutT = float>
 void check_against_reference(const KernelEntry& e, const void* params, const std::vector<Operand>& ops,
-                             const std::string& what) {
+                             const std::string& what, bool nan_bits = false) {
   const RowKernel ref = reference_kernel(e.op, e.work);
   // Operand 0 (x) is swept too: a zero-stride x (np.broadcast_to, torch expand()) reaches the
   // kernels as a broadcast operand, alone or with every parameter broadcast.
@@ -80,7 +88,7 @@ void check_against_reference(const KernelEntry& e, const void* params, const std
         for (bool stream : {false, true}) {
           const auto got = run_row<OutT>(e.fn, params, ops, n, offset, mask, stream);
           const auto want = run_row<OutT>(ref, params, ops, n, offset, mask, false);
-          const auto r = test::all_same(got, want);
+          const auto r = test::all_same(got, want, nan_bits || nan_bits_everywhere());
           if (!r) {
             ADD_FAILURE() << e.name << " " << what << " n=" << n << " offset=" << offset << " mask=" << mask
                           << " stream=" << stream << ": " << r.message();
@@ -133,7 +141,8 @@ void check_affine_per_row(const KernelEntry& e, const AffineParams& p, const std
 // outputs misaligned so that streaming peels a head mid-row. The kernel and the reference given the
 // repeated rows must both equal the reference given the rows written out in full.
 template <class OutT = float>
-void check_repeated_rows(const KernelEntry& e, const void* params, const std::vector<Operand>& ops, const std::string& what) {
+void check_repeated_rows(const KernelEntry& e, const void* params, const std::vector<Operand>& ops, const std::string& what,
+                         bool nan_bits = false) {
   const RowKernel ref = reference_kernel(e.op, e.work);
   const std::size_t nops = ops.size();
   for (std::int64_t row_len : {1, 3, 7, 15, 16, 17, 32, 64, 100, 255}) {
@@ -178,7 +187,7 @@ void check_repeated_rows(const KernelEntry& e, const void* params, const std::ve
               full.out = want.data() + offset;
               ref(params, full);
               for (const auto* result : {&got, &from_ref}) {
-                const auto r = test::all_same(*result, want);
+                const auto r = test::all_same(*result, want, nan_bits || nan_bits_everywhere());
                 if (!r) {
                   ADD_FAILURE() << e.name << " " << what << " repeated rows: " << (result == &got ? "kernel" : "reference")
                                 << " row_len=" << row_len << " rows=" << rows << " repeat=" << repeat << " broadcast=" << broadcast
@@ -201,6 +210,14 @@ std::vector<float> random_params(std::uint64_t salt, std::vector<float> choices)
   std::vector<float> v(kLen);
   for (auto& x : v) x = choices[rng() % choices.size()];
   return v;
+}
+
+// NaNs of both signs, with and without a payload, and a signalling one, every `step` elements from
+// `start` (the QKeras kernels specify which NaN they return: qk_nan_result).
+void sprinkle_nans(std::vector<float>& v, std::size_t start, std::size_t step) {
+  const std::uint32_t nans[] = {0x7FC00000u, 0xFFC00000u, 0x7FC12345u, 0xFFC54321u, 0x7F812345u, 0xFF800001u};
+  std::size_t k = 0;
+  for (std::size_t i = start; i < v.size(); i += step) v[i] = std::bit_cast<float>(nans[k++ % std::size(nans)]);
 }
 
 class KernelTest : public ::testing::TestWithParam<KernelEntry> {};
@@ -394,7 +411,10 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
         if (m > 0) break;
         std::vector<float> x = mixed_values(kLen, 30, 0.125f);
         for (std::size_t i = 5; i < x.size(); i += 11) x[i] = std::ldexp(static_cast<float>(i % 5) - 2.0f, -130 - static_cast<int>(i % 20));
-        const std::vector<Operand> ops = {{x, {}, false}, {random_params(31, {1.0f, 0.5f, 3.0f, 1e-3f, -2.0f, 0.0f, 1e-39f}), {}, true}};
+        sprinkle_nans(x, 2, 23);
+        std::vector<float> alpha = random_params(31, {1.0f, 0.5f, 3.0f, 1e-3f, -2.0f, 0.0f, 1e-39f});
+        sprinkle_nans(alpha, 4, 29);
+        const std::vector<Operand> ops = {{x, {}, false}, {alpha, {}, true}};
         struct Case { float bits; float integer; bool sym; bool kn; float q; bool ste; };
         const Case cases[] = {{8, 0, false, true, 1, true},   {4, 2, true, true, 1, true},   {4, 0, false, false, 1, false},
                               {1, 0, false, true, 1, true},   {0, 3, false, false, 0.5f, true}, {6, -2, false, true, 0.3f, false},
@@ -414,8 +434,8 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
             p.inv_m = reciprocals ? exact_reciprocal(p.m) : 0.0f;
             p.inv_m_i = reciprocals ? exact_reciprocal(p.m_i) : 0.0f;
             check_against_reference(e, &p, ops, "bits=" + std::to_string(c.bits) + " integer=" + std::to_string(c.integer) +
-                                                    " reciprocals=" + std::to_string(reciprocals));
-            if (c.integer == 0 && (c.bits == 8 || c.bits == 1)) check_repeated_rows(e, &p, ops, "bits=" + std::to_string(c.bits));
+                                                    " reciprocals=" + std::to_string(reciprocals), true);
+            if (c.integer == 0 && (c.bits == 8 || c.bits == 1)) check_repeated_rows(e, &p, ops, "bits=" + std::to_string(c.bits), true);
           }
         }
         break;
@@ -424,8 +444,11 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
         if (m > 0) break;
         std::vector<float> x = mixed_values(kLen, 32, 0.25f);
         for (std::size_t i = 7; i < x.size(); i += 17) x[i] = std::ldexp(static_cast<float>(i % 7) - 3.0f, 120 - static_cast<int>(i % 260));
-        const std::vector<Operand> ops = {{x, {}, false},
-                                          {random_params(33, {0.125f, 0.0078125f, 1.0f, 0.0f, 0x1p-23f, 3.0f, INFINITY}), {}, true}};
+        sprinkle_nans(x, 3, 19);
+        // Scales: NaN ones too (a channel holding a NaN has a NaN scale).
+        std::vector<float> scales = random_params(33, {0.125f, 0.0078125f, 1.0f, 0.0f, 0x1p-23f, 3.0f, INFINITY});
+        sprinkle_nans(scales, 6, 31);
+        const std::vector<Operand> ops = {{x, {}, false}, {scales, {}, true}};
         // Power-of-two scales only (auto_po2), down to 2^-126 and up to 2^126: the reciprocal path.
         const std::vector<Operand> pow2_ops = {
             {x, {}, false}, {random_params(37, {0.125f, 0x1p-23f, 1.0f, 0x1p-126f, 0x1p126f, 0x1p-60f, 2.0f, 0x1p40f}), {}, true}};
@@ -440,13 +463,13 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
               p.level_only = level_only;
               const std::string what = "auto bits=" + std::to_string(bits) + " integer=" + std::to_string(integer) +
                                        " level_only=" + std::to_string(level_only);
-              check_against_reference(e, &p, ops, what);
+              check_against_reference(e, &p, ops, what, true);
               p.inv_m = exact_reciprocal(p.m);
               p.inv_m_i = exact_reciprocal(p.m_i);
-              check_against_reference(e, &p, ops, what + " reciprocals");
+              check_against_reference(e, &p, ops, what + " reciprocals", true);
               p.pow2_scales = true;
-              check_against_reference(e, &p, pow2_ops, what + " reciprocals pow2_scales");
-              if (bits == 4.0f && integer == 0.0f && !level_only) check_repeated_rows(e, &p, pow2_ops, what + " pow2_scales");
+              check_against_reference(e, &p, pow2_ops, what + " reciprocals pow2_scales", true);
+              if (bits == 4.0f && integer == 0.0f && !level_only) check_repeated_rows(e, &p, pow2_ops, what + " pow2_scales", true);
             }
           }
         }
@@ -456,6 +479,7 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
         if (m > 0) break;
         std::vector<float> x = mixed_values(kLen, 34, 0.0625f);
         for (std::size_t i = 3; i < x.size(); i += 13) x[i] = std::ldexp(1.0f, -128) * ((i % 2) ? -1.0f : 1.0f);
+        sprinkle_nans(x, 5, 17);
         const std::vector<Operand> ops = {{x, {}, false}};
         for (bool sigmoid : {false, true}) {
           for (float ns : {0.0f, 0.25f, 1.0f}) {
@@ -488,8 +512,8 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
                   p.inv_m_i = reciprocals ? exact_reciprocal(p.m_i) : 0.0f;
                   check_against_reference(e, &p, ops, "relu sigmoid=" + std::to_string(sigmoid) + " ns=" + std::to_string(ns) +
                                                           " clip_mode=" + std::to_string(clip_mode) + " fast=" + std::to_string(fast) +
-                                                          " reciprocals=" + std::to_string(reciprocals));
-                  if (!reciprocals && !sigmoid && ns == 0.0f && clip_mode == 0) check_repeated_rows(e, &p, ops, "relu");
+                                                          " reciprocals=" + std::to_string(reciprocals), true);
+                  if (!reciprocals && !sigmoid && ns == 0.0f && clip_mode == 0) check_repeated_rows(e, &p, ops, "relu", true);
                 }
               }
             }
@@ -501,8 +525,10 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
         if (m > 0) break;
         std::vector<float> x = mixed_values(kLen, 35, 0.125f);
         for (std::size_t i = 7; i < x.size(); i += 17) x[i] = std::ldexp(static_cast<float>(i % 7) - 3.0f, 120 - static_cast<int>(i % 260));
-        const std::vector<Operand> ops = {{x, {}, false},
-                                          {random_params(36, {0.125f, 0.1f, 3.0f, 1e-7f, 0.0f, -0.5f, INFINITY}), {}, true}};
+        sprinkle_nans(x, 4, 19);
+        std::vector<float> scales = random_params(36, {0.125f, 0.1f, 3.0f, 1e-7f, 0.0f, -0.5f, INFINITY});
+        sprinkle_nans(scales, 9, 31);
+        const std::vector<Operand> ops = {{x, {}, false}, {scales, {}, true}};
         const std::vector<Operand> pow2_ops = {
             {x, {}, false}, {random_params(38, {0.125f, 0x1p-23f, 1.0f, 0x1p-126f, 0x1p126f, 0x1p-60f, 2.0f, 0x1p40f}), {}, true}};
         const std::pair<float, float> bounds[] = {{-127, 127}, {-128, 127}, {0, 255}, {-0.0f, 3}, {-0.5f, 0.5f}};
@@ -515,10 +541,10 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
           for (bool level_only : {false, true}) {
             p.level_only = level_only;
             p.pow2_scales = false;
-            check_against_reference(e, &p, ops, "linear [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+            check_against_reference(e, &p, ops, "linear [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", true);
             p.pow2_scales = true;  // auto_po2 scales: x / s as x * (1 / s)
-            check_against_reference(e, &p, pow2_ops, "linear pow2 [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-            if (lo == -127) check_repeated_rows(e, &p, pow2_ops, "linear pow2");
+            check_against_reference(e, &p, pow2_ops, "linear pow2 [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", true);
+            if (lo == -127) check_repeated_rows(e, &p, pow2_ops, "linear pow2", true);
           }
         }
         break;

@@ -40,19 +40,25 @@ inline bool same_value(double a, double b) {
   return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
 }
 
+// Same bits, NaN payload and sign included: for the kernels whose NaN results are specified bit
+// for bit (the QKeras kernels, qk_nan_result).
+inline bool same_bits(float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }
+inline bool same_bits(double a, double b) { return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b); }
+
 inline std::string describe(float v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.9g (0x%08x)", static_cast<double>(v), std::bit_cast<std::uint32_t>(v));
   return buf;
 }
 
+// Every element the same value (same_value), or with nan_bits the same bits (same_bits).
 template <class T>
-::testing::AssertionResult all_same(const std::vector<T>& got, const std::vector<T>& want) {
+::testing::AssertionResult all_same(const std::vector<T>& got, const std::vector<T>& want, bool nan_bits = false) {
   if (got.size() != want.size()) {
     return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
   }
   for (std::size_t i = 0; i < got.size(); ++i) {
-    if (!same_value(got[i], want[i])) {
+    if (nan_bits ? !same_bits(got[i], want[i]) : !same_value(got[i], want[i])) {
       return ::testing::AssertionFailure() << "element " << i << ": got " << describe(static_cast<float>(got[i]))
                                            << " want " << describe(static_cast<float>(want[i]))
                                            << " (seed " << test_seed() << ")";

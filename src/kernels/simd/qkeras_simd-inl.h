@@ -23,6 +23,12 @@ inline Vec::F tf_sign_v(Vec::F x) {
   const Vec::F zero = Vec::zero();
   return Vec::select(Vec::gt(x, zero), Vec::splat(1.0f), Vec::select(Vec::lt(x, zero), Vec::splat(-1.0f), x));
 }
+// qk_nan_result: NaN lanes become x quieted (x + x carries x's payload and sign) where x is NaN,
+// the default NaN 0xFFC00000 elsewhere.
+inline Vec::F nan_result_v(Vec::F out, Vec::F x) {
+  const Vec::F fallback = Vec::select(Vec::isnan(x), Vec::add(x, x), Vec::from_bits(Vec::splat_i(static_cast<std::int32_t>(kQkDefaultNanBits))));
+  return Vec::select(Vec::isnan(out), fallback, out);
+}
 // 1 / s for lanes holding 2^k, k in [-126, 126] (the caller checked): the exponent field negated.
 inline Vec::F reciprocal_pow2_v(Vec::F s) { return Vec::from_bits(Vec::sub_i(Vec::splat_i(0x7F000000), Vec::bits(s))); }
 // a / d, as a product with d's exact reciprocal `inv` when there is one (HasInv: a
@@ -84,7 +90,7 @@ void qk_bits_f32(const void* params, const RowArgs& a) {
         const Vec::F scaled = div_by(Vec::mul(v[0], m), m_i, has_inv_m_i, inv_m_i);
         const Vec::F c = tf_clip_v(round_through_v(scaled), lo, hi);
         const Vec::F xq = div_by(Vec::mul(m_i, c), m, has_inv_m, inv_m);
-        return blend(v[0], Vec::mul(v[1], xq));
+        return nan_result_v(blend(v[0], Vec::mul(v[1], xq)), v[0]);
       });
     });
   } else {
@@ -93,7 +99,7 @@ void qk_bits_f32(const void* params, const RowArgs& a) {
       Vec::F xq = tf_sign_v(v[0]);
       xq = Vec::add(xq, Vec::sub(one, Vec::abs(xq)));
       if (!keep_negative) xq = Vec::div(Vec::add(xq, one), two);
-      return blend(v[0], Vec::mul(v[1], xq));
+      return nan_result_v(blend(v[0], Vec::mul(v[1], xq)), v[0]);
     });
   }
 }
@@ -117,7 +123,7 @@ void qk_bits_auto_f32(const void* params, const RowArgs& a) {
       for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
         const Vec::F xs = div_by(v[0], m_i, has_inv_m_i, inv_m_i);
         const Vec::F level = Vec::floor(Vec::add(div_by_scale(Vec::abs(xs), v[1], pow2_scales), half));
-        return Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
+        return nan_result_v(Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels)), v[0]);
       });
       return;
     }
@@ -127,7 +133,7 @@ void qk_bits_auto_f32(const void* params, const RowArgs& a) {
       const Vec::F z = Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
       const Vec::F scale = Vec::mul(v[1], m);
       const Vec::F full = Vec::mul(m_i, xs);
-      return blend(full, Vec::mul(scale, div_by(Vec::mul(m_i, z), m, has_inv_m, inv_m)));
+      return nan_result_v(blend(full, Vec::mul(scale, div_by(Vec::mul(m_i, z), m, has_inv_m, inv_m))), v[0]);
     });
   });
 }
@@ -180,7 +186,7 @@ void qk_relu_f32(const void* params, const RowArgs& a) {
         }
       }
       if (bound_output) xq = Vec::select(Vec::le(xq, upper_bound), xq, upper_bound);
-      return blend(xu, xq);
+      return nan_result_v(blend(xu, xq), x);
     });
   });
 }
@@ -199,9 +205,9 @@ void qk_linear_f32(const void* params, const RowArgs& a) {
     for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       const Vec::F c = tf_clip_v(div_by_scale(v[0], v[1], pow2_scales), clip_min, clip_max);
       const Vec::F level = Vec::add(round_through_v(Vec::sub(c, shift)), shift);
-      if constexpr (decltype(level_only)::value) return level;
+      if constexpr (decltype(level_only)::value) return nan_result_v(level, v[0]);
       const Vec::F xq = Vec::mul(level, v[1]);
-      return Vec::add(v[0], Vec::mul(q, Vec::sub(xq, v[0])));
+      return nan_result_v(Vec::add(v[0], Vec::mul(q, Vec::sub(xq, v[0]))), v[0]);
     });
   });
 }
