@@ -66,19 +66,32 @@ def _seed(value: Any) -> int:
     return int(value) & 0xFFFFFFFFFFFFFFFF
 
 
+# The axes the core takes (a C int); which of them name a dimension of x is checked at call time
+# (an int scale_axis must be in [-rank, rank - 1]; a list entry outside that names no dimension).
+_AXIS_MIN, _AXIS_MAX = -(2**31), 2**31 - 1
+
+
+def _axis(value: int) -> int:
+    v = int(value)
+    if not _AXIS_MIN <= v <= _AXIS_MAX:
+        raise ValueError(f"scale_axis: {v} is out of range; an axis must be an int in [{_AXIS_MIN}, {_AXIS_MAX}] "
+                         "(an int scale_axis names an axis of x: [-rank, rank - 1])")
+    return v
+
+
 def _scale_axis(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, (bool, np.bool_)):
         raise TypeError("scale_axis: expected None, an int or a list of ints, got bool")
     if isinstance(value, (numbers.Integral, np.integer)):
-        return int(value)
+        return _axis(value)
     if isinstance(value, (list, tuple)):
         axes = []
         for a in value:
             if isinstance(a, (bool, np.bool_)) or not isinstance(a, (numbers.Integral, np.integer)):
                 raise TypeError(f"scale_axis: list entries must be ints, got {a!r}")
-            axes.append(int(a))
+            axes.append(_axis(a))
         return axes
     raise TypeError(f"scale_axis: expected None, an int or a list of ints, got {type(value).__name__}")
 
@@ -161,6 +174,10 @@ class _Quantizer:
 
     @staticmethod
     def _input(x: Any) -> np.ndarray:
+        # QKeras casts its input to float32 (K.cast_to_floatx) before any op, so an ml_dtypes
+        # bfloat16 array (numpy or tf.Tensor alike) is quantized as its exact float32 widening.
+        if isinstance(x, (np.ndarray, np.generic)) and x.dtype.name == "bfloat16":
+            x = np.asarray(x).astype(np.float32)
         return _as_array(x, "x")
 
 
@@ -215,8 +232,10 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
         if eps is not None:
             values = eps if isinstance(eps, (list, tuple)) else [eps]
             for v in values:
-                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, np.integer)) or int(v) <= 0:
-                    raise ValueError(f"elements_per_scale: expected a positive int or a list of them, got {eps!r}")
+                if (isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, np.integer))
+                        or not 0 < int(v) <= 2**63 - 1):
+                    raise ValueError(f"elements_per_scale: expected a positive int (at most 2**63 - 1) or a list of "
+                                     f"them, got {eps!r}")
         for name in ("min_po2_exponent", "max_po2_exponent"):
             v = getattr(self, name)
             if v is not None:

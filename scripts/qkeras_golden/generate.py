@@ -591,6 +591,27 @@ def build_cases(inp):
         for kind in ["numpy", "tf"]:
             add(qn, kw, sp, "input_kind", "specials", input_kind=kind)
             add(qn, kw, sub, "input_kind", "subnormal", input_kind=kind)
+
+    # ---------------- appended for issue 17 (after every earlier case, so their data is unchanged) ----------------
+    # The auto path with use_ste=False: -0.0 and negative subnormals give +0.0 (z from tf.sign(x / m_i),
+    # +0 for both zeros; TF flushes the subnormals), at every position of SIMD packets and remainders.
+    def signed_zeros(n, cols=None):
+        x = np.linspace(-1, 1, n, dtype=f32)
+        x[0::4] = f32(-0.0)
+        x[1::4] = f32(-1e-39)
+        x[2::8] = f32(-(2.0 ** -149))
+        x[3::8] = f32(0.0)
+        return x if cols is None else x.reshape(-1, cols)
+    for kw in [dict(bits=5, integer=2, alpha="auto", symmetric=1, use_ste=False),
+               dict(bits=4, integer=0, alpha="auto", qnoise_factor=0.125, use_ste=False),
+               dict(bits=4, integer=0, alpha="auto", qnoise_factor=0.125),
+               dict(bits=4, integer=0, alpha="auto", keep_negative=False, use_ste=False)]:
+        for x in (signed_zeros(6), signed_zeros(40), signed_zeros(40, 8)):
+            add(QB, kw, x, "auto.qnoise", "notes")
+    for kw in [dict(bits=4, integer=0, alpha="auto_po2", use_ste=False),
+               dict(bits=8, integer=3, alpha="auto_po2", qnoise_factor=0.5, use_ste=False)]:
+        for x in (signed_zeros(6), signed_zeros(40), signed_zeros(40, 8)):
+            add(QB, kw, x, "auto_po2.qnoise", "notes")
     return cases
 
 

@@ -143,8 +143,10 @@ inline float qk_nan_result(float out, float x) {
   return std::bit_cast<float>(kQkDefaultNanBits);
 }
 
-// tf.sign: -1, +1, 0 (the sign of zero kept) and NaN.
-inline float tf_sign(float x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x; }
+// tf.sign: -1, +1, +0 for both zeros (TensorFlow 2.15's CPU kernel gives +0 for -0, and a negative
+// subnormal reaches it flushed to -0 in QKeras' auto path, after x / m_i) and NaN. x + 0 is +0
+// for +-0 and x (quieted) for NaN.
+inline float tf_sign(float x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x + 0.0f; }
 // tf.round: half to even.
 inline float tf_round(float x) { return std::nearbyint(x); }
 

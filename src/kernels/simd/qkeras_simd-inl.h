@@ -18,10 +18,10 @@ inline Vec::F xla_clip_v(Vec::F t, Vec::F lo, Vec::F hi) {
   t = Vec::select(Vec::gt(t, lo), t, lo);
   return Vec::select(Vec::lt(t, hi), t, hi);
 }
-// tf.sign: +1, -1, and x itself for +-0 and NaN.
+// tf.sign: +1, -1, and x + 0 for +-0 (+0) and NaN (x).
 inline Vec::F tf_sign_v(Vec::F x) {
   const Vec::F zero = Vec::zero();
-  return Vec::select(Vec::gt(x, zero), Vec::splat(1.0f), Vec::select(Vec::lt(x, zero), Vec::splat(-1.0f), x));
+  return Vec::select(Vec::gt(x, zero), Vec::splat(1.0f), Vec::select(Vec::lt(x, zero), Vec::splat(-1.0f), Vec::add(x, zero)));
 }
 // qk_nan_result: NaN lanes become x quieted (x + x carries x's payload and sign) where x is NaN,
 // the default NaN 0xFFC00000 elsewhere.
