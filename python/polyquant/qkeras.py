@@ -96,6 +96,18 @@ def _scale_axis(value: Any) -> Any:
     raise TypeError(f"scale_axis: expected None, an int or a list of ints, got {type(value).__name__}")
 
 
+def _arithmetic_flag(value: Any, name: str) -> bool:
+    """symmetric / keep_negative: QKeras computes with them (bits - keep_negative,
+    keep_negative * (-m + symmetric)), so only 0 and 1 (bool, int or float) mean what a flag means;
+    bool() would turn 2, 0.5, "no" or None silently into True or False."""
+    if not isinstance(value, (bool, np.bool_, numbers.Real, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a bool or 0/1, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if v not in (0.0, 1.0):
+        raise ValueError(f"{name}: expected a bool or 0/1, got {value!r}")
+    return v == 1.0
+
+
 def _settings(epsilon: Any, image_data_format: Any) -> tuple[float, str]:
     eps = _number(epsilon, "epsilon")
     if eps < 0:
@@ -253,8 +265,8 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
         c = {
             "bits": float(self.bits),
             "integer": float(self.integer),
-            "symmetric": bool(self.symmetric),
-            "keep_negative": bool(self.keep_negative),
+            "symmetric": _arithmetic_flag(self.symmetric, "symmetric"),
+            "keep_negative": _arithmetic_flag(self.keep_negative, "keep_negative"),
             "alpha_kind": self._alpha_kind(),
             "use_stochastic_rounding": bool(self.use_stochastic_rounding),
             "scale_axis": self.scale_axis,
@@ -538,8 +550,8 @@ class quantized_linear(_Quantizer):  # noqa: N801
         c = {
             "bits": float(self.bits),
             "integer": float(self.integer),
-            "symmetric": bool(self.symmetric),
-            "keep_negative": bool(self.keep_negative),
+            "symmetric": _arithmetic_flag(self.symmetric, "symmetric"),
+            "keep_negative": _arithmetic_flag(self.keep_negative, "keep_negative"),
             "alpha_kind": "none" if self.alpha is None else self.alpha if self.auto_alpha else "value",
             "use_stochastic_rounding": bool(self.use_stochastic_rounding),
             "scale_axis": self.scale_axis,

@@ -232,3 +232,21 @@ def test_bad_dtypes_and_shapes_name_x(x):
     for _, make in MAKERS:
         with pytest.raises((TypeError, ValueError), match="^x: "):
             make()(x)
+
+
+@pytest.mark.parametrize("cls", [quantized_bits, quantized_linear])
+@pytest.mark.parametrize("name", ["symmetric", "keep_negative"])
+@pytest.mark.parametrize("value,exc", [(2, ValueError), (0.5, ValueError), (-1, ValueError), (float("nan"), ValueError),
+                                       ("1", TypeError), (None, TypeError), ([1], TypeError)])
+def test_arithmetic_flags_are_not_truncated_by_bool(cls, name, value, exc):
+    """QKeras computes with symmetric / keep_negative (keep_negative * (-m + symmetric)); bool()
+    turned 2 into True and None into False silently."""
+    _raises(exc, name, lambda: cls(4, 0, **{name: value})(X))
+
+
+@pytest.mark.parametrize("cls", [quantized_bits, quantized_linear])
+@pytest.mark.parametrize("value", [0, 1, 0.0, 1.0, True, False, np.int8(1), np.float32(0.0), np.bool_(True)])
+def test_arithmetic_flags_accept_zero_and_one(cls, value):
+    a = cls(4, 0, symmetric=value, keep_negative=value)(X)
+    b = cls(4, 0, symmetric=bool(value), keep_negative=bool(value))(X)
+    assert (_bits(a) == _bits(b)).all()
