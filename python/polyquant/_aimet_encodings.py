@@ -20,7 +20,8 @@ import numpy as np
 
 from . import _polyquant_ext as _ext
 
-__all__ = ["AffineEncoding", "GroupedBlockEncoding", "VALID_ENCODING_VERSIONS", "encoding_from_qnn_dict"]
+__all__ = ["AffineEncoding", "GroupedBlockEncoding", "VALID_ENCODING_VERSIONS", "encoding_from_qnn_dict",
+           "EncodingVersionError", "MAX_ENCODING_BITWIDTH"]
 
 VALID_ENCODING_VERSIONS = ("0.6.1", "1.0.0", "2.0.0", "2.1.0")
 
@@ -233,8 +234,7 @@ class AffineEncoding:
             if block_size is not None:
                 ret["block_size"] = block_size
             return ret
-        raise AssertionError(f"encoding_version: export encoding version {v} not supported. "
-                             f"Expected one of: {VALID_ENCODING_VERSIONS}")
+        raise _version_error(v)
 
 
 class GroupedBlockEncoding(AffineEncoding):
@@ -284,14 +284,76 @@ class GroupedBlockEncoding(AffineEncoding):
 
 
 # ---- reading ---------------------------------------------------------------------------------------
+# An encodings dict comes from a file: every field is checked before it is used, and a malformed
+# one is a ValueError (a TypeError for a dict that is not a dict) naming the field, never a bare
+# KeyError / IndexError, and never unbounded work (2**bw of an absurd bw).
+
+# The widest grid a quantizer holds: qmax - qmin (the number of steps) must fit int64.
+MAX_ENCODING_BITWIDTH = 63
 
 
-def _grid_of_dtype(name: str) -> Tuple[int, int]:
+class EncodingVersionError(ValueError, AssertionError):
+    """An encoding version polyquant does not know: AIMET raises AssertionError here; the class is
+    both, so either except clause catches it."""
+
+
+def _version_error(version) -> EncodingVersionError:
+    return EncodingVersionError(f"encoding_version: {version!r} not supported. Expected one of: {VALID_ENCODING_VERSIONS}")
+
+
+def _field(d: Dict, key: str, where: str):
+    if key not in d:
+        raise ValueError(f"encodings: {where} has no {key!r} field")
+    return d[key]
+
+
+def _bitwidth_field(value, key: str) -> int:
+    from ._int_args import strict_int
+
+    try:
+        return strict_int(value, f"encodings: {key!r}", minimum=1, maximum=MAX_ENCODING_BITWIDTH)
+    except TypeError as e:
+        raise ValueError(str(e)) from None
+
+
+def _bool_field(value, key: str) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"encodings: {key!r} must be true or false (or 'True' / 'False'), got {value!r}")
+
+
+def _numbers(value, key: str) -> np.ndarray:
+    """A number or a (nested) list of numbers as float32; anything else (None, strings, dicts,
+    ragged lists) is a ValueError naming the field."""
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError):
+        a = None
+    if a is None or a.dtype.kind not in "iuf":
+        raise ValueError(f"encodings: {key!r} must be a number or a list of numbers, got {value!r:.80}")
+    with np.errstate(over="ignore"):
+        return a.astype(np.float32)
+
+
+def _grid_of_dtype(name) -> Tuple[int, int]:
+    if not isinstance(name, str):
+        raise ValueError(f"encodings: 'output_dtype' must be a string int<N> or uint<N>, got {name!r:.80}")
     unsigned, _, bits = name.partition("int")
-    if unsigned not in ("", "u") or not bits.isdigit():
-        raise ValueError(f"output_dtype: expected int<N> or uint<N>, got {name!r}")
+    if unsigned not in ("", "u") or not (bits.isascii() and bits.isdigit()):
+        raise ValueError(f"encodings: 'output_dtype' must be int<N> or uint<N>, got {name!r:.80}")
+    if len(bits) > 3 or not 1 <= int(bits) <= MAX_ENCODING_BITWIDTH:
+        raise ValueError(f"encodings: 'output_dtype' {name!r:.80} is out of range; "
+                         f"N must be in [1, {MAX_ENCODING_BITWIDTH}]")
     b = int(bits)
     return (0, 2**b - 1) if unsigned else (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
+
+
+def _require_dict(d, version: str) -> Dict:
+    if not isinstance(d, dict):
+        raise TypeError(f"encoding: a {version} encoding is a dict, got {type(d).__name__}")
+    return d
 
 
 def encoding_from_qnn_dict(d: Union[Dict, List], version: str, shape: Sequence[int]) -> Dict[str, Any]:
@@ -300,55 +362,80 @@ def encoding_from_qnn_dict(d: Union[Dict, List], version: str, shape: Sequence[i
     ``per_channel_scale``, ``per_block_int_scale`` and ``decompressed_bw``. `d` is what
     ``to_qnn_encoding_dict(version)`` wrote (a list of dicts for "0.6.1")."""
     shape = tuple(int(s) for s in shape)
+    if not isinstance(version, str) or version not in VALID_ENCODING_VERSIONS:
+        raise _version_error(version)
 
     n = int(np.prod(shape, dtype=np.int64))
 
-    def arr(v):
-        a = np.asarray(v, dtype=np.float32)
+    def arr(v, key):
+        a = _numbers(v, key)
         if a.size == n:
             return a.reshape(shape).copy()
         if a.size == 1:
             return np.full(shape, a.reshape(()), np.float32)
-        raise ValueError(f"encodings: {a.size} values do not fit the quantizer shape {shape}")
+        raise ValueError(f"encodings: {key!r} has {a.size} values, which do not fit the quantizer shape {shape}")
 
     if version == "0.6.1":
         if not isinstance(d, list) or not d:
-            raise ValueError("encodings: a 0.6.1 encoding is a non-empty list of dicts")
-        bw, sym = int(d[0]["bitwidth"]), str(d[0]["is_symmetric"]).lower() == "true"
+            raise TypeError(f"encoding: a 0.6.1 encoding is a non-empty list of dicts, got {d!r:.80}")
+        for i, e in enumerate(d):
+            if not isinstance(e, dict):
+                raise TypeError(f"encoding: entry {i} of a 0.6.1 encoding is not a dict but {type(e).__name__}")
+
+        def column(key):
+            values = [_numbers(_field(e, key, f"entry {i}"), key) for i, e in enumerate(d)]
+            if any(v.ndim != 0 for v in values):
+                raise ValueError(f"encodings: {key!r} of a 0.6.1 entry must be one number")
+            return arr(np.array(values, np.float32), key)
+
+        bw = _bitwidth_field(_field(d[0], "bitwidth", "entry 0"), "bitwidth")
+        sym = _bool_field(_field(d[0], "is_symmetric", "entry 0"), "is_symmetric")
         qmin, qmax = (-(2 ** (bw - 1)), 2 ** (bw - 1) - 1) if sym else (0, 2**bw - 1)
-        return {"scale": arr([e["scale"] for e in d]), "offset": arr([e["offset"] for e in d]) - np.float32(qmin),
-                "qmin": qmin, "qmax": qmax, "symmetric": sym,
-                "min": arr([e["min"] for e in d]), "max": arr([e["max"] for e in d])}
+        return {"scale": column("scale"), "offset": column("offset") - np.float32(qmin),
+                "qmin": qmin, "qmax": qmax, "symmetric": sym, "min": column("min"), "max": column("max")}
+    d = _require_dict(d, version)
     if version == "1.0.0":
-        if d.get("enc_type") == "LPBQ":
-            cbw, dbw = int(d["compressed_bw"]), int(d["bw"])
-            ints = arr(d["per_block_int_scale"])
-            pc = np.asarray(d["scale"], dtype=np.float32)
+        dtype = d.get("dtype", "INT")
+        if dtype != "INT":
+            raise ValueError(f"encodings: 'dtype' {dtype!r:.80} is not supported; expected 'INT'")
+        enc_type = d.get("enc_type", "PER_TENSOR")
+        if enc_type not in ("PER_TENSOR", "PER_CHANNEL", "PER_BLOCK", "LPBQ"):
+            raise ValueError(f"encodings: 'enc_type' {enc_type!r:.80} is not one of PER_TENSOR, PER_CHANNEL, "
+                             "PER_BLOCK, LPBQ")
+        if enc_type == "LPBQ":
+            cbw = _bitwidth_field(_field(d, "compressed_bw", "an LPBQ encoding"), "compressed_bw")
+            dbw = _bitwidth_field(_field(d, "bw", "an LPBQ encoding"), "bw")
+            if dbw < cbw:
+                raise ValueError(f"encodings: 'bw' ({dbw}) must be at least 'compressed_bw' ({cbw})")
+            ints = arr(_field(d, "per_block_int_scale", "an LPBQ encoding"), "per_block_int_scale")
+            pc = _numbers(_field(d, "scale", "an LPBQ encoding"), "scale")
             return {"lpbq": True, "per_block_int_scale": ints, "per_channel_scale": pc, "decompressed_bw": dbw,
                     "qmin": -(2 ** (cbw - 1)), "qmax": 2 ** (cbw - 1) - 1, "symmetric": True}
-        bw, sym = int(d["bw"]), bool(d["is_sym"])
-        off = arr(d["offset"])
+        bw = _bitwidth_field(_field(d, "bw", "the encoding"), "bw")
+        sym = _bool_field(_field(d, "is_sym", "the encoding"), "is_sym")
+        off = arr(_field(d, "offset", "the encoding"), "offset")
         qmin, qmax = (-(2 ** (bw - 1)), 2 ** (bw - 1) - 1) if sym else (0, 2**bw - 1)
         if sym:
             off = off + np.float32(2 ** (bw - 1))
-        return {"scale": arr(d["scale"]), "offset": off, "qmin": qmin, "qmax": qmax, "symmetric": sym}
-    if version in ("2.0.0", "2.1.0"):
-        ys = d.get("y_scale")
-        if "per_block_int_scale" in d or isinstance(ys, dict):
-            ints = arr(d["per_block_int_scale"] if "per_block_int_scale" in d else ys["x"])
-            pc_list = d["per_channel_float_scale"] if "per_block_int_scale" in d else ys["x_scale"]
-            pc = np.asarray(pc_list, dtype=np.float32)
-            qmin, qmax = _grid_of_dtype(d["output_dtype"])
-            return {"lpbq": True, "per_block_int_scale": ints, "per_channel_scale": pc, "qmin": qmin, "qmax": qmax,
-                    "symmetric": True}
-        qmin, qmax = _grid_of_dtype(d["output_dtype"])
-        scale = arr(ys)
-        zp = d.get("y_zero_point")
-        zp_arr = np.zeros(shape, np.float32) if zp is None else arr(zp)
-        centroid = math.ceil((qmin + qmax) / 2)
-        sym = bool(np.all(zp_arr == centroid)) if zp is not None else qmin < 0
-        # symmetric quantizers export the grid's centroid as zero point (0 on a signed grid)
-        offset = np.full(shape, -round((qmin + qmax) / 2), np.float32) if sym else (-zp_arr).astype(np.float32)
-        return {"scale": scale, "offset": offset, "qmin": qmin, "qmax": qmax,
+        return {"scale": arr(_field(d, "scale", "the encoding"), "scale"), "offset": off, "qmin": qmin, "qmax": qmax,
                 "symmetric": sym}
-    raise AssertionError(f"encoding_version: {version} not supported. Expected one of: {VALID_ENCODING_VERSIONS}")
+    # 2.0.0 / 2.1.0
+    ys = _field(d, "y_scale", "the encoding") if "per_block_int_scale" not in d else d.get("y_scale")
+    qmin, qmax = _grid_of_dtype(_field(d, "output_dtype", "the encoding"))
+    if "per_block_int_scale" in d or isinstance(ys, dict):
+        if "per_block_int_scale" in d:
+            ints = arr(d["per_block_int_scale"], "per_block_int_scale")
+            pc = _numbers(_field(d, "per_channel_float_scale", "an LPBQ encoding"), "per_channel_float_scale")
+        else:
+            ints = arr(_field(ys, "x", "'y_scale'"), "y_scale.x")
+            pc = _numbers(_field(ys, "x_scale", "'y_scale'"), "y_scale.x_scale")
+        return {"lpbq": True, "per_block_int_scale": ints, "per_channel_scale": pc, "qmin": qmin, "qmax": qmax,
+                "symmetric": True}
+    scale = arr(ys, "y_scale")
+    zp = d.get("y_zero_point")
+    zp_arr = np.zeros(shape, np.float32) if zp is None else arr(zp, "y_zero_point")
+    centroid = math.ceil((qmin + qmax) / 2)
+    sym = bool(np.all(zp_arr == centroid)) if zp is not None else qmin < 0
+    # symmetric quantizers export the grid's centroid as zero point (0 on a signed grid)
+    offset = np.full(shape, -round((qmin + qmax) / 2), np.float32) if sym else (-zp_arr).astype(np.float32)
+    return {"scale": scale, "offset": offset, "qmin": qmin, "qmax": qmax, "symmetric": sym}

@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _polyquant_ext as _ext
+from ._int_args import strict_int, strict_int_tuple
 from ._aimet_analyzers import MinMaxEncodingAnalyzer, StatisticsNotFoundError
 from ._aimet_encodings import (
     VALID_ENCODING_VERSIONS,
@@ -39,6 +40,36 @@ _SIGNATURES = (
     "(self, shape, bitwidth: int, symmetric: bool, encoding_analyzer: EncodingAnalyzer = None, "
     "block_size: Optional[Tuple[int, ...]] = None, zero_point_shift: Optional[float] = None)",
 )
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# A quantizer's grid must have at most 2^63 - 1 steps (qmax - qmin fits int64): 63 bits.
+_MAX_BITWIDTH = 63
+
+
+def _bitwidth_arg(bitwidth, name: str = "bitwidth") -> int:
+    return strict_int(bitwidth, name, minimum=1, maximum=_MAX_BITWIDTH)
+
+
+def _grid_args(qmin, qmax) -> Tuple[int, int]:
+    """Strict integer qmin < qmax whose number of steps qmax - qmin fits int64."""
+    qmin = strict_int(qmin, "qmin", minimum=_INT64_MIN + 1, maximum=_INT64_MAX)
+    qmax = strict_int(qmax, "qmax", minimum=_INT64_MIN, maximum=_INT64_MAX)
+    if qmin < qmax and qmax - qmin > _INT64_MAX:
+        raise ValueError(f"qmin/qmax: the grid [{qmin}, {qmax}] has {qmax - qmin} steps; at most 2**63 - 1 "
+                         f"({_MAX_BITWIDTH} bits) are supported")
+    return qmin, qmax
+
+
+def _block_size_arg(block_size, name: str) -> Optional[Tuple[int, ...]]:
+    """None, or a tuple of -1 (the whole dimension) or positive integers."""
+    if block_size is None:
+        return None
+    values = strict_int_tuple(block_size, name, minimum=-1, maximum=_INT64_MAX)
+    for i, b in enumerate(values):
+        if b == 0:
+            raise ValueError(f"{name}[{i}]: 0 is not allowed; expected -1 (the whole dimension) or a positive integer")
+    return values
 
 
 def _derive_qmin_qmax(bitwidth, signed: bool) -> Tuple[int, int]:
@@ -84,9 +115,9 @@ class _AffineQuantizerBase:
     """State and parameter arithmetic shared by the affine quantizers."""
 
     def __init__(self, shape, *args, **kwargs):
-        if isinstance(shape, (int, np.integer)):
-            shape = (int(shape),)
-        self.shape = tuple(int(s) for s in shape)
+        if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+            shape = (shape,)
+        self.shape = strict_int_tuple(shape, "shape", minimum=0, maximum=_INT64_MAX)
         full_args = (shape, *args)
         args = tuple(chain(args, repeat(None, 6 - len(args))))
         arg0 = kwargs.pop("qmin", kwargs.pop("bitwidth", args[0]))
@@ -104,17 +135,22 @@ class _AffineQuantizerBase:
             symmetric = kwargs.pop("symmetric", args[1])
             if bitwidth is None or symmetric is None:
                 raise self._arg_parsing_error(full_args, kwargs)
-            qmin, qmax = _derive_qmin_qmax(bitwidth, bool(symmetric))  # bitwidth form: signed := symmetric
+            # bitwidth form: signed := symmetric
+            bitwidth = strict_int(bitwidth, "bitwidth", maximum=_MAX_BITWIDTH)
+            if bitwidth < 1:  # AIMET's check, on the grid it derives
+                raise ValueError(f"qmax should be strictly larger than qmin (bitwidth >= 1). Got bitwidth={bitwidth}")
+            qmin, qmax = _derive_qmin_qmax(bitwidth, bool(symmetric))
             encoding_analyzer = kwargs.pop("encoding_analyzer", args[2])
             block_size = kwargs.pop("block_size", args[3])
             zero_point_shift = kwargs.pop("zero_point_shift", args[4])
         if kwargs:
             raise TypeError(f"{type(self).__qualname__}.__init__ got unexpected keyword argument: {', '.join(kwargs)}")
+        qmin, qmax = _grid_args(qmin, qmax)
         if qmin >= qmax:
             raise ValueError(f"qmax should be strictly larger than qmin (bitwidth >= 1). Got qmax={qmax}, qmin={qmin}")
         self.qmin, self.qmax = qmin, qmax
         self._symmetric = bool(symmetric)
-        self.block_size = None if block_size is None else tuple(int(b) for b in block_size)
+        self.block_size = _block_size_arg(block_size, "block_size")
         self.zero_point_shift = zero_point_shift or 0.0
         if self.zero_point_shift != 0.0:
             raise ValueError(f"zero_point_shift: only 0.0 is supported by polyquant.aimet, "
@@ -217,6 +253,8 @@ class _AffineQuantizerBase:
             raise TypeError(f"bitwidth: a non-integer value {bitwidth} is not supported; set qmin and qmax instead")
         if bitwidth < 1:
             raise ValueError(f"bitwidth can't be smaller than 1. Got {bitwidth}")
+        if bitwidth > _MAX_BITWIDTH:
+            raise ValueError(f"bitwidth: {bitwidth} is out of range; expected an integer in [1, {_MAX_BITWIDTH}]")
         if self.qmin + self.qmax == -1:
             self.qmin, self.qmax = -(2 ** (bitwidth - 1)), 2 ** (bitwidth - 1) - 1
         elif self.qmin == 0:
@@ -323,19 +361,10 @@ class _AffineQuantizerBase:
         """AIMET's import of legacy encodings: bitwidth and symmetry from the first entry (the grid
         becomes signed iff symmetric), then the range from the min / max fields."""
 
-        def to_bool(s) -> bool:
-            s = str(s).lower()
-            if s in ("true", "false"):
-                return s == "true"
-            raise ValueError(f"is_symmetric: expected 'True' or 'False', got {s!r}")
-
-        bitwidth = encodings[0]["bitwidth"]
-        symmetric = to_bool(encodings[0]["is_symmetric"])
-        self.qmin, self.qmax = _derive_qmin_qmax(bitwidth, symmetric)
-        self.symmetric = symmetric
-        mn = np.asarray([e["min"] for e in encodings], dtype=np.float32).reshape(self.shape)
-        mx = np.asarray([e["max"] for e in encodings], dtype=np.float32).reshape(self.shape)
-        self.set_range(mn, mx)
+        p = encoding_from_qnn_dict(encodings, "0.6.1", self.shape)  # every field checked first
+        self.qmin, self.qmax = p["qmin"], p["qmax"]
+        self.symmetric = p["symmetric"]
+        self.set_range(p["min"], p["max"])
 
     def set_qnn_encoding_dict(self, encoding: Any, encoding_version: str) -> None:
         """Loads what ``get_encodings().to_qnn_encoding_dict(encoding_version)`` wrote: the grid,
@@ -457,10 +486,11 @@ class GroupedBlockQuantizeDequantize(QuantizeDequantize):
     def __init__(self, shape, bitwidth: int, symmetric: bool, decompressed_bw: int, encoding_analyzer=None,
                  block_size: Optional[Tuple[int, ...]] = None, block_grouping: Optional[Tuple[int, ...]] = None):
         super().__init__(shape, bitwidth, symmetric, encoding_analyzer, block_size)
-        self.decompressed_bw = decompressed_bw
+        self.decompressed_bw = _bitwidth_arg(decompressed_bw, "decompressed_bw")
         shape = self.shape
-        self.block_grouping = (tuple(1 for _ in shape) if block_grouping is None
-                               else tuple(int(g) for g in block_grouping))
+        if block_grouping is not None:
+            block_grouping = _block_size_arg(block_grouping, "block_grouping")
+        self.block_grouping = tuple(1 for _ in shape) if block_grouping is None else block_grouping
         if block_grouping is not None:
             if len(block_grouping) != len(shape):
                 raise RuntimeError(f"Length of block grouping {tuple(block_grouping)} must equal length of shape "
@@ -524,7 +554,11 @@ class GroupedBlockQuantizeDequantize(QuantizeDequantize):
 
     def _expand_channel(self, pc) -> np.ndarray:
         pc_shape = tuple(_ext.aimet_lpbq_channel_shape(list(self.shape), list(self.block_grouping)))
-        pc = np.asarray(pc, np.float32).reshape(pc_shape)
+        pc = np.asarray(pc, np.float32)
+        if pc.size != int(np.prod(pc_shape, dtype=np.int64)):
+            raise ValueError(f"encodings: the per-channel scale has {pc.size} values; this quantizer's shape {self.shape} "
+                             f"and block grouping {self.block_grouping} need {pc_shape}")
+        pc = pc.reshape(pc_shape)
         for axis, (n, c) in enumerate(zip(self.shape, pc_shape)):
             pc = np.repeat(pc, n // c, axis=axis)
         return pc

@@ -3,13 +3,19 @@ on numpy arrays (float16, float32, float64, ``ml_dtypes.bfloat16``).
 
 Functional ops with AIMET's names, parameters and call forms::
 
-    quantize(tensor, scale, offset, bitwidth, signed=False, block_size=None)
-    quantize(tensor, scale, offset, *, num_steps, signed=False, block_size=None)
-    quantize(tensor, scale, offset, qmin, qmax, block_size=None)        # qmin/qmax also by keyword
+    quantize(tensor, scale, offset, bitwidth, signed=False, block_size=None, *, out=None)
+    quantize(tensor, scale, offset, *, num_steps, signed=False, block_size=None, out=None)
+    quantize(tensor, scale, offset, qmin, qmax, block_size=None, *, out=None)  # qmin/qmax also by keyword
     quantize_dequantize(...)                                             # the same three forms
-    dequantize(tensor, scale, offset, block_size=None)
+    dequantize(tensor, scale, offset, block_size=None, *, out=None)
     quantize_dequantize_grad(grad_output, tensor, scale, offset, <form>, block_size=None)
         -> (output, grad_tensor, grad_scale, grad_offset)
+
+Beyond AIMET (whose functions ignore keywords they do not know): a keyword none of the forms
+names (e.g. ``bitwdith=8``) is a TypeError, and ``out=`` (numpy arrays only) receives the result
+as in the other families: it must have the result's dtype and shape (ValueError otherwise), may
+overlap the inputs, and may be big-endian (the result is written in its byte order). Big-endian
+inputs are read in native byte order.
 
 ``quantize_dequantize`` returns what AIMET returns for tensors that do not require grad: where
 AIMET takes its no-grad shortcut (torch's fake quantization: no block size, one scale/offset value
@@ -32,6 +38,7 @@ import numpy as np
 from . import _aimet_torch
 from . import _polyquant_ext as _ext
 from . import _qdq
+from ._int_args import strict_int
 from ._aimet_analyzers import (
     MinMaxEncodingAnalyzer,
     PercentileEncodingAnalyzer,
@@ -63,6 +70,9 @@ __all__ = [
 ]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# Integer bitwidths above this give AIMET's grid error from a small computation; far above it
+# (2**40) the error is raised before computing 2**bitwidth.
+_MAX_BITWIDTH_ARG = 4096
 
 
 class TensorDtypeError(ValueError, NotImplementedError):
@@ -78,12 +88,29 @@ _FLOAT_NAMES = ("float16", "float32", "float64", "bfloat16")
 
 # ---- arguments ---------------------------------------------------------------------------------
 def _derive_qmin_qmax(*, bitwidth=None, num_steps=None, signed):
-    # aimet-torch's own arithmetic (Python's math.ceil / floor of a true division)
+    # aimet-torch's own arithmetic (Python's math.ceil / floor of a true division). An integer
+    # bitwidth beyond any int64 grid is refused before 2**bitwidth is built (2**(2**40) would take
+    # unbounded time and memory); up to that bound the grid check below gives AIMET's error.
     if bitwidth is not None:
+        if _is_int(bitwidth) and bitwidth > _MAX_BITWIDTH_ARG:
+            raise ValueError(f"bitwidth: {bitwidth} is out of range; a grid must fit int64 (bitwidth <= 64)")
         num_steps = 2**bitwidth - 1
     if signed:
         return -math.ceil(num_steps / 2), math.floor(num_steps / 2)
     return 0, num_steps
+
+
+# The keywords of AIMET's three call forms.
+_FORM_KEYWORDS = ("bitwidth", "signed", "num_steps", "qmin", "qmax", "block_size", "zero_point_shift")
+
+
+def _check_keywords(function: str, kwargs) -> None:
+    """aimet-torch reads the keywords it knows with kwargs.get and ignores the rest, so a
+    misspelled one silently selects another form; polyquant names it instead."""
+    unknown = [k for k in kwargs if k not in _FORM_KEYWORDS]
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}; "
+                        f"expected: {', '.join(_FORM_KEYWORDS)}, out")
 
 
 def _parse_args(args, kwargs):
@@ -110,21 +137,27 @@ def _parse_args(args, kwargs):
 
 
 def _block_size(block_size) -> Optional[list]:
-    if not block_size:
+    if block_size is None or (isinstance(block_size, (tuple, list)) and not block_size):
         return None
-    try:
-        return [int(b) for b in block_size]
-    except TypeError:
-        raise TypeError(f"block_size: expected a tuple of ints (or None), got {block_size!r}") from None
+    if isinstance(block_size, (str, bytes)) or not hasattr(block_size, "__iter__"):
+        raise TypeError(f"block_size: expected a tuple of ints (or None), got {block_size!r}")
+    # strict integers: 1.5 or "2" are errors, not truncated; -1 is "the whole dimension"
+    return [strict_int(b, f"block_size[{i}]", minimum=_INT64_MIN, maximum=_INT64_MAX)
+            for i, b in enumerate(block_size)]
 
 
 def _is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
+def _native(a: np.ndarray) -> np.ndarray:
+    """A big-endian (non-native byte order) array as the same values in native order."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
 def _as_tensor(value: Any, name: str) -> Tuple[np.ndarray, int, Any]:
     """(array for the extension, dtype code, dtype to return)."""
-    a = np.asarray(value)
+    a = _native(np.asarray(value))
     if a.dtype.name not in _FLOAT_NAMES:  # AIMET's ValueError
         raise TensorDtypeError(f"{name}: expected dtype to be one of float32, float16, bfloat16, or float64; got {a.dtype}")
     arr, code = _qdq.operand(a, name)
@@ -137,7 +170,7 @@ def _as_param(value: Any, name: str) -> Tuple[np.ndarray, int]:
     if isinstance(value, float):
         a = np.asarray(value, dtype=np.float32)
     else:
-        a = np.asarray(value)
+        a = _native(np.asarray(value))
     if a.dtype.kind in "iub":
         a = a.astype(np.float64)
     if a.dtype.name not in _FLOAT_NAMES:
@@ -187,22 +220,48 @@ def _finish(pair, dtype):
     return array.view(dtype) if array.dtype != dtype else array
 
 
+def _run_into(run, out, dtype):
+    """`run(out_operand)` -> (array, dtype name): the result in a new array (out None) or in `out`.
+    The core checks out's dtype and shape against the result's and buffers an overlap with the
+    inputs; a big-endian out receives the result through a native-order array of its shape."""
+    if out is None:
+        return _finish(run(None), dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
+    if not out.flags.writeable:
+        raise ValueError("out: the array is read-only")
+    if out.dtype.isnative:
+        run(_qdq.out_operand(out))
+        return out
+    native = np.empty(out.shape, out.dtype.newbyteorder("="))
+    run(_qdq.out_operand(native))
+    out[...] = native
+    return out
+
+
+def _no_out_with_tensors(out) -> None:
+    if out is not None:
+        raise TypeError("out: only supported with numpy arrays (torch tensors return a new tensor)")
+
+
 # ---- functional ops ----------------------------------------------------------------------------
 # Each takes numpy arrays (numpy out) or CPU torch tensors (tensors out; with an input that
 # requires grad, AIMET's training path and its gradients through torch.autograd).
 
 
-def quantize(tensor, scale, offset, *args, **kwargs):
+def quantize(tensor, scale, offset, *args, out=None, **kwargs):
     """AIMET's quantize: clamp(round(tensor / scale) - offset, qmin, qmax), in tensor's dtype."""
+    _check_keywords("quantize", kwargs)
     if _aimet_torch.any_tensor(tensor, scale, offset):
+        _no_out_with_tensors(out)
         return _aimet_torch.call(
             lambda x, s, o, training: _quantize(x, s, o, args, kwargs),
             lambda g, x, s, o, training: quantize_grad(g, x, s, o, *args, **kwargs),
             tensor, scale, offset, training_if=lambda s_rg, o_rg: True)
-    return _quantize(tensor, scale, offset, args, kwargs)
+    return _quantize(tensor, scale, offset, args, kwargs, out)
 
 
-def _quantize(tensor, scale, offset, args, kwargs):
+def _quantize(tensor, scale, offset, args, kwargs, out=None):
     qmin, qmax, block_size, zero_point_shift = _parse_args(args, kwargs)
     if zero_point_shift:
         raise RuntimeError("Nonzero zero_point_shift not supported for quantize()")
@@ -211,24 +270,26 @@ def _quantize(tensor, scale, offset, args, kwargs):
     problem = _grid_problem("quantize", qmin, qmax, ops, block)
     if problem is not None:
         raise problem
-    return _finish(_ext.aimet_quantize(*ops, int(qmin), int(qmax), block), dtype)
+    return _run_into(lambda o: _ext.aimet_quantize(*ops, int(qmin), int(qmax), block, o), out, dtype)
 
 
-def quantize_dequantize(tensor, scale, offset, *args, **kwargs):
+def quantize_dequantize(tensor, scale, offset, *args, out=None, **kwargs):
     """AIMET's quantize_dequantize. numpy arrays (and tensors that do not require grad) get what
     AIMET returns without grad: its no-grad shortcut where AIMET takes it, else
     (clamp(round(tensor / scale) - offset, qmin, qmax) + offset) * scale. With a scale or offset
     tensor that requires grad, AIMET's training path (the formula) and its gradients."""
+    _check_keywords("quantize_dequantize", kwargs)
     if _aimet_torch.any_tensor(tensor, scale, offset):
+        _no_out_with_tensors(out)
         return _aimet_torch.call(
             lambda x, s, o, training: _qdq_forward(x, s, o, args, kwargs, training),
             lambda g, x, s, o, training: (quantize_dequantize_grad(g, x, s, o, *args, **kwargs) if training
                                           else _qdq_no_grad_backward(g, x, s, o, args, kwargs)),
             tensor, scale, offset, training_if=lambda s_rg, o_rg: s_rg or o_rg)
-    return _qdq_forward(tensor, scale, offset, args, kwargs, training=False)
+    return _qdq_forward(tensor, scale, offset, args, kwargs, training=False, out=out)
 
 
-def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool):
+def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool, out=None):
     qmin, qmax, block_size, zero_point_shift = _parse_args(args, kwargs)
     if zero_point_shift:
         raise ValueError(f"zero_point_shift: only 0 is supported (got {zero_point_shift!r})")
@@ -237,22 +298,25 @@ def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool):
     problem = _grid_problem("quantize_dequantize", qmin, qmax, ops, block)
     if problem is not None:
         raise problem
-    return _finish(_ext.aimet_quantize_dequantize(*ops, int(qmin), int(qmax), block, training), dtype)
+    return _run_into(lambda o: _ext.aimet_quantize_dequantize(*ops, int(qmin), int(qmax), block, training, o), out,
+                     dtype)
 
 
-def dequantize(tensor, scale, offset, block_size=None):
+def dequantize(tensor, scale, offset, block_size=None, *, out=None):
     """AIMET's dequantize: (tensor + offset) * scale, in tensor's dtype."""
     if _aimet_torch.any_tensor(tensor, scale, offset):
+        _no_out_with_tensors(out)
         return _aimet_torch.call(
             lambda x, s, o, training: _dequantize(x, s, o, block_size),
             lambda g, x, s, o, training: dequantize_grad(g, x, s, o, block_size),
             tensor, scale, offset, training_if=lambda s_rg, o_rg: True)
-    return _dequantize(tensor, scale, offset, block_size)
+    return _dequantize(tensor, scale, offset, block_size, out)
 
 
-def _dequantize(tensor, scale, offset, block_size):
+def _dequantize(tensor, scale, offset, block_size, out=None):
     ops, dtype = _prepared(tensor, scale, offset)
-    return _finish(_ext.aimet_dequantize(*ops, _block_size(block_size)), dtype)
+    block = _block_size(block_size)
+    return _run_into(lambda o: _ext.aimet_dequantize(*ops, block, o), out, dtype)
 
 
 def _grads(op: int, grad_output, tensor, scale, offset, qmin, qmax, block):
@@ -276,6 +340,7 @@ def _qdq_no_grad_backward(grad_output, tensor, scale, offset, args, kwargs):
 def quantize_dequantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
     """AIMET's training path of quantize_dequantize (tensor, scale and offset requiring grad):
     (output, grad_tensor, grad_scale, grad_offset) for the upstream gradient grad_output."""
+    _check_keywords("quantize_dequantize_grad", kwargs)
     tensor, scale, offset, grad_output = (_aimet_torch.to_numpy(v, n) for v, n in (
         (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
     output = _qdq_forward(tensor, scale, offset, args, kwargs, training=True)
@@ -286,6 +351,7 @@ def quantize_dequantize_grad(grad_output, tensor, scale, offset, *args, **kwargs
 def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
     """AIMET's quantize with tensor, scale and offset requiring grad:
     (output, grad_tensor, grad_scale, grad_offset)."""
+    _check_keywords("quantize_grad", kwargs)
     tensor, scale, offset, grad_output = (_aimet_torch.to_numpy(v, n) for v, n in (
         (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
     output = _quantize(tensor, scale, offset, args, kwargs)

@@ -447,8 +447,14 @@ void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView
 // ---- gradients ---------------------------------------------------------------------------------
 // Sums per-element values `g` (contiguous over layout.shape, dtype float32 or float64) into the
 // parameter's elements, in float64, then writes them rounded to `out`'s dtype.
+//
+// The sign of a zero follows torch's autograd: the per-element gradient has x's shape (split into
+// blocks) and is reduced to the parameter's with sum_to, which sums only when the shapes differ.
+// A sum starts from +0.0 (so -0.0 + -0.0, a sum over one element of a size-1 leading dimension and
+// an empty sum all give +0.0); with equal shapes (`no_reduction`: per-element parameters, blocks
+// of one) there is no sum and each element keeps its own value, -0.0 included.
 void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRounding narrow, const AffineLayout& L,
-                 int which, const TensorView& param, const MutableTensorView& out) {
+                 int which, const TensorView& param, bool no_reduction, const MutableTensorView& out) {
   std::vector<double> acc(static_cast<std::size_t>(std::max<std::int64_t>(param.numel(), 1)), 0.0);
   const Dims& shape = L.shape;
   const Dims& st = L.acc_strides[static_cast<std::size_t>(which)];
@@ -458,7 +464,8 @@ void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRou
   for (std::int64_t e = 0; e < n; ++e) {
     const double v = g_dtype == DType::kFloat32 ? static_cast<double>(reinterpret_cast<const float*>(g.data())[e])
                                                 : reinterpret_cast<const double*>(g.data())[e];
-    acc[static_cast<std::size_t>(target)] += v;
+    double& a = acc[static_cast<std::size_t>(target)];
+    a = no_reduction ? v : a + v;
     for (int k = shape.rank - 1; k >= 0; --k) {  // odometer over the engine's shape
       if (++idx[static_cast<std::size_t>(k)] < shape[k]) {
         target += st[k];
@@ -650,7 +657,8 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
   auto reduced = [&](detail::AffineGradOf of, int which, const TensorView& param, const MutableTensorView& out) {
     buffer.assign(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(w.kernel_dtype), 0);
     run(of, MutableTensorView(buffer.data(), w.kernel_dtype, L.shape));
-    reduce_into(buffer, w.kernel_dtype, w.narrow, L, which, param, out);
+    // torch's sum_to is the identity where the parameter has x's shape (same rank and sizes)
+    reduce_into(buffer, w.kernel_dtype, w.narrow, L, which, param, param.shape == x.shape, out);
   };
   if (grad_scale.data != nullptr) reduced(detail::AffineGradOf::kScale, 0, scale, grad_scale);
   if (grad_offset.data != nullptr) reduced(detail::AffineGradOf::kOffset, 1, offset, grad_offset);

@@ -34,6 +34,18 @@ T clamp(T v, T lo, T hi) {
 
 float num_steps_f(Grid grid) { return static_cast<float>(grid.qmax - grid.qmin); }
 
+// The arithmetic below forms qmax - qmin, qmin + qmax, -qmin and -qmax in int64: a grid must keep
+// each of them in range (at most 2^63 - 1 steps, qmin above INT64_MIN), else it is refused.
+void check_grid(Grid grid, const char* what) {
+  std::int64_t steps = 0, sum = 0;
+  if (grid.qmin > grid.qmax || grid.qmin == std::numeric_limits<std::int64_t>::min() ||
+      __builtin_sub_overflow(grid.qmax, grid.qmin, &steps) || __builtin_add_overflow(grid.qmin, grid.qmax, &sum)) {
+    throw Error(ErrorKind::kValue, std::string(what) + ": the grid [" + std::to_string(grid.qmin) + ", " +
+                                       std::to_string(grid.qmax) +
+                                       "] is not supported; qmin <= qmax, qmin > INT64_MIN and at most 2^63 - 1 steps");
+  }
+}
+
 }  // namespace
 
 double minimum_scale(std::int64_t num_steps) {
@@ -43,12 +55,14 @@ double minimum_scale(std::int64_t num_steps) {
 }
 
 float symmetric_offset(Grid grid) {
+  check_grid(grid, "symmetric_offset");
   // -round((qmin + qmax) / 2) with Python's round (half to even) of a true division.
   const double centre = std::nearbyint(static_cast<double>(grid.qmin + grid.qmax) / 2.0);
   return static_cast<float>(-static_cast<std::int64_t>(centre));
 }
 
 void quantizer_scale(std::span<const float> min, std::span<const float> max, Grid grid, std::span<float> scale) {
+  check_grid(grid, "quantizer_scale");
   require_same_size(min.size(), max.size(), "quantizer_scale");
   require_same_size(min.size(), scale.size(), "quantizer_scale");
   const float n = num_steps_f(grid);
@@ -61,6 +75,7 @@ void quantizer_scale(std::span<const float> min, std::span<const float> max, Gri
 
 void quantizer_offset(std::span<const float> min, std::span<const float> scale, Grid grid, bool symmetric,
                       std::span<float> offset) {
+  check_grid(grid, "quantizer_offset");
   require_same_size(min.size(), scale.size(), "quantizer_offset");
   require_same_size(min.size(), offset.size(), "quantizer_offset");
   if (symmetric) {
@@ -76,6 +91,7 @@ void quantizer_offset(std::span<const float> min, std::span<const float> scale, 
 
 void quantizer_range(std::span<const float> scale, std::span<const float> offset, Grid grid, std::span<float> min,
                      std::span<float> max) {
+  check_grid(grid, "quantizer_range");
   require_same_size(scale.size(), offset.size(), "quantizer_range");
   require_same_size(scale.size(), min.size(), "quantizer_range");
   require_same_size(scale.size(), max.size(), "quantizer_range");
@@ -89,6 +105,7 @@ void quantizer_range(std::span<const float> scale, std::span<const float> offset
 
 void scale_offset_from_range(std::span<const float> min, std::span<const float> max, Grid grid, bool symmetric,
                              std::span<float> scale, std::span<float> offset) {
+  check_grid(grid, "scale_offset_from_range");
   require_same_size(min.size(), max.size(), "scale_offset_from_range");
   require_same_size(min.size(), scale.size(), "scale_offset_from_range");
   require_same_size(min.size(), offset.size(), "scale_offset_from_range");
@@ -102,6 +119,7 @@ void scale_offset_from_range(std::span<const float> min, std::span<const float> 
 
 void range_for_scale_offset(std::span<const float> scale, std::span<const float> offset, Grid grid, bool symmetric,
                             std::span<float> min, std::span<float> max) {
+  check_grid(grid, "range_for_scale_offset");
   require_same_size(scale.size(), offset.size(), "range_for_scale_offset");
   require_same_size(scale.size(), min.size(), "range_for_scale_offset");
   require_same_size(scale.size(), max.size(), "range_for_scale_offset");
@@ -195,6 +213,9 @@ void lpbq_scales(std::span<const float> raw_scale, std::span<const std::int64_t>
   require_same_size(scale.size(), static_cast<std::size_t>(n), "lpbq_scales (scale)");
   require_same_size(per_block_int_scale.size(), static_cast<std::size_t>(n), "lpbq_scales (per_block_int_scale)");
   require_same_size(per_channel_scale.size(), static_cast<std::size_t>(n_pc), "lpbq_scales (per_channel_scale)");
+  if (bitwidth < 1 || bitwidth > 63 || decompressed_bw < 1 || decompressed_bw > 63) {
+    throw Error(ErrorKind::kValue, "lpbq_scales: bitwidth and decompressed_bw must be in [1, 63]");
+  }
   const std::int64_t k = decompressed_bw - bitwidth;
   if (k < 0 || k > 62) {
     throw Error(ErrorKind::kRuntime, "decompressed_bw: must be at least bitwidth (and at most bitwidth + 62)");
