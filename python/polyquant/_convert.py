@@ -87,11 +87,29 @@ def as_weak_param(value: Any, name: str, x: Any | None) -> tuple[np.ndarray, boo
         if x is not None:
             as_param(value, name, x)
         dtype = np.bool_ if isinstance(value, bool) else np.int64 if isinstance(value, int) else np.float64
-        try:
-            return np.asarray(value, dtype=dtype), True
-        except OverflowError as e:
-            raise OverflowError(f"{name}: {e}") from e
+        if dtype is np.int64 and not _INT64_MIN <= value <= _INT64_MAX:
+            # A Python int beyond int64 meets only floats in qonnx's expressions (x / scale,
+            # y + zeropt, 2.0 ** E, ...), where numpy and Python convert it to a double first: the
+            # same value as a weak float.
+            try:
+                value = float(value)
+            except OverflowError:
+                raise OverflowError(
+                    f"{name}: the Python int {_int_text(value)} is too large to convert to a float (at most ~1.8e308)"
+                ) from None
+            dtype = np.float64
+        return np.asarray(value, dtype=dtype), True
     return as_param(value, name, np.float64 if x is None else x), False
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int_text(value: int) -> str:
+    """A Python int for a message: its digits, or its size when it has more than 30 of them."""
+    if abs(value) < 10**30:
+        return str(value)
+    return f"of {value.bit_length()} bits"
 
 
 def weak_mask(*flags: bool) -> int:
@@ -134,7 +152,9 @@ def as_rounding_mode(value: Any, name: str = "rounding_mode") -> str:
     listing the allowed modes)."""
     if not isinstance(value, str):
         raise TypeError(f"{name}: expected a str such as 'ROUND' or 'FLOOR', got {type(value).__name__}")
-    return str(value)
+    # qonnx matches mode_string.upper(): Python's full Unicode upper-casing ("ﬂoor" is "FLOOR"),
+    # which the core's ASCII upper-casing would not give.
+    return str(value).upper()
 
 
 def as_out(out: Any) -> np.ndarray | None:
@@ -146,6 +166,10 @@ def as_out(out: Any) -> np.ndarray | None:
         raise TypeError(f"out: expected a numpy array or None, got {type(out).__name__}")
     if not out.flags.writeable:
         raise ValueError("out: the array is read-only")
+    if out.dtype not in _PARAM_DTYPES and not (out.dtype.kind in "biuf" and not out.dtype.isnative):
+        raise TypeError(
+            f"out: unsupported dtype {out.dtype}; expected float16, float32 or float64 (or the op's own output dtype)"
+        )
     if not out.dtype.isnative:
         raise ValueError(
             f"out: the array's byte order is not the machine's (dtype {out.dtype.str}); results are written in "

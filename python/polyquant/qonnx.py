@@ -104,10 +104,25 @@ def _result(value: np.ndarray, out: np.ndarray | None) -> Any:
 # Helpers (pure numpy, as qonnx defines them)
 
 
+# The largest Python-int bit width min_int/max_int evaluate: 2 ** (2 ** 40) as a Python int needs
+# 128 GiB and minutes (qonnx never returns); 2 ** (2 ** 24) takes 2 MiB and milliseconds.
+_MAX_PYTHON_INT_BIT_WIDTH = 2**24
+
+
+def _check_python_int_bit_width(bit_width: Any) -> None:
+    if isinstance(bit_width, int) and not isinstance(bit_width, bool) and bit_width > _MAX_PYTHON_INT_BIT_WIDTH:
+        raise ValueError(
+            f"bit_width: a Python int bit width must be at most {_MAX_PYTHON_INT_BIT_WIDTH} (2 ** bit_width is an exact "
+            f"Python int: a larger one takes gigabytes and minutes), got {bit_width}; numpy integer arrays wrap as "
+            f"numpy does"
+        )
+
+
 def min_int(signed: bool, narrow_range: bool, bit_width: int) -> int:
     """Smallest integer of a ``bit_width``-bit quantizer: ``-2**(b-1)`` signed (``+1`` when
     narrow), 0 unsigned. Evaluated with the operand's own arithmetic (Python ints stay exact, numpy
     arrays keep their dtype), as qonnx does."""
+    _check_python_int_bit_width(bit_width)
     if signed:
         return -(2 ** (bit_width - 1)) + (1 if narrow_range else 0)
     return 0 * bit_width
@@ -116,6 +131,7 @@ def min_int(signed: bool, narrow_range: bool, bit_width: int) -> int:
 def max_int(signed: bool, narrow_range: bool, bit_width: int) -> int:
     """Largest integer of a ``bit_width``-bit quantizer: ``2**(b-1) - 1`` signed, ``2**b - 1``
     unsigned (``2**b - 2`` when narrow: narrow applies to unsigned ranges too)."""
+    _check_python_int_bit_width(bit_width)
     if signed:
         return 2 ** (bit_width - 1) - 1
     return 2**bit_width - (2 if narrow_range else 1)
@@ -134,7 +150,14 @@ def _max_mantissa(mantissa_bitwidth: Any) -> np.float64:
     m = np.asarray(mantissa_bitwidth)
     if m.size != 1:
         raise ValueError(f"mantissa_bitwidth: must have exactly one element, got shape {m.shape}")
-    count = math.ceil(float(m.reshape(-1)[0]) + 1.0)
+    value = m.reshape(-1)[0]
+    if m.dtype.kind not in "biuf":
+        raise TypeError(f"mantissa_bitwidth: expected a real number, got dtype {m.dtype}")
+    if not np.isfinite(value):
+        # qonnx's np.arange(0, -m - 1, -1) raises ValueError ("Maximum allowed size exceeded" for
+        # inf, "arange: cannot compute length" for NaN).
+        raise ValueError(f"mantissa_bitwidth: must be finite, got {value}")
+    count = math.ceil(float(value) + 1.0)
     if count <= 0:
         return np.float64(0.0)
     while count > 4096:
@@ -189,6 +212,22 @@ def resolve_rounding_mode(mode_string: str) -> Callable[[Any], Any]:
         raise ValueError(f"Could not resolve rounding mode called: {normalized}") from None
 
 
+def _as_input(value: Any, name: str) -> tuple[np.ndarray, bool, Any]:
+    """The data tensor of int_quant, the Truncs and float_quant: (array, weak, partner). A Python
+    bool/int/float is weak, as numpy 2 treats it in qonnx's ``inp_tensor / scale``: it takes the
+    scale's dtype (``0.7 / np.float32(0.3)`` is float32). It is passed as a weak float64 0-d array
+    (a Python int divides as its double, as numpy converts it); `partner` is what the next
+    operand's dtype is resolved against (the scalar itself, or the array)."""
+    if is_weak(value):
+        try:
+            number = float(value)
+        except OverflowError:
+            raise OverflowError(f"{name}: the Python int is too large to convert to a float (at most ~1.8e308)") from None
+        return np.asarray(number, dtype=np.float64), True, number
+    xa = as_data(value, name)
+    return xa, False, xa
+
+
 # ------------------------------------------------------------------------------------------------
 # Operators
 
@@ -212,11 +251,11 @@ def int_quant(
     Returns ``(y - zeropt) * scale`` in the promoted dtype (the ONNX node casts it to float32).
     ``bitwidth`` must have exactly one element (it may be non-integer, e.g. 2.5).
     """
-    xa = as_data(inp_tensor, "inp_tensor")
+    xa, x_weak, xp = _as_input(inp_tensor, "inp_tensor")
     # Python scalars stay weak: x / scale in x's dtype, and (y - zeropt) * scale in the dtype an
     # integer zeropt array may have widened y to (float64 for int32), with the Python float itself.
-    sa, scale_weak = as_weak_param(scale, "scale", xa)
-    za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xa, scale if scale_weak else sa))
+    sa, scale_weak = as_weak_param(scale, "scale", None if x_weak else xa)
+    za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xp, scale if scale_weak else sa))
     result = _ext.int_quant(
         xa,
         sa,
@@ -226,7 +265,7 @@ def int_quant(
         as_flag(narrow, "narrow"),
         as_rounding_mode(rounding_mode),
         out=as_out(out),
-        weak=weak_mask(False, scale_weak, zeropt_weak),
+        weak=weak_mask(x_weak, scale_weak, zeropt_weak),
     )
     return _result(result, out)
 
@@ -262,14 +301,14 @@ def trunc_v1(
     ``y = R(y / 2.0**(input_bit_width - output_bit_width))`` (no clamp); returns
     ``(y - zeropt) * scale`` in the promoted dtype.
     """
-    xa = as_data(inp_tensor, "inp_tensor")
+    xa, x_weak, xp = _as_input(inp_tensor, "inp_tensor")
     # scale and zeropt stay weak (as in int_quant); the bit widths resolve against each other.
-    sa, scale_weak = as_weak_param(scale, "scale", xa)
-    za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xa, scale if scale_weak else sa))
+    sa, scale_weak = as_weak_param(scale, "scale", None if x_weak else xa)
+    za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xp, scale if scale_weak else sa))
     # input_bit_width - output_bit_width: a Python scalar takes the other width's dtype (a Python
     # float against an int8 width is float64); two Python scalars make a Python number that meets
     # the rounded y, whose dtype they then take.
-    y_dtype = np.result_type(xa, scale if scale_weak else sa, zeropt if zeropt_weak else za)  # NEP 50
+    y_dtype = np.result_type(xp, scale if scale_weak else sa, zeropt if zeropt_weak else za)  # NEP 50
     ib_partner = y_dtype if is_weak(output_bit_width) else as_param(output_bit_width, "output_bit_width", y_dtype)
     iba = as_param(input_bit_width, "input_bit_width", ib_partner)
     oba = as_param(output_bit_width, "output_bit_width", y_dtype if is_weak(input_bit_width) else iba)
@@ -281,13 +320,16 @@ def trunc_v1(
         oba,
         as_rounding_mode(rounding_mode),
         out=as_out(out),
-        weak=weak_mask(False, scale_weak, zeropt_weak),
+        weak=weak_mask(x_weak, scale_weak, zeropt_weak),
     )
     return _result(result, out)
 
 
 trunc = trunc_v1
 """Alias of :func:`trunc_v1` (polyquant's earlier name; same positional order)."""
+
+
+_UNUSED_INPUT_BIT_WIDTH = np.zeros((), np.float32)
 
 
 def trunc_v2(
@@ -309,32 +351,33 @@ def trunc_v2(
     ``t = 2 ** round_half_even(log2(output_scale / scale))`` (forced power of two);
     ``y = R(clamp(y / t, min_int, max_int))`` with the range of ``output_bit_width``; returns
     ``(y - zeropt / t) * output_scale`` in the promoted dtype. ``input_bit_width`` is accepted and
-    unused, as in the reference.
+    unused, as in the reference (it is not even converted: any value, None included, is fine).
     """
-    xa = as_data(inp_tensor, "inp_tensor")
+    xa, x_weak, xp = _as_input(inp_tensor, "inp_tensor")
     # Python scalars stay weak: `output_scale / scale` of two Python floats is a Python division
     # (then float64), while x / scale and `* output_scale` take the arrays' dtypes.
-    sa, scale_weak = as_weak_param(scale, "scale", xa)
-    za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xa, scale if scale_weak else sa))
+    sa, scale_weak = as_weak_param(scale, "scale", None if x_weak else xa)
+    za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xp, scale if scale_weak else sa))
     if scale_weak and is_weak(output_scale):
         # qonnx divides two Python numbers in Python, which raises ZeroDivisionError for a zero
         # scale (numpy would give inf); the core computes the same quotient, so only the error
         # needs replaying here.
         _ = output_scale / scale
     osa, out_scale_weak = as_weak_param(output_scale, "output_scale",
-                                        None if scale_weak else np.result_type(xa, sa, zeropt if zeropt_weak else za))
+                                        None if scale_weak else np.result_type(xp, sa, zeropt if zeropt_weak else za))
     result = _ext.trunc_v2(
         xa,
         sa,
         za,
-        as_param(input_bit_width, "input_bit_width", xa),
+        # qonnx never reads input_bit_width (any value, None included, is accepted), nor does the core.
+        _UNUSED_INPUT_BIT_WIDTH,
         osa,
         as_param(output_bit_width, "output_bit_width", xa),
         as_flag(signed, "signed"),
         as_flag(narrow, "narrow"),
         as_rounding_mode(rounding_mode),
         out=as_out(out),
-        weak=weak_mask(False, scale_weak, zeropt_weak, False, out_scale_weak),
+        weak=weak_mask(x_weak, scale_weak, zeropt_weak, False, out_scale_weak),
     )
     return _result(result, out)
 
@@ -368,15 +411,23 @@ def float_quant(
     produced). Returns ``q * scale`` as float64, the value qonnx's function returns.
     ``mantissa_bitwidth`` must have one element.
     """
-    xa = as_data(X, "X")
+    xa, x_weak, xp = _as_input(X, "X")
     if exponent_bias is None:
         exponent_bias = compute_default_exponent_bias(exponent_bitwidth)
+        finite = np.isfinite(exponent_bias) if np.asarray(exponent_bias).dtype.kind == "f" else True
+        if not np.all(finite):
+            # qonnx goes on with an infinite bias and returns NaN everywhere; the core refuses a
+            # non-finite bias, and the caller gave none: name the parameter they did give.
+            raise ValueError(
+                f"exponent_bitwidth: the default exponent_bias 2.0 ** (exponent_bitwidth - 1) - 1 is not finite for "
+                f"exponent_bitwidth={exponent_bitwidth!r}; pass a finite exponent_bias or a smaller exponent_bitwidth"
+            )
     # Python scalars stay weak: qonnx divides X by a Python-float scale in X's dtype and multiplies
     # its float64 result by the same Python float; 2.0 ** E - 1.0 - bias of Python numbers is
     # Python (double) arithmetic.
-    sa, scale_weak = as_weak_param(scale, "scale", xa)
+    sa, scale_weak = as_weak_param(scale, "scale", None if x_weak else xa)
     ea, e_weak = as_weak_param(exponent_bitwidth, "exponent_bitwidth", None)
-    ma, m_weak = as_weak_param(mantissa_bitwidth, "mantissa_bitwidth", np.result_type(xa, scale if scale_weak else sa))
+    ma, m_weak = as_weak_param(mantissa_bitwidth, "mantissa_bitwidth", np.result_type(xp, scale if scale_weak else sa))
     ba, bias_weak = as_weak_param(exponent_bias, "exponent_bias", None)
     if max_val is None:
         # min(format maximum, +inf) is the format maximum (the core computes it as qonnx does).
@@ -397,7 +448,7 @@ def float_quant(
         as_rounding_mode(rounding_mode),
         as_flag(signed, "signed"),
         out=as_out(out),
-        weak=weak_mask(False, scale_weak, e_weak, m_weak, bias_weak, max_weak),
+        weak=weak_mask(x_weak, scale_weak, e_weak, m_weak, bias_weak, max_weak),
     )
     return _result(result, out)
 

@@ -192,7 +192,7 @@ pq::RoundingMode mode(const std::string& text) { return pq::parse_rounding_mode(
 
 nb::object int_quant(const InArray& x, const InArray& scale, const InArray& zeropt, const InArray& bitwidth,
                      bool is_signed, bool narrow, const std::string& rounding_mode, nb::object out, unsigned weak) {
-  const pq::TensorView xv = view(x, "x"), sv = view(scale, "scale", weak, 1), zv = view(zeropt, "zeropt", weak, 2),
+  const pq::TensorView xv = view(x, "x", weak, 0), sv = view(scale, "scale", weak, 1), zv = view(zeropt, "zeropt", weak, 2),
                        bv = view(bitwidth, "bitwidth", weak, 3);
   const pq::qonnx::IntQuantAttrs attrs{is_signed, narrow, mode(rounding_mode)};
   return run([&] { return pq::qonnx::int_quant_spec(xv, sv, zv, bv, attrs); },
@@ -209,7 +209,7 @@ nb::object bipolar_quant(const InArray& x, const InArray& scale, nb::object out,
 
 nb::object trunc_v1(const InArray& x, const InArray& scale, const InArray& zeropt, const InArray& in_bitwidth,
                     const InArray& out_bitwidth, const std::string& rounding_mode, nb::object out, unsigned weak) {
-  const pq::TensorView xv = view(x, "x"), sv = view(scale, "scale", weak, 1), zv = view(zeropt, "zeropt", weak, 2),
+  const pq::TensorView xv = view(x, "x", weak, 0), sv = view(scale, "scale", weak, 1), zv = view(zeropt, "zeropt", weak, 2),
                        iv = view(in_bitwidth, "in_bitwidth", weak, 3), ov = view(out_bitwidth, "out_bitwidth", weak, 4);
   const pq::RoundingMode rm = mode(rounding_mode);
   return run([&] { return pq::qonnx::trunc_spec(xv, sv, zv, iv, ov); },
@@ -220,7 +220,7 @@ nb::object trunc_v1(const InArray& x, const InArray& scale, const InArray& zerop
 nb::object trunc_v2(const InArray& x, const InArray& scale, const InArray& zeropt, const InArray& in_bitwidth,
                     const InArray& out_scale, const InArray& out_bitwidth, bool is_signed, bool narrow,
                     const std::string& rounding_mode, nb::object out, unsigned weak) {
-  const pq::TensorView xv = view(x, "x"), sv = view(scale, "scale", weak, 1), zv = view(zeropt, "zeropt", weak, 2),
+  const pq::TensorView xv = view(x, "x", weak, 0), sv = view(scale, "scale", weak, 1), zv = view(zeropt, "zeropt", weak, 2),
                        iv = view(in_bitwidth, "in_bitwidth", weak, 3), osv = view(out_scale, "out_scale", weak, 4),
                        ov = view(out_bitwidth, "out_bitwidth", weak, 5);
   const pq::qonnx::TruncV2Attrs attrs{is_signed, narrow, mode(rounding_mode)};
@@ -233,7 +233,7 @@ nb::object float_quant(const InArray& x, const InArray& scale, const InArray& ex
                      const InArray& mantissa_bitwidth, const InArray& exponent_bias, const InArray& max_val,
                      bool has_inf, bool has_nan, bool has_subnormal, bool saturation,
                      const std::string& rounding_mode, bool is_signed, nb::object out, unsigned weak) {
-  const pq::TensorView xv = view(x, "x"), sv = view(scale, "scale", weak, 1),
+  const pq::TensorView xv = view(x, "x", weak, 0), sv = view(scale, "scale", weak, 1),
                        ev = view(exponent_bitwidth, "exponent_bitwidth", weak, 2),
                        mv = view(mantissa_bitwidth, "mantissa_bitwidth", weak, 3),
                        bv = view(exponent_bias, "exponent_bias", weak, 4), maxv = view(max_val, "max_val", weak, 5);

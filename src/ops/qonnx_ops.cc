@@ -56,6 +56,13 @@ void run_fused(KernelOp op, detail::WorkType work, const detail::FusedOperands& 
   detail::run_fused(call);
 }
 
+// numpy's dtype of `x / scale`, as the next step sees it: weak (a Python float) only when both are
+// Python scalars, which the reference divides in Python; then the zero point's dtype rules.
+detail::Promoted quotient_of(const TensorView& x, const TensorView& scale) {
+  const detail::Promoted q = detail::promote(detail::promoted(x), detail::promoted(scale));
+  return {detail::float_dtype_for(q.dtype), q.weak};
+}
+
 // ---- IntQuant --------------------------------------------------------------------------------
 struct IntQuantSetup {
   TensorSpec spec;
@@ -75,8 +82,9 @@ IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, cons
   const bool int_bits = detail::is_integer(bitwidth.dtype);
   const detail::ParamValue bits_exact = detail::read_param_at(bitwidth, 0);
   IntQuantSetup s;
-  const DType divide_dtype = detail::float_dtype_for(detail::promote(detail::promoted(x), detail::promoted(scale)).dtype);
-  s.work = detail::float_dtype_for(detail::promote(detail::strong(divide_dtype), detail::promoted(zeropt)).dtype);
+  const detail::Promoted quotient = quotient_of(x, scale);
+  const DType divide_dtype = quotient.dtype;
+  s.work = detail::float_dtype_for(detail::promote(quotient, detail::promoted(zeropt)).dtype);
   s.params.divide_as = detail::work_type_of(divide_dtype);
   s.params.add_as = detail::work_type_of(s.work);
   s.params.mode = attrs.rounding_mode;
@@ -386,8 +394,9 @@ TruncV1Types trunc_v1_types(const TensorView& x, const TensorView& scale, const 
   using detail::promoted;
   using detail::strong;
   TruncV1Types t;
-  t.divide_dtype = detail::float_dtype_for(promote(promoted(x), promoted(scale)).dtype);
-  t.add_dtype = detail::float_dtype_for(promote(strong(t.divide_dtype), promoted(zeropt)).dtype);
+  const detail::Promoted quotient = quotient_of(x, scale);
+  t.divide_dtype = quotient.dtype;
+  t.add_dtype = detail::float_dtype_for(promote(quotient, promoted(zeropt)).dtype);
   // 2.0 ** (in_bitwidth - out_bitwidth): two Python scalars make a Python float, which then takes
   // y's dtype in y / trunc_scale.
   const detail::Promoted diff = promote(promoted(in_bitwidth), promoted(out_bitwidth));
@@ -458,8 +467,9 @@ TruncV2Types trunc_v2_types(const TensorView& x, const TensorView& scale, const 
   using detail::promote;
   using detail::promoted;
   using detail::strong;
-  t.divide_dtype = detail::float_dtype_for(promote(promoted(x), promoted(scale)).dtype);
-  t.add_dtype = detail::float_dtype_for(promote(strong(t.divide_dtype), promoted(zeropt)).dtype);
+  const detail::Promoted quotient = quotient_of(x, scale);
+  t.divide_dtype = quotient.dtype;
+  t.add_dtype = detail::float_dtype_for(promote(quotient, promoted(zeropt)).dtype);
   // np.log2(out_scale / scale) (a true division; two Python floats divide in Python and log2 makes
   // the float64 strong), then 2.0 ** its rounding.
   t.ts_dtype = detail::float_dtype_for(promote(promoted(out_scale), promoted(scale)).dtype);
