@@ -111,5 +111,33 @@ TEST(AimetQuantizer, LpbqErrors) {
   EXPECT_THROW(lpbq_scales(raw, shape, std::vector<std::int64_t>{1, 3}, 8, 4, pc, s, ints), Error);
 }
 
+// Grids whose int64 arithmetic (qmax - qmin, qmin + qmax, -qmin) would overflow are refused with a
+// ValueError-kind error instead of undefined behaviour (a 64-bit grid, qmin = INT64_MIN, qmin > qmax).
+TEST(AimetQuantizer, GridsBeyondInt64StepsAreRefused) {
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min(), kMax = std::numeric_limits<std::int64_t>::max();
+  std::vector<float> mn{-1.0f}, mx{1.0f}, s(1), o(1);
+  for (const Grid g : {Grid{kMin, kMax}, Grid{-1, kMax}, Grid{kMin, -1}, Grid{5, 4}, Grid{kMax - 1, kMax}}) {
+    bool value_error = false;
+    try {
+      quantizer_scale(mn, mx, g, s);
+    } catch (const Error& e) {
+      value_error = e.kind() == ErrorKind::kValue;
+    }
+    EXPECT_TRUE(value_error) << g.qmin << " " << g.qmax;
+    EXPECT_THROW(quantizer_offset(mn, s, g, false, o), Error);
+    EXPECT_THROW(quantizer_range(s, o, g, mn, mx), Error);
+    EXPECT_THROW(scale_offset_from_range(mn, mx, g, true, s, o), Error);
+    EXPECT_THROW(range_for_scale_offset(s, o, g, false, mn, mx), Error);
+    EXPECT_THROW((void)symmetric_offset(g), Error);
+  }
+  // the widest grids polyquant takes: 63 bits, signed and unsigned
+  EXPECT_NO_THROW(quantizer_scale(mn, mx, Grid{0, kMax}, s));
+  EXPECT_NO_THROW(quantizer_scale(mn, mx, Grid{-(std::int64_t{1} << 62), (std::int64_t{1} << 62) - 1}, s));
+  std::vector<float> raw(4, 1.0f), pc(1), bs(4), ints(4);
+  const std::vector<std::int64_t> shape{1, 4}, grouping{1, 4};
+  EXPECT_THROW(lpbq_scales(raw, shape, grouping, kMin, 8, pc, bs, ints), Error);
+  EXPECT_THROW(lpbq_scales(raw, shape, grouping, 4, kMax, pc, bs, ints), Error);
+}
+
 }  // namespace
 }  // namespace polyquant::aimet
