@@ -50,8 +50,17 @@ struct Case {
   qx::TruncV2Attrs t2;
   qx::FloatQuantAttrs fq;
   pq::RoundingMode mode = pq::RoundingMode::kHalfEven;
+  // Operand k is a Python scalar (TensorView::weak) when bit k is set: the core must take it for
+  // a 0-d operand (numpy 2's promotion) and refuse it, naming the operand, for any other shape.
+  unsigned weak = 0;
+  pq::TensorView operand(std::vector<Tensor>& tensors, int i) const {
+    pq::TensorView v = tensors[static_cast<std::size_t>(i)].view();
+    v.weak = ((weak >> i) & 1u) != 0;
+    return v;
+  }
   std::string describe() const {
     std::string d = kOpNames[static_cast<int>(op)];
+    if (weak != 0) d += " weak=" + std::to_string(weak);
     for (const auto& t : in) {
       d += std::string(" ") + pq::dtype_name(t.dtype) + t.shape.str() + "/" + t.strides.str();
     }
@@ -131,7 +140,11 @@ Case draw_case(Source& s) {
   const double scales[] = {1.0, 0.5, 0.25, 2.0, 0.37, 3.0, 1e-3, 1e3, 0.0, -0.0, -0.5, kNaN, kInf, -kInf, 1e-40,
                            5e-324, 6e-8, 1e38, 1e300, 0.1};
   const double zeropts[] = {0.0, 0.0, -0.0, 1.0, -1.0, 2.0, 0.5, -3.25, 128.0, kNaN, kInf, 1e30};
-  const double bitwidths[] = {1, 2, 3, 4, 8, 16, 2.5, 0.5, 24, 25, 31, 32, 53, 64, 0, -1, kNaN, kInf, 1e300, 1023, 1024};
+  // Absurd widths too: 2^40 and -2^40 (a Python int width reaches the core as int64), 2^63,
+  // -inf, 1e300 (inf in float32), each also as raw bits of every dtype (param_tensor).
+  const double bitwidths[] = {1,    2,   3,   4,    8,    16,   2.5,           0.5,            24,     25,    31,
+                              32,   53,  64,  0,    -1,   kNaN, kInf,          -kInf,          1e300,  1023,  1024,
+                              65,   128, 200, -128, 1e18, 9.3e18, 1099511627776.0, -1099511627776.0};
   auto pick_from = [&](const auto& arr) { return [&s, &arr] { return s.pick(arr); }; };
   switch (c.op) {
     case Op::kIntQuant:
@@ -153,10 +166,10 @@ Case draw_case(Source& s) {
       c.t2 = {s.chance(50), s.chance(50), c.mode};
       break;
     case Op::kFloatQuant: {
-      static const double ebits[] = {1, 2, 3, 4, 5, 8, 2.5, 0, 11, -1, kNaN, 1e4};
+      static const double ebits[] = {1, 2, 3, 4, 5, 8, 2.5, 0, 11, -1, kNaN, 1e4, kInf, -kInf, 1099511627776.0, 1e300};
       static const double mbits[] = {0, 1, 2, 3, 4, 7, 10, 23, 2.5, 52, -1, kNaN, 1e9, 1099511627776.0};
-      static const double biases[] = {0, 1, 3, 7, 15, 127, -3, 2.5, 1e3, kNaN, -1e3};
-      static const double maxvals[] = {448, 57344, 1, 0, 0.5, 240, 3e38, kInf, kNaN, -1, 1e-40, 6};
+      static const double biases[] = {0, 1, 3, 7, 15, 127, -3, 2.5, 1e3, kNaN, -1e3, kInf, -kInf, 1e300, -1099511627776.0};
+      static const double maxvals[] = {448, 57344, 1, 0, 0.5, 240, 3e38, kInf, kNaN, -1, 1e-40, 6, -kInf, 1e300, -0.0};
       c.in.push_back(param_tensor(s, xd, shape(), pick_from(scales)));
       c.in.push_back(param_tensor(s, xd, shape(), pick_from(ebits)));
       c.in.push_back(param_tensor(s, xd, s.chance(97) ? shape(true) : shape(), pick_from(mbits)));
@@ -170,11 +183,12 @@ Case draw_case(Source& s) {
       break;
     }
   }
+  if (s.chance(15)) c.weak = static_cast<unsigned>(s.u64() & 0x3f);
   return c;
 }
 
 pq::TensorSpec spec_of(Case& c) {
-  auto v = [&](int i) { return c.in[static_cast<std::size_t>(i)].view(); };
+  auto v = [&](int i) { return c.operand(c.in, i); };
   switch (c.op) {
     case Op::kIntQuant: return qx::int_quant_spec(v(0), v(1), v(2), v(3), c.iq);
     case Op::kBipolar: return qx::bipolar_quant_spec(v(0), v(1));
@@ -186,7 +200,7 @@ pq::TensorSpec spec_of(Case& c) {
 }
 
 void run_op(Case& c, std::vector<Tensor>& in, const pq::MutableTensorView& out) {
-  auto v = [&](int i) { return in[static_cast<std::size_t>(i)].view(); };
+  auto v = [&](int i) { return c.operand(in, i); };
   switch (c.op) {
     case Op::kIntQuant: qx::int_quant(v(0), v(1), v(2), v(3), c.iq, out); return;
     case Op::kBipolar: qx::bipolar_quant(v(0), v(1), out); return;
