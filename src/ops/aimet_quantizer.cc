@@ -221,7 +221,8 @@ void lpbq_scales(std::span<const float> raw_scale, std::span<const std::int64_t>
     throw Error(ErrorKind::kRuntime, "decompressed_bw: must be at least bitwidth (and at most bitwidth + 62)");
   }
   std::vector<std::int64_t> group(shape.size()), shp(shape.begin(), shape.end());
-  for (std::size_t d = 0; d < shape.size(); ++d) group[d] = shape[d] / pc_shape[d];
+  // the group size along d (an empty dimension has no groups: any nonzero size, no division by 0)
+  for (std::size_t d = 0; d < shape.size(); ++d) group[d] = pc_shape[d] == 0 ? 1 : shape[d] / pc_shape[d];
 
   // per-channel scale: torch.amax over each group (NaN wins), then / 2^k
   std::vector<float> gmax(static_cast<std::size_t>(n_pc), -std::numeric_limits<float>::infinity());

@@ -139,5 +139,14 @@ TEST(AimetQuantizer, GridsBeyondInt64StepsAreRefused) {
   EXPECT_THROW(lpbq_scales(raw, shape, grouping, 4, kMax, pc, bs, ints), Error);
 }
 
+// An empty quantizer shape (a zero dimension) has an empty per-channel shape: no division by zero
+// (found by fuzz_aimet's quantizer_params; SIGFPE before).
+TEST(AimetQuantizer, LpbqEmptyShape) {
+  const std::vector<std::int64_t> shape{0, 4}, grouping{1, 4};
+  EXPECT_EQ(lpbq_channel_shape(shape, grouping), (std::vector<std::int64_t>{0, 1}));
+  std::vector<float> raw, pc, s, ints;
+  EXPECT_NO_THROW(lpbq_scales(raw, shape, grouping, 4, 8, pc, s, ints));
+}
+
 }  // namespace
 }  // namespace polyquant::aimet

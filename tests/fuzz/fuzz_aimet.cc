@@ -4,15 +4,19 @@
 // grids, offsets, x dtypes (float16, bfloat16, float32, float64) with any bit pattern, strided /
 // reversed / zero-stride views and reversed outputs. Every kernel set and one thread must equal
 // the scalar set on contiguous copies (NaN payloads aside), errors must agree, and a rejected call
-// must leave its output untouched. Runs under ASan + UBSan in CI (scripts/fuzz.sh).
+// must leave its output untouched. "quantizer_params" feeds the quantizer modules' parameter
+// arithmetic (<polyquant/aimet_quantizer.h>) any int64 grid, any float bits and LPBQ shapes,
+// groupings and bitwidths: a grid is refused exactly when its int64 arithmetic would overflow, and
+// nothing else may go wrong. Runs under ASan + UBSan in CI (scripts/fuzz.sh).
 #include "fuzz_support.h"
+#include "polyquant/aimet_quantizer.h"
 
 namespace {
 
 using namespace polyquant::fuzz;
 namespace aimet = polyquant::aimet;
 
-const char* const kOpNames[] = {"quantize", "qdq_no_grad", "qdq_training", "dequantize", "backward"};
+const char* const kOpNames[] = {"quantize", "qdq_no_grad", "qdq_training", "dequantize", "backward", "quantizer_params"};
 const pq::DType kXTypes[] = {pq::DType::kFloat32, pq::DType::kFloat16, pq::DType::kBFloat16, pq::DType::kFloat64};
 const aimet::Grid kGrids[] = {{0, 255}, {-128, 127}, {0, 15}, {-8, 7}, {0, 1}, {-1, 0}, {0, 65535}, {-32768, 32767},
                               {-(1 << 20), (1 << 20) - 1}, {0, (std::int64_t{1} << 32) - 1}, {3, 3}, {5, 4}};
@@ -116,9 +120,85 @@ Outcome execute(Case& c, const pq::TensorView& x, const pq::TensorView& scale, c
 
 Tensor plain_like(const pq::Dims& shape, pq::DType dtype, bool reversed) { return output_for({dtype, shape}, reversed); }
 
+// The quantizer modules' parameter arithmetic over any grid and any float bits.
+void run_quantizer_case(Source& s, Stats& st) {
+  static const std::int64_t edges[] = {std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::min() + 1,
+                                       -(std::int64_t{1} << 62), -128, -1, 0, 1, 127, 255, (std::int64_t{1} << 62) - 1,
+                                       std::numeric_limits<std::int64_t>::max() - 1, std::numeric_limits<std::int64_t>::max()};
+  const auto draw = [&] { return s.chance(70) ? s.pick(edges) : static_cast<std::int64_t>(s.u64()); };
+  const aimet::Grid g{draw(), draw()};
+  const __int128 steps = static_cast<__int128>(g.qmax) - g.qmin, sum = static_cast<__int128>(g.qmax) + g.qmin;
+  const bool grid_ok = g.qmin <= g.qmax && g.qmin != std::numeric_limits<std::int64_t>::min() &&
+                       steps <= std::numeric_limits<std::int64_t>::max() && sum >= std::numeric_limits<std::int64_t>::min() &&
+                       sum <= std::numeric_limits<std::int64_t>::max();
+  const std::size_t n = s.below(9);
+  std::vector<float> a(n), b(n), out1(n), out2(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t bits = s.u64();
+    std::uint32_t u = static_cast<std::uint32_t>(bits), v = static_cast<std::uint32_t>(bits >> 32);
+    std::memcpy(&a[i], &u, 4);
+    std::memcpy(&b[i], &v, 4);
+  }
+  const bool symmetric = s.chance(50);
+  const std::string what = "quantizer_params grid [" + std::to_string(g.qmin) + ", " + std::to_string(g.qmax) + "]";
+  const auto expect = [&](auto&& call, const char* name) {
+    bool ok = true;
+    try {
+      call();
+    } catch (const pq::Error& e) {
+      ok = false;
+      if (grid_ok) fail(what, std::string(name) + " refused a valid grid: " + e.what());
+    }
+    if (ok && !grid_ok) fail(what, std::string(name) + " accepted a grid whose int64 arithmetic overflows");
+  };
+  expect([&] { aimet::quantizer_scale(a, b, g, out1); }, "quantizer_scale");
+  expect([&] { aimet::quantizer_offset(a, b, g, symmetric, out1); }, "quantizer_offset");
+  expect([&] { aimet::quantizer_range(a, b, g, out1, out2); }, "quantizer_range");
+  expect([&] { aimet::scale_offset_from_range(a, b, g, symmetric, out1, out2); }, "scale_offset_from_range");
+  expect([&] { aimet::range_for_scale_offset(a, b, g, symmetric, out1, out2); }, "range_for_scale_offset");
+  expect([&] { (void)aimet::symmetric_offset(g); }, "symmetric_offset");
+  // LPBQ: a drawn shape, grouping (-1, 0, divisors and non-divisors) and bitwidths
+  std::vector<std::int64_t> shape(1 + s.below(3)), grouping(shape.size());
+  std::int64_t numel = 1, n_pc = 1;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    shape[d] = static_cast<std::int64_t>(s.below(5));
+    static const std::int64_t groups[] = {-1, 0, 1, 2, 3, 4};
+    grouping[d] = s.chance(5) ? static_cast<std::int64_t>(s.u64()) : s.pick(groups);
+    numel *= shape[d];
+  }
+  std::vector<std::int64_t> pc_shape;
+  try {
+    pc_shape = aimet::lpbq_channel_shape(shape, grouping);
+  } catch (const pq::Error&) {
+    ++st.cases;
+    return;
+  }
+  for (const std::int64_t d : pc_shape) n_pc *= d;
+  static const std::int64_t bws[] = {1, 4, 8, 16, 31, 62, 63, 64, 0, -1};
+  const std::int64_t bw = s.chance(10) ? static_cast<std::int64_t>(s.u64()) : s.pick(bws);
+  const std::int64_t dbw = s.chance(10) ? static_cast<std::int64_t>(s.u64()) : s.pick(bws);
+  std::vector<float> raw(static_cast<std::size_t>(numel)), pc(static_cast<std::size_t>(n_pc)), sc(raw.size()),
+      ints(raw.size());
+  for (float& r : raw) {
+    const std::uint32_t u = static_cast<std::uint32_t>(s.u64());
+    std::memcpy(&r, &u, 4);
+  }
+  try {
+    aimet::lpbq_scales(raw, shape, grouping, bw, dbw, pc, sc, ints);
+    if (bw < 1 || bw > 63 || dbw < bw || dbw > 63) fail(what, "lpbq_scales accepted bitwidths outside [1, 63]");
+  } catch (const pq::Error&) {
+  }
+  ++st.cases;
+}
+
 void run_case(Source& s, Stats& st) {
   Case c;
-  c.op = static_cast<int>(s.below(5));
+  c.op = static_cast<int>(s.below(6));
+  if (c.op == 5) {
+    st.per_op[5]++;
+    run_quantizer_case(s, st);
+    return;
+  }
   c.backward_op = static_cast<aimet::AffineOp>(s.below(4));
   c.grid = s.pick(kGrids);
   const pq::DType xt = s.pick(kXTypes);

@@ -406,3 +406,12 @@ def test_grad_per_element_keeps_negative_zero():
     _, _, gs, _ = A.quantize_dequantize_grad(np.full((3, 4), -1.0, np.float32), np.zeros((3, 4), np.float32), s, o,
                                              1, False)
     assert not np.signbit(gs).any()
+
+
+def test_lpbq_with_an_empty_dimension_does_not_crash():
+    # a zero dimension made the LPBQ group size 0 / 0 (SIGFPE), found by fuzz_aimet's quantizer_params
+    q = A.GroupedBlockQuantizeDequantize((0, 4), 4, True, 8, block_size=(1, 1), block_grouping=(1, 4))
+    q.set_range(-1.0, 1.0)
+    enc = q.get_encodings()
+    assert enc.scale.shape == (0, 4) and enc.per_channel_scale.shape == (0, 1)
+    assert q(np.zeros((0, 4), np.float32)).shape == (0, 4)
