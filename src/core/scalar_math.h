@@ -102,6 +102,15 @@ inline double tiny<double>() { return std::numeric_limits<double>::min(); }
 template <>
 inline Half tiny<Half>() { return Half::from_bits(0x0400u); }
 
+// numpy's product of sign(x) and a magnitude, as the sign-magnitude rounding modes compute it: x86
+// (and so numpy) returns the first operand when both are NaN, quieted, with its sign and payload.
+// C++ treats `*` as commutative and may swap the operands, which turned a -NaN input into +NaN;
+// the rule is spelled out instead (qonnx: UP of -NaN is -NaN).
+template <class T>
+inline T mul_sign_first_nan(T sign, T magnitude) {
+  return isnan_t(sign) ? sign + sign : sign * magnitude;  // NaN + itself: the same NaN, quieted
+}
+
 // ---- rounding modes -------------------------------------------------------------------------
 template <RoundingMode kMode, class T>
 inline T round_t(T x) {
@@ -112,14 +121,14 @@ inline T round_t(T x) {
   } else if constexpr (kMode == RoundingMode::kFloor) {
     return floor_t(x);
   } else if constexpr (kMode == RoundingMode::kUp) {
-    return sign_t(x) * ceil_t(abs_t(x));
+    return mul_sign_first_nan(sign_t(x), ceil_t(abs_t(x)));
   } else if constexpr (kMode == RoundingMode::kDown) {
     return trunc_t(x);
   } else if constexpr (kMode == RoundingMode::kHalfUp) {
-    return sign_t(x) * floor_t(abs_t(x) + T(0.5f));
+    return mul_sign_first_nan(sign_t(x), floor_t(abs_t(x) + T(0.5f)));
   } else {
     static_assert(kMode == RoundingMode::kHalfDown);
-    return sign_t(x) * ceil_t(abs_t(x) - T(0.5f));
+    return mul_sign_first_nan(sign_t(x), ceil_t(abs_t(x) - T(0.5f)));
   }
 }
 

@@ -18,6 +18,11 @@ inline Vec::F sign_v(Vec::F x) {
   return Vec::select(Vec::gt(x, zero), Vec::splat(1.0f), s);
 }
 
+// mul_sign_first_nan of scalar_math.h: a NaN sign (NaN x) comes back as itself, quieted.
+inline Vec::F mul_sign_first_nan_v(Vec::F sign, Vec::F magnitude) {
+  return Vec::select(Vec::isnan(sign), Vec::add(sign, sign), Vec::mul(sign, magnitude));
+}
+
 template <RoundingMode kMode>
 inline Vec::F round_v(Vec::F x) {
   if constexpr (kMode == RoundingMode::kHalfEven) {
@@ -27,13 +32,13 @@ inline Vec::F round_v(Vec::F x) {
   } else if constexpr (kMode == RoundingMode::kFloor) {
     return Vec::floor(x);
   } else if constexpr (kMode == RoundingMode::kUp) {
-    return Vec::mul(sign_v(x), Vec::ceil(Vec::abs(x)));
+    return mul_sign_first_nan_v(sign_v(x), Vec::ceil(Vec::abs(x)));
   } else if constexpr (kMode == RoundingMode::kDown) {
     return Vec::trunc(x);
   } else if constexpr (kMode == RoundingMode::kHalfUp) {
-    return Vec::mul(sign_v(x), Vec::floor(Vec::add(Vec::abs(x), Vec::splat(0.5f))));
+    return mul_sign_first_nan_v(sign_v(x), Vec::floor(Vec::add(Vec::abs(x), Vec::splat(0.5f))));
   } else {
-    return Vec::mul(sign_v(x), Vec::ceil(Vec::sub(Vec::abs(x), Vec::splat(0.5f))));
+    return mul_sign_first_nan_v(sign_v(x), Vec::ceil(Vec::sub(Vec::abs(x), Vec::splat(0.5f))));
   }
 }
 
