@@ -502,7 +502,7 @@ def loop(n, k):
         except ValueError:
             pass
 for k in range(10):
-    threading.Thread(target=loop, args=(1 << (22 if k < 5 else 16), k), daemon=True).start()
+    threading.Thread(target=loop, args=(1 << (20 if k < 5 else 14), k), daemon=True).start()
 time.sleep(0.2)
 """
 
