@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _polyquant_ext as _ext
+from ._int_args import strict_int, strict_int_tuple
 
 __all__ = ["AffineEncoding", "GroupedBlockEncoding", "VALID_ENCODING_VERSIONS", "encoding_from_qnn_dict",
            "EncodingVersionError", "MAX_ENCODING_BITWIDTH"]
@@ -65,11 +66,14 @@ class AffineEncoding:
                  block_size: Optional[Tuple[int, ...]] = None, zero_point_shift: float = 0.0):
         self.scale = _f32(scale)
         self.offset = _f32(offset)
+        qmin = strict_int(qmin, "qmin", minimum=-(2**63) + 1, maximum=2**63 - 1)
+        qmax = strict_int(qmax, "qmax", minimum=-(2**63) + 1, maximum=2**63 - 1)
         if qmin >= qmax:
             raise ValueError(f"qmax should be strictly larger than qmin. Got qmax={qmax}, qmin={qmin}")
         self.qmin, self.qmax = qmin, qmax
         self._symmetry = bool(symmetry)
-        self.block_size = None if block_size is None else tuple(int(b) for b in block_size)
+        self.block_size = None if block_size is None else strict_int_tuple(block_size, "block_size",
+                                                                             minimum=-1, maximum=2**63 - 1)
         self.zero_point_shift = zero_point_shift or 0.0
         self._input_shape_hint: Optional[Tuple[int, ...]] = None
 
@@ -136,7 +140,8 @@ class AffineEncoding:
         return f"int{nbits}" if self.qmin < 0 <= self.qmax else f"uint{nbits}"
 
     def _hint_input_shape(self, input_shape) -> "AffineEncoding":
-        self._input_shape_hint = None if input_shape is None else tuple(int(d) for d in input_shape)
+        self._input_shape_hint = (None if input_shape is None
+                                  else strict_int_tuple(input_shape, "input_shape", minimum=0, maximum=2**63 - 1))
         return self
 
     def _channel_and_block_axis(self) -> Tuple[Optional[int], Optional[int]]:
@@ -244,8 +249,8 @@ class GroupedBlockEncoding(AffineEncoding):
     def __init__(self, scale, offset, qmin: int, qmax: int, symmetry: bool, block_size, block_grouping,
                  decompressed_bw: int, per_channel_scale, per_block_int_scale, zero_point_shift: float = 0.0):
         super().__init__(scale, offset, qmin, qmax, symmetry, block_size, zero_point_shift)
-        self.block_grouping = tuple(int(g) for g in block_grouping)
-        self.decompressed_bw = int(decompressed_bw)
+        self.block_grouping = strict_int_tuple(block_grouping, "block_grouping", minimum=-1, maximum=2**63 - 1)
+        self.decompressed_bw = strict_int(decompressed_bw, "decompressed_bw", minimum=1, maximum=MAX_ENCODING_BITWIDTH)
         self.per_channel_scale = _f32(per_channel_scale)
         self._per_block_int_scale = _f32(per_block_int_scale)
 
@@ -308,8 +313,6 @@ def _field(d: Dict, key: str, where: str):
 
 
 def _bitwidth_field(value, key: str) -> int:
-    from ._int_args import strict_int
-
     try:
         return strict_int(value, f"encodings: {key!r}", minimum=1, maximum=MAX_ENCODING_BITWIDTH)
     except TypeError as e:

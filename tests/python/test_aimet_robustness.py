@@ -415,3 +415,16 @@ def test_lpbq_with_an_empty_dimension_does_not_crash():
     enc = q.get_encodings()
     assert enc.scale.shape == (0, 4) and enc.per_channel_scale.shape == (0, 1)
     assert q(np.zeros((0, 4), np.float32)).shape == (0, 4)
+
+
+def test_encoding_objects_take_strict_integers():
+    with pytest.raises(TypeError, match="qmin"):
+        A.AffineEncoding(np.ones(()), np.zeros(()), 0.5, 255)
+    with pytest.raises(TypeError, match="block_size"):
+        A.AffineEncoding(np.ones(4), np.zeros(4), 0, 255, block_size=(1.5,))
+    enc = A.AffineEncoding(np.ones(4), np.zeros(4), 0, 255)
+    with pytest.raises(TypeError, match="input_shape"):
+        enc.to_qnn_encoding_dict("2.0.0", input_shape=(4.5,))
+    with pytest.raises(TypeError, match="decompressed_bw"):
+        A.GroupedBlockEncoding(np.ones((2, 2)), np.zeros((2, 2)), -8, 7, True, (1, 1), (1, 2), 8.5, np.ones((2, 1)),
+                               np.ones((2, 2)))
