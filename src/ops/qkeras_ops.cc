@@ -455,7 +455,9 @@ ScaleArray least_squares_po2(const std::vector<LeastSquaresAcc>& sums, const det
         if (clip.hi) s = detail::tf_min(s, *clip.hi);
         if (clip.lo) s = detail::tf_max(s, *clip.lo);
       }
-      per_group[g] = s;
+      // A NaN scale is the quiet +NaN, as group_max's: the sums' NaN (and so its sign) depends on
+      // the order in which a kernel set met NaNs of different signs.
+      per_group[g] = std::isnan(s) ? std::numeric_limits<float>::quiet_NaN() : s;
     }
   });
   ScaleArray out;

@@ -12,7 +12,8 @@
 //   * the *_spec and *_scale_shape functions; a rejection must be polyquant::Error (anything
 //     else, a crash or a sanitizer report fails the run);
 //   * the call on every kernel set the CPU has, each output and scale compared with the scalar
-//     set's bit for bit (any NaN equals any NaN); an error must be the same on every set;
+//     set's bit for bit, NaN payloads and signs included (the kernels specify their NaN results,
+//     qk_nan_result, and a NaN scale is +NaN); an error must be the same on every set;
 //   * again with one thread, on contiguous copies of x and alpha, into a reversed output, and in
 //     place (out = x), each compared with the scalar result.
 //
@@ -393,8 +394,8 @@ void check_same(const Case& c, const Outcome& got, const Outcome& want, const st
     fail(c.describe(), what + ": error '" + got.error + "' differs from the reference's '" + want.error + "'");
   }
   if (!want.error.empty()) return;
-  compare(c.describe(), got.out, want.out, what + " (output)", st);
-  if (want.scale) compare(c.describe(), *got.scale, *want.scale, what + " (scale)", st);
+  compare_bits(c.describe(), got.out, want.out, what + " (output)", st);
+  if (want.scale) compare_bits(c.describe(), *got.scale, *want.scale, what + " (scale)", st);
 }
 
 void run_case(Source& s, Stats& st) {
@@ -458,7 +459,7 @@ void run_case(Source& s, Stats& st) {
       fail(c.describe(), std::string("in place threw: ") + e.what());
     }
     ++st.executions;
-    compare(c.describe(), buf, reference->out, "in place on kernel set " + g_sets.back() + " vs scalar", st);
+    compare_bits(c.describe(), buf, reference->out, "in place on kernel set " + g_sets.back() + " vs scalar", st);
   }
 }
 

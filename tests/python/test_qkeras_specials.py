@@ -90,16 +90,23 @@ def test_nan_results_from_infinities_and_rank2_on_every_kernel_set(name, make):
     bits on every kernel set: 0xFFC00000."""
     x = np.array([[1, -np.nan, 0.3, -2], [np.inf, 1, 0.5, 0.25], [1, np.nan, -np.inf, 2],
                   [0.1, 0.2, 0.3, -0.0]] * 5, np.float32)
-    ref = None
+    ref = ref_scale = None
     for isa in ISAS:
         with kernel_set(isa):
-            got = _bits(make()(x))
+            q = make()
+            got = _bits(q(x))
+        scale = getattr(q, "quantization_scale", getattr(q, "scale", None))
+        scale = None if scale is None or isinstance(scale, float) else _bits(scale)
         derived = np.isnan(np.asarray(got.view(np.float32))) & ~np.isnan(x)
         assert (got[derived] == 0xFFC00000).all(), f"{isa}: {np.unique(got[derived])}"
+        if scale is not None:  # a NaN scale (a channel holding a NaN) is +NaN
+            nan_scale = np.isnan(scale.view(np.float32))
+            assert (scale[nan_scale] == 0x7FC00000).all(), f"{isa}: {np.unique(scale[nan_scale])}"
         if ref is None:
-            ref = got
+            ref, ref_scale = got, scale
         else:
             assert (got == ref).all(), isa
+            assert (scale is None) == (ref_scale is None) and (scale is None or (scale == ref_scale).all()), isa
 
 
 ZERO_CASES = [
