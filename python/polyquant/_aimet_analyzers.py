@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _polyquant_ext as _ext
+from ._args import strict_int, strict_int_tuple, strict_real
 
 __all__ = [
     "MinMaxEncodingAnalyzer",
@@ -63,47 +64,21 @@ def _np_dtype(name: str):
     return _BFLOAT16 if name == "bfloat16" else np.dtype(name)
 
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-def _int(name: str, value, lo: int = _INT64_MIN, hi: int = _INT64_MAX, allowed: str = "") -> int:
-    """An integer parameter: Python / numpy integers only (not bool, not 1.5 truncated), in [lo, hi]."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name}: expected an integer{allowed and ' (' + allowed + ')'}, got {type(value).__name__} {value!r}")
-    v = int(value)
-    if not lo <= v <= hi:
-        raise ValueError(f"{name}: {v} is out of range; allowed: {allowed or f'{lo} to {hi}'}")
-    return v
-
-
-def _real(name: str, value) -> float:
-    """A real-number parameter (int or float, not bool, not None or a string)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
-        raise TypeError(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
-    return float(value)
-
-
-def _int_tuple(name: str, value) -> Tuple[int, ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
-        raise TypeError(f"{name}: expected a sequence of integers, got {type(value).__name__} {value!r}")
-    return tuple(_int(f"{name}[{i}]", v) for i, v in enumerate(value))
-
-
 def _shape(shape) -> Tuple[int, ...]:
     if isinstance(shape, (numbers.Integral, np.integer)) and not isinstance(shape, (bool, np.bool_)):
-        return (_int("shape", shape),)
-    return _int_tuple("shape", shape)
+        return (strict_int(shape, "shape"),)
+    return strict_int_tuple(shape, "shape")
 
 
 def _block(block_size) -> Optional[Tuple[int, ...]]:
-    return None if block_size is None else _int_tuple("block_size", block_size)
+    return None if block_size is None else strict_int_tuple(block_size, "block_size")
 
 
 _LANES = (8, 16)
 
 
 def _lanes(value) -> int:
-    v = _int("torch_sum_lanes", value, allowed="8 or 16")
+    v = strict_int(value, "torch_sum_lanes", allowed="8 or 16")
     if v not in _LANES:
         raise ValueError(f"torch_sum_lanes: {v} is not supported; allowed: 8 (AVX2) or 16 (AVX-512)")
     return v
@@ -180,12 +155,12 @@ class _Analyzer:
 
     def compute_encodings(self, num_steps, is_symmetric: bool) -> Tuple[np.ndarray, np.ndarray]:
         """(min, max) of the encodings from the gathered statistics."""
-        return _range(self._impl.compute_encodings(_real("num_steps", num_steps), bool(is_symmetric)), self.shape)
+        return _range(self._impl.compute_encodings(strict_real(num_steps, "num_steps"), bool(is_symmetric)), self.shape)
 
     def compute_dynamic_encodings(self, x, num_steps, is_symmetric: bool) -> Tuple[np.ndarray, np.ndarray]:
         """(min, max) from the statistics of `x` alone (the running statistics are untouched)."""
         a, dtype = _as_input(x)
-        return _range(self._impl.compute_dynamic_encodings(a, dtype, _real("num_steps", num_steps), bool(is_symmetric)), self.shape)
+        return _range(self._impl.compute_dynamic_encodings(a, dtype, strict_real(num_steps, "num_steps"), bool(is_symmetric)), self.shape)
 
     def merge(self, other: "_Analyzer") -> None:
         """Folds another analyzer's statistics in (see polyquant/aimet_analyzers.h for guarantees)."""
@@ -286,16 +261,16 @@ class PercentileEncodingAnalyzer(_HistogramAnalyzer):
 
     def __init__(self, shape, num_bins: int = 2048, percentile: float = 100, block_size: Optional[Sequence[int]] = None):
         super().__init__(shape, block_size)
-        self.num_bins = _int("num_bins", num_bins)
+        self.num_bins = strict_int(num_bins, "num_bins")
         self._impl = _ext._AimetPercentileAnalyzer(list(self.shape), _list(self.block_size), self.num_bins,
-                                                   _real("percentile", percentile))
+                                                   strict_real(percentile, "percentile"))
 
     @property
     def percentile(self) -> float:
         return self._impl.percentile()
 
     def set_percentile(self, percentile: float) -> None:
-        self._impl.set_percentile(_real("percentile", percentile))
+        self._impl.set_percentile(strict_real(percentile, "percentile"))
 
     def _state_common(self):
         return {"kind": "percentile", "shape": self.shape, "block_size": self.block_size, "num_bins": self.num_bins,
@@ -324,13 +299,13 @@ class SqnrEncodingAnalyzer(_HistogramAnalyzer):
                  offset_candidates=21, max_parallelism=64, gamma=3.0, histogram_growth_limit: Optional[float] = None,
                  block_size: Optional[Sequence[int]] = None, torch_sum_lanes: int = 8):
         super().__init__(shape, block_size)
-        self.num_bins = _int("num_bins", num_bins)
-        growth = math.inf if histogram_growth_limit is None else _real("histogram_growth_limit", histogram_growth_limit)
-        self._options = dict(asymmetric_delta_candidates=_int("asymmetric_delta_candidates", asymmetric_delta_candidates),
-                             symmetric_delta_candidates=_int("symmetric_delta_candidates", symmetric_delta_candidates),
-                             offset_candidates=_int("offset_candidates", offset_candidates),
-                             max_parallelism=_int("max_parallelism", max_parallelism),
-                             gamma=_real("gamma", gamma), histogram_growth_limit=histogram_growth_limit,
+        self.num_bins = strict_int(num_bins, "num_bins")
+        growth = math.inf if histogram_growth_limit is None else strict_real(histogram_growth_limit, "histogram_growth_limit")
+        self._options = dict(asymmetric_delta_candidates=strict_int(asymmetric_delta_candidates, "asymmetric_delta_candidates"),
+                             symmetric_delta_candidates=strict_int(symmetric_delta_candidates, "symmetric_delta_candidates"),
+                             offset_candidates=strict_int(offset_candidates, "offset_candidates"),
+                             max_parallelism=strict_int(max_parallelism, "max_parallelism"),
+                             gamma=strict_real(gamma, "gamma"), histogram_growth_limit=histogram_growth_limit,
                              torch_sum_lanes=_lanes(torch_sum_lanes))
         self._impl = _ext._AimetSqnrAnalyzer(list(self.shape), _list(self.block_size), self.num_bins,
                                              self._options["asymmetric_delta_candidates"],

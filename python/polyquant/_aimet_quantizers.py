@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _polyquant_ext as _ext
-from ._int_args import strict_int, strict_int_tuple
+from ._args import strict_int, strict_int_tuple
 from ._aimet_analyzers import MinMaxEncodingAnalyzer, StatisticsNotFoundError
 from ._aimet_encodings import (
     VALID_ENCODING_VERSIONS,

@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-# The most dimensions a tensor may have (the core's kMaxRank).
-_MAX_RANK = 8
+from ._args import MAX_RANK as _MAX_RANK, checked_out
 
 # Element types the core accepts (numpy spelling). X must be one of the floating ones.
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -158,25 +157,13 @@ def as_rounding_mode(value: Any, name: str = "rounding_mode") -> str:
 
 
 def as_out(out: Any) -> np.ndarray | None:
-    """The optional ``out=`` array: None, or a writable numpy array (shape and dtype are checked
-    against the op's output by the core)."""
-    if out is None:
-        return None
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out: expected a numpy array or None, got {type(out).__name__}")
-    if not out.flags.writeable:
-        raise ValueError("out: the array is read-only")
-    if out.dtype not in _PARAM_DTYPES and not (out.dtype.kind in "biuf" and not out.dtype.isnative):
+    """The optional ``out=`` array: None, or a writable numpy array of a float dtype a QONNX op
+    can return (its shape and dtype are checked against the op's output by the core); the checks
+    every family shares are _args.checked_out's."""
+    if isinstance(out, np.ndarray) and out.dtype not in _PARAM_DTYPES and not (
+        out.dtype.kind in "biuf" and not out.dtype.isnative
+    ):
         raise TypeError(
             f"out: unsupported dtype {out.dtype}; expected float16, float32 or float64 (or the op's own output dtype)"
         )
-    if not out.dtype.isnative:
-        raise ValueError(
-            f"out: the array's byte order is not the machine's (dtype {out.dtype.str}); results are written in "
-            f"native order, so pass e.g. np.empty(shape, {out.dtype.newbyteorder('=').str!r}) and convert afterwards"
-        )
-    if out.ndim > _MAX_RANK:
-        raise ValueError(f"out: rank {out.ndim} exceeds the maximum of {_MAX_RANK} dimensions")
-    if not out.flags.aligned or any(s % out.itemsize for s in out.strides):
-        raise ValueError("out: the array must be aligned with whole-element strides")
-    return out
+    return checked_out(out)

@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _polyquant_ext as _ext
+from ._args import checked_out
 
 # ml_dtypes names polyquant's core knows (the numpy-native dtypes pass through unchanged).
 _ML_DTYPES = ("bfloat16", "int4", "uint4", "int2", "uint2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
@@ -20,9 +21,6 @@ _CODES = {name: _ext.dtype_code(name) for name in _ML_DTYPES}
 _NAMES_BY_CODE = {code: name for name, code in _CODES.items()}
 
 
-# The most dimensions a tensor may have (the core's kMaxRank).
-_MAX_RANK = 8
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def operand(value: Any, name: str) -> tuple[np.ndarray, int]:
@@ -69,20 +67,6 @@ def weak_operand(value: Any, name: str, dtype: Any) -> tuple[np.ndarray, int]:
         raise ValueError(f"{name}: {value!r} does not fit {dt}: {e}") from e
 
 
-def int_attr(value: Any, name: str, allowed: str = "an int") -> int:
-    """An integer attribute (axis, block_size, ...): a Python or numpy int in int64's range. bool,
-    float, str and None raise TypeError (no silent int() truncation); values beyond int64 ValueError."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected {allowed}, got the bool {value!r}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name}: expected {allowed}, got {type(value).__name__} {value!r}") from None
-    if not _INT64_MIN <= number <= _INT64_MAX:
-        raise ValueError(f"{name}: {number} is outside the int64 range (expected {allowed})")
-    return number
-
-
 def flag_attr(value: Any, name: str) -> bool:
     """A 0/1 attribute (saturate): a bool or the ints 0 and 1."""
     if isinstance(value, (bool, np.bool_)):
@@ -127,23 +111,10 @@ def result(pair: tuple[np.ndarray, str]) -> np.ndarray:
 
 
 def out_operand(out: np.ndarray | None) -> np.ndarray | None:
-    """The optional ``out=`` array: None or a writable numpy array in native byte order, aligned,
-    with whole-element strides (its shape and dtype are checked against the op's output by the core)."""
-    if out is None:
-        return None
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out: expected a numpy array or None, got {type(out).__name__}")
-    if not out.flags.writeable:
-        raise ValueError("out: the array is read-only; pass a writable array")
-    if not out.dtype.isnative:
-        raise ValueError(
-            f"out: the array's byte order is not the machine's (dtype {out.dtype.str}); results are written in "
-            f"native order, so pass e.g. np.empty(shape, {out.dtype.newbyteorder('=').str!r}) and convert afterwards")
-    if out.ndim > _MAX_RANK:
-        raise ValueError(f"out: rank {out.ndim} exceeds the maximum of {_MAX_RANK} dimensions")
-    if not out.flags.aligned or any(s % out.itemsize for s in out.strides):
-        raise ValueError("out: the array must be aligned with whole-element strides")
-    if out.dtype.name in _CODES:
+    """The optional ``out=`` array checked as in every family (_args.checked_out), as the extension
+    takes it (ml_dtypes arrays as their uint8 / uint16 storage)."""
+    out = checked_out(out)
+    if out is not None and out.dtype.name in _CODES:
         return out.view(np.uint16 if out.dtype.itemsize == 2 else np.uint8)
     return out
 

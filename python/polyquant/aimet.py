@@ -14,7 +14,7 @@ Functional ops with AIMET's names, parameters and call forms::
 Beyond AIMET (whose functions ignore keywords they do not know): a keyword none of the forms
 names (e.g. ``bitwdith=8``) is a TypeError, and ``out=`` (numpy arrays only) receives the result
 as in the other families: it must have the result's dtype and shape (ValueError otherwise), may
-overlap the inputs, and may be big-endian (the result is written in its byte order). Big-endian
+overlap the inputs, and must be in native byte order like every family's ``out=``. Big-endian
 inputs are read in native byte order.
 
 ``quantize_dequantize`` returns what AIMET returns for tensors that do not require grad: where
@@ -38,7 +38,7 @@ import numpy as np
 from . import _aimet_torch
 from . import _polyquant_ext as _ext
 from . import _qdq
-from ._int_args import strict_int
+from ._args import strict_int
 from ._aimet_analyzers import (
     MinMaxEncodingAnalyzer,
     PercentileEncodingAnalyzer,
@@ -221,21 +221,12 @@ def _finish(pair, dtype):
 
 
 def _run_into(run, out, dtype):
-    """`run(out_operand)` -> (array, dtype name): the result in a new array (out None) or in `out`.
-    The core checks out's dtype and shape against the result's and buffers an overlap with the
-    inputs; a big-endian out receives the result through a native-order array of its shape."""
+    """`run(out_operand)` -> (array, dtype name): the result in a new array (out None) or in `out`
+    (checked as in every family; the core checks its dtype and shape against the result's and
+    buffers an overlap with the inputs)."""
     if out is None:
         return _finish(run(None), dtype)
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
-    if not out.flags.writeable:
-        raise ValueError("out: the array is read-only")
-    if out.dtype.isnative:
-        run(_qdq.out_operand(out))
-        return out
-    native = np.empty(out.shape, out.dtype.newbyteorder("="))
-    run(_qdq.out_operand(native))
-    out[...] = native
+    run(_qdq.out_operand(out))
     return out
 
 

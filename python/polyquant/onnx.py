@@ -31,6 +31,7 @@ import onnx
 
 from . import _polyquant_ext as _ext
 from . import _qdq
+from ._args import strict_int
 
 __all__ = ["quantize_linear", "dequantize_linear", "pack", "unpack", "upgrade_model", "needs_upgrade",
            "onnxruntime_max_opset", "POLYQUANT_DOMAIN"]
@@ -85,7 +86,7 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axis: int = 
     A Python float / int y_scale takes x's type (float32 when x has none a scale may have); a Python
     int y_zero_point takes the output type (output_dtype's, else uint8)."""
     xa, xc = _qdq.operand(x, "x")
-    axis_value, block = _qdq.int_attr(axis, "axis"), _qdq.int_attr(block_size, "block_size")
+    axis_value, block = strict_int(axis, "axis"), strict_int(block_size, "block_size")
     out_code = _dtype_attr(output_dtype, "output_dtype")
     if _qdq.is_weak(y_scale):
         sa, sc = _qdq.weak_operand(y_scale, "y_scale", _weak_scale_dtype(xa, xc, y_scale))
@@ -103,7 +104,7 @@ def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, axis: int 
     """ONNX DequantizeLinear (opset 28). Output dtype: output_dtype, else x_scale's. A Python float /
     int x_scale is float32; a Python int x_zero_point takes x's type."""
     xa, xc = _qdq.operand(x, "x")
-    axis_value, block = _qdq.int_attr(axis, "axis"), _qdq.int_attr(block_size, "block_size")
+    axis_value, block = strict_int(axis, "axis"), strict_int(block_size, "block_size")
     out_code = _dtype_attr(output_dtype, "output_dtype")
     if _qdq.is_weak(x_scale):
         sa, sc = _qdq.weak_operand(x_scale, "x_scale", np.float32)
@@ -149,7 +150,7 @@ def unpack(packed: Any, dtype: Any, shape: Any) -> np.ndarray:
     if isinstance(shape, np.ndarray):
         shape = shape.tolist() if shape.ndim else shape.item()
     dims = list(shape) if isinstance(shape, (tuple, list)) else [shape]
-    shape = tuple(_qdq.int_attr(d, "shape", "an int or a tuple of ints") for d in dims)
+    shape = tuple(strict_int(d, "shape", allowed="an int or a tuple of ints") for d in dims)
     if any(d < 0 for d in shape):
         raise ValueError(f"shape: dimensions must be >= 0, got {shape}")
     n = 1
@@ -248,7 +249,7 @@ def upgrade_model(model: Any, *, opset: int | None = None) -> Any:
     node when it loads the result). Types onnxruntime cannot hold at all (float6) cannot be carried
     between nodes. An `opset` outside 1 .. the installed onnx's newest opset is a ValueError."""
     if opset is not None:
-        opset = _qdq.int_attr(opset, "opset")
+        opset = strict_int(opset, "opset")
         newest = onnx.defs.onnx_opset_version()
         if not 1 <= opset <= newest:
             raise ValueError(f"opset: {opset} is not a default-domain opset version (1 .. {newest})")

@@ -24,13 +24,14 @@ import numpy as np
 
 from . import _polyquant_ext as _ext
 from . import _qdq
+from ._args import strict_int
 
 __all__ = ["extended_quantize_linear", "extended_dequantize_linear"]
 
 
 def _common(x: Any, scale: Any, scale_name: str, axis: Any, semantics: Any) -> tuple:
     xa, xc = _qdq.operand(x, "x")
-    axis_value = _qdq.int_attr(axis, "axis")
+    axis_value = strict_int(axis, "axis")
     if not isinstance(semantics, str):
         raise TypeError(f"semantics: expected 'quark' or 'onnx', got {type(semantics).__name__} {semantics!r}")
     # A Python float / int scale is weak (NEP 50): it takes the float32 the ops' scales have.

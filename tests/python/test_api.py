@@ -78,7 +78,7 @@ def test_package_metadata():
     assert set(pq.__all__) == {
         "int_quant", "quant", "binary_quant", "bipolar_quant", "trunc_v1", "trunc", "trunc_v2", "float_quant",
         "min_int", "max_int", "compute_max_val", "compute_default_exponent_bias", "resolve_rounding_mode",
-        "execute_onnx",
+        "execute_onnx", "UnknownInputWarning",
     }
     assert pq.quant is pq.int_quant and pq.bipolar_quant is pq.binary_quant and pq.trunc is pq.trunc_v1
     version_file = REPO / "VERSION"
