@@ -59,18 +59,11 @@ std::vector<OutT> run_row(RowKernel kernel, const void* params, const std::vecto
   return {out.begin() + offset, out.begin() + offset + n};
 }
 
-// POLYQUANT_TEST_NAN_BITS=1 compares NaN bits for every kernel (a survey: only the QKeras kernels
-// specify their NaN bits, so only they ask for it by default).
-bool nan_bits_everywhere() {
-  const char* v = std::getenv("POLYQUANT_TEST_NAN_BITS");
-  return v != nullptr && std::string(v) == "1";
-}
-
-// Compares the kernel with the reference over sizes, offsets, broadcast masks and streaming.
-// nan_bits: NaN results must match bit for bit (payload and sign), not only in NaN-ness.
+// Compares the kernel with the reference over sizes, offsets, broadcast masks and streaming. Every
+// result must match bit for bit, NaN results included (payload and sign, not only NaN-ness).
 template <class OutT = float>
 void check_against_reference(const KernelEntry& e, const void* params, const std::vector<Operand>& ops,
-                             const std::string& what, bool nan_bits = false) {
+                             const std::string& what) {
   const RowKernel ref = reference_kernel(e.op, e.work);
   // Operand 0 (x) is swept too: a zero-stride x (np.broadcast_to, torch expand()) reaches the
   // kernels as a broadcast operand, alone or with every parameter broadcast.
@@ -88,7 +81,7 @@ void check_against_reference(const KernelEntry& e, const void* params, const std
         for (bool stream : {false, true}) {
           const auto got = run_row<OutT>(e.fn, params, ops, n, offset, mask, stream);
           const auto want = run_row<OutT>(ref, params, ops, n, offset, mask, false);
-          const auto r = test::all_same(got, want, nan_bits || nan_bits_everywhere());
+          const auto r = test::all_same(got, want, /*nan_bits=*/true);
           if (!r) {
             ADD_FAILURE() << e.name << " " << what << " n=" << n << " offset=" << offset << " mask=" << mask
                           << " stream=" << stream << ": " << r.message();
@@ -141,8 +134,8 @@ void check_affine_per_row(const KernelEntry& e, const AffineParams& p, const std
 // outputs misaligned so that streaming peels a head mid-row. The kernel and the reference given the
 // repeated rows must both equal the reference given the rows written out in full.
 template <class OutT = float>
-void check_repeated_rows(const KernelEntry& e, const void* params, const std::vector<Operand>& ops, const std::string& what,
-                         bool nan_bits = false) {
+void check_repeated_rows(const KernelEntry& e, const void* params, const std::vector<Operand>& ops,
+                         const std::string& what) {
   const RowKernel ref = reference_kernel(e.op, e.work);
   const std::size_t nops = ops.size();
   for (std::int64_t row_len : {1, 3, 7, 15, 16, 17, 32, 64, 100, 255}) {
@@ -187,7 +180,7 @@ void check_repeated_rows(const KernelEntry& e, const void* params, const std::ve
               full.out = want.data() + offset;
               ref(params, full);
               for (const auto* result : {&got, &from_ref}) {
-                const auto r = test::all_same(*result, want, nan_bits || nan_bits_everywhere());
+                const auto r = test::all_same(*result, want, /*nan_bits=*/true);
                 if (!r) {
                   ADD_FAILURE() << e.name << " " << what << " repeated rows: " << (result == &got ? "kernel" : "reference")
                                 << " row_len=" << row_len << " rows=" << rows << " repeat=" << repeat << " broadcast=" << broadcast
@@ -434,8 +427,8 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
             p.inv_m = reciprocals ? exact_reciprocal(p.m) : 0.0f;
             p.inv_m_i = reciprocals ? exact_reciprocal(p.m_i) : 0.0f;
             check_against_reference(e, &p, ops, "bits=" + std::to_string(c.bits) + " integer=" + std::to_string(c.integer) +
-                                                    " reciprocals=" + std::to_string(reciprocals), true);
-            if (c.integer == 0 && (c.bits == 8 || c.bits == 1)) check_repeated_rows(e, &p, ops, "bits=" + std::to_string(c.bits), true);
+                                                    " reciprocals=" + std::to_string(reciprocals));
+            if (c.integer == 0 && (c.bits == 8 || c.bits == 1)) check_repeated_rows(e, &p, ops, "bits=" + std::to_string(c.bits));
           }
         }
         break;
@@ -463,13 +456,13 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
               p.level_only = level_only;
               const std::string what = "auto bits=" + std::to_string(bits) + " integer=" + std::to_string(integer) +
                                        " level_only=" + std::to_string(level_only);
-              check_against_reference(e, &p, ops, what, true);
+              check_against_reference(e, &p, ops, what);
               p.inv_m = exact_reciprocal(p.m);
               p.inv_m_i = exact_reciprocal(p.m_i);
-              check_against_reference(e, &p, ops, what + " reciprocals", true);
+              check_against_reference(e, &p, ops, what + " reciprocals");
               p.pow2_scales = true;
-              check_against_reference(e, &p, pow2_ops, what + " reciprocals pow2_scales", true);
-              if (bits == 4.0f && integer == 0.0f && !level_only) check_repeated_rows(e, &p, pow2_ops, what + " pow2_scales", true);
+              check_against_reference(e, &p, pow2_ops, what + " reciprocals pow2_scales");
+              if (bits == 4.0f && integer == 0.0f && !level_only) check_repeated_rows(e, &p, pow2_ops, what + " pow2_scales");
             }
           }
         }
@@ -512,8 +505,8 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
                   p.inv_m_i = reciprocals ? exact_reciprocal(p.m_i) : 0.0f;
                   check_against_reference(e, &p, ops, "relu sigmoid=" + std::to_string(sigmoid) + " ns=" + std::to_string(ns) +
                                                           " clip_mode=" + std::to_string(clip_mode) + " fast=" + std::to_string(fast) +
-                                                          " reciprocals=" + std::to_string(reciprocals), true);
-                  if (!reciprocals && !sigmoid && ns == 0.0f && clip_mode == 0) check_repeated_rows(e, &p, ops, "relu", true);
+                                                          " reciprocals=" + std::to_string(reciprocals));
+                  if (!reciprocals && !sigmoid && ns == 0.0f && clip_mode == 0) check_repeated_rows(e, &p, ops, "relu");
                 }
               }
             }
@@ -541,10 +534,10 @@ TEST_P(KernelTest, MatchesReferenceBitForBit) {
           for (bool level_only : {false, true}) {
             p.level_only = level_only;
             p.pow2_scales = false;
-            check_against_reference(e, &p, ops, "linear [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", true);
+            check_against_reference(e, &p, ops, "linear [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
             p.pow2_scales = true;  // auto_po2 scales: x / s as x * (1 / s)
-            check_against_reference(e, &p, pow2_ops, "linear pow2 [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", true);
-            if (lo == -127) check_repeated_rows(e, &p, pow2_ops, "linear pow2", true);
+            check_against_reference(e, &p, pow2_ops, "linear pow2 [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+            if (lo == -127) check_repeated_rows(e, &p, pow2_ops, "linear pow2");
           }
         }
         break;

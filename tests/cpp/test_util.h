@@ -75,7 +75,11 @@ inline std::vector<float> special_values() {
           std::numeric_limits<float>::min(), -std::numeric_limits<float>::min(), 1e-40f, -1e-40f,
           std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(), 1e30f, -1e30f, 3e38f,
           0.49999997f, -0.49999997f, 0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f, 8388607.5f, 8388609.0f, -8388609.0f,
-          16777216.0f, 2147483648.0f, -2147483648.0f};
+          16777216.0f, 2147483648.0f, -2147483648.0f,
+          // NaNs with a payload and signalling NaNs, of both signs: every kernel set must return the
+          // reference's NaN bits, not only a NaN.
+          std::bit_cast<float>(0x7FC12345u), std::bit_cast<float>(0xFFC54321u), std::bit_cast<float>(0x7F812345u),
+          std::bit_cast<float>(0xFF800001u)};
 }
 
 // Values x with x/scale landing exactly on k + 0.5 and one ulp either side, for |k| < kmax.
