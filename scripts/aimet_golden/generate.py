@@ -362,7 +362,8 @@ def _internal_dtype(x_dtype, qmin, qmax, op):
 
 def functional_case(st: Store, cid: str, group: str, op: str, x: torch.Tensor, scale: torch.Tensor,
                     offset: torch.Tensor, args: list, kwargs: dict, note: str = "", grad: bool = False,
-                    grad_output_seed: str | None = None, extra: dict | None = None):
+                    grad_output_seed: str | None = None, extra: dict | None = None,
+                    grad_output: torch.Tensor | None = None):
     case = {"id": cid, "group": group, "op": op, "note": note,
             "call": {"args": jsonable(args), "kwargs": jsonable(kwargs)}}
     if extra:
@@ -398,7 +399,9 @@ def functional_case(st: Store, cid: str, group: str, op: str, x: torch.Tensor, s
     sg = scale.clone().requires_grad_(True)
     og = offset.clone().requires_grad_(True)
     go = torch.from_numpy(np.asarray(rng.standard_normal(tuple(x.shape)))).to(x.dtype if x.is_floating_point() else F32)
-    if go.numel() >= 8:  # signed zeros in grad_output
+    if grad_output is not None:  # given by the case (the random draw above still runs: same stream)
+        go = grad_output
+    elif go.numel() >= 8:  # signed zeros in grad_output
         go.view(-1)[0] = 0.0
         go.view(-1)[1] = -0.0
     case["grad_output"] = st.arr(cid, "grad_output", go)
@@ -866,6 +869,34 @@ def gen_grad(st: Store):
             x = make_input(cid, shape, F32, expand_param(sc.numpy(), shape, None), expand_param(of.numpy(), shape, None),
                            qmin, qmax)
             functional_case(st, cid, G, op, x, sc, of, args, kw, grad=True, note="training path, overloads")
+
+
+def gen_grad_zero_sign(st: Store):
+    """Appended after every other group (issue 17), so the earlier cases and their array pools stay
+    byte for byte: the sign of zero of the reduced gradients grad_scale / grad_offset. 1-bit grids,
+    x on the grid and half-way and a grad_output of -1, -0.5 or 0.5 (every term and every sum exact
+    in any order), so many terms are -0.0: a scale element with one contribution (per-element
+    scales, blocks of one), several (per channel, per tensor), and none (an empty tensor)."""
+    G = "grad"
+    layouts = [("full", (6, 8), (6, 8), None), ("block_of_one", (6, 8), (6, 8), (1, 1)),
+               ("pc_first", (6, 8), (6, 1), None), ("pc_last", (6, 8), (8,), None), ("pt_0d", (6, 8), (), None),
+               ("empty_rows", (0, 8), (1, 8), None), ("empty_pt", (0, 8), (), None),
+               ("full_1d", (4,), (4,), None), ("lead_1", (1, 4), (4,), None), ("empty_lead", (0, 4), (4,), None),
+               ("block_of_one_lead", (3, 2, 4), (2, 4), (1, 1)), ("block_1x2", (2, 4), (2, 2), (1, 2)),
+               ("scalar", (), (), None), ("full_col", (4, 1), (4, 1), None), ("pc_col", (4, 3), (4, 1), None)]
+    for op in ("quantize", "quantize_dequantize"):
+        for gname, xs, ss, bs in layouts:
+            for xdt in (F32, F16):
+                for signed in (False, True):
+                    cid = f"{G}/zero_sign/{op}/{gname}/x_{DT_NAME[xdt]}/b1{'s' if signed else 'u'}"
+                    rng = np.random.default_rng(seed_of(cid))
+                    x = torch.from_numpy(np.asarray(rng.integers(-3, 4, size=xs) * 0.5)).to(xdt)
+                    go = torch.from_numpy(np.asarray(rng.choice([-1.0, -0.5, 0.5], size=xs))).to(xdt)
+                    sc = torch.full(ss, 0.5, dtype=F32)
+                    of = torch.from_numpy(np.asarray(rng.integers(-1, 1, size=ss).astype(np.float64))).to(F32)
+                    kw = {"block_size": list(bs)} if bs else {}
+                    functional_case(st, cid, G, op, x, sc, of, [1, signed], kw, grad=True,
+                                    note="training path, sign of zero of reduced gradients", grad_output=go)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1603,7 +1634,7 @@ def versions():
 
 
 GROUPS = {"functional": gen_functional, "grad": gen_grad, "module": gen_module, "lpbq": gen_lpbq,
-          "analyzer": gen_analyzer, "errors": gen_errors}
+          "analyzer": gen_analyzer, "errors": gen_errors, "grad_zero_sign": gen_grad_zero_sign}
 
 
 def main():

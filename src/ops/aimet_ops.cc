@@ -451,8 +451,9 @@ void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView
 // The sign of a zero follows torch's autograd: the per-element gradient has x's shape (split into
 // blocks) and is reduced to the parameter's with sum_to, which sums only when the shapes differ.
 // A sum starts from +0.0 (so -0.0 + -0.0, a sum over one element of a size-1 leading dimension and
-// an empty sum all give +0.0); with equal shapes (`no_reduction`: per-element parameters, blocks
-// of one) there is no sum and each element keeps its own value, -0.0 included.
+// an empty sum all give +0.0); with equal shapes and no blocks (`no_reduction`: per-element
+// parameters) there is no sum and each element keeps its own value, -0.0 included. Blocks of one
+// are summed (+0.0), as aimet-torch does.
 void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRounding narrow, const AffineLayout& L,
                  int which, const TensorView& param, bool no_reduction, const MutableTensorView& out) {
   std::vector<double> acc(static_cast<std::size_t>(std::max<std::int64_t>(param.numel(), 1)), 0.0);
@@ -657,8 +658,11 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
   auto reduced = [&](detail::AffineGradOf of, int which, const TensorView& param, const MutableTensorView& out) {
     buffer.assign(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(w.kernel_dtype), 0);
     run(of, MutableTensorView(buffer.data(), w.kernel_dtype, L.shape));
-    // torch's sum_to is the identity where the parameter has x's shape (same rank and sizes)
-    reduce_into(buffer, w.kernel_dtype, w.narrow, L, which, param, param.shape == x.shape, out);
+    // torch's sum_to is the identity where the parameter has x's shape (same rank and sizes) and
+    // there are no blocks; blockwise, aimet-torch 2.42.0 sums over each block even when it holds
+    // one element (its golden data: +0.0 for a lone -0.0 term with blocks of one)
+    reduce_into(buffer, w.kernel_dtype, w.narrow, L, which, param, param.shape == x.shape && args.block_size.empty(),
+                out);
   };
   if (grad_scale.data != nullptr) reduced(detail::AffineGradOf::kScale, 0, scale, grad_scale);
   if (grad_offset.data != nullptr) reduced(detail::AffineGradOf::kOffset, 1, offset, grad_offset);

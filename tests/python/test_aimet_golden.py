@@ -176,6 +176,16 @@ def test_grad(case):
         check_sum(case["id"], nm, out[i], case[nm], case["inputs"]["tensor"][0])
 
 
+@_cases("grad", lambda c: c["id"].startswith("grad/zero_sign/"))
+def test_grad_reduced_zero_signs(case):
+    # Every term and sum of these cases is exact, so the reduced gradients must equal aimet-torch's
+    # bit for bit, the sign of every zero included: -0.0 where a scale element gets one -0.0 term
+    # (torch reduces nothing there), +0.0 where several or none are summed.
+    out = call_grad(case)
+    for i, nm in ((2, "grad_scale"), (3, "grad_offset")):
+        check(case["id"], nm, out[i], case[nm])
+
+
 # Relative error allowed for a reduced gradient: torch sums the per-element terms in the working
 # precision in its own order, polyquant in float64 rounded once (README, AIMET departures).
 SUM_RTOL = {"float16": 1e-2, "bfloat16": 6e-2, "float32": 2e-5, "float64": 1e-12}
