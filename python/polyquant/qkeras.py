@@ -63,7 +63,12 @@ def _number(value: Any, name: str) -> float:
 def _seed(value: Any) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
         raise TypeError(f"seed: expected an int, got {type(value).__name__}")
-    return int(value) & 0xFFFFFFFFFFFFFFFF
+    v = int(value)
+    # The Philox key is 64 bits: a negative int64 seed is taken as its two's complement; a wider
+    # one would silently alias another seed (2**64 + 1 drawing what 1 draws).
+    if not -(2**63) <= v <= 2**64 - 1:
+        raise ValueError(f"seed: {v} does not fit 64 bits; allowed: an integer from -2**63 to 2**64 - 1")
+    return v & 0xFFFFFFFFFFFFFFFF
 
 
 # The axes the core takes (a C int); which of them name a dimension of x is checked at call time

@@ -257,3 +257,18 @@ def test_arithmetic_flags_accept_zero_and_one(cls, value):
     a = cls(4, 0, symmetric=value, keep_negative=value)(X)
     b = cls(4, 0, symmetric=bool(value), keep_negative=bool(value))(X)
     assert (_bits(a) == _bits(b)).all()
+
+
+@pytest.mark.parametrize("seed", [2**64, 2**64 + 1, -(2**63) - 1, 10**30])
+def test_seed_wider_than_64_bits_is_a_value_error(seed):
+    # it was masked to 64 bits: 2**64 + 1 silently drew what seed 1 draws
+    with pytest.raises(ValueError, match=r"^seed: .*64 bits"):
+        quantized_bits(4, 0, seed=seed)
+    q = quantized_bits(4, 0)
+    with pytest.raises(ValueError, match=r"^seed: .*64 bits"):
+        q(np.ones(4, np.float32), training=True, seed=seed)
+
+
+@pytest.mark.parametrize("seed", [-(2**63), -1, 0, 2**63, 2**64 - 1])
+def test_seed_edges_of_64_bits_are_accepted(seed):
+    quantized_bits(4, 0, seed=seed)(np.ones(4, np.float32), training=True)
