@@ -6,6 +6,7 @@ loader (every malformed dict is a ValueError or TypeError, fast)."""
 from __future__ import annotations
 
 import copy
+import threading
 import time
 
 import numpy as np
@@ -355,3 +356,47 @@ def test_encoding_objects_take_strict_integers():
     with pytest.raises(TypeError, match="decompressed_bw"):
         A.GroupedBlockEncoding(np.ones((2, 2)), np.zeros((2, 2)), -8, 7, True, (1, 1), (1, 2), 8.5, np.ones((2, 1)),
                                np.ones((2, 2)))
+
+
+# ---- concurrency: a quantizer module shared between threads ------------------------------------------
+
+
+@pytest.mark.parametrize("cls", ["QuantizeDequantize", "Quantize"])
+def test_quantizer_calibration_shared_between_threads_equals_serial(cls):
+    # Inside compute_encodings every call feeds the analyzer (one lock per analyzer) and quantizes
+    # its batch with that batch's own encoding, so each call's output and the final encodings must
+    # equal a serial run's whatever the interleaving (min/max statistics are order-independent).
+    rng = np.random.default_rng(5)
+    batches = [(rng.standard_normal((64, 32)) * (1 + i)).astype(np.float32) for i in range(16)]
+
+    def make():
+        return getattr(A, cls)((32,), 8, False)
+
+    serial = make()
+    with serial.compute_encodings():
+        want = [serial(b) for b in batches]
+    shared = make()
+    got = [None] * len(batches)
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(k, len(batches), 8):
+                got[i] = shared(batches[i])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    with shared.compute_encodings():
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+    es, eg = serial.get_encodings(), shared.get_encodings()
+    np.testing.assert_array_equal(_bits(np.asarray(eg.scale)), _bits(np.asarray(es.scale)))
+    np.testing.assert_array_equal(_bits(np.asarray(eg.offset)), _bits(np.asarray(es.offset)))
+    x = batches[3]
+    np.testing.assert_array_equal(_bits(shared(x)), _bits(serial(x)))
