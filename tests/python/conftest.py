@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import zlib
 from typing import Callable
 
@@ -59,6 +60,25 @@ def assert_identical(actual: np.ndarray, expected: np.ndarray, *inputs: np.ndarr
 def same() -> Callable[..., None]:
     """The bit-exact comparison, as a fixture: same(actual, expected, *inputs)."""
     return assert_identical
+
+
+def run_threads(target: Callable[..., object], args_list: list[tuple]) -> None:
+    """Runs target(*args) in one thread per entry of args_list, all at once, and fails with every
+    exception any of them raised (an exception in a thread would otherwise only be printed)."""
+    errors: list[BaseException] = []
+
+    def guarded(*args):
+        try:
+            target(*args)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=args) for args in args_list]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
 
 
 @contextlib.contextmanager

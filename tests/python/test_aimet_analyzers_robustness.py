@@ -9,6 +9,7 @@ import threading
 import numpy as np
 import pytest
 
+from conftest import run_threads
 from polyquant._aimet_analyzers import (
     MinMaxEncodingAnalyzer,
     PercentileEncodingAnalyzer,
@@ -225,23 +226,6 @@ def _batches(n=16, size=65536):
     return out
 
 
-def _run_threads(target, args_list):
-    errors = []
-
-    def wrap(*args):
-        try:
-            target(*args)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=wrap, args=args) for args in args_list]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-
-
 @pytest.mark.parametrize("kind", ["percentile", "sqnr", "minmax"])
 def test_concurrent_update_stats_equals_serial(kind):
     make = {"percentile": lambda: PercentileEncodingAnalyzer((1,), 256, 99),
@@ -255,7 +239,7 @@ def test_concurrent_update_stats_equals_serial(kind):
     for _ in range(3):
         shared = make()
         shared.update_stats(batches[0])
-        _run_threads(lambda part: [shared.update_stats(b) for b in part], [(batches[1 + i::8],) for i in range(8)])
+        run_threads(lambda part: [shared.update_stats(b) for b in part], [(batches[1 + i::8],) for i in range(8)])
         if kind != "minmax":
             assert shared.state_dict()["histogram"].sum() == 17 * 65536  # no lost counts
             assert np.array_equal(shared.state_dict()["histogram"], serial.state_dict()["histogram"])
@@ -290,7 +274,6 @@ def test_update_concurrent_with_readers_and_merges(kind):
             other.merge(a)  # both directions at once: must not deadlock
             a.merge(a)
 
-    readers = [threading.Thread(target=r) for r in (reader, reader, merger)]
     errors = []
 
     def guarded(fn):
@@ -305,7 +288,7 @@ def test_update_concurrent_with_readers_and_merges(kind):
     for t in readers:
         t.start()
     try:
-        _run_threads(writer, [(), ()])
+        run_threads(writer, [(), ()])
     finally:
         stop.set()
         for t in readers:

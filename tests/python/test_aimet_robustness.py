@@ -6,14 +6,13 @@ loader (every malformed dict is a ValueError or TypeError, fast)."""
 from __future__ import annotations
 
 import copy
-import threading
 import time
 
 import numpy as np
 import pytest
 
 import polyquant.aimet as A
-from conftest import hypothesis_budget
+from conftest import hypothesis_budget, run_threads
 
 VERSIONS = ("0.6.1", "1.0.0", "2.0.0", "2.1.0")
 
@@ -377,22 +376,13 @@ def test_quantizer_calibration_shared_between_threads_equals_serial(cls):
         want = [serial(b) for b in batches]
     shared = make()
     got = [None] * len(batches)
-    errors = []
 
     def worker(k):
-        try:
-            for i in range(k, len(batches), 8):
-                got[i] = shared(batches[i])
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for i in range(k, len(batches), 8):
+            got[i] = shared(batches[i])
 
     with shared.compute_encodings():
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert not errors, errors
+        run_threads(worker, [(k,) for k in range(8)])
     for g, w in zip(got, want):
         np.testing.assert_array_equal(_bits(g), _bits(w))
     es, eg = serial.get_encodings(), shared.get_encodings()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import pytest
 import polyquant.aimet as A
 import polyquant.onnx as pqo
 import polyquant.quark as pqq
+from conftest import run_threads
 from polyquant.qkeras import quantized_bits, quantized_linear, quantized_relu
 
 # Each entry: a function of a float32 x giving an array (or a tuple of arrays).
@@ -47,22 +47,12 @@ def test_threads_sharing_inputs_get_the_serial_bits(name):
     xs[1][7, 1] = -0.0
     want = [_bits(op(x)) for x in xs]
     results: dict[tuple[int, int], list[np.ndarray]] = {}
-    errors: list[BaseException] = []
 
     def worker(k: int) -> None:
-        try:
-            for r in range(6):
-                i = (k + r) % len(xs)
-                results[(k, r)] = _bits(op(xs[i]))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for r in range(6):
+            results[(k, r)] = _bits(op(xs[(k + r) % len(xs)]))
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_threads(worker, [(k,) for k in range(8)])
     for (k, r), got in results.items():
         for g, w in zip(got, want[(k + r) % len(xs)]):
             np.testing.assert_array_equal(g, w, err_msg=f"{name}: thread {k} call {r}")

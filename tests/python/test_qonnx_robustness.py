@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import polyquant.qonnx as pq
+from conftest import run_threads
 
 qonnx_general = pytest.importorskip("qonnx.custom_op.general")
 from qonnx.custom_op.general import bipolar_quant as ref_bipolar  # noqa: E402
@@ -450,36 +450,22 @@ def test_threads_sharing_arrays_equal_serial():
         lambda: pq.float_quant(x, scale, f32(4), f32(3), has_nan=True, saturation=False, max_val=f32(100)),
     ]
     serial = [c() for c in calls]
-    errors: list[BaseException] = []
 
     def worker(seed: int) -> None:
-        try:
-            order = np.random.default_rng(seed).permutation(len(calls) * 20) % len(calls)
-            for k in order:
-                got = calls[k]()
-                if got.tobytes() != serial[k].tobytes():
-                    raise AssertionError(f"call {k} differs from the serial result")
-        except BaseException as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        order = np.random.default_rng(seed).permutation(len(calls) * 20) % len(calls)
+        for k in order:
+            got = calls[k]()
+            if got.tobytes() != serial[k].tobytes():
+                raise AssertionError(f"call {k} differs from the serial result")
 
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_threads(worker, [(s,) for s in range(8)])
 
 
 def test_threads_sharing_one_out_with_the_same_result():
     x = np.random.default_rng(3).standard_normal(1 << 16).astype(f32)
     want = pq.int_quant(x, f32(0.1), f32(0), f32(4), 1, 0, "ROUND")
     out = np.empty_like(x)
-    threads = [threading.Thread(target=pq.int_quant, args=(x, f32(0.1), f32(0), f32(4), 1, 0, "ROUND"),
-                                kwargs={"out": out}) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(lambda: pq.int_quant(x, f32(0.1), f32(0), f32(4), 1, 0, "ROUND", out=out), [()] * 8)
     assert out.tobytes() == want.tobytes()
 
 
