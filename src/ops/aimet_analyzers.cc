@@ -656,6 +656,25 @@ void fold_min_max(MinMaxEncodingAnalyzer::State& into, const MinMaxEncodingAnaly
   }
   into.dtype = promote(into.dtype, from.dtype);
 }
+
+// a.merge(b) for either analyzer kind: b's statistics are read under its shared lock while a's are
+// written under its exclusive one, both taken at once (std::lock: deadlock-free against a concurrent
+// b.merge(a)); a.merge(a) folds a copy taken under a's lock. `fold(state)` is the kind's
+// merge_locked.
+template <class State, class Fold>
+void merge_under_locks(std::shared_mutex& mine, std::shared_mutex& theirs, const State& their_state, bool self,
+                       Fold fold) {
+  if (self) {
+    std::unique_lock lock(mine);
+    const State copy = their_state;
+    fold(copy);
+    return;
+  }
+  std::unique_lock write(mine, std::defer_lock);
+  std::shared_lock read(theirs, std::defer_lock);
+  std::lock(write, read);
+  fold(their_state);
+}
 }  // namespace
 
 void MinMaxEncodingAnalyzer::update_stats(const TensorView& x) {
@@ -695,16 +714,9 @@ void MinMaxEncodingAnalyzer::merge_locked(const State& other) {
 
 void MinMaxEncodingAnalyzer::merge(const MinMaxEncodingAnalyzer& other) {
   if (!(other.shape_.shape == shape_.shape)) fail(ErrorKind::kValue, "merge: the analyzers' shapes differ");
-  if (&other == this) {  // a.merge(a): fold a copy (min / max of equal values leave them as they are)
-    std::unique_lock lock(mutex_);
-    const State copy = state_;
-    merge_locked(copy);
-    return;
-  }
-  std::unique_lock mine(mutex_, std::defer_lock);
-  std::shared_lock theirs(other.mutex_, std::defer_lock);
-  std::lock(mine, theirs);  // deadlock-free against a concurrent other.merge(*this)
-  merge_locked(other.state_);
+  // a.merge(a): min / max of equal values leave them as they are
+  merge_under_locks(mutex_, other.mutex_, other.state_, &other == this,
+                            [this](const State& s) { merge_locked(s); });
 }
 
 void MinMaxEncodingAnalyzer::set_state(State state) {
@@ -1324,16 +1336,9 @@ void HistogramEncodingAnalyzer::merge_locked(const HistogramState& other) {
 void HistogramEncodingAnalyzer::merge(const HistogramEncodingAnalyzer& other) {
   if (!(other.shape_.shape == shape_.shape) || other.options_.num_bins != options_.num_bins)
     fail(ErrorKind::kValue, "merge: the analyzers' shapes or bin counts differ");
-  if (&other == this) {  // a.merge(a): the statistics fed twice (same edges: the counts double)
-    std::unique_lock lock(mutex_);
-    const HistogramState copy = state_;
-    merge_locked(copy);
-    return;
-  }
-  std::unique_lock mine(mutex_, std::defer_lock);
-  std::shared_lock theirs(other.mutex_, std::defer_lock);
-  std::lock(mine, theirs);  // deadlock-free against a concurrent other.merge(*this)
-  merge_locked(other.state_);
+  // a.merge(a): the statistics fed twice (same edges: the counts double)
+  merge_under_locks(mutex_, other.mutex_, other.state_, &other == this,
+                            [this](const HistogramState& s) { merge_locked(s); });
 }
 
 void HistogramEncodingAnalyzer::set_state(HistogramState s) {
