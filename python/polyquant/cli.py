@@ -106,24 +106,23 @@ def _bench(args, out):
     return bench_command(args, out=out)
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _int_at_least(minimum, requirement):
+    """An argparse type: an integer >= minimum; `requirement` says so in the error."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{requirement}, got {value}")
+        return value
+
+    return parse
 
 
-def _seed(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer (numpy's seeds are), got {value}")
-    return value
+_positive_int = _int_at_least(1, "must be at least 1")
+_seed = _int_at_least(0, "must be a non-negative integer (numpy's seeds are)")
 
 
 def build_parser():
