@@ -1,8 +1,8 @@
-"""`python -m polyquant ...` is the `polyquant` command (see polyquant.cli)."""
+"""`python -m polyquant ...` is the `polyquant` command (see polyquant._tools.cli)."""
 
 import sys
 
-from polyquant.cli import main
+from polyquant._tools.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

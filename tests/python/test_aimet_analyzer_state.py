@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from polyquant import _polyquant_ext as _ext
-from polyquant._aimet_analyzers import (
+from polyquant.aimet.analyzers import (
     MinMaxEncodingAnalyzer,
     PercentileEncodingAnalyzer,
     SqnrEncodingAnalyzer,

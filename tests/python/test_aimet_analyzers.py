@@ -1,4 +1,4 @@
-"""AIMET's encoding analyzers (polyquant._aimet_analyzers) against aimet-torch 2.42.0.
+"""AIMET's encoding analyzers (polyquant.aimet.analyzers) against aimet-torch 2.42.0.
 
 Bit-exactness: every case recorded by scripts/aimet_golden/analyzers.py (AIMET run on many
 batches, layouts, dtypes, num_steps and symmetries) is replayed; the literal values of AIMET's own
@@ -14,7 +14,7 @@ import pytest
 
 import ml_dtypes
 from polyquant import _polyquant_ext as ext
-from polyquant._aimet_analyzers import (
+from polyquant.aimet.analyzers import (
     MinMaxEncodingAnalyzer,
     PercentileEncodingAnalyzer,
     SqnrEncodingAnalyzer,

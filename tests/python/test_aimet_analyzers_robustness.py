@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import run_threads
-from polyquant._aimet_analyzers import (
+from polyquant.aimet.analyzers import (
     MinMaxEncodingAnalyzer,
     PercentileEncodingAnalyzer,
     SqnrEncodingAnalyzer,
@@ -320,7 +320,7 @@ def test_minmax_self_merge_keeps_statistics():
 EXIT_SCRIPT = textwrap.dedent(
     """
     import threading, time, numpy as np
-    from polyquant._aimet_analyzers import MinMaxEncodingAnalyzer, PercentileEncodingAnalyzer, SqnrEncodingAnalyzer
+    from polyquant.aimet.analyzers import MinMaxEncodingAnalyzer, PercentileEncodingAnalyzer, SqnrEncodingAnalyzer
     which = {which!r}
     x = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
     def loop():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import polyquant
-from polyquant import cli, runner
+from polyquant._tools import cli, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "examples" / "qonnx_mlp.onnx"

@@ -16,7 +16,7 @@ from onnx import numpy_helper as nh
 
 import polyquant.onnx as pqo
 import polyquant.quark as pqq
-from polyquant import cli, runner
+from polyquant._tools import cli, runner
 
 
 def polyquant_cli(*argv):

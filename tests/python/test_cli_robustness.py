@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polyquant import cli
+from polyquant._tools import cli
 
 pytest.importorskip("onnxruntime")
 
@@ -95,7 +95,7 @@ def test_output_dir_that_is_a_file(tmp_path, capsys):
 
 
 def test_internal_error_is_exit_3_not_the_mismatch_status(tmp_path, monkeypatch, capsys):
-    from polyquant import runner
+    from polyquant._tools import runner
 
     def broken(*args, **kwargs):
         raise KeyError("a bug")

@@ -23,7 +23,8 @@ from qonnx.transformation.infer_shapes import InferShapes  # noqa: E402
 
 import polyquant.ort  # noqa: E402
 import polyquant.qonnx as pq  # noqa: E402
-from polyquant import _execute, runner  # noqa: E402
+from polyquant._tools import runner  # noqa: E402
+from polyquant.qonnx import execute as _execute  # noqa: E402
 
 try:
     polyquant.ort.library_path()

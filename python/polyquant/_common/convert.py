@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ._args import MAX_RANK as _MAX_RANK, checked_out
+from .args import MAX_RANK as _MAX_RANK, checked_out
 
 # Element types the core accepts (numpy spelling). X must be one of the floating ones.
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))

@@ -1,30 +1,5 @@
-"""AIMET's affine quantization (``aimet_torch.quantization.affine``, aimet-torch 2.42.0), bit-exact,
-on numpy arrays (float16, float32, float64, ``ml_dtypes.bfloat16``).
-
-Functional ops with AIMET's names, parameters and call forms::
-
-    quantize(tensor, scale, offset, bitwidth, signed=False, block_size=None, *, out=None)
-    quantize(tensor, scale, offset, *, num_steps, signed=False, block_size=None, out=None)
-    quantize(tensor, scale, offset, qmin, qmax, block_size=None, *, out=None)  # qmin/qmax also by keyword
-    quantize_dequantize(...)                                             # the same three forms
-    dequantize(tensor, scale, offset, block_size=None, *, out=None)
-    quantize_dequantize_grad(grad_output, tensor, scale, offset, <form>, block_size=None)
-        -> (output, grad_tensor, grad_scale, grad_offset)
-
-Beyond AIMET (whose functions ignore keywords they do not know): a keyword none of the forms
-names (e.g. ``bitwdith=8``) is a TypeError, and ``out=`` (numpy arrays only) receives the result
-as in the other families: it must have the result's dtype and shape (ValueError otherwise), may
-overlap the inputs, and must be in native byte order like every family's ``out=``. Big-endian
-inputs are read in native byte order.
-
-``quantize_dequantize`` returns what AIMET returns for tensors that do not require grad: where
-AIMET takes its no-grad shortcut (torch's fake quantization: no block size, one scale/offset value
-or one per index of a single axis) that is the shortcut's result, which rounds ``x * (1/scale)``
-rather than ``x / scale`` and maps NaN to the lowest level. ``quantize_dequantize_grad`` runs the
-training path (tensor, scale and offset requiring grad) and its gradients.
-
-Every number is computed by polyquant's C++ core; this module maps AIMET's arguments onto it.
-"""
+"""AIMET's functional affine ops (``quantize``, ``quantize_dequantize``, ``dequantize`` and their
+``*_grad`` forms) on numpy arrays or torch tensors (see ``polyquant.aimet``)."""
 
 from __future__ import annotations
 
@@ -35,39 +10,13 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _aimet_torch
-from . import _polyquant_ext as _ext
-from . import _qdq
-from ._args import strict_int
-from ._aimet_analyzers import (
-    MinMaxEncodingAnalyzer,
-    PercentileEncodingAnalyzer,
-    SqnrEncodingAnalyzer,
-    StatisticsNotFoundError,
-    TfEnhancedEncodingAnalyzer,
-)
-from ._aimet_encodings import AffineEncoding, GroupedBlockEncoding
-from ._aimet_quantizers import Dequantize, GroupedBlockQuantizeDequantize, Quantize, QuantizeDequantize
+from .. import _polyquant_ext as _ext
+from .._common import operands
+from .._common.args import strict_int
+from . import _torch
 
-__all__ = [
-    "quantize",
-    "quantize_dequantize",
-    "dequantize",
-    "quantize_grad",
-    "quantize_dequantize_grad",
-    "dequantize_grad",
-    "MinMaxEncodingAnalyzer",
-    "PercentileEncodingAnalyzer",
-    "SqnrEncodingAnalyzer",
-    "TfEnhancedEncodingAnalyzer",
-    "StatisticsNotFoundError",
-    "Quantize",
-    "QuantizeDequantize",
-    "GroupedBlockQuantizeDequantize",
-    "Dequantize",
-    "AffineEncoding",
-    "GroupedBlockEncoding",
-]
+__all__ = ["quantize", "quantize_dequantize", "dequantize", "quantize_grad", "quantize_dequantize_grad",
+           "dequantize_grad", "TensorDtypeError", "GridTypeError"]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # Integer bitwidths above this give AIMET's grid error from a small computation; far above it
@@ -160,7 +109,7 @@ def _as_tensor(value: Any, name: str) -> Tuple[np.ndarray, int, Any]:
     a = _native(np.asarray(value))
     if a.dtype.name not in _FLOAT_NAMES:  # AIMET's ValueError
         raise TensorDtypeError(f"{name}: expected dtype to be one of float32, float16, bfloat16, or float64; got {a.dtype}")
-    arr, code = _qdq.operand(a, name)
+    arr, code = operands.operand(a, name)
     return arr, code, a.dtype
 
 
@@ -175,7 +124,7 @@ def _as_param(value: Any, name: str) -> Tuple[np.ndarray, int]:
         a = a.astype(np.float64)
     if a.dtype.name not in _FLOAT_NAMES:
         raise TypeError(f"{name}: dtype {a.dtype} is not supported; expected a float or integer array")
-    return _qdq.operand(a, name)
+    return operands.operand(a, name)
 
 
 def _prepared(tensor, scale, offset):
@@ -226,7 +175,7 @@ def _run_into(run, out, dtype):
     buffers an overlap with the inputs)."""
     if out is None:
         return _finish(run(None), dtype)
-    run(_qdq.out_operand(out))
+    run(operands.out_operand(out))
     return out
 
 
@@ -243,9 +192,9 @@ def _no_out_with_tensors(out) -> None:
 def quantize(tensor, scale, offset, *args, out=None, **kwargs):
     """AIMET's quantize: clamp(round(tensor / scale) - offset, qmin, qmax), in tensor's dtype."""
     _check_keywords("quantize", kwargs)
-    if _aimet_torch.any_tensor(tensor, scale, offset):
+    if _torch.any_tensor(tensor, scale, offset):
         _no_out_with_tensors(out)
-        return _aimet_torch.call(
+        return _torch.call(
             lambda x, s, o, training: _quantize(x, s, o, args, kwargs),
             lambda g, x, s, o, training: quantize_grad(g, x, s, o, *args, **kwargs),
             tensor, scale, offset, training_if=lambda s_rg, o_rg: True)
@@ -270,9 +219,9 @@ def quantize_dequantize(tensor, scale, offset, *args, out=None, **kwargs):
     (clamp(round(tensor / scale) - offset, qmin, qmax) + offset) * scale. With a scale or offset
     tensor that requires grad, AIMET's training path (the formula) and its gradients."""
     _check_keywords("quantize_dequantize", kwargs)
-    if _aimet_torch.any_tensor(tensor, scale, offset):
+    if _torch.any_tensor(tensor, scale, offset):
         _no_out_with_tensors(out)
-        return _aimet_torch.call(
+        return _torch.call(
             lambda x, s, o, training: _qdq_forward(x, s, o, args, kwargs, training),
             lambda g, x, s, o, training: (quantize_dequantize_grad(g, x, s, o, *args, **kwargs) if training
                                           else _qdq_no_grad_backward(g, x, s, o, args, kwargs)),
@@ -295,9 +244,9 @@ def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool, out=None):
 
 def dequantize(tensor, scale, offset, block_size=None, *, out=None):
     """AIMET's dequantize: (tensor + offset) * scale, in tensor's dtype."""
-    if _aimet_torch.any_tensor(tensor, scale, offset):
+    if _torch.any_tensor(tensor, scale, offset):
         _no_out_with_tensors(out)
-        return _aimet_torch.call(
+        return _torch.call(
             lambda x, s, o, training: _dequantize(x, s, o, block_size),
             lambda g, x, s, o, training: dequantize_grad(g, x, s, o, block_size),
             tensor, scale, offset, training_if=lambda s_rg, o_rg: True)
@@ -314,8 +263,8 @@ def _grads(op: int, grad_output, tensor, scale, offset, qmin, qmax, block):
     g, gc, _ = _as_tensor(grad_output, "grad_output")
     ops, dtype = _prepared(tensor, scale, offset)
     gx, gs, go = _ext.aimet_backward(op, g, gc, *ops, int(qmin), int(qmax), block, True, True, True)
-    return (_qdq.result((gx, _dtype_of(*ops[0:2]))), _qdq.result((gs, _dtype_of(*ops[2:4]))),
-            _qdq.result((go, _dtype_of(*ops[4:6]))))
+    return (operands.result((gx, _dtype_of(*ops[0:2]))), operands.result((gs, _dtype_of(*ops[2:4]))),
+            operands.result((go, _dtype_of(*ops[4:6]))))
 
 
 def _qdq_no_grad_backward(grad_output, tensor, scale, offset, args, kwargs):
@@ -325,14 +274,14 @@ def _qdq_no_grad_backward(grad_output, tensor, scale, offset, args, kwargs):
     g, gc, _ = _as_tensor(grad_output, "grad_output")
     ops, _ = _prepared(tensor, scale, offset)
     gx, _, _ = _ext.aimet_backward(3, g, gc, *ops, int(qmin), int(qmax), _block_size(block_size), True, False, False)
-    return None, _qdq.result((gx, _dtype_of(*ops[0:2]))), None, None
+    return None, operands.result((gx, _dtype_of(*ops[0:2]))), None, None
 
 
 def quantize_dequantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
     """AIMET's training path of quantize_dequantize (tensor, scale and offset requiring grad):
     (output, grad_tensor, grad_scale, grad_offset) for the upstream gradient grad_output."""
     _check_keywords("quantize_dequantize_grad", kwargs)
-    tensor, scale, offset, grad_output = (_aimet_torch.to_numpy(v, n) for v, n in (
+    tensor, scale, offset, grad_output = (_torch.to_numpy(v, n) for v, n in (
         (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
     output = _qdq_forward(tensor, scale, offset, args, kwargs, training=True)
     qmin, qmax, block_size, _ = _parse_args(args, kwargs)
@@ -343,7 +292,7 @@ def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
     """AIMET's quantize with tensor, scale and offset requiring grad:
     (output, grad_tensor, grad_scale, grad_offset)."""
     _check_keywords("quantize_grad", kwargs)
-    tensor, scale, offset, grad_output = (_aimet_torch.to_numpy(v, n) for v, n in (
+    tensor, scale, offset, grad_output = (_torch.to_numpy(v, n) for v, n in (
         (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
     output = _quantize(tensor, scale, offset, args, kwargs)
     qmin, qmax, block_size, _ = _parse_args(args, kwargs)
@@ -353,7 +302,7 @@ def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
 def dequantize_grad(grad_output, tensor, scale, offset, block_size=None):
     """AIMET's dequantize with tensor, scale and offset requiring grad:
     (output, grad_tensor, grad_scale, grad_offset)."""
-    tensor, scale, offset, grad_output = (_aimet_torch.to_numpy(v, n) for v, n in (
+    tensor, scale, offset, grad_output = (_torch.to_numpy(v, n) for v, n in (
         (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
     output = _dequantize(tensor, scale, offset, block_size)
     return (output, *_grads(2, grad_output, tensor, scale, offset, 0, 0, _block_size(block_size)))

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ... import aimet
+
 DEFAULT_AIMET_TIMINGS = "scripts/aimet_golden/peer_timings.json"  # from a checkout, as for QKeras
 
 
@@ -67,8 +69,6 @@ class AnalyzerCase:
 
 
 def make_analyzer_cases(size):
-    from polyquant import aimet
-
     rows = size // 16384
     pt, pc = (1,), (rows, 1)
     minmax = lambda shape: aimet.MinMaxEncodingAnalyzer(shape)  # noqa: E731
@@ -154,8 +154,6 @@ def load_aimet_timings(path=None):
 
 
 def bench_aimet_case(case, x_flat, repeat, recorded, bar):
-    from polyquant import aimet
-
     x = x_flat.reshape(case.shape)
     scale, offset, kwargs = case.params(case.shape)
     run = lambda: aimet.quantize_dequantize(x, scale, offset, 8, **kwargs)  # noqa: E731

@@ -11,8 +11,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import _polyquant_ext as _ext
-from ._args import checked_out
+from .. import _polyquant_ext as _ext
+from .args import checked_out
 
 # ml_dtypes names polyquant's core knows (the numpy-native dtypes pass through unchanged).
 _ML_DTYPES = ("bfloat16", "int4", "uint4", "int2", "uint2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",

@@ -20,17 +20,19 @@ import warnings
 from itertools import chain, repeat
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+import ml_dtypes
 import numpy as np
 
-from . import _polyquant_ext as _ext
-from ._args import strict_int, strict_int_tuple
-from ._aimet_analyzers import MinMaxEncodingAnalyzer, StatisticsNotFoundError
-from ._aimet_encodings import (
+from .. import _polyquant_ext as _ext
+from .._common.args import strict_int, strict_int_tuple
+from .analyzers import MinMaxEncodingAnalyzer, StatisticsNotFoundError
+from .encodings import (
     VALID_ENCODING_VERSIONS,
     AffineEncoding,
     GroupedBlockEncoding,
     encoding_from_qnn_dict,
 )
+from .functional import dequantize, quantize, quantize_dequantize
 
 __all__ = ["Quantize", "QuantizeDequantize", "Dequantize", "GroupedBlockQuantizeDequantize"]
 
@@ -95,13 +97,8 @@ def _flag_extreme_min_max(mn: np.ndarray, mx: np.ndarray) -> None:
     if not (np.all(np.isfinite(mn.astype(np.float64))) and np.all(np.isfinite(mx.astype(np.float64)))):
         warnings.warn("Infinite or NaN values detected within input! This may skew the associated encodings")
     big = float(np.finfo(mn.dtype).max) if mn.dtype.kind == "f" else float(np.finfo(np.float32).max)
-    try:  # ml_dtypes.bfloat16
-        import ml_dtypes
-
-        if mn.dtype == ml_dtypes.bfloat16:
-            big = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
-    except ImportError:  # pragma: no cover
-        pass
+    if mn.dtype == ml_dtypes.bfloat16:
+        big = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
 
     def close(v):
         a = np.abs(v.astype(np.float64))
@@ -454,8 +451,6 @@ class Quantize(_AffineQuantizerBase):
     """AIMET's Quantize: clamp(round(x / scale) - offset, qmin, qmax), in x's dtype."""
 
     def _functional(self, x, scale, offset, block_size):
-        from .aimet import quantize
-
         return quantize(x, scale, offset, self.qmin, self.qmax, block_size=block_size)
 
 
@@ -464,8 +459,6 @@ class QuantizeDequantize(_AffineQuantizerBase):
     through AIMET's no-grad path (torch's fake quantization where AIMET takes it)."""
 
     def _functional(self, x, scale, offset, block_size):
-        from .aimet import quantize_dequantize
-
         return quantize_dequantize(x, scale, offset, self.qmin, self.qmax, block_size=block_size)
 
 
@@ -473,8 +466,6 @@ class Dequantize(_AffineQuantizerBase):
     """AIMET's Dequantize: (x + offset) * scale, in x's dtype (x holds integers on the grid)."""
 
     def _functional(self, x, scale, offset, block_size):
-        from .aimet import dequantize
-
         return dequantize(x, scale, offset, block_size=block_size)
 
 

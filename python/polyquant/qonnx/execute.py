@@ -21,6 +21,11 @@ import warnings
 from typing import Any
 
 import numpy as np
+import onnx
+import onnxruntime
+from onnx import helper, numpy_helper
+
+from .. import ort as polyquant_ort
 
 __all__ = ["execute_onnx", "REFERENCE_OPTIMIZATION", "reference_session_options", "reconcile_trunc_versions",
            "clear_cache", "UnknownInputWarning"]
@@ -69,10 +74,6 @@ def reference_session_options(options: Any = None) -> Any:
     """Session options whose standard-op numerics equal qonnx's node-by-node execution: polyquant's
     custom-op library, quiet logging, the basic optimization level without the fusions that change
     numerics (:data:`NUMERICS_CHANGING_OPTIMIZERS`)."""
-    import onnxruntime
-
-    from polyquant import ort as polyquant_ort
-
     options = polyquant_ort.session_options(options)
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
     options.add_session_config_entry("optimization.disable_specified_optimizers",
@@ -87,8 +88,6 @@ def reference_session_options(options: Any = None) -> Any:
 
 def _model_proto(model: Any) -> Any:
     """The ModelProto of a qonnx ModelWrapper, a ModelProto, or a path."""
-    import onnx
-
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (str, os.PathLike)):
@@ -102,8 +101,6 @@ def _model_proto(model: Any) -> Any:
 
 def _zeros(value_info: Any) -> np.ndarray:
     """qonnx's empty tensor for a ValueInfo: zeros of the declared shape (symbolic dims count 0)."""
-    from onnx import helper
-
     tensor_type = value_info.type.tensor_type
     dims = [d.dim_value for d in tensor_type.shape.dim]
     return np.zeros(dims, dtype=helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
@@ -112,8 +109,6 @@ def _zeros(value_info: Any) -> np.ndarray:
 def _empty_context(graph: Any) -> dict[str, Any]:
     """qonnx's ModelWrapper.make_empty_exec_context: zeros for every graph input, output and
     value_info; initializer values; "" (an omitted optional input) maps to None."""
-    from onnx import numpy_helper
-
     context: dict[str, Any] = {}
     for value_info in list(graph.input) + list(graph.output) + list(graph.value_info):
         if value_info.type.HasField("tensor_type"):
@@ -234,9 +229,6 @@ def _build_model(proto: Any, first: int, last: int, fed: dict[str, tuple[str, tu
                  outputs: list[str]) -> bytes:
     """The nodes first..last of the graph as a model: `fed` ({name: (dtype, shape)}) become graph
     inputs, other initializers they read stay initializers, `outputs` are the graph outputs."""
-    import onnx
-    from onnx import helper
-
     graph = proto.graph
     opsets = {o.domain: o.version for o in proto.opset_import}
     nodes = [_reconcile_trunc(n, opsets) for n in graph.node[first:last + 1]]
@@ -262,8 +254,6 @@ def _build_model(proto: Any, first: int, last: int, fed: dict[str, tuple[str, tu
 def _unsupported_custom_nodes(nodes: Any) -> list[Any]:
     """Nodes of a qonnx custom domain that polyquant's library does not implement (MultiThreshold,
     XnorPopcountMatMul, ...): qonnx runs those in numpy."""
-    from polyquant import ort as polyquant_ort
-
     out = []
     for node in nodes:
         domain = node.domain
@@ -279,9 +269,6 @@ class _Plan:
 
     def __init__(self, proto: Any, first: int, last: int, full: bool, given: frozenset, given_specs: tuple,
                  annotations: dict[str, Any]) -> None:
-        import onnxruntime
-        from onnx import numpy_helper
-
         graph = proto.graph
         nodes = graph.node[first:last + 1]
         # What the nodes read before (or without) producing it comes from the context; everything
@@ -341,8 +328,6 @@ class _Plan:
 
 
 def _declared_spec(graph: Any, name: str) -> tuple[str, tuple[int, ...]]:
-    from onnx import helper
-
     for value_info in list(graph.input) + list(graph.output) + list(graph.value_info):
         if value_info.name == name:
             zeros = _zeros(value_info)

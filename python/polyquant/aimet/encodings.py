@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _polyquant_ext as _ext
-from ._args import strict_int, strict_int_tuple
+from .. import _polyquant_ext as _ext
+from .._common.args import strict_int, strict_int_tuple
 
 __all__ = ["AffineEncoding", "GroupedBlockEncoding", "VALID_ENCODING_VERSIONS", "encoding_from_qnn_dict",
            "EncodingVersionError", "MAX_ENCODING_BITWIDTH"]

@@ -2,7 +2,7 @@
 
 This is the library behind ``polyquant run``; every function is usable on its own:
 
-    >>> from polyquant import runner
+    >>> from polyquant._tools import runner
     >>> session = runner.make_session("examples/qonnx_mlp.onnx")
     >>> inputs = runner.random_inputs(session, seed=0)
     >>> outputs, times = runner.run_session(session, inputs, repeat=10)
@@ -23,6 +23,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime
+from google.protobuf.message import DecodeError
+from onnx.reference import ReferenceEvaluator
+
+from .. import onnx as pq_onnx
+from .. import ort as polyquant_ort
+from ..qonnx import execute as qonnx_execute
+
+try:  # a dependency, but the bars are only decoration: without tqdm they are silent stand-ins
+    from tqdm import tqdm
+except ImportError:  # pragma: no cover
+    tqdm = None
 
 DEFAULT_OUTPUT_DIR = "polyquant_out"
 
@@ -64,9 +77,7 @@ class _NoBar:
 def progress(iterable, desc, total=None, unit="run"):
     """A tqdm bar on stderr that shows up only once the work has taken more than a second (usable as an
     iterable wrapper, or with iterable=None as a manual bar); a silent stand-in when tqdm is missing."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
+    if tqdm is None:
         return _NoBar(iterable if iterable is not None else ())
     return tqdm(iterable, desc=desc, total=total, file=sys.stderr, delay=1.0, leave=False, unit=unit)
 
@@ -79,37 +90,26 @@ def make_session(model_path, reference_numerics=False, notes=None):
     """An onnxruntime.InferenceSession on the CPU with the polyquant custom-op library registered and
     onnxruntime's logging reduced to errors. By default fully optimized (the fast session); with
     `reference_numerics` under the settings whose standard-op numerics equal qonnx's node-by-node
-    execution (polyquant._execute.reference_session_options: no numerics-changing fusions, no weight
+    execution (polyquant.qonnx.execute.reference_session_options: no numerics-changing fusions, no weight
     prepacking), so that a comparison with qonnx sees only what polyquant's ops compute.
 
     Quark models (com.amd.quark / com.vai.quantize Extended Q/DQ) run as they are. A model whose
     QuantizeLinear / DequantizeLinear nodes are of an opset onnxruntime has no kernels for (28) is
     rewritten by polyquant.onnx.upgrade_model (its Q/DQ nodes move to the polyquant.onnx domain); a
     sentence saying so is appended to `notes` when given."""
-    import onnxruntime
-
-    from polyquant import ort as polyquant_ort
-    from polyquant._execute import reference_session_options
-
     path = check_model_file(model_path)
-    options = reference_session_options() if reference_numerics else polyquant_ort.session_options()
+    options = qonnx_execute.reference_session_options() if reference_numerics else polyquant_ort.session_options()
     model = str(path)
     if _has_trunc(path):
         # qonnx picks the Trunc version from the opset import, the custom-op library from the input
         # count: make the count say what qonnx would run (or refuse a Trunc qonnx cannot run either).
-        from polyquant._execute import reconcile_trunc_versions
-
         proto = load_model(path)
         try:
-            if reconcile_trunc_versions(proto):
+            if qonnx_execute.reconcile_trunc_versions(proto):
                 model = proto.SerializeToString()
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
     else:
-        import onnx
-
-        from polyquant import onnx as pq_onnx
-
         try:
             if pq_onnx.needs_upgrade(str(path)):
                 model = pq_onnx.upgrade_model(str(path)).SerializeToString()
@@ -142,9 +142,6 @@ def check_model_file(model_path):
 def load_model(model_path, load_external_data=True):
     """The onnx.ModelProto in the file; CommandError when it is missing, a directory, or does not parse
     as an ONNX model (instead of protobuf's traceback)."""
-    import onnx
-    from google.protobuf.message import DecodeError
-
     path = check_model_file(model_path)
     try:
         return onnx.load(str(path), load_external_data=load_external_data)
@@ -349,10 +346,6 @@ def reference_kind(model_path):
     """Which reference checks a model: "quark" (amd-quark's own CPU op in onnxruntime) when it has
     Quark's Extended Q/DQ nodes, "qonnx" (qonnx's execute_onnx) when it has QONNX ops, else "onnx"
     (onnx's reference evaluator: standard ops, the opset-28 QuantizeLinear / DequantizeLinear)."""
-    import onnx
-
-    from polyquant import ort as polyquant_ort
-
     try:
         proto = onnx.load(str(model_path), load_external_data=False)
     except Exception:
@@ -380,18 +373,15 @@ def _run_quark_reference(model_path, inputs, repeat, show_progress):
     reason = quark_reference_unavailable()
     if reason:
         raise CommandError(reason)
-    import onnxruntime
-    import torch  # noqa: F401
+    import torch  # noqa: F401  (optional: amd-quark's reference library links against torch's)
     from quark.onnx.operators.custom_ops import get_library_path
-
-    from polyquant._execute import NUMERICS_CHANGING_OPTIMIZERS
 
     # The checked session's settings, with Quark's library instead of polyquant's (both register
     # com.amd.quark: one session cannot hold the two).
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.add_session_config_entry("optimization.disable_specified_optimizers", ";".join(NUMERICS_CHANGING_OPTIMIZERS))
+    options.add_session_config_entry("optimization.disable_specified_optimizers", ";".join(qonnx_execute.NUMERICS_CHANGING_OPTIMIZERS))
     options.add_session_config_entry("session.disable_prepacking", "1")
     options.register_custom_ops_library(get_library_path("CPU"))
     session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
@@ -400,9 +390,6 @@ def _run_quark_reference(model_path, inputs, repeat, show_progress):
 
 
 def _run_onnx_reference(model_path, inputs, repeat, show_progress):
-    import onnx
-    from onnx.reference import ReferenceEvaluator
-
     evaluator = ReferenceEvaluator(onnx.load(str(model_path)))
     names = list(evaluator.output_names)
     outputs, times = {}, []
@@ -466,13 +453,8 @@ def first_divergence(model_path, inputs):
     """Run the model through polyquant (polyquant.qonnx.execute_onnx: one session with qonnx's
     standard-op numerics) and through qonnx, both keeping every intermediate tensor, and return the
     first node whose output differs (a Divergence), or None when every node agrees."""
-    import onnx
-
-    from polyquant import ort as polyquant_ort
-    from polyquant._execute import execute_onnx
-
     model = onnx.load(str(model_path))
-    ours = execute_onnx(model, dict(inputs), return_full_exec_context=True)
+    ours = qonnx_execute.execute_onnx(model, dict(inputs), return_full_exec_context=True)
     theirs, _ = run_reference(model_path, inputs, show_progress=False, full_context=True)
     for index, node in enumerate(model.graph.node):
         for output in node.output:

@@ -15,10 +15,11 @@ import numbers
 from collections.abc import Mapping
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+import ml_dtypes
 import numpy as np
 
-from . import _polyquant_ext as _ext
-from ._args import strict_int, strict_int_tuple, strict_real
+from .. import _polyquant_ext as _ext
+from .._common.args import strict_int, strict_int_tuple, strict_real
 
 __all__ = [
     "MinMaxEncodingAnalyzer",
@@ -31,13 +32,7 @@ __all__ = [
 # AIMET's error when compute_encodings() finds no statistics (a RuntimeError subclass).
 StatisticsNotFoundError = _ext.StatisticsNotFoundError
 
-try:  # bfloat16 arrays come from ml_dtypes
-    import ml_dtypes as _ml_dtypes
-
-    _BFLOAT16 = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes is a dependency
-    _ml_dtypes = None
-    _BFLOAT16 = None
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)  # bfloat16 arrays come from ml_dtypes
 
 _DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
 
@@ -50,7 +45,7 @@ def _as_input(x: Any) -> Tuple[np.ndarray, str]:
     array types (torch tensors).
     """
     a = x if isinstance(x, np.ndarray) else np.asarray(x)
-    if _BFLOAT16 is not None and a.dtype == _BFLOAT16:
+    if a.dtype == _BFLOAT16:
         return a.view(np.uint16), "bfloat16"
     name = a.dtype.name
     if name not in _DTYPES:
@@ -116,7 +111,7 @@ def _state_array(state, key: str, dtype, shape: Tuple[int, ...]) -> np.ndarray:
     except Exception as e:  # ragged lists and the like
         raise TypeError(f"state: {key!r} is not an array of numbers ({e})") from None
     if a.dtype == object or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)
-                                 or (_BFLOAT16 is not None and a.dtype == _BFLOAT16)):
+                                 or (a.dtype == _BFLOAT16)):
         raise TypeError(f"state: {key!r} has dtype {a.dtype}; expected real numbers")
     if a.shape != tuple(shape):
         raise ValueError(f"state: {key!r} has shape {a.shape}, expected {tuple(shape)} (the analyzer's shape and num_bins)")

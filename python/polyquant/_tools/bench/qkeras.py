@@ -1,0 +1,170 @@
+"""`polyquant bench` cases of the QKeras quantizers (polyquant.qkeras).
+
+QKeras quantizers (``qk_*`` cases) run on a (N / 16384, 16384) float32 array, channels last (per-channel
+scales for the auto alphas), as QKeras' own timings were taken. Their baselines are numpy's: the allocating
+call against ``x.copy()``, the ``out=`` call against ``np.copyto(out, x)``. A data-dependent scale needs
+passes over x before the quantizing pass: one for the max-based scale ("auto"), plus the least-squares
+rounds of "auto_po2" until the scale is a fixed point (QKeras runs five in quantized_bits; polyquant stops
+at the fixed point, whose round must still be run to be known). So the least time such a call can take is
+``reads * t(x.sum()) + t(copy)``, the reads counted by the call itself (``min_passes_ratio`` = op time /
+that). QKeras itself cannot run here (TensorFlow): its medians, measured once by
+``scripts/qkeras_golden/generate.py --timings-only`` on this project's machine, are read from
+``--qkeras-timings`` (default: that script's ``peer_timings.json`` when run from a checkout) and give
+``speedup_vs_qkeras`` for the allocating call; they were taken at 64 Mi elements.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ... import _polyquant_ext as ext
+from ... import qkeras as qk
+from ..runner import CommandError
+from .common import pct, timed
+
+
+@dataclass
+class QkCase:
+    name: str
+    description: str
+    make: object           # () -> polyquant.qkeras quantizer
+    peer_key: str          # its entry in QKeras' recorded timings
+    search: bool           # alpha "auto"/"auto_po2": passes over x before the quantizing pass
+
+
+def make_qkeras_cases():
+    return [
+        QkCase("qk_bits", "quantized_bits(8, 0, alpha=1)", lambda: qk.quantized_bits(8, 0, alpha=1),
+               "quantized_bits(8,0,alpha=1)", False),
+        QkCase("qk_relu", "quantized_relu(8, 0)", lambda: qk.quantized_relu(8, 0), "quantized_relu(8,0)", False),
+        QkCase("qk_linear", "quantized_linear(8, 0, alpha=1)", lambda: qk.quantized_linear(8, 0, alpha=1),
+               "quantized_linear(8,0,alpha=1)", False),
+        QkCase("qk_bits_auto", "quantized_bits(8, 0, alpha='auto')", lambda: qk.quantized_bits(8, 0, alpha="auto"),
+               "quantized_bits(8,0,alpha='auto')", True),
+        QkCase("qk_bits_auto_po2", "quantized_bits(8, 0, alpha='auto_po2')",
+               lambda: qk.quantized_bits(8, 0, alpha="auto_po2"), "quantized_bits(8,0,alpha='auto_po2')", True),
+        QkCase("qk_linear_auto", "quantized_linear(8, 0, alpha='auto')", lambda: qk.quantized_linear(8, 0, alpha="auto"),
+               "quantized_linear(8,0,alpha='auto')", True),
+        QkCase("qk_linear_auto_po2", "quantized_linear(8, 0, alpha='auto_po2')",
+               lambda: qk.quantized_linear(8, 0, alpha="auto_po2"), "quantized_linear(8,0,alpha='auto_po2')", True),
+    ]
+
+
+QKERAS_CASE_NAMES = ["qk_bits", "qk_relu", "qk_linear", "qk_bits_auto", "qk_bits_auto_po2", "qk_linear_auto",
+                     "qk_linear_auto_po2"]
+
+QKERAS_CHANNELS = 16384
+DEFAULT_QKERAS_TIMINGS = "scripts/qkeras_golden/peer_timings.json"
+
+
+@dataclass
+class QkResult:
+    name: str
+    description: str
+    shape: list
+    polyquant_ms: float           # allocating call q(x)
+    polyquant_out_ms: float       # q(x, out=out)
+    copy_ms: float                # x.copy()
+    copyto_ms: float              # np.copyto(out, x)
+    read_ms: float                # x.sum(): one read-only pass
+    of_copy: float                # copy time / op time (allocating)
+    out_of_copyto: float          # copyto time / op time (out=)
+    reads: int = 0                # passes over x before the quantizing pass (scale searches)
+    least_squares_rounds: int = 0
+    min_passes_ms: float | None = None       # reads * read + copy
+    min_passes_ratio: float | None = None    # op time / min_passes_ms (allocating)
+    min_passes_out_ms: float | None = None   # reads * read + copyto
+    min_passes_out_ratio: float | None = None
+    qkeras_ms: float | None = None           # recorded QKeras median (TensorFlow CPU)
+    speedup_vs_qkeras: float | None = None
+    samples_ms: dict = field(default_factory=dict)
+
+
+def _search_passes(q, x):
+    """(reads before the quantizing pass, least-squares rounds) of a call q(x), as the core counts them."""
+    info = {}
+    fn = ext.qkeras_bits if type(q).__name__ == "quantized_bits" else ext.qkeras_linear
+    fn(x, q._operand(), q._config(False, None), False, None, info)
+    return info.get("max_passes", 0) + info.get("least_squares_rounds", 0), info.get("least_squares_rounds", 0)
+
+
+def bench_qkeras_case(case, x, out, repeat, peer_timings, bar):
+    q = case.make()
+    q(x)  # warm-up: thread pool, kernel selection
+    samples = {"copy": [], "copyto": [], "read": [], "polyquant": [], "polyquant_out": []}
+    for _ in range(repeat):
+        bar.set_postfix_str(case.name, refresh=False)
+        fresh_s, fresh = timed(lambda: x.copy())
+        samples["copy"].append(fresh_s)
+        del fresh
+        samples["copyto"].append(timed(lambda: np.copyto(out, x))[0])
+        samples["read"].append(timed(lambda: x.sum())[0])
+        op_s, result = timed(lambda: q(x))
+        samples["polyquant"].append(op_s)
+        del result
+        samples["polyquant_out"].append(timed(lambda: q(x, out=out))[0])
+        bar.update(1)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    r = QkResult(case.name, case.description, list(x.shape), med["polyquant"] * 1e3, med["polyquant_out"] * 1e3,
+                 med["copy"] * 1e3, med["copyto"] * 1e3, med["read"] * 1e3, med["copy"] / med["polyquant"],
+                 med["copyto"] / med["polyquant_out"],
+                 samples_ms={k: [round(t * 1e3, 3) for t in v] for k, v in samples.items()})
+    if case.search:
+        r.reads, r.least_squares_rounds = _search_passes(q, x)
+        r.min_passes_ms = r.reads * r.read_ms + r.copy_ms
+        r.min_passes_ratio = r.polyquant_ms / r.min_passes_ms
+        r.min_passes_out_ms = r.reads * r.read_ms + r.copyto_ms
+        r.min_passes_out_ratio = r.polyquant_out_ms / r.min_passes_out_ms
+    peer = (peer_timings or {}).get(case.peer_key)
+    if peer is not None:
+        r.qkeras_ms = peer["median_s"] * 1e3
+        r.speedup_vs_qkeras = r.qkeras_ms / r.polyquant_ms
+    return r
+
+
+def _load_qkeras_timings(path):
+    if path is None:
+        path = DEFAULT_QKERAS_TIMINGS if os.path.exists(DEFAULT_QKERAS_TIMINGS) else None
+        if path is None:
+            return None, None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data, path
+    except (OSError, ValueError) as e:
+        raise CommandError(f"--qkeras-timings: cannot read {path}: {e}") from e
+
+
+def format_qkeras_report(report):
+    rows = report["qkeras"]
+    if not rows:
+        return ""
+    peer = report.get("qkeras_peer")
+    lines = [
+        "",
+        "QKeras quantizers on a channels-last array; copy = x.copy() (allocating call), copyto = np.copyto (out=);",
+        "min passes = reads * x.sum() + copy, reads = the passes the scale search made (max, least-squares rounds).",
+        ("QKeras: recorded medians from " + str(peer["file"]) + f" ({peer['elements']} elements, TensorFlow "
+         + str((peer.get("versions") or {}).get("tensorflow")) + ")") if peer else "QKeras: no recorded timings",
+        "",
+    ]
+    header = (f"{'op':<19} {'shape':<11} {'alloc':>9} {'of copy':>8} {'out=':>9} {'of copyto':>9} {'reads':>5} "
+              f"{'x min':>6} {'x min out':>9} {'QKeras':>9} {'speedup':>8}")
+    lines += [header, "-" * len(header)]
+    for r in rows:
+        shape = "x".join(map(str, r["shape"]))
+        mins = "-" if r["min_passes_ratio"] is None else f"{r['min_passes_ratio']:.2f}"
+        mins_out = "-" if r["min_passes_out_ratio"] is None else f"{r['min_passes_out_ratio']:.2f}"
+        qk = "-" if r["qkeras_ms"] is None else f"{r['qkeras_ms']:.0f} ms"
+        sp = "-" if r["speedup_vs_qkeras"] is None else f"{r['speedup_vs_qkeras']:.1f}x"
+        lines.append(f"{r['name']:<19} {shape:<11} {r['polyquant_ms']:>6.1f} ms {pct(r['of_copy']):>8} "
+                     f"{r['polyquant_out_ms']:>6.1f} ms {pct(r['out_of_copyto']):>9} {r['reads']:>5} {mins:>6} "
+                     f"{mins_out:>9} {qk:>9} {sp:>8}")
+    lines.append(f"(x.copy() {rows[0]['copy_ms']:.1f} ms, np.copyto {rows[0]['copyto_ms']:.1f} ms, "
+                 f"x.sum() {rows[0]['read_ms']:.1f} ms in the first case's run)")
+    return "\n".join(lines)
