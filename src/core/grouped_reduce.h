@@ -1,6 +1,6 @@
 // Grouped reductions: per-channel / per-block statistics of a C-contiguous float32 tensor, the
-// reductions behind data-dependent scales (QKeras' auto/auto_po2 scales now; AIMET's per-channel
-// and blockwise encodings next).
+// reductions behind data-dependent scales (QKeras' auto/auto_po2 scales) and statistics (AIMET's
+// MinMax encoding analyzer).
 //
 // A GroupedLayout maps every element of a tensor to a group: each dimension either keeps its
 // index (it selects the group) or is reduced over; a kept dimension of length N may be split into

@@ -16,7 +16,7 @@ namespace polyquant::detail {
 // may be shared with code compiled for another.
 inline namespace POLYQUANT_TARGET_NAMESPACE {
 
-inline float half_bits_to_float(std::uint16_t h) {
+POLYQUANT_HD inline float half_bits_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu;
   std::uint32_t mant = h & 0x3ffu;
@@ -39,7 +39,7 @@ inline float half_bits_to_float(std::uint16_t h) {
 }
 
 // float32 -> binary16, round to nearest even; overflow gives inf, NaN stays NaN (quiet).
-inline std::uint16_t float_to_half_bits(float f) {
+POLYQUANT_HD inline std::uint16_t float_to_half_bits(float f) {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   const std::uint16_t sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
   const std::uint32_t ax = x & 0x7fffffffu;
@@ -71,30 +71,30 @@ struct Half {
   std::uint16_t bits = 0;
 
   Half() = default;
-  explicit Half(float f) : bits(float_to_half_bits(f)) {}
-  static Half from_bits(std::uint16_t b) {
+  POLYQUANT_HD explicit Half(float f) : bits(float_to_half_bits(f)) {}
+  POLYQUANT_HD static Half from_bits(std::uint16_t b) {
     Half h;
     h.bits = b;
     return h;
   }
-  explicit operator float() const { return half_bits_to_float(bits); }
-  explicit operator double() const { return half_bits_to_float(bits); }
+  POLYQUANT_HD explicit operator float() const { return half_bits_to_float(bits); }
+  POLYQUANT_HD explicit operator double() const { return half_bits_to_float(bits); }
 
-  friend Half operator+(Half a, Half b) { return Half(float(a) + float(b)); }
-  friend Half operator-(Half a, Half b) { return Half(float(a) - float(b)); }
-  friend Half operator*(Half a, Half b) { return Half(float(a) * float(b)); }
-  friend Half operator/(Half a, Half b) { return Half(float(a) / float(b)); }
-  friend Half operator-(Half a) { return from_bits(static_cast<std::uint16_t>(a.bits ^ 0x8000u)); }
-  friend bool operator>(Half a, Half b) { return float(a) > float(b); }
-  friend bool operator<(Half a, Half b) { return float(a) < float(b); }
-  friend bool operator>=(Half a, Half b) { return float(a) >= float(b); }
-  friend bool operator<=(Half a, Half b) { return float(a) <= float(b); }
-  friend bool operator==(Half a, Half b) { return float(a) == float(b); }
+  POLYQUANT_HD friend Half operator+(Half a, Half b) { return Half(float(a) + float(b)); }
+  POLYQUANT_HD friend Half operator-(Half a, Half b) { return Half(float(a) - float(b)); }
+  POLYQUANT_HD friend Half operator*(Half a, Half b) { return Half(float(a) * float(b)); }
+  POLYQUANT_HD friend Half operator/(Half a, Half b) { return Half(float(a) / float(b)); }
+  POLYQUANT_HD friend Half operator-(Half a) { return from_bits(static_cast<std::uint16_t>(a.bits ^ 0x8000u)); }
+  POLYQUANT_HD friend bool operator>(Half a, Half b) { return float(a) > float(b); }
+  POLYQUANT_HD friend bool operator<(Half a, Half b) { return float(a) < float(b); }
+  POLYQUANT_HD friend bool operator>=(Half a, Half b) { return float(a) >= float(b); }
+  POLYQUANT_HD friend bool operator<=(Half a, Half b) { return float(a) <= float(b); }
+  POLYQUANT_HD friend bool operator==(Half a, Half b) { return float(a) == float(b); }
 };
 
 // float64 -> binary16 with a single rounding (numpy's astype). Going through float32 could
 // double-round, so the value is rounded on the half grid directly in double precision.
-inline Half half_from_double(double d) {
+POLYQUANT_HD inline Half half_from_double(double d) {
   if (!std::isfinite(d)) return Half(static_cast<float>(d));
   const double a = std::fabs(d);
   if (a >= 65520.0) return Half(std::copysign(INFINITY, static_cast<float>(d)));

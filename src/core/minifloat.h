@@ -39,7 +39,7 @@ struct MinifloatFormat {
 };
 
 // The format of a float8/float6/float4/e8m0 dtype (bfloat16 is handled as float32's upper half).
-constexpr MinifloatFormat minifloat_format(DType t) {
+POLYQUANT_HD constexpr MinifloatFormat minifloat_format(DType t) {
   switch (t) {
     case DType::kFloat8E4M3FN: return {4, 3, 7, MinifloatKind::kFn, 0x7E, 448.0f};
     case DType::kFloat8E4M3FNUZ: return {4, 3, 8, MinifloatKind::kFnuz, 0x7F, 240.0f};
@@ -57,19 +57,19 @@ inline namespace POLYQUANT_TARGET_NAMESPACE {
 
 // bfloat16 <-> float32. Widening is exact (NaN payloads kept). Narrowing rounds to nearest even;
 // ml_dtypes turns every NaN into the quiet NaN 0x7FC0 with the sign kept.
-inline float bfloat16_bits_to_float(std::uint16_t b) {
+POLYQUANT_HD inline float bfloat16_bits_to_float(std::uint16_t b) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
 }
-inline std::uint16_t bfloat16_round_bits(float f) {  // round to nearest even, NaN not handled
+POLYQUANT_HD inline std::uint16_t bfloat16_round_bits(float f) {  // round to nearest even, NaN not handled
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
-inline std::uint16_t float_to_bfloat16_bits(float f) {
+POLYQUANT_HD inline std::uint16_t float_to_bfloat16_bits(float f) {
   if (std::isnan(f)) return std::signbit(f) ? 0xFFC0 : 0x7FC0;
   return bfloat16_round_bits(f);
 }
 
-inline float minifloat_to_float(const MinifloatFormat& fmt, std::uint8_t bits) {
+POLYQUANT_HD inline float minifloat_to_float(const MinifloatFormat& fmt, std::uint8_t bits) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   if (fmt.kind == MinifloatKind::kE8M0) {
     return bits == 0xFF ? nan : std::ldexp(1.0f, static_cast<int>(bits) - 127);
@@ -104,7 +104,7 @@ inline float minifloat_to_float(const MinifloatFormat& fmt, std::uint8_t bits) {
 
 // float32 -> minifloat bits, as ml_dtypes' astype. `saturate`: onnx's saturate_cast, which first
 // clips to [-max, max] (infinities included; NaN unchanged).
-inline std::uint8_t minifloat_from_float(const MinifloatFormat& fmt, float v, bool saturate) {
+POLYQUANT_HD inline std::uint8_t minifloat_from_float(const MinifloatFormat& fmt, float v, bool saturate) {
   if (fmt.kind == MinifloatKind::kE8M0) {
     if (!(v > 0.0f) || std::isinf(v)) return 0xFF;
     int e = 0;

@@ -7,9 +7,11 @@
 #include <array>
 #include <cstdint>
 
+#include "core/target.h"
+
 namespace polyquant::detail {
 
-inline std::array<std::uint32_t, 4> philox4x32_10(std::array<std::uint32_t, 4> counter, std::array<std::uint32_t, 2> key) {
+POLYQUANT_HD inline std::array<std::uint32_t, 4> philox4x32_10(std::array<std::uint32_t, 4> counter, std::array<std::uint32_t, 2> key) {
   constexpr std::uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr std::uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
@@ -27,7 +29,7 @@ inline std::array<std::uint32_t, 4> philox4x32_10(std::array<std::uint32_t, 4> c
 // The uniform U in [0, 1) of element `index` in random stream `stream` under `seed`: 23 random
 // bits on the lattice k * 2^-23, TensorFlow's float32 uniform (its mantissa-fill construction
 // gives exactly these values).
-inline float uniform_on_2pow23_lattice(std::uint64_t seed, std::uint32_t stream, std::uint64_t index) {
+POLYQUANT_HD inline float uniform_on_2pow23_lattice(std::uint64_t seed, std::uint32_t stream, std::uint64_t index) {
   const auto words = philox4x32_10({static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32), stream, 0x51ed270bu},
                                    {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)});
   return static_cast<float>(words[0] & 0x7fffffu) * 0x1p-23f;

@@ -20,50 +20,50 @@ inline namespace POLYQUANT_TARGET_NAMESPACE {
 
 // ---- elementary functions in T --------------------------------------------------------------
 // numpy evaluates float16 ufuncs in float32 and rounds the result back to half.
-inline float floor_t(float x) { return std::floor(x); }
-inline double floor_t(double x) { return std::floor(x); }
-inline Half floor_t(Half x) { return Half(std::floor(float(x))); }
-inline float ceil_t(float x) { return std::ceil(x); }
-inline double ceil_t(double x) { return std::ceil(x); }
-inline Half ceil_t(Half x) { return Half(std::ceil(float(x))); }
-inline float trunc_t(float x) { return std::trunc(x); }
-inline double trunc_t(double x) { return std::trunc(x); }
-inline Half trunc_t(Half x) { return Half(std::trunc(float(x))); }
+POLYQUANT_HD inline float floor_t(float x) { return std::floor(x); }
+POLYQUANT_HD inline double floor_t(double x) { return std::floor(x); }
+POLYQUANT_HD inline Half floor_t(Half x) { return Half(std::floor(float(x))); }
+POLYQUANT_HD inline float ceil_t(float x) { return std::ceil(x); }
+POLYQUANT_HD inline double ceil_t(double x) { return std::ceil(x); }
+POLYQUANT_HD inline Half ceil_t(Half x) { return Half(std::ceil(float(x))); }
+POLYQUANT_HD inline float trunc_t(float x) { return std::trunc(x); }
+POLYQUANT_HD inline double trunc_t(double x) { return std::trunc(x); }
+POLYQUANT_HD inline Half trunc_t(Half x) { return Half(std::trunc(float(x))); }
 
 // Ties-to-even rounding to an integer without consulting the floating-point environment:
 // adding and subtracting 2^(p-1) performs the rounding in the default mode of the hardware, which
 // is what IEEE arithmetic always uses here (nothing in polyquant changes it). Values at or above
 // 2^(p-1) are already integers.
-inline float rint_t(float x) {
+POLYQUANT_HD inline float rint_t(float x) {
   constexpr float kBig = 8388608.0f;  // 2^23
   const float a = std::fabs(x);
   if (!(a < kBig)) return x;  // integers, inf, NaN
   const float r = (a + kBig) - kBig;
   return std::copysign(r, x);
 }
-inline double rint_t(double x) {
+POLYQUANT_HD inline double rint_t(double x) {
   constexpr double kBig = 4503599627370496.0;  // 2^52
   const double a = std::fabs(x);
   if (!(a < kBig)) return x;
   const double r = (a + kBig) - kBig;
   return std::copysign(r, x);
 }
-inline Half rint_t(Half x) { return Half(rint_t(float(x))); }
+POLYQUANT_HD inline Half rint_t(Half x) { return Half(rint_t(float(x))); }
 
-inline float abs_t(float x) { return std::fabs(x); }
-inline double abs_t(double x) { return std::fabs(x); }
-inline Half abs_t(Half x) { return Half::from_bits(static_cast<std::uint16_t>(x.bits & 0x7fffu)); }
+POLYQUANT_HD inline float abs_t(float x) { return std::fabs(x); }
+POLYQUANT_HD inline double abs_t(double x) { return std::fabs(x); }
+POLYQUANT_HD inline Half abs_t(Half x) { return Half::from_bits(static_cast<std::uint16_t>(x.bits & 0x7fffu)); }
 
-inline bool isnan_t(float x) { return std::isnan(x); }
-inline bool isnan_t(double x) { return std::isnan(x); }
-inline bool isnan_t(Half x) { return (x.bits & 0x7fffu) > 0x7c00u; }
-inline bool isinf_t(float x) { return std::isinf(x); }
-inline bool isinf_t(double x) { return std::isinf(x); }
-inline bool isinf_t(Half x) { return (x.bits & 0x7fffu) == 0x7c00u; }
+POLYQUANT_HD inline bool isnan_t(float x) { return std::isnan(x); }
+POLYQUANT_HD inline bool isnan_t(double x) { return std::isnan(x); }
+POLYQUANT_HD inline bool isnan_t(Half x) { return (x.bits & 0x7fffu) > 0x7c00u; }
+POLYQUANT_HD inline bool isinf_t(float x) { return std::isinf(x); }
+POLYQUANT_HD inline bool isinf_t(double x) { return std::isinf(x); }
+POLYQUANT_HD inline bool isinf_t(Half x) { return (x.bits & 0x7fffu) == 0x7c00u; }
 
 // numpy.sign: +1, -1, +0 for either zero, NaN for NaN.
 template <class T>
-inline T sign_t(T x) {
+POLYQUANT_HD inline T sign_t(T x) {
   if (x > T(0.0f)) return T(1.0f);
   if (x < T(0.0f)) return T(-1.0f);
   if (isnan_t(x)) return x;
@@ -72,48 +72,48 @@ inline T sign_t(T x) {
 
 // numpy's log2/exp2. float32 goes to the C library's log2f/exp2f (what numpy calls on x86-64
 // without AVX-512); float16 is computed in float32 and rounded.
-inline float log2_t(float x) { return std::log2(x); }
-inline double log2_t(double x) { return std::log2(x); }
-inline Half log2_t(Half x) { return Half(std::log2(float(x))); }
-inline float exp2_t(float x) { return std::exp2(x); }
-inline double exp2_t(double x) { return std::exp2(x); }
-inline Half exp2_t(Half x) { return Half(std::exp2(float(x))); }
+POLYQUANT_HD inline float log2_t(float x) { return std::log2(x); }
+POLYQUANT_HD inline double log2_t(double x) { return std::log2(x); }
+POLYQUANT_HD inline Half log2_t(Half x) { return Half(std::log2(float(x))); }
+POLYQUANT_HD inline float exp2_t(float x) { return std::exp2(x); }
+POLYQUANT_HD inline double exp2_t(double x) { return std::exp2(x); }
+POLYQUANT_HD inline Half exp2_t(Half x) { return Half(std::exp2(float(x))); }
 
 // Value conversions as numpy's astype does them (round to nearest even, overflow to inf).
 template <class T>
-inline T from_double(double v);
+POLYQUANT_HD inline T from_double(double v);
 template <>
-inline float from_double<float>(double v) { return static_cast<float>(v); }
+POLYQUANT_HD inline float from_double<float>(double v) { return static_cast<float>(v); }
 template <>
-inline double from_double<double>(double v) { return v; }
+POLYQUANT_HD inline double from_double<double>(double v) { return v; }
 template <>
-inline Half from_double<Half>(double v) { return half_from_double(v); }
+POLYQUANT_HD inline Half from_double<Half>(double v) { return half_from_double(v); }
 
 template <class T>
-inline double to_double(T v) { return static_cast<double>(v); }
+POLYQUANT_HD inline double to_double(T v) { return static_cast<double>(v); }
 
 // Smallest positive normal number of T (numpy's finfo(T).tiny).
 template <class T>
-inline T tiny();
+POLYQUANT_HD inline T tiny();
 template <>
-inline float tiny<float>() { return std::numeric_limits<float>::min(); }
+POLYQUANT_HD inline float tiny<float>() { return std::numeric_limits<float>::min(); }
 template <>
-inline double tiny<double>() { return std::numeric_limits<double>::min(); }
+POLYQUANT_HD inline double tiny<double>() { return std::numeric_limits<double>::min(); }
 template <>
-inline Half tiny<Half>() { return Half::from_bits(0x0400u); }
+POLYQUANT_HD inline Half tiny<Half>() { return Half::from_bits(0x0400u); }
 
 // numpy's product of sign(x) and a magnitude, as the sign-magnitude rounding modes compute it: x86
 // (and so numpy) returns the first operand when both are NaN, quieted, with its sign and payload.
 // C++ treats `*` as commutative and may swap the operands, which turned a -NaN input into +NaN;
 // the rule is spelled out instead (qonnx: UP of -NaN is -NaN).
 template <class T>
-inline T mul_sign_first_nan(T sign, T magnitude) {
+POLYQUANT_HD inline T mul_sign_first_nan(T sign, T magnitude) {
   return isnan_t(sign) ? sign + sign : sign * magnitude;  // NaN + itself: the same NaN, quieted
 }
 
 // ---- rounding modes -------------------------------------------------------------------------
 template <RoundingMode kMode, class T>
-inline T round_t(T x) {
+POLYQUANT_HD inline T round_t(T x) {
   if constexpr (kMode == RoundingMode::kHalfEven) {
     return rint_t(x);
   } else if constexpr (kMode == RoundingMode::kCeil) {
@@ -134,7 +134,7 @@ inline T round_t(T x) {
 
 // Runtime-mode version, for code outside hot loops.
 template <class T>
-inline T round_t(RoundingMode mode, T x) {
+POLYQUANT_HD inline T round_t(RoundingMode mode, T x) {
   switch (mode) {
     case RoundingMode::kHalfEven: return round_t<RoundingMode::kHalfEven>(x);
     case RoundingMode::kCeil: return round_t<RoundingMode::kCeil>(x);
@@ -149,7 +149,7 @@ inline T round_t(RoundingMode mode, T x) {
 
 // Calls f.template operator()<kMode>() with the mode as a compile-time constant.
 template <class F>
-inline decltype(auto) with_rounding_mode(RoundingMode mode, F&& f) {
+POLYQUANT_HD inline decltype(auto) with_rounding_mode(RoundingMode mode, F&& f) {
   switch (mode) {
     case RoundingMode::kHalfEven: return f.template operator()<RoundingMode::kHalfEven>();
     case RoundingMode::kCeil: return f.template operator()<RoundingMode::kCeil>();

@@ -1,4 +1,4 @@
-// Kernel table built from kernels.inc, CPU feature detection and the one-time dispatch choice.
+// Kernel table built from the op list (kernels/ops.inc), CPU feature detection and the one-time dispatch choice.
 #include "kernels/registry.h"
 
 #include <atomic>
@@ -25,45 +25,24 @@ const char* isa_name(Isa isa) {
 
 namespace {
 
-constexpr const char* op_name(KernelOp op) {
-  switch (op) {
-    case KernelOp::kIntQuant: return "int_quant";
-    case KernelOp::kBipolarQuant: return "bipolar_quant";
-    case KernelOp::kTruncV1: return "trunc_v1";
-    case KernelOp::kTruncV2: return "trunc_v2";
-    case KernelOp::kFloatQuant: return "float_quant";
-    case KernelOp::kQkBits: return "qk_bits";
-    case KernelOp::kQkBitsAuto: return "qk_bits_auto";
-    case KernelOp::kQkRelu: return "qk_relu";
-    case KernelOp::kQkLinear: return "qk_linear";
-    case KernelOp::kGroupMax: return "group_max";
-    case KernelOp::kProductSums: return "product_sums";
-    case KernelOp::kQuantizeLinear: return "quantize_linear";
-    case KernelOp::kDequantizeLinear: return "dequantize_linear";
-    case KernelOp::kAffine: return "affine";
-    case KernelOp::kFakeQuantize: return "fake_quantize";
-    case KernelOp::kAffineGrad: return "affine_grad";
-    case KernelOp::kGroupMinMax: return "group_min_max";
-  }
-  return "?";
-}
-
+// Every kernel of ops.inc, named <op>_<work>__<kernel set> ("int_quant_f32__avx2"). The vector
+// kernel sets are listed only where this build compiles them (x86-64).
 const std::vector<KernelEntry>& table() {
-  static const std::vector<KernelEntry> entries = [] {
-    std::vector<KernelEntry> v;
-#define POLYQUANT_KERNEL(op, isa, work, fn) v.push_back({KernelOp::op, Isa::isa, WorkType::work, &fn, #fn});
-#include "kernels/kernels.inc"
-#undef POLYQUANT_KERNEL
-    // Give each entry a readable name: <op>_<work>__<isa>.
-    static std::vector<std::string> names;
-    names.reserve(v.size());
-    for (auto& e : v) {
-      const char* w = e.work == WorkType::kF16 ? "f16" : e.work == WorkType::kF32 ? "f32" : "f64";
-      names.push_back(std::string(op_name(e.op)) + "_" + w + "__" + isa_name(e.isa));
-      e.name = names.back().c_str();
-    }
-    return v;
-  }();
+  static const std::vector<KernelEntry> entries = {
+#define POLYQUANT_SCALAR_ENTRY(Enum, name, work, W) \
+  {KernelOp::Enum, Isa::kScalar, WorkType::W, &ref::name##_##work, #name "_" #work "__scalar"},
+#define POLYQUANT_OP(Enum, name, works, vector) POLYQUANT_WORKS_##works(POLYQUANT_SCALAR_ENTRY, Enum, name)
+#include "kernels/ops.inc"
+#undef POLYQUANT_OP
+#undef POLYQUANT_SCALAR_ENTRY
+#if defined(POLYQUANT_HAVE_X86_KERNELS)
+#define POLYQUANT_OP(Enum, name, works, vector)                                                   \
+  POLYQUANT_IF_##vector({KernelOp::Enum, Isa::kAvx2, WorkType::kF32, &avx2::name##_f32, #name "_f32__avx2"}, \
+                        {KernelOp::Enum, Isa::kAvx512, WorkType::kF32, &avx512::name##_f32, #name "_f32__avx512"},)
+#include "kernels/ops.inc"
+#undef POLYQUANT_OP
+#endif
+  };
   return entries;
 }
 

@@ -1,57 +1,34 @@
-// Declarations of every kernel listed in kernels.inc, and the table built from it.
+// Declarations of every kernel of the op list (kernels/ops.inc), and the table built from it.
 #pragma once
 
 #include <span>
 
-#include "kernels/affine_kernels.h"
-#include "kernels/qdq_kernels.h"
-#include "kernels/qkeras_kernels.h"
-#include "kernels/qonnx_kernels.h"
-#include "kernels/reduce_kernels.h"
+#include "families/aimet/kernels.h"
+#include "families/onnx/kernels.h"
+#include "families/qkeras/kernels.h"
+#include "families/qonnx/kernels.h"
+#include "kernels/ops.h"
+#include "kernels/reduce/kernels.h"
 
 namespace polyquant::detail {
 
-#define POLYQUANT_DECLARE_KERNEL_SET(ns)                       \
-  namespace ns {                                               \
-  void int_quant_f32(const void*, const RowArgs&);             \
-  void bipolar_quant_f32(const void*, const RowArgs&);         \
-  void trunc_v1_f32(const void*, const RowArgs&);              \
-  void trunc_v2_f32(const void*, const RowArgs&);              \
-  void float_quant_f32(const void*, const RowArgs&);           \
-  void qk_bits_f32(const void*, const RowArgs&);               \
-  void qk_bits_auto_f32(const void*, const RowArgs&);          \
-  void qk_relu_f32(const void*, const RowArgs&);               \
-  void qk_linear_f32(const void*, const RowArgs&);             \
-  void group_max_f32(const void*, const RowArgs&);             \
-  void product_sums_f32(const void*, const RowArgs&);          \
-  void group_min_max_f32(const void*, const RowArgs&);         \
-  void quantize_linear_f32(const void*, const RowArgs&);       \
-  void dequantize_linear_f32(const void*, const RowArgs&);     \
-  void affine_f32(const void*, const RowArgs&);                \
-  void fake_quantize_f32(const void*, const RowArgs&);         \
-  }
-POLYQUANT_DECLARE_KERNEL_SET(ref)
-POLYQUANT_DECLARE_KERNEL_SET(avx2)
-POLYQUANT_DECLARE_KERNEL_SET(avx512)
-#undef POLYQUANT_DECLARE_KERNEL_SET
+// Every kernel of ops.inc: the scalar reference of each working precision, and the float32 kernel
+// of each vector kernel set for VECTOR ops.
+#define POLYQUANT_DECLARE_KERNEL(Enum, name, work, W) void name##_##work(const void*, const RowArgs&);
 namespace ref {
-void int_quant_f16(const void*, const RowArgs&);
-void bipolar_quant_f16(const void*, const RowArgs&);
-void trunc_v1_f16(const void*, const RowArgs&);
-void trunc_v2_f16(const void*, const RowArgs&);
-void float_quant_f16(const void*, const RowArgs&);
-void int_quant_f64(const void*, const RowArgs&);
-void bipolar_quant_f64(const void*, const RowArgs&);
-void trunc_v1_f64(const void*, const RowArgs&);
-void trunc_v2_f64(const void*, const RowArgs&);
-void float_quant_f64(const void*, const RowArgs&);
-void quantize_linear_f64(const void*, const RowArgs&);
-void dequantize_linear_f64(const void*, const RowArgs&);
-void affine_f64(const void*, const RowArgs&);
-void fake_quantize_f64(const void*, const RowArgs&);
-void affine_grad_f32(const void*, const RowArgs&);
-void affine_grad_f64(const void*, const RowArgs&);
+#define POLYQUANT_OP(Enum, name, works, vector) POLYQUANT_WORKS_##works(POLYQUANT_DECLARE_KERNEL, Enum, name)
+#include "kernels/ops.inc"
+#undef POLYQUANT_OP
 }  // namespace ref
+#define POLYQUANT_OP(Enum, name, works, vector) POLYQUANT_IF_##vector(POLYQUANT_DECLARE_KERNEL(Enum, name, f32, kF32))
+namespace avx2 {
+#include "kernels/ops.inc"
+}  // namespace avx2
+namespace avx512 {
+#include "kernels/ops.inc"
+}  // namespace avx512
+#undef POLYQUANT_OP
+#undef POLYQUANT_DECLARE_KERNEL
 
 struct KernelEntry {
   KernelOp op;

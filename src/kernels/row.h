@@ -50,7 +50,7 @@ struct RowArgs {
   T at(int i, std::int64_t j) const { return input<T>(i)[index_of(i, j)]; }
 };
 
-// A kernel: `params` points at the op's parameter struct (see qonnx_kernels.h).
+// A kernel: `params` points at the op's parameter struct (see the families' kernels.h).
 using RowKernel = void (*)(const void* params, const RowArgs& args);
 
 }  // namespace polyquant::detail

@@ -1,0 +1,185 @@
+// Bindings of AIMET's encoding analyzers (polyquant/aimet_analyzers.h): thin classes over the C++
+// ones. Arrays arrive as numpy arrays with their dtype named separately (bfloat16 as its uint16
+// storage); results and states go back as raw bytes of float64 / float32 values, which
+// polyquant._aimet_analyzers turns into arrays.
+//
+// Threads: every call that touches an analyzer runs with the GIL released (gil_release.h: a daemon
+// thread still in a call parks at interpreter exit instead of aborting the process), and the C++
+// analyzer takes its own lock inside. So an analyzer's lock is only ever waited for without the GIL,
+// and released before the GIL is taken back: no lock-order cycle with the GIL.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gil_release.h"
+#include "arrays.h"
+#include "polyquant/aimet_analyzers.h"
+
+namespace nb = nanobind;
+namespace pq = polyquant;
+namespace pa = polyquant::aimet;
+using polyquant::python::without_gil;
+
+namespace {
+
+using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
+
+pq::DType dtype_of(const std::string& name, const char* what = "x") {
+  if (name == "float16") return pq::DType::kFloat16;
+  if (name == "bfloat16") return pq::DType::kBFloat16;
+  if (name == "float32") return pq::DType::kFloat32;
+  if (name == "float64") return pq::DType::kFloat64;
+  throw pq::Error(pq::ErrorKind::kType, std::string(what) + ": dtype " + name + " is not supported (float16, bfloat16, float32, float64)");
+}
+
+pq::TensorView view_of(const InArray& a, const std::string& dtype) {
+  if (a.ndim() > static_cast<std::size_t>(pq::kMaxRank)) throw pq::Error(pq::ErrorKind::kValue, "x: at most 8 dimensions");
+  std::vector<std::int64_t> shape(a.ndim()), strides(a.ndim());
+  for (std::size_t i = 0; i < a.ndim(); ++i) shape[i] = static_cast<std::int64_t>(a.shape(i)), strides[i] = a.stride(i);
+  const pq::DType t = dtype_of(dtype);
+  if (static_cast<std::size_t>(a.dtype().bits) != 8 * pq::dtype_size(t))
+    throw pq::Error(pq::ErrorKind::kType, "x: storage does not match dtype " + dtype);
+  return pq::TensorView(a.data(), t, pq::Dims(std::span<const std::int64_t>(shape)), pq::Dims(std::span<const std::int64_t>(strides)));
+}
+
+template <class T>
+nb::bytes to_bytes(const std::vector<T>& v) {
+  return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+template <class T>
+std::vector<T> from_bytes(const nb::bytes& b, const char* what) {
+  if (b.size() % sizeof(T) != 0)
+    throw pq::Error(pq::ErrorKind::kValue, std::string("state: ") + what + " has " + std::to_string(b.size()) + " bytes, not a whole number of " +
+                                               std::to_string(sizeof(T)) + "-byte values");
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), b.c_str(), v.size() * sizeof(T));
+  return v;
+}
+
+pa::AnalyzerShape make_shape(const std::vector<std::int64_t>& shape, const std::optional<std::vector<std::int64_t>>& block) {
+  if (shape.size() > static_cast<std::size_t>(pq::kMaxRank)) throw pq::Error(pq::ErrorKind::kValue, "shape: at most 8 dimensions");
+  pa::AnalyzerShape s;
+  s.shape = pq::Dims(std::span<const std::int64_t>(shape));
+  s.block_size = block;
+  return s;
+}
+
+using RangeTuple = std::tuple<nb::bytes, nb::bytes, std::string>;
+RangeTuple range_tuple(const pa::EncodingRange& r) { return {to_bytes(r.min), to_bytes(r.max), pq::dtype_name(r.dtype)}; }
+
+using HistTuple = std::tuple<std::string, std::int64_t, nb::bytes, nb::bytes, nb::bytes, nb::bytes, nb::bytes, nb::bytes>;
+HistTuple hist_tuple(const pa::HistogramState& s) {
+  return {pq::dtype_name(s.dtype), s.num_bins, to_bytes(s.counts), to_bytes(s.edges), to_bytes(s.min), to_bytes(s.max),
+          to_bytes(s.limit_lo), to_bytes(s.limit_hi)};
+}
+pa::HistogramState hist_state(const HistTuple& t) {
+  pa::HistogramState s;
+  s.dtype = dtype_of(std::get<0>(t), "state");
+  s.num_bins = std::get<1>(t);
+  s.counts = from_bytes<float>(std::get<2>(t), "histogram");
+  s.edges = from_bytes<float>(std::get<3>(t), "bin_edges");
+  s.min = from_bytes<double>(std::get<4>(t), "min");
+  s.max = from_bytes<double>(std::get<5>(t), "max");
+  s.limit_lo = from_bytes<float>(std::get<6>(t), "range_limit");
+  s.limit_hi = from_bytes<float>(std::get<7>(t), "range_limit");
+  return s;
+}
+
+// The methods every analyzer has; each waits for the analyzer's lock without the GIL.
+template <class A>
+void bind_common_methods(nb::class_<A>& c) {
+  c.def("update_stats", [](A& a, const InArray& x, const std::string& dtype) {
+       const pq::TensorView v = view_of(x, dtype);
+       without_gil([&] { a.update_stats(v); });
+     })
+      .def("reset_stats", [](A& a) { without_gil([&] { a.reset_stats(); }); })
+      .def("has_stats", [](const A& a) { return without_gil([&] { return a.has_stats(); }); })
+      .def("compute_encodings", [](const A& a, double n, bool sym) {
+        return range_tuple(without_gil([&] { return a.compute_encodings(n, sym); }));
+      })
+      .def("compute_dynamic_encodings", [](const A& a, const InArray& x, const std::string& dtype, double n, bool sym) {
+        const pq::TensorView v = view_of(x, dtype);
+        return range_tuple(without_gil([&] { return a.compute_dynamic_encodings(v, n, sym); }));
+      })
+      .def("merge", [](A& a, const A& other) { without_gil([&] { a.merge(other); }); });
+}
+
+template <class A>
+void bind_histogram_methods(nb::class_<A>& c) {
+  bind_common_methods(c);
+  c.def("get_state", [](const A& a) { return hist_tuple(without_gil([&] { return a.state(); })); })
+      .def("set_state", [](A& a, const HistTuple& t) {
+        pa::HistogramState s = hist_state(t);
+        without_gil([&] { a.set_state(std::move(s)); });
+      });
+}
+
+}  // namespace
+
+namespace polyquant::python {
+
+void bind_aimet_analyzers(nb::module_& m) {
+  // StatisticsNotFoundError is a RuntimeError, as AIMET's (registered after the module's Error
+  // translator, so it is tried first).
+  nb::exception<pa::StatisticsNotFoundError>(m, "StatisticsNotFoundError", PyExc_RuntimeError);
+
+  auto minmax = nb::class_<pa::MinMaxEncodingAnalyzer>(m, "_AimetMinMaxAnalyzer")
+                    .def("__init__", [](pa::MinMaxEncodingAnalyzer* self, const std::vector<std::int64_t>& shape,
+                                        const std::optional<std::vector<std::int64_t>>& block) { new (self) pa::MinMaxEncodingAnalyzer(make_shape(shape, block)); },
+                         nb::arg("shape"), nb::arg("block_size").none());
+  bind_common_methods(minmax);
+  minmax
+      .def("get_state", [](const pa::MinMaxEncodingAnalyzer& a) {
+        const pa::MinMaxEncodingAnalyzer::State s = without_gil([&] { return a.state(); });  // one consistent copy
+        return std::make_tuple(std::string(pq::dtype_name(s.dtype)), to_bytes(s.min), to_bytes(s.max));
+      })
+      .def("set_state", [](pa::MinMaxEncodingAnalyzer& a, const std::string& dtype, const nb::bytes& mn, const nb::bytes& mx) {
+        pa::MinMaxEncodingAnalyzer::State s;
+        s.dtype = dtype_of(dtype, "state");
+        s.min = from_bytes<double>(mn, "min");
+        s.max = from_bytes<double>(mx, "max");
+        without_gil([&] { a.set_state(std::move(s)); });
+      });
+
+  auto pct = nb::class_<pa::PercentileEncodingAnalyzer>(m, "_AimetPercentileAnalyzer")
+                 .def("__init__", [](pa::PercentileEncodingAnalyzer* self, const std::vector<std::int64_t>& shape,
+                                     const std::optional<std::vector<std::int64_t>>& block, std::int64_t num_bins,
+                                     double percentile) { new (self) pa::PercentileEncodingAnalyzer(make_shape(shape, block), num_bins, percentile); },
+                      nb::arg("shape"), nb::arg("block_size").none(), nb::arg("num_bins"), nb::arg("percentile"))
+                 .def("set_percentile", &pa::PercentileEncodingAnalyzer::set_percentile)
+                 .def("percentile", &pa::PercentileEncodingAnalyzer::percentile);
+  bind_histogram_methods(pct);
+
+  auto sqnr = nb::class_<pa::SqnrEncodingAnalyzer>(m, "_AimetSqnrAnalyzer")
+                  .def("__init__",
+                       [](pa::SqnrEncodingAnalyzer* self, const std::vector<std::int64_t>& shape,
+                          const std::optional<std::vector<std::int64_t>>& block, std::int64_t num_bins, std::int64_t asym, std::int64_t sym,
+                          std::int64_t offsets, std::int64_t parallelism, double gamma, double growth, int lanes) {
+                         pa::SqnrOptions o;
+                         o.num_bins = num_bins;
+                         o.asymmetric_delta_candidates = asym;
+                         o.symmetric_delta_candidates = sym;
+                         o.offset_candidates = offsets;
+                         o.max_parallelism = parallelism;
+                         o.gamma = gamma;
+                         o.histogram_growth_limit = growth;
+                         o.torch_sum_lanes = lanes;
+                         new (self) pa::SqnrEncodingAnalyzer(make_shape(shape, block), o);
+                       },
+                       nb::arg("shape"), nb::arg("block_size").none(), nb::arg("num_bins"), nb::arg("asymmetric_delta_candidates"),
+                       nb::arg("symmetric_delta_candidates"), nb::arg("offset_candidates"), nb::arg("max_parallelism"), nb::arg("gamma"),
+                       nb::arg("histogram_growth_limit"), nb::arg("torch_sum_lanes"));
+  bind_histogram_methods(sqnr);
+}
+
+}  // namespace polyquant::python

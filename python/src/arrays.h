@@ -1,0 +1,105 @@
+// Shared by every family's bindings: numpy arrays to polyquant tensor views and back, result
+// allocation, and running a call with the GIL released. No numerics here. polyquant::Error becomes
+// ValueError (kValue), TypeError (kType), OverflowError or RuntimeError (module.cc).
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "gil_release.h"
+#include "polyquant/polyquant.h"
+
+namespace polyquant::python {
+
+namespace nb = nanobind;
+namespace pq = polyquant;
+
+// Inputs: any element type, any strides (nanobind hands them over in elements), read-only allowed.
+using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
+using OutArray = nb::ndarray<nb::numpy, nb::device::cpu>;
+
+[[noreturn]] inline void fail(pq::ErrorKind kind, std::string message) { throw pq::Error(kind, message); }
+
+// Tensor arguments: numpy arrays only (the package converts everything else first).
+inline auto tensor_arg(const char* name) { return nb::arg(name).noconvert(); }
+
+pq::DType to_dtype(nb::dlpack::dtype dt, const char* name);
+// A view of any dtype polyquant knows (numpy's and ml_dtypes' storage types).
+pq::TensorView any_view(const InArray& a, const char* name);
+// Views of QONNX / QKeras operands: numpy's dtypes only.
+pq::TensorView view(const InArray& a, const char* name);
+// Operand `bit` of a call whose bitmask `weak` marks the Python scalars (TensorView::weak; the
+// package passes them 0-d, exact in bool/int64/float64).
+pq::TensorView view(const InArray& a, const char* name, unsigned weak, int bit);
+pq::MutableTensorView mutable_view(const OutArray& a);
+// A fresh C-contiguous result of `spec`, allocated by numpy itself.
+nb::object allocate(const pq::TensorSpec& spec);
+
+// Runs `spec` (with the GIL, it is cheap and may throw), allocates unless `out` was given (the op
+// checks its shape and dtype), then `kernel(out)` without the GIL. Returns the output array.
+template <typename SpecFn, typename KernelFn>
+nb::object run(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
+  const pq::TensorSpec spec = spec_fn();
+  if (out.is_none()) out = allocate(spec);
+  OutArray array;
+  if (!nb::try_cast(out, array)) {
+    fail(pq::ErrorKind::kType, "out: expected a writable numpy array on the CPU");
+  }
+  const pq::MutableTensorView view = mutable_view(array);
+  PyThreadState* state = PyEval_SaveThread();
+  try {
+    kernel(view);
+  } catch (...) {
+    acquire_gil_or_park(state);
+    throw;
+  }
+  acquire_gil_or_park(state);
+  return out;
+}
+
+// ---- Tensors of ONNX-only dtypes (ONNX Q/DQ, Quark, AIMET) --------------------------------------
+// ml_dtypes arrays (bfloat16, int4, float8_*, ...) arrive as uint8 / uint16 views of the same
+// memory with the DType's code in `*_dtype` (-1: the array's own dtype); outputs of those types are
+// allocated as uint8 / uint16 and returned with the dtype's name for the package to view.
+pq::TensorView qdq_view(const InArray& a, const char* name, int dtype_code);
+pq::DType storage_dtype(pq::DType t);
+// polyquant's code of a dtype name (-1: unknown).
+int dtype_code(const std::string& name);
+
+// As run(), for ops whose output may have an ONNX-only dtype: returns (array, dtype name).
+template <typename SpecFn, typename KernelFn>
+nb::object run_qdq(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
+  const pq::TensorSpec spec = spec_fn();
+  if (out.is_none()) out = allocate(pq::TensorSpec{storage_dtype(spec.dtype), spec.shape});
+  OutArray array;
+  if (!nb::try_cast(out, array)) fail(pq::ErrorKind::kType, "out: expected a writable numpy array on the CPU");
+  pq::MutableTensorView view = mutable_view(array);
+  if (view.dtype == storage_dtype(spec.dtype)) view.dtype = spec.dtype;
+  PyThreadState* state = PyEval_SaveThread();
+  try {
+    kernel(view);
+  } catch (...) {
+    acquire_gil_or_park(state);
+    throw;
+  }
+  acquire_gil_or_park(state);
+  return nb::make_tuple(out, pq::dtype_name(spec.dtype));
+}
+
+// One binding function per family (python/src/<family>.cc), called by module.cc.
+void bind_qonnx(nb::module_& m);
+void bind_qkeras(nb::module_& m);
+void bind_onnx(nb::module_& m);
+void bind_quark(nb::module_& m);
+void bind_aimet(nb::module_& m);
+void bind_aimet_analyzers(nb::module_& m);
+void bind_aimet_quantizer(nb::module_& m);
+
+}  // namespace polyquant::python

@@ -1,0 +1,85 @@
+// polyquant._polyquant_ext: the compiled core's Python face. Each family's bindings live in
+// python/src/<family>.cc and map numpy arrays to polyquant tensor views and back (arrays.h); no
+// numerics here: each op asks the core for the output spec, allocates the result (or takes `out`),
+// runs the kernel with the GIL released and returns it. This file holds the module itself: the
+// error translation, interpreter-exit parking, runtime information and the benchmarks' memcpy.
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "arrays.h"
+
+namespace polyquant::python {
+namespace {
+
+nb::dict runtime_info() {
+  const pq::RuntimeInfo info = pq::runtime_info();
+  nb::list supported;
+  for (const std::string& isa : info.supported) supported.append(nb::str(isa.c_str(), isa.size()));
+  nb::dict d;
+  d["version"] = nb::str(info.version.c_str(), info.version.size());
+  d["isa"] = nb::str(info.isa.c_str(), info.isa.size());
+  d["supported"] = supported;
+  d["num_threads"] = info.num_threads;
+  return d;
+}
+
+// Plain memcpy between two C-contiguous buffers of equal byte size: the benchmark's in-process
+// bandwidth baseline, so it runs with the GIL released like the ops do.
+using ContigIn = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+using ContigOut = nb::ndarray<nb::c_contig, nb::device::cpu>;
+
+void copy(const ContigIn& src, const ContigOut& dst) {
+  if (src.nbytes() != dst.nbytes()) {
+    fail(pq::ErrorKind::kValue, "copy: dst has " + std::to_string(dst.nbytes()) + " bytes but src has " +
+                                    std::to_string(src.nbytes()));
+  }
+  const void* from = src.data();
+  void* to = dst.data();
+  const std::size_t bytes = src.nbytes();
+  nb::gil_scoped_release release;
+  if (bytes != 0) std::memcpy(to, from, bytes);
+}
+
+}  // namespace
+}  // namespace polyquant::python
+
+using namespace polyquant::python;
+
+NB_MODULE(_polyquant_ext, m) {
+  m.doc() = "polyquant's compiled core (private; use polyquant.qonnx)";
+  nb::module_::import_("atexit").attr("register")(nb::cpp_function(&stop_reacquiring_at_exit));
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const pq::Error& e) {
+      PyErr_SetString(e.kind() == pq::ErrorKind::kType       ? PyExc_TypeError
+                      : e.kind() == pq::ErrorKind::kOverflow ? PyExc_OverflowError
+                      : e.kind() == pq::ErrorKind::kRuntime  ? PyExc_RuntimeError
+                                                             : PyExc_ValueError,
+                      e.what());
+    }
+  });
+  // One binding function per family (python/src/<family>.cc); the names they add are flat,
+  // prefixed by family where they would clash (aimet_*, qkeras_*, extended_*).
+  bind_qonnx(m);
+  bind_qkeras(m);
+  bind_onnx(m);
+  bind_quark(m);
+  bind_aimet(m);
+  bind_aimet_analyzers(m);
+  bind_aimet_quantizer(m);
+
+  m.def("dtype_code", &dtype_code, nb::arg("name"), "polyquant's code of a dtype name (-1: unknown).");
+  m.def("_set_kernel_set", [](const std::string& name) { pq::set_kernel_set(name); }, nb::arg("name"),
+        "Tests and benchmarks only: switch the kernel set ('scalar', 'avx2', 'avx512') for later calls.");
+  m.def("_set_num_threads", [](int n) { pq::set_num_threads(n); }, nb::arg("n"),
+        "Tests and benchmarks only: cap the threads of later calls (1..256).");
+  m.def("version", [] { return std::string(POLYQUANT_PY_VERSION); },
+        "The polyquant version this module was built from.");
+  m.def("runtime_info", &runtime_info,
+        "Version, kernel set in use, kernel sets this CPU supports, worker threads.");
+  m.def("copy", &copy, nb::arg("src").noconvert(), nb::arg("dst").noconvert(),
+        "memcpy of C-contiguous src into dst (same byte size), GIL released.");
+}

@@ -1,0 +1,671 @@
+// AIMET's affine ops: argument checks with AIMET's messages and exception classes, the working
+// precision rule, the parameter layout (broadcast or blocked, both as broadcasting over a view of
+// x with each blocked dimension split in two), the no-grad shortcut's eligibility, and the
+// gradients' reduction. Numerics are the kernels' (families/aimet/kernels.h).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/elementwise.h"
+#include "kernels/registry.h"
+#include "polyquant/aimet.h"
+#include "polyquant/error.h"
+
+namespace polyquant::aimet {
+namespace {
+
+using detail::AffineKind;
+using detail::QuotientRounding;
+using detail::WorkType;
+
+[[noreturn]] void runtime_error(const std::string& message) { throw Error(ErrorKind::kRuntime, message); }
+
+std::string shape_str(const Dims& d) {
+  // torch.Size([2, 3]), as AIMET's messages print shapes
+  std::string s = "torch.Size([";
+  for (int i = 0; i < d.rank; ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "])";
+}
+
+bool is_affine_dtype(DType t) {
+  return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32 || t == DType::kFloat64;
+}
+
+void require_float(const TensorView& v, const char* op, const char* name) {
+  if (!is_affine_dtype(v.dtype)) {
+    throw Error(ErrorKind::kType, std::string(op) + ": " + name + " has dtype " + dtype_name(v.dtype) +
+                                      "; allowed: float16, bfloat16, float32, float64");
+  }
+}
+
+// ---- working precision (torch_builtins._is_value_representable / _is_numerically_stable) --------
+int mantissa_bits(DType t) {
+  switch (t) {
+    case DType::kFloat16: return 10;
+    case DType::kBFloat16: return 7;
+    case DType::kFloat32: return 23;
+    default: return 52;
+  }
+}
+double finfo_max(DType t) {
+  switch (t) {
+    case DType::kFloat16: return 65504.0;
+    case DType::kBFloat16: return 3.3895313892515355e38;
+    case DType::kFloat32: return static_cast<double>(std::numeric_limits<float>::max());
+    default: return std::numeric_limits<double>::max();
+  }
+}
+double finfo_eps(DType t) { return std::ldexp(1.0, -mantissa_bits(t)); }
+
+int bit_length(unsigned __int128 v) {
+  int n = 0;
+  while (v != 0) {
+    ++n;
+    v >>= 1;
+  }
+  return n;
+}
+
+// An integer is exact in `t` when it lies within the finite range and its highest and lowest set
+// bits are at most the mantissa width apart.
+bool value_representable(DType t, __int128 value) {
+  const double mag = static_cast<double>(value);
+  if (mag < -finfo_max(t) || mag > finfo_max(t)) return false;
+  const unsigned __int128 a = value < 0 ? static_cast<unsigned __int128>(-value) : static_cast<unsigned __int128>(value);
+  const int msb = std::max(0, bit_length(a) - 1);
+  const int lsb = std::max(0, bit_length(a & (~a + 1)) - 1);
+  return msb - lsb <= mantissa_bits(t);
+}
+
+bool grid_representable(DType t, const Grid& g) {
+  const __int128 lo = g.qmin, hi = g.qmax;
+  return value_representable(t, hi) && value_representable(t, hi - 1) && value_representable(t, lo + 1) &&
+         value_representable(t, lo);
+}
+
+bool numerically_stable(DType t, const Grid& g) {
+  if (!grid_representable(t, g)) return false;
+  if (g.qmin == g.qmax) return true;
+  const double steps = static_cast<double>(static_cast<__int128>(g.qmax) - static_cast<__int128>(g.qmin));
+  return !(finfo_eps(t) > 0.25 / steps);
+}
+
+// x's dtype, else float32, else float64 (stability), as quantize / quantize_dequantize choose it.
+DType working_dtype(DType x, const Grid& g) {
+  if (numerically_stable(x, g)) return x;
+  if (numerically_stable(DType::kFloat32, g)) return DType::kFloat32;
+  return DType::kFloat64;
+}
+
+struct Work {
+  WorkType work;            // kernel
+  DType kernel_dtype;       // operands as the kernel reads them
+  QuotientRounding narrow;  // float16 / bfloat16 precision inside the float32 kernel
+};
+Work work_for(DType w) {
+  switch (w) {
+    case DType::kFloat16: return {WorkType::kF32, DType::kFloat32, QuotientRounding::kFloat16};
+    case DType::kBFloat16: return {WorkType::kF32, DType::kFloat32, QuotientRounding::kBFloat16};
+    case DType::kFloat32: return {WorkType::kF32, DType::kFloat32, QuotientRounding::kNone};
+    default: return {WorkType::kF64, DType::kFloat64, QuotientRounding::kNone};
+  }
+}
+
+// Appends instead of `"[" + std::to_string(...)`: GCC 12 reports a false -Wrestrict on
+// operator+(const char*, std::string&&) once this is inlined (GCC bug 105329).
+std::string grid_str(const Grid& g) {
+  std::string s = "[";
+  s += std::to_string(g.qmin);
+  s += ", ";
+  s += std::to_string(g.qmax);
+  s += "]";
+  return s;
+}
+
+const char* torch_dtype_name(DType t) {
+  switch (t) {
+    case DType::kFloat16: return "torch.float16";
+    case DType::kBFloat16: return "torch.bfloat16";
+    case DType::kFloat32: return "torch.float32";
+    default: return "torch.float64";
+  }
+}
+
+// ---- parameter layout --------------------------------------------------------------------------
+// x (and out) viewed for the engine, with the parameters as broadcasting views of the same rank.
+// `acc_strides`: for the gradients' sums, each parameter's element index over that rank (0 where
+// a dimension is broadcast).
+struct AffineLayout {
+  Dims shape;                 // the engine's shape
+  Dims x_strides;             // x over `shape`
+  std::array<TensorView, 2> params;  // scale, offset over `shape` (stride 0 where broadcast)
+  std::array<Dims, 2> acc_strides;   // row-major index of the parameter's own elements
+  std::array<std::int64_t, kMaxRank> split{};  // per x dim: 0, or the block length it is split by
+};
+
+// Whether `src` expands to `dst` (aimet_torch.utils._is_expandable): right-aligned, each dim 1 or equal.
+bool expandable(const Dims& src, const Dims& dst) {
+  if (src.rank > dst.rank) return false;
+  for (int i = 1; i <= src.rank; ++i) {
+    const std::int64_t s = src[src.rank - i];
+    if (s != 1 && s != dst[dst.rank - i]) return false;
+  }
+  return true;
+}
+
+// Validates the block size and returns it concretized (-1 -> x's size / scale's size).
+std::vector<std::int64_t> concretize_blocks(const Dims& x, const Dims& scale, std::span<const std::int64_t> block_size) {
+  if (static_cast<int>(block_size.size()) != scale.rank) {
+    std::string b = "(";
+    for (std::size_t i = 0; i < block_size.size(); ++i) b += (i ? ", " : "") + std::to_string(block_size[i]);
+    b += block_size.size() == 1 ? ",)" : ")";
+    runtime_error("Length of scale shape " + shape_str(scale) + " must equal length of block size " + b +
+                  " (block_size: one entry per scale dimension)");
+  }
+  if (scale.rank > x.rank) {
+    runtime_error("block_size: input shape " + shape_str(x) + " must have at least as many dimensions as scale shape " +
+                  shape_str(scale));
+  }
+  std::vector<std::int64_t> blocks(block_size.begin(), block_size.end());
+  for (int i = 1; i <= scale.rank; ++i) {
+    const std::int64_t xd = x[x.rank - i], sd = scale[scale.rank - i];
+    std::int64_t& b = blocks[blocks.size() - static_cast<std::size_t>(i)];
+    if (b == -1) {
+      if (sd == 0 || xd % sd != 0) {
+        runtime_error("Each tensor dimension size for tensor shape " + shape_str(x) +
+                      " must divide evenly with corresponding scale dimension value for scale shape " + shape_str(scale) +
+                      " (block_size -1)");
+      }
+      b = xd / sd;
+    } else if (b <= 0 || b * sd != xd) {
+      std::string bs = "[";
+      for (std::size_t k = 0; k < block_size.size(); ++k) bs += (k ? ", " : "") + std::to_string(block_size[k]);
+      runtime_error("Each tensor dimension size for tensor shape " + shape_str(x) +
+                    " must equal the corresponding scale dimension size * block size for scale shape " + shape_str(scale) +
+                    " and block size " + bs + "] (block_size: positive entries or -1)");
+    }
+  }
+  return blocks;
+}
+
+// A parameter view over `shape`: `param_dim_of[k]` is the parameter dimension engine dimension k
+// reads (-1: none, broadcast).
+void place_param(const TensorView& p, const Dims& shape, const std::vector<int>& scale_dim_of, int scale_rank,
+                 TensorView& view, Dims& acc) {
+  view = p;
+  view.shape.rank = view.strides.rank = acc.rank = shape.rank;
+  const Dims own = contiguous_strides(p.shape);
+  for (int k = 0; k < shape.rank; ++k) {
+    // The parameter's dims align right with the scale's.
+    const int sd = scale_dim_of[static_cast<std::size_t>(k)];
+    const int pd = sd < 0 ? -1 : sd - (scale_rank - p.shape.rank);
+    if (pd < 0 || p.shape[pd] == 1) {
+      view.shape[k] = 1;
+      view.strides[k] = 0;
+      acc[k] = 0;
+    } else {
+      view.shape[k] = p.shape[pd];
+      view.strides[k] = p.strides[pd];
+      acc[k] = own[pd];
+    }
+  }
+}
+
+AffineLayout make_layout(const TensorView& x, const TensorView& scale, const TensorView& offset,
+                         std::span<const std::int64_t> block_size) {
+  AffineLayout L;
+  std::vector<int> scale_dim_of;  // engine dim -> scale dim, or -1
+  int scale_rank;
+  if (!block_size.empty()) {
+    const std::vector<std::int64_t> blocks = concretize_blocks(x.shape, scale.shape, block_size);
+    if (!expandable(offset.shape, scale.shape)) {
+      runtime_error("offset of shape " + shape_str(offset.shape) + " must have scale's shape " + shape_str(scale.shape) +
+                    " (or broadcast to it)");
+    }
+    const int lead = x.shape.rank - scale.shape.rank;
+    std::vector<std::int64_t> shape, strides;
+    for (int i = 0; i < lead; ++i) {
+      shape.push_back(x.shape[i]);
+      strides.push_back(x.strides[i]);
+      scale_dim_of.push_back(-1);
+    }
+    for (int i = 0; i < scale.shape.rank; ++i) {
+      const std::int64_t n = scale.shape[i], b = blocks[static_cast<std::size_t>(i)], st = x.strides[lead + i];
+      if (n == 1 || b == 1) {  // one block (the parameter broadcasts) or blocks of one (per index)
+        shape.push_back(x.shape[lead + i]);
+        strides.push_back(st);
+        scale_dim_of.push_back(n == 1 ? -1 : i);
+      } else {  // (n, b): the block index, then the position inside the block
+        L.split[static_cast<std::size_t>(lead + i)] = b;
+        shape.push_back(n);
+        strides.push_back(b * st);
+        scale_dim_of.push_back(i);
+        shape.push_back(b);
+        strides.push_back(st);
+        scale_dim_of.push_back(-1);
+      }
+    }
+    if (static_cast<int>(shape.size()) > kMaxRank) {
+      runtime_error("block_size: x of rank " + std::to_string(x.shape.rank) + " with " + std::to_string(shape.size() - x.shape.rank) +
+                    " blocked dimensions needs " + std::to_string(shape.size()) + " dimensions; at most " +
+                    std::to_string(kMaxRank) + " are supported");
+    }
+    L.shape = Dims(std::span<const std::int64_t>(shape));
+    L.x_strides = Dims(std::span<const std::int64_t>(strides));
+    scale_rank = scale.shape.rank;
+  } else {
+    if (!expandable(scale.shape, x.shape)) {
+      std::string msg = "Scale of shape " + shape_str(scale.shape) + " cannot be expanded like input tensor of shape " +
+                        shape_str(x.shape) + ". ";
+      if (x.numel() == 0) msg += "Detected that the tensor is empty.";
+      runtime_error(msg);
+    }
+    if (!expandable(offset.shape, x.shape)) {
+      runtime_error("Offset of shape " + shape_str(offset.shape) + " cannot be expanded like input tensor of shape " +
+                    shape_str(x.shape) + ".");
+    }
+    L.shape = x.shape;
+    L.x_strides = x.strides;
+    for (int k = 0; k < x.shape.rank; ++k) scale_dim_of.push_back(k);
+    scale_rank = x.shape.rank;
+  }
+  place_param(scale, L.shape, scale_dim_of, scale_rank, L.params[0], L.acc_strides[0]);
+  place_param(offset, L.shape, scale_dim_of, scale_rank, L.params[1], L.acc_strides[1]);
+  return L;
+}
+
+// A tensor of x's shape (out, grad_output) viewed like x in `layout`.
+Dims strides_like_x(const Dims& strides, const AffineLayout& L) {
+  Dims v;
+  v.rank = 0;
+  for (int i = 0; i < strides.rank; ++i) {
+    const std::int64_t b = L.split[static_cast<std::size_t>(i)];
+    if (b == 0) {
+      v[v.rank++] = strides[i];
+    } else {  // (n, b)
+      v[v.rank++] = b * strides[i];
+      v[v.rank++] = strides[i];
+    }
+  }
+  return v;
+}
+MutableTensorView out_view(const MutableTensorView& out, const AffineLayout& L) {
+  MutableTensorView v = out;
+  v.shape = L.shape;
+  v.strides = strides_like_x(out.strides, L);
+  return v;
+}
+
+void require_output(const MutableTensorView& out, const TensorSpec& spec, const char* op, const char* name = "out") {
+  if (!(out.shape == spec.shape) || out.dtype != spec.dtype) {
+    throw Error(ErrorKind::kValue, std::string(op) + ": " + name + " must have shape " + spec.shape.str() + " and dtype " +
+                                       dtype_name(spec.dtype) + " (got " + out.shape.str() + ", " + dtype_name(out.dtype) + ")");
+  }
+}
+
+void check_grid(const Grid& g) {
+  if (g.qmin > g.qmax) {
+    runtime_error("qmin (" + std::to_string(g.qmin) + ") must be smaller than or equal to qmax (" + std::to_string(g.qmax) + ")");
+  }
+}
+
+void check_common(const char* op, const TensorView& x, const TensorView& scale, const TensorView& offset) {
+  require_float(x, op, "tensor");
+  require_float(scale, op, "scale");
+  require_float(offset, op, "offset");
+}
+
+// Runs an affine kernel over x and the parameters of `layout`.
+void run_affine(const AffineLayout& L, const TensorView& x, const MutableTensorView& out, const Work& w,
+                detail::KernelOp op, const void* params, std::span<const DType> param_dtypes) {
+  TensorView xv = x;
+  xv.shape = L.shape;
+  xv.strides = L.x_strides;
+  const std::array<TensorView, 3> inputs{xv, L.params[0], L.params[1]};
+  const std::array<DType, 3> dtypes{w.kernel_dtype, param_dtypes[0], param_dtypes[1]};
+  detail::ElementwiseCall call;
+  call.inputs = inputs;
+  call.kernel_dtypes = dtypes;
+  call.out = out_view(out, L);
+  call.kernel_out_dtype = w.kernel_dtype;
+  call.kernel = detail::best_kernel(op, w.work);
+  call.params = params;
+  call.per_row_operands = op == detail::KernelOp::kAffine;  // blocked parameters passed compact
+  call.repeated_row_operands = true;                        // per-channel parameters, channels last
+  detail::run_elementwise(call);
+}
+
+// ---- the no-grad shortcut ----------------------------------------------------------------------
+// -offset.to(torch.int32): truncation toward zero; NaN, infinities and values beyond int32 convert
+// to INT32_MIN (x86), whose negation wraps to itself.
+double zero_point_of(double offset) {
+  std::int32_t t;
+  if (!(offset > -2147483649.0 && offset < 2147483648.0)) t = std::numeric_limits<std::int32_t>::min();
+  else t = static_cast<std::int32_t>(offset);
+  const auto neg = static_cast<std::int32_t>(static_cast<std::uint32_t>(0) - static_cast<std::uint32_t>(t));
+  return static_cast<double>(neg);
+}
+
+struct Shortcut {
+  bool taken = false;
+  bool per_channel = false;
+  int axis = 0;
+};
+
+Shortcut shortcut_for(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args,
+                      std::vector<double>* zero_points) {
+  Shortcut s;
+  if (!args.block_size.empty()) return s;
+  const auto fill = [&] {
+    if (zero_points == nullptr) return;
+    zero_points->resize(static_cast<std::size_t>(offset.numel()));
+    for (std::int64_t i = 0; i < offset.numel(); ++i) (*zero_points)[static_cast<std::size_t>(i)] = zero_point_of(detail::read_as_double(offset, i));
+  };
+  if (scale.numel() == 1 && offset.numel() == 1) {
+    s.taken = true;
+    fill();
+    return s;
+  }
+  // Left-padded to x's rank, equal shapes, each dim 1 or x's, exactly one non-singleton axis.
+  const int rank = x.shape.rank;
+  if (scale.shape.rank > rank || offset.shape.rank > rank) return s;
+  auto padded = [&](const Dims& d, int k) { const int i = k - (rank - d.rank); return i < 0 ? std::int64_t{1} : d[i]; };
+  int axes = 0;
+  for (int k = 0; k < rank; ++k) {
+    const std::int64_t sd = padded(scale.shape, k), od = padded(offset.shape, k);
+    if (sd != od) return s;
+    if (sd != 1 && sd != x.shape[k]) return s;
+    if (sd != 1) {
+      ++axes;
+      s.axis = k;
+    }
+  }
+  if (axes != 1) return s;
+  // torch.fake_quantize_per_channel_affine raises for a zero point outside [qmin, qmax]; AIMET
+  // then falls back to the formula.
+  std::vector<double> zp(static_cast<std::size_t>(offset.numel()));
+  for (std::int64_t i = 0; i < offset.numel(); ++i) {
+    zp[static_cast<std::size_t>(i)] = zero_point_of(detail::read_as_double(offset, i));
+    if (zp[static_cast<std::size_t>(i)] < static_cast<double>(args.grid.qmin) ||
+        zp[static_cast<std::size_t>(i)] > static_cast<double>(args.grid.qmax)) {
+      return s;
+    }
+  }
+  s.taken = true;
+  s.per_channel = true;
+  if (zero_points != nullptr) *zero_points = std::move(zp);
+  return s;
+}
+
+void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args,
+                  const Shortcut& s, const std::vector<double>& zero_points, const MutableTensorView& out,
+                  const TensorView* grad_output = nullptr) {
+  detail::FakeQuantizeParams p;
+  p.per_channel = s.per_channel;
+  p.qmin = args.grid.qmin;
+  p.qmax = args.grid.qmax;
+  constexpr double kExact = 8388608.0;  // 2^23
+  p.canonical_nan = x.dtype == DType::kBFloat16;
+  p.exact_in_float = std::abs(static_cast<double>(p.qmin)) <= kExact && std::abs(static_cast<double>(p.qmax)) <= kExact &&
+                     std::all_of(zero_points.begin(), zero_points.end(), [&](double z) { return std::abs(z) <= kExact; });
+  // The zero points as a contiguous tensor of the offset's shape: float32 when every one is exact
+  // in it (the vector kernels read them so, with no conversion per row), else float64.
+  p.zero_point_f32 = p.exact_in_float;
+  const std::vector<float> zero_points_f32(zero_points.begin(), zero_points.end());
+  const TensorView zp = p.zero_point_f32 ? TensorView(zero_points_f32.data(), DType::kFloat32, offset.shape)
+                                         : TensorView(zero_points.data(), DType::kFloat64, offset.shape);
+  const AffineLayout L = make_layout(x, scale, zp, {});
+  const Work w = x.dtype == DType::kFloat64 ? Work{WorkType::kF64, DType::kFloat64, QuotientRounding::kNone}
+                                            : Work{WorkType::kF32, DType::kFloat32, QuotientRounding::kNone};
+  const std::array<DType, 2> param_dtypes{DType::kFloat32, p.zero_point_f32 ? DType::kFloat32 : DType::kFloat64};
+  if (grad_output == nullptr) {
+    run_affine(L, x, out, w, detail::KernelOp::kFakeQuantize, &p, param_dtypes);
+    return;
+  }
+  p.gradient = true;
+  p.canonical_nan = false;
+  TensorView xv = x, gv = *grad_output;
+  xv.shape = gv.shape = L.shape;
+  xv.strides = L.x_strides;
+  gv.strides = strides_like_x(grad_output->strides, L);
+  const std::array<TensorView, 4> inputs{xv, L.params[0], L.params[1], gv};
+  const std::array<DType, 4> dtypes{w.kernel_dtype, DType::kFloat32, param_dtypes[1], w.kernel_dtype};
+  detail::ElementwiseCall call;
+  call.inputs = inputs;
+  call.kernel_dtypes = dtypes;
+  call.out = out_view(out, L);
+  call.kernel_out_dtype = w.kernel_dtype;
+  call.kernel = detail::best_kernel(detail::KernelOp::kFakeQuantize, w.work);
+  call.params = &p;
+  call.repeated_row_operands = true;
+  detail::run_elementwise(call);
+}
+
+// ---- gradients ---------------------------------------------------------------------------------
+// Sums per-element values `g` (contiguous over layout.shape, dtype float32 or float64) into the
+// parameter's elements, in float64, then writes them rounded to `out`'s dtype.
+//
+// The sign of a zero follows torch's autograd: the per-element gradient has x's shape (split into
+// blocks) and is reduced to the parameter's with sum_to, which sums only when the shapes differ.
+// A sum starts from +0.0 (so -0.0 + -0.0, a sum over one element of a size-1 leading dimension and
+// an empty sum all give +0.0); with equal shapes and no blocks (`no_reduction`: per-element
+// parameters) there is no sum and each element keeps its own value, -0.0 included. Blocks of one
+// are summed (+0.0), as aimet-torch does.
+void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRounding narrow, const AffineLayout& L,
+                 int which, const TensorView& param, bool no_reduction, const MutableTensorView& out) {
+  std::vector<double> acc(static_cast<std::size_t>(std::max<std::int64_t>(param.numel(), 1)), 0.0);
+  const Dims& shape = L.shape;
+  const Dims& st = L.acc_strides[static_cast<std::size_t>(which)];
+  const std::int64_t n = shape.numel();
+  std::array<std::int64_t, kMaxRank> idx{};
+  std::int64_t target = 0;
+  for (std::int64_t e = 0; e < n; ++e) {
+    const double v = g_dtype == DType::kFloat32 ? static_cast<double>(reinterpret_cast<const float*>(g.data())[e])
+                                                : reinterpret_cast<const double*>(g.data())[e];
+    double& a = acc[static_cast<std::size_t>(target)];
+    a = no_reduction ? v : a + v;
+    for (int k = shape.rank - 1; k >= 0; --k) {  // odometer over the engine's shape
+      if (++idx[static_cast<std::size_t>(k)] < shape[k]) {
+        target += st[k];
+        break;
+      }
+      target -= st[k] * (shape[k] - 1);
+      idx[static_cast<std::size_t>(k)] = 0;
+    }
+  }
+  // The sum in the working precision (torch's sum_to runs there, before the cast back), then the
+  // parameter's dtype through a float64 tensor of its shape.
+  if (g_dtype == DType::kFloat32) {
+    for (double& a : acc) a = static_cast<double>(detail::narrow_to<float>(static_cast<float>(a), narrow));
+  }
+  detail::convert_into(TensorView(acc.data(), DType::kFloat64, param.shape), out);
+}
+
+// RuntimeError unless the working dtype `t` holds every integer of the grid (AIMET's message).
+void require_grid_in(DType t, const Grid& g) {
+  if (!grid_representable(t, g)) {
+    runtime_error(std::string(torch_dtype_name(t)) + " is unable to represent quantized output of range " + grid_str(g) + ".");
+  }
+}
+
+// The formula kernel's parameters for `kind` in working precision `w` (bfloat16 outputs carry
+// torch's canonical NaN).
+detail::AffineParams formula_params(AffineKind kind, const Work& w, const Grid& grid, DType x_dtype) {
+  detail::AffineParams p;
+  p.kind = kind;
+  p.narrow = w.narrow;
+  p.canonical_nan = x_dtype == DType::kBFloat16;
+  p.qmin = static_cast<double>(grid.qmin);
+  p.qmax = static_cast<double>(grid.qmax);
+  return p;
+}
+
+// AIMET's formula (quantize, the training path of quantize_dequantize, dequantize) into `out`:
+// working precision by AIMET's rule (dequantize: x's dtype).
+void run_formula(AffineKind kind, const TensorView& x, const TensorView& scale, const TensorView& offset,
+                 const AffineArgs& args, const MutableTensorView& out) {
+  const AffineLayout L = make_layout(x, scale, offset, args.block_size);
+  const Work w = work_for(kind == AffineKind::kDequantize ? x.dtype : working_dtype(x.dtype, args.grid));
+  const detail::AffineParams p = formula_params(kind, w, args.grid, x.dtype);
+  const std::array<DType, 2> param_dtypes{w.kernel_dtype, w.kernel_dtype};
+  run_affine(L, x, out, w, detail::KernelOp::kAffine, &p, param_dtypes);
+}
+
+}  // namespace
+
+Grid grid_from_num_steps(std::int64_t num_steps, bool is_signed) {
+  if (num_steps < 0) throw Error(ErrorKind::kValue, "num_steps must be >= 0 (got " + std::to_string(num_steps) + ")");
+  if (is_signed) return {-((num_steps + 1) / 2), num_steps / 2};
+  return {0, num_steps};
+}
+
+Grid grid_from_bitwidth(std::int64_t bitwidth, bool is_signed) {
+  if (bitwidth < 1 || bitwidth > 62) {
+    throw Error(ErrorKind::kValue, "bitwidth must be in [1, 62] (got " + std::to_string(bitwidth) + ")");
+  }
+  return grid_from_num_steps((std::int64_t{1} << bitwidth) - 1, is_signed);
+}
+
+TensorSpec quantize_spec(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args) {
+  check_common("quantize", x, scale, offset);
+  (void)make_layout(x, scale, offset, args.block_size);
+  check_grid(args.grid);
+  require_grid_in(x.dtype, args.grid);
+  return {x.dtype, x.shape};
+}
+
+void quantize(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args,
+              const MutableTensorView& out) {
+  require_output(out, quantize_spec(x, scale, offset, args), "quantize");
+  run_formula(AffineKind::kQuantize, x, scale, offset, args, out);
+}
+
+bool takes_no_grad_shortcut(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args) {
+  check_common("quantize_dequantize", x, scale, offset);
+  (void)make_layout(x, scale, offset, args.block_size);
+  check_grid(args.grid);
+  return shortcut_for(x, scale, offset, args, nullptr).taken;
+}
+
+TensorSpec quantize_dequantize_spec(const TensorView& x, const TensorView& scale, const TensorView& offset,
+                                    const AffineArgs& args, QdqPath path) {
+  check_common("quantize_dequantize", x, scale, offset);
+  (void)make_layout(x, scale, offset, args.block_size);
+  check_grid(args.grid);
+  const bool shortcut = path == QdqPath::kNoGrad && shortcut_for(x, scale, offset, args, nullptr).taken;
+  if (!shortcut) require_grid_in(working_dtype(x.dtype, args.grid), args.grid);
+  return {x.dtype, x.shape};
+}
+
+void quantize_dequantize(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args,
+                         QdqPath path, const MutableTensorView& out) {
+  require_output(out, quantize_dequantize_spec(x, scale, offset, args, path), "quantize_dequantize");
+  if (path == QdqPath::kNoGrad) {
+    std::vector<double> zero_points;
+    const Shortcut s = shortcut_for(x, scale, offset, args, &zero_points);
+    if (s.taken) {
+      run_shortcut(x, scale, offset, args, s, zero_points, out);
+      return;
+    }
+  }
+  run_formula(AffineKind::kQuantizeDequantize, x, scale, offset, args, out);
+}
+
+TensorSpec dequantize_spec(const TensorView& x, const TensorView& scale, const TensorView& offset,
+                           std::span<const std::int64_t> block_size) {
+  check_common("dequantize", x, scale, offset);
+  (void)make_layout(x, scale, offset, block_size);
+  return {x.dtype, x.shape};
+}
+
+void dequantize(const TensorView& x, const TensorView& scale, const TensorView& offset,
+                std::span<const std::int64_t> block_size, const MutableTensorView& out) {
+  require_output(out, dequantize_spec(x, scale, offset, block_size), "dequantize");
+  run_formula(AffineKind::kDequantize, x, scale, offset, AffineArgs{{0, 0}, block_size}, out);
+}
+
+void affine_backward(AffineOp op, const TensorView& grad_output, const TensorView& x, const TensorView& scale,
+                     const TensorView& offset, const AffineArgs& args, const MutableTensorView& grad_x,
+                     const MutableTensorView& grad_scale, const MutableTensorView& grad_offset) {
+  const char* name = op == AffineOp::kQuantize ? "quantize" : op == AffineOp::kDequantize ? "dequantize" : "quantize_dequantize";
+  check_common(name, x, scale, offset);
+  const auto check_grad_output = [&] {
+    require_float(grad_output, name, "grad_output");
+    if (!(grad_output.shape == x.shape)) {
+      throw Error(ErrorKind::kValue, std::string(name) + ": grad_output must have the input's shape " + x.shape.str() +
+                                         " (got " + grad_output.shape.str() + ")");
+    }
+  };
+  if (op == AffineOp::kQuantizeDequantizeNoGrad) {
+    std::vector<double> zero_points;
+    (void)quantize_dequantize_spec(x, scale, offset, args, QdqPath::kNoGrad);
+    const Shortcut s = shortcut_for(x, scale, offset, args, &zero_points);
+    if (!s.taken) {
+      affine_backward(AffineOp::kQuantizeDequantize, grad_output, x, scale, offset, args, grad_x, MutableTensorView(),
+                      MutableTensorView());
+      return;
+    }
+    check_grad_output();
+    if (grad_x.data != nullptr) {
+      require_output(grad_x, {x.dtype, x.shape}, name, "grad_x");
+      run_shortcut(x, scale, offset, args, s, zero_points, grad_x, &grad_output);
+    }
+    return;
+  }
+  check_grad_output();
+  DType wd = x.dtype;
+  if (op != AffineOp::kDequantize) {
+    if (op == AffineOp::kQuantize) (void)quantize_spec(x, scale, offset, args);
+    else (void)quantize_dequantize_spec(x, scale, offset, args, QdqPath::kTraining);
+    wd = working_dtype(x.dtype, args.grid);
+  } else {
+    (void)dequantize_spec(x, scale, offset, args.block_size);
+  }
+  if (grad_x.data != nullptr) require_output(grad_x, {x.dtype, x.shape}, name, "grad_x");
+  if (grad_scale.data != nullptr) require_output(grad_scale, {scale.dtype, scale.shape}, name, "grad_scale");
+  if (grad_offset.data != nullptr) require_output(grad_offset, {offset.dtype, offset.shape}, name, "grad_offset");
+  const AffineLayout L = make_layout(x, scale, offset, args.block_size);
+  const Work w = work_for(wd);
+  detail::AffineGradParams p;
+  p.op = formula_params(op == AffineOp::kQuantize     ? AffineKind::kQuantize
+                        : op == AffineOp::kDequantize ? AffineKind::kDequantize
+                                                      : AffineKind::kQuantizeDequantize,
+                        w, args.grid, x.dtype);
+  TensorView xv = x, gv = grad_output;
+  xv.shape = gv.shape = L.shape;
+  xv.strides = L.x_strides;
+  gv.strides = strides_like_x(grad_output.strides, L);  // grad_output split like x
+  const std::array<TensorView, 4> inputs{gv, xv, L.params[0], L.params[1]};
+  const std::array<DType, 4> dtypes{w.kernel_dtype, w.kernel_dtype, w.kernel_dtype, w.kernel_dtype};
+  auto run = [&](detail::AffineGradOf of, const MutableTensorView& out) {
+    p.of = of;
+    detail::ElementwiseCall call;
+    call.inputs = inputs;
+    call.kernel_dtypes = dtypes;
+    call.out = out;
+    call.kernel_out_dtype = w.kernel_dtype;
+    call.kernel = detail::best_kernel(detail::KernelOp::kAffineGrad, w.work);
+    call.params = &p;
+    call.repeated_row_operands = true;
+    detail::run_elementwise(call);
+  };
+  if (grad_x.data != nullptr) run(detail::AffineGradOf::kX, out_view(grad_x, L));
+  const std::int64_t n = L.shape.numel();
+  std::vector<unsigned char> buffer;
+  auto reduced = [&](detail::AffineGradOf of, int which, const TensorView& param, const MutableTensorView& out) {
+    buffer.assign(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(w.kernel_dtype), 0);
+    run(of, MutableTensorView(buffer.data(), w.kernel_dtype, L.shape));
+    // torch's sum_to is the identity where the parameter has x's shape (same rank and sizes) and
+    // there are no blocks; blockwise, aimet-torch 2.42.0 sums over each block even when it holds
+    // one element (its golden data: +0.0 for a lone -0.0 term with blocks of one)
+    reduce_into(buffer, w.kernel_dtype, w.narrow, L, which, param, param.shape == x.shape && args.block_size.empty(),
+                out);
+  };
+  if (grad_scale.data != nullptr) reduced(detail::AffineGradOf::kScale, 0, scale, grad_scale);
+  if (grad_offset.data != nullptr) reduced(detail::AffineGradOf::kOffset, 1, offset, grad_offset);
+}
+
+}  // namespace polyquant::aimet

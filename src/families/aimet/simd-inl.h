@@ -1,0 +1,110 @@
+// float32 SIMD kernels of AIMET's affine ops, written once against the `Vec` vocabulary and
+// compiled per kernel set inside that set's namespace. Each body is the vector form of the
+// per-element spec in families/aimet/kernels.h, operation for operation. float16 / bfloat16 working
+// precisions and grids whose integers float32 does not hold exactly run the scalar spec.
+//
+// No include guard: meant to be included once per kernel-set translation unit.
+
+#include "kernels/simd/row_loop-inl.h"
+
+// torch.clamp: NaN passes, a value equal to a bound (+-0 included) is kept.
+inline Vec::F torch_clamp_v(Vec::F v, Vec::F lo, Vec::F hi) {
+  return Vec::select(Vec::lt(v, lo), lo, Vec::select(Vec::gt(v, hi), hi, v));
+}
+
+// Blocked parameters: rows of row_len elements with one scale / offset per row (RowArgs::per_row_mask)
+// or one for all; x and the output run on. Each row is the per-tensor loop with that row's
+// parameters in registers; a row's tail goes through the scalar element function (the spec).
+template <class Body>
+POLYQUANT_ALWAYS_INLINE inline void affine_blocks(const AffineParams& p, const RowArgs& a, Body&& body) {
+  constexpr int L = Vec::kLanes;
+  const float* x = a.input<float>(0);
+  const float* s = a.input<float>(1);
+  const float* o = a.input<float>(2);
+  float* out = static_cast<float*>(a.out);
+  const std::int64_t len = a.row_len, rows = a.n / a.row_len;
+  const bool s_rows = a.is_per_row(1), o_rows = a.is_per_row(2);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float sr = s[s_rows ? r : 0], orow = o[o_rows ? r : 0];
+    const Vec::F sv = Vec::splat(sr), ov = Vec::splat(orow);
+    const std::int64_t base = r * len;
+    std::int64_t j = 0;
+    for (; j + L <= len; j += L) Vec::storeu(out + base + j, body(Vec::loadu(x + base + j), sv, ov));
+    for (; j < len; ++j) out[base + j] = affine_element<float>(p, x[base + j], sr, orow);
+  }
+}
+
+void affine_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const AffineParams*>(params);
+  const bool blocks = a.per_row_mask != 0;
+  if (p.narrow != QuotientRounding::kNone || p.canonical_nan ||
+      (blocks && (a.repeated_row_mask != 0 || a.is_per_row(0) || a.is_broadcast(0) || !(a.is_per_row(1) || a.is_broadcast(1)) ||
+                  !(a.is_per_row(2) || a.is_broadcast(2))))) {
+    ref::affine_f32(params, a);
+    return;
+  }
+  const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
+  if (blocks) {
+    switch (p.kind) {
+      case AffineKind::kDequantize:
+        affine_blocks(p, a, [&](Vec::F x, Vec::F s, Vec::F o) POLYQUANT_ALWAYS_INLINE { return Vec::mul(Vec::add(x, o), s); });
+        return;
+      case AffineKind::kQuantize:
+        affine_blocks(p, a, [&](Vec::F x, Vec::F s, Vec::F o) POLYQUANT_ALWAYS_INLINE {
+          return torch_clamp_v(Vec::sub(Vec::rint(Vec::div(x, s)), o), lo, hi);
+        });
+        return;
+      default:
+        affine_blocks(p, a, [&](Vec::F x, Vec::F s, Vec::F o) POLYQUANT_ALWAYS_INLINE {
+          const Vec::F q = torch_clamp_v(Vec::sub(Vec::rint(Vec::div(x, s)), o), lo, hi);
+          return Vec::mul(Vec::add(q, o), s);
+        });
+        return;
+    }
+  }
+  switch (p.kind) {
+    case AffineKind::kDequantize:
+      for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return Vec::mul(Vec::add(v[0], v[2]), v[1]); });
+      return;
+    case AffineKind::kQuantize:
+      for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+        return torch_clamp_v(Vec::sub(Vec::rint(Vec::div(v[0], v[1])), v[2]), lo, hi);
+      });
+      return;
+    default:
+      for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+        const Vec::F q = torch_clamp_v(Vec::sub(Vec::rint(Vec::div(v[0], v[1])), v[2]), lo, hi);
+        return Vec::mul(Vec::add(q, v[2]), v[1]);
+      });
+      return;
+  }
+}
+
+// Operands x, scale (float32) and the zero point as float32 (params.zero_point_f32; exact:
+// params.exact_in_float says every zero point and both bounds lie within +-2^23, so the clamped
+// level minus the zero point is exact in float32 and so is everything the reference does in int64
+// or double).
+void fake_quantize_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const FakeQuantizeParams*>(params);
+  if (!p.exact_in_float || !p.zero_point_f32 || p.canonical_nan || p.gradient || a.per_row_mask != 0) {
+    ref::fake_quantize_f32(params, a);
+    return;
+  }
+  const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
+  const Vec::F one = Vec::splat(1.0f), int64_limit = Vec::splat(0x1p63f);
+  if (p.per_channel) {
+    for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      const Vec::F qf = Vec::add(v[2], Vec::rint(Vec::mul(v[0], Vec::div(one, v[1]))));
+      // int64(qf) of NaN, +-inf and |qf| >= 2^63 is INT64_MIN on x86: the lower bound.
+      const auto unrepresentable = Vec::mask_or(Vec::isnan(qf), Vec::ge(Vec::abs(qf), int64_limit));
+      const Vec::F c = Vec::select(unrepresentable, lo, torch_clamp_v(qf, lo, hi));
+      return Vec::mul(Vec::sub(c, v[2]), v[1]);
+    });
+  } else {
+    for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      const Vec::F qf = Vec::add(v[2], Vec::rint(Vec::mul(v[0], Vec::div(one, v[1]))));
+      const Vec::F c = Vec::select(Vec::isnan(qf), lo, torch_clamp_v(qf, lo, hi));  // fmax(NaN, lo) = lo
+      return Vec::mul(Vec::sub(c, v[2]), v[1]);
+    });
+  }
+}

@@ -1,0 +1,275 @@
+// Kernel-side description of the QKeras quantizers (google/qkeras 78ea90f): parameter structs and
+// the per-element scalar formulas that define them, the spec every vector kernel equals bit for bit.
+//
+// QKeras evaluates each quantizer as a chain of separate float32 TensorFlow ops, eagerly, in the
+// order its Python is written; the formulas below are that chain, op for op, with no algebraic
+// shortcut (several QKeras quirks live in exactly those ops: the `x + q * (xq - x)` blend does not
+// return xq for huge x; `p + (-p + round(p))` turns -0 into +0 and inf into NaN). Every row loop
+// runs inside ScopedFlushDenormals (TensorFlow's flush-to-zero / denormals-are-zero), and the
+// kernels are compiled with -ffp-contract=off.
+//
+// Comparison ops follow TensorFlow's float32 CPU kernels: minimum/maximum propagate NaN and, on two
+// equal operands (+0 and -0), return the second one (the clip bound), as the vectorized Eigen path
+// does for all but a tensor's last few elements.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#include "core/philox.h"
+#include "core/target.h"
+#include "kernels/row.h"
+
+namespace polyquant::detail {
+
+// How the quantized value xq meets the input: QKeras' qnoise blend.
+//   use_ste:   out = x + q * ((-x) + xq)            (quantized_bits, quantized_relu)
+//   otherwise: out = (1 - q) * x + q * xq           ((1 - q) rounded once to float32)
+//   linear:    out = x + q * (xq - x)               (quantized_linear; equal to the first form)
+struct QkBlend {
+  bool use_ste = true;
+  float q = 1.0f;
+  float one_minus_q = 0.0f;
+};
+
+// Stochastic rounding (training mode): U from Philox keyed by the seed, the element's flat index
+// and a stream number (a call's iteration of a scale search), on TensorFlow's 2^-23 lattice.
+struct QkStochastic {
+  bool enabled = false;
+  std::uint64_t seed = 0;
+  std::uint32_t stream = 0;
+  float scale = 1.0f;  // 1 / precision: 1 (quantized_bits, quantized_linear) or 2 (quantized_relu)
+};
+
+// ---- quantized_bits, fixed-point path: operands x, alpha ------------------------------------
+// Division by a power of two: where QKeras divides by m or m_i (or by a scale operand) and that
+// divisor is 2^k with a normal reciprocal, x / 2^k and x * 2^-k are the one rounding of the same
+// exact value (overflow, flush to zero and NaN included), so the vector kernels multiply by the
+// reciprocal (divisions dominate their cost). inv_* = exact_reciprocal(divisor), 0 when it is not
+// exact; `pow2_scales`: every value of the scale operand is such a power of two.
+struct QkBitsParams {
+  bool binary = false;         // bits - keep_negative <= 0: the +-1 branch
+  bool keep_negative = true;
+  float m = 0, m_i = 0;        // 2^(bits - keep_negative), 2^integer (float32 pow)
+  float inv_m = 0, inv_m_i = 0;
+  float lo = 0, hi = 0;        // keep_negative * (-m + symmetric) (-0.0 when unsigned), m - 1
+  QkBlend blend;
+  QkStochastic stochastic;
+  bool gradient = false;       // write d out / d x instead of out
+};
+
+// ---- quantized_bits, alpha "auto"/"auto_po2" final pass: operands x, s (internal scale) -------
+struct QkBitsAutoParams {
+  float m = 0, m_i = 0;
+  float inv_m = 0, inv_m_i = 0;
+  bool pow2_scales = false;
+  float half_levels = 0;       // 2^(bits - 1) - 1, the largest integer magnitude
+  QkBlend blend;
+  bool gradient = false;
+  bool level_only = false;     // write the integer level z (the least-squares rounds' input)
+};
+
+// ---- quantized_relu: operand x ---------------------------------------------------------------
+struct QkReluParams {
+  float m = 0, m_i = 0;        // 2^(bits - (negative_slope != 0)), 2^integer
+  float inv_m = 0, inv_m_i = 0;
+  float clip_value = 0;        // m_i - m_f: the unquantized companion's ceiling (is_quantized_clip)
+  float one_minus_inv_m = 0;   // 1 - 1 / m
+  float negative_slope = 0;    // ns (float32)
+  float m_i_ns = 0;            // m_i * ns
+  float neg_factor = 0;        // 1 / (ns * m)
+  bool leaky = false;          // ns != 0 (K.relu takes the leaky_relu kernel)
+  bool negative_part = false;  // ns > 0
+  bool sigmoid = false;        // use_sigmoid (hard sigmoid)
+  bool quantized_clip = true;  // is_quantized_clip
+  bool has_upper_bound = false;
+  bool bound_output = false;   // relu_upper_bound truthy and not is_quantized_clip
+  float upper_bound = 0;
+  bool fast_inference = false; // enable_fast_inference: m_i * clamp(round(x * 2^(bits-integer)) * 2^-bits, 0, 1 - 2^-bits)
+  float fast_p_factor = 0, fast_factor = 0, fast_ceiling = 0;
+  QkBlend blend;
+  QkStochastic stochastic;
+  bool gradient = false;
+};
+
+// ---- quantized_linear: operands x, quantization scale ----------------------------------------
+struct QkLinearParams {
+  float clip_min = 0, clip_max = 0;
+  bool pow2_scales = false;
+  float shift = 0;             // 0.5 for the sign function (bits == 1, keep_negative), else 0
+  QkBlend blend;
+  QkStochastic stochastic;
+  bool gradient = false;
+  bool level_only = false;     // write the level round_through(c - shift) + shift
+};
+
+inline namespace POLYQUANT_TARGET_NAMESPACE {
+
+// 1 / v when v = 2^k with 2^-k a normal float32 (k in [-126, 126]): then x / v == x * (1 / v) for
+// every float32 x under any flush mode. 0 when v is anything else.
+POLYQUANT_HD inline float exact_reciprocal(float v) {
+  // From the bits: a positive power of two has a zero fraction field; biased exponent E in
+  // [1, 253] keeps 2^-(E - 127) normal, and its biased exponent is 254 - E.
+  const auto bits = std::bit_cast<std::uint32_t>(v);
+  const std::uint32_t biased = bits >> 23;  // the sign bit makes negatives fail the range test
+  if ((bits & 0x7FFFFFu) != 0 || biased < 1 || biased > 253) return 0.0f;
+  return std::bit_cast<float>((254u - biased) << 23);
+}
+
+// tf.minimum / tf.maximum (NaN propagating; equal operands give the second).
+POLYQUANT_HD inline float tf_min(float a, float b) { return std::isnan(a) ? a : std::isnan(b) ? b : (a < b ? a : b); }
+POLYQUANT_HD inline float tf_max(float a, float b) { return std::isnan(a) ? a : std::isnan(b) ? b : (a > b ? a : b); }
+// tf.clip_by_value(t, lo, hi) = maximum(minimum(t, hi), lo).
+POLYQUANT_HD inline float tf_clip(float t, float lo, float hi) { return tf_max(tf_min(t, hi), lo); }
+// XLA's clamp (quantized_relu's fast path is XLA-compiled): max(t, lo) then min(., hi), each
+// returning the bound when t is NaN or equal to it (NaN gives lo).
+POLYQUANT_HD inline float xla_clip(float t, float lo, float hi) {
+  t = t > lo ? t : lo;
+  return t < hi ? t : hi;
+}
+// The NaN a quantizer writes. Where an element's result is NaN, which NaN comes out of the op chain
+// depends on operand order whenever two NaNs of different sign or payload meet (x and -x in
+// round_through's p + (-p + round(p)), x and a NaN scale), and C++ compilers may commute a + b or
+// a * b for floats, so neither the scalar code nor a vector kernel pins the bits down by itself.
+// The rule, explicit in every kernel set: a NaN input x gives x itself, quieted (what TensorFlow's
+// elementwise chain returns: tf.sign, tf.round, +, * all carry the first NaN operand, and QKeras
+// starts every chain from x); any other NaN result (from +-inf, a NaN scale or alpha) is x86's
+// default NaN 0xFFC00000, what TensorFlow gives for +-inf inputs.
+inline constexpr std::uint32_t kQkDefaultNanBits = 0xFFC00000u;
+POLYQUANT_HD inline float qk_nan_result(float out, float x) {
+  if (!std::isnan(out)) return out;
+  if (std::isnan(x)) return std::bit_cast<float>(std::bit_cast<std::uint32_t>(x) | 0x00400000u);
+  return std::bit_cast<float>(kQkDefaultNanBits);
+}
+
+// tf.sign: -1, +1, +0 for both zeros (TensorFlow 2.15's CPU kernel gives +0 for -0, and a negative
+// subnormal reaches it flushed to -0 in QKeras' auto path, after x / m_i) and NaN. x + 0 is +0
+// for +-0 and x (quieted) for NaN.
+POLYQUANT_HD inline float tf_sign(float x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x + 0.0f; }
+// tf.round: half to even.
+POLYQUANT_HD inline float tf_round(float x) { return std::nearbyint(x); }
+
+// QKeras' stochastic_round(x, precision) with U drawn for element `index`.
+POLYQUANT_HD inline float stochastic_round(float x, const QkStochastic& s, std::uint64_t index) {
+  const float scaled = x * s.scale;
+  const float low = std::floor(scaled);
+  const float fraction = scaled - low;
+  const float u = uniform_on_2pow23_lattice(s.seed, s.stream, index);
+  const float r = fraction < u ? low : std::ceil(scaled);
+  return r / s.scale;
+}
+
+// QKeras' _round_through: p + stop_gradient(-p + round(p)), literally (so +-inf gives NaN and a
+// zero result is +0).
+POLYQUANT_HD inline float round_through(float p, const QkStochastic& s, std::uint64_t index) {
+  const float r = s.enabled ? stochastic_round(p, s, index) : tf_round(p);
+  return p + ((-p) + r);
+}
+
+POLYQUANT_HD inline float blend(float x, float xq, const QkBlend& b) {
+  if (b.use_ste) return x + b.q * ((-x) + xq);
+  return b.one_minus_q * x + b.q * xq;
+}
+
+POLYQUANT_HD inline float qk_bits_element(float x, float alpha, const QkBitsParams& p, std::uint64_t index) {
+  if (p.gradient) return p.blend.use_ste ? 1.0f : p.blend.one_minus_q;
+  float xq;
+  if (!p.binary) {
+    const float scaled = (x * p.m) / p.m_i;
+    const float c = tf_clip(round_through(scaled, p.stochastic, index), p.lo, p.hi);
+    xq = (p.m_i * c) / p.m;
+  } else {
+    xq = tf_sign(x);
+    xq = xq + (1.0f - std::fabs(xq));
+    if (!p.keep_negative) xq = (xq + 1.0f) / 2.0f;
+  }
+  return qk_nan_result(blend(x, alpha * xq, p.blend), x);
+}
+
+// z = sign(xs) * where(v < L, v, L) with v = floor(|xs| / s + 0.5): the auto path's integer level.
+POLYQUANT_HD inline float qk_bits_auto_level(float xs, float s, float half_levels) {
+  const float v = std::floor(std::fabs(xs) / s + 0.5f);
+  return tf_sign(xs) * (v < half_levels ? v : half_levels);
+}
+
+POLYQUANT_HD inline float qk_bits_auto_element(float x, float s, const QkBitsAutoParams& p) {
+  if (p.gradient) return p.blend.use_ste ? 1.0f : p.blend.one_minus_q;
+  const float xs = x / p.m_i;
+  const float z = qk_bits_auto_level(xs, s, p.half_levels);
+  if (p.level_only) return qk_nan_result(z, x);
+  const float scale = s * p.m;
+  const float full = p.m_i * xs;
+  const float xq = scale * ((p.m_i * z) / p.m);
+  return qk_nan_result(blend(full, xq, p.blend), x);
+}
+
+// K.relu(x, alpha=ns): tf.nn.relu (maximum with +0, NaN propagating) or tf.nn.leaky_relu
+// (x > 0 ? x : x * ns).
+POLYQUANT_HD inline float qk_relu_companion(float x, const QkReluParams& p) {
+  if (p.leaky) return x > 0.0f ? x : x * p.negative_slope;
+  return tf_max(x, 0.0f);
+}
+
+POLYQUANT_HD inline float qk_relu_unquantized(float x, const QkReluParams& p) {
+  if (p.quantized_clip) return x <= p.clip_value ? qk_relu_companion(x, p) : p.clip_value;
+  if (p.has_upper_bound) return x <= p.upper_bound ? qk_relu_companion(x, p) : p.upper_bound;
+  return qk_relu_companion(x, p);
+}
+
+POLYQUANT_HD inline float qk_relu_element(float x, const QkReluParams& p, std::uint64_t index) {
+  if (p.fast_inference) {
+    return p.m_i * xla_clip(tf_round(x * p.fast_p_factor) * p.fast_factor, 0.0f, p.fast_ceiling);
+  }
+  if (p.gradient) {
+    // d x_u / d x: relu' = [x > 0], leaky' = x > 0 ? 1 : ns, 0 where the ceiling was taken.
+    float d;
+    const bool below = p.quantized_clip ? x <= p.clip_value : p.has_upper_bound ? x <= p.upper_bound : true;
+    if (!below) d = 0.0f;
+    else if (p.leaky) d = x > 0.0f ? 1.0f : p.negative_slope;
+    else d = x > 0.0f ? 1.0f : 0.0f;
+    return p.blend.use_ste ? d : p.blend.one_minus_q * d;
+  }
+  const float xu = qk_relu_unquantized(x, p);
+  float xq;
+  if (p.sigmoid) {
+    // hard_sigmoid(y) = clip(0.5 * y + 0.5, 0, 1)
+    const float scaled = tf_clip(0.5f * (x / p.m_i) + 0.5f, 0.0f, 1.0f) * p.m;
+    xq = p.m_i * tf_clip(2.0f * (round_through(scaled, p.stochastic, index) / p.m) - 1.0f, 0.0f, p.one_minus_inv_m);
+    if (p.negative_part) {
+      const float r = round_through(scaled * p.negative_slope, p.stochastic, index);
+      xq = xq + p.m_i_ns * tf_clip(2.0f * (r * p.neg_factor) - 1.0f, -1.0f, 0.0f);
+    }
+  } else {
+    const float scaled = (x * p.m) / p.m_i;
+    xq = p.m_i * tf_clip(round_through(scaled, p.stochastic, index) / p.m, 0.0f, p.one_minus_inv_m);
+    if (p.negative_part) {
+      const float r = round_through(scaled * p.negative_slope, p.stochastic, index);
+      xq = xq + p.m_i_ns * tf_clip(r * p.neg_factor, -1.0f, 0.0f);
+    }
+  }
+  if (p.bound_output) xq = xq <= p.upper_bound ? xq : p.upper_bound;
+  return qk_nan_result(blend(xu, xq, p.blend), x);
+}
+
+// _scale_clip_and_round: round_through(clip(x / s, lo, hi) - shift) + shift.
+POLYQUANT_HD inline float qk_linear_level(float x, float s, const QkLinearParams& p, std::uint64_t index) {
+  const float c = tf_clip(x / s, p.clip_min, p.clip_max);
+  return round_through(c - p.shift, p.stochastic, index) + p.shift;
+}
+
+POLYQUANT_HD inline float qk_linear_element(float x, float s, const QkLinearParams& p, std::uint64_t index) {
+  if (p.gradient) {
+    // (1 - q) + q * [clip_min <= x / s <= clip_max] (tf.clip_by_value passes the gradient on
+    // its bounds; NaN compares false).
+    const float xs = x / s;
+    const float inside = (xs >= p.clip_min && xs <= p.clip_max) ? 1.0f : 0.0f;
+    return p.blend.one_minus_q + p.blend.q * inside;
+  }
+  if (p.level_only) return qk_nan_result(qk_linear_level(x, s, p, index), x);
+  const float xq = qk_linear_level(x, s, p, index) * s;
+  return qk_nan_result(x + p.blend.q * (xq - x), x);
+}
+
+}  // namespace POLYQUANT_TARGET_NAMESPACE
+}  // namespace polyquant::detail

@@ -1,0 +1,199 @@
+// Kernel-side description of the QONNX ops: operand order, parameter structs, and the per-element
+// scalar formulas that define them (the spec every optimized kernel must equal bit for bit).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/scalar_math.h"
+#include "core/target.h"
+#include "kernels/ops.h"
+#include "kernels/row.h"
+
+namespace polyquant::detail {
+
+inline namespace POLYQUANT_TARGET_NAMESPACE {
+template <class T>
+constexpr WorkType work_type_v = std::is_same_v<T, Half> ? WorkType::kF16
+                                 : std::is_same_v<T, float> ? WorkType::kF32
+                                                            : WorkType::kF64;
+
+// a op b evaluated in precision w (operands are exact in w: they come from narrower dtypes).
+POLYQUANT_HD inline double divide_in(WorkType w, double a, double b) {
+  switch (w) {
+    case WorkType::kF16: return to_double(Half(static_cast<float>(a)) / Half(static_cast<float>(b)));
+    case WorkType::kF32: return static_cast<double>(static_cast<float>(a) / static_cast<float>(b));
+    default: return a / b;
+  }
+}
+POLYQUANT_HD inline double add_in(WorkType w, double a, double b) {
+  switch (w) {
+    case WorkType::kF16: return to_double(Half(static_cast<float>(a)) + Half(static_cast<float>(b)));
+    case WorkType::kF32: return static_cast<double>(static_cast<float>(a) + static_cast<float>(b));
+    default: return a + b;
+  }
+}
+
+// x / s + z as numpy evaluates it: the division in promote(x, s), the addition in
+// promote(x, s, z), each possibly narrower than the op's working type T.
+template <class T>
+POLYQUANT_HD inline T scaled_offset(T x, T s, T z, WorkType divide_as, WorkType add_as) {
+  if (divide_as == work_type_v<T> && add_as == work_type_v<T>) return x / s + z;
+  const double q = divide_in(divide_as, to_double(x), to_double(s));
+  return from_double<T>(add_in(add_as, q, to_double(z)));
+}
+}  // namespace POLYQUANT_TARGET_NAMESPACE
+
+// ---- IntQuant: operands x, scale, zeropt; output in the working type (the reference function does
+// not cast; its ONNX node rounds to float32, which the engine's output conversion does) ------------
+struct IntQuantParams {
+  RoundingMode mode = RoundingMode::kHalfEven;
+  bool bipolar = false;  // bitwidth == 1 and signed
+  double lo = 0, hi = 0; // clamp bounds, already rounded to the working type
+  WorkType divide_as = WorkType::kF32;  // precision of x / scale
+  WorkType add_as = WorkType::kF32;     // precision of (x / scale) + zeropt
+};
+
+inline namespace POLYQUANT_TARGET_NAMESPACE {
+template <RoundingMode kMode, class T>
+POLYQUANT_HD inline T int_quant_element(T x, T s, T z, bool bipolar, T lo, T hi, WorkType divide_as, WorkType add_as) {
+  T y = scaled_offset(x, s, z, divide_as, add_as);
+  if (bipolar) {
+    y = (y >= T(0.0f)) ? T(1.0f) : T(-1.0f);
+  } else {
+    y = (y > hi) ? hi : y;  // comparisons are false for NaN: NaN passes the clamp
+    y = (y < lo) ? lo : y;
+    y = round_t<kMode>(y);
+  }
+  return (y - z) * s;
+}
+}  // namespace POLYQUANT_TARGET_NAMESPACE
+
+// ---- BipolarQuant: operands x, scale; output in the working type ----------------------------
+struct BipolarQuantParams {};
+
+inline namespace POLYQUANT_TARGET_NAMESPACE {
+template <class T>
+POLYQUANT_HD inline T bipolar_quant_element(T x, T s) {
+  return ((x >= T(0.0f)) ? T(1.0f) : T(-1.0f)) * s;
+}
+}  // namespace POLYQUANT_TARGET_NAMESPACE
+
+// ---- Trunc v1: operands x, scale, zeropt, trunc_scale (= 2^(in_bw - out_bw)) -------------------
+struct TruncParams {
+  RoundingMode mode = RoundingMode::kFloor;
+  WorkType divide_as = WorkType::kF32;  // precision of x / scale
+  WorkType add_as = WorkType::kF32;     // precision of (x / scale) + zeropt and its rint
+};
+
+inline namespace POLYQUANT_TARGET_NAMESPACE {
+template <RoundingMode kMode, class T>
+POLYQUANT_HD inline T trunc_v1_element(T x, T s, T z, T t, WorkType divide_as, WorkType add_as) {
+  T y = rint_t(scaled_offset(x, s, z, divide_as, add_as));
+  y = round_t<kMode>(y / t);
+  return (y - z) * s;
+}
+}  // namespace POLYQUANT_TARGET_NAMESPACE
+
+// ---- Trunc v2: operands x, scale, zeropt, trunc_scale, out_scale, lo, hi, zeropt / trunc_scale ---
+// (zeropt / trunc_scale is precomputed in its own numpy dtype, promote(zeropt, trunc_scale).)
+inline namespace POLYQUANT_TARGET_NAMESPACE {
+template <RoundingMode kMode, class T>
+POLYQUANT_HD inline T trunc_v2_element(T x, T s, T z, T t, T out_scale, T lo, T hi, T zt, WorkType divide_as, WorkType add_as) {
+  T y = rint_t(scaled_offset(x, s, z, divide_as, add_as));
+  y = y / t;
+  y = (y > hi) ? hi : y;
+  y = (y < lo) ? lo : y;
+  y = round_t<kMode>(y);
+  return (y - zt) * out_scale;
+}
+}  // namespace POLYQUANT_TARGET_NAMESPACE
+
+// ---- FloatQuant: operands x, scale, min_exp (= 1 - bias - m), max (M); output float64 ----------
+// The reference's function returns float64 (its clip against the float64 bound M promotes), and
+// that double is what polyquant computes; the ONNX node rounds it to float32 (the engine's output
+// conversion, or the kernels directly when `double_output` is false: float32(c * s) equals the
+// float32 product of the float32 values c and s, as the double product of two floats is exact).
+// M arrives as float64. Optimized float32 kernels compare in float32, which is exact only when
+// every M is a float32 value (max_fits_float32).
+struct FloatQuantParams {
+  RoundingMode mode = RoundingMode::kHalfEven;
+  double mantissa_bits = 0;  // m, exact in the working type
+  bool saturation = true;
+  bool has_inf = false;
+  bool has_nan = false;
+  bool is_signed = true;     // false: the range is [0, M] (qonnx's float_quant(signed=False))
+  bool max_fits_float32 = true;
+  bool double_output = true;  // the kernel writes float64 (else float32)
+  WorkType xs_as = WorkType::kF32;  // precision of X / scale and of its log2 (numpy's promote(X, scale))
+  // A weak `scale` (a Python float, TensorView::weak) that the working type does not hold: X /
+  // scale uses it rounded to X's dtype (the operand), but the reference multiplies its float64
+  // result by the Python float itself, this value.
+  bool has_product_scale = false;
+  double product_scale = 0;
+};
+
+inline namespace POLYQUANT_TARGET_NAMESPACE {
+// floor(log2(|xs| + tiny)) with log2, tiny and the addition in precision w, as numpy computes it on
+// the array X / scale (whose dtype may be narrower than the kernel's working type).
+POLYQUANT_HD inline double floor_log2_in(WorkType w, double xs) {
+  switch (w) {
+    case WorkType::kF16: {
+      const Half v(static_cast<float>(xs));
+      return to_double(floor_t(log2_t(abs_t(v) + tiny<Half>())));
+    }
+    case WorkType::kF32: return floor_t(log2_t(abs_t(static_cast<float>(xs)) + tiny<float>()));
+    default: return floor_t(log2_t(abs_t(xs) + tiny<double>()));
+  }
+}
+
+// np.clip(q, lo, hi) of numpy 2: max with lo, then min with hi, each keeping q on ties (so the sign
+// of a zero q survives a zero bound); a NaN q or a NaN bound gives NaN; lo > hi gives hi.
+POLYQUANT_HD inline double numpy_clip(double q, double lo, double hi) {
+  if (std::isnan(lo) || std::isnan(hi)) return NAN;
+  double c = q;
+  if (c < lo) c = lo;
+  if (c > hi) c = hi;
+  return c;
+}
+
+// q = 2^e * R(xs / 2^e), clipped to [lo, hi] = [-M or 0, M] (overflow judged on the unclipped q,
+// after rounding): the value the reference multiplies by the scale.
+template <RoundingMode kMode, class T>
+POLYQUANT_HD inline double float_quant_clipped(T x, T s, T min_exp, double max_value, const FloatQuantParams& p) {
+  T xs, e;
+  if (p.xs_as == work_type_v<T>) {
+    xs = x / s;
+    e = floor_t(log2_t(abs_t(xs) + tiny<T>()));
+  } else {  // X / scale and its log2 in the narrower promote(X, scale); the rest in T
+    const double q = divide_in(p.xs_as, to_double(x), to_double(s));
+    xs = from_double<T>(q);
+    e = from_double<T>(floor_log2_in(p.xs_as, q));
+  }
+  e = e - from_double<T>(p.mantissa_bits);
+  if (!isnan_t(e) && !(e > min_exp)) e = min_exp;  // np.maximum, NaN propagating
+  const T internal_scale = exp2_t(e);
+  const T q = internal_scale * round_t<kMode>(xs / internal_scale);
+  const double qd = to_double(q);
+  const double lo = p.is_signed ? -max_value : 0.0;
+  double clipped = numpy_clip(qd, lo, max_value);
+  if (!p.saturation) {
+    if (p.has_inf) {
+      if (qd > max_value) clipped = INFINITY;
+      if (qd < lo) clipped = -INFINITY;
+    } else if (p.has_nan) {
+      if (qd > max_value || qd < lo || isinf_t(q)) clipped = NAN;
+    }
+  }
+  return clipped;
+}
+
+// The reference function's float64 result: clipped * scale (exact for float32 operands).
+template <RoundingMode kMode, class T>
+POLYQUANT_HD inline double float_quant_element(T x, T s, T min_exp, double max_value, const FloatQuantParams& p) {
+  return float_quant_clipped<kMode>(x, s, min_exp, max_value, p) * (p.has_product_scale ? p.product_scale : to_double(s));
+}
+}  // namespace POLYQUANT_TARGET_NAMESPACE
+
+}  // namespace polyquant::detail

@@ -1,0 +1,312 @@
+// float32 SIMD kernels of the QONNX ops, written once against the `Vec` vocabulary and compiled
+// per kernel set (avx2/, avx512/) inside that set's namespace. Each body is the vector form of the
+// per-element spec in families/qonnx/kernels.h, operation for operation. Include after defining `Vec`.
+//
+// No include guard: meant to be included once per kernel-set translation unit.
+
+#include "kernels/simd/row_loop-inl.h"
+
+// ---- IntQuant --------------------------------------------------------------------------------
+void int_quant_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const IntQuantParams*>(params);
+  if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {  // mixed precisions: rare
+    ref::int_quant_f32(params, a);
+    return;
+  }
+  const Vec::F lo = Vec::splat(static_cast<float>(p.lo)), hi = Vec::splat(static_cast<float>(p.hi));
+  const Vec::F one = Vec::splat(1.0f), minus_one = Vec::splat(-1.0f), zero = Vec::zero();
+  if (p.bipolar) {
+    for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      const Vec::F y = Vec::add(Vec::div(v[0], v[1]), v[2]);
+      const Vec::F b = Vec::select(Vec::ge(y, zero), one, minus_one);
+      return Vec::mul(Vec::sub(b, v[2]), v[1]);
+    });
+    return;
+  }
+  with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
+    for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      Vec::F y = Vec::add(Vec::div(v[0], v[1]), v[2]);
+      y = Vec::select(Vec::gt(y, hi), hi, y);
+      y = Vec::select(Vec::lt(y, lo), lo, y);
+      y = round_v<kMode>(y);
+      return Vec::mul(Vec::sub(y, v[2]), v[1]);
+    });
+  });
+}
+
+// ---- BipolarQuant ----------------------------------------------------------------------------
+void bipolar_quant_f32(const void*, const RowArgs& a) {
+  const Vec::F one = Vec::splat(1.0f), minus_one = Vec::splat(-1.0f), zero = Vec::zero();
+  for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    return Vec::mul(Vec::select(Vec::ge(v[0], zero), one, minus_one), v[1]);
+  });
+}
+
+// ---- Trunc v1 / v2 ---------------------------------------------------------------------------
+// y / t for the power-of-two truncation scale t: when t is one broadcast value 2^k with 2^-k a
+// normal float32, y * 2^-k rounds the same real number once, so it equals the division bit for bit
+// and spares a divider pass. Any other t (inf, 0, subnormal reciprocal, per-element) divides.
+inline bool exact_inverse_power_of_two(const RowArgs& a, int operand, float* inverse) {
+  if (!a.is_broadcast(operand)) return false;
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(a.input<float>(operand)[0]);
+  const std::uint32_t biased = bits >> 23;  // sign bit must be clear: positive powers only
+  if ((bits & 0x7fffffu) != 0 || biased < 1 || biased > 253) return false;
+  *inverse = std::bit_cast<float>((254u - biased) << 23);
+  return true;
+}
+
+template <RoundingMode kMode, bool kInverse>
+inline void trunc_v1_row(const RowArgs& a, float inverse) {
+  const Vec::F inv = Vec::splat(inverse);
+  for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
+    y = round_v<kMode>(kInverse ? Vec::mul(y, inv) : Vec::div(y, v[3]));
+    return Vec::mul(Vec::sub(y, v[2]), v[1]);
+  });
+}
+
+// Shared entry of the Trunc kernels: mixed working precisions go to the spec; a power-of-two
+// truncation scale with an exact inverse multiplies.
+template <class Row>
+inline void trunc_dispatch(const void* params, const RowArgs& a, RowKernel reference, Row&& row) {
+  const auto& p = *static_cast<const TruncParams*>(params);
+  if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {
+    reference(params, a);
+    return;
+  }
+  float inverse = 0.0f;
+  const bool use_inverse = exact_inverse_power_of_two(a, 3, &inverse);
+  with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
+    if (use_inverse) row.template operator()<kMode, true>(inverse);
+    else row.template operator()<kMode, false>(inverse);
+  });
+}
+
+void trunc_v1_f32(const void* params, const RowArgs& a) {
+  trunc_dispatch(params, a, ref::trunc_v1_f32,
+                 [&]<RoundingMode kMode, bool kInverse>(float inverse) { trunc_v1_row<kMode, kInverse>(a, inverse); });
+}
+
+template <RoundingMode kMode, bool kInverse>
+inline void trunc_v2_row(const RowArgs& a, float inverse) {
+  const Vec::F inv = Vec::splat(inverse);
+  for_each_vector<8>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
+    y = kInverse ? Vec::mul(y, inv) : Vec::div(y, v[3]);
+    y = Vec::select(Vec::gt(y, v[6]), v[6], y);
+    y = Vec::select(Vec::lt(y, v[5]), v[5], y);
+    y = round_v<kMode>(y);
+    return Vec::mul(Vec::sub(y, v[7]), v[4]);
+  });
+}
+
+void trunc_v2_f32(const void* params, const RowArgs& a) {
+  trunc_dispatch(params, a, ref::trunc_v2_f32,
+                 [&]<RoundingMode kMode, bool kInverse>(float inverse) { trunc_v2_row<kMode, kInverse>(a, inverse); });
+}
+
+// ---- FloatQuant ------------------------------------------------------------------------------
+// floor(log2f(a)) equals the biased exponent of a except just below a power of two, where log2f
+// may round up to the next integer. Lanes whose mantissa lies in the top 2^11 codes of a binade
+// (and inf/NaN lanes, and lanes whose internal scale would be subnormal or overflow) are handed to
+// the scalar spec; everywhere else the exponent field is exact, which the exhaustive test over all
+// float32 values checks. With an integral m and 1 - bias - m, the whole exponent computation
+// (floor(log2) - m, the maximum with the subnormal floor, 2^e and 2^-e) is exact integer work.
+inline constexpr std::int32_t kLog2ExactMantissaLimit = (1 << 23) - (1 << 11);
+
+// kCheckRange: the exponent e may leave [-126, 126] (a very small subnormal floor, a floor above
+// 126, or m = 0).
+// kScaleInverse: the scale is one power of two, so x / scale is x * (1 / scale) bit for bit.
+// kOverflow: saturate, or overflow to +-inf, or to NaN (a compile-time choice keeps the few
+// registers of AVX2 for the common saturating case).
+// Out: FloatOut writes float32(c * s); WideProductOut writes the reference's float64 c * s.
+enum class Overflow { kSaturate, kInf, kNan };
+
+// kPerElement: min_exp and M are vector operands 2 and 3 (float32, M exact in float32, min_exp
+// integral in [-1000, 1000]: float_quant_per_element checks) instead of the row's broadcast
+// min_exp and max_value; the math is the same.
+template <RoundingMode kMode, bool kCheckRange, bool kScaleInverse, Overflow kOverflow, class Out,
+          bool kPerElement = false>
+inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::int32_t m, std::int32_t min_exp,
+                            float max_value, float scale_inverse, const Out& policy) {
+  static_assert(!kPerElement || kCheckRange);
+  const Vec::F inv_s = Vec::splat(scale_inverse);
+  const Vec::F tiny = Vec::splat(1.17549435e-38f);
+  const Vec::I exponent_offset = Vec::splat_i(127 + m), min_e_splat = Vec::splat_i(min_exp);
+  const Vec::I mantissa_mask = Vec::splat_i(0x7fffff), bias = Vec::splat_i(127);
+  const Vec::I last_exact = Vec::splat_i(kLog2ExactMantissaLimit - 1), finite_limit = Vec::splat_i(0x7f7fffff);
+  const Vec::I e_hi = Vec::splat_i(126), e_lo = Vec::splat_i(-126);
+  // The clip range [lo, M]: lo = -M (a -0.0 for M = +0.0 keeps numpy's sign), or +0.0 unsigned.
+  const Vec::F max_splat = Vec::splat(max_value);
+  const Vec::F minus_one = Vec::splat(-1.0f);
+  const bool is_signed = p.is_signed;
+  const Vec::F inf = Vec::splat(__builtin_inff()), minus_inf = Vec::splat(-__builtin_inff());
+  const Vec::F nan = Vec::splat(__builtin_nanf(""));
+  const float min_exp_f = static_cast<float>(min_exp);
+  const double max_d = static_cast<double>(max_value);
+  for_each_vector<kPerElement ? 4 : 2, Out>(a, [=, &p](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    const Vec::I min_e = kPerElement ? Vec::to_int(v[2]) : min_e_splat;
+    const Vec::F max_v = kPerElement ? v[3] : max_splat;
+    const Vec::F min_v = is_signed ? Vec::mul(max_v, minus_one) : Vec::zero();
+    const Vec::F xs = kScaleInverse ? Vec::mul(v[0], inv_s) : Vec::div(v[0], v[1]);
+    const Vec::I mag = Vec::bits(Vec::add(Vec::abs(xs), tiny));
+    Vec::M scalar_lanes = Vec::mask_or(Vec::gt_i(mag, finite_limit), Vec::gt_i(Vec::and_i(mag, mantissa_mask), last_exact));
+    const Vec::I e = Vec::max_i(Vec::sub_i(Vec::shr_i<23>(mag), exponent_offset), min_e);
+    if constexpr (kCheckRange) {
+      scalar_lanes = Vec::mask_or(scalar_lanes, Vec::mask_or(Vec::gt_i(e, e_hi), Vec::gt_i(e_lo, e)));
+    }
+    // xs / 2^e == xs * 2^-e bit for bit: both round the same real number once, and 2^-e is exact.
+    const Vec::F internal_scale = Vec::from_bits(Vec::shl_i<23>(Vec::add_i(e, bias)));
+    const Vec::F inverse_scale = Vec::from_bits(Vec::shl_i<23>(Vec::sub_i(bias, e)));
+    const Vec::F q = Vec::mul(internal_scale, round_v<kMode>(Vec::mul(xs, inverse_scale)));
+    // np.clip(q, lo, M) = min(max(q, lo), M), keeping q on ties: max/min return their second
+    // operand when the first is not strictly greater/less, and for NaN, so a NaN q passes through.
+    // (NaN bounds never reach this path.)
+    Vec::F c = Vec::min(max_v, Vec::max(min_v, q));
+    if constexpr (kOverflow == Overflow::kInf) {
+      // The reference assigns +inf to q > M, then -inf to q < lo: with lo > M (a negative M) both
+      // hold and -inf wins.
+      c = Vec::select(Vec::lt(q, min_v), minus_inf, Vec::select(Vec::gt(q, max_v), inf, c));
+    } else if constexpr (kOverflow == Overflow::kNan) {
+      const Vec::M out_of_range = Vec::mask_or(Vec::gt(q, max_v), Vec::lt(q, min_v));
+      c = Vec::select(Vec::mask_or(out_of_range, Vec::isinf(q)), nan, c);
+    }
+    if (const unsigned lanes_mask = Vec::mask_bits(scalar_lanes); lanes_mask != 0) [[unlikely]] {
+      // The clipped value is a float32 (q, +-M with M a float32, +-inf or NaN), so the scalar
+      // spec's lanes fit the vector and share the product below.
+      alignas(64) float xv[Vec::kLanes], sv[Vec::kLanes], cv[Vec::kLanes], ev[Vec::kLanes], mv[Vec::kLanes];
+      Vec::storeu(xv, v[0]);
+      Vec::storeu(sv, v[1]);
+      Vec::storeu(cv, c);
+      Vec::storeu(ev, kPerElement ? v[2] : Vec::splat(min_exp_f));
+      Vec::storeu(mv, max_v);
+      for (int l = 0; l < Vec::kLanes; ++l) {
+        if ((lanes_mask >> l) & 1u) {
+          const double lane_max = kPerElement ? static_cast<double>(mv[l]) : max_d;
+          cv[l] = static_cast<float>(float_quant_clipped<kMode, float>(xv[l], sv[l], ev[l], lane_max, p));
+        }
+      }
+      c = Vec::loadu(cv);
+    }
+    if constexpr (std::is_same_v<Out, WideProductOut>) {
+      return WideProduct{c, v[1]};
+    } else if constexpr (std::is_same_v<Out, FloatOut>) {
+      return Vec::mul(c, v[1]);
+    } else {
+      return c;  // ScaledOut multiplies by the float64 factor
+    }
+  }, policy);
+}
+
+// Per-element min_exp and M (FloatQuant with per-element exponent widths, biases or max_val): in
+// chunks, M is narrowed to float32 and min_exp checked integral in [-1000, 1000] (a vectorized
+// pass over the chunk); a chunk where any M is not a float32 value (or NaN) or any min_exp is not
+// such an integer goes to the spec, the others to the vector row with operands 2 and 3.
+template <class Out>
+inline void float_quant_per_element(const RowArgs& a, const FloatQuantParams& p, const Out& policy) {
+  constexpr std::int64_t kChunk = 1024;
+  alignas(64) float limits[kChunk];
+  const auto m = static_cast<std::int32_t>(p.mantissa_bits);
+  const std::size_t out_size = p.double_output ? sizeof(double) : sizeof(float);
+  for (std::int64_t b = 0; b < a.n; b += kChunk) {
+    const std::int64_t n = std::min(kChunk, a.n - b);
+    RowArgs c = a;
+    c.n = n;
+    c.out = static_cast<unsigned char*>(a.out) + b * static_cast<std::int64_t>(out_size);
+    for (int k = 0; k < 3; ++k) {
+      if (!a.is_broadcast(k)) c.in[static_cast<std::size_t>(k)] = a.input<float>(k) + b;
+    }
+    const double* max_d = a.input<double>(3) + (a.is_broadcast(3) ? 0 : b);
+    c.in[3] = max_d;
+    const float* min_exp = c.input<float>(2);
+    const std::int64_t n_max = a.is_broadcast(3) ? 1 : n, n_min = a.is_broadcast(2) ? 1 : n;
+    // (Loops the compiler vectorizes: flags accumulate with |, locals for the bound.)
+    unsigned inexact = 0;
+    for (std::int64_t i = 0, end = n_max; i < end; ++i) {
+      limits[i] = static_cast<float>(max_d[i]);
+      inexact |= static_cast<unsigned>(!(static_cast<double>(limits[i]) == max_d[i]));  // NaN too
+    }
+    for (std::int64_t i = 0, end = n_min; i < end; ++i) {
+      // e + 1.5 * 2^23 - 1.5 * 2^23 == e: e is an integer (for |e| < 2^22; NaN fails)
+      const float e = min_exp[i];
+      const float shifted = e + 12582912.0f;
+      inexact |= static_cast<unsigned>(!((e >= -1000.0f) & (e <= 1000.0f) & ((shifted - 12582912.0f) == e)));
+    }
+    if (inexact != 0) {
+      ref::float_quant_f32(&p, c);
+      continue;
+    }
+    c.in[3] = limits;
+    with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
+      if (!p.saturation && p.has_inf) {
+        float_quant_row<kMode, true, false, Overflow::kInf, Out, true>(c, p, m, 0, 0.0f, 0.0f, policy);
+      } else if (!p.saturation) {
+        float_quant_row<kMode, true, false, Overflow::kNan, Out, true>(c, p, m, 0, 0.0f, 0.0f, policy);
+      } else {
+        float_quant_row<kMode, true, false, Overflow::kSaturate, Out, true>(c, p, m, 0, 0.0f, 0.0f, policy);
+      }
+    });
+  }
+}
+
+void float_quant_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const FloatQuantParams*>(params);
+  if (!(a.is_broadcast(2) && a.is_broadcast(3)) && p.xs_as == WorkType::kF32 && p.mantissa_bits >= 0 &&
+      p.mantissa_bits <= 64 && p.mantissa_bits == static_cast<double>(static_cast<int>(p.mantissa_bits))) {
+    if (p.has_product_scale && p.double_output) float_quant_per_element(a, p, ScaledOut<double>{p.product_scale});
+    else if (p.has_product_scale) float_quant_per_element(a, p, ScaledOut<float>{p.product_scale});
+    else if (p.double_output) float_quant_per_element(a, p, WideProductOut{});
+    else float_quant_per_element(a, p, FloatOut{});
+    return;
+  }
+  // The integer exponent path needs one broadcast format per row with integral m and subnormal
+  // floor, a limit M that float32 holds (and is not NaN: np.clip's NaN bound is the spec's job),
+  // and X / scale in float32; anything else is rare and goes to the spec.
+  const bool fast = p.max_fits_float32 && p.xs_as == WorkType::kF32 && a.is_broadcast(2) && a.is_broadcast(3) &&
+                    p.mantissa_bits >= 0 && p.mantissa_bits <= 64 &&
+                    p.mantissa_bits == static_cast<double>(static_cast<int>(p.mantissa_bits));
+  const float min_exp = fast ? a.input<float>(2)[0] : 0.0f;
+  const double max_d = fast ? a.input<double>(3)[0] : 0.0;
+  if (!fast || !(min_exp >= -1000.0f && min_exp <= 1000.0f) || min_exp != static_cast<float>(static_cast<int>(min_exp)) ||
+      std::isnan(max_d)) {
+    ref::float_quant_f32(params, a);
+    return;
+  }
+  const auto m = static_cast<std::int32_t>(p.mantissa_bits);
+  const auto min_e = static_cast<std::int32_t>(min_exp);
+  const auto max_value = static_cast<float>(max_d);
+  // e = max(exponent - m, min_e) leaves the normal range when the floor does or when m < 1.
+  const bool check_range = min_e < -126 || min_e > 126 || m < 1;
+  float scale_inverse = 0.0f;
+  const bool use_inverse = exact_inverse_power_of_two(a, 1, &scale_inverse);
+  const Overflow overflow = p.saturation ? Overflow::kSaturate : p.has_inf ? Overflow::kInf : Overflow::kNan;
+  auto run_out = [&]<class Out>(const Out& policy) {
+    with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
+      auto run = [&]<bool kCheckRange, bool kInverse>() {
+        switch (overflow) {
+          case Overflow::kSaturate:
+            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kSaturate, Out>(a, p, m, min_e, max_value, scale_inverse,
+                                                                                         policy);
+          case Overflow::kInf:
+            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kInf, Out>(a, p, m, min_e, max_value, scale_inverse,
+                                                                                         policy);
+          case Overflow::kNan:
+            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kNan, Out>(a, p, m, min_e, max_value, scale_inverse,
+                                                                                         policy);
+        }
+      };
+      if (use_inverse) {
+        if (check_range) run.template operator()<true, true>();
+        else run.template operator()<false, true>();
+      } else {
+        if (check_range) run.template operator()<true, false>();
+        else run.template operator()<false, false>();
+      }
+    });
+  };
+  // A weak Python-float scale that float32 does not hold multiplies as a float64 factor.
+  if (p.has_product_scale && p.double_output) run_out(ScaledOut<double>{p.product_scale});
+  else if (p.has_product_scale) run_out(ScaledOut<float>{p.product_scale});
+  else if (p.double_output) run_out(WideProductOut{});
+  else run_out(FloatOut{});
+}

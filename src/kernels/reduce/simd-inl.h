@@ -1,0 +1,165 @@
+// float32 SIMD kernels of the grouped reductions (kernels/reduce/kernels.h), written once against the
+// `Vec` vocabulary and compiled per kernel set. Lane l of a vector starting at element j (a
+// multiple of the lane count, itself a multiple of 8) is element j + l, so the k mod 8 partial
+// sums receive their products in the scalar spec's order.
+//
+// No include guard: meant to be included once per kernel-set translation unit.
+
+#include "kernels/simd/row_loop-inl.h"
+
+void group_max_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const GroupMaxParams*>(params);
+  constexpr int L = Vec::kLanes;
+  const float* x = a.input<float>(0);
+  auto* acc = static_cast<float*>(a.out);
+  const Vec::F tiny = Vec::splat(FLT_MIN), zero = Vec::zero();
+  const bool absolute = p.absolute;
+  auto value = [&](Vec::F v) POLYQUANT_ALWAYS_INLINE {
+    if (absolute) v = Vec::abs(v);
+    return Vec::select(Vec::lt(Vec::abs(v), tiny), zero, v);
+  };
+  auto fold = [](Vec::F m, Vec::F v) POLYQUANT_ALWAYS_INLINE {
+    return Vec::select(Vec::mask_or(Vec::gt(v, m), Vec::isnan(v)), v, m);
+  };
+  std::int64_t j = 0;
+  if (p.per_element) {
+    const std::int64_t rows = p.rows, stride = p.x_row_stride;
+    for (; j + L <= a.n; j += L) {
+      Vec::F m = Vec::loadu(acc + j);
+      for (std::int64_t r = 0; r < rows; ++r) m = fold(m, value(Vec::loadu(x + r * stride + j)));
+      Vec::storeu(acc + j, m);
+    }
+    for (; j < a.n; ++j) {
+      for (std::int64_t r = 0; r < rows; ++r) acc[j] = group_max_fold(acc[j], group_max_value(x[r * stride + j], absolute));
+    }
+    return;
+  }
+  Vec::F m0 = Vec::splat(acc[0]), m1 = m0;
+  for (; j + 2 * L <= a.n; j += 2 * L) {
+    m0 = fold(m0, value(Vec::loadu(x + j)));
+    m1 = fold(m1, value(Vec::loadu(x + j + L)));
+  }
+  for (; j + L <= a.n; j += L) m0 = fold(m0, value(Vec::loadu(x + j)));
+  alignas(64) float lanes[2 * L];
+  Vec::storeu(lanes, m0);
+  Vec::storeu(lanes + L, m1);
+  float m = acc[0];
+  for (float v : lanes) m = group_max_fold(m, v);
+  for (; j < a.n; ++j) m = group_max_fold(m, group_max_value(x[j], absolute));
+  acc[0] = m;
+}
+
+void product_sums_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const ProductSumsParams*>(params);
+  constexpr int L = Vec::kLanes;
+  const float* x = a.input<float>(0);
+  const float* z = a.input<float>(1);
+  auto* acc = static_cast<double*>(a.out);
+  const bool divide = p.divide, has_inv = p.inv_divisor != 0.0f;
+  const Vec::F divisor = Vec::splat(p.divisor), inv = Vec::splat(p.inv_divisor);
+  auto v_of = [&](Vec::F xv) POLYQUANT_ALWAYS_INLINE {
+    if (!divide) return xv;
+    return has_inv ? Vec::mul(xv, inv) : Vec::div(xv, divisor);
+  };
+  std::int64_t j = 0;
+  if (p.per_element) {
+    // A tile of rows per vector of columns: the pairs stay in L1 while their rows are added.
+    const std::int64_t rows = p.rows, xs = p.x_row_stride, zs = p.z_row_stride;
+    for (; j + L <= a.n; j += L) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const Vec::F zv = Vec::loadu(z + r * zs + j);
+        Vec::accumulate_pairs_f64(acc + 2 * j, Vec::mul(v_of(Vec::loadu(x + r * xs + j)), zv), Vec::mul(zv, zv));
+      }
+    }
+    for (; j < a.n; ++j) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float zr = z[r * zs + j];
+        acc[2 * j] += static_cast<double>(product_sums_v(x[r * xs + j], p) * zr);
+        acc[2 * j + 1] += static_cast<double>(zr * zr);
+      }
+    }
+    return;
+  }
+  for (; j + L <= a.n; j += L) {
+    const Vec::F zv = Vec::loadu(z + j);
+    Vec::accumulate_mod8_f64(acc, Vec::mul(v_of(Vec::loadu(x + j)), zv));
+    Vec::accumulate_mod8_f64(acc + 8, Vec::mul(zv, zv));
+  }
+  for (; j < a.n; ++j) {
+    const float v = product_sums_v(x[j], p);
+    acc[j & 7] += static_cast<double>(v * z[j]);
+    acc[8 + (j & 7)] += static_cast<double>(z[j] * z[j]);
+  }
+}
+
+// Minimum and maximum (GroupMinMaxParams): 16 / L vectors hold the 16 virtual lanes of the spec.
+void group_min_max_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const GroupMinMaxParams*>(params);
+  constexpr int L = Vec::kLanes;
+  constexpr int kVecs = kMinMaxVirtualLanes / L;
+  const float* x = a.input<float>(0);
+  auto* mn = static_cast<float*>(a.out);
+  float* mx = p.max_out;
+  auto fold_min = [](Vec::F m, Vec::F v, Vec::M nan) POLYQUANT_ALWAYS_INLINE { return Vec::select(Vec::mask_or(Vec::lt(v, m), nan), v, m); };
+  auto fold_max = [](Vec::F m, Vec::F v, Vec::M nan) POLYQUANT_ALWAYS_INLINE { return Vec::select(Vec::mask_or(Vec::gt(v, m), nan), v, m); };
+  // -0.0 is the one float whose bits, as int32, are below INT32_MIN + 1.
+  const Vec::I above_negative_zero = Vec::splat_i(std::numeric_limits<std::int32_t>::min() + 1);
+  auto negative_zero = [&](Vec::F v) POLYQUANT_ALWAYS_INLINE { return Vec::gt_i(above_negative_zero, Vec::bits(v)); };
+  const Vec::M none = Vec::lt(Vec::zero(), Vec::zero());
+  std::uint8_t* seen = p.negative_zero;
+  std::int64_t j = 0;
+  if (p.per_element) {
+    const std::int64_t rows = p.rows, stride = p.x_row_stride;
+    for (; j + L <= a.n; j += L) {
+      Vec::F m0 = Vec::loadu(mn + j), m1 = Vec::loadu(mx + j);
+      Vec::M nz = none;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const Vec::F v = Vec::loadu(x + r * stride + j);
+        const Vec::M nan = Vec::isnan(v);
+        m0 = fold_min(m0, v, nan);
+        m1 = fold_max(m1, v, nan);
+        nz = Vec::mask_or(nz, negative_zero(v));
+      }
+      Vec::storeu(mn + j, m0);
+      Vec::storeu(mx + j, m1);
+      if (seen != nullptr) {
+        const unsigned bits = Vec::mask_bits(nz);
+        for (int l = 0; l < L; ++l)
+          if ((bits >> l) & 1u) seen[j + l] = 1;
+      }
+    }
+    for (; j < a.n; ++j) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float v = x[r * stride + j];
+        mn[j] = group_min_fold(mn[j], v);
+        mx[j] = group_max_fold_keep(mx[j], v);
+        if (seen != nullptr && is_negative_zero(v)) seen[j] = 1;
+      }
+    }
+    return;
+  }
+  Vec::F lo[kVecs], hi[kVecs];
+  for (int v = 0; v < kVecs; ++v) lo[v] = Vec::splat(INFINITY), hi[v] = Vec::splat(-INFINITY);
+  Vec::M nz = none;
+  for (; j + kMinMaxVirtualLanes <= a.n; j += kMinMaxVirtualLanes) {
+    for (int v = 0; v < kVecs; ++v) {
+      const Vec::F xv = Vec::loadu(x + j + v * L);
+      const Vec::M nan = Vec::isnan(xv);
+      lo[v] = fold_min(lo[v], xv, nan);
+      hi[v] = fold_max(hi[v], xv, nan);
+      nz = Vec::mask_or(nz, negative_zero(xv));
+    }
+  }
+  bool any_negative_zero = Vec::mask_bits(nz) != 0;
+  alignas(64) float lane_min[kMinMaxVirtualLanes], lane_max[kMinMaxVirtualLanes];
+  for (int v = 0; v < kVecs; ++v) Vec::storeu(lane_min + v * L, lo[v]), Vec::storeu(lane_max + v * L, hi[v]);
+  float m0 = mn[0], m1 = mx[0];
+  for (int l = 0; l < kMinMaxVirtualLanes; ++l) m0 = group_min_fold(m0, lane_min[l]), m1 = group_max_fold_keep(m1, lane_max[l]);
+  for (; j < a.n; ++j) {
+    m0 = group_min_fold(m0, x[j]), m1 = group_max_fold_keep(m1, x[j]);
+    any_negative_zero = any_negative_zero || is_negative_zero(x[j]);
+  }
+  mn[0] = m0;
+  mx[0] = m1;
+  if (seen != nullptr && any_negative_zero) seen[0] = 1;
+}

@@ -1,0 +1,236 @@
+// AIMET's affine ops through the public API (<polyquant/aimet.h>): layouts (strided, reversed,
+// zero-stride, in place, overlapping) against contiguous calls, blockwise against parameters
+// expanded per element, per-element values against the scalar spec of families/aimet/kernels.h, the
+// working-precision choice, the no-grad shortcut's eligibility, gradients, and errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "families/aimet/kernels.h"
+#include "polyquant/aimet.h"
+#include "polyquant/error.h"
+#include "test_util.h"
+
+namespace polyquant {
+namespace {
+
+using aimet::AffineArgs;
+using aimet::Grid;
+using test::expect_error;
+
+std::vector<float> values(std::size_t n, std::uint64_t salt, float scale) {
+  auto rng = test::make_rng(salt);
+  std::vector<float> v(n);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-45f, 3e38f, -3e38f};
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto k = static_cast<int>(rng() % 601) - 300;
+    switch (rng() % 5) {
+      case 0: v[i] = (static_cast<float>(k) + 0.5f) * scale; break;  // ties of x / s
+      case 1: v[i] = std::nextafter((static_cast<float>(k) + 0.5f) * scale, INFINITY); break;
+      case 2: v[i] = specials[rng() % 8]; break;
+      default: v[i] = static_cast<float>(k) * scale / 7.0f; break;
+    }
+  }
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!test::same_value(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+TEST(Aimet, GridsOfTheThreeCallForms) {
+  EXPECT_EQ(aimet::grid_from_bitwidth(8, false).qmax, 255);
+  EXPECT_EQ(aimet::grid_from_bitwidth(8, true).qmin, -128);
+  EXPECT_EQ(aimet::grid_from_bitwidth(8, true).qmax, 127);
+  EXPECT_EQ(aimet::grid_from_num_steps(254, true).qmin, -127);  // "strict symmetric"
+  EXPECT_EQ(aimet::grid_from_num_steps(254, true).qmax, 127);
+  EXPECT_EQ(aimet::grid_from_bitwidth(1, true).qmin, -1);
+  EXPECT_EQ(aimet::grid_from_bitwidth(1, true).qmax, 0);
+  EXPECT_THROW(aimet::grid_from_bitwidth(0, false), Error);
+  EXPECT_THROW(aimet::grid_from_bitwidth(63, false), Error);
+}
+
+TEST(Aimet, ElementsFollowTheScalarSpec) {
+  // Per-channel (4, 1) parameters on (4, 37): every element equals affine_element / the shortcut's
+  // fake_quantize_element with its channel's parameters.
+  const std::vector<float> x = values(4 * 37, 1, 0.05f);
+  const std::vector<float> s = {0.05f, 0.1f, 1e-30f, 3.0f}, o = {-3.0f, 0.0f, -128.0f, -0.5f};
+  const Dims xs{4, 37}, ps{4, 1};
+  std::vector<float> out(x.size());
+  for (int op = 0; op < 4; ++op) {
+    const AffineArgs args{{0, 255}, {}};
+    const TensorView xv(x.data(), DType::kFloat32, xs), sv(s.data(), DType::kFloat32, ps), ov(o.data(), DType::kFloat32, ps);
+    const MutableTensorView outv(out.data(), DType::kFloat32, xs);
+    detail::AffineParams p;
+    p.qmin = 0;
+    p.qmax = 255;
+    if (op == 0) { aimet::quantize(xv, sv, ov, args, outv); p.kind = detail::AffineKind::kQuantize; }
+    if (op == 1) { aimet::quantize_dequantize(xv, sv, ov, args, aimet::QdqPath::kTraining, outv); }
+    if (op == 2) { aimet::dequantize(xv, sv, ov, {}, outv); p.kind = detail::AffineKind::kDequantize; }
+    if (op == 3) aimet::quantize_dequantize(xv, sv, ov, args, aimet::QdqPath::kNoGrad, outv);
+    for (int c = 0; c < 4; ++c) {
+      for (int j = 0; j < 37; ++j) {
+        const std::size_t i = static_cast<std::size_t>(c * 37 + j);
+        float want;
+        if (op == 3) {
+          detail::FakeQuantizeParams f;
+          f.per_channel = true;
+          const double zp = o[c] == -0.5f ? 0.0 : -static_cast<double>(o[c]);  // -int32(offset)
+          want = detail::fake_quantize_element<float>(f, x[i], s[c], zp);
+        } else {
+          want = detail::affine_element<float>(p, x[i], s[c], o[c]);
+        }
+        ASSERT_TRUE(test::same_value(out[i], want)) << "op " << op << " at " << i << ": " << test::describe(out[i])
+                                                    << " vs " << test::describe(want) << " x " << test::describe(x[i]);
+      }
+    }
+  }
+}
+
+TEST(Aimet, LayoutsEqualContiguousCalls) {
+  const std::vector<float> x = values(6 * 40, 2, 0.1f);
+  const std::vector<float> s = {0.1f, 0.2f, 0.05f, 0.1f, 0.3f}, o = {-3.0f, 0.0f, -7.0f, -1.0f, -9.0f};
+  const AffineArgs args{{0, 15}, {}};
+  // (6, 40) with blocks of 8 along the last axis over scale (1, 5) -> want via the blocked call.
+  const std::int64_t blocks[] = {-1, 8};
+  const AffineArgs blocked{{0, 15}, blocks};
+  const TensorView sv(s.data(), DType::kFloat32, Dims{1, 5}), ov(o.data(), DType::kFloat32, Dims{1, 5});
+  std::vector<float> want(x.size());
+  aimet::quantize_dequantize(TensorView(x.data(), DType::kFloat32, Dims{6, 40}), sv, ov, blocked, aimet::QdqPath::kNoGrad,
+                             MutableTensorView(want.data(), DType::kFloat32, Dims{6, 40}));
+  // The same with the parameters expanded to one value per element.
+  std::vector<float> se(x.size()), oe(x.size()), got(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    se[i] = s[(i % 40) / 8];
+    oe[i] = o[(i % 40) / 8];
+  }
+  aimet::quantize_dequantize(TensorView(x.data(), DType::kFloat32, Dims{6, 40}), TensorView(se.data(), DType::kFloat32, Dims{6, 40}),
+                             TensorView(oe.data(), DType::kFloat32, Dims{6, 40}), args, aimet::QdqPath::kNoGrad,
+                             MutableTensorView(got.data(), DType::kFloat32, Dims{6, 40}));
+  EXPECT_TRUE(same_bits(got, want));
+  // x reversed (negative strides) and written into a strided output.
+  std::vector<float> xr(x.rbegin(), x.rend()), big(2 * x.size(), 7.0f);
+  aimet::quantize_dequantize(TensorView(xr.data() + xr.size() - 1, DType::kFloat32, Dims{6, 40}, Dims{-40, -1}), sv, ov, blocked,
+                             aimet::QdqPath::kNoGrad, MutableTensorView(big.data(), DType::kFloat32, Dims{6, 40}, Dims{80, 2}));
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(test::same_value(big[2 * i], want[i])) << i;
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(big[2 * i + 1], 7.0f) << "wrote between the strided elements";
+  // In place, and into an output overlapping x shifted by one element.
+  std::vector<float> inplace = x;
+  aimet::quantize_dequantize(TensorView(inplace.data(), DType::kFloat32, Dims{6, 40}), sv, ov, blocked, aimet::QdqPath::kNoGrad,
+                             MutableTensorView(inplace.data(), DType::kFloat32, Dims{6, 40}));
+  EXPECT_TRUE(same_bits(inplace, want));
+  std::vector<float> shifted(x.size() + 1);
+  std::memcpy(shifted.data() + 1, x.data(), x.size() * sizeof(float));
+  aimet::quantize_dequantize(TensorView(shifted.data() + 1, DType::kFloat32, Dims{6, 40}), sv, ov, blocked, aimet::QdqPath::kNoGrad,
+                             MutableTensorView(shifted.data(), DType::kFloat32, Dims{6, 40}));
+  EXPECT_TRUE(same_bits(std::vector<float>(shifted.begin(), shifted.end() - 1), want));
+  // A zero-stride x (one value broadcast) equals that value everywhere.
+  std::vector<float> one(x.size());
+  aimet::quantize(TensorView(x.data() + 5, DType::kFloat32, Dims{6, 40}, Dims{0, 0}), sv, ov, AffineArgs{{0, 15}, blocks},
+                  MutableTensorView(one.data(), DType::kFloat32, Dims{6, 40}));
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    detail::AffineParams p;
+    p.kind = detail::AffineKind::kQuantize;
+    p.qmax = 15;
+    ASSERT_TRUE(test::same_value(one[i], detail::affine_element<float>(p, x[5], s[(i % 40) / 8], o[(i % 40) / 8]))) << i;
+  }
+}
+
+TEST(Aimet, ShortcutEligibility) {
+  std::vector<float> x(24), s(24, 0.1f), o(24, 0.0f);
+  const TensorView xv(x.data(), DType::kFloat32, Dims{4, 6});
+  const AffineArgs args{{0, 255}, {}};
+  auto takes = [&](const Dims& sd, const Dims& od) {
+    return aimet::takes_no_grad_shortcut(xv, TensorView(s.data(), DType::kFloat32, sd), TensorView(o.data(), DType::kFloat32, od), args);
+  };
+  EXPECT_TRUE(takes(Dims{}, Dims{}));
+  EXPECT_TRUE(takes(Dims{1, 1}, Dims{1}));
+  EXPECT_TRUE(takes(Dims{4, 1}, Dims{4, 1}));
+  EXPECT_TRUE(takes(Dims{6}, Dims{1, 6}));
+  EXPECT_FALSE(takes(Dims{4, 6}, Dims{4, 6}));
+  EXPECT_FALSE(takes(Dims{4, 1}, Dims{}));
+}
+
+TEST(Aimet, WorkingPrecisionFollowsAimetsStabilityRule) {
+  // float16 with an 8-bit grid computes in float16 (eps 2^-10 <= 0.25 / 255): x / s rounds to
+  // float16 before round(); with 9 bits it computes in float32. x = 0.1001 (float16) / s = 0.0003.
+  const std::uint16_t xh = 0x2E68;  // float16 0.10010...
+  const float s = 0.000300f, o = 0.0f;
+  std::uint16_t q8 = 0, q9 = 0;
+  const TensorView xv(&xh, DType::kFloat16, Dims{}), sv(&s, DType::kFloat32, Dims{}), ov(&o, DType::kFloat32, Dims{});
+  aimet::quantize(xv, sv, ov, AffineArgs{{0, 511}, {}}, MutableTensorView(&q9, DType::kFloat16, Dims{}));
+  aimet::quantize(xv, sv, ov, AffineArgs{{0, 255}, {}}, MutableTensorView(&q8, DType::kFloat16, Dims{}));
+  EXPECT_EQ(q8, 0x5BF8u);  // 255 (clamped) in float16
+  EXPECT_NE(q9, 0u);
+  // float32 cannot hold a 25-bit unsigned grid: quantize raises, quantize_dequantize upcasts.
+  const float xf = 1.0f;
+  float y = 0;
+  const TensorView xv32(&xf, DType::kFloat32, Dims{});
+  EXPECT_THROW(aimet::quantize(xv32, sv, ov, AffineArgs{{0, (1 << 25) - 1}, {}}, MutableTensorView(&y, DType::kFloat32, Dims{})), Error);
+  aimet::quantize_dequantize(xv32, sv, ov, AffineArgs{{0, (1 << 25) - 1}, {}}, aimet::QdqPath::kTraining,
+                             MutableTensorView(&y, DType::kFloat32, Dims{}));
+  EXPECT_EQ(y, static_cast<float>(std::nearbyint(1.0 / static_cast<double>(s)) * static_cast<double>(s)));
+}
+
+TEST(Aimet, GradientsSumOverSharedParameters) {
+  // d/ds of a per-tensor QDQ is the sum of the per-element terms; d/dx the masked gradient.
+  const std::vector<float> x = {0.26f, -0.74f, 100.0f, 0.0f}, g = {1.0f, 2.0f, 3.0f, 4.0f};
+  const float s = 0.1f, o = -5.0f;
+  std::vector<float> gx(4);
+  float gs = 0, go = 0;
+  const AffineArgs args{{0, 15}, {}};
+  aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, TensorView(g.data(), DType::kFloat32, Dims{4}),
+                         TensorView(x.data(), DType::kFloat32, Dims{4}), TensorView(&s, DType::kFloat32, Dims{}),
+                         TensorView(&o, DType::kFloat32, Dims{}), args, MutableTensorView(gx.data(), DType::kFloat32, Dims{4}),
+                         MutableTensorView(&gs, DType::kFloat32, Dims{}), MutableTensorView(&go, DType::kFloat32, Dims{}));
+  detail::AffineGradParams p;
+  p.op.qmax = 15;
+  double want_s = 0, want_o = 0;
+  for (int i = 0; i < 4; ++i) {
+    p.of = detail::AffineGradOf::kX;
+    EXPECT_TRUE(test::same_value(gx[static_cast<std::size_t>(i)], detail::affine_grad_element<float>(p, g[i], x[i], s, o)));
+    p.of = detail::AffineGradOf::kScale;
+    want_s += detail::affine_grad_element<float>(p, g[i], x[i], s, o);
+    p.of = detail::AffineGradOf::kOffset;
+    want_o += detail::affine_grad_element<float>(p, g[i], x[i], s, o);
+  }
+  EXPECT_EQ(gs, static_cast<float>(want_s));
+  EXPECT_EQ(go, static_cast<float>(want_o));
+  EXPECT_EQ(gx[2], 0.0f);  // 100 / 0.1 - (-5) is far above 15: masked
+}
+
+TEST(Aimet, BadInputNamesTheParameter) {
+  std::vector<float> x(24, 1.0f), s(24, 0.5f), o(24, 0.0f), out(24);
+  const TensorView xv(x.data(), DType::kFloat32, Dims{4, 6});
+  const MutableTensorView outv(out.data(), DType::kFloat32, Dims{4, 6});
+  auto sv = [&](Dims d) { return TensorView(s.data(), DType::kFloat32, d); };
+  auto ov = [&](Dims d) { return TensorView(o.data(), DType::kFloat32, d); };
+  const std::int64_t b3[] = {1, 4}, b1[] = {4}, bneg[] = {1, -1};
+  expect_error([&] { aimet::quantize(xv, sv(Dims{3}), ov(Dims{}), AffineArgs{{0, 255}, {}}, outv); }, ErrorKind::kRuntime,
+               "cannot be expanded like input tensor");
+  expect_error([&] { aimet::quantize(xv, sv(Dims{2, 2}), ov(Dims{2, 2}), AffineArgs{{0, 255}, b3}, outv); }, ErrorKind::kRuntime,
+               "block size");
+  expect_error([&] { aimet::quantize(xv, sv(Dims{2, 2}), ov(Dims{2, 2}), AffineArgs{{0, 255}, b1}, outv); }, ErrorKind::kRuntime,
+               "block_size");
+  expect_error([&] { aimet::quantize(xv, sv(Dims{2, 4}), ov(Dims{2, 4}), AffineArgs{{0, 255}, bneg}, outv); }, ErrorKind::kRuntime,
+               "divide evenly");
+  expect_error([&] { aimet::quantize(xv, sv(Dims{}), ov(Dims{}), AffineArgs{{5, 4}, {}}, outv); }, ErrorKind::kRuntime,
+               "qmin (5) must be smaller than or equal to qmax (4)");
+  expect_error([&] { aimet::quantize(xv, sv(Dims{}), ov(Dims{}), AffineArgs{{0, (std::int64_t{1} << 25) - 1}, {}}, outv); },
+               ErrorKind::kRuntime, "torch.float32 is unable to represent quantized output of range");
+  expect_error([&] { aimet::quantize(xv, sv(Dims{}), ov(Dims{5}), AffineArgs{{0, 255}, {}}, outv); }, ErrorKind::kRuntime, "Offset");
+  std::vector<std::int32_t> xi(24);
+  expect_error([&] { aimet::quantize(TensorView(xi.data(), DType::kInt32, Dims{4, 6}), sv(Dims{}), ov(Dims{}), AffineArgs{{0, 255}, {}}, outv); },
+               ErrorKind::kType, "tensor has dtype int32");
+  expect_error([&] { aimet::dequantize(xv, sv(Dims{}), ov(Dims{}), {}, MutableTensorView(out.data(), DType::kFloat32, Dims{24})); },
+               ErrorKind::kValue, "out must have shape");
+}
+
+}  // namespace
+}  // namespace polyquant
