@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 df -h . | sed 's/^/disk: /'
-scripts/setup.sh
+scripts/setup.sh --test
 
 jobs=$(nproc 2>/dev/null || echo 2)
 
