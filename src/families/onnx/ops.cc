@@ -135,8 +135,13 @@ int onnx_type_of(DType d) {
   return 0;
 }
 
-TensorSpec quantize_linear_spec(const TensorView& x, const TensorView& y_scale, const TensorView* y_zero_point,
-                                const QuantizeLinearAttrs& attrs) {
+namespace {
+
+// QuantizeLinear resolved once: validation, the output dtype, the layout, the division's precision
+// and the kernel's parameters.
+detail::QdqPlan<detail::QuantizeLinearParams> plan_quantize_linear(const TensorView& x, const TensorView& y_scale,
+                                                                   const TensorView* y_zero_point,
+                                                                   const QuantizeLinearAttrs& attrs) {
   if (!one_of(x.dtype, kQuantizeInputs)) {
     type_error(std::string("QuantizeLinear: x has dtype ") + dtype_name(x.dtype) + "; allowed: " +
                list_names(kQuantizeInputs));
@@ -149,20 +154,13 @@ TensorSpec quantize_linear_spec(const TensorView& x, const TensorView& y_scale, 
     type_error(std::string("QuantizeLinear: precision ") + dtype_name(*attrs.precision) + " is not allowed; allowed: " +
                list_names(kFloatOutputs));
   }
-  const DType out = quantize_output_dtype(y_zero_point, attrs);
-  detail::check_param_layout(x, y_scale, y_zero_point, attrs.axis, attrs.block_size, kQNames, true);
-  return {out, x.shape};
-}
+  detail::QdqPlan<detail::QuantizeLinearParams> plan;
+  plan.op = kQNames.op;
+  plan.spec = {quantize_output_dtype(y_zero_point, attrs), x.shape};
+  plan.layout = detail::check_param_layout(x, y_scale, y_zero_point, attrs.axis, attrs.block_size, kQNames, true);
 
-void quantize_linear(const TensorView& x, const TensorView& y_scale, const TensorView* y_zero_point,
-                     const QuantizeLinearAttrs& attrs, const MutableTensorView& out) {
-  const TensorSpec spec = quantize_linear_spec(x, y_scale, y_zero_point, attrs);
-  detail::require_exact_output(out, spec, "QuantizeLinear");
-  const detail::ParamLayout layout =
-      detail::check_param_layout(x, y_scale, y_zero_point, attrs.axis, attrs.block_size, kQNames, true);
-
-  detail::QuantizeLinearParams p;
-  p.out_dtype = spec.dtype;
+  detail::QuantizeLinearParams& p = plan.params;
+  p.out_dtype = plan.spec.dtype;
   const DType divide = attrs.precision ? *attrs.precision : division_dtype(x.dtype, y_scale.dtype);
   const bool wide = divide == DType::kFloat64;
   p.quotient = divide == DType::kFloat16 ? QuotientRounding::kFloat16
@@ -170,30 +168,30 @@ void quantize_linear(const TensorView& x, const TensorView& y_scale, const Tenso
                                             : QuotientRounding::kNone;
   p.round_operands = attrs.precision.has_value() && p.quotient != QuotientRounding::kNone;
   p.non_finite = detail::NonFinitePolicy::kSaturate;
-  const bool integer = !is_minifloat(spec.dtype);
+  const bool integer = !is_minifloat(plan.spec.dtype);
   if (integer) {
     p.target = QuantTarget::kInteger;
-    integer_range(spec.dtype, p.qmin, p.qmax);
+    integer_range(plan.spec.dtype, p.qmin, p.qmax);
   } else {
     p.target = QuantTarget::kMinifloat;
-    p.format = detail::minifloat_format(spec.dtype);
-    p.saturate = is_float8(spec.dtype) ? attrs.saturate : false;
-    p.add_zero_point = !is_float8(spec.dtype);  // the evaluator ignores float8 zero points
+    p.format = detail::minifloat_format(plan.spec.dtype);
+    p.saturate = is_float8(plan.spec.dtype) ? attrs.saturate : false;
+    p.add_zero_point = !is_float8(plan.spec.dtype);  // the evaluator ignores float8 zero points
   }
   p.has_zero_point = y_zero_point != nullptr && (integer || p.add_zero_point);
+  plan.with_zero_point = p.has_zero_point;
   const DType work = wide ? DType::kFloat64 : DType::kFloat32;
-  const std::array<DType, 3> kernel_dtypes{work, work, work};
-  detail::ElementwiseCall call;
-  call.kernel_dtypes = kernel_dtypes;
-  call.out = out;
-  call.kernel_out_dtype = spec.dtype;
-  call.kernel = detail::best_kernel(detail::KernelOp::kQuantizeLinear, wide ? detail::WorkType::kF64 : detail::WorkType::kF32);
-  call.params = &p;
-  detail::run_with_layout(call, x, y_scale, p.has_zero_point ? y_zero_point : nullptr, layout);
+  plan.kernel_dtypes = {work, work, work};
+  plan.kernel_out_dtype = plan.spec.dtype;
+  plan.kernel = detail::best_kernel(detail::KernelOp::kQuantizeLinear, wide ? detail::WorkType::kF64 : detail::WorkType::kF32);
+  return plan;
 }
 
-TensorSpec dequantize_linear_spec(const TensorView& x, const TensorView& x_scale, const TensorView* x_zero_point,
-                                  const DequantizeLinearAttrs& attrs) {
+// DequantizeLinear resolved once: validation (float8 zero points must be zero), the layout, the
+// precision of x - zero_point and the kernel's parameters.
+detail::QdqPlan<detail::DequantizeLinearParams> plan_dequantize_linear(const TensorView& x, const TensorView& x_scale,
+                                                                       const TensorView* x_zero_point,
+                                                                       const DequantizeLinearAttrs& attrs) {
   if (!one_of(x.dtype, kDequantizeInputs)) {
     type_error(std::string("DequantizeLinear: x has dtype ") + dtype_name(x.dtype) + "; allowed: " +
                list_names(kDequantizeInputs));
@@ -210,19 +208,11 @@ TensorSpec dequantize_linear_spec(const TensorView& x, const TensorView& x_scale
     type_error(std::string("DequantizeLinear: x_zero_point has dtype ") + dtype_name(x_zero_point->dtype) +
                "; it must have x's dtype " + dtype_name(x.dtype));
   }
-  detail::check_param_layout(x, x_scale, x_zero_point, attrs.axis, attrs.block_size, kDqNames, true);
-  return {attrs.output_dtype ? *attrs.output_dtype : x_scale.dtype, x.shape};
-}
-
-void dequantize_linear(const TensorView& x, const TensorView& x_scale, const TensorView* x_zero_point,
-                       const DequantizeLinearAttrs& attrs, const MutableTensorView& out) {
-  const TensorSpec spec = dequantize_linear_spec(x, x_scale, x_zero_point, attrs);
-  detail::require_exact_output(out, spec, "DequantizeLinear");
-  const detail::ParamLayout layout =
-      detail::check_param_layout(x, x_scale, x_zero_point, attrs.axis, attrs.block_size, kDqNames, true);
-  const bool integer_x = one_of(x.dtype, {DType::kUInt8, DType::kInt8, DType::kUInt16, DType::kInt16, DType::kInt32});
+  detail::QdqPlan<detail::DequantizeLinearParams> plan;
+  plan.op = kDqNames.op;
+  plan.spec = {attrs.output_dtype ? *attrs.output_dtype : x_scale.dtype, x.shape};
+  plan.layout = detail::check_param_layout(x, x_scale, x_zero_point, attrs.axis, attrs.block_size, kDqNames, true);
   if (x_zero_point != nullptr && is_float8(x.dtype)) {
-    // The evaluator requires float8 zero points to be zero (their bytes, read as uint8).
     // The evaluator requires float8 zero points to be zero after a cast to uint8 (|v| < 1).
     for (std::int64_t i = 0; i < x_zero_point->numel(); ++i) {
       if (std::fabs(detail::read_as_double(*x_zero_point, i)) >= 1.0) {
@@ -230,19 +220,39 @@ void dequantize_linear(const TensorView& x, const TensorView& x_scale, const Ten
       }
     }
   }
-  detail::DequantizeLinearParams p;
+  const bool integer_x = one_of(x.dtype, {DType::kUInt8, DType::kInt8, DType::kUInt16, DType::kInt16, DType::kInt32});
+  detail::DequantizeLinearParams& p = plan.params;
   p.x_dtype = integer_x ? x.dtype : DType::kFloat32;
   p.has_zero_point = x_zero_point != nullptr && !is_float8(x.dtype) && x.dtype != DType::kFloat4E2M1;
+  plan.with_zero_point = p.has_zero_point;
   const bool wide = x.dtype == DType::kInt32 && p.has_zero_point;
   p.difference = wide ? DequantDifference::kFloat64 : DequantDifference::kFloat32;
-  const std::array<DType, 3> kernel_dtypes{p.x_dtype, DType::kFloat32, p.x_dtype};
-  detail::ElementwiseCall call;
-  call.kernel_dtypes = kernel_dtypes;
-  call.out = out;
-  call.kernel_out_dtype = wide ? DType::kFloat64 : DType::kFloat32;
-  call.kernel = detail::best_kernel(detail::KernelOp::kDequantizeLinear, wide ? detail::WorkType::kF64 : detail::WorkType::kF32);
-  call.params = &p;
-  detail::run_with_layout(call, x, x_scale, p.has_zero_point ? x_zero_point : nullptr, layout);
+  plan.kernel_dtypes = {p.x_dtype, DType::kFloat32, p.x_dtype};
+  plan.kernel_out_dtype = wide ? DType::kFloat64 : DType::kFloat32;
+  plan.kernel = detail::best_kernel(detail::KernelOp::kDequantizeLinear, wide ? detail::WorkType::kF64 : detail::WorkType::kF32);
+  return plan;
+}
+
+}  // namespace
+
+TensorSpec quantize_linear_spec(const TensorView& x, const TensorView& y_scale, const TensorView* y_zero_point,
+                                const QuantizeLinearAttrs& attrs) {
+  return plan_quantize_linear(x, y_scale, y_zero_point, attrs).spec;
+}
+
+void quantize_linear(const TensorView& x, const TensorView& y_scale, const TensorView* y_zero_point,
+                     const QuantizeLinearAttrs& attrs, const MutableTensorView& out) {
+  detail::run_plan(plan_quantize_linear(x, y_scale, y_zero_point, attrs), x, y_scale, y_zero_point, out);
+}
+
+TensorSpec dequantize_linear_spec(const TensorView& x, const TensorView& x_scale, const TensorView* x_zero_point,
+                                  const DequantizeLinearAttrs& attrs) {
+  return plan_dequantize_linear(x, x_scale, x_zero_point, attrs).spec;
+}
+
+void dequantize_linear(const TensorView& x, const TensorView& x_scale, const TensorView* x_zero_point,
+                       const DequantizeLinearAttrs& attrs, const MutableTensorView& out) {
+  detail::run_plan(plan_dequantize_linear(x, x_scale, x_zero_point, attrs), x, x_scale, x_zero_point, out);
 }
 
 }  // namespace polyquant::onnx

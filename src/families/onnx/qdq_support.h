@@ -9,11 +9,14 @@
 // then sees ordinary broadcasting: no layout has its own code path.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "core/elementwise.h"
+#include "families/onnx/kernels.h"
+#include "kernels/row.h"
 #include "polyquant/tensor.h"
 
 namespace polyquant::detail {
@@ -47,5 +50,35 @@ void run_with_layout(const ElementwiseCall& call, const TensorView& x, const Ten
 
 // Throws unless `out` has exactly the spec's shape and dtype.
 void require_exact_output(const MutableTensorView& out, const TensorSpec& spec, const char* op);
+
+// A Q/DQ call resolved once from its operands and attributes: a family's plan_* function validates
+// everything and derives the rest (output spec, parameter layout, kernel parameters, the dtypes
+// the kernel reads and writes, the kernel); `*_spec` returns plan.spec, and the op itself runs the
+// plan. `Params` is QuantizeLinearParams or DequantizeLinearParams.
+template <class Params>
+struct QdqPlan {
+  const char* op = "";               // for error messages
+  TensorSpec spec;                   // the output's shape and dtype
+  ParamLayout layout;                // per-tensor, per-axis or blocked
+  Params params;                     // the kernel's parameters
+  std::array<DType, 3> kernel_dtypes{};  // x, scale, zero point as the kernel reads them
+  DType kernel_out_dtype = DType::kFloat32;
+  RowKernel kernel = nullptr;
+  bool with_zero_point = false;      // the zero point is an operand of the kernel
+};
+
+// Runs `plan` over x and its parameters into `out` (which must match plan.spec exactly).
+template <class Params>
+void run_plan(const QdqPlan<Params>& plan, const TensorView& x, const TensorView& scale, const TensorView* zero_point,
+              const MutableTensorView& out) {
+  require_exact_output(out, plan.spec, plan.op);
+  ElementwiseCall call;
+  call.kernel_dtypes = plan.kernel_dtypes;
+  call.out = out;
+  call.kernel_out_dtype = plan.kernel_out_dtype;
+  call.kernel = plan.kernel;
+  call.params = &plan.params;
+  run_with_layout(call, x, scale, plan.with_zero_point ? zero_point : nullptr, plan.layout);
+}
 
 }  // namespace polyquant::detail

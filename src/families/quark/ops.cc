@@ -1,5 +1,5 @@
-// Quark's ExtendedQuantizeLinear / ExtendedDequantizeLinear: validation and kernel parameters over
-// the shared Q/DQ kernels (families/onnx/kernels.h).
+// Quark's ExtendedQuantizeLinear / ExtendedDequantizeLinear: each call is planned once (validation,
+// layout, kernel parameters; families/onnx/qdq_support.h) and run on the shared Q/DQ kernels.
 #include <array>
 #include <limits>
 #include <string>
@@ -52,8 +52,13 @@ const detail::QdqNames kDqNames{"ExtendedDequantizeLinear", "x_scale", "x_zero_p
 
 }  // namespace
 
-TensorSpec extended_quantize_linear_spec(const TensorView& x, const TensorView& y_scale,
-                                         const TensorView* y_zero_point, const ExtendedAttrs& attrs) {
+namespace {
+
+// ExtendedQuantizeLinear resolved once: validation, the layout and the kernel's parameters for the
+// chosen semantics (Quark's CPU kernel, or the ONNX rules it extends).
+detail::QdqPlan<detail::QuantizeLinearParams> plan_extended_quantize_linear(const TensorView& x, const TensorView& y_scale,
+                                                                            const TensorView* y_zero_point,
+                                                                            const ExtendedAttrs& attrs) {
   require_float32(x, kQNames.op, "x");
   require_float32(y_scale, kQNames.op, "y_scale");
   const DType out = y_zero_point ? y_zero_point->dtype : DType::kUInt8;
@@ -61,21 +66,16 @@ TensorSpec extended_quantize_linear_spec(const TensorView& x, const TensorView& 
     throw Error(ErrorKind::kType, std::string(kQNames.op) + ": y_zero_point has dtype " + dtype_name(out) +
                                       "; allowed: " + kTypeList);
   }
-  detail::check_param_layout(x, y_scale, y_zero_point, attrs.axis, 0, kQNames, false);
-  return {out, x.shape};
-}
-
-void extended_quantize_linear(const TensorView& x, const TensorView& y_scale, const TensorView* y_zero_point,
-                              const ExtendedAttrs& attrs, const MutableTensorView& out) {
-  const TensorSpec spec = extended_quantize_linear_spec(x, y_scale, y_zero_point, attrs);
-  detail::require_exact_output(out, spec, kQNames.op);
-  const detail::ParamLayout layout = detail::check_param_layout(x, y_scale, y_zero_point, attrs.axis, 0, kQNames, false);
+  detail::QdqPlan<detail::QuantizeLinearParams> plan;
+  plan.op = kQNames.op;
+  plan.spec = {out, x.shape};
+  plan.layout = detail::check_param_layout(x, y_scale, y_zero_point, attrs.axis, 0, kQNames, false);
   const bool quark = attrs.semantics == Semantics::kQuarkCpu;
-  detail::QuantizeLinearParams p;
-  p.out_dtype = spec.dtype;
+  detail::QuantizeLinearParams& p = plan.params;
+  p.out_dtype = out;
   p.has_zero_point = y_zero_point != nullptr;
   p.add_zero_point = true;
-  switch (spec.dtype) {
+  switch (out) {
     case DType::kFloat16:
       p.target = quark ? QuantTarget::kFloat16Clamp : QuantTarget::kFloat16;
       if (quark) p.has_zero_point = false;
@@ -87,23 +87,21 @@ void extended_quantize_linear(const TensorView& x, const TensorView& y_scale, co
     default:
       p.target = QuantTarget::kInteger;
       p.non_finite = quark ? detail::NonFinitePolicy::kInt64Cast : detail::NonFinitePolicy::kSaturate;
-      integer_range(spec.dtype, p.qmin, p.qmax);
-      p.zero_point_f64 = spec.dtype == DType::kInt32 || spec.dtype == DType::kUInt32;
+      integer_range(out, p.qmin, p.qmax);
+      p.zero_point_f64 = out == DType::kInt32 || out == DType::kUInt32;
       break;
   }
-  const std::array<DType, 3> kernel_dtypes{DType::kFloat32, DType::kFloat32,
-                                           p.zero_point_f64 ? DType::kFloat64 : DType::kFloat32};
-  detail::ElementwiseCall call;
-  call.kernel_dtypes = kernel_dtypes;
-  call.out = out;
-  call.kernel_out_dtype = spec.dtype;
-  call.kernel = detail::best_kernel(detail::KernelOp::kQuantizeLinear, detail::WorkType::kF32);
-  call.params = &p;
-  detail::run_with_layout(call, x, y_scale, p.has_zero_point ? y_zero_point : nullptr, layout);
+  plan.with_zero_point = p.has_zero_point;
+  plan.kernel_dtypes = {DType::kFloat32, DType::kFloat32, p.zero_point_f64 ? DType::kFloat64 : DType::kFloat32};
+  plan.kernel_out_dtype = out;
+  plan.kernel = detail::best_kernel(detail::KernelOp::kQuantizeLinear, detail::WorkType::kF32);
+  return plan;
 }
 
-TensorSpec extended_dequantize_linear_spec(const TensorView& x, const TensorView& x_scale,
-                                           const TensorView* x_zero_point, const ExtendedAttrs& attrs) {
+// ExtendedDequantizeLinear resolved once.
+detail::QdqPlan<detail::DequantizeLinearParams> plan_extended_dequantize_linear(const TensorView& x, const TensorView& x_scale,
+                                                                                const TensorView* x_zero_point,
+                                                                                const ExtendedAttrs& attrs) {
   if (!supported(x.dtype)) {
     throw Error(ErrorKind::kType, std::string(kDqNames.op) + ": x has dtype " + dtype_name(x.dtype) + "; allowed: " + kTypeList);
   }
@@ -112,18 +110,13 @@ TensorSpec extended_dequantize_linear_spec(const TensorView& x, const TensorView
     throw Error(ErrorKind::kType, std::string(kDqNames.op) + ": x_zero_point has dtype " + dtype_name(x_zero_point->dtype) +
                                       "; it must have x's dtype " + dtype_name(x.dtype));
   }
-  detail::check_param_layout(x, x_scale, x_zero_point, attrs.axis, 0, kDqNames, false);
-  return {DType::kFloat32, x.shape};
-}
-
-void extended_dequantize_linear(const TensorView& x, const TensorView& x_scale, const TensorView* x_zero_point,
-                                const ExtendedAttrs& attrs, const MutableTensorView& out) {
-  const TensorSpec spec = extended_dequantize_linear_spec(x, x_scale, x_zero_point, attrs);
-  detail::require_exact_output(out, spec, kDqNames.op);
-  const detail::ParamLayout layout = detail::check_param_layout(x, x_scale, x_zero_point, attrs.axis, 0, kDqNames, false);
+  detail::QdqPlan<detail::DequantizeLinearParams> plan;
+  plan.op = kDqNames.op;
+  plan.spec = {DType::kFloat32, x.shape};
+  plan.layout = detail::check_param_layout(x, x_scale, x_zero_point, attrs.axis, 0, kDqNames, false);
   const bool quark = attrs.semantics == Semantics::kQuarkCpu;
   const bool floating = x.dtype == DType::kFloat16 || x.dtype == DType::kBFloat16;
-  detail::DequantizeLinearParams p;
+  detail::DequantizeLinearParams& p = plan.params;
   p.x_dtype = floating ? DType::kFloat32 : x.dtype;
   p.has_zero_point = x_zero_point != nullptr;
   if (floating) {
@@ -136,14 +129,33 @@ void extended_dequantize_linear(const TensorView& x, const TensorView& x_scale, 
     const bool wide = x.dtype == DType::kInt32 || x.dtype == DType::kUInt32;
     p.difference = wide ? detail::DequantDifference::kRounded : detail::DequantDifference::kFloat32;
   }
-  const std::array<DType, 3> kernel_dtypes{p.x_dtype, DType::kFloat32, p.x_dtype};
-  detail::ElementwiseCall call;
-  call.kernel_dtypes = kernel_dtypes;
-  call.out = out;
-  call.kernel_out_dtype = DType::kFloat32;
-  call.kernel = detail::best_kernel(detail::KernelOp::kDequantizeLinear, detail::WorkType::kF32);
-  call.params = &p;
-  detail::run_with_layout(call, x, x_scale, p.has_zero_point ? x_zero_point : nullptr, layout);
+  plan.with_zero_point = p.has_zero_point;
+  plan.kernel_dtypes = {p.x_dtype, DType::kFloat32, p.x_dtype};
+  plan.kernel_out_dtype = DType::kFloat32;
+  plan.kernel = detail::best_kernel(detail::KernelOp::kDequantizeLinear, detail::WorkType::kF32);
+  return plan;
+}
+
+}  // namespace
+
+TensorSpec extended_quantize_linear_spec(const TensorView& x, const TensorView& y_scale,
+                                         const TensorView* y_zero_point, const ExtendedAttrs& attrs) {
+  return plan_extended_quantize_linear(x, y_scale, y_zero_point, attrs).spec;
+}
+
+void extended_quantize_linear(const TensorView& x, const TensorView& y_scale, const TensorView* y_zero_point,
+                              const ExtendedAttrs& attrs, const MutableTensorView& out) {
+  detail::run_plan(plan_extended_quantize_linear(x, y_scale, y_zero_point, attrs), x, y_scale, y_zero_point, out);
+}
+
+TensorSpec extended_dequantize_linear_spec(const TensorView& x, const TensorView& x_scale,
+                                           const TensorView* x_zero_point, const ExtendedAttrs& attrs) {
+  return plan_extended_dequantize_linear(x, x_scale, x_zero_point, attrs).spec;
+}
+
+void extended_dequantize_linear(const TensorView& x, const TensorView& x_scale, const TensorView* x_zero_point,
+                                const ExtendedAttrs& attrs, const MutableTensorView& out) {
+  detail::run_plan(plan_extended_dequantize_linear(x, x_scale, x_zero_point, attrs), x, x_scale, x_zero_point, out);
 }
 
 }  // namespace polyquant::quark
