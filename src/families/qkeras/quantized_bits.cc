@@ -1,0 +1,290 @@
+// QKeras' quantized_bits: validation, its float32 constants, its auto / auto_po2 search, the kernel calls.
+#include "polyquant/qkeras.h"
+
+#include <array>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/fpenv.h"
+#include "core/grouped_reduce.h"
+#include "core/numpy_semantics.h"
+#include "families/qkeras/common.h"
+#include "families/qkeras/scale_search.h"
+#include "kernels/registry.h"
+
+namespace polyquant::qkeras {
+using namespace internal;
+
+namespace {
+struct BitsConstants {
+  float m, m_i;
+  bool auto_alpha;
+};
+
+BitsConstants bits_constants(const QuantizedBitsAttrs& a) {
+  require_finite(a.bits, "bits");
+  require_finite(a.integer, "integer");
+  // unsigned_bits = bits - keep_negative (Python arithmetic), then K.pow(2.0, float32(.)).
+  const double unsigned_bits = a.bits - (a.keep_negative ? 1.0 : 0.0);
+  return {pow2_float32(static_cast<float>(unsigned_bits)), pow2_float32(static_cast<float>(a.integer)),
+          a.alpha == Alpha::kAuto || a.alpha == Alpha::kAutoPo2};
+}
+
+void validate_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& a) {
+  require_x(x);
+  bits_constants(a);
+  require_finite(a.qnoise.factor, "qnoise_factor");
+  require_well_formed(a.scale_axis);
+  require_well_formed(a.elements_per_scale);
+  const bool auto_alpha = a.alpha == Alpha::kAuto || a.alpha == Alpha::kAutoPo2;
+  if (a.alpha != Alpha::kAutoPo2) {
+    if (a.elements_per_scale.kind != ElementsPerScale::Kind::kNone) {
+      value_error("elements_per_scale: only supported with alpha='auto_po2'");
+    }
+    if (a.min_po2_exponent) value_error("min_po2_exponent: only supported with alpha='auto_po2'");
+    if (a.max_po2_exponent) value_error("max_po2_exponent: only supported with alpha='auto_po2'");
+  }
+  if (a.frozen_scale && !auto_alpha) {
+    value_error("post_training_scale: only supported with alpha='auto' or 'auto_po2'");
+  }
+  if (auto_alpha && !a.frozen_scale && a.bits < 2) {
+    value_error("bits: alpha='auto'/'auto_po2' needs bits >= 2 (a symmetric grid of " + number(a.bits) +
+                " bit has no nonzero level; QKeras returns NaN or 0), got " + number(a.bits));
+  }
+  if (a.min_po2_exponent) require_finite(*a.min_po2_exponent, "min_po2_exponent");
+  if (a.max_po2_exponent) require_finite(*a.max_po2_exponent, "max_po2_exponent");
+  if ((a.alpha == Alpha::kValue || a.frozen_scale) && alpha.numel() > 0 && alpha.data == nullptr) {
+    value_error(a.frozen_scale ? "post_training_scale: tensor has no data" : "alpha: tensor has no data");
+  }
+}
+
+LsLayout bits_ls_layout(const Dims& shape, const QuantizedBitsAttrs& a, const Settings& settings) {
+  const int r = shape.rank;
+  LsLayout l{std::vector<bool>(static_cast<std::size_t>(r), true), no_blocks(r)};
+  if (r <= 1) return l;  // rank <= 1: one least-squares scale per element (QKeras since 2021-05)
+  const auto& eps = a.elements_per_scale;
+  if (eps.kind == ElementsPerScale::Kind::kNone) {
+    l.keep = kept_dims(a.scale_axis, r, settings);
+    return l;
+  }
+  // QKeras' _validate_axis_and_eps, with ValueErrors instead of assertions.
+  if (a.scale_axis.kind == ScaleAxis::Kind::kNone) value_error("elements_per_scale: needs scale_axis to be set");
+  std::vector<int> axes = a.scale_axis.axes;
+  std::vector<std::int64_t> per;
+  if (a.scale_axis.kind == ScaleAxis::Kind::kInt) {
+    if (eps.kind == ElementsPerScale::Kind::kList) {
+      value_error("elements_per_scale: a list needs a list scale_axis (scale_axis is the integer " + std::to_string(axes.at(0)) + ")");
+    }
+    per = {eps.values.at(0)};
+  } else if (eps.kind == ElementsPerScale::Kind::kInt) {
+    per.assign(axes.size(), eps.values.at(0));
+  } else {
+    if (eps.values.size() != axes.size()) {
+      value_error("elements_per_scale: " + std::to_string(eps.values.size()) + " values for " + std::to_string(axes.size()) +
+                  " scale axes; the lists must have the same length");
+    }
+    per = eps.values;
+  }
+  l.keep = kept_dims(a.scale_axis, r, settings);
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    int ax = axes[i];
+    if (ax < 0) ax += r;
+    if (ax < 0 || ax >= r) value_error("scale_axis: " + std::to_string(axes[i]) + " is out of range for rank " + std::to_string(r));
+    if (per[i] <= 0) value_error("elements_per_scale: must be positive, got " + std::to_string(per[i]));
+    if (shape[ax] % per[i] != 0) {
+      value_error("elements_per_scale: axis " + std::to_string(ax) + " of length " + std::to_string(shape[ax]) +
+                  " is not divisible by " + std::to_string(per[i]));
+    }
+    if (l.block[static_cast<std::size_t>(ax)] != 1 && l.block[static_cast<std::size_t>(ax)] != per[i]) {
+      value_error("scale_axis: axis " + std::to_string(ax) + " is listed twice with different elements_per_scale");
+    }
+    l.block[static_cast<std::size_t>(ax)] = per[i];
+  }
+  return l;
+}
+
+// Kept dims of the max pass of quantized_bits' auto path: rank > 1 as scale_axis says, rank 1 the
+// whole vector (axis [0]), rank 0 the value itself (QKeras cannot reduce a scalar).
+std::vector<bool> bits_max_keep(const Dims& shape, const QuantizedBitsAttrs& a, const Settings& settings) {
+  if (shape.rank > 1) return kept_dims(a.scale_axis, shape.rank, settings);
+  return std::vector<bool>(static_cast<std::size_t>(shape.rank), false);
+}
+
+// The internal scale s of an auto/auto_po2 call (units of x / 2^integer).
+// `speculative_out` (may be null): see LeastSquaresReducer::out_kernel; `*output_written` tells
+// whether the final output is already there.
+ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& frozen, const QuantizedBitsAttrs& a,
+                           const BitsConstants& c, const Settings& settings, SearchInfo& info,
+                           const detail::QkBitsAutoParams& final_params, float* speculative_out, bool& output_written) {
+  output_written = false;
+  const float eps = settings.epsilon;
+  ScaleArray s;
+  if (a.frozen_scale) {
+    // scale = self.scale / m: the post_training_scale array rounded to float32, divided in float32.
+    const ContiguousF32 f = contiguous_f32(frozen);
+    s.shape = frozen.shape;
+    s.values.assign(f.data, f.data + frozen.numel());
+    map_scale(s, [&](float v) { return v / c.m; });
+    return s;
+  }
+  // levels = (2^(bits-1) - 1) * 2 (Python arithmetic; bits real), a float32 divisor in TF.
+  const double half_levels = std::pow(2.0, a.bits - 1.0) - 1.0;
+  const auto levels = static_cast<float>(half_levels * 2.0);
+  s = group_max(x, shape, bits_max_keep(shape, a, settings), true, true, c.m_i);
+  info.max_passes = 1;
+  map_scale(s, [&](float v) { return (v * 2.0f) / levels; });
+  if (a.alpha != Alpha::kAutoPo2) return s;
+  map_scale(s, [&](float v) { return po2_round(v, eps); });
+  const LsLayout ls = bits_ls_layout(shape, a, settings);
+  Po2Clip clip;
+  // 2 ** exponent in Python (double), then float32 where it meets the tensor; Keras' clip raises
+  // the maximum to the minimum when both are given and max < min.
+  std::optional<double> lo, hi;
+  if (a.min_po2_exponent) lo = std::pow(2.0, *a.min_po2_exponent);
+  if (a.max_po2_exponent) hi = std::pow(2.0, *a.max_po2_exponent);
+  if (lo && hi && *hi < *lo) hi = lo;
+  if (lo) clip.lo = static_cast<float>(*lo);
+  if (hi) clip.hi = static_cast<float>(*hi);
+  const float m_i = c.m_i;
+  const float half_levels_f = static_cast<float>(half_levels);
+  // Five rounds (QKeras has no convergence test); a round that returns its input bit for bit is a
+  // fixed point, so the remaining rounds would repeat it.
+  for (int round = 0; round < 5; ++round) {
+    const detail::GroupedLayout L = detail::make_grouped_layout(shape, ls.keep, ls.block, s.shape);
+    std::vector<LeastSquaresAcc> sums(static_cast<std::size_t>(L.num_groups));
+    detail::QkBitsAutoParams level_params;
+    level_params.m = c.m;
+    level_params.m_i = m_i;
+    level_params.inv_m = detail::exact_reciprocal(c.m);
+    level_params.inv_m_i = detail::exact_reciprocal(m_i);
+    level_params.pow2_scales = exact_reciprocals(s);
+    level_params.half_levels = half_levels_f;
+    level_params.level_only = true;
+    LeastSquaresReducer reducer;
+    reducer.level_kernel = detail::best_kernel(KernelOp::kQkBitsAuto, WorkType::kF32);
+    reducer.level_params = &level_params;
+    reducer.divide = true;
+    reducer.divisor = m_i;
+    reducer.base = x;
+    detail::QkBitsAutoParams round_output = final_params;
+    round_output.pow2_scales = level_params.pow2_scales;
+    if (speculative_out != nullptr) {
+      reducer.out_kernel = detail::best_kernel(KernelOp::kQkBitsAuto, WorkType::kF32);
+      reducer.out_params = &round_output;
+      reducer.out_base = speculative_out;
+    }
+    detail::grouped_reduce(x, s.values.data(), L, reducer, sums.data());
+    ++info.least_squares_rounds;
+    ScaleArray next = least_squares_po2(sums, L, shape, ls.keep, ls.block, eps, clip);
+    const bool converged = next.same_bits(s);
+    s = std::move(next);
+    if (converged) {
+      output_written = speculative_out != nullptr;
+      break;
+    }
+  }
+  return s;
+}
+}  // namespace
+
+TensorSpec quantized_bits_spec(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
+                               const Settings& settings) {
+  validate_bits(x, alpha, attrs);
+  require_settings(settings);
+  if ((attrs.alpha == Alpha::kAuto || attrs.alpha == Alpha::kAutoPo2) && !attrs.frozen_scale) {
+    // The axes of the search (each throws naming scale_axis / elements_per_scale).
+    bits_max_keep(x.shape, attrs, settings);
+    if (attrs.alpha == Alpha::kAutoPo2) bits_ls_layout(x.shape, attrs, settings);
+  }
+  TensorSpec spec;
+  spec.dtype = DType::kFloat32;
+  spec.shape = x.shape;
+  if (attrs.alpha == Alpha::kValue) {
+    const std::array<Dims, 2> shapes{x.shape, alpha.shape};
+    static constexpr const char* kNames[] = {"x", "alpha"};
+    spec.shape = broadcast_shapes(shapes, "quantized_bits", kNames);
+  } else if (attrs.frozen_scale) {
+    const std::array<Dims, 2> shapes{x.shape, alpha.shape};
+    static constexpr const char* kNames[] = {"x", "post_training_scale"};
+    spec.shape = broadcast_shapes(shapes, "quantized_bits", kNames);
+  }
+  return spec;
+}
+
+Dims quantized_bits_scale_shape(const TensorView& x, const QuantizedBitsAttrs& attrs, const Settings& settings) {
+  if (x.shape.rank == 0) return Dims{};
+  // Rank 1: one max-based scale for the vector; auto_po2's least squares then give one per element.
+  if (x.shape.rank == 1) return attrs.alpha == Alpha::kAutoPo2 ? x.shape : Dims{1};
+  return kept_shape(x.shape, kept_dims(attrs.scale_axis, x.shape.rank, settings));
+}
+
+void quantized_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs, const Settings& settings,
+                    const Training& training, const MutableTensorView& out, const MutableTensorView* scale_out, SearchInfo* info) {
+  SearchInfo search;
+  const TensorSpec spec = quantized_bits_spec(x, alpha, attrs, settings);
+  detail::require_output(out, spec, "quantized_bits");
+  const BitsConstants c = bits_constants(attrs);
+  if (!c.auto_alpha) {
+    detail::QkBitsParams p;
+    p.keep_negative = attrs.keep_negative;
+    p.binary = attrs.bits - (attrs.keep_negative ? 1.0 : 0.0) <= 0;
+    p.m = c.m;
+    p.m_i = c.m_i;
+    p.inv_m = detail::exact_reciprocal(c.m);
+    p.inv_m_i = detail::exact_reciprocal(c.m_i);
+    {
+      const detail::ScopedFlushDenormals flush;
+      // keep_negative * (-m + symmetric), m - 1 (a False keep_negative gives -0.0).
+      p.lo = (attrs.keep_negative ? 1.0f : 0.0f) * ((-p.m) + (attrs.symmetric ? 1.0f : 0.0f));
+      p.hi = p.m - 1.0f;
+    }
+    p.blend = make_blend(attrs.qnoise, attrs.use_ste);
+    p.stochastic = make_stochastic(attrs.use_stochastic_rounding, training, 1.0f);
+    const float one = 1.0f;
+    const TensorView scale = attrs.alpha == Alpha::kValue ? alpha : TensorView(&one, DType::kFloat32, Dims{});
+    const std::array<TensorView, 2> inputs{x, scale};
+    run_kernel(KernelOp::kQkBits, inputs.data(), 2, out, &p);
+    if (info != nullptr) *info = search;
+    return;
+  }
+  const ContiguousF32 xf = contiguous_f32(x);
+  detail::QkBitsAutoParams p;
+  p.m = c.m;
+  p.m_i = c.m_i;
+  p.inv_m = detail::exact_reciprocal(c.m);
+  p.inv_m_i = detail::exact_reciprocal(c.m_i);
+  p.half_levels = static_cast<float>(std::pow(2.0, attrs.bits - 1.0) - 1.0);
+  p.blend = make_blend(attrs.qnoise, attrs.use_ste);
+  bool output_written = false;
+  const ScaleArray s = bits_auto_scale(xf.data, x.shape, alpha, attrs, c, settings, search, p,
+                                       speculative_output(out, x.shape, xf.data), output_written);
+  if (info != nullptr) *info = search;
+  if (!output_written) {
+    p.pow2_scales = exact_reciprocals(s);
+    const std::array<TensorView, 2> inputs{TensorView(xf.data, DType::kFloat32, x.shape), s.view()};
+    run_kernel(KernelOp::kQkBitsAuto, inputs.data(), 2, out, &p);
+  }
+  if (scale_out != nullptr && !attrs.frozen_scale) {
+    ScaleArray reported = s;
+    map_scale(reported, [&](float v) { return v * c.m; });
+    copy_scale_into(reported, *scale_out, "quantized_bits scale");
+  }
+}
+
+void quantized_bits_gradient(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
+                             const Settings& settings, const MutableTensorView& out) {
+  const TensorSpec spec = quantized_bits_spec(x, alpha, attrs, settings);
+  detail::require_output(out, spec, "quantized_bits gradient");
+  detail::QkBitsParams p;
+  p.gradient = true;
+  p.blend = make_blend(attrs.qnoise, attrs.use_ste);
+  const float one = 1.0f;
+  const TensorView scale = attrs.alpha == Alpha::kValue ? alpha : TensorView(&one, DType::kFloat32, Dims{});
+  const std::array<TensorView, 2> inputs{x, scale};
+  run_kernel(KernelOp::kQkBits, inputs.data(), 2, out, &p);
+}
+
+}  // namespace polyquant::qkeras

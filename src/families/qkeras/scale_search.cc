@@ -1,0 +1,194 @@
+// The shared steps of QKeras' scale searches: kept axes, the grouped max and the po2 least-squares scale.
+#include "families/qkeras/scale_search.h"
+
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "core/elementwise.h"
+#include "core/numpy_semantics.h"
+#include "core/parallel.h"
+
+namespace polyquant::qkeras::internal {
+
+// ---- axes ------------------------------------------------------------------------------------
+std::vector<bool> kept_dims(const ScaleAxis& axis, int rank, const Settings& settings) {
+  std::vector<bool> keep(static_cast<std::size_t>(rank), false);
+  switch (axis.kind) {
+    case ScaleAxis::Kind::kNone:
+      if (rank == 0) break;
+      if (settings.image_data_format == DataFormat::kChannelsLast) keep[static_cast<std::size_t>(rank - 1)] = true;
+      else keep[0] = true;
+      break;
+    case ScaleAxis::Kind::kInt: {
+      int k = axis.axes.empty() ? 0 : axis.axes[0];
+      if (k < -rank || k >= rank || rank == 0) {
+        value_error("scale_axis: " + std::to_string(k) + " is out of range for an input of rank " + std::to_string(rank) +
+                    " (allowed: " + std::to_string(-rank) + " .. " + std::to_string(rank - 1) + ")");
+      }
+      if (k < 0) k += rank;
+      keep[static_cast<std::size_t>(k)] = true;
+      break;
+    }
+    case ScaleAxis::Kind::kList:
+      // QKeras reduces over [i for i in range(rank) if i not in scale_axis]: entries that name no
+      // dimension keep nothing.
+      for (int a : axis.axes) {
+        if (a >= 0 && a < rank) keep[static_cast<std::size_t>(a)] = true;
+      }
+      break;
+  }
+  return keep;
+}
+
+Dims kept_shape(const Dims& shape, const std::vector<bool>& keep) {
+  Dims s = shape;
+  for (int d = 0; d < shape.rank; ++d) {
+    if (!keep[static_cast<std::size_t>(d)]) s[d] = 1;
+  }
+  return s;
+}
+
+bool exact_reciprocals(const ScaleArray& s) {
+  for (float v : s.values) {
+    if (detail::exact_reciprocal(v) == 0.0f) return false;
+  }
+  return true;
+}
+
+void copy_scale_into(const ScaleArray& s, const MutableTensorView& out, const char* what) {
+  detail::require_output(out, TensorSpec{DType::kFloat32, s.shape}, what);
+  if (s.values.empty()) return;
+  detail::convert_into(s.view(), out);
+}
+
+float* speculative_output(const MutableTensorView& out, const Dims& shape, const float* x) {
+  const std::int64_t n = shape.numel();
+  if (n <= 0 || out.dtype != DType::kFloat32 || !(out.shape == shape) || !out.is_contiguous()) return nullptr;
+  const auto o0 = reinterpret_cast<std::uintptr_t>(out.data), x0 = reinterpret_cast<std::uintptr_t>(x);
+  const auto bytes = static_cast<std::uintptr_t>(n) * sizeof(float);
+  if (o0 < x0 + bytes && x0 < o0 + bytes) return nullptr;
+  return static_cast<float*>(out.data);
+}
+
+// ---- reducers ---------------------------------------------------------------------------------
+namespace {
+// max over the group of |x| (absolute) or x, in float32 under TensorFlow's flush rule (subnormals
+// count as zero, as the kernel's spec says); NaN propagates (TensorFlow's reduce_max on CPU; made
+// the canonical quiet NaN by group_max). The division by 2^integer of quantized_bits'
+// max(|x / m_i|) is applied once to the result: x -> x / d rounds monotonically (flush to zero
+// included), so max(|x| / d) == max(|x|) / d.
+struct MaxReducer {
+  using Acc = float;
+  using ThreadEnv = detail::ScopedFlushDenormals;  // TensorFlow's flush rule on every thread
+  detail::GroupMaxParams params;
+  detail::RowKernel kernel = detail::best_kernel(KernelOp::kGroupMax, WorkType::kF32);
+  static float fold(float a, float b) { return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<float>::quiet_NaN() : detail::group_max_fold(a, b); }
+  void row(float* acc, std::int64_t group_stride, const float* x, const float*, std::int64_t, std::int64_t n) const {
+    if (group_stride <= 1) {
+      detail::GroupMaxParams p = params;
+      p.per_element = group_stride == 1;
+      detail::RowArgs a;
+      a.in[0] = x;
+      a.out = acc;
+      a.n = n;
+      kernel(&p, a);
+      return;
+    }
+    for (std::int64_t j = 0; j < n; ++j) acc[j * group_stride] = fold(acc[j * group_stride], detail::group_max_value(x[j], params.absolute));
+  }
+  // Rows of n elements, x_row_stride apart, into the same n accumulators, four rows per pass.
+  void rows(float* acc, std::int64_t group_stride, const float* x, std::int64_t x_row_stride, const float* aux,
+            std::int64_t aux_stride, std::int64_t n, std::int64_t rows) const {
+    if (group_stride != 1) {
+      for (std::int64_t r = 0; r < rows; ++r) row(acc, group_stride, x + r * x_row_stride, aux, aux_stride, n);
+      return;
+    }
+    // Short rows (few channels): more rows per call, so each call still covers ~1024 elements.
+    const std::int64_t kTile = std::max<std::int64_t>(4, 1024 / std::max<std::int64_t>(n, 1));
+    for (std::int64_t r = 0; r < rows; r += kTile) {
+      detail::GroupMaxParams p = params;
+      p.per_element = true;
+      p.rows = std::min(kTile, rows - r);
+      p.x_row_stride = x_row_stride;
+      detail::RowArgs a;
+      a.in[0] = x + r * x_row_stride;
+      a.out = acc;
+      a.n = n;
+      kernel(&p, a);
+    }
+  }
+  void merge(float& into, float from) const { into = fold(into, from); }
+};
+}  // namespace
+
+ScaleArray least_squares_po2(const std::vector<LeastSquaresAcc>& sums, const detail::GroupedLayout& L, const Dims& x_shape,
+                             const std::vector<bool>& keep, const std::vector<std::int64_t>& block, float eps, const Po2Clip& clip) {
+  const float count = static_cast<float>(L.group_size);
+  std::vector<float> per_group(sums.size());
+  // One value per group, independently: threads for the many groups of per-element scales.
+  detail::parallel_for(static_cast<std::int64_t>(sums.size()), 1 << 14, [&](std::int64_t g0, std::int64_t g1) {
+    const detail::ScopedFlushDenormals flush;
+    for (auto g = static_cast<std::size_t>(g0); g < static_cast<std::size_t>(g1); ++g) {
+      const float qx = static_cast<float>(sums[g].xz) / count;
+      const float qq = static_cast<float>(sums[g].zz) / count;
+      float s = po2_round(qx / (qq + eps), eps);
+      if (clip.lo || clip.hi) {
+        // K.clip -> tf.clip_by_value(s, lo, hi) (maximum(minimum(s, hi), lo)).
+        if (clip.hi) s = detail::tf_min(s, *clip.hi);
+        if (clip.lo) s = detail::tf_max(s, *clip.lo);
+      }
+      // A NaN scale is the quiet +NaN, as group_max's: the sums' NaN (and so its sign) depends on
+      // the order in which a kernel set met NaNs of different signs.
+      per_group[g] = std::isnan(s) ? std::numeric_limits<float>::quiet_NaN() : s;
+    }
+  });
+  ScaleArray out;
+  out.shape = kept_shape(x_shape, keep);
+  bool blocked = false;
+  for (std::int64_t b : block) blocked = blocked || b != 1;
+  if (!blocked) {
+    // Without blocks the groups are the kept shape's elements in C order.
+    out.values = std::move(per_group);
+    return out;
+  }
+  out.values.resize(static_cast<std::size_t>(out.shape.numel()));
+  // Group of each element of the kept shape: C order over kept dims, block index = index / block.
+  const int r = x_shape.rank;
+  std::vector<std::int64_t> group_stride(static_cast<std::size_t>(r), 0);
+  std::int64_t g = 1;
+  for (int d = r - 1; d >= 0; --d) {
+    if (!keep[static_cast<std::size_t>(d)]) continue;
+    group_stride[static_cast<std::size_t>(d)] = g;
+    g *= x_shape[d] / block[static_cast<std::size_t>(d)];
+  }
+  std::array<std::int64_t, kMaxRank> idx{};
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(out.values.size()); ++i) {
+    std::int64_t rem = i, grp = 0;
+    for (int d = r - 1; d >= 0; --d) {
+      idx[static_cast<std::size_t>(d)] = rem % out.shape[d];
+      rem /= out.shape[d];
+      grp += (idx[static_cast<std::size_t>(d)] / block[static_cast<std::size_t>(d)]) * group_stride[static_cast<std::size_t>(d)];
+    }
+    out.values[static_cast<std::size_t>(i)] = per_group[static_cast<std::size_t>(grp)];
+  }
+  return out;
+}
+
+ScaleArray group_max(const float* x, const Dims& shape, const std::vector<bool>& keep, bool absolute, bool divide, float divisor) {
+  const detail::GroupedLayout L = detail::make_grouped_layout(shape, keep, no_blocks(shape.rank), Dims{});
+  ScaleArray out;
+  out.shape = kept_shape(shape, keep);
+  out.values.assign(static_cast<std::size_t>(L.num_groups), -std::numeric_limits<float>::infinity());
+  MaxReducer reducer;
+  reducer.params.absolute = absolute;
+  detail::grouped_reduce(x, nullptr, L, reducer, out.values.data());
+  const detail::ScopedFlushDenormals flush;
+  for (float& v : out.values) {
+    if (std::isnan(v)) v = std::numeric_limits<float>::quiet_NaN();
+    else if (divide) v = v / divisor;
+  }
+  return out;
+}
+
+}  // namespace polyquant::qkeras::internal
