@@ -9,7 +9,7 @@
 // may be omitted) x is viewed in C order as (-1, n0, B0, n1, B1, ...) and each block (B0, B1, ...)
 // feeds one element (AIMET's `reshape`: only the element count must divide).
 //
-// Numerics (each in AIMET's dtype, step by step in src/families/aimet/analyzers.cc):
+// Numerics (each in AIMET's dtype, step by step in src/families/aimet/analyzers/<analyzer>.cc):
 //   MinMax:     min/max per element in x's dtype (NaN propagates); compute: 0 included, ranges
 //               narrower than N * min_scale widened (min_scale = min(float32 eps, 0.01 / N)),
 //               symmetric: delta = max(max / floor(N/2), -min / ceil(N/2)) (N == 3: max / 2),
