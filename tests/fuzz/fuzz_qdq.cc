@@ -1163,14 +1163,8 @@ void run_case(Source& s, Stats& st) {
   }
 }
 
-}  // namespace
-
-#if defined(POLYQUANT_LIBFUZZER)
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  return run_libfuzzer_case(data, size, std::size(kOpNames), run_case);
-}
-#else
-int main(int argc, char** argv) {
+// The deterministic driver (or libFuzzer) over run_case.
+Driver make_driver() {
   Driver d;
   d.name = "polyquant_fuzz_qdq";
   d.op_names.assign(std::begin(kOpNames), std::end(kOpNames));
@@ -1195,13 +1189,14 @@ int main(int argc, char** argv) {
     return false;
   };
   d.extra_usage = " [--valid-only] [--dump] [--no-overlap] [--streaming]";
-  const auto t0 = std::chrono::steady_clock::now();
-  const int rc = run_driver(argc, argv, d);
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (rc == 0) {
+  // The Q/DQ harness also reports its throughput in output elements.
+  d.after_run = [](double seconds) {
     std::printf("polyquant_fuzz_qdq: %llu output elements computed (all executions): %.0f elements/s\n",
-                static_cast<unsigned long long>(g_elements), static_cast<double>(g_elements) / std::max(elapsed, 1e-9));
-  }
-  return rc;
+                static_cast<unsigned long long>(g_elements), static_cast<double>(g_elements) / std::max(seconds, 1e-9));
+  };
+  return d;
 }
-#endif
+
+}  // namespace
+
+POLYQUANT_FUZZ_ENTRY_POINT(make_driver)

@@ -286,14 +286,8 @@ void run_case(Source& s, Stats& st) {
 }
 
 
-}  // namespace
-
-#if defined(POLYQUANT_LIBFUZZER)
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  return run_libfuzzer_case(data, size, std::size(kOpNames), run_case);
-}
-#else
-int main(int argc, char** argv) {
+// The deterministic driver (or libFuzzer) over run_case.
+Driver make_driver() {
   Driver d;
   d.name = "polyquant_fuzz";
   d.op_names.assign(std::begin(kOpNames), std::end(kOpNames));
@@ -304,6 +298,9 @@ int main(int argc, char** argv) {
     return true;
   };
   d.extra_usage = " [--no-overflow-shapes]";
-  return run_driver(argc, argv, d);
+  return d;
 }
-#endif
+
+}  // namespace
+
+POLYQUANT_FUZZ_ENTRY_POINT(make_driver)

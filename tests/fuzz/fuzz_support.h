@@ -435,7 +435,7 @@ inline void init_sets() {
 // ---- libFuzzer's entry (-DPOLYQUANT_LIBFUZZER) --------------------------------------------------
 // One case drawn from the fuzzer's bytes: the kernel sets are listed once, on the first call.
 inline int run_libfuzzer_case(const std::uint8_t* data, std::size_t size, std::size_t num_ops,
-                              void (*run_case)(Source&, Stats&)) {
+                              const std::function<void(Source&, Stats&)>& run_case) {
   static const bool ready = [] {
     init_sets();
     return true;
@@ -458,6 +458,8 @@ struct Driver {
   std::function<void(Source&, Stats&)> run_case;     // draws and checks one case
   std::function<bool(const std::string&)> extra_flag;  // a harness' own flag: true when it took it
   const char* extra_usage = "";
+  // Called after a successful run with its duration (a harness' own summary line).
+  std::function<void(double seconds)> after_run;
 };
 
 // Runs cases start, start + 1, ... (case i drawn from (seed, i) alone) until S seconds or N cases.
@@ -535,7 +537,22 @@ inline int run_driver(int argc, char** argv, const Driver& d) {
   }
   std::printf("\n%s: OK (replay one case: --seed %llu --start I --iterations 1)\n", d.name,
               static_cast<unsigned long long>(seed));
+  if (d.after_run) d.after_run(elapsed);
   return 0;
 }
+
+// A harness' entry point from its `Driver make_driver()`: libFuzzer's callback with
+// -DPOLYQUANT_LIBFUZZER (the driver's cases drawn from the fuzzer's bytes), the deterministic
+// driver's main otherwise. Used once per harness, at global scope.
+#if defined(POLYQUANT_LIBFUZZER)
+#define POLYQUANT_FUZZ_ENTRY_POINT(make_driver)                                                      \
+  extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {               \
+    static const polyquant::fuzz::Driver driver = make_driver();                                     \
+    return polyquant::fuzz::run_libfuzzer_case(data, size, driver.op_names.size(), driver.run_case); \
+  }
+#else
+#define POLYQUANT_FUZZ_ENTRY_POINT(make_driver) \
+  int main(int argc, char** argv) { return polyquant::fuzz::run_driver(argc, argv, make_driver()); }
+#endif
 
 }  // namespace polyquant::fuzz
