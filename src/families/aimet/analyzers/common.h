@@ -33,8 +33,10 @@ inline bool is_analyzer_dtype(DType t) {
 // TypeError unless t is float16, bfloat16, float32 or float64.
 void check_dtype(DType t);
 
-// v (a float32 or exact value) rounded to dtype t.
-inline double round_to(DType t, double v) {
+// v (a float32 or exact value) rounded to dtype t as torch's `.to(t)` of a float32 tensor: through
+// float32 (torch computes 16-bit floats in float32). Not numpy's astype of a float64
+// (core/numpy_semantics.h's round_to rounds once, straight to t), hence its own name.
+inline double torch_round_to(DType t, double v) {
   switch (t) {
     case DType::kFloat64: return v;
     case DType::kFloat32: return static_cast<float>(v);
@@ -46,7 +48,7 @@ inline double round_to(DType t, double v) {
 inline double f32(double v) { return static_cast<float>(v); }
 // One binary op of torch in dtype t: float32 arithmetic rounded to t for 16-bit floats.
 inline double op_in(DType t, double exact_or_f32) {
-  return t == DType::kFloat64 ? exact_or_f32 : round_to(t, f32(exact_or_f32));
+  return t == DType::kFloat64 ? exact_or_f32 : torch_round_to(t, f32(exact_or_f32));
 }
 inline double finfo_max(DType t) {
   switch (t) {

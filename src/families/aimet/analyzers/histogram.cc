@@ -172,7 +172,7 @@ void bin_slice(const Slice& s, std::int64_t bins, double lo, double hi, double b
   thread_local std::vector<std::int64_t> counts;
   counts.assign(static_cast<std::size_t>(bins + 1), 0);  // + the slot of values outside the range
   std::int64_t n_below = 0, n_above = 0;
-  const double bl = round_to(d.dtype, below), ab = round_to(d.dtype, above);
+  const double bl = torch_round_to(d.dtype, below), ab = torch_round_to(d.dtype, above);
   if (lo == hi || bins > (std::int64_t{1} << 24)) {
     // torch.histc over the data's own extremes, or too many bins for bin_part: the reference loop.
     std::vector<float> xs(static_cast<std::size_t>(s.n));
@@ -338,7 +338,7 @@ void merge_histogram(DType batch_dtype, double new_min, double new_max, std::int
                      double& cur_max, float limit_lo, float limit_hi, const Slice* batch, bool parallel, const float* other_counts,
                      const float* other_edges) {
   const DType w = batch_dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
-  auto rw = [&](double v) { return round_to(w, v); };
+  auto rw = [&](double v) { return torch_round_to(w, v); };
   auto clamp_t = [](double x, double lo, double hi) {
     if (std::isnan(lo) || std::isnan(hi)) return static_cast<double>(NAN);
     const double r = x < lo ? lo : x;

@@ -432,25 +432,25 @@ void minmax_encoding(DType t, double mn, double mx, double n, bool symmetric, do
   const double mwz = mn > 0 ? 0.0 : mn;
   const double xwz = mx < 0 ? 0.0 : mx;
   const double diff = op_in(t, op_in(t, xwz - mwz) / op_in(t == DType::kFloat64 ? t : DType::kFloat32, n));
-  const double adj = diff < round_to(t, ms) ? f32(ms) : 0.0;
+  const double adj = diff < torch_round_to(t, ms) ? f32(ms) : 0.0;
   double umin, umax;
   if (symmetric) {
     const double pos = std::floor(n / 2), neg = std::ceil(n / 2);
     umax = op_in(p, xwz + f32(f32(pos) * adj));
     umin = op_in(p, mwz - f32(f32(neg) * adj));
     const double den = pos + (n == 3 ? 1 : 0);
-    const double a = op_in(p, umax / round_to(p, den));
-    const double b = op_in(p, -umin / round_to(p, neg));
+    const double a = op_in(p, umax / torch_round_to(p, den));
+    const double b = op_in(p, -umin / torch_round_to(p, neg));
     const double delta = torch_maximum(a, b);
-    umin = op_in(p, round_to(p, -neg) * delta);
-    umax = op_in(p, round_to(p, pos) * delta);
+    umin = op_in(p, torch_round_to(p, -neg) * delta);
+    umax = op_in(p, torch_round_to(p, pos) * delta);
   } else {
     umax = op_in(p, xwz + f32(f32(n) * adj));
     umin = mwz;
   }
   const double fmax = finfo_max(t);
-  out_max = round_to(t, std::isnan(umax) ? umax : std::min(umax, round_to(p, fmax)));
-  out_min = round_to(t, std::isnan(umin) ? umin : std::max(umin, -round_to(p, fmax)));
+  out_max = torch_round_to(t, std::isnan(umax) ? umax : std::min(umax, torch_round_to(p, fmax)));
+  out_min = torch_round_to(t, std::isnan(umin) ? umin : std::max(umin, -torch_round_to(p, fmax)));
 }
 }  // namespace
 

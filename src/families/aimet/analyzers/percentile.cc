@@ -82,8 +82,8 @@ EncodingRange PercentileEncodingAnalyzer::compute_from_stats(const HistogramStat
     }
     double mn, mx;
     adjust_min_max(e[min_index], e[max_index], num_steps, is_symmetric, mn, mx);
-    r.min[static_cast<std::size_t>(k)] = round_to(s.dtype, mn);
-    r.max[static_cast<std::size_t>(k)] = round_to(s.dtype, mx);
+    r.min[static_cast<std::size_t>(k)] = torch_round_to(s.dtype, mn);
+    r.max[static_cast<std::size_t>(k)] = torch_round_to(s.dtype, mx);
   }
   return r;
 }

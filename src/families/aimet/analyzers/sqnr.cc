@@ -159,7 +159,7 @@ EncodingRange SqnrEncodingAnalyzer::compute_from_stats(const HistogramState& s, 
   const int lanes = sqnr_.torch_sum_lanes;
   EncodingRange r = make_range(t, shape().shape, h);
   const DType w = promote(t, DType::kFloat32);
-  auto rw = [&](double v) { return round_to(w, v); };
+  auto rw = [&](double v) { return torch_round_to(w, v); };
   // Offsets of the asymmetric grid (the same for every histogram but the observed one).
   const double num_offsets = std::min(n + 2, static_cast<double>(sqnr_.offset_candidates));
   std::vector<double> grid_offsets;
@@ -190,7 +190,7 @@ EncodingRange SqnrEncodingAnalyzer::compute_from_stats(const HistogramState& s, 
     if (is_symmetric) {
       // delta_max = 2 * f32(maximum(max_v, -min_v)) / N; deltas f32(f32(delta_max * k) / (D - 1)),
       // at least min_scale; one offset floor(-N / 2).
-      const double mm = round_to(DType::kFloat32, torch_maximum(max_v, -min_v));
+      const double mm = torch_round_to(DType::kFloat32, torch_maximum(max_v, -min_v));
       const float dmax = static_cast<float>(f32(2.0 * mm) / f32(n));
       const float off = static_cast<float>(std::floor(-n / 2));
       for (std::int64_t i = 0; i < nd; ++i) {
@@ -232,12 +232,12 @@ EncodingRange SqnrEncodingAnalyzer::compute_from_stats(const HistogramState& s, 
     const double best_delta = cd[c], best_offset = co[c];
     if (is_symmetric) {
       const double mn = f32(best_offset * best_delta);
-      r.min[u] = round_to(t, mn);
-      r.max[u] = round_to(t, f32(mn + f32(f32(n) * best_delta)));
+      r.min[u] = torch_round_to(t, mn);
+      r.max[u] = torch_round_to(t, f32(mn + f32(f32(n) * best_delta)));
     } else {
       const double mn = rw(best_offset * best_delta);
-      r.min[u] = round_to(t, mn);
-      r.max[u] = round_to(t, rw(mn + rw(rw(n) * best_delta)));
+      r.min[u] = torch_round_to(t, mn);
+      r.max[u] = torch_round_to(t, rw(mn + rw(rw(n) * best_delta)));
     }
   }
   return r;
