@@ -1,5 +1,6 @@
-// Golden vectors produced by running qonnx's numpy functions (shared/reference/qonnx.md §7 and the
-// FloatQuant cases of qonnx's own test_floatquant.py), through the public C++ API.
+// Golden vectors produced by running qonnx 1.0.0's numpy functions (IntQuant, Trunc and BipolarQuant
+// cases recorded from the reference, and the FloatQuant cases of qonnx's own test_floatquant.py),
+// through the public C++ API.
 #include <gtest/gtest.h>
 
 #include "qonnx_call.h"
