@@ -2,10 +2,11 @@
 // SQNR and TfEnhanced over drawn encoding shapes (per tensor, per channel, invalid), block sizes
 // (with -1 entries, occasionally invalid), options (bin counts, percentiles, SQNR candidate counts
 // and lanes, in and out of range), batches (empty, any dtype, any bit pattern, strided / reversed /
-// zero-stride views) and states (round trips, and states with sizes or bytes garbled). Nothing may
-// crash or throw anything but polyquant::Error; every kernel set and one thread must give the
-// scalar set's results bit for bit (encodings, states and error messages alike). Runs under
-// ASan + UBSan in CI (scripts/fuzz.sh).
+// zero-stride views; rarely 2^17+ values, enough to be split across threads) and states (round
+// trips, and states with sizes or bytes garbled). Nothing may crash or throw anything but
+// polyquant::Error; every kernel set and one thread must give the scalar set's results bit for bit
+// (encodings, states and error messages alike). Runs under ASan + UBSan in CI (scripts/fuzz.sh).
+// Against the scalar model, and for merges of split batches: tests/cpp/aimet/test_analyzers.cc.
 #include <memory>
 
 #include "fuzz_support.h"
@@ -210,12 +211,24 @@ std::string execute(const Case& c) {
   return log;
 }
 
+// A batch of 2^17 values or more, rank 1 or 2: the analyzers split work across threads only from
+// there (histogram slices, histograms in parallel), so without it the thread comparison below
+// compares one-threaded runs.
+pq::Dims draw_large_dims(Source& s) {
+  static const std::int64_t rows[] = {1, 2, 3, 7};
+  const std::int64_t n = (std::int64_t{1} << 17) + static_cast<std::int64_t>(s.below(4099));
+  const std::int64_t r = s.pick(rows);
+  return r == 1 ? pq::Dims{n} : pq::Dims{r, n / r + 1};
+}
+
 void run_case(Source& s, Stats& st) {
   Case c;
   c.op = static_cast<int>(s.below(std::size(kOpNames)));
   const pq::DType xt = s.pick(kXTypes);
-  const pq::Dims xs = draw_dims(s, 4);
-  draw_shape(s, c, xs);
+  const bool large = s.chance(2);
+  const pq::Dims xs = large ? draw_large_dims(s) : draw_dims(s, 4);
+  if (large) c.shape.shape = xs.rank == 2 && s.chance(50) ? pq::Dims{xs[0], 1} : pq::Dims{1};  // few histograms
+  else draw_shape(s, c, xs);
   static const std::int64_t bins[] = {1, 2, 3, 7, 16, 64, 64, 512, 0, -1};
   static const std::int64_t deltas[] = {2, 3, 5, 17, 101, 1, 0, -1};
   static const std::int64_t offsets[] = {1, 3, 4, 21, 2, 0, -5};
@@ -250,7 +263,7 @@ void run_case(Source& s, Stats& st) {
     if (execute(c) != want) fail(what, "kernel set " + g_sets[k] + " differs from " + g_sets.front());
     ++st.executions;
   }
-  if (s.chance(20)) {
+  if (s.chance(20) || large) {
     pq::set_num_threads(1);
     const std::string got = execute(c);
     pq::set_num_threads(256);
