@@ -1,8 +1,8 @@
 """Concurrency and interpreter exit for every family's functional entry points (issue 17's probe
 classes "concurrency" and "exit"): threads sharing inputs get the serial bits, and daemon threads
 still inside a call when the interpreter exits do not abort the process. The QONNX ops and the
-AIMET analyzers have their own tests (test_api.py, test_qonnx_robustness.py,
-test_aimet_analyzers_robustness.py)."""
+AIMET analyzers have their own tests (qonnx/test_api.py, qonnx/test_robustness.py,
+aimet/test_robustness_analyzers.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import polyquant.aimet as A
 import polyquant.onnx as pqo
 import polyquant.quark as pqq
-from conftest import run_threads
+from .helpers import run_threads
 from polyquant.qkeras import quantized_bits, quantized_linear, quantized_relu
 
 # Each entry: a function of a float32 x giving an array (or a tuple of arrays).

@@ -1,0 +1,1 @@
+"""polyquant.aimet against aimet-torch 2.42.0."""

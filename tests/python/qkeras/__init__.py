@@ -1,0 +1,1 @@
+"""polyquant.qkeras against QKeras."""

@@ -1,0 +1,1 @@
+"""polyquant.quark against amd-quark 0.13."""

@@ -1,0 +1,1 @@
+"""The polyquant command line, its runner and benchmarks, and the bundled example."""
