@@ -19,17 +19,24 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # Build requirements first: the sanitized build runs without build isolation (it must not use a
-# cached unsanitized wheel, and reuses build/py-asan between runs); then the package with its test
+# cached unsanitized wheel, and reuses the sanitized build tree); then the package with its test
 # extras (pytest, qonnx, hypothesis, ...) but not torch (the test-torch extra): none of the tests
 # below needs it, and a second copy of its CUDA libraries costs ~5 GB of disk.
 if [ -n "${CI:-}" ]; then export PIP_NO_CACHE_DIR=1; fi
 "$VENV/bin/python" -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.2"
 
 echo "== sanitized build (ASan + UBSan) of the extension and the ORT library"
-"$VENV/bin/python" -m pip install -q --no-build-isolation \
-  -Cbuild-dir=build/py-asan \
+# The build tree is the C++ sanitized build's (scripts/test.sh builds and tests it first), configured
+# with the same options, generator and build type, so the core library's objects are reused and only
+# the extension and the ORT library compile here (compiling the core under ASan a second time cost
+# CI about ten minutes). Run alone, it builds the tree from scratch.
+ASAN_BUILD=${POLYQUANT_ASAN_BUILD_DIR:-build/asan}
+CMAKE_GENERATOR="Unix Makefiles" "$VENV/bin/python" -m pip install -q --no-build-isolation \
+  -Cbuild-dir="$ASAN_BUILD" \
   -Ccmake.build-type=RelWithDebInfo \
   -Ccmake.define.POLYQUANT_SANITIZE=ON \
+  -Ccmake.define.POLYQUANT_BUILD_TESTS=ON \
+  -Ccmake.define.POLYQUANT_BUILD_FUZZ=ON \
   ".[test]"
 
 # (Found without importing polyquant: the sanitized extension only loads with the runtime preloaded.)
