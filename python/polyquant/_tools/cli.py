@@ -1,4 +1,5 @@
-"""The `polyquant` command line: run QONNX models, benchmark the ops, show what was detected.
+"""The `polyquant` command line: run QONNX, ONNX Q/DQ and Quark models, benchmark the ops of every
+family (QONNX, QKeras, AIMET, ONNX Q/DQ, Quark), show what was detected.
 
     polyquant info
     polyquant run MODEL.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--reference] [--repeat N] [--seed S]
@@ -124,7 +125,9 @@ _seed = _int_at_least(0, "must be a non-negative integer (numpy's seeds are)")
 def build_parser():
 
     parser = argparse.ArgumentParser(
-        prog="polyquant", description="Bit-exact QONNX quantization operators: run models, benchmark, inspect.",
+        prog="polyquant",
+        description="Bit-exact quantization operators of QONNX, QKeras, AIMET, ONNX (QuantizeLinear / "
+                    "DequantizeLinear) and AMD Quark: run models, benchmark, inspect.",
         epilog=EXIT_STATUS_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

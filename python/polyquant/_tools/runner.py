@@ -86,6 +86,12 @@ def progress(iterable, desc, total=None, unit="run"):
 # ONNX Runtime side
 
 
+# Graph optimizers that insert default-domain Q/DQ nodes at the model's opset: in a model whose Q/DQ
+# ops were moved to polyquant.onnx because onnxruntime has no kernels at that opset, such a node
+# cannot run (onnxruntime 1.32: MatMulAddFusion on DQ -> MatMul -> Add -> Q).
+UPGRADED_MODEL_DISABLED_OPTIMIZERS = ["MatMulAddFusion"]
+
+
 def make_session(model_path, reference_numerics=False, notes=None):
     """An onnxruntime.InferenceSession on the CPU with the polyquant custom-op library registered and
     onnxruntime's logging reduced to errors. By default fully optimized (the fast session); with
@@ -100,6 +106,7 @@ def make_session(model_path, reference_numerics=False, notes=None):
     path = check_model_file(model_path)
     options = qonnx_execute.reference_session_options() if reference_numerics else polyquant_ort.session_options()
     model = str(path)
+    disabled_optimizers = []
     if _has_trunc(path):
         # qonnx picks the Trunc version from the opset import, the custom-op library from the input
         # count: make the count say what qonnx would run (or refuse a Trunc qonnx cannot run either).
@@ -113,6 +120,9 @@ def make_session(model_path, reference_numerics=False, notes=None):
         try:
             if pq_onnx.needs_upgrade(str(path)):
                 model = pq_onnx.upgrade_model(str(path)).SerializeToString()
+                # onnxruntime's MatMulAddFusion gives a fused bias a default-domain DequantizeLinear
+                # at the model's opset, which it has no kernel for (the reason for the upgrade).
+                disabled_optimizers = UPGRADED_MODEL_DISABLED_OPTIMIZERS
                 if notes is not None:
                     notes.append(f"QuantizeLinear/DequantizeLinear of opset > {pq_onnx.onnxruntime_max_opset()} run as "
                                  f"polyquant.onnx ops (polyquant.onnx.upgrade_model)")
@@ -122,7 +132,8 @@ def make_session(model_path, reference_numerics=False, notes=None):
         except Exception:  # a malformed protobuf: onnxruntime reports it
             pass
     try:
-        return onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
+        return onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"],
+                                            disabled_optimizers=disabled_optimizers)
     except Exception as exc:  # onnxruntime raises its own exception types for invalid models
         raise CommandError(f"onnxruntime cannot load {path}: {exc}") from exc
 

@@ -76,6 +76,32 @@ def test_run_opset28_model_with_reference_is_bit_exact(tmp_path):
     assert np.array_equal(np.load(tmp_path / "out" / "y.npy"), want)
 
 
+def test_run_opset28_dq_matmul_add_q_loads_and_is_bit_exact(tmp_path):
+    # DQ -> MatMul -> Add -> Q, as every Q/DQ exporter writes a biased layer: onnxruntime 1.32's
+    # MatMulAddFusion gave the fused bias a default-domain DequantizeLinear at opset 28, which it has
+    # no kernel for, so `polyquant run` could not load the model.
+    w = nh.from_array(np.arange(-32, 32, dtype=np.int8).reshape(16, 4), "w")
+    w_scale = nh.from_array(np.array([2.0**-6, 2.0**-7, 2.0**-6, 2.0**-8], np.float32), "w_scale")
+    b = nh.from_array((np.arange(4) * 2.0**-9).astype(np.float32), "b")
+    x_scale = nh.from_array(np.array(2.0**-5, np.float32), "x_scale")
+    y_scale = nh.from_array(np.array(2.0**-3, np.float32), "y_scale")
+    nodes = [h.make_node("QuantizeLinear", ["x", "x_scale"], ["x_q"], output_dtype=T.INT8),
+             h.make_node("DequantizeLinear", ["x_q", "x_scale"], ["x_dq"]),
+             h.make_node("DequantizeLinear", ["w", "w_scale"], ["w_dq"], axis=1),
+             h.make_node("MatMul", ["x_dq", "w_dq"], ["mm"]),
+             h.make_node("Add", ["mm", "b"], ["z"]),
+             h.make_node("QuantizeLinear", ["z", "y_scale"], ["q"], output_dtype=T.INT8),
+             h.make_node("DequantizeLinear", ["q", "y_scale"], ["y"])]
+    g = h.make_graph(nodes, "biased", [h.make_tensor_value_info("x", T.FLOAT, [8, 16])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [8, 4])], [w, w_scale, b, x_scale, y_scale])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 28)])
+    m.ir_version = 11
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    status, text = polyquant_cli("run", tmp_path / "m.onnx", "--reference", "-o", tmp_path / "out")
+    assert status == 0, text
+    assert "result     bit-exact" in text
+
+
 def test_run_reference_mismatch_against_onnx_gives_exit_status_1(tmp_path, monkeypatch):
     model = opset28_model(tmp_path / "m.onnx")
     real = runner._run_onnx_reference
