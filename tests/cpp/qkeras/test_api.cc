@@ -587,7 +587,7 @@ TEST(QKerasGold, BlendCancellationAndSignOfZero) {
   unsigned_no_ste.use_ste = false;
   EXPECT_TRUE(same_floats(call_bits(view(signed_zero), unsigned_no_ste).out, from_bits({0x80000000, 0x00000000, 0x3ea00000})));
   // x = -0.0 there: QKeras gives +0.0 because TensorFlow's clip takes another branch on a tensor's
-  // last few elements; polyquant gives the bound -0.0 on every element (the README's documented
+  // last few elements; polyquant gives the bound -0.0 on every element (docs/qkeras.md's documented
   // departure "zero_sign_scalar_remainder").
   EXPECT_TRUE(same_floats(call_bits(view(std::vector<float>{-0.0f}), unsigned_no_ste).out, {-0.0f}));
   // use_ste=False with a Python-float qnoise_factor: (1 - q) in double, rounded once.
