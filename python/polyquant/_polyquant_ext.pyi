@@ -3,126 +3,18 @@
 #   python -m nanobind.stubgen -m polyquant._polyquant_ext -o stub.pyi, then put this header above it.
 """polyquant's compiled core (private; use polyquant.qonnx)"""
 
-from collections.abc import Sequence
 from typing import Annotated
 
-import numpy
 from numpy.typing import NDArray
 
+from polyquant._polyquant_ext import (
+    aimet as aimet,
+    onnx as onnx,
+    qkeras as qkeras,
+    qonnx as qonnx,
+    quark as quark
+)
 
-def int_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], signed: bool, narrow: bool, rounding_mode: str, out: object | None = None, weak: int = 0) -> object:
-    """IntQuant/Quant (see polyquant.qonnx.int_quant)."""
-
-def bipolar_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], out: object | None = None, weak: int = 0) -> object:
-    """BipolarQuant (see polyquant.qonnx.bipolar_quant)."""
-
-def trunc(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], in_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], out_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], rounding_mode: str, out: object | None = None, weak: int = 0) -> object:
-    """Trunc v1 (see polyquant.qonnx.trunc)."""
-
-def trunc_v2(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], in_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], out_scale: Annotated[NDArray, dict(device='cpu', writable=False)], out_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], signed: bool, narrow: bool, rounding_mode: str, out: object | None = None, weak: int = 0) -> object:
-    """Trunc v2 (see polyquant.qonnx.trunc_v2)."""
-
-def float_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], exponent_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], mantissa_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], exponent_bias: Annotated[NDArray, dict(device='cpu', writable=False)], max_val: Annotated[NDArray, dict(device='cpu', writable=False)], has_inf: bool, has_nan: bool, has_subnormal: bool, saturation: bool, rounding_mode: str, signed: bool = True, out: object | None = None, weak: int = 0) -> object:
-    """FloatQuant (see polyquant.qonnx.float_quant)."""
-
-def qkeras_bits(x: Annotated[NDArray, dict(device='cpu', writable=False)], alpha: object | None, config: dict, gradient: bool = False, out: object | None = None, info: object | None = None) -> tuple:
-    """
-    quantized_bits (see polyquant.qkeras): (output, reported scale or None); `info` (a dict) receives the scale search's passes.
-    """
-
-def qkeras_relu(x: Annotated[NDArray, dict(device='cpu', writable=False)], config: dict, gradient: bool = False, out: object | None = None) -> object:
-    """quantized_relu (see polyquant.qkeras)."""
-
-def qkeras_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], alpha: object | None, config: dict, gradient: bool = False, out: object | None = None, info: object | None = None) -> tuple:
-    """
-    quantized_linear (see polyquant.qkeras): (output, quantization scale); `info` (a dict) receives the scale search's passes.
-    """
-
-def quantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, y_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, y_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, axis: int, block_size: int, output_dtype: int, saturate: bool, precision: int, out: object | None = None) -> object:
-    """
-    ONNX QuantizeLinear (see polyquant.onnx.quantize_linear); returns (array, dtype name).
-    """
-
-def dequantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, x_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, x_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, axis: int, block_size: int, output_dtype: int, out: object | None = None) -> object:
-    """
-    ONNX DequantizeLinear (see polyquant.onnx.dequantize_linear); returns (array, dtype name).
-    """
-
-def extended_quantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, y_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, y_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, axis: int, semantics: str, out: object | None = None) -> object:
-    """
-    Quark ExtendedQuantizeLinear (see polyquant.quark); returns (array, dtype name).
-    """
-
-def extended_dequantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, x_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, x_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, axis: int, semantics: str, out: object | None = None) -> object:
-    """
-    Quark ExtendedDequantizeLinear (see polyquant.quark); returns (array, dtype name).
-    """
-
-def aimet_quantize(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, qmin: int, qmax: int, block_size: Sequence[int] | None, out: object | None = None) -> object:
-    """
-    AIMET quantize (see polyquant.aimet.quantize); returns (array, dtype name).
-    """
-
-def aimet_quantize_dequantize(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, qmin: int, qmax: int, block_size: Sequence[int] | None, training: bool, out: object | None = None) -> object:
-    """
-    AIMET quantize_dequantize (see polyquant.aimet); training=False is AIMET's no-grad path. Returns (array, dtype name).
-    """
-
-def aimet_takes_shortcut(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, qmin: int, qmax: int, block_size: Sequence[int] | None) -> bool:
-    """
-    Whether AIMET's no-grad quantize_dequantize runs torch's fake quantization here.
-    """
-
-def aimet_dequantize(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, block_size: Sequence[int] | None, out: object | None = None) -> object:
-    """
-    AIMET dequantize (see polyquant.aimet.dequantize); returns (array, dtype name).
-    """
-
-def aimet_backward(op: int, grad_output: Annotated[NDArray, dict(device='cpu', writable=False)], grad_dtype: int, tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, qmin: int, qmax: int, block_size: Sequence[int] | None, want_tensor: bool, want_scale: bool, want_offset: bool) -> tuple:
-    """
-    Gradients of AIMET's training path (op 0 quantize, 1 quantize_dequantize, 2 dequantize): (grad_tensor, grad_scale, grad_offset), None where not asked.
-    """
-
-class StatisticsNotFoundError(RuntimeError):
-    pass
-
-def aimet_minimum_scale(num_steps: int) -> float:
-    """AIMET's minimum scale min(float32 eps, 0.01 / num_steps)."""
-
-def aimet_quantizer_scale(min: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], max: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], qmin: int, qmax: int, scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
-    """
-    get_scale(): |(max - min) / N| floored at the minimum scale, into `scale`.
-    """
-
-def aimet_quantizer_offset(min: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], qmin: int, qmax: int, symmetric: bool, offset: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
-    """
-    get_offset(): the symmetric constant, or clamp(round(min / scale) - qmin, -qmax, -qmin), into `offset`.
-    """
-
-def aimet_quantizer_range(scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], offset: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], qmin: int, qmax: int, min: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')], max: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
-    """
-    get_min() / get_max(): scale * (offset + qmin / qmax), into `min` / `max`.
-    """
-
-def aimet_scale_offset_from_range(min: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], max: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], qmin: int, qmax: int, symmetric: bool, scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')], offset: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
-    """
-    A calibration batch's encoding: (max - min) / N and round(min / scale) - qmin.
-    """
-
-def aimet_range_for_scale_offset(scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], offset: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], qmin: int, qmax: int, symmetric: bool, min: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')], max: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
-    """
-    A min / max range that reproduces `scale` and `offset` exactly (for loading encodings).
-    """
-
-def aimet_lpbq_channel_shape(shape: Sequence[int], grouping: Sequence[int]) -> list[int]:
-    """
-    Shape of the LPBQ per-channel scale for a quantizer shape and block grouping.
-    """
-
-def aimet_lpbq_scales(raw_scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], shape: Sequence[int], grouping: Sequence[int], bitwidth: int, decompressed_bw: int, per_channel_scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')], scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')], per_block_int_scale: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu')]) -> None:
-    """
-    LPBQ: per-channel scale, effective block scale and per-block integer scale, into the three arrays.
-    """
 
 def dtype_code(name: str) -> int:
     """polyquant's code of a dtype name (-1: unknown)."""

@@ -88,20 +88,20 @@ nb::tuple aimet_backward(int op, const InArray& grad_output, int grad_dtype, con
 
 void bind_aimet(nb::module_& m) {
   auto tensor = tensor_arg;
-  m.def("aimet_quantize", &aimet_quantize, tensor("tensor"), nb::arg("tensor_dtype"), tensor("scale"), nb::arg("scale_dtype"),
+  m.def("quantize", &aimet_quantize, tensor("tensor"), nb::arg("tensor_dtype"), tensor("scale"), nb::arg("scale_dtype"),
         tensor("offset"), nb::arg("offset_dtype"), nb::arg("qmin"), nb::arg("qmax"), nb::arg("block_size").none(),
         nb::arg("out").none() = nb::none(), "AIMET quantize (see polyquant.aimet.quantize); returns (array, dtype name).");
-  m.def("aimet_quantize_dequantize", &aimet_quantize_dequantize, tensor("tensor"), nb::arg("tensor_dtype"), tensor("scale"),
+  m.def("quantize_dequantize", &aimet_quantize_dequantize, tensor("tensor"), nb::arg("tensor_dtype"), tensor("scale"),
         nb::arg("scale_dtype"), tensor("offset"), nb::arg("offset_dtype"), nb::arg("qmin"), nb::arg("qmax"),
         nb::arg("block_size").none(), nb::arg("training"), nb::arg("out").none() = nb::none(),
         "AIMET quantize_dequantize (see polyquant.aimet); training=False is AIMET's no-grad path. Returns (array, dtype name).");
-  m.def("aimet_takes_shortcut", &aimet_takes_shortcut, tensor("tensor"), nb::arg("tensor_dtype"), tensor("scale"),
+  m.def("takes_shortcut", &aimet_takes_shortcut, tensor("tensor"), nb::arg("tensor_dtype"), tensor("scale"),
         nb::arg("scale_dtype"), tensor("offset"), nb::arg("offset_dtype"), nb::arg("qmin"), nb::arg("qmax"),
         nb::arg("block_size").none(), "Whether AIMET's no-grad quantize_dequantize runs torch's fake quantization here.");
-  m.def("aimet_dequantize", &aimet_dequantize, tensor("tensor"), nb::arg("tensor_dtype"), tensor("scale"), nb::arg("scale_dtype"),
+  m.def("dequantize", &aimet_dequantize, tensor("tensor"), nb::arg("tensor_dtype"), tensor("scale"), nb::arg("scale_dtype"),
         tensor("offset"), nb::arg("offset_dtype"), nb::arg("block_size").none(), nb::arg("out").none() = nb::none(),
         "AIMET dequantize (see polyquant.aimet.dequantize); returns (array, dtype name).");
-  m.def("aimet_backward", &aimet_backward, nb::arg("op"), tensor("grad_output"), nb::arg("grad_dtype"), tensor("tensor"),
+  m.def("backward", &aimet_backward, nb::arg("op"), tensor("grad_output"), nb::arg("grad_dtype"), tensor("tensor"),
         nb::arg("tensor_dtype"), tensor("scale"), nb::arg("scale_dtype"), tensor("offset"), nb::arg("offset_dtype"),
         nb::arg("qmin"), nb::arg("qmax"), nb::arg("block_size").none(), nb::arg("want_tensor"), nb::arg("want_scale"),
         nb::arg("want_offset"),

@@ -1,7 +1,7 @@
 // Bindings of AIMET's encoding analyzers (polyquant/aimet_analyzers.h): thin classes over the C++
 // ones. Arrays arrive as numpy arrays with their dtype named separately (bfloat16 as its uint16
 // storage); results and states go back as raw bytes of float64 / float32 values, which
-// polyquant._aimet_analyzers turns into arrays.
+// polyquant.aimet.analyzers turns into arrays.
 //
 // Threads: every call that touches an analyzer runs with the GIL released (gil_release.h: a daemon
 // thread still in a call parks at interpreter exit instead of aborting the process), and the C++
@@ -133,7 +133,7 @@ void bind_aimet_analyzers(nb::module_& m) {
   // translator, so it is tried first).
   nb::exception<pa::StatisticsNotFoundError>(m, "StatisticsNotFoundError", PyExc_RuntimeError);
 
-  auto minmax = nb::class_<pa::MinMaxEncodingAnalyzer>(m, "_AimetMinMaxAnalyzer")
+  auto minmax = nb::class_<pa::MinMaxEncodingAnalyzer>(m, "_MinMaxEncodingAnalyzer")
                     .def("__init__", [](pa::MinMaxEncodingAnalyzer* self, const std::vector<std::int64_t>& shape,
                                         const std::optional<std::vector<std::int64_t>>& block) { new (self) pa::MinMaxEncodingAnalyzer(make_shape(shape, block)); },
                          nb::arg("shape"), nb::arg("block_size").none());
@@ -151,7 +151,7 @@ void bind_aimet_analyzers(nb::module_& m) {
         without_gil([&] { a.set_state(std::move(s)); });
       });
 
-  auto pct = nb::class_<pa::PercentileEncodingAnalyzer>(m, "_AimetPercentileAnalyzer")
+  auto pct = nb::class_<pa::PercentileEncodingAnalyzer>(m, "_PercentileEncodingAnalyzer")
                  .def("__init__", [](pa::PercentileEncodingAnalyzer* self, const std::vector<std::int64_t>& shape,
                                      const std::optional<std::vector<std::int64_t>>& block, std::int64_t num_bins,
                                      double percentile) { new (self) pa::PercentileEncodingAnalyzer(make_shape(shape, block), num_bins, percentile); },
@@ -160,7 +160,7 @@ void bind_aimet_analyzers(nb::module_& m) {
                  .def("percentile", &pa::PercentileEncodingAnalyzer::percentile);
   bind_histogram_methods(pct);
 
-  auto sqnr = nb::class_<pa::SqnrEncodingAnalyzer>(m, "_AimetSqnrAnalyzer")
+  auto sqnr = nb::class_<pa::SqnrEncodingAnalyzer>(m, "_SqnrEncodingAnalyzer")
                   .def("__init__",
                        [](pa::SqnrEncodingAnalyzer* self, const std::vector<std::int64_t>& shape,
                           const std::optional<std::vector<std::int64_t>>& block, std::int64_t num_bins, std::int64_t asym, std::int64_t sym,

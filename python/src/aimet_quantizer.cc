@@ -1,5 +1,5 @@
 // Bindings of the AIMET quantizer-module parameter arithmetic (polyquant/aimet_quantizer.h):
-// float32 arrays in, caller-allocated float32 arrays out (polyquant._aimet_quantizers allocates them).
+// float32 arrays in, caller-allocated float32 arrays out (polyquant.aimet.quantizers allocates them).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/vector.h>
@@ -28,31 +28,31 @@ pa::Grid grid(std::int64_t qmin, std::int64_t qmax) { return pa::Grid{qmin, qmax
 namespace polyquant::python {
 
 void bind_aimet_quantizer(nb::module_& m) {
-  m.def("aimet_minimum_scale", &pa::minimum_scale, nb::arg("num_steps"),
+  m.def("minimum_scale", &pa::minimum_scale, nb::arg("num_steps"),
         "AIMET's minimum scale min(float32 eps, 0.01 / num_steps).");
   m.def(
-      "aimet_quantizer_scale",
+      "quantizer_scale",
       [](const In& mn, const In& mx, std::int64_t qmin, std::int64_t qmax, const Out& scale) {
         pa::quantizer_scale(in(mn), in(mx), grid(qmin, qmax), out(scale));
       },
       nb::arg("min"), nb::arg("max"), nb::arg("qmin"), nb::arg("qmax"), nb::arg("scale"),
       "get_scale(): |(max - min) / N| floored at the minimum scale, into `scale`.");
   m.def(
-      "aimet_quantizer_offset",
+      "quantizer_offset",
       [](const In& mn, const In& scale, std::int64_t qmin, std::int64_t qmax, bool symmetric, const Out& offset) {
         pa::quantizer_offset(in(mn), in(scale), grid(qmin, qmax), symmetric, out(offset));
       },
       nb::arg("min"), nb::arg("scale"), nb::arg("qmin"), nb::arg("qmax"), nb::arg("symmetric"), nb::arg("offset"),
       "get_offset(): the symmetric constant, or clamp(round(min / scale) - qmin, -qmax, -qmin), into `offset`.");
   m.def(
-      "aimet_quantizer_range",
+      "quantizer_range",
       [](const In& scale, const In& offset, std::int64_t qmin, std::int64_t qmax, const Out& mn, const Out& mx) {
         pa::quantizer_range(in(scale), in(offset), grid(qmin, qmax), out(mn), out(mx));
       },
       nb::arg("scale"), nb::arg("offset"), nb::arg("qmin"), nb::arg("qmax"), nb::arg("min"), nb::arg("max"),
       "get_min() / get_max(): scale * (offset + qmin / qmax), into `min` / `max`.");
   m.def(
-      "aimet_scale_offset_from_range",
+      "scale_offset_from_range",
       [](const In& mn, const In& mx, std::int64_t qmin, std::int64_t qmax, bool symmetric, const Out& scale,
          const Out& offset) {
         pa::scale_offset_from_range(in(mn), in(mx), grid(qmin, qmax), symmetric, out(scale), out(offset));
@@ -60,7 +60,7 @@ void bind_aimet_quantizer(nb::module_& m) {
       nb::arg("min"), nb::arg("max"), nb::arg("qmin"), nb::arg("qmax"), nb::arg("symmetric"), nb::arg("scale"),
       nb::arg("offset"), "A calibration batch's encoding: (max - min) / N and round(min / scale) - qmin.");
   m.def(
-      "aimet_range_for_scale_offset",
+      "range_for_scale_offset",
       [](const In& scale, const In& offset, std::int64_t qmin, std::int64_t qmax, bool symmetric, const Out& mn,
          const Out& mx) {
         pa::range_for_scale_offset(in(scale), in(offset), grid(qmin, qmax), symmetric, out(mn), out(mx));
@@ -68,14 +68,14 @@ void bind_aimet_quantizer(nb::module_& m) {
       nb::arg("scale"), nb::arg("offset"), nb::arg("qmin"), nb::arg("qmax"), nb::arg("symmetric"), nb::arg("min"),
       nb::arg("max"), "A min / max range that reproduces `scale` and `offset` exactly (for loading encodings).");
   m.def(
-      "aimet_lpbq_channel_shape",
+      "lpbq_channel_shape",
       [](const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& grouping) {
         return pa::lpbq_channel_shape(shape, grouping);
       },
       nb::arg("shape"), nb::arg("grouping"),
         "Shape of the LPBQ per-channel scale for a quantizer shape and block grouping.");
   m.def(
-      "aimet_lpbq_scales",
+      "lpbq_scales",
       [](const In& raw, const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& grouping,
          std::int64_t bitwidth, std::int64_t decompressed_bw, const Out& per_channel, const Out& scale,
          const Out& ints) {

@@ -93,7 +93,8 @@ nb::object run_qdq(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
   return nb::make_tuple(out, pq::dtype_name(spec.dtype));
 }
 
-// One binding function per family (python/src/<family>.cc), called by module.cc.
+// One binding function per family (python/src/<family>.cc), called by module.cc with that family's
+// submodule (polyquant._polyquant_ext.<family>; AIMET's three all bind into `aimet`).
 void bind_qonnx(nb::module_& m);
 void bind_qkeras(nb::module_& m);
 void bind_onnx(nb::module_& m);

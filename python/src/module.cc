@@ -61,15 +61,21 @@ NB_MODULE(_polyquant_ext, m) {
                       e.what());
     }
   });
-  // One binding function per family (python/src/<family>.cc); the names they add are flat,
-  // prefixed by family where they would clash (aimet_*, qkeras_*, extended_*).
-  bind_qonnx(m);
-  bind_qkeras(m);
-  bind_onnx(m);
-  bind_quark(m);
-  bind_aimet(m);
-  bind_aimet_analyzers(m);
-  bind_aimet_quantizer(m);
+  // One submodule per family, each filled by its binding function (python/src/<family>.cc), so a
+  // family's names need no prefix: _polyquant_ext.qkeras.quantized_bits, _polyquant_ext.aimet.quantize.
+  // What is not a family's (versions, runtime information, test hooks, copy) stays at the top.
+  nb::module_ qonnx = m.def_submodule("qonnx", "QONNX ops: IntQuant/Quant, BipolarQuant, Trunc, FloatQuant");
+  bind_qonnx(qonnx);
+  nb::module_ qkeras = m.def_submodule("qkeras", "QKeras quantizers: quantized_bits, quantized_relu, quantized_linear");
+  bind_qkeras(qkeras);
+  nb::module_ onnx = m.def_submodule("onnx", "ONNX QuantizeLinear / DequantizeLinear");
+  bind_onnx(onnx);
+  nb::module_ quark = m.def_submodule("quark", "Quark's ExtendedQuantizeLinear / ExtendedDequantizeLinear");
+  bind_quark(quark);
+  nb::module_ aimet = m.def_submodule("aimet", "AIMET: affine ops, quantizer parameters, encoding analyzers");
+  bind_aimet(aimet);
+  bind_aimet_quantizer(aimet);
+  bind_aimet_analyzers(aimet);
 
   m.def("dtype_code", &dtype_code, nb::arg("name"), "polyquant's code of a dtype name (-1: unknown).");
   m.def("_set_kernel_set", [](const std::string& name) { pq::set_kernel_set(name); }, nb::arg("name"),

@@ -187,7 +187,7 @@ def build_parser():
     bench.add_argument("--ops", nargs="+", choices=ALL_CASE_NAMES, metavar="OP",
                        help=f"ops to run (default: all): {', '.join(ALL_CASE_NAMES)}")
     bench.add_argument("--qkeras-timings", metavar="FILE", default=None,
-                       help="QKeras' recorded timings (default: scripts/qkeras_golden/peer_timings.json when present)")
+                       help="QKeras' recorded timings (default: tools/golden/speed/qkeras_peer_timings.json when present)")
     bench.add_argument("--no-peers", action="store_true", help="do not time qonnx's numpy functions")
     bench.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed of the input data (default: %(default)s)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")

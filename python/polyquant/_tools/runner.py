@@ -376,7 +376,7 @@ def quark_reference_unavailable():
         from quark.onnx.operators.custom_ops import get_library_path  # noqa: F401
     except Exception as exc:
         return (f"amd-quark cannot be imported ({type(exc).__name__}: {exc}); --reference on a Quark model needs "
-                f"amd-quark and torch (see scripts/quark_golden/README.md)")
+                f"amd-quark and torch (see docs/golden-data.md#quark)")
     return None
 
 

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 # AIMET's error when compute_encodings() finds no statistics (a RuntimeError subclass).
-StatisticsNotFoundError = _ext.StatisticsNotFoundError
+StatisticsNotFoundError = _ext.aimet.StatisticsNotFoundError
 
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)  # bfloat16 arrays come from ml_dtypes
 
@@ -169,7 +169,7 @@ class MinMaxEncodingAnalyzer(_Analyzer):
 
     def __init__(self, shape, block_size: Optional[Sequence[int]] = None):
         super().__init__(shape, block_size)
-        self._impl = _ext._AimetMinMaxAnalyzer(list(self.shape), _list(self.block_size))
+        self._impl = _ext.aimet._MinMaxEncodingAnalyzer(list(self.shape), _list(self.block_size))
 
     def state_dict(self) -> Dict[str, Any]:
         dtype, mn, mx = self._impl.get_state()  # one consistent copy (other threads may update)
@@ -257,7 +257,7 @@ class PercentileEncodingAnalyzer(_HistogramAnalyzer):
     def __init__(self, shape, num_bins: int = 2048, percentile: float = 100, block_size: Optional[Sequence[int]] = None):
         super().__init__(shape, block_size)
         self.num_bins = strict_int(num_bins, "num_bins")
-        self._impl = _ext._AimetPercentileAnalyzer(list(self.shape), _list(self.block_size), self.num_bins,
+        self._impl = _ext.aimet._PercentileEncodingAnalyzer(list(self.shape), _list(self.block_size), self.num_bins,
                                                    strict_real(percentile, "percentile"))
 
     @property
@@ -302,7 +302,7 @@ class SqnrEncodingAnalyzer(_HistogramAnalyzer):
                              max_parallelism=strict_int(max_parallelism, "max_parallelism"),
                              gamma=strict_real(gamma, "gamma"), histogram_growth_limit=histogram_growth_limit,
                              torch_sum_lanes=_lanes(torch_sum_lanes))
-        self._impl = _ext._AimetSqnrAnalyzer(list(self.shape), _list(self.block_size), self.num_bins,
+        self._impl = _ext.aimet._SqnrEncodingAnalyzer(list(self.shape), _list(self.block_size), self.num_bins,
                                              self._options["asymmetric_delta_candidates"],
                                              self._options["symmetric_delta_candidates"],
                                              self._options["offset_candidates"], self._options["max_parallelism"],

@@ -93,7 +93,7 @@ class AffineEncoding:
     def _range(self) -> Tuple[np.ndarray, np.ndarray]:
         mn = np.empty(self.scale.shape, np.float32)
         mx = np.empty(self.scale.shape, np.float32)
-        _ext.aimet_quantizer_range(self.scale.reshape(-1), self.offset.reshape(-1), self.qmin, self.qmax,
+        _ext.aimet.quantizer_range(self.scale.reshape(-1), self.offset.reshape(-1), self.qmin, self.qmax,
                                    mn.reshape(-1), mx.reshape(-1))
         return mn, mx
 

@@ -140,14 +140,14 @@ def _grid_problem(op: str, qmin, qmax, ops, block) -> Optional[Exception]:
     if _is_int(qmin) and _is_int(qmax) and _INT64_MIN <= qmin <= qmax <= _INT64_MAX:
         return None
     # AIMET validates shapes first: run the core's checks with a harmless grid.
-    _ext.aimet_takes_shortcut(*ops, 0, 0, block)
+    _ext.aimet.takes_shortcut(*ops, 0, 0, block)
     if qmin > qmax:
         return RuntimeError(f"qmin ({qmin}) must be smaller than or equal to qmax ({qmax})")
     non_integer = next((n for n, v in (("qmin", qmin), ("qmax", qmax)) if not _is_int(v)), None)
     if op == "quantize_dequantize":
         lo = max(_INT64_MIN, min(_INT64_MAX, int(np.floor(qmin))))
         hi = max(_INT64_MIN, min(_INT64_MAX, int(np.ceil(qmax))))
-        if _ext.aimet_takes_shortcut(*ops, lo, hi, block):
+        if _ext.aimet.takes_shortcut(*ops, lo, hi, block):
             if non_integer:
                 return TypeError(f"{non_integer}: torch.fake_quantize needs integer bounds, got "
                                  f"{qmin!r}, {qmax!r} (bitwidth, num_steps, qmin and qmax must be integers)")
@@ -210,7 +210,7 @@ def _quantize(tensor, scale, offset, args, kwargs, out=None):
     problem = _grid_problem("quantize", qmin, qmax, ops, block)
     if problem is not None:
         raise problem
-    return _run_into(lambda o: _ext.aimet_quantize(*ops, int(qmin), int(qmax), block, o), out, dtype)
+    return _run_into(lambda o: _ext.aimet.quantize(*ops, int(qmin), int(qmax), block, o), out, dtype)
 
 
 def quantize_dequantize(tensor, scale, offset, *args, out=None, **kwargs):
@@ -238,7 +238,7 @@ def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool, out=None):
     problem = _grid_problem("quantize_dequantize", qmin, qmax, ops, block)
     if problem is not None:
         raise problem
-    return _run_into(lambda o: _ext.aimet_quantize_dequantize(*ops, int(qmin), int(qmax), block, training, o), out,
+    return _run_into(lambda o: _ext.aimet.quantize_dequantize(*ops, int(qmin), int(qmax), block, training, o), out,
                      dtype)
 
 
@@ -256,13 +256,13 @@ def dequantize(tensor, scale, offset, block_size=None, *, out=None):
 def _dequantize(tensor, scale, offset, block_size, out=None):
     ops, dtype = _prepared(tensor, scale, offset)
     block = _block_size(block_size)
-    return _run_into(lambda o: _ext.aimet_dequantize(*ops, block, o), out, dtype)
+    return _run_into(lambda o: _ext.aimet.dequantize(*ops, block, o), out, dtype)
 
 
 def _grads(op: int, grad_output, tensor, scale, offset, qmin, qmax, block):
     g, gc, _ = _as_tensor(grad_output, "grad_output")
     ops, dtype = _prepared(tensor, scale, offset)
-    gx, gs, go = _ext.aimet_backward(op, g, gc, *ops, int(qmin), int(qmax), block, True, True, True)
+    gx, gs, go = _ext.aimet.backward(op, g, gc, *ops, int(qmin), int(qmax), block, True, True, True)
     return (operands.result((gx, _dtype_of(*ops[0:2]))), operands.result((gs, _dtype_of(*ops[2:4]))),
             operands.result((go, _dtype_of(*ops[4:6]))))
 
@@ -273,7 +273,7 @@ def _qdq_no_grad_backward(grad_output, tensor, scale, offset, args, kwargs):
     qmin, qmax, block_size, _ = _parse_args(args, kwargs)
     g, gc, _ = _as_tensor(grad_output, "grad_output")
     ops, _ = _prepared(tensor, scale, offset)
-    gx, _, _ = _ext.aimet_backward(3, g, gc, *ops, int(qmin), int(qmax), _block_size(block_size), True, False, False)
+    gx, _, _ = _ext.aimet.backward(3, g, gc, *ops, int(qmin), int(qmax), _block_size(block_size), True, False, False)
     return None, operands.result((gx, _dtype_of(*ops[0:2]))), None, None
 
 

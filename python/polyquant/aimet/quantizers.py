@@ -278,12 +278,12 @@ class _AffineQuantizerBase:
     # ---- scale / offset / range ------------------------------------------------------------------
     def _raw_scale(self) -> np.ndarray:
         out = np.empty(self.shape, np.float32)
-        _ext.aimet_quantizer_scale(self._min.reshape(-1), self._max.reshape(-1), self.qmin, self.qmax, out.reshape(-1))
+        _ext.aimet.quantizer_scale(self._min.reshape(-1), self._max.reshape(-1), self.qmin, self.qmax, out.reshape(-1))
         return out
 
     def _offset_for(self, scale: np.ndarray) -> np.ndarray:
         out = np.empty(self.shape, np.float32)
-        _ext.aimet_quantizer_offset(self._min.reshape(-1), np.ascontiguousarray(scale, np.float32).reshape(-1),
+        _ext.aimet.quantizer_offset(self._min.reshape(-1), np.ascontiguousarray(scale, np.float32).reshape(-1),
                                     self.qmin, self.qmax, self._symmetric, out.reshape(-1))
         return out
 
@@ -316,7 +316,7 @@ class _AffineQuantizerBase:
             return None
         mn = np.empty(self.shape, np.float32)
         mx = np.empty(self.shape, np.float32)
-        _ext.aimet_quantizer_range(np.ascontiguousarray(so[0]).reshape(-1), np.ascontiguousarray(so[1]).reshape(-1),
+        _ext.aimet.quantizer_range(np.ascontiguousarray(so[0]).reshape(-1), np.ascontiguousarray(so[1]).reshape(-1),
                                    self.qmin, self.qmax, mn.reshape(-1), mx.reshape(-1))
         return mn, mx
 
@@ -376,7 +376,7 @@ class _AffineQuantizerBase:
         self.qmin, self.qmax, self.symmetric = qmin, qmax, symmetric
         mn = np.empty(self.shape, np.float32)
         mx = np.empty(self.shape, np.float32)
-        _ext.aimet_range_for_scale_offset(np.ascontiguousarray(scale, np.float32).reshape(-1),
+        _ext.aimet.range_for_scale_offset(np.ascontiguousarray(scale, np.float32).reshape(-1),
                                           np.ascontiguousarray(offset, np.float32).reshape(-1), qmin, qmax,
                                           bool(symmetric), mn.reshape(-1), mx.reshape(-1))
         self.set_range(mn, mx)
@@ -410,7 +410,7 @@ class _AffineQuantizerBase:
             np.shape(dmax) if self.block_size is None else self.shape), self.shape), order="C")
         scale = np.empty(self.shape, np.float32)
         offset = np.empty(self.shape, np.float32)
-        _ext.aimet_scale_offset_from_range(dmin.reshape(-1), dmax.reshape(-1), self.qmin, self.qmax, self._symmetric,
+        _ext.aimet.scale_offset_from_range(dmin.reshape(-1), dmax.reshape(-1), self.qmin, self.qmax, self._symmetric,
                                            scale.reshape(-1), offset.reshape(-1))
         return self._functional(x, scale, offset, self.block_size)
 
@@ -499,11 +499,11 @@ class GroupedBlockQuantizeDequantize(QuantizeDequantize):
 
     def _lpbq(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         raw = self._raw_scale()
-        pc_shape = tuple(_ext.aimet_lpbq_channel_shape(list(self.shape), list(self.block_grouping)))
+        pc_shape = tuple(_ext.aimet.lpbq_channel_shape(list(self.shape), list(self.block_grouping)))
         pc = np.empty(pc_shape, np.float32)
         scale = np.empty(self.shape, np.float32)
         ints = np.empty(self.shape, np.float32)
-        _ext.aimet_lpbq_scales(raw.reshape(-1), list(self.shape), list(self.block_grouping), self.bitwidth,
+        _ext.aimet.lpbq_scales(raw.reshape(-1), list(self.shape), list(self.block_grouping), self.bitwidth,
                                self.decompressed_bw, pc.reshape(-1), scale.reshape(-1), ints.reshape(-1))
         return pc, scale, ints
 
@@ -544,7 +544,7 @@ class GroupedBlockQuantizeDequantize(QuantizeDequantize):
         self._load(p["scale"], p["offset"], p["qmin"], p["qmax"], p["symmetric"])
 
     def _expand_channel(self, pc) -> np.ndarray:
-        pc_shape = tuple(_ext.aimet_lpbq_channel_shape(list(self.shape), list(self.block_grouping)))
+        pc_shape = tuple(_ext.aimet.lpbq_channel_shape(list(self.shape), list(self.block_grouping)))
         pc = np.asarray(pc, np.float32)
         if pc.size != int(np.prod(pc_shape, dtype=np.int64)):
             raise ValueError(f"encodings: the per-channel scale has {pc.size} values; this quantizer's shape {self.shape} "

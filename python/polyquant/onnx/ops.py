@@ -71,7 +71,7 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axis: int = 
     else:
         sa, sc = operands.operand(y_scale, "y_scale")
     za, zc = _zero_point(y_zero_point, "y_zero_point", _output_type(out_code))
-    pair = _ext.quantize_linear(xa, xc, sa, sc, za, zc, axis_value, block, out_code,
+    pair = _ext.onnx.quantize_linear(xa, xc, sa, sc, za, zc, axis_value, block, out_code,
                                 operands.flag_attr(saturate, "saturate"), _dtype_attr(precision, "precision"),
                                 operands.out_operand(out))
     return operands.finish(pair, out)
@@ -89,7 +89,7 @@ def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, axis: int 
     else:
         sa, sc = operands.operand(x_scale, "x_scale")
     za, zc = _zero_point(x_zero_point, "x_zero_point", operands.numpy_dtype(operands.dtype_name(xa, xc)))
-    pair = _ext.dequantize_linear(xa, xc, sa, sc, za, zc, axis_value, block, out_code, operands.out_operand(out))
+    pair = _ext.onnx.dequantize_linear(xa, xc, sa, sc, za, zc, axis_value, block, out_code, operands.out_operand(out))
     return operands.finish(pair, out)
 
 

@@ -277,7 +277,7 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
         self._check_po2_options()
-        result, scale = _ext.qkeras_bits(self._input(x), self._operand(), self._config(training, seed), False, as_out(out))
+        result, scale = _ext.qkeras.quantized_bits(self._input(x), self._operand(), self._config(training, seed), False, as_out(out))
         if isinstance(self.alpha, str):
             if not self.freeze_scale:
                 self.scale = scale
@@ -287,7 +287,7 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
 
     def gradient(self, x: Any) -> np.ndarray:
         """d q(x) / dx of QKeras' graph: 1 with use_ste, else 1 - qnoise_factor (float32)."""
-        result, _ = _ext.qkeras_bits(self._input(x), self._operand(), self._config(False, None), True, None)
+        result, _ = _ext.qkeras.quantized_bits(self._input(x), self._operand(), self._config(False, None), True, None)
         return result
 
     def __str__(self) -> str:
@@ -406,13 +406,13 @@ class quantized_relu(_Quantizer):  # noqa: N801
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
-        return _ext.qkeras_relu(self._input(x), self._config(training, seed), False, as_out(out))
+        return _ext.qkeras.quantized_relu(self._input(x), self._config(training, seed), False, as_out(out))
 
     def gradient(self, x: Any) -> np.ndarray:
         """d q(x) / dx of QKeras' graph: the derivative of the unquantized companion (1 above 0;
         negative_slope, or 0, at and below 0; 0 above the clip or upper bound), times
         1 - qnoise_factor without use_ste."""
-        return _ext.qkeras_relu(self._input(x), self._config(False, None), True, None)
+        return _ext.qkeras.quantized_relu(self._input(x), self._config(False, None), True, None)
 
     def __str__(self) -> str:
         flags = [str(self.bits), _integer_str(self.integer)]
@@ -550,13 +550,13 @@ class quantized_linear(_Quantizer):  # noqa: N801
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
-        result, qs = _ext.qkeras_linear(self._input(x), self._operand(), self._config(training, seed), False, as_out(out))
+        result, qs = _ext.qkeras.quantized_linear(self._input(x), self._operand(), self._config(training, seed), False, as_out(out))
         self.quantization_scale = qs
         return result
 
     def gradient(self, x: Any) -> np.ndarray:
         """d q(x) / dx = (1 - qnoise_factor) + qnoise_factor * [clip_min <= x / s <= clip_max]."""
-        result, _ = _ext.qkeras_linear(self._input(x), self._operand(), self._config(False, None), True, None)
+        result, _ = _ext.qkeras.quantized_linear(self._input(x), self._operand(), self._config(False, None), True, None)
         return result
 
     def max(self) -> Any:

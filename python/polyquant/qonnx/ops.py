@@ -203,7 +203,7 @@ def int_quant(
     # integer zeropt array may have widened y to (float64 for int32), with the Python float itself.
     sa, scale_weak = as_weak_param(scale, "scale", None if x_weak else xa)
     za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xp, scale if scale_weak else sa))
-    result = _ext.int_quant(
+    result = _ext.qonnx.int_quant(
         xa,
         sa,
         za,
@@ -225,7 +225,7 @@ def binary_quant(inp_tensor: TensorLike, scale: TensorLike, *, out: np.ndarray |
     """BipolarQuant: ``(+1 if inp_tensor >= 0 else -1) * scale``. NaN gives ``-scale``, -0.0 gives
     ``+scale``. The output dtype is numpy's promotion of the input and ``scale``."""
     xa = as_data(inp_tensor, "inp_tensor")
-    return _result(_ext.bipolar_quant(xa, as_param(scale, "scale", xa), out=as_out(out)), out)
+    return _result(_ext.qonnx.bipolar_quant(xa, as_param(scale, "scale", xa), out=as_out(out)), out)
 
 
 bipolar_quant = binary_quant
@@ -259,7 +259,7 @@ def trunc_v1(
     ib_partner = y_dtype if is_weak(output_bit_width) else as_param(output_bit_width, "output_bit_width", y_dtype)
     iba = as_param(input_bit_width, "input_bit_width", ib_partner)
     oba = as_param(output_bit_width, "output_bit_width", y_dtype if is_weak(input_bit_width) else iba)
-    result = _ext.trunc(
+    result = _ext.qonnx.trunc(
         xa,
         sa,
         za,
@@ -312,7 +312,7 @@ def trunc_v2(
         _ = output_scale / scale
     osa, out_scale_weak = as_weak_param(output_scale, "output_scale",
                                         None if scale_weak else np.result_type(xp, sa, zeropt if zeropt_weak else za))
-    result = _ext.trunc_v2(
+    result = _ext.qonnx.trunc_v2(
         xa,
         sa,
         za,
@@ -381,7 +381,7 @@ def float_quant(
         max_val_array, max_weak = np.asarray(np.inf, dtype=np.float64), False
     else:
         max_val_array, max_weak = as_weak_param(max_val, "max_val", None)
-    result = _ext.float_quant(
+    result = _ext.qonnx.float_quant(
         xa,
         sa,
         ea,

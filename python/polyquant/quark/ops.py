@@ -36,7 +36,7 @@ def extended_quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axi
     numpy scalar, e.g. np.int8(-3), for another output type)."""
     xa, xc, sa, sc, axis_value = _common(x, y_scale, "y_scale", axis, semantics)
     za, zc = _zero_point(y_zero_point, "y_zero_point", np.uint8)
-    pair = _ext.extended_quantize_linear(xa, xc, sa, sc, za, zc, axis_value, semantics, operands.out_operand(out))
+    pair = _ext.quark.extended_quantize_linear(xa, xc, sa, sc, za, zc, axis_value, semantics, operands.out_operand(out))
     return operands.finish(pair, out)
 
 
@@ -46,5 +46,5 @@ def extended_dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, a
     Python int x_zero_point takes x's type."""
     xa, xc, sa, sc, axis_value = _common(x, x_scale, "x_scale", axis, semantics)
     za, zc = _zero_point(x_zero_point, "x_zero_point", operands.numpy_dtype(operands.dtype_name(xa, xc)))
-    pair = _ext.extended_dequantize_linear(xa, xc, sa, sc, za, zc, axis_value, semantics, operands.out_operand(out))
+    pair = _ext.quark.extended_dequantize_linear(xa, xc, sa, sc, za, zc, axis_value, semantics, operands.out_operand(out))
     return operands.finish(pair, out)

@@ -1,6 +1,6 @@
 """polyquant.aimet against aimet-torch 2.42.0 (CPU), case by case, bit for bit.
 
-The golden data (tests/data/aimet, made by scripts/aimet_golden/generate.py, which runs aimet-torch
+The golden data (tests/data/aimet, made by tools/golden/aimet.py, which runs aimet-torch
 itself; see the README there) is replayed through polyquant.aimet with numpy inputs. CI never installs
 aimet-torch or torch.
 
@@ -29,19 +29,18 @@ import builtins
 import json
 import re
 import warnings
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import polyquant.aimet as pa
+from ..golden import golden
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "aimet"
-INDEX = json.loads((DATA / "index.json").read_text())
-_NPZ = np.load(DATA / "arrays.npz")
-POOLS = {k[len("pool_"):]: _NPZ[k] for k in _NPZ.files}
-CASES = INDEX["cases"]
+GOLDEN = golden("aimet")
+INDEX = GOLDEN.index
+POOLS = {k[len("pool_"):]: GOLDEN.arrays[k] for k in GOLDEN.arrays.files}
+CASES = GOLDEN.cases
 
 
 def _cases(group, pred=lambda c: True):

@@ -1,13 +1,11 @@
 """AIMET's encoding analyzers (polyquant.aimet.analyzers) against aimet-torch 2.42.0.
 
-Bit-exactness: every case recorded by scripts/aimet_golden/analyzers.py (AIMET run on many
+Bit-exactness: every case recorded by tools/golden/aimet_analyzers.py (AIMET run on many
 batches, layouts, dtypes, num_steps and symmetries) is replayed; the literal values of AIMET's own
 tests (aimet.md section 4); properties (merge, serialisation, every kernel set); errors.
 """
 
-import json
 import math
-import os
 
 import numpy as np
 import pytest
@@ -21,18 +19,11 @@ from polyquant.aimet.analyzers import (
     StatisticsNotFoundError,
     TfEnhancedEncodingAnalyzer,
 )
+from ..golden import golden
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data", "aimet_analyzers")
 BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-def _load():
-    with open(os.path.join(DATA, "index.json")) as f:
-        meta = json.load(f)
-    return meta, np.load(os.path.join(DATA, "arrays.npz"))
-
-
-META, ARRAYS = _load()
+GOLDEN = golden("aimet_analyzers")
+META, ARRAYS = GOLDEN.index, GOLDEN.arrays
 
 
 def _input(key, dtype):

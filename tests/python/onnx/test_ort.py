@@ -29,6 +29,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import polyquant.ort  # noqa: E402
+from ..golden import as_stored_dtype, golden  # noqa: E402
 
 try:
     import polyquant.onnx as pq_onnx  # noqa: E402
@@ -675,18 +676,13 @@ def test_error_blocked_scale_shape():
 
 # ---- amd-quark 0.13's recorded results, through onnxruntime with polyquant's library -----------------
 def _quark_golden_cases():
-    import json
-
-    data = REPO / "tests" / "data" / "quark"
-    index = json.loads((data / "index.json").read_text())
-    arrays = np.load(data / "arrays.npz")
+    data = golden("quark")
 
     def array(spec):
-        a = arrays[spec["key"]]
-        return (a.view(ml_dtypes.bfloat16) if spec["dtype"] == "bfloat16" else a).reshape(spec["shape"])
+        return as_stored_dtype(data.arrays[spec["key"]], spec["dtype"]).reshape(spec["shape"])
 
     cases = []
-    for case in index["cases"]:
+    for case in data.cases:
         ins = case["inputs"]
         if case["outcome"] != "ok" or case["axis_attribute"] not in ("int", "absent"):
             continue

@@ -9,18 +9,17 @@ from real QKeras (the golden data's recorded str() values), never from polyquant
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import polyquant
 from polyquant.qkeras import get_quantizer, quantized_bits, quantized_linear, quantized_relu
+from ..golden import golden
 from ..helpers import kernel_set
 
 F = np.float32
 QUANTIZERS = (quantized_bits, quantized_relu, quantized_linear)
-DATA = Path(__file__).resolve().parents[2] / "data" / "qkeras"
 
 
 def _bits(a):
@@ -445,8 +444,7 @@ QKERAS_STR = [
 
 
 def _golden_strings():
-    with open(DATA / "index.json") as f:
-        return {c["str"] for c in json.load(f)["cases"] if isinstance(c.get("str"), str)}
+    return {c["str"] for c in golden("qkeras").cases if isinstance(c.get("str"), str)}
 
 
 @pytest.mark.parametrize("cls,kw,want", QKERAS_STR, ids=[w for _, _, w in QKERAS_STR])

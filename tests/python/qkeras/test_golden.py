@@ -1,5 +1,5 @@
 """polyquant.qkeras against real QKeras: every case of the committed golden data
-(tests/data/qkeras, written by scripts/qkeras_golden/generate.py from QKeras 78ea90fc on TensorFlow
+(tests/data/qkeras, written by tools/golden/qkeras.py from QKeras 78ea90fc on TensorFlow
 2.15 CPU) is replayed on every kernel set and compared bit for bit (NaN-ness and the sign of zero
 included): outputs, scales, min()/max()/range(), str(q), get_config() and the errors QKeras raises.
 
@@ -12,30 +12,19 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import polyquant
 from polyquant import qkeras
+from ..golden import golden
 from ..helpers import kernel_set
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "qkeras"
-
-
-def _load():
-    with open(DATA / "index.json") as f:
-        index = json.load(f)
-    buffers = {}
-    for name, fname in index["files"].items():
-        with np.load(DATA / fname, allow_pickle=False) as z:
-            buffers[name] = {k: z[k] for k in z.files}
-    return index, buffers
-
-
-INDEX, BUFFERS = _load()
-CASES = INDEX["cases"]
+GOLDEN = golden("qkeras")
+INDEX = GOLDEN.index
+BUFFERS = {name: GOLDEN.npz(fname) for name, fname in INDEX["files"].items()}
+CASES = GOLDEN.cases
 
 
 def _size(shape):

@@ -1,4 +1,4 @@
-"""The committed QKeras golden data (tests/data/qkeras, made by scripts/qkeras_golden/generate.py
+"""The committed QKeras golden data (tests/data/qkeras, made by tools/golden/qkeras.py
 from real QKeras on TensorFlow CPU) is complete, self-consistent and loadable.
 
 These tests need only numpy: CI does not install TensorFlow. The comparisons of polyquant against
@@ -7,13 +7,13 @@ this data live with the implementation of the QKeras quantizers.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "qkeras"
+from ..golden import golden
+
+GOLDEN = golden("qkeras")
+DATA = GOLDEN.dir
 PINNED_COMMIT = "78ea90fc381fef23faa4db0e1d88bd1173c1c644"
 QUANTIZERS = ("quantized_bits", "quantized_relu", "quantized_linear")
 MAX_TOTAL_BYTES = 5 * 1024 * 1024
@@ -21,17 +21,12 @@ MAX_TOTAL_BYTES = 5 * 1024 * 1024
 
 @pytest.fixture(scope="module")
 def index():
-    with open(DATA / "index.json") as f:
-        return json.load(f)
+    return GOLDEN.index
 
 
 @pytest.fixture(scope="module")
 def buffers(index):
-    out = {}
-    for name, fname in index["files"].items():
-        with np.load(DATA / fname, allow_pickle=False) as z:
-            out[name] = {k: z[k] for k in z.files}
-    return out
+    return {name: GOLDEN.npz(fname) for name, fname in index["files"].items()}
 
 
 def _size(shape):
@@ -237,8 +232,7 @@ def test_quantized_linear_scale_relation(index, buffers):
 
 
 def test_own_tests_file(index):
-    with open(DATA / "qkeras_own_tests.json") as f:
-        own = json.load(f)
+    own = GOLDEN.json("qkeras_own_tests.json")
     assert own["versions"]["qkeras_commit"] == PINNED_COMMIT
     vecs = own["vectors"]
     tests = {v["test"].split("::")[0] for v in vecs}

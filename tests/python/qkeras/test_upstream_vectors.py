@@ -4,7 +4,7 @@ tests/data/qkeras/qkeras_own_tests.json holds every literal vector of QKeras' te
 quantizers (qactivation_test, leakyrelu_test, qnoise_test, min_max_test, range_test at the pinned
 commit 78ea90fc; the deleted quantized_linear tests from d7b20af), each with the assertion the test
 makes and what QKeras at the pinned commit actually returns (qkeras_* fields, float32 bit patterns
-where given, recorded by scripts/qkeras_golden on TensorFlow CPU).
+where given, recorded by tools/golden/qkeras.py on TensorFlow CPU).
 
 Every vector becomes one test case below. polyquant must reproduce what QKeras returns bit for bit
 (NaN-ness and the sign of zero included) and must also pass the test's own assertion (listed
@@ -16,20 +16,17 @@ instead. `test_every_vector_has_a_branch` makes sure no vector is silently skipp
 from __future__ import annotations
 
 import ast
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import polyquant
 from polyquant import qkeras
+from ..golden import golden
 from ..helpers import kernel_set
 from .test_golden import DEPARTURE_REASONS
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "qkeras" / "qkeras_own_tests.json"
-with open(DATA) as _f:
-    OWN = json.load(_f)
+OWN = golden("qkeras").json("qkeras_own_tests.json")
 VECTORS = OWN["vectors"]
 N_VECTORS = 104
 

@@ -25,6 +25,7 @@ import polyquant.ort  # noqa: E402
 import polyquant.qonnx as pq  # noqa: E402
 from polyquant._tools import runner  # noqa: E402
 from polyquant.qonnx import execute as _execute  # noqa: E402
+from ..golden import golden  # noqa: E402
 
 try:
     polyquant.ort.library_path()
@@ -32,7 +33,7 @@ except FileNotFoundError as e:  # a build with POLYQUANT_BUILD_ORT=OFF
     pytest.skip(str(e), allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[3]
-BREVITAS = ROOT / "tests" / "data" / "brevitas"
+BREVITAS = golden("brevitas")
 BREVITAS_MODELS = ["mlp_perchannel", "conv_perchannel", "truncavgpool", "bipolar", "fp8"]
 QONNX_DATA = importlib.resources.files("qonnx.data") / "onnx"
 ESPCN_INPUT = "bsd300x3-espcn/test_data/input_0.pb"
@@ -56,8 +57,8 @@ def load_case(case: str, rng: np.random.Generator) -> tuple[Any, dict[str, np.nd
         model = onnx.load(str(ROOT / "examples" / "qonnx_mlp.onnx"))
         return model, {"x": rng.standard_normal((256, 64)).astype(np.float32)}
     if case in BREVITAS_MODELS:
-        model = onnx.load(str(BREVITAS / f"{case}.onnx"))
-        return model, {data_input_name(model): np.load(BREVITAS / f"{case}.input.npy")}
+        model = onnx.load(str(BREVITAS.path(f"{case}.onnx")))
+        return model, {data_input_name(model): BREVITAS.npy(f"{case}.input.npy")}
     path, source = QONNX_MODELS[case]
     model = onnx.load_from_string((QONNX_DATA / path).read_bytes())
     name = data_input_name(model)
@@ -115,7 +116,7 @@ def test_outputs_and_full_context_match_qonnx(case, rng, same):
     assert_same_context(full, full_expected, same)
     if case in BREVITAS_MODELS:  # the output qonnx gave when the model was made
         (y,) = got.values()
-        same(y, np.load(BREVITAS / f"{case}.expected.npy"))
+        same(y, BREVITAS.npy(f"{case}.expected.npy"))
 
 
 def test_the_fast_session_would_not_match(rng, same):
@@ -123,7 +124,7 @@ def test_the_fast_session_would_not_match(rng, same):
     batch-1 MLP, onnxruntime's fully optimized session (FusedMatMul) differs from qonnx; the
     reference settings do not."""
     model, inputs = load_case("mlp_perchannel", rng)
-    expected = np.load(BREVITAS / "mlp_perchannel.expected.npy")
+    expected = BREVITAS.npy("mlp_perchannel.expected.npy")
     fast = ort.InferenceSession(model.SerializeToString(), polyquant.ort.session_options(),
                                 providers=["CPUExecutionProvider"])
     (y_fast,) = fast.run(None, inputs)

@@ -23,6 +23,7 @@ from qonnx.custom_op.general.trunc import trunc_v2 as qonnx_trunc_v2  # noqa: E4
 
 import polyquant.ort  # noqa: E402
 import polyquant.qonnx as pq  # noqa: E402
+from ..golden import golden  # noqa: E402
 
 try:
     LIBRARY = polyquant.ort.library_path()
@@ -610,9 +611,8 @@ def test_session_options_are_quiet_on_raw_exports():
     initializer at its default log level. polyquant.ort.session_options() logs errors only."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    model = Path(__file__).resolve().parents[2] / "data" / "brevitas" / "conv_perchannel.onnx"
+    model = golden("brevitas").path("conv_perchannel.onnx")
     script = ("import sys, onnxruntime as ort, polyquant.ort\n"
               "options = polyquant.ort.session_options() if sys.argv[2] == 'quiet' else ort.SessionOptions()\n"
               "if sys.argv[2] == 'default': options.register_custom_ops_library(polyquant.ort.library_path())\n"

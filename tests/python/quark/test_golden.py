@@ -1,6 +1,6 @@
 """polyquant.quark against amd-quark 0.13's CPU custom op, case by case, bit for bit.
 
-The golden data (tests/data/quark, made by scripts/quark_golden/generate.py, which builds and runs
+The golden data (tests/data/quark, made by tools/golden/quark.py, which builds and runs
 Quark's own op in onnxruntime) is replayed on every kernel set with one thread and all. CI never
 installs amd-quark or torch. Cases where Quark's op raised must raise here too (same parameter
 problem), except the documented departures below, each checked for what polyquant does instead.
@@ -8,28 +8,22 @@ problem), except the documented departures below, each checked for what polyquan
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import ml_dtypes
 import numpy as np
 import pytest
 
 import polyquant
 import polyquant.quark as pq_quark
+from ..golden import as_stored_dtype, golden
 from ..helpers import kernel_set
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "quark"
-INDEX = json.loads((DATA / "index.json").read_text())
-ARRAYS = np.load(DATA / "arrays.npz")
-CASES = INDEX["cases"]
+GOLDEN = golden("quark")
+INDEX = GOLDEN.index
+ARRAYS = GOLDEN.arrays
+CASES = GOLDEN.cases
 
 
 def _array(spec: dict) -> np.ndarray:
-    a = ARRAYS[spec["key"]]
-    if spec["dtype"] == "bfloat16":
-        a = a.view(ml_dtypes.bfloat16)
-    return a.reshape(spec["shape"])
+    return as_stored_dtype(ARRAYS[spec["key"]], spec["dtype"]).reshape(spec["shape"])
 
 
 def _axis(case: dict) -> int:

@@ -42,7 +42,7 @@ def require_reference(model):
         for name in ("torch", "quark"):
             if importlib.util.find_spec(name) is None:
                 pytest.skip(f"{name} is not installed: --reference on a Quark model needs amd-quark and torch "
-                            f"(scripts/quark_golden/README.md); test_quark_model_equals_the_quark_formulas "
+                            f"(docs/golden-data.md#quark); test_quark_model_equals_the_quark_formulas "
                             f"checks the model without them")
 
 
@@ -76,7 +76,7 @@ def test_onnx_qdq_model_runs_its_qdq_nodes_in_polyquant(tmp_path):
 
 
 # ---- the Quark model without amd-quark: the formulas of Quark's CPU kernel for the model's types,
-# restated in numpy (scripts/quark_golden/README.md; polyquant.quark is checked against amd-quark's
+# restated in numpy (docs/golden-data.md#quark; polyquant.quark is checked against amd-quark's
 # own op by tests of the Quark golden data).
 
 

@@ -1,8 +1,8 @@
 """`polyquant bench` cases of AIMET's quantize_dequantize (polyquant.aimet): each timed against a
 numpy copy of the same float32 array (x.copy() for the allocating call) in the same run, and
-against aimet-torch's recorded medians (scripts/aimet_golden/peer_timings.json, measured on this
+against aimet-torch's recorded medians (tools/golden/speed/aimet_peer_timings.json, measured on this
 kind of machine by the golden-data generator; aimet-torch is not installed where polyquant runs).
-For a same-run comparison with aimet-torch itself, run scripts/aimet_golden/compare_speed.py in the
+For a same-run comparison with aimet-torch itself, run tools/golden/speed/compare_aimet.py in the
 generator's environment."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from ... import aimet
 
-DEFAULT_AIMET_TIMINGS = "scripts/aimet_golden/peer_timings.json"  # from a checkout, as for QKeras
+DEFAULT_AIMET_TIMINGS = "tools/golden/speed/aimet_peer_timings.json"  # from a checkout, as for QKeras
 
 
 @dataclass
@@ -190,7 +190,7 @@ def format_aimet_report(rows, recorded):
         "AIMET quantize_dequantize and encoding analyzers (polyquant.aimet, numpy in/out); base = x.copy() (or x.sum()",
         "for the MinMax update, a read-only pass) of the float32 array, same run; analyzers: update_stats + compute_encodings;",
         "aimet-torch: recorded medians (aimet-torch " + str(versions.get("aimet-torch", "-")) + ", torch "
-        + str(versions.get("torch", "-")) + ", CPU), scripts/aimet_golden/peer_timings.json.",
+        + str(versions.get("torch", "-")) + ", CPU), tools/golden/speed/aimet_peer_timings.json.",
         "",
     ]
     header = f"{'op':<25} {'shape':<13} {'polyquant':>10} {'of base':>8} {'base':>9} {'aimet-torch':>11} {'speedup':>8}"

@@ -8,7 +8,7 @@ rounds of "auto_po2" until the scale is a fixed point (QKeras runs five in quant
 at the fixed point, whose round must still be run to be known). So the least time such a call can take is
 ``reads * t(x.sum()) + t(copy)``, the reads counted by the call itself (``min_passes_ratio`` = op time /
 that). QKeras itself cannot run here (TensorFlow): its medians, measured once by
-``scripts/qkeras_golden/generate.py --timings-only`` on this project's machine, are read from
+``tools/golden/qkeras.py --timings-only`` on this project's machine, are read from
 ``--qkeras-timings`` (default: that script's ``peer_timings.json`` when run from a checkout) and give
 ``speedup_vs_qkeras`` for the allocating call; they were taken at 64 Mi elements.
 """
@@ -59,7 +59,7 @@ QKERAS_CASE_NAMES = ["qk_bits", "qk_relu", "qk_linear", "qk_bits_auto", "qk_bits
                      "qk_linear_auto_po2"]
 
 QKERAS_CHANNELS = 16384
-DEFAULT_QKERAS_TIMINGS = "scripts/qkeras_golden/peer_timings.json"
+DEFAULT_QKERAS_TIMINGS = "tools/golden/speed/qkeras_peer_timings.json"
 
 
 @dataclass
@@ -88,7 +88,7 @@ class QkResult:
 def _search_passes(q, x):
     """(reads before the quantizing pass, least-squares rounds) of a call q(x), as the core counts them."""
     info = {}
-    fn = ext.qkeras_bits if type(q).__name__ == "quantized_bits" else ext.qkeras_linear
+    fn = ext.qkeras.quantized_bits if type(q).__name__ == "quantized_bits" else ext.qkeras.quantized_linear
     fn(x, q._operand(), q._config(False, None), False, None, info)
     return info.get("max_passes", 0) + info.get("least_squares_rounds", 0), info.get("least_squares_rounds", 0)
 
