@@ -47,7 +47,7 @@ void copy(const ContigIn& src, const ContigOut& dst) {
 using namespace polyquant::python;
 
 NB_MODULE(_polyquant_ext, m) {
-  m.doc() = "polyquant's compiled core (private; use polyquant.qonnx)";
+  m.doc() = "polyquant's compiled core (private; use the polyquant.<family> packages)";
   nb::module_::import_("atexit").attr("register")(nb::cpp_function(&stop_reacquiring_at_exit));
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {

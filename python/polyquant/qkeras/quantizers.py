@@ -16,6 +16,10 @@ from .._common.convert import _as_array, as_out
 
 __all__ = ["quantized_bits", "quantized_relu", "quantized_linear", "get_quantizer"]
 
+# The core's attribute structs (polyquant/qkeras.h), bound with read-write fields: each call fills
+# them from the quantizer's resolved configuration and passes them with the tensors.
+_qk = _ext.qkeras
+
 _ALPHA_STRINGS = ["auto", "auto_po2"]
 _DATA_FORMATS = ("channels_last", "channels_first")
 
@@ -100,6 +104,41 @@ def _settings(epsilon: Any, image_data_format: Any) -> tuple[float, str]:
     return eps, image_data_format
 
 
+def _alpha_kind(kind: str) -> Any:
+    """The core's Alpha for "none", "value", "auto" or "auto_po2"."""
+    if kind not in ("none", "value", "auto", "auto_po2"):
+        raise ValueError(f"alpha: unknown kind '{kind}'")
+    return getattr(_qk.Alpha, kind)
+
+
+def _scale_axis_attr(value: Any) -> Any:
+    """A validated scale_axis (None, an int or a list of ints) as the core's ScaleAxis."""
+    a = _qk.ScaleAxis()
+    if value is None:
+        return a
+    if isinstance(value, int):
+        a.kind, a.axes = _qk.ScaleAxis.Kind.int, [value]
+    else:
+        a.kind, a.axes = _qk.ScaleAxis.Kind.list, list(value)
+    return a
+
+
+def _elements_per_scale_attr(value: Any) -> Any:
+    """elements_per_scale (None, an int or a list of ints) as the core's ElementsPerScale."""
+    e = _qk.ElementsPerScale()
+    if value is None:
+        return e
+    if isinstance(value, (list, tuple)):
+        e.kind, e.values = _qk.ElementsPerScale.Kind.list, [int(v) for v in value]
+    else:
+        e.kind, e.values = _qk.ElementsPerScale.Kind.int, [int(value)]
+    return e
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def _integer_str(integer: Any) -> str:
     # QKeras prints a one-digit [k] as k (its regex for tf.Variable values).
     return re.sub(r"\[(\d)\]", r"\g<1>", str(integer))
@@ -148,7 +187,8 @@ class _Quantizer:
     def _set_trainable_parameter(self) -> None:
         pass
 
-    def _common_config(self, training: bool, seed: Any) -> dict[str, Any]:
+    def _common_config(self, training: bool, seed: Any) -> tuple[Any, Any, Any]:
+        """(QNoise, Settings, Training) of one call; a training call advances the noise step."""
         if not isinstance(training, (bool, np.bool_)):
             raise TypeError(f"training: expected a bool, got {type(training).__name__}")
         q = float(np.float32(self.qnoise_factor)) if self.use_variables else float(self.qnoise_factor)
@@ -158,14 +198,15 @@ class _Quantizer:
             # Each training call draws fresh noise: the Philox key mixes the seed and the step.
             step_seed = (base * 0x9E3779B97F4A7C15 + self._training_step) & 0xFFFFFFFFFFFFFFFF
             self._training_step += 1
-        return {
-            "qnoise_factor": q,
-            "qnoise_float32": bool(self.use_variables),
-            "epsilon": float(self.epsilon),
-            "image_data_format": self.image_data_format,
-            "training": bool(training),
-            "seed": step_seed,
-        }
+        qnoise = _qk.QNoise()
+        qnoise.factor, qnoise.float32_variable = q, bool(self.use_variables)
+        settings = _qk.Settings()
+        settings.epsilon = float(self.epsilon)
+        settings.image_data_format = (_qk.DataFormat.channels_first if self.image_data_format == "channels_first"
+                                      else _qk.DataFormat.channels_last)
+        t = _qk.Training()
+        t.enabled, t.seed = bool(training), step_seed
+        return qnoise, settings, t
 
     @staticmethod
     def _input(x: Any) -> np.ndarray:
@@ -243,24 +284,23 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
             return self.alpha
         return "value"
 
-    def _config(self, training: bool, seed: Any) -> dict[str, Any]:
-        eps = self.elements_per_scale
-        c = {
-            "bits": float(self.bits),
-            "integer": float(self.integer),
-            "symmetric": _arithmetic_flag(self.symmetric, "symmetric"),
-            "keep_negative": _arithmetic_flag(self.keep_negative, "keep_negative"),
-            "alpha_kind": self._alpha_kind(),
-            "use_stochastic_rounding": bool(self.use_stochastic_rounding),
-            "scale_axis": self.scale_axis,
-            "use_ste": bool(self.use_ste),
-            "frozen_scale": isinstance(self.alpha, str) and bool(self.freeze_scale),
-            "elements_per_scale": None if eps is None else (list(int(v) for v in eps) if isinstance(eps, (list, tuple)) else int(eps)),
-            "min_po2_exponent": None if self.min_po2_exponent is None else float(self.min_po2_exponent),
-            "max_po2_exponent": None if self.max_po2_exponent is None else float(self.max_po2_exponent),
-        }
-        c.update(self._common_config(training, seed))
-        return c
+    def _config(self, training: bool, seed: Any) -> tuple[Any, Any, Any]:
+        """(QuantizedBitsAttrs, Settings, Training) of one call."""
+        a = _qk.QuantizedBitsAttrs()
+        a.bits = float(self.bits)
+        a.integer = float(self.integer)
+        a.symmetric = _arithmetic_flag(self.symmetric, "symmetric")
+        a.keep_negative = _arithmetic_flag(self.keep_negative, "keep_negative")
+        a.alpha = _alpha_kind(self._alpha_kind())
+        a.use_stochastic_rounding = bool(self.use_stochastic_rounding)
+        a.scale_axis = _scale_axis_attr(self.scale_axis)
+        a.use_ste = bool(self.use_ste)
+        a.frozen_scale = isinstance(self.alpha, str) and bool(self.freeze_scale)
+        a.elements_per_scale = _elements_per_scale_attr(self.elements_per_scale)
+        a.min_po2_exponent = _optional_float(self.min_po2_exponent)
+        a.max_po2_exponent = _optional_float(self.max_po2_exponent)
+        a.qnoise, settings, t = self._common_config(training, seed)
+        return a, settings, t
 
     def _operand(self) -> Any:
         if isinstance(self.alpha, str):
@@ -277,7 +317,8 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
         self._check_po2_options()
-        result, scale = _ext.qkeras.quantized_bits(self._input(x), self._operand(), self._config(training, seed), False, as_out(out))
+        result, scale = _ext.qkeras.quantized_bits(self._input(x), self._operand(), *self._config(training, seed), False,
+                                                   as_out(out))
         if isinstance(self.alpha, str):
             if not self.freeze_scale:
                 self.scale = scale
@@ -287,7 +328,7 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
 
     def gradient(self, x: Any) -> np.ndarray:
         """d q(x) / dx of QKeras' graph: 1 with use_ste, else 1 - qnoise_factor (float32)."""
-        result, _ = _ext.qkeras.quantized_bits(self._input(x), self._operand(), self._config(False, None), True, None)
+        result, _ = _ext.qkeras.quantized_bits(self._input(x), self._operand(), *self._config(False, None), True, None)
         return result
 
     def __str__(self) -> str:
@@ -388,31 +429,31 @@ class quantized_relu(_Quantizer):  # noqa: N801
         self.use_ste = use_ste
         self.enable_fast_inference = enable_fast_inference
 
-    def _config(self, training: bool, seed: Any) -> dict[str, Any]:
-        c = {
-            "bits": float(self.bits),
-            "integer": float(self.integer),
-            "use_sigmoid": bool(self.use_sigmoid),
-            "negative_slope": float(self.negative_slope),
-            "use_stochastic_rounding": bool(self.use_stochastic_rounding),
-            "relu_upper_bound": None if self.relu_upper_bound is None else float(self.relu_upper_bound),
-            "is_quantized_clip": bool(self.is_quantized_clip),
-            "use_ste": bool(self.use_ste),
-            "enable_fast_inference": bool(self.enable_fast_inference),
-        }
-        c.update(self._common_config(training, seed))
-        return c
+    def _config(self, training: bool, seed: Any) -> tuple[Any, Any]:
+        """(QuantizedReluAttrs, Training) of one call (quantized_relu reads no Keras setting)."""
+        a = _qk.QuantizedReluAttrs()
+        a.bits = float(self.bits)
+        a.integer = float(self.integer)
+        a.use_sigmoid = bool(self.use_sigmoid)
+        a.negative_slope = float(self.negative_slope)
+        a.use_stochastic_rounding = bool(self.use_stochastic_rounding)
+        a.relu_upper_bound = _optional_float(self.relu_upper_bound)
+        a.is_quantized_clip = bool(self.is_quantized_clip)
+        a.use_ste = bool(self.use_ste)
+        a.enable_fast_inference = bool(self.enable_fast_inference)
+        a.qnoise, _, t = self._common_config(training, seed)
+        return a, t
 
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
-        return _ext.qkeras.quantized_relu(self._input(x), self._config(training, seed), False, as_out(out))
+        return _ext.qkeras.quantized_relu(self._input(x), *self._config(training, seed), False, as_out(out))
 
     def gradient(self, x: Any) -> np.ndarray:
         """d q(x) / dx of QKeras' graph: the derivative of the unquantized companion (1 above 0;
         negative_slope, or 0, at and below 0; 0 above the clip or upper bound), times
         1 - qnoise_factor without use_ste."""
-        return _ext.qkeras.quantized_relu(self._input(x), self._config(False, None), True, None)
+        return _ext.qkeras.quantized_relu(self._input(x), *self._config(False, None), True, None)
 
     def __str__(self) -> str:
         flags = [str(self.bits), _integer_str(self.integer)]
@@ -529,18 +570,18 @@ class quantized_linear(_Quantizer):  # noqa: N801
         clip_max = u - np.float32(1.0)
         return np.float32(clip_min), np.float32(clip_max)
 
-    def _config(self, training: bool, seed: Any) -> dict[str, Any]:
-        c = {
-            "bits": float(self.bits),
-            "integer": float(self.integer),
-            "symmetric": _arithmetic_flag(self.symmetric, "symmetric"),
-            "keep_negative": _arithmetic_flag(self.keep_negative, "keep_negative"),
-            "alpha_kind": "none" if self.alpha is None else self.alpha if self.auto_alpha else "value",
-            "use_stochastic_rounding": bool(self.use_stochastic_rounding),
-            "scale_axis": self.scale_axis,
-        }
-        c.update(self._common_config(training, seed))
-        return c
+    def _config(self, training: bool, seed: Any) -> tuple[Any, Any, Any]:
+        """(QuantizedLinearAttrs, Settings, Training) of one call."""
+        a = _qk.QuantizedLinearAttrs()
+        a.bits = float(self.bits)
+        a.integer = float(self.integer)
+        a.symmetric = _arithmetic_flag(self.symmetric, "symmetric")
+        a.keep_negative = _arithmetic_flag(self.keep_negative, "keep_negative")
+        a.alpha = _alpha_kind("none" if self.alpha is None else self.alpha if self.auto_alpha else "value")
+        a.use_stochastic_rounding = bool(self.use_stochastic_rounding)
+        a.scale_axis = _scale_axis_attr(self.scale_axis)
+        a.qnoise, settings, t = self._common_config(training, seed)
+        return a, settings, t
 
     def _operand(self) -> Any:
         if self.alpha is None or self.auto_alpha:
@@ -550,13 +591,14 @@ class quantized_linear(_Quantizer):  # noqa: N801
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
-        result, qs = _ext.qkeras.quantized_linear(self._input(x), self._operand(), self._config(training, seed), False, as_out(out))
+        result, qs = _ext.qkeras.quantized_linear(self._input(x), self._operand(), *self._config(training, seed), False,
+                                                 as_out(out))
         self.quantization_scale = qs
         return result
 
     def gradient(self, x: Any) -> np.ndarray:
         """d q(x) / dx = (1 - qnoise_factor) + qnoise_factor * [clip_min <= x / s <= clip_max]."""
-        result, _ = _ext.qkeras.quantized_linear(self._input(x), self._operand(), self._config(False, None), True, None)
+        result, _ = _ext.qkeras.quantized_linear(self._input(x), self._operand(), *self._config(False, None), True, None)
         return result
 
     def max(self) -> Any:

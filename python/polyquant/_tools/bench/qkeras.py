@@ -89,7 +89,7 @@ def _search_passes(q, x):
     """(reads before the quantizing pass, least-squares rounds) of a call q(x), as the core counts them."""
     info = {}
     fn = ext.qkeras.quantized_bits if type(q).__name__ == "quantized_bits" else ext.qkeras.quantized_linear
-    fn(x, q._operand(), q._config(False, None), False, None, info)
+    fn(x, q._operand(), *q._config(False, None), False, None, info)
     return info.get("max_passes", 0) + info.get("least_squares_rounds", 0), info.get("least_squares_rounds", 0)
 
 
