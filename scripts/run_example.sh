@@ -7,7 +7,7 @@
 #   onnx_qdq_mlp.onnx  opset-28 QuantizeLinear/Dequan. against onnx's reference evaluator
 #   quark_mlp.onnx     Quark's Extended Q/DQ           against amd-quark's own CPU op when amd-quark
 #                                                      and torch are installed (not by setup.sh: see
-#                                                      scripts/quark_golden/README.md), else run only
+#                                                      docs/golden-data.md#quark), else run only
 #
 #   scripts/run_example.sh [MODEL.onnx] [polyquant run options]
 #

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Golden data for polyquant.aimet, produced by aimet-torch 2.42.0 itself (CPU).
 
-Usage (in the reference virtual environment, see README.md beside this file):
+Usage (from the repository root, in the reference virtual environment; docs/golden-data.md#aimet):
 
-    python generate.py [--out DIR] [--only GROUP[,GROUP...]]
-    python generate.py --timings-only [--timing-reps N]
+    python -m tools.golden.aimet [--out DIR] [--only GROUP[,GROUP...]]
+    python -m tools.golden.aimet --timings-only [--timing-reps N]
 
 Writes ``index.json`` (one JSON object per case) and ``arrays.npz`` (every tensor, stored exactly)
 into ``tests/data/aimet/`` (or ``--out``). Every case is run through aimet-torch's public API
@@ -12,31 +11,29 @@ into ``tests/data/aimet/`` (or ``--out``). Every case is run through aimet-torch
 (arrays, JSON) or the exception raised (class name and message) is recorded.
 
 With ``--timings-only`` it measures aimet-torch's speed on 64 Mi float32 elements instead and writes
-``scripts/aimet_golden/peer_timings.json``.
+``tools/golden/speed/aimet_peer_timings.json``.
 """
 
 from __future__ import annotations
 
+if not __package__:  # run as a script, tools/golden would shadow the reference's own packages
+    raise SystemExit("run from the repository root: python -m tools.golden.aimet")
+
 import argparse
-import contextlib
-import io
 import json
 import math
 import os
 import platform
 import statistics
-import sys
 import time
 import warnings
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-DEFAULT_OUT = REPO / "tests" / "data" / "aimet"
+from .common import SPEED, data_dir, dist_version, machine_description, seed_of, write_npz
+
+DEFAULT_OUT = data_dir("aimet")
 
 import torch  # noqa: E402
 
@@ -158,25 +155,8 @@ class Store:
         return out
 
 
-def write_npz(path: Path, arrays: dict[str, np.ndarray]):
-    """np.load-compatible .npz with fixed timestamps (np.savez stamps the current time)."""
-    with zipfile.ZipFile(path, "w") as zf:
-        for key in sorted(arrays):
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.require(arrays[key], requirements="C"), allow_pickle=False)
-            info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            info.create_system = 3
-            zf.writestr(info, buf.getvalue(), compresslevel=9)
-
-
 def err_record(e: BaseException) -> dict:
     return {"class": type(e).__name__, "message": str(e)}
-
-
-def seed_of(cid: str) -> int:
-    return zlib.crc32(cid.encode())
 
 
 def jsonable(v):
@@ -1595,39 +1575,10 @@ def gen_analyzer(st: Store):
 # ------------------------------------------------------------------------------------------------
 
 
-def machine_description(load=False):
-    info = {"nproc": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "machine": platform.machine()}
-    try:
-        txt = Path("/proc/cpuinfo").read_text()
-        model = [ln.split(":", 1)[1].strip() for ln in txt.splitlines() if ln.startswith("model name")]
-        flags = [ln.split(":", 1)[1].split() for ln in txt.splitlines() if ln.startswith("flags")]
-        info["cpu_model"] = model[0] if model else None
-        fl = set(flags[0]) if flags else set()
-        info["cpu_flags"] = {k: (k in fl) for k in ["avx2", "fma", "avx512f", "avx512bw", "avx512vl"]}
-    except OSError:
-        pass
-    try:
-        info["mem_total_kib"] = int(Path("/proc/meminfo").read_text().split()[1])
-    except OSError:
-        pass
-    if load:
-        try:
-            info["loadavg"] = list(os.getloadavg())
-        except OSError:
-            pass
-    return info
-
-
 def versions():
-    from importlib.metadata import version as v
-
     out = {"python": platform.python_version()}
     for d in ("aimet-torch", "torch", "numpy", "ml_dtypes"):
-        try:
-            out[d] = v(d)
-        except Exception:  # noqa: BLE001
-            out[d] = None
+        out[d] = dist_version(d)
     out["torch.__version__"] = torch.__version__
     out["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     return out
@@ -1645,7 +1596,7 @@ def main():
     ap.add_argument("--timing-reps", type=int, default=5)
     args = ap.parse_args()
     if args.timings_only:
-        timings(HERE / "peer_timings.json", args.timing_reps)
+        timings(SPEED / "aimet_peer_timings.json", args.timing_reps)
         return
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -1665,9 +1616,9 @@ def main():
         counts[k]["cases"] += 1
         counts[k]["errors"] += c.get("outcome") == "error"
     header = {
-        "generator": "scripts/aimet_golden/generate.py",
+        "generator": "tools/golden/aimet.py",
         "versions": versions(),
-        "machine": machine_description(),
+        "machine": machine_description(arch=True),
         "torch_threads": torch.get_num_threads(),
         "storage": {"arrays": "arrays.npz holds one flat array per stored dtype, 'pool_<dtype>'; an array spec "
                               "[dtype, shape, start] is pool_<dtype>[start:start+prod(shape)].reshape(shape); "
@@ -1685,7 +1636,7 @@ def main():
             f.write("  " + json.dumps(c, sort_keys=True, allow_nan=False) + ("," if i + 1 < len(st.cases) else "") + "\n")
         f.write(" ]\n}\n")
     arrays = st.arrays()
-    write_npz(out / "arrays.npz", arrays)
+    write_npz(out / "arrays.npz", {k: arrays[k] for k in sorted(arrays)})  # members by name
     sz = (out / "index.json").stat().st_size, (out / "arrays.npz").stat().st_size
     print(f"wrote {len(st.cases)} cases, {sum(st.sizes.values())} elements in {len(arrays)} pools; index.json {sz[0]} B, arrays.npz {sz[1]} B")
     print(json.dumps(counts))
@@ -1702,7 +1653,7 @@ def timings(path, reps):
     res = {"elements": n, "dtype": "float32", "repetitions": reps,
            "statistic": "median wall seconds (time.perf_counter) of the timed calls after one warm-up call; "
                         "calls taking over 20 s are repeated fewer times (see all_s)",
-           "machine": machine_description(load=True), "versions": versions(),
+           "machine": machine_description(arch=True, load_key="loadavg"), "versions": versions(),
            "torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
            "note": "this machine is shared: other jobs ran concurrently (see loadavg), so the numbers are noisy",
            "results": {}}

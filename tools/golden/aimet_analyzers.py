@@ -1,16 +1,18 @@
 """Golden data for polyquant's AIMET encoding analyzers, from aimet-torch 2.42.0 itself.
 
-Run with an environment that has aimet-torch 2.42.0 and torch (CPU):
+Run from the repository root with an environment that has aimet-torch 2.42.0 and torch (CPU):
 
-    python scripts/aimet_golden/analyzers.py tests/data/aimet_analyzers
+    python -m tools.golden.aimet_analyzers [OUT_DIR]      # default tests/data/aimet_analyzers
 
 Writes index.json (one record per case: analyzer, its arguments, the batches' array keys, the
 requested encodings and AIMET's results or error class) and arrays.npz (inputs and outputs;
-bfloat16 stored as uint16 bits). The replay test is tests/python/test_aimet_analyzers.py.
+bfloat16 stored as uint16 bits). The replay test is tests/python/aimet/test_golden_analyzers.py.
 """
 
+if not __package__:  # run as a script, tools/golden would shadow the reference's own packages
+    raise SystemExit("run from the repository root: python -m tools.golden.aimet_analyzers")
+
 import json
-import math
 import os
 import sys
 import warnings
@@ -24,6 +26,8 @@ from aimet_torch.quantization.encoding_analyzer import (
     SqnrEncodingAnalyzer,
     TfEnhancedEncodingAnalyzer,
 )
+
+from .common import data_dir
 
 warnings.filterwarnings("ignore")
 torch.set_num_threads(1)
@@ -204,4 +208,4 @@ def main(out_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/aimet_analyzers")
+    main(sys.argv[1] if len(sys.argv) > 1 else str(data_dir("aimet_analyzers")))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Export small Brevitas networks to QONNX for polyquant's tests (tests/data/brevitas/).
 
 Not run by CI (torch and Brevitas are big): CI runs the committed models. To regenerate, in a
@@ -8,7 +7,7 @@ libraries, which work on the CPU too):
     python3 -m venv /tmp/brevitas-venv
     /tmp/brevitas-venv/bin/pip install torch==2.6.0 brevitas==0.13.4 onnx==1.17.0 onnxoptimizer \
         onnxscript qonnx==1.0.0 "numpy<2" onnxruntime
-    /tmp/brevitas-venv/bin/python scripts/make_brevitas_models.py
+    /tmp/brevitas-venv/bin/python -m tools.golden.brevitas      # from the repository root
 
 For each network NAME it writes NAME.onnx (the QONNX export as Brevitas writes it, not cleaned up:
 raw exports are what users feed polyquant), NAME.input.npy (a deterministic input) and
@@ -31,14 +30,18 @@ inference, which execute_onnx needs). The networks:
 
 from __future__ import annotations
 
+if not __package__:  # run as a script, tools/golden would shadow the reference's own packages
+    raise SystemExit("run from the repository root: python -m tools.golden.brevitas")
+
 import argparse
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "tests" / "data" / "brevitas"
+from .common import data_dir
+
+OUT = data_dir("brevitas")
 SEED = 20260213
 
 

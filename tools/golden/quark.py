@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Golden data for AMD Quark's ExtendedQuantizeLinear / ExtendedDequantizeLinear (CPU).
 
 Runs Quark's own CPU custom-op library (built by amd-quark's JIT path,
@@ -8,29 +7,28 @@ single-node model per case, and writes
     tests/data/quark/index.json   versions, library hash, one record per case
     tests/data/quark/arrays.npz   every input and output array (raw bit patterns)
 
-Not run in CI (it needs torch + amd-quark); see README.md beside this file for the
-environment and the exact commands.  Deterministic: fixed seeds, fixed zip timestamps, so
+Not run in CI (it needs torch + amd-quark); docs/golden-data.md#quark gives the environment
+and the exact commands (``python -m tools.golden.quark`` from the repository root).  Deterministic: fixed seeds, fixed zip timestamps, so
 a rerun with the same versions gives byte-identical files.
 
 After generating, the script checks every recorded output against a small numpy model of
 the kernel's behaviour (``model_*`` below) and prints how many cases it reproduces; this is
-the basis of the "observed behaviour" list in the README, not part of the data.
+the basis of the "observed behaviour" list in docs/golden-data.md, not part of the data.
 """
 
 from __future__ import annotations
+
+if not __package__:  # run as a script, tools/golden would shadow the reference's own packages
+    raise SystemExit("run from the repository root: python -m tools.golden.quark")
 
 import argparse
 import ctypes
 import hashlib
 import importlib.metadata as md
-import io
 import json
 import os
 import platform
 import subprocess
-import sys
-import zipfile
-import zlib
 from pathlib import Path
 
 # torch must be imported before Quark's library is loaded into onnxruntime (the .so links
@@ -42,8 +40,9 @@ import onnxruntime as ort
 from onnx import TensorProto as TP
 from onnx import helper
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_OUT = REPO / "tests" / "data" / "quark"
+from .common import cpu_model, data_dir, seed_of, write_index, write_npz
+
+DEFAULT_OUT = data_dir("quark")
 
 DOMAIN = "com.amd.quark"
 DOMAIN_DEPRECATED = "com.vai.quantize"
@@ -240,10 +239,6 @@ def int_extremes(T: str) -> list[int]:
 CASES: list[dict] = []
 
 
-def seed_for(cid: str) -> int:
-    return zlib.crc32(cid.encode())
-
-
 def add(cid, op, inputs, *, group, note, out_dtype=None, axis="absent", domain=DOMAIN, op_type=None):
     """inputs: list of (name, dtype name, array).  axis: int, 'absent', or ('float', value)."""
     assert not any(c["id"] == cid for c in CASES), cid
@@ -278,7 +273,7 @@ def build_random_q():
         for zp in zps:
             for mag in mags:
                 cid = f"q.{T}.random.{n:02d}"
-                rng = np.random.default_rng(seed_for(cid))
+                rng = np.random.default_rng(seed_of(cid))
                 shape = RANDOM_SHAPES[n % len(RANDOM_SHAPES)]
                 s = f32(SCALES_ORDINARY[n % len(SCALES_ORDINARY)]).reshape(PARAM_SHAPES[n % 2])
                 x = f32(rng.standard_normal(shape) * float(s.reshape(-1)[0]) * mag)
@@ -296,7 +291,7 @@ def build_random_dq():
         for zp in zps:
             for k in range(3):
                 cid = f"dq.{T}.random.{n:02d}"
-                rng = np.random.default_rng(seed_for(cid))
+                rng = np.random.default_rng(seed_of(cid))
                 shape = RANDOM_SHAPES[n % len(RANDOM_SHAPES)]
                 x = random_of_type(T, rng, shape)
                 s = f32(SCALES_ORDINARY[n % len(SCALES_ORDINARY)]).reshape(PARAM_SHAPES[n % 2])
@@ -325,7 +320,7 @@ def build_ties_q():
                 note=f"x = fl((k + 0.5) * s) for k near 0 and near the clamp edges, then x-1ulp, x+1ulp; "
                      f"s = {float(s)!r}, zp = {zp}")
     # float16: midpoints between neighbouring float16 values (scale and zp should not matter)
-    rng = np.random.default_rng(seed_for("q.float16.ties"))
+    rng = np.random.default_rng(seed_of("q.float16.ties"))
     h = np.concatenate([np.array([0x0000, 0x0001, 0x03FE, 0x03FF, 0x0400, 0x3BFF, 0x3C00, 0x7BFE, 0x7BFF],
                                  np.uint16), rng.integers(0, 0x7BFF, 40).astype(np.uint16)])
     lo16 = h.view(np.float16).astype(np.float32)
@@ -339,7 +334,7 @@ def build_ties_q():
             group="ties", note=f"midpoints between adjacent float16 values (65520 included) and +-1 ulp; "
                               f"s = {sv!r}, zp bits 0x{zp:04X}")
     # bfloat16: float32 with low half 0x8000 (exact tie), 0x7FFF and 0x8001
-    rng = np.random.default_rng(seed_for("q.bfloat16.ties"))
+    rng = np.random.default_rng(seed_of("q.bfloat16.ties"))
     hi_bits = np.concatenate([np.array([0x0000, 0x0001, 0x007F, 0x0080, 0x3F80, 0x3F81, 0x7F7E, 0x7F7F,
                                         0x8000, 0x8001, 0xBF80, 0xFF7F], np.uint32),
                               rng.integers(0, 0x7F80, 30).astype(np.uint32)])
@@ -425,7 +420,7 @@ def build_specials_dq():
     scales = f32_bits(SCALE_ROWS_BITS)
     S = scales.size
     for T in ALL_T:
-        rng = np.random.default_rng(seed_for(f"dq.{T}.specials"))
+        rng = np.random.default_rng(seed_of(f"dq.{T}.specials"))
         if T in INT_TYPES:
             _, dt, lo, hi = INT_TYPES[T]
             xs = np.concatenate([np.array(int_extremes(T), np.int64).astype(dt), random_of_type(T, rng, 12)])
@@ -491,7 +486,7 @@ def build_exhaustive_dq():
 
 
 def per_axis_params(T, C, seed_name):
-    rng = np.random.default_rng(seed_for(seed_name))
+    rng = np.random.default_rng(seed_of(seed_name))
     base = [0.1, 1 / 255, 0.0123, 2.0**-7, 1.0, 0.5, 3.0, 0.037]
     s = f32(cycle(base, C)) * f32(rng.uniform(0.5, 2.0, C))
     if T in INT_TYPES:
@@ -512,7 +507,7 @@ def add_per_axis(T, op, shape, axis, C, group, note_extra=""):
     axis_str = "absent" if axis == "absent" else str(axis)
     shape_str = "x".join(map(str, shape)) or "scalar"
     cid = f"{'q' if op == Q else 'dq'}.{T}.{group}.{shape_str}.axis_{axis_str}.c{C}"
-    rng = np.random.default_rng(seed_for(cid))
+    rng = np.random.default_rng(seed_of(cid))
     s, zp = per_axis_params(T, C, cid + ".params")
     # build x with the scale broadcast along the (intended) axis, when it fits
     eff = 0 if axis == "absent" else axis
@@ -649,7 +644,7 @@ def build_interface():
                                                               zp_array(T, [1, -1, 0])),
             "axis given as a FLOAT attribute 1.0 (scale/zp length 3 = dim 1)", axis=("float", 1.0))
     # deprecated alias domain
-    rng = np.random.default_rng(seed_for("alias"))
+    rng = np.random.default_rng(seed_of("alias"))
     xa = f32(rng.standard_normal((2, 3)) * 3)
     add("q.interface.alias_vitis", Q, q_inputs(xa, f32([0.1, 0.2]), zp_array("int8", [0, -3]), "int8"),
         group="interface", axis=0, domain=DOMAIN_DEPRECATED, op_type="VitisQuantizeLinear",
@@ -774,7 +769,7 @@ def f16_to_f32_ort_cast(x: np.ndarray) -> np.ndarray:
 
 
 def bf16_dq_quark(x, zp, s):
-    """(ToFloat(x) - ToFloat(zp)) * s as compiled: see the NaN rules in the README."""
+    """(ToFloat(x) - ToFloat(zp)) * s as compiled: see the NaN rules in docs/golden-data.md."""
     X, Z = bf16_bits_to_f32_quark(x), bf16_bits_to_f32_quark(zp)
     y = np.require(((X - Z) * s).astype(np.float32), requirements="C")
     xn, zn, sn = np.isnan(X), np.isnan(Z), np.isnan(s)
@@ -848,19 +843,6 @@ def compare(case, expected, got):
 # output
 
 
-def write_npz(path: Path, arrays: dict[str, np.ndarray]):
-    """np.load-compatible .npz with fixed timestamps (np.savez stamps the current time)."""
-    with zipfile.ZipFile(path, "w") as zf:
-        for key, arr in arrays.items():
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.require(arr, requirements="C"), allow_pickle=False)
-            info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            info.create_system = 3
-            zf.writestr(info, buf.getvalue(), compresslevel=9)
-
-
 def describe_array(key, t, a):
     d = {"dtype": t, "shape": list(a.shape), "key": key}
     if t == "bfloat16":
@@ -895,13 +877,8 @@ def library_info(lib: str):
 
 
 def cpu_name():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+    model = cpu_model()
+    return platform.processor() if model is None else model
 
 
 def main():
@@ -989,12 +966,12 @@ def main():
                 if r == "differ":
                     differ.append(cid)
 
-    index = {
+    header = {
         "format": 1,
         "description": "Outputs of AMD Quark's CPU custom ops ExtendedQuantizeLinear / ExtendedDequantizeLinear "
                        "(com.amd.quark, version 1) run in onnxruntime, one single-node model per case. "
-                       "See scripts/quark_golden/README.md.",
-        "generator": "scripts/quark_golden/generate.py",
+                       "See docs/golden-data.md.",
+        "generator": "tools/golden/quark.py",
         "versions": versions(),
         "custom_op_library": library_info(lib),
         "machine": {"arch": platform.machine(), "cpu": cpu_name(), "libc": " ".join(platform.libc_ver())},
@@ -1015,12 +992,9 @@ def main():
                  "exception class onnxruntime raised; message = str(exception)",
         "counts": {"cases": len(records), "errors": sum(r["outcome"] == "error" for r in records),
                    "per_op_and_type": counts, "per_group": group_counts},
-        "cases": records,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    head = json.dumps({k: v for k, v in index.items() if k != "cases"}, indent=1, ensure_ascii=True)
-    body = ",\n".join(" " + json.dumps(r, ensure_ascii=True, separators=(",", ":")) for r in records)
-    (args.out / "index.json").write_text(head[:-2] + ',\n "cases": [\n' + body + "\n ]\n}\n")
+    write_index(args.out / "index.json", header, records)
     write_npz(args.out / "arrays.npz", arrays)
 
     total = sum((args.out / f).stat().st_size for f in ("index.json", "arrays.npz"))

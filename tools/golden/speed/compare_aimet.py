@@ -10,10 +10,10 @@ x is normal with standard deviation 4. ``--params calibrated`` (the default) qua
 figures published before calibrated ones. torch's per-tensor fake quantization runs about twice as
 long on the saturating data; the per-channel kernels hardly depend on it.
 
-Runs in the generator's environment (README.md here: aimet-torch 2.42.0, torch 2.15) with the
-installed polyquant on the path, e.g.
+Runs in the AIMET generator's environment (docs/golden-data.md#aimet: aimet-torch 2.42.0, torch
+2.15) with the installed polyquant on the path, e.g.
 
-    PYTHONPATH=<polyquant's site-packages> /work/venv-aimet/bin/python scripts/aimet_golden/compare_speed.py \
+    PYTHONPATH=<polyquant's site-packages> /work/venv-aimet/bin/python tools/golden/speed/compare_aimet.py \
         --repeat 5 --json /tmp/aimet_speed.json
 
 Memory: every quantize_dequantize call (and the copy) allocates a fresh 256 MiB output. On a VM

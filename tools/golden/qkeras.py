@@ -1,7 +1,8 @@
-#!/usr/bin/env python3
 """Golden data for polyquant's QKeras quantizers, made by running real QKeras on TensorFlow CPU.
 
-    python generate.py --qkeras /path/to/qkeras-checkout [--commit SHA] [--out DIR] [--timings]
+    python -m tools.golden.qkeras --qkeras /path/to/qkeras-checkout [--commit SHA] [--out DIR] [--timings]
+
+(from the repository root, in the TensorFlow environment; docs/golden-data.md#qkeras says how).
 
 Runs ``quantized_bits``, ``quantized_relu`` and ``quantized_linear`` from the QKeras checkout over
 every deterministic parameter path (issue 6) and writes, under ``--out`` (default
@@ -15,12 +16,15 @@ every deterministic parameter path (issue 6) and writes, under ``--out`` (defaul
 * ``qkeras_own_tests.json``: the literal vectors of QKeras' own tests, with what QKeras gives now.
 
 With ``--timings`` it also measures QKeras' own speed on 64 Mi float32 elements and writes
-``scripts/qkeras_golden/peer_timings.json``. See README.md beside this file.
+``tools/golden/speed/qkeras_peer_timings.json``.
 
 This is not run in CI (CI has no TensorFlow); CI checks the committed output.
 """
 
 from __future__ import annotations
+
+if not __package__:  # run as a script, tools/golden would shadow the reference's own packages
+    raise SystemExit("run from the repository root: python -m tools.golden.qkeras")
 
 import argparse
 import hashlib
@@ -32,8 +36,7 @@ import sys
 import time
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+from .common import SPEED, data_dir, dist_version, machine_description
 PINNED_COMMIT = "78ea90fc381fef23faa4db0e1d88bd1173c1c644"
 SEED = 20261124
 FORMAT_VERSION = 1
@@ -1072,30 +1075,6 @@ def own_tests(classes):
 # Timings
 # ------------------------------------------------------------------------------------------------
 
-def machine_description():
-    info = {"nproc": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            txt = f.read()
-        model = [l.split(":", 1)[1].strip() for l in txt.splitlines() if l.startswith("model name")]
-        flags = [l.split(":", 1)[1].split() for l in txt.splitlines() if l.startswith("flags")]
-        info["cpu_model"] = model[0] if model else None
-        fl = set(flags[0]) if flags else set()
-        info["cpu_flags"] = {k: (k in fl) for k in ["avx2", "fma", "avx512f", "avx512bw", "avx512vl"]}
-    except OSError:
-        pass
-    try:
-        with open("/proc/meminfo") as f:
-            info["mem_total_kib"] = int(f.readline().split()[1])
-    except OSError:
-        pass
-    try:
-        info["loadavg_at_start"] = os.getloadavg()
-    except OSError:
-        pass
-    return info
-
-
 def timings(classes, versions, out_path, elements, reps):
     np = _np()
     import tensorflow as tf
@@ -1107,7 +1086,8 @@ def timings(classes, versions, out_path, elements, reps):
     x = rng.standard_normal(shape, dtype=np.float32)
     xt = tf.constant(x)
     res = {"elements": rows * cols, "shape": list(shape), "dtype": "float32", "repetitions": reps,
-           "statistic": "median wall seconds", "machine": machine_description(), "versions": versions,
+           "statistic": "median wall seconds",
+           "machine": machine_description(arch=False, load_key="loadavg_at_start"), "versions": versions,
            "tf_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                           "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
            "input": "a tf.constant made once from the numpy array (eager, CPU); each call's output is materialized with .numpy()",
@@ -1148,22 +1128,13 @@ def timings(classes, versions, out_path, elements, reps):
 
 # ------------------------------------------------------------------------------------------------
 
-def _dist_version(name):
-    try:
-        from importlib.metadata import version
-
-        return version(name)
-    except Exception:  # noqa: BLE001 - not installed
-        return None
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--qkeras", required=True, help="a QKeras source checkout (the directory holding qkeras/)")
     ap.add_argument("--commit", default=None,
                     help="the checkout's commit (read with git when it is a git work tree); default %s" % PINNED_COMMIT)
-    ap.add_argument("--out", default=os.path.join(REPO, "tests", "data", "qkeras"))
-    ap.add_argument("--timings", action="store_true", help="also measure QKeras' speed (writes peer_timings.json)")
+    ap.add_argument("--out", default=str(data_dir("qkeras")))
+    ap.add_argument("--timings", action="store_true", help="also measure QKeras' speed (writes tools/golden/speed/qkeras_peer_timings.json)")
     ap.add_argument("--timings-only", action="store_true")
     ap.add_argument("--timing-elements", type=int, default=64 * 1024 * 1024)
     ap.add_argument("--timing-reps", type=int, default=5)
@@ -1196,7 +1167,7 @@ def main():
             return hashlib.sha256(f.read()).hexdigest()
 
     versions = {"tensorflow": tf.__version__, "numpy": np.__version__, "python": platform.python_version(),
-                "keras": _dist_version("keras"), "tensorflow_dist": "tensorflow-cpu " + str(_dist_version("tensorflow-cpu")),
+                "keras": dist_version("keras"), "tensorflow_dist": "tensorflow-cpu " + str(dist_version("tensorflow-cpu")),
                 "qkeras_commit": commit,
                 "qkeras_quantizers_py_sha256": sha256(os.path.join(src, "qkeras", "quantizers.py")),
                 "qkeras_base_quantizer_py_sha256": sha256(os.path.join(src, "qkeras", "base_quantizer.py"))}
@@ -1222,7 +1193,7 @@ def main():
             np.savez_compressed(os.path.join(args.out, k + ".npz"), **st.arrays())
         index = {
             "format_version": FORMAT_VERSION,
-            "generator": "scripts/qkeras_golden/generate.py",
+            "generator": "tools/golden/qkeras.py",
             "versions": versions,
             "settings": {"image_data_format": K.image_data_format(), "epsilon": float(K.epsilon()),
                          "floatx": K.floatx(), "learning_phase": int(K.learning_phase()), "seed": SEED,
@@ -1254,7 +1225,7 @@ def main():
             f.write("\n")
         print("wrote %d cases (%d distinct inputs) in %.0fs" % (len(records), len(pool.by_hash), time.time() - t0))
     if args.timings or args.timings_only:
-        timings(classes, versions, os.path.join(HERE, "peer_timings.json"), args.timing_elements, args.timing_reps)
+        timings(classes, versions, str(SPEED / "qkeras_peer_timings.json"), args.timing_elements, args.timing_reps)
 
 
 if __name__ == "__main__":
