@@ -5,7 +5,7 @@ Besides the QONNX ops below, the library registers AMD Quark's ``ExtendedQuantiz
 ``VitisDequantizeLinear`` in ``com.vai.quantize``), bit-exact with Quark's CPU kernel (an absent
 ``axis`` attribute is axis 0 as there; the zero point is optional), and ONNX opset-28
 ``QuantizeLinear`` / ``DequantizeLinear`` in domain ``polyquant.onnx`` (see
-``polyquant.onnx.upgrade_model``). See the README for the types onnxruntime can carry.
+``polyquant.onnx.upgrade_model``). See docs/ort.md for the types onnxruntime can carry.
 
 ``libpolyquant_ort.so`` implements the QONNX ops IntQuant (and its legacy name Quant),
 BipolarQuant, Trunc and FloatQuant for ONNX Runtime's CPU execution provider, in the domains

@@ -8,7 +8,7 @@ float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu, float6_e2m3fn, float6_e3m2fn, floa
 element per byte, as ``onnx.reference.ReferenceEvaluator`` returns them. ``output_dtype`` and
 ``precision`` are ONNX ``TensorProto`` data-type numbers (``onnx.TensorProto.INT4`` = 22, ...).
 
-Semantics (see the README for every place where the evaluator departs from the spec text and the
+Semantics (see docs/onnx.md for every place where the evaluator departs from the spec text and the
 one choice polyquant makes): the division ``x / y_scale`` in ``precision`` or in numpy's promoted
 dtype; integer outputs ``clamp(rint(q) + zero_point)`` with NaN -> qmin, +inf -> qmax, -inf -> qmin
 (ONNX Runtime's rule where the evaluator's int32 cast is undefined); float8 outputs a (saturating)

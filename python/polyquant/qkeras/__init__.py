@@ -21,7 +21,7 @@ Philox from the quantizer's ``seed`` (keyword-only, default 0), the call's step 
 element's index (reproducible; independent of threads and kernel sets). ``q.gradient(x)`` is the
 straight-through gradient d q(x) / dx as QKeras' graph defines it.
 
-Departures from QKeras (each where QKeras fails or is inconsistent) are listed in the README.
+Departures from QKeras (each where QKeras fails or is inconsistent) are listed in docs/qkeras.md.
 """
 
 from .quantizers import get_quantizer, quantized_bits, quantized_linear, quantized_relu

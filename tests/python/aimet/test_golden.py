@@ -1,7 +1,7 @@
 """polyquant.aimet against aimet-torch 2.42.0 (CPU), case by case, bit for bit.
 
 The golden data (tests/data/aimet, made by tools/golden/aimet.py, which runs aimet-torch
-itself; see the README there) is replayed through polyquant.aimet with numpy inputs. CI never installs
+itself; see docs/golden-data.md) is replayed through polyquant.aimet with numpy inputs. CI never installs
 aimet-torch or torch.
 
 Groups (each a test function, parametrized by case id, so ``-k functional`` etc. selects one):

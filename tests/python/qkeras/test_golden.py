@@ -4,7 +4,7 @@
 included): outputs, scales, min()/max()/range(), str(q), get_config() and the errors QKeras raises.
 
 Where QKeras fails or is inconsistent and polyquant does something else on purpose, the case is
-listed in DEPARTURES with the reason (each is documented in the README); the test then checks what
+listed in DEPARTURES with the reason (each is documented in docs/qkeras.md); the test then checks what
 polyquant does instead, so the list cannot hide a regression.
 """
 

@@ -52,7 +52,7 @@ def _check(case: dict, got: np.ndarray) -> None:
     assert got.shape == want.shape, f"{case['id']}: shape {got.shape} != {want.shape}"
     g, w = _bits(got), _bits(want)
     if case["op"].endswith("DequantizeLinear") and case["inputs"][0]["dtype"] == "float16":
-        # ORT's Cast quiets a signalling NaN only in whole 16-element vector blocks (see the README):
+        # ORT's Cast quiets a signalling NaN only in whole 16-element vector blocks (see docs/quark.md):
         # polyquant keeps NaN-ness, sign and payload and sets the quiet bit everywhere.
         w = np.where(np.isnan(want), w | np.uint32(0x00400000), w)
         g = np.where(np.isnan(got), g | np.uint32(0x00400000), g)
