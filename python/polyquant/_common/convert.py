@@ -147,8 +147,8 @@ def as_flag(value: Any, name: str) -> bool:
 
 
 def as_rounding_mode(value: Any, name: str = "rounding_mode") -> str:
-    """The rounding_mode attribute: a str; the core upper-cases and validates it (ValueError
-    listing the allowed modes)."""
+    """The rounding_mode attribute: a str, upper-cased; the core's parser then maps it to a
+    RoundingMode (_polyquant_ext.qonnx.rounding_mode: ValueError listing the allowed modes)."""
     if not isinstance(value, str):
         raise TypeError(f"{name}: expected a str such as 'ROUND' or 'FLOOR', got {type(value).__name__}")
     # qonnx matches mode_string.upper(): Python's full Unicode upper-casing ("ﬂoor" is "FLOOR"),

@@ -95,6 +95,14 @@ def _block_size(block_size) -> Optional[list]:
             for i, b in enumerate(block_size)]
 
 
+def _affine_args(qmin: int, qmax: int, block: Optional[list]) -> Any:
+    """The core's AffineArgs for an int64 grid and a block size from _block_size (None: no blocks)."""
+    args = _ext.aimet.AffineArgs()
+    args.grid = _ext.aimet.Grid(int(qmin), int(qmax))
+    args.block_size = block or []
+    return args
+
+
 def _is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
@@ -140,14 +148,14 @@ def _grid_problem(op: str, qmin, qmax, ops, block) -> Optional[Exception]:
     if _is_int(qmin) and _is_int(qmax) and _INT64_MIN <= qmin <= qmax <= _INT64_MAX:
         return None
     # AIMET validates shapes first: run the core's checks with a harmless grid.
-    _ext.aimet.takes_shortcut(*ops, 0, 0, block)
+    _ext.aimet.takes_shortcut(*ops, _affine_args(0, 0, block))
     if qmin > qmax:
         return RuntimeError(f"qmin ({qmin}) must be smaller than or equal to qmax ({qmax})")
     non_integer = next((n for n, v in (("qmin", qmin), ("qmax", qmax)) if not _is_int(v)), None)
     if op == "quantize_dequantize":
         lo = max(_INT64_MIN, min(_INT64_MAX, int(np.floor(qmin))))
         hi = max(_INT64_MIN, min(_INT64_MAX, int(np.ceil(qmax))))
-        if _ext.aimet.takes_shortcut(*ops, lo, hi, block):
+        if _ext.aimet.takes_shortcut(*ops, _affine_args(lo, hi, block)):
             if non_integer:
                 return TypeError(f"{non_integer}: torch.fake_quantize needs integer bounds, got "
                                  f"{qmin!r}, {qmax!r} (bitwidth, num_steps, qmin and qmax must be integers)")
@@ -210,7 +218,8 @@ def _quantize(tensor, scale, offset, args, kwargs, out=None):
     problem = _grid_problem("quantize", qmin, qmax, ops, block)
     if problem is not None:
         raise problem
-    return _run_into(lambda o: _ext.aimet.quantize(*ops, int(qmin), int(qmax), block, o), out, dtype)
+    affine = _affine_args(qmin, qmax, block)
+    return _run_into(lambda o: _ext.aimet.quantize(*ops, affine, o), out, dtype)
 
 
 def quantize_dequantize(tensor, scale, offset, *args, out=None, **kwargs):
@@ -238,8 +247,9 @@ def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool, out=None):
     problem = _grid_problem("quantize_dequantize", qmin, qmax, ops, block)
     if problem is not None:
         raise problem
-    return _run_into(lambda o: _ext.aimet.quantize_dequantize(*ops, int(qmin), int(qmax), block, training, o), out,
-                     dtype)
+    affine = _affine_args(qmin, qmax, block)
+    path = _ext.aimet.QdqPath.training if training else _ext.aimet.QdqPath.no_grad
+    return _run_into(lambda o: _ext.aimet.quantize_dequantize(*ops, affine, path, o), out, dtype)
 
 
 def dequantize(tensor, scale, offset, block_size=None, *, out=None):
@@ -256,13 +266,13 @@ def dequantize(tensor, scale, offset, block_size=None, *, out=None):
 def _dequantize(tensor, scale, offset, block_size, out=None):
     ops, dtype = _prepared(tensor, scale, offset)
     block = _block_size(block_size)
-    return _run_into(lambda o: _ext.aimet.dequantize(*ops, block, o), out, dtype)
+    return _run_into(lambda o: _ext.aimet.dequantize(*ops, block or [], o), out, dtype)
 
 
-def _grads(op: int, grad_output, tensor, scale, offset, qmin, qmax, block):
+def _grads(op: Any, grad_output, tensor, scale, offset, qmin, qmax, block):
     g, gc, _ = _as_tensor(grad_output, "grad_output")
     ops, dtype = _prepared(tensor, scale, offset)
-    gx, gs, go = _ext.aimet.backward(op, g, gc, *ops, int(qmin), int(qmax), block, True, True, True)
+    gx, gs, go = _ext.aimet.backward(op, g, gc, *ops, _affine_args(qmin, qmax, block), True, True, True)
     return (operands.result((gx, _dtype_of(*ops[0:2]))), operands.result((gs, _dtype_of(*ops[2:4]))),
             operands.result((go, _dtype_of(*ops[4:6]))))
 
@@ -273,7 +283,8 @@ def _qdq_no_grad_backward(grad_output, tensor, scale, offset, args, kwargs):
     qmin, qmax, block_size, _ = _parse_args(args, kwargs)
     g, gc, _ = _as_tensor(grad_output, "grad_output")
     ops, _ = _prepared(tensor, scale, offset)
-    gx, _, _ = _ext.aimet.backward(3, g, gc, *ops, int(qmin), int(qmax), _block_size(block_size), True, False, False)
+    gx, _, _ = _ext.aimet.backward(_ext.aimet.AffineOp.quantize_dequantize_no_grad, g, gc, *ops,
+                                   _affine_args(qmin, qmax, _block_size(block_size)), True, False, False)
     return None, operands.result((gx, _dtype_of(*ops[0:2]))), None, None
 
 
@@ -285,7 +296,7 @@ def quantize_dequantize_grad(grad_output, tensor, scale, offset, *args, **kwargs
         (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
     output = _qdq_forward(tensor, scale, offset, args, kwargs, training=True)
     qmin, qmax, block_size, _ = _parse_args(args, kwargs)
-    return (output, *_grads(1, grad_output, tensor, scale, offset, qmin, qmax, _block_size(block_size)))
+    return (output, *_grads(_ext.aimet.AffineOp.quantize_dequantize, grad_output, tensor, scale, offset, qmin, qmax, _block_size(block_size)))
 
 
 def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
@@ -296,7 +307,7 @@ def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
         (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
     output = _quantize(tensor, scale, offset, args, kwargs)
     qmin, qmax, block_size, _ = _parse_args(args, kwargs)
-    return (output, *_grads(0, grad_output, tensor, scale, offset, qmin, qmax, _block_size(block_size)))
+    return (output, *_grads(_ext.aimet.AffineOp.quantize, grad_output, tensor, scale, offset, qmin, qmax, _block_size(block_size)))
 
 
 def dequantize_grad(grad_output, tensor, scale, offset, block_size=None):
@@ -305,4 +316,4 @@ def dequantize_grad(grad_output, tensor, scale, offset, block_size=None):
     tensor, scale, offset, grad_output = (_torch.to_numpy(v, n) for v, n in (
         (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
     output = _dequantize(tensor, scale, offset, block_size)
-    return (output, *_grads(2, grad_output, tensor, scale, offset, 0, 0, _block_size(block_size)))
+    return (output, *_grads(_ext.aimet.AffineOp.dequantize, grad_output, tensor, scale, offset, 0, 0, _block_size(block_size)))

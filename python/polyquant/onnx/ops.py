@@ -71,9 +71,13 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axis: int = 
     else:
         sa, sc = operands.operand(y_scale, "y_scale")
     za, zc = _zero_point(y_zero_point, "y_zero_point", _output_type(out_code))
-    pair = _ext.onnx.quantize_linear(xa, xc, sa, sc, za, zc, axis_value, block, out_code,
-                                operands.flag_attr(saturate, "saturate"), _dtype_attr(precision, "precision"),
-                                operands.out_operand(out))
+    saturate_flag, precision_code = operands.flag_attr(saturate, "saturate"), _dtype_attr(precision, "precision")
+    out_array = operands.out_operand(out)
+    attrs = _ext.onnx.QuantizeLinearAttrs()
+    attrs.axis, attrs.block_size, attrs.saturate = axis_value, block, saturate_flag
+    # The core names an ONNX number it does not support (output_dtype first, then precision).
+    attrs.output_dtype, attrs.precision = out_code, precision_code
+    pair = _ext.onnx.quantize_linear(xa, xc, sa, sc, za, zc, attrs, out_array)
     return operands.finish(pair, out)
 
 
@@ -89,7 +93,10 @@ def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, axis: int 
     else:
         sa, sc = operands.operand(x_scale, "x_scale")
     za, zc = _zero_point(x_zero_point, "x_zero_point", operands.numpy_dtype(operands.dtype_name(xa, xc)))
-    pair = _ext.onnx.dequantize_linear(xa, xc, sa, sc, za, zc, axis_value, block, out_code, operands.out_operand(out))
+    out_array = operands.out_operand(out)
+    attrs = _ext.onnx.DequantizeLinearAttrs()
+    attrs.axis, attrs.block_size, attrs.output_dtype = axis_value, block, out_code
+    pair = _ext.onnx.dequantize_linear(xa, xc, sa, sc, za, zc, attrs, out_array)
     return operands.finish(pair, out)
 
 

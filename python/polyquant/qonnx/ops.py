@@ -203,17 +203,12 @@ def int_quant(
     # integer zeropt array may have widened y to (float64 for int32), with the Python float itself.
     sa, scale_weak = as_weak_param(scale, "scale", None if x_weak else xa)
     za, zeropt_weak = as_weak_param(zeropt, "zeropt", np.result_type(xp, scale if scale_weak else sa))
-    result = _ext.qonnx.int_quant(
-        xa,
-        sa,
-        za,
-        as_param(bitwidth, "bitwidth", xa),
-        as_flag(signed, "signed"),
-        as_flag(narrow, "narrow"),
-        as_rounding_mode(rounding_mode),
-        out=as_out(out),
-        weak=weak_mask(x_weak, scale_weak, zeropt_weak),
-    )
+    ba = as_param(bitwidth, "bitwidth", xa)
+    attrs = _ext.qonnx.IntQuantAttrs()
+    attrs.is_signed, attrs.narrow = as_flag(signed, "signed"), as_flag(narrow, "narrow")
+    mode, out_array = as_rounding_mode(rounding_mode), as_out(out)
+    attrs.rounding_mode = _ext.qonnx.rounding_mode(mode)
+    result = _ext.qonnx.int_quant(xa, sa, za, ba, attrs, out=out_array, weak=weak_mask(x_weak, scale_weak, zeropt_weak))
     return _result(result, out)
 
 
@@ -259,16 +254,9 @@ def trunc_v1(
     ib_partner = y_dtype if is_weak(output_bit_width) else as_param(output_bit_width, "output_bit_width", y_dtype)
     iba = as_param(input_bit_width, "input_bit_width", ib_partner)
     oba = as_param(output_bit_width, "output_bit_width", y_dtype if is_weak(input_bit_width) else iba)
-    result = _ext.qonnx.trunc(
-        xa,
-        sa,
-        za,
-        iba,
-        oba,
-        as_rounding_mode(rounding_mode),
-        out=as_out(out),
-        weak=weak_mask(x_weak, scale_weak, zeropt_weak),
-    )
+    mode, out_array = as_rounding_mode(rounding_mode), as_out(out)
+    result = _ext.qonnx.trunc(xa, sa, za, iba, oba, _ext.qonnx.rounding_mode(mode), out=out_array,
+                              weak=weak_mask(x_weak, scale_weak, zeropt_weak))
     return _result(result, out)
 
 
@@ -312,6 +300,11 @@ def trunc_v2(
         _ = output_scale / scale
     osa, out_scale_weak = as_weak_param(output_scale, "output_scale",
                                         None if scale_weak else np.result_type(xp, sa, zeropt if zeropt_weak else za))
+    oba = as_param(output_bit_width, "output_bit_width", xa)
+    attrs = _ext.qonnx.TruncV2Attrs()
+    attrs.is_signed, attrs.narrow = as_flag(signed, "signed"), as_flag(narrow, "narrow")
+    mode, out_array = as_rounding_mode(rounding_mode), as_out(out)
+    attrs.rounding_mode = _ext.qonnx.rounding_mode(mode)
     result = _ext.qonnx.trunc_v2(
         xa,
         sa,
@@ -319,11 +312,9 @@ def trunc_v2(
         # qonnx never reads input_bit_width (any value, None included, is accepted), nor does the core.
         _UNUSED_INPUT_BIT_WIDTH,
         osa,
-        as_param(output_bit_width, "output_bit_width", xa),
-        as_flag(signed, "signed"),
-        as_flag(narrow, "narrow"),
-        as_rounding_mode(rounding_mode),
-        out=as_out(out),
+        oba,
+        attrs,
+        out=out_array,
         weak=weak_mask(x_weak, scale_weak, zeropt_weak, False, out_scale_weak),
     )
     return _result(result, out)
@@ -381,21 +372,13 @@ def float_quant(
         max_val_array, max_weak = np.asarray(np.inf, dtype=np.float64), False
     else:
         max_val_array, max_weak = as_weak_param(max_val, "max_val", None)
-    result = _ext.qonnx.float_quant(
-        xa,
-        sa,
-        ea,
-        ma,
-        ba,
-        max_val_array,
-        as_flag(has_inf, "has_inf"),
-        as_flag(has_nan, "has_nan"),
-        as_flag(has_subnormal, "has_subnormal"),
-        as_flag(saturation, "saturation"),
-        as_rounding_mode(rounding_mode),
-        as_flag(signed, "signed"),
-        out=as_out(out),
-        weak=weak_mask(x_weak, scale_weak, e_weak, m_weak, bias_weak, max_weak),
-    )
+    attrs = _ext.qonnx.FloatQuantAttrs()
+    attrs.has_inf, attrs.has_nan = as_flag(has_inf, "has_inf"), as_flag(has_nan, "has_nan")
+    attrs.has_subnormal, attrs.saturation = as_flag(has_subnormal, "has_subnormal"), as_flag(saturation, "saturation")
+    mode = as_rounding_mode(rounding_mode)
+    attrs.is_signed, out_array = as_flag(signed, "signed"), as_out(out)
+    attrs.rounding_mode = _ext.qonnx.rounding_mode(mode)
+    result = _ext.qonnx.float_quant(xa, sa, ea, ma, ba, max_val_array, attrs, out=out_array,
+                                    weak=weak_mask(x_weak, scale_weak, e_weak, m_weak, bias_weak, max_weak))
     return _result(result, out)
 

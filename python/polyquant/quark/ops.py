@@ -29,6 +29,19 @@ def _zero_point(value: Any, name: str, weak_dtype: Any) -> tuple[Any, int]:
     return operands.weak_operand(value, name, weak_dtype) if operands.is_weak(value) else operands.operand(value, name)
 
 
+_SEMANTICS = {"quark": _ext.quark.Semantics.quark, "onnx": _ext.quark.Semantics.onnx}
+
+
+def _attrs(axis: int, semantics: str) -> Any:
+    """The core's ExtendedAttrs; semantics "quark" follows Quark's CPU kernels, "onnx" the ONNX spec."""
+    attrs = _ext.quark.ExtendedAttrs()
+    attrs.axis = axis
+    if semantics not in _SEMANTICS:
+        raise ValueError(f"semantics: '{semantics}' is not one of 'quark', 'onnx'")
+    attrs.semantics = _SEMANTICS[semantics]
+    return attrs
+
+
 def extended_quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axis: int = 1, *,
                              semantics: str = "quark", out: np.ndarray | None = None) -> np.ndarray:
     """Quark ExtendedQuantizeLinear: output dtype = y_zero_point's (uint8 when absent). A Python float /
@@ -36,7 +49,8 @@ def extended_quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axi
     numpy scalar, e.g. np.int8(-3), for another output type)."""
     xa, xc, sa, sc, axis_value = _common(x, y_scale, "y_scale", axis, semantics)
     za, zc = _zero_point(y_zero_point, "y_zero_point", np.uint8)
-    pair = _ext.quark.extended_quantize_linear(xa, xc, sa, sc, za, zc, axis_value, semantics, operands.out_operand(out))
+    out_array = operands.out_operand(out)
+    pair = _ext.quark.extended_quantize_linear(xa, xc, sa, sc, za, zc, _attrs(axis_value, semantics), out_array)
     return operands.finish(pair, out)
 
 
@@ -46,5 +60,6 @@ def extended_dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, a
     Python int x_zero_point takes x's type."""
     xa, xc, sa, sc, axis_value = _common(x, x_scale, "x_scale", axis, semantics)
     za, zc = _zero_point(x_zero_point, "x_zero_point", operands.numpy_dtype(operands.dtype_name(xa, xc)))
-    pair = _ext.quark.extended_dequantize_linear(xa, xc, sa, sc, za, zc, axis_value, semantics, operands.out_operand(out))
+    out_array = operands.out_operand(out)
+    pair = _ext.quark.extended_dequantize_linear(xa, xc, sa, sc, za, zc, _attrs(axis_value, semantics), out_array)
     return operands.finish(pair, out)

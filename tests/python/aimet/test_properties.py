@@ -208,7 +208,9 @@ def test_shortcut_eligibility_follows_aimet():
     x = np.zeros((4, 6), np.float32)
 
     def takes(s, o, grid=(0, 255), block=None):
-        return ext.aimet.takes_shortcut(x, -1, np.asarray(s, np.float32), -1, np.asarray(o, np.float32), -1, *grid, block)
+        args = ext.aimet.AffineArgs()
+        args.grid, args.block_size = ext.aimet.Grid(*grid), block or []
+        return ext.aimet.takes_shortcut(x, -1, np.asarray(s, np.float32), -1, np.asarray(o, np.float32), -1, args)
 
     assert takes(0.1, 0.0)
     assert takes(np.full((1, 1), 0.1), np.zeros((1,)))
