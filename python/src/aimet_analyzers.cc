@@ -1,7 +1,8 @@
 // Bindings of AIMET's encoding analyzers (polyquant/aimet_analyzers.h): thin classes over the C++
 // ones. Arrays arrive as numpy arrays with their dtype named separately (bfloat16 as its uint16
-// storage); results and states go back as raw bytes of float64 / float32 values, which
-// polyquant.aimet.analyzers turns into arrays.
+// storage). Results and states go back as 1-D numpy arrays of float64 / float32 that own the C++
+// vectors they were (no copy), which polyquant.aimet.analyzers reshapes; set_state still takes the
+// raw bytes of such arrays and checks their sizes here.
 //
 // Threads: every call that touches an analyzer runs with the GIL released (gil_release.h: a daemon
 // thread still in a call parks at interpreter exit instead of aborting the process), and the C++
@@ -52,9 +53,13 @@ pq::TensorView view_of(const InArray& a, const std::string& dtype) {
   return pq::TensorView(a.data(), t, pq::Dims(std::span<const std::int64_t>(shape)), pq::Dims(std::span<const std::int64_t>(strides)));
 }
 
+// `v` as a 1-D numpy array that takes over its storage (a capsule deletes it with the array).
 template <class T>
-nb::bytes to_bytes(const std::vector<T>& v) {
-  return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+nb::object to_array(std::vector<T> v) {
+  auto* owned = new std::vector<T>(std::move(v));
+  if (owned->empty()) owned->reserve(1);  // a non-null data pointer for an empty array
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner).cast();
 }
 template <class T>
 std::vector<T> from_bytes(const nb::bytes& b, const char* what) {
@@ -74,15 +79,18 @@ pa::AnalyzerShape make_shape(const std::vector<std::int64_t>& shape, const std::
   return s;
 }
 
-using RangeTuple = std::tuple<nb::bytes, nb::bytes, std::string>;
-RangeTuple range_tuple(const pa::EncodingRange& r) { return {to_bytes(r.min), to_bytes(r.max), pq::dtype_name(r.dtype)}; }
-
-using HistTuple = std::tuple<std::string, std::int64_t, nb::bytes, nb::bytes, nb::bytes, nb::bytes, nb::bytes, nb::bytes>;
-HistTuple hist_tuple(const pa::HistogramState& s) {
-  return {pq::dtype_name(s.dtype), s.num_bins, to_bytes(s.counts), to_bytes(s.edges), to_bytes(s.min), to_bytes(s.max),
-          to_bytes(s.limit_lo), to_bytes(s.limit_hi)};
+using RangeTuple = std::tuple<nb::object, nb::object, std::string>;
+RangeTuple range_tuple(pa::EncodingRange r) {
+  return {to_array(std::move(r.min)), to_array(std::move(r.max)), pq::dtype_name(r.dtype)};
 }
-pa::HistogramState hist_state(const HistTuple& t) {
+
+using HistTuple = std::tuple<std::string, std::int64_t, nb::object, nb::object, nb::object, nb::object, nb::object, nb::object>;
+HistTuple hist_tuple(pa::HistogramState s) {
+  return {pq::dtype_name(s.dtype), s.num_bins, to_array(std::move(s.counts)), to_array(std::move(s.edges)),
+          to_array(std::move(s.min)), to_array(std::move(s.max)), to_array(std::move(s.limit_lo)), to_array(std::move(s.limit_hi))};
+}
+using HistStateTuple = std::tuple<std::string, std::int64_t, nb::bytes, nb::bytes, nb::bytes, nb::bytes, nb::bytes, nb::bytes>;
+pa::HistogramState hist_state(const HistStateTuple& t) {
   pa::HistogramState s;
   s.dtype = dtype_of(std::get<0>(t), "state");
   s.num_bins = std::get<1>(t);
@@ -118,7 +126,7 @@ template <class A>
 void bind_histogram_methods(nb::class_<A>& c) {
   bind_common_methods(c);
   c.def("get_state", [](const A& a) { return hist_tuple(without_gil([&] { return a.state(); })); })
-      .def("set_state", [](A& a, const HistTuple& t) {
+      .def("set_state", [](A& a, const HistStateTuple& t) {
         pa::HistogramState s = hist_state(t);
         without_gil([&] { a.set_state(std::move(s)); });
       });
@@ -140,8 +148,8 @@ void bind_aimet_analyzers(nb::module_& m) {
   bind_common_methods(minmax);
   minmax
       .def("get_state", [](const pa::MinMaxEncodingAnalyzer& a) {
-        const pa::MinMaxEncodingAnalyzer::State s = without_gil([&] { return a.state(); });  // one consistent copy
-        return std::make_tuple(std::string(pq::dtype_name(s.dtype)), to_bytes(s.min), to_bytes(s.max));
+        pa::MinMaxEncodingAnalyzer::State s = without_gil([&] { return a.state(); });  // one consistent copy
+        return std::make_tuple(std::string(pq::dtype_name(s.dtype)), to_array(std::move(s.min)), to_array(std::move(s.max)));
       })
       .def("set_state", [](pa::MinMaxEncodingAnalyzer& a, const std::string& dtype, const nb::bytes& mn, const nb::bytes& mx) {
         pa::MinMaxEncodingAnalyzer::State s;

@@ -125,8 +125,9 @@ def _list(values) -> Optional[list]:
 def _range(result, shape):
     mn, mx, dtype = result
     dt = _np_dtype(dtype)
-    lo = np.frombuffer(mn, dtype=np.float64).astype(dt).reshape(shape)
-    hi = np.frombuffer(mx, dtype=np.float64).astype(dt).reshape(shape)
+    # mn, mx: float64 arrays (the core's values), rounded to the encoding's dtype
+    lo = mn.astype(dt).reshape(shape)
+    hi = mx.astype(dt).reshape(shape)
     return lo, hi
 
 
@@ -181,8 +182,8 @@ class MinMaxEncodingAnalyzer(_Analyzer):
             "shape": self.shape,
             "block_size": self.block_size,
             "dtype": dtype,
-            "min": np.frombuffer(mn, np.float64).astype(dt).reshape(self.shape),
-            "max": np.frombuffer(mx, np.float64).astype(dt).reshape(self.shape),
+            "min": mn.astype(dt).reshape(self.shape),
+            "max": mx.astype(dt).reshape(self.shape),
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -210,7 +211,8 @@ class _HistogramAnalyzer(_Analyzer):
     _kinds: Tuple[str, ...] = ()
 
     def state_dict(self) -> Dict[str, Any]:
-        dtype, bins, counts, edges, mn, mx, lo, hi = self._impl.get_state()  # one consistent copy
+        # One consistent copy, as fresh 1-D arrays (float32 counts, edges and limits; float64 min, max).
+        dtype, bins, counts, edges, mn, mx, lo, hi = self._impl.get_state()
         state = self._state_common()
         if len(mn) == 0:
             state["dtype"] = None
@@ -218,11 +220,11 @@ class _HistogramAnalyzer(_Analyzer):
         h = int(np.prod(self.shape))
         state.update(
             dtype=dtype,
-            histogram=np.frombuffer(counts, np.float32).reshape(h, bins).copy(),
-            bin_edges=np.frombuffer(edges, np.float32).reshape(h, bins + 1).copy(),
-            min=np.frombuffer(mn, np.float64).copy(),
-            max=np.frombuffer(mx, np.float64).copy(),
-            range_limit=np.stack([np.frombuffer(lo, np.float32), np.frombuffer(hi, np.float32)], axis=1),
+            histogram=counts.reshape(h, bins),
+            bin_edges=edges.reshape(h, bins + 1),
+            min=mn,
+            max=mx,
+            range_limit=np.stack([lo, hi], axis=1),
         )
         return state
 
