@@ -77,14 +77,7 @@ nb::tuple aimet_backward(pq::aimet::AffineOp affine_op, const InArray& grad_outp
     views[k] = mutable_view(a);
     views[k].dtype = like[k]->dtype;
   }
-  PyThreadState* state = PyEval_SaveThread();
-  try {
-    pq::aimet::affine_backward(affine_op, gv, xv, sv, ov, args, views[0], views[1], views[2]);
-  } catch (...) {
-    acquire_gil_or_park(state);
-    throw;
-  }
-  acquire_gil_or_park(state);
+  without_gil([&] { pq::aimet::affine_backward(affine_op, gv, xv, sv, ov, args, views[0], views[1], views[2]); });
   return nb::make_tuple(arrays[0], arrays[1], arrays[2]);
 }
 

@@ -74,6 +74,12 @@ pq::TensorView view(const InArray& a, const char* name, unsigned weak, int bit) 
   return v;
 }
 
+pq::MutableTensorView out_view(const nb::object& out) {
+  OutArray array;
+  if (!nb::try_cast(out, array)) fail(pq::ErrorKind::kType, "out: expected a writable numpy array on the CPU");
+  return mutable_view(array);
+}
+
 pq::MutableTensorView mutable_view(const OutArray& a) {
   const auto rank = static_cast<int>(a.ndim());
   if (rank > pq::kMaxRank) {

@@ -42,25 +42,18 @@ pq::MutableTensorView mutable_view(const OutArray& a);
 // A fresh C-contiguous result of `spec`, allocated by numpy itself.
 nb::object allocate(const pq::TensorSpec& spec);
 
+// The writable view of `out` (a numpy array on the CPU; TypeError naming `out` otherwise).
+pq::MutableTensorView out_view(const nb::object& out);
+
 // Runs `spec` (with the GIL, it is cheap and may throw), allocates unless `out` was given (the op
-// checks its shape and dtype), then `kernel(out)` without the GIL. Returns the output array.
+// checks its shape and dtype), then `kernel(out)` without the GIL (gil_release.h's without_gil: a daemon thread still inside at
+// interpreter exit parks instead of taking the GIL back). Returns the output array.
 template <typename SpecFn, typename KernelFn>
 nb::object run(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
   const pq::TensorSpec spec = spec_fn();
   if (out.is_none()) out = allocate(spec);
-  OutArray array;
-  if (!nb::try_cast(out, array)) {
-    fail(pq::ErrorKind::kType, "out: expected a writable numpy array on the CPU");
-  }
-  const pq::MutableTensorView view = mutable_view(array);
-  PyThreadState* state = PyEval_SaveThread();
-  try {
-    kernel(view);
-  } catch (...) {
-    acquire_gil_or_park(state);
-    throw;
-  }
-  acquire_gil_or_park(state);
+  const pq::MutableTensorView view = out_view(out);
+  without_gil([&] { kernel(view); });
   return out;
 }
 
@@ -73,23 +66,15 @@ pq::DType storage_dtype(pq::DType t);
 // polyquant's code of a dtype name (-1: unknown).
 int dtype_code(const std::string& name);
 
-// As run(), for ops whose output may have an ONNX-only dtype: returns (array, dtype name).
+// As run(), for ops whose output may have an ONNX-only dtype (allocated and viewed as its storage
+// dtype): returns (array, dtype name).
 template <typename SpecFn, typename KernelFn>
 nb::object run_qdq(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
   const pq::TensorSpec spec = spec_fn();
   if (out.is_none()) out = allocate(pq::TensorSpec{storage_dtype(spec.dtype), spec.shape});
-  OutArray array;
-  if (!nb::try_cast(out, array)) fail(pq::ErrorKind::kType, "out: expected a writable numpy array on the CPU");
-  pq::MutableTensorView view = mutable_view(array);
+  pq::MutableTensorView view = out_view(out);
   if (view.dtype == storage_dtype(spec.dtype)) view.dtype = spec.dtype;
-  PyThreadState* state = PyEval_SaveThread();
-  try {
-    kernel(view);
-  } catch (...) {
-    acquire_gil_or_park(state);
-    throw;
-  }
-  acquire_gil_or_park(state);
+  without_gil([&] { kernel(view); });
   return nb::make_tuple(out, pq::dtype_name(spec.dtype));
 }
 

@@ -37,8 +37,11 @@ void copy(const ContigIn& src, const ContigOut& dst) {
   const void* from = src.data();
   void* to = dst.data();
   const std::size_t bytes = src.nbytes();
-  nb::gil_scoped_release release;
-  if (bytes != 0) std::memcpy(to, from, bytes);
+  // Without the GIL like the ops, and parking like them if the interpreter exits meanwhile
+  // (nb::gil_scoped_release would take the GIL back during finalization).
+  without_gil([&] {
+    if (bytes != 0) std::memcpy(to, from, bytes);
+  });
 }
 
 }  // namespace

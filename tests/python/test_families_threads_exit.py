@@ -61,12 +61,15 @@ def test_threads_sharing_inputs_get_the_serial_bits(name):
 _EXIT_WHILE_BUSY = r'''
 import threading, time, numpy as np
 import polyquant.aimet as A, polyquant.onnx as pqo, polyquant.quark as pqq
+import polyquant._polyquant_ext as E
 from polyquant.qkeras import quantized_bits
 calls = {
     "qkeras": lambda x: quantized_bits(4, 0, alpha="auto_po2")(x),
     "onnx": lambda x: pqo.quantize_linear(x, np.float32(0.05), np.int8(3)),
     "quark": lambda x: pqq.extended_quantize_linear(x, np.float32(0.05), np.int16(-7)),
     "aimet": lambda x: A.quantize_dequantize(x, np.float32(0.05), np.float32(-3), 8, False),
+    # The benchmarks' in-process memcpy baseline (polyquant bench), GIL released like the ops.
+    "copy": lambda x: E.copy(x, np.empty_like(x)),
 }
 op = calls[FAMILY]
 def loop(n):
@@ -80,7 +83,7 @@ time.sleep(0.2)
 '''
 
 
-@pytest.mark.parametrize("family", ["qkeras", "onnx", "quark", "aimet"])
+@pytest.mark.parametrize("family", ["qkeras", "onnx", "quark", "aimet", "copy"])
 def test_interpreter_exit_while_daemon_threads_are_inside_calls(family):
     script = _EXIT_WHILE_BUSY.replace("FAMILY", repr(family))
     for _ in range(3):
