@@ -13,7 +13,7 @@
 //   * writes into a strided (reversed) output now and then and compares.
 //
 // Two ways to build it:
-//   * the deterministic driver (default): `polyquant_fuzz [--seed N] [--seconds S] [--iterations N]
+//   * the deterministic driver (default): `polyquant_fuzz_qonnx [--seed N] [--seconds S] [--iterations N]
 //     [--start I]`: case i is drawn from (seed, i) alone, so `--seed N --start I --iterations 1`
 //     replays one case. It prints the kernel sets, executions per second and the total.
 //   * a libFuzzer target (clang, -DPOLYQUANT_LIBFUZZER -fsanitize=fuzzer): LLVMFuzzerTestOneInput
@@ -289,7 +289,7 @@ void run_case(Source& s, Stats& st) {
 // The deterministic driver (or libFuzzer) over run_case.
 Driver make_driver() {
   Driver d;
-  d.name = "polyquant_fuzz";
+  d.name = "polyquant_fuzz_qonnx";
   d.op_names.assign(std::begin(kOpNames), std::end(kOpNames));
   d.run_case = run_case;
   d.extra_flag = [](const std::string& flag) {

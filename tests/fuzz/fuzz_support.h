@@ -3,7 +3,7 @@
 // with drawn strides (zero, negative, gapped, transposed) and their contiguous copies, bit-exact
 // element comparison, the kernel-set list, the failure report with its replay line, and the
 // deterministic driver `NAME [--seed N] [--seconds S] [--iterations N] [--start I]`.
-// fuzz_qdq.cc (the ONNX and Quark linear Q/DQ ops) uses it as well, with the bit-exact
+// fuzz_onnx.cc (the ONNX and Quark linear Q/DQ ops) uses it as well, with the bit-exact
 // compare_bits and check_untouched (no write outside an output view, none by a rejected call).
 #pragma once
 
@@ -274,7 +274,7 @@ inline std::vector<std::string> g_sets;  // kernel sets to compare, scalar first
 
 inline void select_set(const std::string& name) { pq::set_kernel_set(name); }
 
-inline const char* g_name = "polyquant_fuzz";        // the binary, in messages
+inline const char* g_name = "polyquant_fuzz_qonnx";        // the binary, in messages
 inline std::uint64_t g_seed = 0, g_case = 0;  // for the replay line of a failure
 
 [[noreturn]] inline void fail(const std::string& case_description, const std::string& why) {

@@ -38,7 +38,7 @@
 //   * every output's storage outside the view must keep its fill (no stray writes), a rejected call
 //     must write nothing, and sub-byte and float6/float4 outputs must keep their high bits zero.
 //
-// `polyquant_fuzz_qdq [--seed N] [--seconds S] [--iterations N] [--start I] [--valid-only] [--dump]
+// `polyquant_fuzz_onnx [--seed N] [--seconds S] [--iterations N] [--start I] [--valid-only] [--dump]
 // [--no-overlap]`
 // replays case I with `--seed N --start I --iterations 1`; --dump prints each case's inputs
 // (every element's bits) before running it; --valid-only draws no deliberately invalid inputs;
@@ -1166,7 +1166,7 @@ void run_case(Source& s, Stats& st) {
 // The deterministic driver (or libFuzzer) over run_case.
 Driver make_driver() {
   Driver d;
-  d.name = "polyquant_fuzz_qdq";
+  d.name = "polyquant_fuzz_onnx";
   d.op_names.assign(std::begin(kOpNames), std::end(kOpNames));
   d.run_case = run_case;
   d.extra_flag = [](const std::string& flag) {
@@ -1191,7 +1191,7 @@ Driver make_driver() {
   d.extra_usage = " [--valid-only] [--dump] [--no-overlap] [--streaming]";
   // The Q/DQ harness also reports its throughput in output elements.
   d.after_run = [](double seconds) {
-    std::printf("polyquant_fuzz_qdq: %llu output elements computed (all executions): %.0f elements/s\n",
+    std::printf("polyquant_fuzz_onnx: %llu output elements computed (all executions): %.0f elements/s\n",
                 static_cast<unsigned long long>(g_elements), static_cast<double>(g_elements) / std::max(seconds, 1e-9));
   };
   return d;
