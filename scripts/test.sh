@@ -10,16 +10,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 df -h . | sed 's/^/disk: /'
+# Each stage's header gives the minutes since the start, so a CI log shows where its time goes.
+phase() { echo "== [$(date -u +%H:%M:%S), $((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 scripts/setup.sh --test
 
 jobs=$(nproc 2>/dev/null || echo 2)
 
-echo "== C++ tests (Release)"
-cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DPOLYQUANT_BUILD_TESTS=ON -DPOLYQUANT_BUILD_BENCHMARKS=ON >/dev/null
+phase "C++ tests (Release)"
+# setup.sh --test built the wheel in this tree (tests included), so this compiles only what changed
+# since; POLYQUANT_INSTALL for the package-consumer check below (the wheel's configure turns it off).
+cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DPOLYQUANT_BUILD_TESTS=ON -DPOLYQUANT_BUILD_BENCHMARKS=ON \
+  -DPOLYQUANT_INSTALL=ON >/dev/null
 cmake --build build/release -j "$jobs"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 
-echo "== C++ tests (ASan + UBSan)"
+phase "C++ tests (ASan + UBSan)"
 cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOLYQUANT_BUILD_TESTS=ON -DPOLYQUANT_SANITIZE=ON \
   -DPOLYQUANT_BUILD_FUZZ=ON >/dev/null
 cmake --build build/asan -j "$jobs"
@@ -27,16 +32,16 @@ cmake --build build/asan -j "$jobs"
 POLYQUANT_SKIP_EXHAUSTIVE=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure -j "$jobs"
 
-echo "== fuzz harness (ASan + UBSan, every kernel set against scalar)"
+phase "fuzz harness (ASan + UBSan, every kernel set against scalar)"
 scripts/fuzz.sh "${POLYQUANT_FUZZ_SECONDS:-60}" "${POLYQUANT_FUZZ_SEED:-1}"
 
-echo "== C++ package consumer (find_package(polyquant))"
+phase "C++ package consumer (find_package(polyquant))"
 cmake --install build/release --prefix build/install >/dev/null
 cmake -S examples/cpp -B build/consumer -DCMAKE_PREFIX_PATH="$(pwd)/build/install" >/dev/null
 cmake --build build/consumer -j "$jobs"
 build/consumer/polyquant_example
 
-echo "== Python tests"
+phase "Python tests"
 # The kernel-set tests and the property-based tests run on every set listed here.
 .venv/bin/python -c 'import polyquant; i = polyquant.runtime_info(); print("kernel sets on this CPU:", i["supported"])'
 # The torch-interop tests skip without torch; where the test-torch extra installs it (x86_64, Python
@@ -49,5 +54,6 @@ if platform.machine() == "x86_64" and sys.version_info >= (3, 10):
 PY
 .venv/bin/python -m pytest -q
 
-echo "== Python extension and ORT library under ASan + UBSan"
+phase "Python extension and ORT library under ASan + UBSan"
 scripts/sanitize_python.sh
+phase "all tests passed"
