@@ -1,8 +1,10 @@
 // Bindings of AIMET's encoding analyzers (polyquant/aimet_analyzers.h): thin classes over the C++
 // ones. Arrays arrive as numpy arrays with their dtype named separately (bfloat16 as its uint16
 // storage). Results and states go back as 1-D numpy arrays of float64 / float32 that own the C++
-// vectors they were (no copy), which polyquant.aimet.analyzers reshapes; set_state still takes the
-// raw bytes of such arrays and checks their sizes here.
+// vectors they were (no copy), which polyquant.aimet.analyzers reshapes. set_state takes the same
+// arrays back: 1-D, C-contiguous, of exactly the getter's dtype (no implicit conversion: a float64
+// histogram is a TypeError, not a silent cast); the core checks their sizes against the analyzer's
+// shape and num_bins (ValueError naming the parameter and the expected count).
 //
 // Threads: every call that touches an analyzer runs with the GIL released (gil_release.h: a daemon
 // thread still in a call parks at interpreter exit instead of aborting the process), and the C++
@@ -16,7 +18,6 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -61,15 +62,15 @@ nb::object to_array(std::vector<T> v) {
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
   return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner).cast();
 }
+// A state array as set_state takes it: 1-D, C-contiguous, of the getter's element type.
 template <class T>
-std::vector<T> from_bytes(const nb::bytes& b, const char* what) {
-  if (b.size() % sizeof(T) != 0)
-    throw pq::Error(pq::ErrorKind::kValue, std::string("state: ") + what + " has " + std::to_string(b.size()) + " bytes, not a whole number of " +
-                                               std::to_string(sizeof(T)) + "-byte values");
-  std::vector<T> v(b.size() / sizeof(T));
-  if (!v.empty()) std::memcpy(v.data(), b.c_str(), v.size() * sizeof(T));
-  return v;
+using StateArray = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+template <class T>
+std::vector<T> to_vector(const StateArray<T>& a) {
+  return std::vector<T>(a.data(), a.data() + a.shape(0));
 }
+// State arrays are taken as they are: a wrong dtype or layout is a TypeError, not a converted copy.
+inline auto state_arg(const char* name) { return nb::arg(name).noconvert(); }
 
 pa::AnalyzerShape make_shape(const std::vector<std::int64_t>& shape, const std::optional<std::vector<std::int64_t>>& block) {
   if (shape.size() > static_cast<std::size_t>(pq::kMaxRank)) throw pq::Error(pq::ErrorKind::kValue, "shape: at most 8 dimensions");
@@ -89,20 +90,6 @@ HistTuple hist_tuple(pa::HistogramState s) {
   return {pq::dtype_name(s.dtype), s.num_bins, to_array(std::move(s.counts)), to_array(std::move(s.edges)),
           to_array(std::move(s.min)), to_array(std::move(s.max)), to_array(std::move(s.limit_lo)), to_array(std::move(s.limit_hi))};
 }
-using HistStateTuple = std::tuple<std::string, std::int64_t, nb::bytes, nb::bytes, nb::bytes, nb::bytes, nb::bytes, nb::bytes>;
-pa::HistogramState hist_state(const HistStateTuple& t) {
-  pa::HistogramState s;
-  s.dtype = dtype_of(std::get<0>(t), "state");
-  s.num_bins = std::get<1>(t);
-  s.counts = from_bytes<float>(std::get<2>(t), "histogram");
-  s.edges = from_bytes<float>(std::get<3>(t), "bin_edges");
-  s.min = from_bytes<double>(std::get<4>(t), "min");
-  s.max = from_bytes<double>(std::get<5>(t), "max");
-  s.limit_lo = from_bytes<float>(std::get<6>(t), "range_limit");
-  s.limit_hi = from_bytes<float>(std::get<7>(t), "range_limit");
-  return s;
-}
-
 // The methods every analyzer has; each waits for the analyzer's lock without the GIL.
 template <class A>
 void bind_common_methods(nb::class_<A>& c) {
@@ -126,10 +113,24 @@ template <class A>
 void bind_histogram_methods(nb::class_<A>& c) {
   bind_common_methods(c);
   c.def("get_state", [](const A& a) { return hist_tuple(without_gil([&] { return a.state(); })); })
-      .def("set_state", [](A& a, const HistStateTuple& t) {
-        pa::HistogramState s = hist_state(t);
-        without_gil([&] { a.set_state(std::move(s)); });
-      });
+      .def(
+          "set_state",
+          [](A& a, const std::string& dtype, std::int64_t num_bins, const StateArray<float>& histogram, const StateArray<float>& bin_edges,
+             const StateArray<double>& min, const StateArray<double>& max, const StateArray<float>& range_limit_low,
+             const StateArray<float>& range_limit_high) {
+            pa::HistogramState s;
+            s.dtype = dtype_of(dtype, "state");
+            s.num_bins = num_bins;
+            s.counts = to_vector(histogram);
+            s.edges = to_vector(bin_edges);
+            s.min = to_vector(min);
+            s.max = to_vector(max);
+            s.limit_lo = to_vector(range_limit_low);
+            s.limit_hi = to_vector(range_limit_high);
+            without_gil([&] { a.set_state(std::move(s)); });
+          },
+          nb::arg("dtype"), nb::arg("num_bins"), state_arg("histogram"), state_arg("bin_edges"), state_arg("min"), state_arg("max"),
+          state_arg("range_limit_low"), state_arg("range_limit_high"));
 }
 
 }  // namespace
@@ -151,13 +152,16 @@ void bind_aimet_analyzers(nb::module_& m) {
         pa::MinMaxEncodingAnalyzer::State s = without_gil([&] { return a.state(); });  // one consistent copy
         return std::make_tuple(std::string(pq::dtype_name(s.dtype)), to_array(std::move(s.min)), to_array(std::move(s.max)));
       })
-      .def("set_state", [](pa::MinMaxEncodingAnalyzer& a, const std::string& dtype, const nb::bytes& mn, const nb::bytes& mx) {
-        pa::MinMaxEncodingAnalyzer::State s;
-        s.dtype = dtype_of(dtype, "state");
-        s.min = from_bytes<double>(mn, "min");
-        s.max = from_bytes<double>(mx, "max");
-        without_gil([&] { a.set_state(std::move(s)); });
-      });
+      .def(
+          "set_state",
+          [](pa::MinMaxEncodingAnalyzer& a, const std::string& dtype, const StateArray<double>& min, const StateArray<double>& max) {
+            pa::MinMaxEncodingAnalyzer::State s;
+            s.dtype = dtype_of(dtype, "state");
+            s.min = to_vector(min);
+            s.max = to_vector(max);
+            without_gil([&] { a.set_state(std::move(s)); });
+          },
+          nb::arg("dtype"), state_arg("min"), state_arg("max"));
 
   auto pct = nb::class_<pa::PercentileEncodingAnalyzer>(m, "_PercentileEncodingAnalyzer")
                  .def("__init__", [](pa::PercentileEncodingAnalyzer* self, const std::vector<std::int64_t>& shape,

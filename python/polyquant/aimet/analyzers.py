@@ -192,8 +192,9 @@ class MinMaxEncodingAnalyzer(_Analyzer):
         if dtype is None:
             self.reset_stats()
             return
-        mn = _state_array(state, "min", np.float64, self.shape).tobytes()
-        mx = _state_array(state, "max", np.float64, self.shape).tobytes()
+        # 1-D C-contiguous float64 arrays, as get_state gives them (the core checks their sizes)
+        mn = _state_array(state, "min", np.float64, self.shape).reshape(-1)
+        mx = _state_array(state, "max", np.float64, self.shape).reshape(-1)
         self._impl.set_state(dtype, mn, mx)
 
     @classmethod
@@ -237,17 +238,16 @@ class _HistogramAnalyzer(_Analyzer):
         h, bins = int(np.prod(self.shape)), self.num_bins
         hist = _state_array(state, "histogram", np.float32, (h, bins))
         limit = _state_array(state, "range_limit", np.float32, (h, 2))
+        # 1-D C-contiguous arrays of get_state's dtypes (the core checks their sizes)
         self._impl.set_state(
-            (
-                dtype,
-                bins,
-                hist.tobytes(),
-                _state_array(state, "bin_edges", np.float32, (h, bins + 1)).tobytes(),
-                _state_array(state, "min", np.float64, (h,)).tobytes(),
-                _state_array(state, "max", np.float64, (h,)).tobytes(),
-                np.ascontiguousarray(limit[:, 0]).tobytes(),
-                np.ascontiguousarray(limit[:, 1]).tobytes(),
-            )
+            dtype,
+            bins,
+            hist.reshape(-1),
+            _state_array(state, "bin_edges", np.float32, (h, bins + 1)).reshape(-1),
+            _state_array(state, "min", np.float64, (h,)),
+            _state_array(state, "max", np.float64, (h,)),
+            np.ascontiguousarray(limit[:, 0]),
+            np.ascontiguousarray(limit[:, 1]),
         )
 
 

@@ -200,18 +200,51 @@ def test_state_with_other_bin_count_names_the_key(kind):
         type(MAKERS[kind]()).from_state(bad)
 
 
+def _f32(n):
+    return np.zeros(n, np.float32)
+
+
+def _f64(n):
+    return np.zeros(n, np.float64)
+
+
 def test_core_set_state_checks_sizes():
-    # The binding's own entry point (bypassing the Python checks) validates sizes in C++ too.
+    # The binding's own entry point (bypassing the Python checks) validates sizes in C++ too: the
+    # error names the array and the expected count. Shape (2, 1) with 64 bins: 2 histograms.
     a, good = _state("sqnr")
     impl = a._impl
-    with pytest.raises(ValueError, match="histogram"):
-        impl.set_state(("float32", 64, b"\0" * 8, b"\0" * (2 * 65 * 4), b"\0" * 16, b"\0" * 16, b"\0" * 8, b"\0" * 8))
+    with pytest.raises(ValueError, match="histogram has 2 values, expected 128"):
+        impl.set_state("float32", 64, _f32(2), _f32(2 * 65), _f64(2), _f64(2), _f32(2), _f32(2))
     with pytest.raises(ValueError, match="num_bins"):
-        impl.set_state(("float32", 63, b"\0" * 8, b"\0" * 8, b"\0" * 16, b"\0" * 16, b"\0" * 8, b"\0" * 8))
-    with pytest.raises(ValueError, match="whole number"):
-        impl.set_state(("float32", 64, b"\0" * 7, b"", b"\0" * 16, b"", b"", b""))
+        impl.set_state("float32", 63, _f32(2), _f32(2), _f64(2), _f64(2), _f32(2), _f32(2))
+    with pytest.raises(ValueError, match="bin_edges has 128 values, expected 130"):
+        impl.set_state("float32", 64, _f32(128), _f32(128), _f64(2), _f64(2), _f32(2), _f32(2))
     with pytest.raises(ValueError, match="min"):
-        MinMaxEncodingAnalyzer((2, 1))._impl.set_state("float32", b"\0" * 8, b"\0" * 16)
+        MinMaxEncodingAnalyzer((2, 1))._impl.set_state("float32", _f64(1), _f64(2))
+    # the right sizes are taken (the round trip of the getter's arrays)
+    impl.set_state(*impl.get_state())
+    assert all(np.array_equal(a.state_dict()[k], good[k]) for k in HIST_KEYS)
+
+
+def test_core_set_state_rejects_other_dtypes_and_layouts():
+    # set_state takes get_state's arrays as they are: 1-D, C-contiguous, float32 (histogram,
+    # bin_edges, range limits) or float64 (min, max). Anything else is a TypeError whose text lists
+    # each parameter's expected array; nothing is converted silently.
+    a, _ = _state("sqnr")
+    impl = a._impl
+    with pytest.raises(TypeError, match=r"histogram: ndarray\[dtype=float32"):
+        impl.set_state("float32", 64, _f64(128), _f32(130), _f64(2), _f64(2), _f32(2), _f32(2))
+    with pytest.raises(TypeError, match=r"min: ndarray\[dtype=float64"):
+        impl.set_state("float32", 64, _f32(128), _f32(130), _f32(2), _f64(2), _f32(2), _f32(2))
+    with pytest.raises(TypeError, match="order='C'"):
+        impl.set_state("float32", 64, _f32(256)[::2], _f32(130), _f64(2), _f64(2), _f32(2), _f32(2))
+    with pytest.raises(TypeError, match=r"shape=\(\*\)"):
+        impl.set_state("float32", 64, _f32((2, 64)), _f32(130), _f64(2), _f64(2), _f32(2), _f32(2))
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        impl.set_state("float32", 64, b"\0" * 512, _f32(130), _f64(2), _f64(2), _f32(2), _f32(2))
+    with pytest.raises(TypeError, match=r"max: ndarray\[dtype=float64"):
+        MinMaxEncodingAnalyzer((2, 1))._impl.set_state("float32", _f64(2), _f32(2))
+    assert a.has_stats()  # the rejected calls left the statistics alone
 
 
 # ---- threads (item 4) ------------------------------------------------------------------------------
