@@ -99,27 +99,39 @@ def test_ort_submodule_is_importable_lazily():
     assert polyquant.ort.__name__ == "polyquant.ort"
 
 
+EXTENSION_SUBMODULES = ("aimet", "onnx", "qkeras", "qonnx", "quark")
+
+
 def test_extension_stub_matches_the_module(tmp_path):
-    """The committed _polyquant_ext.pyi is what nanobind's stubgen makes of the built module (its
+    """The committed stub package polyquant/_polyquant_ext/ (__init__.pyi and one <submodule>.pyi per
+    family, which type checkers resolve for polyquant._polyquant_ext.<family>) is what nanobind's
+    stubgen makes of the built module and its submodules, private members included (each file's
     header comment names the nanobind version; other versions format stubs differently)."""
     nanobind = pytest.importorskip("nanobind")
-    committed = Path(polyquant.__file__).with_name("_polyquant_ext.pyi")
-    assert committed.exists(), "the wheel must ship polyquant/_polyquant_ext.pyi"
-    lines = committed.read_text().splitlines(keepends=True)
-    header = [ln for ln in itertools.takewhile(lambda ln: ln.startswith("#"), lines)]
-    recorded = next((ln.split()[-1] for ln in header if "nanobind" in ln), None)
-    if recorded != nanobind.__version__:
-        pytest.skip(f"stub made with nanobind {recorded}, this is nanobind {nanobind.__version__}")
-    out = tmp_path / "_polyquant_ext.pyi"
+    committed_dir = Path(polyquant.__file__).with_name("_polyquant_ext")
+    expected_files = {"__init__.pyi"} | {f"{name}.pyi" for name in EXTENSION_SUBMODULES}
+    committed_files = {p.name for p in committed_dir.glob("*.pyi")}
+    assert committed_files == expected_files, f"the wheel must ship polyquant/_polyquant_ext/ {', '.join(sorted(expected_files))}"
+    assert set(EXTENSION_SUBMODULES) <= set(dir(_polyquant_ext)), "a family submodule is missing from the extension"
+    committed = {}
+    for name in sorted(committed_files):
+        lines = (committed_dir / name).read_text().splitlines(keepends=True)
+        header = list(itertools.takewhile(lambda ln: ln.startswith("#"), lines))
+        recorded = next((ln.split()[-1] for ln in header if "nanobind" in ln), None)
+        if recorded != nanobind.__version__:
+            pytest.skip(f"{name}: stub made with nanobind {recorded}, this is nanobind {nanobind.__version__}")
+        committed[name] = "".join(lines[len(header):])
     subprocess.run(
-        [sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "polyquant._polyquant_ext", "-o", str(out)],
+        [sys.executable, "-m", "nanobind.stubgen", "-q", "-P", "-r", "-m", "polyquant._polyquant_ext", "-O", str(tmp_path)],
         check=True,
     )
-    generated, expected = out.read_text(), "".join(lines[len(header):])
-    if generated != expected:
+    generated = {p.name: p.read_text() for p in (tmp_path / "_polyquant_ext").glob("*.pyi")}
+    assert set(generated) == expected_files, f"stubgen made {sorted(generated)}; update the committed stub package and this test"
+    stale = [name for name in sorted(expected_files) if generated[name] != committed[name]]
+    if stale:
         pytest.fail(
-            "python/polyquant/_polyquant_ext.pyi is stale; regenerate it (see its header comment)\n"
-            f"generated:\n{generated}"
+            f"stale stub: python/polyquant/_polyquant_ext/ {', '.join(stale)}; regenerate it (see the header comment)\n"
+            + "".join(f"generated {name}:\n{generated[name]}\n" for name in stale)
         )
 
 
