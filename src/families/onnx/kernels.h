@@ -231,4 +231,34 @@ POLYQUANT_HD inline double dequantize_linear_element(const DequantizeLinearParam
 }
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE
+// ---- Scalar reference rows (host code) ----------------------------------------------------------
+// A plain loop over the formulas above per op, <op>_reference_row<W> in the working type W, is what
+// the registry's scalar kernels ref::<op>_<work> run (kernels/reference_kernels.cc stamps them from
+// the op list). These rows are the portable fallback, the only kernels of the rarer formats, and
+// the oracle every vector kernel is tested against.
+inline namespace POLYQUANT_TARGET_NAMESPACE {
+template <class W>
+inline void quantize_linear_reference_row(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const QuantizeLinearParams*>(params);
+  const bool zp_f64 = std::is_same_v<W, double> || p.zero_point_f64;
+  for (std::int64_t j = 0; j < a.n; ++j) {
+    double zp = 0.0;
+    if (p.has_zero_point) zp = zp_f64 ? a.at<double>(2, j) : static_cast<double>(a.at<float>(2, j));
+    quantize_linear_element<W>(p, a.at<W>(0, j), a.at<W>(1, j), zp, a.out, j);
+  }
+}
+
+template <class Out>
+inline void dequantize_linear_reference_row(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const DequantizeLinearParams*>(params);
+  auto* out = static_cast<Out*>(a.out);
+  for (std::int64_t j = 0; j < a.n; ++j) {
+    const double x = read_integer(a.in[0], a.index_of(0, j), p.x_dtype);
+    const double zp = p.has_zero_point ? read_integer(a.in[2], a.index_of(2, j), p.x_dtype) : 0.0;
+    out[j] = static_cast<Out>(dequantize_linear_element(p, x, a.at<float>(1, j), zp));
+  }
+}
+
+}  // namespace POLYQUANT_TARGET_NAMESPACE
+
 }  // namespace polyquant::detail

@@ -20,6 +20,8 @@
 #include "core/philox.h"
 #include "core/target.h"
 #include "kernels/row.h"
+#include "core/fpenv.h"
+#include <type_traits>
 
 namespace polyquant::detail {
 
@@ -272,4 +274,53 @@ POLYQUANT_HD inline float qk_linear_element(float x, float s, const QkLinearPara
 }
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE
+// ---- Scalar reference rows (host code) ----------------------------------------------------------
+// A plain loop over the formulas above per op, <op>_reference_row<W> in the working type W, inside
+// TensorFlow's flush-to-zero environment (ScopedFlushDenormals), is what the registry's scalar
+// kernels ref::<op>_<work> run (kernels/reference_kernels.cc stamps them from the op list). These
+// rows are the portable fallback, the stochastic-rounding and gradient paths of every kernel set,
+// and the oracle every vector kernel is tested against.
+inline namespace POLYQUANT_TARGET_NAMESPACE {
+template <class W>
+inline void qk_bits_reference_row(const void* params, const RowArgs& a) {
+  static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
+  const auto& p = *static_cast<const QkBitsParams*>(params);
+  const ScopedFlushDenormals flush;
+  auto* out = static_cast<float*>(a.out);
+  for (std::int64_t j = 0; j < a.n; ++j) {
+    out[j] = qk_bits_element(a.at<float>(0, j), a.at<float>(1, j), p, static_cast<std::uint64_t>(a.index + j));
+  }
+}
+
+template <class W>
+inline void qk_bits_auto_reference_row(const void* params, const RowArgs& a) {
+  static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
+  const auto& p = *static_cast<const QkBitsAutoParams*>(params);
+  const ScopedFlushDenormals flush;
+  auto* out = static_cast<float*>(a.out);
+  for (std::int64_t j = 0; j < a.n; ++j) out[j] = qk_bits_auto_element(a.at<float>(0, j), a.at<float>(1, j), p);
+}
+
+template <class W>
+inline void qk_relu_reference_row(const void* params, const RowArgs& a) {
+  static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
+  const auto& p = *static_cast<const QkReluParams*>(params);
+  const ScopedFlushDenormals flush;
+  auto* out = static_cast<float*>(a.out);
+  for (std::int64_t j = 0; j < a.n; ++j) out[j] = qk_relu_element(a.at<float>(0, j), p, static_cast<std::uint64_t>(a.index + j));
+}
+
+template <class W>
+inline void qk_linear_reference_row(const void* params, const RowArgs& a) {
+  static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
+  const auto& p = *static_cast<const QkLinearParams*>(params);
+  const ScopedFlushDenormals flush;
+  auto* out = static_cast<float*>(a.out);
+  for (std::int64_t j = 0; j < a.n; ++j) {
+    out[j] = qk_linear_element(a.at<float>(0, j), a.at<float>(1, j), p, static_cast<std::uint64_t>(a.index + j));
+  }
+}
+
+}  // namespace POLYQUANT_TARGET_NAMESPACE
+
 }  // namespace polyquant::detail
