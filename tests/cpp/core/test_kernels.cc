@@ -1,6 +1,8 @@
-// Every optimized kernel of the op list (kernels/ops.inc) against the scalar reference of the same op and work type,
-// bit for bit: all rounding modes, sizes around the vector width, misaligned starts, every
-// broadcast pattern of the parameters, streaming stores, ties and IEEE specials.
+// Every optimized kernel of the op list (kernels/ops.inc) against the scalar reference of the same
+// op and work type, bit for bit, on its family's kernel cases (tests/cpp/<family>/kernel_cases.cc):
+// all rounding modes, sizes around the vector width, misaligned starts, every broadcast pattern of
+// the parameters, blocked and repeated-row parameters, streaming stores, ties and IEEE specials.
+// The grouped reductions fold into accumulators instead: ReductionKernelTest below.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <thread>
 
 #include "core/fpenv.h"
+#include "kernel_cases.h"
 #include "kernels/registry.h"
 #include "test_util.h"
 
@@ -29,12 +32,10 @@ bool isa_available(Isa isa) {
   return false;
 }
 
-// One operand: its values (enough for the largest row) and whether it may be broadcast.
-struct Operand {
-  std::vector<float> f32;
-  std::vector<double> f64;  // used instead of f32 when non-empty
-  bool param = true;        // may be broadcast (the sweep broadcasts the data operand x too)
-};
+using test::KernelCases;
+using test::KernelCheck;
+using test::Operand;
+constexpr std::size_t kLen = test::kOperandLength;
 
 // Runs `kernel` on rows of n elements starting at `offset`, with the operands in `mask` broadcast;
 // the kernel writes OutT (float32, or float64 for FloatQuant's function output).
@@ -93,11 +94,10 @@ void check_against_reference(const KernelEntry& e, const void* params, const std
   }
 }
 
-constexpr std::size_t kLen = 4099 + 16;
-
-// Blocked AIMET parameters: the scale / offset one value per row of row_len elements (per-row
-// operands, ElementwiseCall::per_row_operands) or broadcast, x running on, against the reference.
-void check_affine_per_row(const KernelEntry& e, const AffineParams& p, const std::vector<Operand>& ops) {
+// Blocked parameters (AIMET's blockwise encodings): the scale / offset one value per row of
+// row_len elements (per-row operands, ElementwiseCall::per_row_operands) or broadcast, x running
+// on, against the reference.
+void check_per_row_params(const KernelEntry& e, const void* params, const std::vector<Operand>& ops) {
   const RowKernel ref = reference_kernel(e.op, e.work);
   for (std::int64_t row_len : {1, 3, 15, 16, 17, 32, 100}) {
     for (std::int64_t rows : {1, 2, 7}) {
@@ -113,9 +113,9 @@ void check_affine_per_row(const KernelEntry& e, const AffineParams& p, const std
           a.n = n;
           std::vector<float> got(static_cast<std::size_t>(n)), want(static_cast<std::size_t>(n));
           a.out = got.data();
-          e.fn(&p, a);
+          e.fn(params, a);
           a.out = want.data();
-          ref(&p, a);
+          ref(params, a);
           const auto r = test::all_same(got, want);
           if (!r) {
             ADD_FAILURE() << e.name << " per-row row_len=" << row_len << " rows=" << rows << " per_row=" << per_row
@@ -196,351 +196,45 @@ void check_repeated_rows(const KernelEntry& e, const void* params, const std::ve
   }
 }
 
-std::vector<float> fill(float v) { return std::vector<float>(kLen, v); }
-
-std::vector<float> random_params(std::uint64_t salt, std::vector<float> choices) {
-  auto rng = test::make_rng(salt);
-  std::vector<float> v(kLen);
-  for (auto& x : v) x = choices[rng() % choices.size()];
-  return v;
-}
-
-// NaNs of both signs, with and without a payload, and a signalling one, every `step` elements from
-// `start` (the QKeras kernels specify which NaN they return: qk_nan_result).
-void sprinkle_nans(std::vector<float>& v, std::size_t start, std::size_t step) {
-  const std::uint32_t nans[] = {0x7FC00000u, 0xFFC00000u, 0x7FC12345u, 0xFFC54321u, 0x7F812345u, 0xFF800001u};
-  std::size_t k = 0;
-  for (std::size_t i = start; i < v.size(); i += step) v[i] = std::bit_cast<float>(nans[k++ % std::size(nans)]);
-}
-
 class KernelTest : public ::testing::TestWithParam<KernelEntry> {};
 
 TEST_P(KernelTest, MatchesReferenceBitForBit) {
   const KernelEntry& e = GetParam();
   if (!isa_available(e.isa)) GTEST_SKIP() << isa_name(e.isa) << " not supported by this CPU";
-  for (int m = 0; m < kNumRoundingModes; ++m) {
-    const auto mode = static_cast<RoundingMode>(m);
-    const std::string mode_name = rounding_mode_name(mode);
-    switch (e.op) {
-      case KernelOp::kGroupMax:
-      case KernelOp::kProductSums:
-        break;  // accumulators, not rows: ReductionKernelTest below
-      case KernelOp::kGroupMinMax:
-        break;  // accumulators, not rows: ReductionKernelTest below
-      case KernelOp::kQuantizeLinear:
-      case KernelOp::kDequantizeLinear:
-        break;  // integer and narrow outputs: QdqKernelTest (onnx/test_api.cc)
-      case KernelOp::kAffineGrad:
-        break;  // scalar only (training-time gradients)
-      case KernelOp::kAffine: {
-        if (m > 0) break;
-        // x around the grid (ties of x / s included by mixed_values' halves), scales with a tiny,
-        // a zero and a negative one, integer and non-integer offsets.
-        const std::vector<Operand> ops = {{mixed_values(kLen, 21, 64.0f), {}, false},
-                                          {random_params(22, {0.5f, 0.1f, 3.0f, -0.25f, 1e-30f, 0.0f, 0.0078125f}), {}, true},
-                                          {random_params(23, {0.0f, -128.0f, 3.0f, -0.5f, 2.5f, -0.0f}), {}, true}};
-        const std::pair<double, double> grids[] = {{0, 255}, {-128, 127}, {0, 1}, {-8, 7}, {0, 65535}, {-2097152, 2097151}, {5, 5}};
-        for (const auto& [lo, hi] : grids) {
-          for (AffineKind kind : {AffineKind::kQuantize, AffineKind::kQuantizeDequantize, AffineKind::kDequantize}) {
-            for (bool canonical : {false, true}) {
-              AffineParams p;
-              p.kind = kind;
-              p.qmin = lo;
-              p.qmax = hi;
-              p.canonical_nan = canonical;
-              check_against_reference(e, &p, ops, "affine kind " + std::to_string(static_cast<int>(kind)) + " grid [" +
-                                                      std::to_string(lo) + "," + std::to_string(hi) + "]");
-              check_affine_per_row(e, p, ops);
-              if (!canonical && hi <= 255) check_repeated_rows(e, &p, ops, "affine kind " + std::to_string(static_cast<int>(kind)));
-            }
-          }
-        }
+  const KernelCases cases = test::kernel_cases(e.op);
+  if (cases.checks.empty()) GTEST_SKIP() << "checked by " << cases.tested_elsewhere;
+  for (const KernelCheck& check : cases.checks) {
+    const std::vector<Operand>& ops = *check.operands;
+    switch (check.kind) {
+      case KernelCheck::Kind::kRows:
+        if (check.double_output) check_against_reference<double>(e, check.params.get(), ops, check.what);
+        else check_against_reference<float>(e, check.params.get(), ops, check.what);
         break;
-      }
-      case KernelOp::kFakeQuantize: {
-        if (m > 0) break;
-        const std::vector<Operand> ops = {
-            {mixed_values(kLen, 24, 64.0f), {}, false},
-            {random_params(25, {0.5f, 0.1f, 3.0f, -0.25f, 1e-30f, 0.0f, 0.0078125f}), {}, true},
-            {{}, [] {
-               std::vector<double> z(kLen);
-               auto rng = test::make_rng(26);
-               const double choices[] = {0, 128, -3, 7, 255, -8388608, 8388608};
-               for (auto& v : z) v = choices[rng() % 7];
-               return z;
-             }(),
-             true}};
-        std::vector<Operand> ops_f32_zp = ops;
-        ops_f32_zp[2].f32.assign(ops[2].f64.begin(), ops[2].f64.end());
-        ops_f32_zp[2].f64.clear();
-        const std::pair<std::int64_t, std::int64_t> grids[] = {{0, 255}, {-128, 127}, {0, 1}, {-8, 7}, {0, 65535}, {-8388608, 8388607}};
-        for (const auto& [lo, hi] : grids) {
-          for (bool per_channel : {false, true}) {
-            for (bool exact : {false, true}) {
-              FakeQuantizeParams p;
-              p.per_channel = per_channel;
-              p.qmin = lo;
-              p.qmax = hi;
-              p.exact_in_float = exact;
-              check_against_reference(e, &p, ops, std::string(per_channel ? "per channel" : "per tensor") + " grid [" +
-                                                      std::to_string(lo) + "," + std::to_string(hi) + "]");
-              // The zero point as float32 (exact: within 2^23), as the op passes it for the vector kernels.
-              p.zero_point_f32 = true;
-              check_against_reference(e, &p, ops_f32_zp, std::string(per_channel ? "per channel" : "per tensor") +
-                                                             " float32 zero point");
-              if (exact && hi <= 255) check_repeated_rows(e, &p, ops_f32_zp, std::string(per_channel ? "per channel" : "per tensor") +
-                                                         " float32 zero point");
-            }
-          }
-        }
+      case KernelCheck::Kind::kPerRowParams:
+        check_per_row_params(e, check.params.get(), ops);
         break;
-      }
-      case KernelOp::kIntQuant: {
-        const std::vector<Operand> ops = {{mixed_values(kLen, 1, 0.5f), {}, false},
-                                          {random_params(2, {0.5f, 0.1f, 3.0f, -0.25f, 1.0f, 0.0f}), {}, true},
-                                          {random_params(3, {0.0f, 0.5f, -3.0f, 1.25f}), {}, true}};
-        const std::pair<double, double> ranges[] = {{-8, 7}, {-7, 7}, {0, 255}, {0, 2}, {-2.828427, 1.828427},
-                                                    {-2147483648.0, 2147483648.0}, {-0.5, -0.5}};
-        for (const auto& [lo, hi] : ranges) {
-          for (bool bipolar : {false, true}) {
-            const IntQuantParams p{mode, bipolar, lo, hi};
-            check_against_reference(e, &p, ops, mode_name + " range [" + std::to_string(lo) + "," + std::to_string(hi) + "]");
-            if (m == 0 && lo == -8) check_repeated_rows(e, &p, ops, "intquant bipolar=" + std::to_string(bipolar));
-          }
-        }
+      case KernelCheck::Kind::kRepeatedRows:
+        check_repeated_rows(e, check.params.get(), ops, check.what);
         break;
-      }
-      case KernelOp::kBipolarQuant: {
-        if (m > 0) break;
-        const std::vector<Operand> ops = {{mixed_values(kLen, 4), {}, false},
-                                          {random_params(5, {0.5f, -2.0f, 0.0f, 1e-40f}), {}, true}};
-        const BipolarQuantParams p;
-        check_against_reference(e, &p, ops, "bipolar");
-        check_repeated_rows(e, &p, ops, "bipolar");
-        break;
-      }
-      case KernelOp::kTruncV1: {
-        const std::vector<Operand> ops = {{mixed_values(kLen, 6, 16.0f), {}, false},
-                                          {random_params(7, {1.0f, 0.5f, 0.375f}), {}, true},
-                                          {random_params(8, {0.0f, 4.0f, 0.5f}), {}, true},
-                                          {random_params(9, {16.0f, 1.0f, 0.5f, 256.0f, 0x1p127f, 0x1p-127f, 0x1p-126f}), {}, true}};
-        const TruncParams p{mode};
-        check_against_reference(e, &p, ops, mode_name);
-        break;
-      }
-      case KernelOp::kTruncV2: {
-        const std::vector<Operand> ops = {{mixed_values(kLen, 10, 16.0f), {}, false},
-                                          {random_params(11, {1.0f, 0.5f}), {}, true},
-                                          {random_params(12, {0.0f, 4.0f, 0.5f}), {}, true},
-                                          {random_params(13, {16.0f, 4.0f, 1.0f, 0x1p127f, 0x1p-127f}), {}, true},
-                                          {random_params(14, {16.0f, 12.0f, 2.0f}), {}, true},
-                                          {random_params(15, {-8.0f, -7.0f, 0.0f}), {}, true},
-                                          {random_params(16, {7.0f, 15.0f, 14.0f}), {}, true},
-                                          {random_params(17, {0.0f, 0.25f, 0.03125f}), {}, true}};
-        const TruncParams p{mode};
-        check_against_reference(e, &p, ops, mode_name);
-        break;
-      }
-      case KernelOp::kFloatQuant: {
-        // Inputs just below powers of two, where float32 log2 rounds up, plus the usual mix.
-        std::vector<float> x = mixed_values(kLen, 17);
-        // Every binade of float32, normal and subnormal, so each exponent path is reached.
-        for (std::size_t i = 1; i < x.size(); i += 3) {
-          const int k = static_cast<int>(i / 3 % 277) - 149;
-          x[i] = std::ldexp(1.0f + static_cast<float>(i % 7) / 8.0f, k) * ((i % 2) ? -1.0f : 1.0f);
-        }
-        for (std::size_t i = 0; i + 1 < x.size(); i += 3) {
-          float v = std::ldexp(1.0f, static_cast<int>(i % 200) - 100);
-          for (std::size_t s = 0; s < (i % 700); ++s) v = std::nextafter(v, 0.0f);
-          x[i] = (i % 2) ? -v : v;
-        }
-        struct Format {
-          double m, min_exp, max;
-          bool sat, inf, nan, fits;
-        };
-        const double nan = std::numeric_limits<double>::quiet_NaN();
-        const Format formats[] = {
-            {3, -9, 448, true, false, true, true},          // OCP E4M3
-            {3, -9, 448, false, false, true, true},         // E4M3, overflow -> NaN
-            {3, -9, 448, false, true, false, true},         // E4M3 with inf
-            {2, -16, 57344, true, true, false, true},       // E5M2
-            {1, -1, 6, true, false, false, true},           // E2M1
-            {3, -129, double{3.1901472e38f}, true, false, false, true},  // E8M3, subnormal internal scales
-            {10, -24, 65504, true, false, false, true},     // binary16-like
-            {3, -9, 448.1, true, false, false, false},      // M not a float32: reference path
-            {3, 127, 448, true, false, false, true},        // floor 1 - bias - m >= 127: 2^e overflows
-            {3, 200, 448, false, true, false, true},        // ... far beyond, non-saturating
-            {3, -9, -2.5, true, false, false, true},        // negative max_val: np.clip(q, 2.5, -2.5)
-            {3, -9, -2.5, false, true, false, true},        // ... with inf overflow
-            {3, -9, nan, true, false, false, true},         // max_val NaN: np.clip gives NaN
-            {0, -5, 0.0, true, false, false, true},         // M = 0: clip to [-0, +0]
-        };
-        for (const auto& f : formats) {
-          for (bool is_signed : {true, false}) {
-            // A weak Python-float scale (product_scale, a float64 factor) on the first formats.
-            const int product_variants = (&f - formats) < 3 ? 2 : 1;
-            for (int pv = 0; pv < product_variants; ++pv)
-            for (bool double_output : {false, true}) {
-              FloatQuantParams p{mode, f.m, f.sat, f.inf, f.nan, is_signed, f.fits, double_output};
-              p.has_product_scale = pv == 1;
-              p.product_scale = 0.1;
-              std::vector<Operand> ops = {{x, {}, false},
-                                          {random_params(18, {1.0f, 0.5f, 3.0f, 1e-3f, 0.0f, -2.0f}), {}, true},
-                                          {fill(static_cast<float>(f.min_exp)), {}, true},
-                                          {{}, std::vector<double>(kLen, f.max), true}};
-              const std::string what = mode_name + " m=" + std::to_string(f.m) + " min_exp=" + std::to_string(f.min_exp) +
-                                       " M=" + std::to_string(f.max) + (is_signed ? " signed" : " unsigned") +
-                                       (p.has_product_scale ? " product_scale=0.1" : "");
-              if (double_output) check_against_reference<double>(e, &p, ops, what + " float64 out");
-              else check_against_reference<float>(e, &p, ops, what + " float32 out");
-            }
-          }
-        }
-        break;
-      }
-      // ---- QKeras: no rounding-mode parameter (run once); every parameter path of each quantizer,
-      // with subnormal inputs and results (the flush-to-zero scope), huge values and specials.
-      case KernelOp::kQkBits: {
-        if (m > 0) break;
-        std::vector<float> x = mixed_values(kLen, 30, 0.125f);
-        for (std::size_t i = 5; i < x.size(); i += 11) x[i] = std::ldexp(static_cast<float>(i % 5) - 2.0f, -130 - static_cast<int>(i % 20));
-        sprinkle_nans(x, 2, 23);
-        std::vector<float> alpha = random_params(31, {1.0f, 0.5f, 3.0f, 1e-3f, -2.0f, 0.0f, 1e-39f});
-        sprinkle_nans(alpha, 4, 29);
-        const std::vector<Operand> ops = {{x, {}, false}, {alpha, {}, true}};
-        struct Case { float bits; float integer; bool sym; bool kn; float q; bool ste; };
-        const Case cases[] = {{8, 0, false, true, 1, true},   {4, 2, true, true, 1, true},   {4, 0, false, false, 1, false},
-                              {1, 0, false, true, 1, true},   {0, 3, false, false, 0.5f, true}, {6, -2, false, true, 0.3f, false},
-                              {24, 10, false, true, 1, true}, {3, 0.5f, true, false, 0.7f, true}, {8, 130, false, true, 1, true},
-                              {8, -140, false, true, 1, true}};
-        for (const Case& c : cases) {
-          QkBitsParams p;
-          p.keep_negative = c.kn;
-          p.binary = c.bits - (c.kn ? 1.0f : 0.0f) <= 0;
-          p.m = std::pow(2.0f, c.bits - (c.kn ? 1.0f : 0.0f));
-          p.m_i = std::pow(2.0f, c.integer);
-          p.lo = (c.kn ? 1.0f : 0.0f) * ((-p.m) + (c.sym ? 1.0f : 0.0f));
-          p.hi = p.m - 1.0f;
-          p.blend = {c.ste, c.q, 1.0f - c.q};
-          // Divisions by m and m_i, then products with their exact reciprocals (where they exist).
-          for (bool reciprocals : {false, true}) {
-            p.inv_m = reciprocals ? exact_reciprocal(p.m) : 0.0f;
-            p.inv_m_i = reciprocals ? exact_reciprocal(p.m_i) : 0.0f;
-            check_against_reference(e, &p, ops, "bits=" + std::to_string(c.bits) + " integer=" + std::to_string(c.integer) +
-                                                    " reciprocals=" + std::to_string(reciprocals));
-            if (c.integer == 0 && (c.bits == 8 || c.bits == 1)) check_repeated_rows(e, &p, ops, "bits=" + std::to_string(c.bits));
-          }
-        }
-        break;
-      }
-      case KernelOp::kQkBitsAuto: {
-        if (m > 0) break;
-        std::vector<float> x = mixed_values(kLen, 32, 0.25f);
-        for (std::size_t i = 7; i < x.size(); i += 17) x[i] = std::ldexp(static_cast<float>(i % 7) - 3.0f, 120 - static_cast<int>(i % 260));
-        sprinkle_nans(x, 3, 19);
-        // Scales: NaN ones too (a channel holding a NaN has a NaN scale).
-        std::vector<float> scales = random_params(33, {0.125f, 0.0078125f, 1.0f, 0.0f, 0x1p-23f, 3.0f, INFINITY});
-        sprinkle_nans(scales, 6, 31);
-        const std::vector<Operand> ops = {{x, {}, false}, {scales, {}, true}};
-        // Power-of-two scales only (auto_po2), down to 2^-126 and up to 2^126: the reciprocal path.
-        const std::vector<Operand> pow2_ops = {
-            {x, {}, false}, {random_params(37, {0.125f, 0x1p-23f, 1.0f, 0x1p-126f, 0x1p126f, 0x1p-60f, 2.0f, 0x1p40f}), {}, true}};
-        for (float bits : {2.0f, 4.0f, 8.0f, 16.0f, 4.5f}) {
-          for (float integer : {0.0f, 3.0f, -5.0f, 0.5f, 126.0f}) {
-            for (bool level_only : {false, true}) {
-              QkBitsAutoParams p;
-              p.m = std::pow(2.0f, bits - 1.0f);
-              p.m_i = std::pow(2.0f, integer);
-              p.half_levels = std::pow(2.0f, bits - 1.0f) - 1.0f;
-              p.blend = {integer != 3.0f, 0.75f, 0.25f};
-              p.level_only = level_only;
-              const std::string what = "auto bits=" + std::to_string(bits) + " integer=" + std::to_string(integer) +
-                                       " level_only=" + std::to_string(level_only);
-              check_against_reference(e, &p, ops, what);
-              p.inv_m = exact_reciprocal(p.m);
-              p.inv_m_i = exact_reciprocal(p.m_i);
-              check_against_reference(e, &p, ops, what + " reciprocals");
-              p.pow2_scales = true;
-              check_against_reference(e, &p, pow2_ops, what + " reciprocals pow2_scales");
-              if (bits == 4.0f && integer == 0.0f && !level_only) check_repeated_rows(e, &p, pow2_ops, what + " pow2_scales");
-            }
-          }
-        }
-        break;
-      }
-      case KernelOp::kQkRelu: {
-        if (m > 0) break;
-        std::vector<float> x = mixed_values(kLen, 34, 0.0625f);
-        for (std::size_t i = 3; i < x.size(); i += 13) x[i] = std::ldexp(1.0f, -128) * ((i % 2) ? -1.0f : 1.0f);
-        sprinkle_nans(x, 5, 17);
-        const std::vector<Operand> ops = {{x, {}, false}};
-        for (bool sigmoid : {false, true}) {
-          for (float ns : {0.0f, 0.25f, 1.0f}) {
-            for (int clip_mode = 0; clip_mode < 4; ++clip_mode) {
-              for (bool fast : {false, true}) {
-                if (fast && (sigmoid || ns != 0.0f || clip_mode != 0)) continue;
-                QkReluParams p;
-                const float bits = 6.0f, integer = 2.0f, nsb = bits - (ns != 0.0f ? 1.0f : 0.0f);
-                p.m = std::pow(2.0f, nsb);
-                p.m_i = std::pow(2.0f, integer);
-                p.clip_value = p.m_i - std::pow(2.0f, integer - nsb);
-                p.one_minus_inv_m = 1.0f - 1.0f / p.m;
-                p.negative_slope = ns;
-                p.leaky = ns != 0.0f;
-                p.negative_part = ns > 0.0f;
-                p.m_i_ns = p.m_i * ns;
-                p.neg_factor = ns > 0.0f ? 1.0f / (ns * p.m) : 0.0f;
-                p.sigmoid = sigmoid;
-                p.quantized_clip = clip_mode == 0;
-                p.has_upper_bound = clip_mode >= 2;
-                p.upper_bound = 1.5f;
-                p.bound_output = clip_mode == 3;
-                p.blend = {clip_mode != 1, clip_mode == 2 ? 0.5f : 1.0f, clip_mode == 2 ? 0.5f : 0.0f};
-                p.fast_inference = fast;
-                p.fast_p_factor = 16.0f;
-                p.fast_factor = 1.0f / 64.0f;
-                p.fast_ceiling = 1.0f - 1.0f / 64.0f;
-                for (bool reciprocals : {false, true}) {
-                  p.inv_m = reciprocals ? exact_reciprocal(p.m) : 0.0f;
-                  p.inv_m_i = reciprocals ? exact_reciprocal(p.m_i) : 0.0f;
-                  check_against_reference(e, &p, ops, "relu sigmoid=" + std::to_string(sigmoid) + " ns=" + std::to_string(ns) +
-                                                          " clip_mode=" + std::to_string(clip_mode) + " fast=" + std::to_string(fast) +
-                                                          " reciprocals=" + std::to_string(reciprocals));
-                  if (!reciprocals && !sigmoid && ns == 0.0f && clip_mode == 0) check_repeated_rows(e, &p, ops, "relu");
-                }
-              }
-            }
-          }
-        }
-        break;
-      }
-      case KernelOp::kQkLinear: {
-        if (m > 0) break;
-        std::vector<float> x = mixed_values(kLen, 35, 0.125f);
-        for (std::size_t i = 7; i < x.size(); i += 17) x[i] = std::ldexp(static_cast<float>(i % 7) - 3.0f, 120 - static_cast<int>(i % 260));
-        sprinkle_nans(x, 4, 19);
-        std::vector<float> scales = random_params(36, {0.125f, 0.1f, 3.0f, 1e-7f, 0.0f, -0.5f, INFINITY});
-        sprinkle_nans(scales, 9, 31);
-        const std::vector<Operand> ops = {{x, {}, false}, {scales, {}, true}};
-        const std::vector<Operand> pow2_ops = {
-            {x, {}, false}, {random_params(38, {0.125f, 0x1p-23f, 1.0f, 0x1p-126f, 0x1p126f, 0x1p-60f, 2.0f, 0x1p40f}), {}, true}};
-        const std::pair<float, float> bounds[] = {{-127, 127}, {-128, 127}, {0, 255}, {-0.0f, 3}, {-0.5f, 0.5f}};
-        for (const auto& [lo, hi] : bounds) {
-          QkLinearParams p;
-          p.clip_min = lo;
-          p.clip_max = hi;
-          p.shift = hi == 0.5f ? 0.5f : 0.0f;
-          p.blend = {true, lo == 0 ? 0.3f : 1.0f, 0.0f};
-          for (bool level_only : {false, true}) {
-            p.level_only = level_only;
-            p.pow2_scales = false;
-            check_against_reference(e, &p, ops, "linear [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-            p.pow2_scales = true;  // auto_po2 scales: x / s as x * (1 / s)
-            check_against_reference(e, &p, pow2_ops, "linear pow2 [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-            if (lo == -127) check_repeated_rows(e, &p, pow2_ops, "linear pow2");
-          }
-        }
-        break;
+    }
+    if (HasFailure()) return;
+  }
+}
+
+// Every op of the op list has kernel cases: checks of its optimized kernels, or the name of the test
+// that owns them (a reduction, the Q/DQ formats, a scalar-only op), and the benchmark's call.
+TEST(KernelCases, EveryOpHasChecksOrAnOwnerAndABenchmark) {
+  for (int k = 0; k < kNumKernelOps; ++k) {
+    const auto op = static_cast<KernelOp>(k);
+    const KernelCases cases = test::kernel_cases(op);
+    EXPECT_TRUE(!cases.checks.empty() || cases.tested_elsewhere != nullptr) << op_name(op);
+    EXPECT_TRUE(cases.checks.empty() || cases.tested_elsewhere == nullptr) << op_name(op);
+    EXPECT_TRUE(static_cast<bool>(cases.bench)) << op_name(op);
+    for (const KernelCheck& check : cases.checks) {
+      ASSERT_NE(check.params.get(), nullptr) << op_name(op) << " " << check.what;
+      ASSERT_TRUE(check.operands && !check.operands->empty()) << op_name(op) << " " << check.what;
+      for (const Operand& o : *check.operands) {
+        EXPECT_EQ(o.f64.empty() ? o.f32.size() : o.f64.size(), kLen) << op_name(op) << " " << check.what;
       }
     }
   }
