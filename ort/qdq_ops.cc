@@ -92,9 +92,9 @@ class ExtendedQuantizeKernel final : public Kernel {
     Inputs in(context, InputTypes::kAll);
     const TensorView x = in.get(0, "x"), scale = in.get(1, "y_scale");
     const std::optional<TensorView> zero_point = in.get_optional(2, "y_zero_point");
-    const TensorSpec spec = quark::extended_quantize_linear_spec(x, scale, ptr(zero_point), attrs_);
-    Output out(context, spec, zero_point ? "y_zero_point's dtype" : "the dtype without y_zero_point");
-    quark::extended_quantize_linear(x, scale, ptr(zero_point), attrs_, out.view());
+    const PlannedCall call = quark::extended_quantize_linear_plan(x, scale, ptr(zero_point), attrs_);
+    Output out(context, call.spec(), zero_point ? "y_zero_point's dtype" : "the dtype without y_zero_point");
+    call.run(out.view());
     out.commit();
   }
   quark::ExtendedAttrs attrs_;
@@ -112,9 +112,9 @@ class ExtendedDequantizeKernel final : public Kernel {
     Inputs in(context, InputTypes::kAll);
     const TensorView x = in.get(0, "x"), scale = in.get(1, "x_scale");
     const std::optional<TensorView> zero_point = in.get_optional(2, "x_zero_point");
-    const TensorSpec spec = quark::extended_dequantize_linear_spec(x, scale, ptr(zero_point), attrs_);
-    Output out(context, spec, "the op's output dtype");
-    quark::extended_dequantize_linear(x, scale, ptr(zero_point), attrs_, out.view());
+    const PlannedCall call = quark::extended_dequantize_linear_plan(x, scale, ptr(zero_point), attrs_);
+    Output out(context, call.spec(), "the op's output dtype");
+    call.run(out.view());
     out.commit();
   }
   quark::ExtendedAttrs attrs_;
@@ -140,10 +140,10 @@ class QuantizeKernel final : public Kernel {
     Inputs in(context, InputTypes::kAll);
     const TensorView x = in.get(0, "x"), scale = in.get(1, "y_scale");
     const std::optional<TensorView> zero_point = in.get_optional(2, "y_zero_point");
-    const TensorSpec spec = onnx::quantize_linear_spec(x, scale, ptr(zero_point), attrs_);
-    Output out(context, spec,
+    const PlannedCall call = onnx::quantize_linear_plan(x, scale, ptr(zero_point), attrs_);
+    Output out(context, call.spec(),
                zero_point ? "y_zero_point's dtype" : attrs_.output_dtype ? "output_dtype" : "the default uint8");
-    onnx::quantize_linear(x, scale, ptr(zero_point), attrs_, out.view());
+    call.run(out.view());
     out.commit();
   }
   onnx::QuantizeLinearAttrs attrs_;
@@ -163,9 +163,9 @@ class DequantizeKernel final : public Kernel {
     Inputs in(context, InputTypes::kAll);
     const TensorView x = in.get(0, "x"), scale = in.get(1, "x_scale");
     const std::optional<TensorView> zero_point = in.get_optional(2, "x_zero_point");
-    const TensorSpec spec = onnx::dequantize_linear_spec(x, scale, ptr(zero_point), attrs_);
-    Output out(context, spec, attrs_.output_dtype ? "output_dtype" : "x_scale's dtype");
-    onnx::dequantize_linear(x, scale, ptr(zero_point), attrs_, out.view());
+    const PlannedCall call = onnx::dequantize_linear_plan(x, scale, ptr(zero_point), attrs_);
+    Output out(context, call.spec(), attrs_.output_dtype ? "output_dtype" : "x_scale's dtype");
+    call.run(out.view());
     out.commit();
   }
   onnx::DequantizeLinearAttrs attrs_;

@@ -37,6 +37,7 @@
 #include <optional>
 
 #include "polyquant/export.h"
+#include "polyquant/plan.h"
 #include "polyquant/tensor.h"
 
 namespace polyquant::onnx {
@@ -57,6 +58,9 @@ POLYQUANT_API TensorSpec quantize_linear_spec(const TensorView& x, const TensorV
                                               const TensorView* y_zero_point, const QuantizeLinearAttrs& attrs);
 POLYQUANT_API void quantize_linear(const TensorView& x, const TensorView& y_scale, const TensorView* y_zero_point,
                                    const QuantizeLinearAttrs& attrs, const MutableTensorView& out);
+// Validates once and returns the plan: its spec() is quantize_linear_spec's result, its run(out) is quantize_linear.
+POLYQUANT_API PlannedCall quantize_linear_plan(const TensorView& x, const TensorView& y_scale,
+                                               const TensorView* y_zero_point, const QuantizeLinearAttrs& attrs);
 
 struct DequantizeLinearAttrs {
   std::int64_t axis = 1;
@@ -68,5 +72,8 @@ POLYQUANT_API TensorSpec dequantize_linear_spec(const TensorView& x, const Tenso
                                                 const TensorView* x_zero_point, const DequantizeLinearAttrs& attrs);
 POLYQUANT_API void dequantize_linear(const TensorView& x, const TensorView& x_scale, const TensorView* x_zero_point,
                                      const DequantizeLinearAttrs& attrs, const MutableTensorView& out);
+// Validates once and returns the plan: its spec() is dequantize_linear_spec's result, its run(out) is dequantize_linear.
+POLYQUANT_API PlannedCall dequantize_linear_plan(const TensorView& x, const TensorView& x_scale,
+                                                 const TensorView* x_zero_point, const DequantizeLinearAttrs& attrs);
 
 }  // namespace polyquant::onnx

@@ -9,6 +9,7 @@
 #include "polyquant/error.h"
 #include "polyquant/export.h"
 #include "polyquant/onnx_qdq.h"
+#include "polyquant/plan.h"
 #include "polyquant/qkeras.h"
 #include "polyquant/qonnx.h"
 #include "polyquant/quark.h"

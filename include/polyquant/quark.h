@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "polyquant/export.h"
+#include "polyquant/plan.h"
 #include "polyquant/tensor.h"
 
 namespace polyquant::quark {
@@ -44,11 +45,17 @@ POLYQUANT_API TensorSpec extended_quantize_linear_spec(const TensorView& x, cons
 POLYQUANT_API void extended_quantize_linear(const TensorView& x, const TensorView& y_scale,
                                             const TensorView* y_zero_point, const ExtendedAttrs& attrs,
                                             const MutableTensorView& out);
+// Validates once and returns the plan: its spec() is extended_quantize_linear_spec's result, its run(out) is extended_quantize_linear.
+POLYQUANT_API PlannedCall extended_quantize_linear_plan(const TensorView& x, const TensorView& y_scale,
+                                                        const TensorView* y_zero_point, const ExtendedAttrs& attrs);
 
 POLYQUANT_API TensorSpec extended_dequantize_linear_spec(const TensorView& x, const TensorView& x_scale,
                                                          const TensorView* x_zero_point, const ExtendedAttrs& attrs);
 POLYQUANT_API void extended_dequantize_linear(const TensorView& x, const TensorView& x_scale,
                                               const TensorView* x_zero_point, const ExtendedAttrs& attrs,
                                               const MutableTensorView& out);
+// Validates once and returns the plan: its spec() is extended_dequantize_linear_spec's result, its run(out) is extended_dequantize_linear.
+POLYQUANT_API PlannedCall extended_dequantize_linear_plan(const TensorView& x, const TensorView& x_scale,
+                                                          const TensorView* x_zero_point, const ExtendedAttrs& attrs);
 
 }  // namespace polyquant::quark

@@ -78,6 +78,11 @@ nb::object run_qdq(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
   return nb::make_tuple(out, pq::dtype_name(spec.dtype));
 }
 
+// As run_qdq(), for an op planned once (its *_plan): the plan's spec sizes the output, the plan runs.
+inline nb::object run_qdq(const pq::PlannedCall& call, nb::object out) {
+  return run_qdq([&] { return call.spec(); }, [&](const pq::MutableTensorView& o) { call.run(o); }, std::move(out));
+}
+
 // One binding function per family (python/src/<family>.cc), called by module.cc with that family's
 // submodule (polyquant._polyquant_ext.<family>; AIMET's three all bind into `aimet`).
 void bind_qonnx(nb::module_& m);

@@ -26,8 +26,7 @@ nb::object quantize_linear(const InArray& x, int x_dtype, const InArray& scale, 
   std::optional<pq::TensorView> zv;
   if (zp) zv = qdq_view(*zp, "y_zero_point", zp_dtype);
   const pq::TensorView* zp_ptr = zv ? &*zv : nullptr;
-  return run_qdq([&] { return ox::quantize_linear_spec(xv, sv, zp_ptr, attrs); },
-                 [&](const pq::MutableTensorView& o) { ox::quantize_linear(xv, sv, zp_ptr, attrs, o); }, std::move(out));
+  return run_qdq(ox::quantize_linear_plan(xv, sv, zp_ptr, attrs), std::move(out));
 }
 
 nb::object dequantize_linear(const InArray& x, int x_dtype, const InArray& scale, int scale_dtype,
@@ -36,8 +35,7 @@ nb::object dequantize_linear(const InArray& x, int x_dtype, const InArray& scale
   std::optional<pq::TensorView> zv;
   if (zp) zv = qdq_view(*zp, "x_zero_point", zp_dtype);
   const pq::TensorView* zp_ptr = zv ? &*zv : nullptr;
-  return run_qdq([&] { return ox::dequantize_linear_spec(xv, sv, zp_ptr, attrs); },
-                 [&](const pq::MutableTensorView& o) { ox::dequantize_linear(xv, sv, zp_ptr, attrs, o); }, std::move(out));
+  return run_qdq(ox::dequantize_linear_plan(xv, sv, zp_ptr, attrs), std::move(out));
 }
 
 }  // namespace

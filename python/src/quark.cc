@@ -15,9 +15,7 @@ nb::object extended_quantize_linear(const InArray& x, int x_dtype, const InArray
   std::optional<pq::TensorView> zv;
   if (zp) zv = qdq_view(*zp, "y_zero_point", zp_dtype);
   const pq::TensorView* zp_ptr = zv ? &*zv : nullptr;
-  return run_qdq([&] { return qr::extended_quantize_linear_spec(xv, sv, zp_ptr, attrs); },
-                 [&](const pq::MutableTensorView& o) { qr::extended_quantize_linear(xv, sv, zp_ptr, attrs, o); },
-                 std::move(out));
+  return run_qdq(qr::extended_quantize_linear_plan(xv, sv, zp_ptr, attrs), std::move(out));
 }
 
 nb::object extended_dequantize_linear(const InArray& x, int x_dtype, const InArray& scale, int scale_dtype,
@@ -27,9 +25,7 @@ nb::object extended_dequantize_linear(const InArray& x, int x_dtype, const InArr
   std::optional<pq::TensorView> zv;
   if (zp) zv = qdq_view(*zp, "x_zero_point", zp_dtype);
   const pq::TensorView* zp_ptr = zv ? &*zv : nullptr;
-  return run_qdq([&] { return qr::extended_dequantize_linear_spec(xv, sv, zp_ptr, attrs); },
-                 [&](const pq::MutableTensorView& o) { qr::extended_dequantize_linear(xv, sv, zp_ptr, attrs, o); },
-                 std::move(out));
+  return run_qdq(qr::extended_dequantize_linear_plan(xv, sv, zp_ptr, attrs), std::move(out));
 }
 
 }  // namespace

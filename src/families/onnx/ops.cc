@@ -255,4 +255,14 @@ void dequantize_linear(const TensorView& x, const TensorView& x_scale, const Ten
   detail::run_plan(plan_dequantize_linear(x, x_scale, x_zero_point, attrs), x, x_scale, x_zero_point, out);
 }
 
+PlannedCall quantize_linear_plan(const TensorView& x, const TensorView& y_scale, const TensorView* y_zero_point,
+                                 const QuantizeLinearAttrs& attrs) {
+  return detail::planned_call(plan_quantize_linear(x, y_scale, y_zero_point, attrs), x, y_scale, y_zero_point);
+}
+
+PlannedCall dequantize_linear_plan(const TensorView& x, const TensorView& x_scale, const TensorView* x_zero_point,
+                                   const DequantizeLinearAttrs& attrs) {
+  return detail::planned_call(plan_dequantize_linear(x, x_scale, x_zero_point, attrs), x, x_scale, x_zero_point);
+}
+
 }  // namespace polyquant::onnx

@@ -11,12 +11,14 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "core/elementwise.h"
 #include "families/onnx/kernels.h"
 #include "kernels/row.h"
+#include "polyquant/plan.h"
 #include "polyquant/tensor.h"
 
 namespace polyquant::detail {
@@ -79,6 +81,17 @@ void run_plan(const QdqPlan<Params>& plan, const TensorView& x, const TensorView
   call.kernel = plan.kernel;
   call.params = &plan.params;
   run_with_layout(call, x, scale, plan.with_zero_point ? zero_point : nullptr, plan.layout);
+}
+
+// The public form of a plan: its spec, and a run over copies of the operands' views.
+template <class Params>
+PlannedCall planned_call(QdqPlan<Params> plan, const TensorView& x, const TensorView& scale, const TensorView* zero_point) {
+  TensorSpec spec = plan.spec;
+  std::optional<TensorView> zp;
+  if (zero_point != nullptr) zp = *zero_point;
+  return PlannedCall(std::move(spec), [plan = std::move(plan), x, scale, zp](const MutableTensorView& out) {
+    run_plan(plan, x, scale, zp ? &*zp : nullptr, out);
+  });
 }
 
 }  // namespace polyquant::detail

@@ -158,4 +158,14 @@ void extended_dequantize_linear(const TensorView& x, const TensorView& x_scale, 
   detail::run_plan(plan_extended_dequantize_linear(x, x_scale, x_zero_point, attrs), x, x_scale, x_zero_point, out);
 }
 
+PlannedCall extended_quantize_linear_plan(const TensorView& x, const TensorView& y_scale, const TensorView* y_zero_point,
+                                          const ExtendedAttrs& attrs) {
+  return detail::planned_call(plan_extended_quantize_linear(x, y_scale, y_zero_point, attrs), x, y_scale, y_zero_point);
+}
+
+PlannedCall extended_dequantize_linear_plan(const TensorView& x, const TensorView& x_scale, const TensorView* x_zero_point,
+                                            const ExtendedAttrs& attrs) {
+  return detail::planned_call(plan_extended_dequantize_linear(x, x_scale, x_zero_point, attrs), x, x_scale, x_zero_point);
+}
+
 }  // namespace polyquant::quark

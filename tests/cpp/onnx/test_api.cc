@@ -4,7 +4,9 @@
 // direct per-element evaluation; and their errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "kernels/registry.h"
 #include "polyquant/polyquant.h"
@@ -445,6 +447,58 @@ TEST(OnnxQdq, PerAxisAndBlockedLayoutsMatchPerElementEvaluation) {
       }
     }
   }
+}
+
+// A planned call (the *_plan functions, what the bindings and the ORT library use): its spec is the
+// *_spec result, running it writes what the op writes, byte for byte, it runs again, on another
+// thread too, and an output of another shape or dtype is rejected as the op rejects it.
+TEST(OnnxQdq, PlannedCallsEqualTheOps) {
+  const Dims shape{4, 6, 5};
+  const std::int64_t n = shape.numel();
+  const std::vector<float> x = mixed_values(static_cast<std::size_t>(n), 71, 0.25f);
+  const std::vector<float> s = {0.5f, 0.25f, 0.125f, 1.5f, 3.0f, 0.1f};
+  const std::vector<std::int8_t> z = {0, -3, 7, 1, -128, 127};
+  const TensorView xv(x.data(), DType::kFloat32, shape), sv(s.data(), DType::kFloat32, Dims{6}),
+      zv(z.data(), DType::kInt8, Dims{6});
+  std::vector<std::int8_t> q_op(static_cast<std::size_t>(n)), q_plan(q_op.size(), 99);
+  std::vector<float> d_op(static_cast<std::size_t>(n)), d_plan(d_op.size(), 99.0f);
+  const auto same_spec = [](const TensorSpec& a, const TensorSpec& b) { return a.dtype == b.dtype && a.shape == b.shape; };
+
+  onnx::QuantizeLinearAttrs qa;
+  const PlannedCall q = onnx::quantize_linear_plan(xv, sv, &zv, qa);
+  EXPECT_TRUE(same_spec(q.spec(), onnx::quantize_linear_spec(xv, sv, &zv, qa)));
+  onnx::quantize_linear(xv, sv, &zv, qa, MutableTensorView(q_op.data(), DType::kInt8, shape));
+  for (int run = 0; run < 2; ++run) {
+    std::fill(q_plan.begin(), q_plan.end(), std::int8_t{99});
+    if (run == 0) q.run(MutableTensorView(q_plan.data(), DType::kInt8, shape));
+    else std::thread([&] { q.run(MutableTensorView(q_plan.data(), DType::kInt8, shape)); }).join();
+    EXPECT_EQ(q_plan, q_op) << "run " << run;
+  }
+  expect_error([&] { q.run(MutableTensorView(q_plan.data(), DType::kUInt8, shape)); }, ErrorKind::kValue, "QuantizeLinear");
+  expect_error([&] { q.run(MutableTensorView(q_plan.data(), DType::kInt8, Dims{4, 30})); }, ErrorKind::kValue, "QuantizeLinear");
+
+  onnx::DequantizeLinearAttrs da;
+  const TensorView yv(q_op.data(), DType::kInt8, shape);
+  const PlannedCall d = onnx::dequantize_linear_plan(yv, sv, &zv, da);
+  EXPECT_TRUE(same_spec(d.spec(), onnx::dequantize_linear_spec(yv, sv, &zv, da)));
+  onnx::dequantize_linear(yv, sv, &zv, da, MutableTensorView(d_op.data(), DType::kFloat32, shape));
+  d.run(MutableTensorView(d_plan.data(), DType::kFloat32, shape));
+  EXPECT_EQ(0, std::memcmp(d_plan.data(), d_op.data(), d_op.size() * sizeof(float)));
+
+  // Quark's Extended ops: the same, per channel on axis 1.
+  quark::ExtendedAttrs xa;
+  const PlannedCall eq = quark::extended_quantize_linear_plan(xv, sv, &zv, xa);
+  EXPECT_TRUE(same_spec(eq.spec(), quark::extended_quantize_linear_spec(xv, sv, &zv, xa)));
+  std::fill(q_plan.begin(), q_plan.end(), std::int8_t{99});
+  eq.run(MutableTensorView(q_plan.data(), DType::kInt8, shape));
+  quark::extended_quantize_linear(xv, sv, &zv, xa, MutableTensorView(q_op.data(), DType::kInt8, shape));
+  EXPECT_EQ(q_plan, q_op);
+  const PlannedCall ed = quark::extended_dequantize_linear_plan(yv, sv, &zv, xa);
+  EXPECT_TRUE(same_spec(ed.spec(), quark::extended_dequantize_linear_spec(yv, sv, &zv, xa)));
+  std::fill(d_plan.begin(), d_plan.end(), 99.0f);
+  ed.run(MutableTensorView(d_plan.data(), DType::kFloat32, shape));
+  quark::extended_dequantize_linear(yv, sv, &zv, xa, MutableTensorView(d_op.data(), DType::kFloat32, shape));
+  EXPECT_EQ(0, std::memcmp(d_plan.data(), d_op.data(), d_op.size() * sizeof(float)));
 }
 
 TEST(OnnxQdq, ReversedAndStridedViewsEqualContiguous) {
