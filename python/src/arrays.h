@@ -57,6 +57,11 @@ nb::object run(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
   return out;
 }
 
+// As run(), for an op planned once (its *_plan): the plan's spec sizes the output, the plan runs.
+inline nb::object run(const pq::PlannedCall& call, nb::object out) {
+  return run([&] { return call.spec(); }, [&](const pq::MutableTensorView& o) { call.run(o); }, std::move(out));
+}
+
 // ---- Tensors of ONNX-only dtypes (ONNX Q/DQ, Quark, AIMET) --------------------------------------
 // ml_dtypes arrays (bfloat16, int4, float8_*, ...) arrive as uint8 / uint16 views of the same
 // memory with the DType's code in `*_dtype` (-1: the array's own dtype); outputs of those types are
