@@ -47,8 +47,8 @@ class IntQuantKernel final : public Kernel {
     Inputs in(context);
     const TensorView x = in.get(0, "x"), scale = in.get(1, "scale"), zeropt = in.get(2, "zeropt"),
                      bitwidth = in.get(3, "bitwidth");
-    const TensorSpec spec = float32_node_output(qonnx::int_quant_spec(x, scale, zeropt, bitwidth, attrs_));
-    qonnx::int_quant(x, scale, zeropt, bitwidth, attrs_, allocate_output(context, spec));
+    const PlannedCall call = qonnx::int_quant_plan(x, scale, zeropt, bitwidth, attrs_);
+    call.run(allocate_output(context, float32_node_output(call.spec())));
   }
   qonnx::IntQuantAttrs attrs_;
 };
@@ -61,8 +61,8 @@ class BipolarQuantKernel final : public Kernel {
   void compute(OrtKernelContext* context) override {
     Inputs in(context);  // a third input, as some qonnx tests give, is ignored like there
     const TensorView x = in.get(0, "x"), scale = in.get(1, "scale");
-    const TensorSpec spec = qonnx::bipolar_quant_spec(x, scale);
-    qonnx::bipolar_quant(x, scale, allocate_output(context, spec));
+    const PlannedCall call = qonnx::bipolar_quant_plan(x, scale);
+    call.run(allocate_output(context, call.spec()));
   }
 };
 
@@ -91,12 +91,12 @@ class TruncKernel final : public Kernel {
                      in_bitwidth = in.get(3, "in_bitwidth");
     if (!v2_) {
       const TensorView out_bitwidth = in.get(4, "out_bitwidth");
-      const TensorSpec spec = qonnx::trunc_spec(x, scale, zeropt, in_bitwidth, out_bitwidth);
-      qonnx::trunc(x, scale, zeropt, in_bitwidth, out_bitwidth, attrs_.rounding_mode, allocate_output(context, spec));
+      const PlannedCall call = qonnx::trunc_plan(x, scale, zeropt, in_bitwidth, out_bitwidth, attrs_.rounding_mode);
+      call.run(allocate_output(context, call.spec()));
     } else {
       const TensorView out_scale = in.get(4, "out_scale"), out_bitwidth = in.get(5, "out_bitwidth");
-      const TensorSpec spec = qonnx::trunc_v2_spec(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth);
-      qonnx::trunc_v2(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth, attrs_, allocate_output(context, spec));
+      const PlannedCall call = qonnx::trunc_v2_plan(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth, attrs_);
+      call.run(allocate_output(context, call.spec()));
     }
   }
   bool v2_;
@@ -119,8 +119,8 @@ class FloatQuantKernel final : public Kernel {
     const TensorView x = in.get(0, "x"), scale = in.get(1, "scale"), e = in.get(2, "exponent_bitwidth"),
                      m = in.get(3, "mantissa_bitwidth"), bias = in.get(4, "exponent_bias"),
                      max_val = in.get(5, "max_val");
-    const TensorSpec spec = float32_node_output(qonnx::float_quant_spec(x, scale, e, m, bias, max_val, attrs_));
-    qonnx::float_quant(x, scale, e, m, bias, max_val, attrs_, allocate_output(context, spec));
+    const PlannedCall call = qonnx::float_quant_plan(x, scale, e, m, bias, max_val, attrs_);
+    call.run(allocate_output(context, float32_node_output(call.spec())));
   }
   qonnx::FloatQuantAttrs attrs_;
 };

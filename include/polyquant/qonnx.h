@@ -3,7 +3,8 @@
 //
 // Every function comes in two parts: `*_spec` validates the inputs and returns the shape and dtype
 // of the output (numpy broadcasting of all operands, so the output may be larger than X), and the
-// op itself fills a caller-allocated output of exactly that spec. Errors are polyquant::Error.
+// op itself fills a caller-allocated output of exactly that spec. `*_plan` does both steps with one
+// validation (polyquant/plan.h). Errors are polyquant::Error.
 //
 // Working precision. The reference evaluates each step in numpy 2's promoted dtype of that step's
 // operands: `X / scale` in promote(X, scale), `+ zeropt` in promote(that, zeropt), and so on
@@ -15,6 +16,7 @@
 #pragma once
 
 #include "polyquant/export.h"
+#include "polyquant/plan.h"
 #include "polyquant/rounding.h"
 #include "polyquant/tensor.h"
 
@@ -44,12 +46,16 @@ POLYQUANT_API TensorSpec int_quant_spec(const TensorView& x, const TensorView& s
 POLYQUANT_API void int_quant(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
                              const TensorView& bitwidth, const IntQuantAttrs& attrs,
                              const MutableTensorView& out);
+POLYQUANT_API PlannedCall int_quant_plan(const TensorView& x, const TensorView& scale,
+                                         const TensorView& zeropt, const TensorView& bitwidth,
+                                         const IntQuantAttrs& attrs);
 
 // ---------------------------------------------------------------------------------------------
 // BipolarQuant:  out = ((X >= 0) ? +1 : -1) * scale.   NaN -> -scale, -0.0 -> +scale.
 // Output dtype: promote(X, scale) (not forced to float32).
 POLYQUANT_API TensorSpec bipolar_quant_spec(const TensorView& x, const TensorView& scale);
 POLYQUANT_API void bipolar_quant(const TensorView& x, const TensorView& scale, const MutableTensorView& out);
+POLYQUANT_API PlannedCall bipolar_quant_plan(const TensorView& x, const TensorView& scale);
 
 // ---------------------------------------------------------------------------------------------
 // Trunc v1 (Brevitas <= 0.11 exports; opset 1 of the QONNX domain):
@@ -64,6 +70,9 @@ POLYQUANT_API TensorSpec trunc_spec(const TensorView& x, const TensorView& scale
 POLYQUANT_API void trunc(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
                          const TensorView& in_bitwidth, const TensorView& out_bitwidth,
                          RoundingMode rounding_mode, const MutableTensorView& out);
+POLYQUANT_API PlannedCall trunc_plan(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+                                     const TensorView& in_bitwidth, const TensorView& out_bitwidth,
+                                     RoundingMode rounding_mode);
 
 // Trunc v2 (Brevitas >= 0.12; opset 2 of the QONNX domain):
 //
@@ -85,6 +94,9 @@ POLYQUANT_API void trunc_v2(const TensorView& x, const TensorView& scale, const 
                             const TensorView& in_bitwidth, const TensorView& out_scale,
                             const TensorView& out_bitwidth, const TruncV2Attrs& attrs,
                             const MutableTensorView& out);
+POLYQUANT_API PlannedCall trunc_v2_plan(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+                                        const TensorView& in_bitwidth, const TensorView& out_scale,
+                                        const TensorView& out_bitwidth, const TruncV2Attrs& attrs);
 
 // ---------------------------------------------------------------------------------------------
 // FloatQuant (arbitrary signed minifloat with E exponent and m mantissa bits):
@@ -120,5 +132,10 @@ POLYQUANT_API void float_quant(const TensorView& x, const TensorView& scale,
                                const TensorView& exponent_bitwidth, const TensorView& mantissa_bitwidth,
                                const TensorView& exponent_bias, const TensorView& max_val,
                                const FloatQuantAttrs& attrs, const MutableTensorView& out);
+POLYQUANT_API PlannedCall float_quant_plan(const TensorView& x, const TensorView& scale,
+                                           const TensorView& exponent_bitwidth,
+                                           const TensorView& mantissa_bitwidth,
+                                           const TensorView& exponent_bias, const TensorView& max_val,
+                                           const FloatQuantAttrs& attrs);
 
 }  // namespace polyquant::qonnx

@@ -13,16 +13,12 @@ nb::object int_quant(const InArray& x, const InArray& scale, const InArray& zero
                      const qo::IntQuantAttrs& attrs, nb::object out, unsigned weak) {
   const pq::TensorView xv = view(x, "x", weak, 0), sv = view(scale, "scale", weak, 1), zv = view(zeropt, "zeropt", weak, 2),
                        bv = view(bitwidth, "bitwidth", weak, 3);
-  return run([&] { return qo::int_quant_spec(xv, sv, zv, bv, attrs); },
-             [&](const pq::MutableTensorView& o) { qo::int_quant(xv, sv, zv, bv, attrs, o); },
-             std::move(out));
+  return run(qo::int_quant_plan(xv, sv, zv, bv, attrs), std::move(out));
 }
 
 nb::object bipolar_quant(const InArray& x, const InArray& scale, nb::object out, unsigned weak) {
   const pq::TensorView xv = view(x, "x"), sv = view(scale, "scale", weak, 1);
-  return run([&] { return qo::bipolar_quant_spec(xv, sv); },
-             [&](const pq::MutableTensorView& o) { qo::bipolar_quant(xv, sv, o); },
-             std::move(out));
+  return run(qo::bipolar_quant_plan(xv, sv), std::move(out));
 }
 
 // Trunc v1 has no attribute struct in the core: its one attribute is the rounding mode.
@@ -30,9 +26,7 @@ nb::object trunc_v1(const InArray& x, const InArray& scale, const InArray& zerop
                     const InArray& out_bitwidth, pq::RoundingMode rounding_mode, nb::object out, unsigned weak) {
   const pq::TensorView xv = view(x, "x", weak, 0), sv = view(scale, "scale", weak, 1), zv = view(zeropt, "zeropt", weak, 2),
                        iv = view(in_bitwidth, "in_bitwidth", weak, 3), ov = view(out_bitwidth, "out_bitwidth", weak, 4);
-  return run([&] { return qo::trunc_spec(xv, sv, zv, iv, ov); },
-             [&](const pq::MutableTensorView& o) { qo::trunc(xv, sv, zv, iv, ov, rounding_mode, o); },
-             std::move(out));
+  return run(qo::trunc_plan(xv, sv, zv, iv, ov, rounding_mode), std::move(out));
 }
 
 nb::object trunc_v2(const InArray& x, const InArray& scale, const InArray& zeropt, const InArray& in_bitwidth,
@@ -41,9 +35,7 @@ nb::object trunc_v2(const InArray& x, const InArray& scale, const InArray& zerop
   const pq::TensorView xv = view(x, "x", weak, 0), sv = view(scale, "scale", weak, 1), zv = view(zeropt, "zeropt", weak, 2),
                        iv = view(in_bitwidth, "in_bitwidth", weak, 3), osv = view(out_scale, "out_scale", weak, 4),
                        ov = view(out_bitwidth, "out_bitwidth", weak, 5);
-  return run([&] { return qo::trunc_v2_spec(xv, sv, zv, iv, osv, ov); },
-             [&](const pq::MutableTensorView& o) { qo::trunc_v2(xv, sv, zv, iv, osv, ov, attrs, o); },
-             std::move(out));
+  return run(qo::trunc_v2_plan(xv, sv, zv, iv, osv, ov, attrs), std::move(out));
 }
 
 nb::object float_quant(const InArray& x, const InArray& scale, const InArray& exponent_bitwidth,
@@ -53,9 +45,7 @@ nb::object float_quant(const InArray& x, const InArray& scale, const InArray& ex
                        ev = view(exponent_bitwidth, "exponent_bitwidth", weak, 2),
                        mv = view(mantissa_bitwidth, "mantissa_bitwidth", weak, 3),
                        bv = view(exponent_bias, "exponent_bias", weak, 4), maxv = view(max_val, "max_val", weak, 5);
-  return run([&] { return qo::float_quant_spec(xv, sv, ev, mv, bv, maxv, attrs); },
-             [&](const pq::MutableTensorView& o) { qo::float_quant(xv, sv, ev, mv, bv, maxv, attrs, o); },
-             std::move(out));
+  return run(qo::float_quant_plan(xv, sv, ev, mv, bv, maxv, attrs), std::move(out));
 }
 
 }  // namespace

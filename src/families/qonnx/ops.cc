@@ -335,13 +335,19 @@ TensorSpec int_quant_spec(const TensorView& x, const TensorView& scale, const Te
   return setup_int_quant(x, scale, zeropt, bitwidth, attrs).spec;
 }
 
+PlannedCall int_quant_plan(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+                           const TensorView& bitwidth, const IntQuantAttrs& attrs) {
+  const IntQuantSetup s = setup_int_quant(x, scale, zeropt, bitwidth, attrs);
+  return PlannedCall(s.spec, [s, inputs = std::array<TensorView, 3>{x, scale, zeropt}](const MutableTensorView& out) {
+    detail::require_output(out, s.spec, "IntQuant");
+    const std::array<DType, 3> kd{s.work, s.work, s.work};
+    run(KernelOp::kIntQuant, detail::work_type_of(s.work), inputs, kd, s.work, out, &s.params);
+  });
+}
+
 void int_quant(const TensorView& x, const TensorView& scale, const TensorView& zeropt, const TensorView& bitwidth,
                const IntQuantAttrs& attrs, const MutableTensorView& out) {
-  const IntQuantSetup s = setup_int_quant(x, scale, zeropt, bitwidth, attrs);
-  detail::require_output(out, s.spec, "IntQuant");
-  const std::array<TensorView, 3> inputs{x, scale, zeropt};
-  const std::array<DType, 3> kd{s.work, s.work, s.work};
-  run(KernelOp::kIntQuant, detail::work_type_of(s.work), inputs, kd, s.work, out, &s.params);
+  int_quant_plan(x, scale, zeropt, bitwidth, attrs).run(out);
 }
 
 TensorSpec bipolar_quant_spec(const TensorView& x, const TensorView& scale) {
@@ -355,13 +361,18 @@ TensorSpec bipolar_quant_spec(const TensorView& x, const TensorView& scale) {
   return spec;
 }
 
-void bipolar_quant(const TensorView& x, const TensorView& scale, const MutableTensorView& out) {
+PlannedCall bipolar_quant_plan(const TensorView& x, const TensorView& scale) {
   const TensorSpec spec = bipolar_quant_spec(x, scale);
-  detail::require_output(out, spec, "BipolarQuant");
-  const std::array<TensorView, 2> inputs{x, scale};
-  const std::array<DType, 2> kd{spec.dtype, spec.dtype};
-  const detail::BipolarQuantParams params;
-  run(KernelOp::kBipolarQuant, detail::work_type_of(spec.dtype), inputs, kd, spec.dtype, out, &params);
+  return PlannedCall(spec, [spec, inputs = std::array<TensorView, 2>{x, scale}](const MutableTensorView& out) {
+    detail::require_output(out, spec, "BipolarQuant");
+    const std::array<DType, 2> kd{spec.dtype, spec.dtype};
+    const detail::BipolarQuantParams params;
+    run(KernelOp::kBipolarQuant, detail::work_type_of(spec.dtype), inputs, kd, spec.dtype, out, &params);
+  });
+}
+
+void bipolar_quant(const TensorView& x, const TensorView& scale, const MutableTensorView& out) {
+  bipolar_quant_plan(x, scale).run(out);
 }
 
 // ---- Trunc v1 ----------------------------------------------------------------------------------
@@ -623,23 +634,30 @@ TensorSpec trunc_spec(const TensorView& x, const TensorView& scale, const Tensor
   return trunc_v1_types(x, scale, zeropt, in_bitwidth, out_bitwidth).spec;
 }
 
+PlannedCall trunc_plan(const TensorView& x, const TensorView& scale, const TensorView& zeropt, const TensorView& in_bitwidth,
+                       const TensorView& out_bitwidth, RoundingMode rounding_mode) {
+  const TruncV1Types t = trunc_v1_types(x, scale, zeropt, in_bitwidth, out_bitwidth);
+  return PlannedCall(t.spec, [t, x, scale, zeropt, in_bitwidth, out_bitwidth, rounding_mode](const MutableTensorView& out) {
+    detail::require_output(out, t.spec, "Trunc");
+    const DType w = t.spec.dtype;
+    using detail::ParamValue;
+    const auto trunc_scale = detail::derivation<2>(
+        [&t](const ParamValue& ib, const ParamValue& ob) { return trunc_v1_scale(t, ib, ob); },
+        [&t](const detail::SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+          return trunc_v1_scale_dense(t, src, m, out, fix);
+        });
+    detail::FusedOperands ops;
+    const std::array<int, 4> kernel_operands{
+        ops.input(x, w), ops.input(scale, w), ops.input(zeropt, w),
+        ops.derive<2>({ops.source(in_bitwidth), ops.source(out_bitwidth)}, w, trunc_scale)};
+    const detail::TruncParams params{rounding_mode, detail::work_type_of(t.divide_dtype), detail::work_type_of(t.add_dtype)};
+    run_fused(KernelOp::kTruncV1, detail::work_type_of(w), ops, kernel_operands, w, out, &params);
+  });
+}
+
 void trunc(const TensorView& x, const TensorView& scale, const TensorView& zeropt, const TensorView& in_bitwidth,
            const TensorView& out_bitwidth, RoundingMode rounding_mode, const MutableTensorView& out) {
-  const TruncV1Types t = trunc_v1_types(x, scale, zeropt, in_bitwidth, out_bitwidth);
-  detail::require_output(out, t.spec, "Trunc");
-  const DType w = t.spec.dtype;
-  using detail::ParamValue;
-  const auto trunc_scale = detail::derivation<2>(
-      [&t](const ParamValue& ib, const ParamValue& ob) { return trunc_v1_scale(t, ib, ob); },
-      [&t](const detail::SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
-        return trunc_v1_scale_dense(t, src, m, out, fix);
-      });
-  detail::FusedOperands ops;
-  const std::array<int, 4> kernel_operands{
-      ops.input(x, w), ops.input(scale, w), ops.input(zeropt, w),
-      ops.derive<2>({ops.source(in_bitwidth), ops.source(out_bitwidth)}, w, trunc_scale)};
-  const detail::TruncParams params{rounding_mode, detail::work_type_of(t.divide_dtype), detail::work_type_of(t.add_dtype)};
-  run_fused(KernelOp::kTruncV1, detail::work_type_of(w), ops, kernel_operands, w, out, &params);
+  trunc_plan(x, scale, zeropt, in_bitwidth, out_bitwidth, rounding_mode).run(out);
 }
 
 TensorSpec trunc_v2_spec(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
@@ -647,17 +665,17 @@ TensorSpec trunc_v2_spec(const TensorView& x, const TensorView& scale, const Ten
   return trunc_v2_types(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth).spec;
 }
 
-void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& zeropt, const TensorView& in_bitwidth,
-              const TensorView& out_scale, const TensorView& out_bitwidth, const TruncV2Attrs& attrs,
-              const MutableTensorView& out) {
+PlannedCall trunc_v2_plan(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
+                          const TensorView& in_bitwidth, const TensorView& out_scale, const TensorView& out_bitwidth,
+                          const TruncV2Attrs& attrs) {
   const TruncV2Types t = trunc_v2_types(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth);
-  detail::require_output(out, t.spec, "Trunc");
   const DType w = t.spec.dtype;
   const DType bits_dtype = out_bitwidth.dtype;
   const bool is_signed = attrs.is_signed, narrow = attrs.narrow;
   using detail::ParamValue;
-  // The bounds are the only derivation that can fail: check every width before anything is written.
-  // (A float width fails only when not finite; an integer one by numpy's integer rules.)
+  // The bounds are the only derivation that can fail: check every width while planning, before
+  // anything is written. (A float width fails only when not finite; an integer one by numpy's
+  // integer rules.)
   const bool int_bits = detail::is_integer(bits_dtype);
   if (int_bits || !detail::all_finite_fast(out_bitwidth)) {
     detail::for_each_param(out_bitwidth, [&](const ParamValue& b) {
@@ -665,37 +683,46 @@ void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& ze
       for (const bool want_max : {false, true}) trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, want_max);
     }, /*finite_floats=*/true);
   }
-  using detail::SourceRun;
-  const auto trunc_scale = detail::derivation<2>(
-      [&t](const ParamValue& os, const ParamValue& sc) { return trunc_v2_scale(t, os, sc); },
-      [&t](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
-        return trunc_v2_scale_dense(t, src, m, out, fix);
-      });
-  const detail::WorkType zt_work = detail::work_type_of(t.zt_dtype);
-  const auto zeropt_over_trunc_scale = detail::derivation<2>(
-      [zt_work](const ParamValue& z, const ParamValue& ts) { return detail::divide_in(zt_work, z.f, ts.f); },
-      [zt_work](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
-        return trunc_v2_zt_dense(zt_work, src, m, out, fix);
-      });
-  auto bound = [=](bool want_max) {
-    return detail::derivation<1>(
-        [=](const ParamValue& b) { return trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, want_max); },
-        [=](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
-          return !int_bits && trunc_v2_bound_dense(w, bits_dtype, is_signed, narrow, want_max, src, m, out, fix);
+  return PlannedCall(t.spec, [=](const MutableTensorView& out) {
+    detail::require_output(out, t.spec, "Trunc");
+    using detail::SourceRun;
+    const auto trunc_scale = detail::derivation<2>(
+        [&t](const ParamValue& os, const ParamValue& sc) { return trunc_v2_scale(t, os, sc); },
+        [&t](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+          return trunc_v2_scale_dense(t, src, m, out, fix);
         });
-  };
-  const auto lo = bound(false), hi = bound(true);
-  detail::FusedOperands ops;
-  const int x_op = ops.input(x, w), scale_op = ops.input(scale, w), zeropt_op = ops.input(zeropt, w);
-  const int out_scale_op = ops.input(out_scale, w);
-  const int ts = ops.derive<2>({ops.source(out_scale), ops.source(scale)}, w, trunc_scale);
-  const int bits = ops.source(out_bitwidth);
-  const std::array<int, 8> kernel_operands{
-      x_op, scale_op, zeropt_op, ts, out_scale_op, ops.derive<1>({bits}, w, lo), ops.derive<1>({bits}, w, hi),
-      ops.derive<2>({ops.source(zeropt), ts}, w, zeropt_over_trunc_scale)};
-  const detail::TruncParams params{attrs.rounding_mode, detail::work_type_of(t.divide_dtype),
-                                   detail::work_type_of(t.add_dtype)};
-  run_fused(KernelOp::kTruncV2, detail::work_type_of(w), ops, kernel_operands, w, out, &params);
+    const detail::WorkType zt_work = detail::work_type_of(t.zt_dtype);
+    const auto zeropt_over_trunc_scale = detail::derivation<2>(
+        [zt_work](const ParamValue& z, const ParamValue& ts) { return detail::divide_in(zt_work, z.f, ts.f); },
+        [zt_work](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+          return trunc_v2_zt_dense(zt_work, src, m, out, fix);
+        });
+    auto bound = [=](bool want_max) {
+      return detail::derivation<1>(
+          [=](const ParamValue& b) { return trunc_v2_bound(w, bits_dtype, int_bits, b, is_signed, narrow, want_max); },
+          [=](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+            return !int_bits && trunc_v2_bound_dense(w, bits_dtype, is_signed, narrow, want_max, src, m, out, fix);
+          });
+    };
+    const auto lo = bound(false), hi = bound(true);
+    detail::FusedOperands ops;
+    const int x_op = ops.input(x, w), scale_op = ops.input(scale, w), zeropt_op = ops.input(zeropt, w);
+    const int out_scale_op = ops.input(out_scale, w);
+    const int ts = ops.derive<2>({ops.source(out_scale), ops.source(scale)}, w, trunc_scale);
+    const int bits = ops.source(out_bitwidth);
+    const std::array<int, 8> kernel_operands{
+        x_op, scale_op, zeropt_op, ts, out_scale_op, ops.derive<1>({bits}, w, lo), ops.derive<1>({bits}, w, hi),
+        ops.derive<2>({ops.source(zeropt), ts}, w, zeropt_over_trunc_scale)};
+    const detail::TruncParams params{attrs.rounding_mode, detail::work_type_of(t.divide_dtype),
+                                     detail::work_type_of(t.add_dtype)};
+    run_fused(KernelOp::kTruncV2, detail::work_type_of(w), ops, kernel_operands, w, out, &params);
+  });
+}
+
+void trunc_v2(const TensorView& x, const TensorView& scale, const TensorView& zeropt, const TensorView& in_bitwidth,
+              const TensorView& out_scale, const TensorView& out_bitwidth, const TruncV2Attrs& attrs,
+              const MutableTensorView& out) {
+  trunc_v2_plan(x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth, attrs).run(out);
 }
 
 // ---- FloatQuant --------------------------------------------------------------------------------
@@ -705,38 +732,47 @@ TensorSpec float_quant_spec(const TensorView& x, const TensorView& scale, const 
   return setup_float_quant(x, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias, max_val, attrs, false).spec;
 }
 
+PlannedCall float_quant_plan(const TensorView& x, const TensorView& scale, const TensorView& exponent_bitwidth,
+                             const TensorView& mantissa_bitwidth, const TensorView& exponent_bias,
+                             const TensorView& max_val, const FloatQuantAttrs& attrs) {
+  const FloatQuantSetup s =
+      setup_float_quant(x, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias, max_val, attrs);
+  return PlannedCall(s.spec, [s, x, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias,
+                              max_val](const MutableTensorView& out) {
+    detail::require_output(out, s.spec, "FloatQuant");
+    const DType w = s.work;
+    using detail::ParamValue;
+    using detail::SourceRun;
+    const auto min_exp = detail::derivation<2>(
+        [&s](const ParamValue& bias, const ParamValue& m) { return float_quant_min_exp(s.min_dtype, bias.f, m.f); },
+        [&s](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+          return float_quant_min_exp_dense(s.min_dtype, src, m, out, fix);
+        });
+    const auto max_value = detail::derivation<3>(
+        [&s](const ParamValue& e, const ParamValue& bias, const ParamValue& mv) {
+          return float_quant_max_value(s.exp_dtype, s.max_mantissa, e.f, bias.f, mv.f);
+        },
+        [&s](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
+          return float_quant_max_value_dense(s.exp_dtype, s.max_mantissa, src, m, out, fix);
+        });
+    detail::FusedOperands ops;
+    const int bias = ops.source(exponent_bias);
+    const std::array<int, 4> kernel_operands{
+        ops.input(x, w), ops.input(scale, w), ops.derive<2>({bias, ops.source(mantissa_bitwidth)}, w, min_exp),
+        ops.derive<3>({ops.source(exponent_bitwidth), bias, ops.source(max_val)}, DType::kFloat64, max_value)};
+    // A float32 out (the ONNX node) is written directly as float32(c * s); any other dtype gets the
+    // function's float64 value, rounded once by the engine when out is float16.
+    detail::FloatQuantParams params = s.params;
+    params.double_output = out.dtype != DType::kFloat32;
+    run_fused(KernelOp::kFloatQuant, detail::work_type_of(w), ops, kernel_operands,
+              params.double_output ? DType::kFloat64 : DType::kFloat32, out, &params, &float_quant_row_params);
+  });
+}
+
 void float_quant(const TensorView& x, const TensorView& scale, const TensorView& exponent_bitwidth,
                  const TensorView& mantissa_bitwidth, const TensorView& exponent_bias, const TensorView& max_val,
                  const FloatQuantAttrs& attrs, const MutableTensorView& out) {
-  const FloatQuantSetup s =
-      setup_float_quant(x, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias, max_val, attrs);
-  detail::require_output(out, s.spec, "FloatQuant");
-  const DType w = s.work;
-  using detail::ParamValue;
-  using detail::SourceRun;
-  const auto min_exp = detail::derivation<2>(
-      [&s](const ParamValue& bias, const ParamValue& m) { return float_quant_min_exp(s.min_dtype, bias.f, m.f); },
-      [&s](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
-        return float_quant_min_exp_dense(s.min_dtype, src, m, out, fix);
-      });
-  const auto max_value = detail::derivation<3>(
-      [&s](const ParamValue& e, const ParamValue& bias, const ParamValue& mv) {
-        return float_quant_max_value(s.exp_dtype, s.max_mantissa, e.f, bias.f, mv.f);
-      },
-      [&s](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
-        return float_quant_max_value_dense(s.exp_dtype, s.max_mantissa, src, m, out, fix);
-      });
-  detail::FusedOperands ops;
-  const int bias = ops.source(exponent_bias);
-  const std::array<int, 4> kernel_operands{
-      ops.input(x, w), ops.input(scale, w), ops.derive<2>({bias, ops.source(mantissa_bitwidth)}, w, min_exp),
-      ops.derive<3>({ops.source(exponent_bitwidth), bias, ops.source(max_val)}, DType::kFloat64, max_value)};
-  // A float32 out (the ONNX node) is written directly as float32(c * s); any other dtype gets the
-  // function's float64 value, rounded once by the engine when out is float16.
-  detail::FloatQuantParams params = s.params;
-  params.double_output = out.dtype != DType::kFloat32;
-  run_fused(KernelOp::kFloatQuant, detail::work_type_of(w), ops, kernel_operands,
-            params.double_output ? DType::kFloat64 : DType::kFloat32, out, &params, &float_quant_row_params);
+  float_quant_plan(x, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias, max_val, attrs).run(out);
 }
 
 }  // namespace polyquant::qonnx

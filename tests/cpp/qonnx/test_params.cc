@@ -5,7 +5,10 @@
 // qonnx 1.0.0's own functions (numpy 2.4) and are written as hex floats.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "qonnx_call.h"
@@ -203,6 +206,62 @@ TEST(DerivedParams, PerElementEqualsPerTensor) {
     }
   }
   set_kernel_set(info.isa);
+}
+
+
+// Planned calls (the *_plan functions, what the bindings and the ORT library use): each plan's spec
+// is its *_spec result, and running it writes what the op writes, bit for bit, again and on
+// another thread; an output of another shape is rejected as the op rejects it.
+TEST(QonnxPlans, PlannedCallsEqualTheOps) {
+  const Dims shape{3, 4, 5};
+  const std::int64_t n = shape.numel();
+  const std::vector<float> x = test::mixed_values(static_cast<std::size_t>(n), 90, 0.5f);
+  const std::vector<float> s = {0.5f, 0.25f, 3.0f, 0.1f};
+  const float z = 0.5f, bits = 4.0f, in_bits = 8.0f, out_scale = 2.0f, e = 4.0f, m = 3.0f, bias = 7.0f, mx = 448.0f;
+  const TensorView xv(x.data(), DType::kFloat32, shape), sv(s.data(), DType::kFloat32, Dims{4, 1});
+  const TensorView zv(&z, DType::kFloat32, Dims{}), bv(&bits, DType::kFloat32, Dims{}), iv(&in_bits, DType::kFloat32, Dims{}),
+      osv(&out_scale, DType::kFloat32, Dims{}), ev(&e, DType::kFloat32, Dims{}), mv(&m, DType::kFloat32, Dims{}),
+      biasv(&bias, DType::kFloat32, Dims{}), maxv(&mx, DType::kFloat32, Dims{});
+  struct Case {
+    const char* name;
+    TensorSpec spec;
+    PlannedCall plan;
+    std::function<void(const MutableTensorView&)> op;
+  };
+  const qonnx::IntQuantAttrs ia{true, false, RoundingMode::kHalfEven};
+  const qonnx::TruncV2Attrs ta;
+  const qonnx::FloatQuantAttrs fa;
+  const Case cases[] = {
+      {"IntQuant", qonnx::int_quant_spec(xv, sv, zv, bv, ia), qonnx::int_quant_plan(xv, sv, zv, bv, ia),
+       [&](const MutableTensorView& o) { qonnx::int_quant(xv, sv, zv, bv, ia, o); }},
+      {"BipolarQuant", qonnx::bipolar_quant_spec(xv, sv), qonnx::bipolar_quant_plan(xv, sv),
+       [&](const MutableTensorView& o) { qonnx::bipolar_quant(xv, sv, o); }},
+      {"Trunc", qonnx::trunc_spec(xv, sv, zv, iv, bv), qonnx::trunc_plan(xv, sv, zv, iv, bv, RoundingMode::kFloor),
+       [&](const MutableTensorView& o) { qonnx::trunc(xv, sv, zv, iv, bv, RoundingMode::kFloor, o); }},
+      {"Trunc v2", qonnx::trunc_v2_spec(xv, sv, zv, iv, osv, bv), qonnx::trunc_v2_plan(xv, sv, zv, iv, osv, bv, ta),
+       [&](const MutableTensorView& o) { qonnx::trunc_v2(xv, sv, zv, iv, osv, bv, ta, o); }},
+      {"FloatQuant", qonnx::float_quant_spec(xv, sv, ev, mv, biasv, maxv, fa),
+       qonnx::float_quant_plan(xv, sv, ev, mv, biasv, maxv, fa),
+       [&](const MutableTensorView& o) { qonnx::float_quant(xv, sv, ev, mv, biasv, maxv, fa, o); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_EQ(c.plan.spec().dtype, c.spec.dtype);
+    ASSERT_TRUE(c.plan.spec().shape == c.spec.shape);
+    // float32, or FloatQuant's float64 (the function's value): compared byte for byte.
+    const std::size_t bytes = static_cast<std::size_t>(n) * (c.spec.dtype == DType::kFloat64 ? 8 : 4);
+    std::vector<unsigned char> want(bytes), got(bytes);
+    c.op(MutableTensorView(want.data(), c.spec.dtype, c.spec.shape));
+    for (int run = 0; run < 2; ++run) {
+      std::fill(got.begin(), got.end(), 0xA5);
+      const MutableTensorView o(got.data(), c.spec.dtype, c.spec.shape);
+      if (run == 0) c.plan.run(o);
+      else std::thread([&] { c.plan.run(o); }).join();
+      EXPECT_EQ(got, want) << "run " << run;
+    }
+    test::expect_error([&] { c.plan.run(MutableTensorView(got.data(), c.spec.dtype, Dims{n})); }, ErrorKind::kValue,
+                       "out");
+  }
 }
 
 }  // namespace
