@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "polyquant/export.h"
+#include "polyquant/plan.h"
 #include "polyquant/tensor.h"
 
 namespace polyquant::qkeras {
@@ -125,10 +126,22 @@ POLYQUANT_API Dims quantized_bits_scale_shape(const TensorView& x, const Quantiz
 POLYQUANT_API void quantized_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
                                   const Settings& settings, const Training& training, const MutableTensorView& out,
                                   const MutableTensorView* scale_out = nullptr, SearchInfo* info = nullptr);
+// Validates once and returns the plan: its spec() is quantized_bits_spec's result, its run(out) is
+// quantized_bits (the scale search, which reads x, runs in run()). The plan keeps `scale_out` and
+// `info` as pointers and writes through them each time it runs, reading *scale_out then (so a
+// caller may size the scale after planning, from quantized_bits_scale_shape): both must outlive
+// the runs.
+POLYQUANT_API PlannedCall quantized_bits_plan(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
+                                              const Settings& settings, const Training& training,
+                                              const MutableTensorView* scale_out = nullptr, SearchInfo* info = nullptr);
 // d out / d x as QKeras' graph defines it: 1 (use_ste), 1 - q (use_ste=False).
 POLYQUANT_API void quantized_bits_gradient(const TensorView& x, const TensorView& alpha,
                                            const QuantizedBitsAttrs& attrs, const Settings& settings,
                                            const MutableTensorView& out);
+// Validates once and returns the plan: its spec() is quantized_bits_spec's result, its run(out) is
+// quantized_bits_gradient.
+POLYQUANT_API PlannedCall quantized_bits_gradient_plan(const TensorView& x, const TensorView& alpha,
+                                                       const QuantizedBitsAttrs& attrs, const Settings& settings);
 
 // ---------------------------------------------------------------------------------------------
 // quantized_relu(bits, integer, use_sigmoid, negative_slope, use_stochastic_rounding,
@@ -157,10 +170,15 @@ struct QuantizedReluAttrs {
 POLYQUANT_API TensorSpec quantized_relu_spec(const TensorView& x, const QuantizedReluAttrs& attrs);
 POLYQUANT_API void quantized_relu(const TensorView& x, const QuantizedReluAttrs& attrs, const Training& training,
                                   const MutableTensorView& out);
+// Validates once and returns the plan: its spec() is quantized_relu_spec's result, its run(out) is quantized_relu.
+POLYQUANT_API PlannedCall quantized_relu_plan(const TensorView& x, const QuantizedReluAttrs& attrs, const Training& training);
 // d out / d x: d x_u / d x (1 above 0, ns or 0 at and below 0, 0 above the cap), times 1 - q
 // without use_ste.
 POLYQUANT_API void quantized_relu_gradient(const TensorView& x, const QuantizedReluAttrs& attrs,
                                            const MutableTensorView& out);
+// Validates once and returns the plan: its spec() is quantized_relu_spec's result, its run(out) is
+// quantized_relu_gradient.
+POLYQUANT_API PlannedCall quantized_relu_gradient_plan(const TensorView& x, const QuantizedReluAttrs& attrs);
 
 // ---------------------------------------------------------------------------------------------
 // quantized_linear(bits, integer, symmetric, keep_negative, alpha, use_stochastic_rounding,
@@ -197,10 +215,22 @@ POLYQUANT_API Dims quantized_linear_scale_shape(const TensorView& x, const Tenso
 POLYQUANT_API void quantized_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
                                     const Settings& settings, const Training& training, const MutableTensorView& out,
                                     const MutableTensorView* quantization_scale_out = nullptr, SearchInfo* info = nullptr);
+// Validates once and returns the plan: its spec() is quantized_linear_spec's result, its run(out)
+// is quantized_linear (the scale, from alpha or the search over x, is found in run()).
+// `quantization_scale_out` and `info` are kept as pointers, as quantized_bits_plan keeps its own.
+POLYQUANT_API PlannedCall quantized_linear_plan(const TensorView& x, const TensorView& alpha,
+                                                const QuantizedLinearAttrs& attrs, const Settings& settings,
+                                                const Training& training,
+                                                const MutableTensorView* quantization_scale_out = nullptr,
+                                                SearchInfo* info = nullptr);
 // d out / d x = (1 - q) + q [clip_min <= x / s <= clip_max] (bounds inclusive).
 POLYQUANT_API void quantized_linear_gradient(const TensorView& x, const TensorView& alpha,
                                              const QuantizedLinearAttrs& attrs, const Settings& settings,
                                              const MutableTensorView& out);
+// Validates once and returns the plan: its spec() is quantized_linear_spec's result, its run(out)
+// is quantized_linear_gradient.
+POLYQUANT_API PlannedCall quantized_linear_gradient_plan(const TensorView& x, const TensorView& alpha,
+                                                         const QuantizedLinearAttrs& attrs, const Settings& settings);
 
 // Float32 helpers QKeras derives its constants with (exposed for bindings and tests).
 // 2^e as tf.pow(2.0, e) computes it in float32.

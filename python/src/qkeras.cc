@@ -42,16 +42,13 @@ nb::tuple quantized_bits(const InArray& x, nb::object alpha, const qk::Quantized
   qk::SearchInfo search;
   nb::object scale = nb::none();
   pq::MutableTensorView scale_view;
-  if (report_scale) {
-    qk::quantized_bits_spec(xv, av, a, settings);  // validate before sizing the scale
-    std::tie(scale, scale_view) = scale_array(qk::quantized_bits_scale_shape(xv, a, settings));
-  }
-  nb::object result = run([&] { return qk::quantized_bits_spec(xv, av, a, settings); },
-                          [&](const pq::MutableTensorView& o) {
-                            if (gradient) qk::quantized_bits_gradient(xv, av, a, settings, o);
-                            else qk::quantized_bits(xv, av, a, settings, training, o, report_scale ? &scale_view : nullptr, &search);
-                          },
-                          std::move(out));
+  // Planned (validated) once; the plan writes the scale through &scale_view when it runs, so the
+  // scale is sized here, after validation.
+  const pq::PlannedCall call =
+      gradient ? qk::quantized_bits_gradient_plan(xv, av, a, settings)
+               : qk::quantized_bits_plan(xv, av, a, settings, training, report_scale ? &scale_view : nullptr, &search);
+  if (report_scale) std::tie(scale, scale_view) = scale_array(qk::quantized_bits_scale_shape(xv, a, settings));
+  nb::object result = run(call, std::move(out));
   report_search(search, std::move(info));
   return nb::make_tuple(result, scale);
 }
@@ -59,12 +56,7 @@ nb::tuple quantized_bits(const InArray& x, nb::object alpha, const qk::Quantized
 nb::object quantized_relu(const InArray& x, const qk::QuantizedReluAttrs& a, const qk::Training& training, bool gradient,
                           nb::object out) {
   const pq::TensorView xv = view(x, "x");
-  return run([&] { return qk::quantized_relu_spec(xv, a); },
-             [&](const pq::MutableTensorView& o) {
-               if (gradient) qk::quantized_relu_gradient(xv, a, o);
-               else qk::quantized_relu(xv, a, training, o);
-             },
-             std::move(out));
+  return run(gradient ? qk::quantized_relu_gradient_plan(xv, a) : qk::quantized_relu_plan(xv, a, training), std::move(out));
 }
 
 nb::tuple quantized_linear(const InArray& x, nb::object alpha, const qk::QuantizedLinearAttrs& a, const qk::Settings& settings,
@@ -79,16 +71,11 @@ nb::tuple quantized_linear(const InArray& x, nb::object alpha, const qk::Quantiz
   }
   nb::object scale = nb::none();
   pq::MutableTensorView scale_view;
-  if (!gradient) {
-    qk::quantized_linear_spec(xv, av, a, settings);
-    std::tie(scale, scale_view) = scale_array(qk::quantized_linear_scale_shape(xv, av, a, settings));
-  }
-  nb::object result = run([&] { return qk::quantized_linear_spec(xv, av, a, settings); },
-                          [&](const pq::MutableTensorView& o) {
-                            if (gradient) qk::quantized_linear_gradient(xv, av, a, settings, o);
-                            else qk::quantized_linear(xv, av, a, settings, training, o, &scale_view, &search);
-                          },
-                          std::move(out));
+  // As quantized_bits: planned once, the scale sized after validation and written when the plan runs.
+  const pq::PlannedCall call = gradient ? qk::quantized_linear_gradient_plan(xv, av, a, settings)
+                                        : qk::quantized_linear_plan(xv, av, a, settings, training, &scale_view, &search);
+  if (!gradient) std::tie(scale, scale_view) = scale_array(qk::quantized_linear_scale_shape(xv, av, a, settings));
+  nb::object result = run(call, std::move(out));
   report_search(search, std::move(info));
   return nb::make_tuple(result, scale);
 }

@@ -33,9 +33,10 @@ BitsConstants bits_constants(const QuantizedBitsAttrs& a) {
           a.alpha == Alpha::kAuto || a.alpha == Alpha::kAutoPo2};
 }
 
-void validate_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& a) {
+// Validates the call's attributes and x (not the settings nor the search's axes) and returns QKeras' constants.
+BitsConstants validate_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& a) {
   require_x(x);
-  bits_constants(a);
+  const BitsConstants c = bits_constants(a);
   require_finite(a.qnoise.factor, "qnoise_factor");
   require_well_formed(a.scale_axis);
   require_well_formed(a.elements_per_scale);
@@ -59,6 +60,7 @@ void validate_bits(const TensorView& x, const TensorView& alpha, const Quantized
   if ((a.alpha == Alpha::kValue || a.frozen_scale) && alpha.numel() > 0 && alpha.data == nullptr) {
     value_error(a.frozen_scale ? "post_training_scale: tensor has no data" : "alpha: tensor has no data");
   }
+  return c;
 }
 
 LsLayout bits_ls_layout(const Dims& shape, const QuantizedBitsAttrs& a, const Settings& settings) {
@@ -188,47 +190,41 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
   }
   return s;
 }
-}  // namespace
 
-TensorSpec quantized_bits_spec(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
-                               const Settings& settings) {
-  validate_bits(x, alpha, attrs);
+// A validated quantized_bits call: its output, QKeras' constants and the quantizing kernel's
+// parameters (fixed point: all of them; auto / auto_po2: all but the scale's, which the search
+// finds when the call runs).
+struct BitsPlan {
+  TensorSpec spec;
+  BitsConstants c;
+  detail::QkBitsParams fixed;          // alpha None or a value
+  detail::QkBitsAutoParams automatic;  // alpha "auto" / "auto_po2"
+};
+
+BitsPlan plan_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs, const Settings& settings,
+                   const Training& training) {
+  BitsPlan plan;
+  plan.c = validate_bits(x, alpha, attrs);
   require_settings(settings);
-  if ((attrs.alpha == Alpha::kAuto || attrs.alpha == Alpha::kAutoPo2) && !attrs.frozen_scale) {
+  if (plan.c.auto_alpha && !attrs.frozen_scale) {
     // The axes of the search (each throws naming scale_axis / elements_per_scale).
     bits_max_keep(x.shape, attrs, settings);
     if (attrs.alpha == Alpha::kAutoPo2) bits_ls_layout(x.shape, attrs, settings);
   }
-  TensorSpec spec;
-  spec.dtype = DType::kFloat32;
-  spec.shape = x.shape;
+  plan.spec.dtype = DType::kFloat32;
+  plan.spec.shape = x.shape;
   if (attrs.alpha == Alpha::kValue) {
     const std::array<Dims, 2> shapes{x.shape, alpha.shape};
     static constexpr const char* kNames[] = {"x", "alpha"};
-    spec.shape = broadcast_shapes(shapes, "quantized_bits", kNames);
+    plan.spec.shape = broadcast_shapes(shapes, "quantized_bits", kNames);
   } else if (attrs.frozen_scale) {
     const std::array<Dims, 2> shapes{x.shape, alpha.shape};
     static constexpr const char* kNames[] = {"x", "post_training_scale"};
-    spec.shape = broadcast_shapes(shapes, "quantized_bits", kNames);
+    plan.spec.shape = broadcast_shapes(shapes, "quantized_bits", kNames);
   }
-  return spec;
-}
-
-Dims quantized_bits_scale_shape(const TensorView& x, const QuantizedBitsAttrs& attrs, const Settings& settings) {
-  if (x.shape.rank == 0) return Dims{};
-  // Rank 1: one max-based scale for the vector; auto_po2's least squares then give one per element.
-  if (x.shape.rank == 1) return attrs.alpha == Alpha::kAutoPo2 ? x.shape : Dims{1};
-  return kept_shape(x.shape, kept_dims(attrs.scale_axis, x.shape.rank, settings));
-}
-
-void quantized_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs, const Settings& settings,
-                    const Training& training, const MutableTensorView& out, const MutableTensorView* scale_out, SearchInfo* info) {
-  SearchInfo search;
-  const TensorSpec spec = quantized_bits_spec(x, alpha, attrs, settings);
-  detail::require_output(out, spec, "quantized_bits");
-  const BitsConstants c = bits_constants(attrs);
+  const BitsConstants& c = plan.c;
   if (!c.auto_alpha) {
-    detail::QkBitsParams p;
+    detail::QkBitsParams& p = plan.fixed;
     p.keep_negative = attrs.keep_negative;
     p.binary = attrs.bits - (attrs.keep_negative ? 1.0 : 0.0) <= 0;
     p.m = c.m;
@@ -243,21 +239,34 @@ void quantized_bits(const TensorView& x, const TensorView& alpha, const Quantize
     }
     p.blend = make_blend(attrs.qnoise, attrs.use_ste);
     p.stochastic = make_stochastic(attrs.use_stochastic_rounding, training, 1.0f);
+  } else {
+    detail::QkBitsAutoParams& p = plan.automatic;
+    p.m = c.m;
+    p.m_i = c.m_i;
+    p.inv_m = detail::exact_reciprocal(c.m);
+    p.inv_m_i = detail::exact_reciprocal(c.m_i);
+    p.half_levels = static_cast<float>(std::pow(2.0, attrs.bits - 1.0) - 1.0);
+    p.blend = make_blend(attrs.qnoise, attrs.use_ste);
+  }
+  return plan;
+}
+
+// The call `plan` validated: the scale search (auto / auto_po2, reading x), then the quantizing pass.
+void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
+              const Settings& settings, const MutableTensorView& out, const MutableTensorView* scale_out, SearchInfo* info) {
+  SearchInfo search;
+  detail::require_output(out, plan.spec, "quantized_bits");
+  const BitsConstants& c = plan.c;
+  if (!c.auto_alpha) {
     const float one = 1.0f;
     const TensorView scale = attrs.alpha == Alpha::kValue ? alpha : TensorView(&one, DType::kFloat32, Dims{});
     const std::array<TensorView, 2> inputs{x, scale};
-    run_kernel(KernelOp::kQkBits, inputs.data(), 2, out, &p);
+    run_kernel(KernelOp::kQkBits, inputs.data(), 2, out, &plan.fixed);
     if (info != nullptr) *info = search;
     return;
   }
   const ContiguousF32 xf = contiguous_f32(x);
-  detail::QkBitsAutoParams p;
-  p.m = c.m;
-  p.m_i = c.m_i;
-  p.inv_m = detail::exact_reciprocal(c.m);
-  p.inv_m_i = detail::exact_reciprocal(c.m_i);
-  p.half_levels = static_cast<float>(std::pow(2.0, attrs.bits - 1.0) - 1.0);
-  p.blend = make_blend(attrs.qnoise, attrs.use_ste);
+  detail::QkBitsAutoParams p = plan.automatic;
   bool output_written = false;
   const ScaleArray s = bits_auto_scale(xf.data, x.shape, alpha, attrs, c, settings, search, p,
                                        speculative_output(out, x.shape, xf.data), output_written);
@@ -274,17 +283,65 @@ void quantized_bits(const TensorView& x, const TensorView& alpha, const Quantize
   }
 }
 
-void quantized_bits_gradient(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
-                             const Settings& settings, const MutableTensorView& out) {
-  const TensorSpec spec = quantized_bits_spec(x, alpha, attrs, settings);
-  detail::require_output(out, spec, "quantized_bits gradient");
+// The gradient's kernel parameters (d out / d x: 1 or 1 - q).
+detail::QkBitsParams bits_gradient_params(const QuantizedBitsAttrs& attrs) {
   detail::QkBitsParams p;
   p.gradient = true;
   p.blend = make_blend(attrs.qnoise, attrs.use_ste);
+  return p;
+}
+
+// `alpha_value`: alpha is the alpha tensor (Alpha::kValue), else the scale is 1.
+void run_bits_gradient(const TensorSpec& spec, const detail::QkBitsParams& p, const TensorView& x, const TensorView& alpha,
+                       bool alpha_value, const MutableTensorView& out) {
+  detail::require_output(out, spec, "quantized_bits gradient");
   const float one = 1.0f;
-  const TensorView scale = attrs.alpha == Alpha::kValue ? alpha : TensorView(&one, DType::kFloat32, Dims{});
+  const TensorView scale = alpha_value ? alpha : TensorView(&one, DType::kFloat32, Dims{});
   const std::array<TensorView, 2> inputs{x, scale};
   run_kernel(KernelOp::kQkBits, inputs.data(), 2, out, &p);
+}
+}  // namespace
+
+TensorSpec quantized_bits_spec(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
+                               const Settings& settings) {
+  return plan_bits(x, alpha, attrs, settings, Training{}).spec;
+}
+
+Dims quantized_bits_scale_shape(const TensorView& x, const QuantizedBitsAttrs& attrs, const Settings& settings) {
+  if (x.shape.rank == 0) return Dims{};
+  // Rank 1: one max-based scale for the vector; auto_po2's least squares then give one per element.
+  if (x.shape.rank == 1) return attrs.alpha == Alpha::kAutoPo2 ? x.shape : Dims{1};
+  return kept_shape(x.shape, kept_dims(attrs.scale_axis, x.shape.rank, settings));
+}
+
+void quantized_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs, const Settings& settings,
+                    const Training& training, const MutableTensorView& out, const MutableTensorView* scale_out, SearchInfo* info) {
+  run_bits(plan_bits(x, alpha, attrs, settings, training), x, alpha, attrs, settings, out, scale_out, info);
+}
+
+PlannedCall quantized_bits_plan(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
+                                const Settings& settings, const Training& training, const MutableTensorView* scale_out,
+                                SearchInfo* info) {
+  BitsPlan plan = plan_bits(x, alpha, attrs, settings, training);
+  TensorSpec spec = plan.spec;
+  return PlannedCall(std::move(spec), [plan = std::move(plan), x, alpha, attrs, settings, scale_out, info](const MutableTensorView& out) {
+    run_bits(plan, x, alpha, attrs, settings, out, scale_out, info);
+  });
+}
+
+void quantized_bits_gradient(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
+                             const Settings& settings, const MutableTensorView& out) {
+  const TensorSpec spec = quantized_bits_spec(x, alpha, attrs, settings);
+  run_bits_gradient(spec, bits_gradient_params(attrs), x, alpha, attrs.alpha == Alpha::kValue, out);
+}
+
+PlannedCall quantized_bits_gradient_plan(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
+                                         const Settings& settings) {
+  TensorSpec spec = quantized_bits_spec(x, alpha, attrs, settings);
+  const bool alpha_value = attrs.alpha == Alpha::kValue;
+  return PlannedCall(spec, [spec, p = bits_gradient_params(attrs), x, alpha, alpha_value](const MutableTensorView& out) {
+    run_bits_gradient(spec, p, x, alpha, alpha_value, out);
+  });
 }
 
 }  // namespace polyquant::qkeras

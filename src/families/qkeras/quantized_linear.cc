@@ -141,24 +141,94 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
   }
   return s;
 }
-}  // namespace
 
-TensorSpec quantized_linear_spec(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
-                                 const Settings& settings) {
+// A validated quantized_linear call: its output, QKeras' constants and the kernel's parameters
+// (all but the scale's, which the call finds when it runs: from alpha, or by the search over x).
+struct LinearPlan {
+  TensorSpec spec;
+  LinearConstants c;
+  detail::QkLinearParams params;
+};
+
+LinearPlan plan_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs, const Settings& settings) {
   require_x(x);
-  linear_constants(attrs);
+  LinearPlan plan{TensorSpec{DType::kFloat32, x.shape}, linear_constants(attrs), {}};
   require_finite(attrs.qnoise.factor, "qnoise_factor");
   require_well_formed(attrs.scale_axis);
   require_settings(settings);
   if (attrs.alpha == Alpha::kAuto || attrs.alpha == Alpha::kAutoPo2) linear_keep(x.shape, attrs, settings);
-  TensorSpec spec{DType::kFloat32, x.shape};
   if (attrs.alpha == Alpha::kValue) {
     if (alpha.numel() > 0 && alpha.data == nullptr) value_error("alpha: tensor has no data");
     const std::array<Dims, 2> shapes{x.shape, alpha.shape};
     static constexpr const char* kNames[] = {"x", "alpha"};
-    spec.shape = broadcast_shapes(shapes, "quantized_linear", kNames);
+    plan.spec.shape = broadcast_shapes(shapes, "quantized_linear", kNames);
   }
-  return spec;
+  return plan;
+}
+
+// The quantizer's plan: the quantizing kernel's parameters, stochastic rounding as `training` says.
+LinearPlan plan_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs, const Settings& settings,
+                       const Training& training) {
+  LinearPlan plan = plan_linear(x, alpha, attrs, settings);
+  detail::QkLinearParams& p = plan.params;
+  p.clip_min = plan.c.clip_min;
+  p.clip_max = plan.c.clip_max;
+  p.shift = plan.c.shift;
+  p.blend = make_blend(attrs.qnoise, true);
+  p.stochastic = make_stochastic(attrs.use_stochastic_rounding, training, 1.0f);
+  return plan;
+}
+
+// The gradient's plan: the kernel in gradient mode (its search, if any, outside training).
+LinearPlan plan_linear_gradient(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
+                                const Settings& settings) {
+  LinearPlan plan = plan_linear(x, alpha, attrs, settings);
+  detail::QkLinearParams& p = plan.params;
+  p.clip_min = plan.c.clip_min;
+  p.clip_max = plan.c.clip_max;
+  p.gradient = true;
+  p.blend = make_blend(attrs.qnoise, true);
+  return plan;
+}
+
+// The call `plan` validated: the scale (the search reads x), then the quantizing pass.
+void run_linear(const LinearPlan& plan, const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
+                const Settings& settings, const Training& training, const MutableTensorView& out,
+                const MutableTensorView* quantization_scale_out, SearchInfo* info) {
+  detail::require_output(out, plan.spec, "quantized_linear");
+  const LinearConstants& c = plan.c;
+  ContiguousF32 xf;
+  if (c.auto_alpha) xf = contiguous_f32(x);
+  SearchInfo search;
+  detail::QkLinearParams p = plan.params;
+  bool output_written = false;
+  const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, training, search, &p,
+                                    c.auto_alpha ? speculative_output(out, x.shape, xf.data) : nullptr, &output_written);
+  if (info != nullptr) *info = search;
+  if (!output_written) {
+    p.pow2_scales = exact_reciprocals(s);
+    const std::array<TensorView, 2> inputs{c.auto_alpha ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
+    run_kernel(KernelOp::kQkLinear, inputs.data(), 2, out, &p);
+  }
+  if (quantization_scale_out != nullptr) copy_scale_into(s, *quantization_scale_out, "quantized_linear quantization_scale");
+}
+
+void run_linear_gradient(const LinearPlan& plan, const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
+                         const Settings& settings, const MutableTensorView& out) {
+  detail::require_output(out, plan.spec, "quantized_linear gradient");
+  const LinearConstants& c = plan.c;
+  ContiguousF32 xf;
+  if (c.auto_alpha) xf = contiguous_f32(x);
+  SearchInfo search;
+  const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, Training{}, search);
+  const std::array<TensorView, 2> inputs{c.auto_alpha ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
+  run_kernel(KernelOp::kQkLinear, inputs.data(), 2, out, &plan.params);
+}
+}  // namespace
+
+TensorSpec quantized_linear_spec(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
+                                 const Settings& settings) {
+  return plan_linear(x, alpha, attrs, settings).spec;
 }
 
 Dims quantized_linear_scale_shape(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
@@ -172,46 +242,33 @@ Dims quantized_linear_scale_shape(const TensorView& x, const TensorView& alpha, 
 void quantized_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs, const Settings& settings,
                       const Training& training, const MutableTensorView& out, const MutableTensorView* quantization_scale_out,
                       SearchInfo* info) {
-  const TensorSpec spec = quantized_linear_spec(x, alpha, attrs, settings);
-  detail::require_output(out, spec, "quantized_linear");
-  const LinearConstants c = linear_constants(attrs);
-  ContiguousF32 xf;
-  if (c.auto_alpha) xf = contiguous_f32(x);
-  SearchInfo search;
-  detail::QkLinearParams p;
-  p.clip_min = c.clip_min;
-  p.clip_max = c.clip_max;
-  p.shift = c.shift;
-  p.blend = make_blend(attrs.qnoise, true);
-  p.stochastic = make_stochastic(attrs.use_stochastic_rounding, training, 1.0f);
-  bool output_written = false;
-  const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, training, search, &p,
-                                    c.auto_alpha ? speculative_output(out, x.shape, xf.data) : nullptr, &output_written);
-  if (info != nullptr) *info = search;
-  if (!output_written) {
-    p.pow2_scales = exact_reciprocals(s);
-    const std::array<TensorView, 2> inputs{c.auto_alpha ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
-    run_kernel(KernelOp::kQkLinear, inputs.data(), 2, out, &p);
-  }
-  if (quantization_scale_out != nullptr) copy_scale_into(s, *quantization_scale_out, "quantized_linear quantization_scale");
+  run_linear(plan_linear(x, alpha, attrs, settings, training), x, alpha, attrs, settings, training, out,
+             quantization_scale_out, info);
+}
+
+PlannedCall quantized_linear_plan(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
+                                  const Settings& settings, const Training& training,
+                                  const MutableTensorView* quantization_scale_out, SearchInfo* info) {
+  LinearPlan plan = plan_linear(x, alpha, attrs, settings, training);
+  TensorSpec spec = plan.spec;
+  return PlannedCall(std::move(spec), [plan = std::move(plan), x, alpha, attrs, settings, training, quantization_scale_out,
+                                       info](const MutableTensorView& out) {
+    run_linear(plan, x, alpha, attrs, settings, training, out, quantization_scale_out, info);
+  });
 }
 
 void quantized_linear_gradient(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
                                const Settings& settings, const MutableTensorView& out) {
-  const TensorSpec spec = quantized_linear_spec(x, alpha, attrs, settings);
-  detail::require_output(out, spec, "quantized_linear gradient");
-  const LinearConstants c = linear_constants(attrs);
-  ContiguousF32 xf;
-  if (c.auto_alpha) xf = contiguous_f32(x);
-  SearchInfo search;
-  const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, Training{}, search);
-  detail::QkLinearParams p;
-  p.clip_min = c.clip_min;
-  p.clip_max = c.clip_max;
-  p.gradient = true;
-  p.blend = make_blend(attrs.qnoise, true);
-  const std::array<TensorView, 2> inputs{c.auto_alpha ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
-  run_kernel(KernelOp::kQkLinear, inputs.data(), 2, out, &p);
+  run_linear_gradient(plan_linear_gradient(x, alpha, attrs, settings), x, alpha, attrs, settings, out);
+}
+
+PlannedCall quantized_linear_gradient_plan(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
+                                           const Settings& settings) {
+  LinearPlan plan = plan_linear_gradient(x, alpha, attrs, settings);
+  TensorSpec spec = plan.spec;
+  return PlannedCall(std::move(spec), [plan = std::move(plan), x, alpha, attrs, settings](const MutableTensorView& out) {
+    run_linear_gradient(plan, x, alpha, attrs, settings, out);
+  });
 }
 
 }  // namespace polyquant::qkeras

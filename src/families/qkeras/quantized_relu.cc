@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "core/fpenv.h"
 #include "core/numpy_semantics.h"
@@ -67,31 +68,60 @@ detail::QkReluParams relu_params(const QuantizedReluAttrs& a) {
   }
   return p;
 }
-}  // namespace
 
-TensorSpec quantized_relu_spec(const TensorView& x, const QuantizedReluAttrs& attrs) {
+// A validated quantized_relu call: its output and the kernel's parameters (stochastic rounding off).
+struct ReluPlan {
+  TensorSpec spec;
+  detail::QkReluParams params;
+};
+
+ReluPlan plan_relu(const TensorView& x, const QuantizedReluAttrs& attrs) {
   require_x(x);
-  relu_params(attrs);
-  return TensorSpec{DType::kFloat32, x.shape};
+  return {TensorSpec{DType::kFloat32, x.shape}, relu_params(attrs)};
 }
 
-void quantized_relu(const TensorView& x, const QuantizedReluAttrs& attrs, const Training& training, const MutableTensorView& out) {
-  const TensorSpec spec = quantized_relu_spec(x, attrs);
-  detail::require_output(out, spec, "quantized_relu");
-  detail::QkReluParams p = relu_params(attrs);
-  p.stochastic = make_stochastic(attrs.use_stochastic_rounding && !attrs.enable_fast_inference, training, 2.0f);
+ReluPlan plan_relu(const TensorView& x, const QuantizedReluAttrs& attrs, const Training& training) {
+  ReluPlan plan = plan_relu(x, attrs);
+  plan.params.stochastic = make_stochastic(attrs.use_stochastic_rounding && !attrs.enable_fast_inference, training, 2.0f);
+  return plan;
+}
+
+ReluPlan plan_relu_gradient(const TensorView& x, const QuantizedReluAttrs& attrs) {
+  ReluPlan plan = plan_relu(x, attrs);
+  plan.params.fast_inference = false;
+  plan.params.gradient = true;
+  return plan;
+}
+
+// `what` names the call in the output's error.
+void run_relu(const ReluPlan& plan, const TensorView& x, const MutableTensorView& out, const char* what) {
+  detail::require_output(out, plan.spec, what);
   const std::array<TensorView, 1> inputs{x};
-  run_kernel(KernelOp::kQkRelu, inputs.data(), 1, out, &p);
+  run_kernel(KernelOp::kQkRelu, inputs.data(), 1, out, &plan.params);
+}
+
+PlannedCall planned(ReluPlan plan, const TensorView& x, const char* what) {
+  TensorSpec spec = plan.spec;
+  return PlannedCall(std::move(spec), [plan = std::move(plan), x, what](const MutableTensorView& out) { run_relu(plan, x, out, what); });
+}
+}  // namespace
+
+TensorSpec quantized_relu_spec(const TensorView& x, const QuantizedReluAttrs& attrs) { return plan_relu(x, attrs).spec; }
+
+void quantized_relu(const TensorView& x, const QuantizedReluAttrs& attrs, const Training& training, const MutableTensorView& out) {
+  run_relu(plan_relu(x, attrs, training), x, out, "quantized_relu");
+}
+
+PlannedCall quantized_relu_plan(const TensorView& x, const QuantizedReluAttrs& attrs, const Training& training) {
+  return planned(plan_relu(x, attrs, training), x, "quantized_relu");
 }
 
 void quantized_relu_gradient(const TensorView& x, const QuantizedReluAttrs& attrs, const MutableTensorView& out) {
-  const TensorSpec spec = quantized_relu_spec(x, attrs);
-  detail::require_output(out, spec, "quantized_relu gradient");
-  detail::QkReluParams p = relu_params(attrs);
-  p.fast_inference = false;
-  p.gradient = true;
-  const std::array<TensorView, 1> inputs{x};
-  run_kernel(KernelOp::kQkRelu, inputs.data(), 1, out, &p);
+  run_relu(plan_relu_gradient(x, attrs), x, out, "quantized_relu gradient");
+}
+
+PlannedCall quantized_relu_gradient_plan(const TensorView& x, const QuantizedReluAttrs& attrs) {
+  return planned(plan_relu_gradient(x, attrs), x, "quantized_relu gradient");
 }
 
 }  // namespace polyquant::qkeras

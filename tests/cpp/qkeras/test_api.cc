@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <limits>
@@ -17,6 +18,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "polyquant/polyquant.h"
@@ -1052,6 +1054,149 @@ TEST(QKerasLayouts, OutputsAndDtypes) {
 }
 
 // =================================================================================================
+// Planned calls (the *_plan functions, what the bindings use).
+// =================================================================================================
+
+// One op against its plan: the plan's spec is `spec` (the *_spec result); each run writes what
+// `op` writes, byte for byte: the output, the scale (`scale_shape`: the reported scale's shape, or
+// none) and the search info; it runs twice, the second time on another thread; an output of
+// another shape or a non-float dtype is rejected naming `name`. The plan gets the scale's view
+// after planning, as the bindings size it.
+using PlanFn = std::function<PlannedCall(const MutableTensorView* scale, SearchInfo* info)>;
+using OpFn = std::function<void(const MutableTensorView& out, const MutableTensorView* scale, SearchInfo* info)>;
+void expect_plan_equals_op(const std::string& what, const TensorSpec& spec, const std::optional<Dims>& scale_shape,
+                           const PlanFn& plan, const OpFn& op, const char* name) {
+  SCOPED_TRACE(what);
+  const auto bytes_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  };
+  std::vector<float> out_op(count(spec.shape), 12345.0f), scale_op(scale_shape ? count(*scale_shape) : 0, 12345.0f);
+  const MutableTensorView scale_op_view(scale_op.data(), DType::kFloat32, scale_shape.value_or(Dims{}));
+  SearchInfo info_op{-1, -1};  // stays so where the op reports no search
+  op(MutableTensorView(out_op.data(), DType::kFloat32, spec.shape), scale_shape ? &scale_op_view : nullptr, &info_op);
+
+  std::vector<float> out_plan(out_op.size()), scale_plan(scale_op.size());
+  MutableTensorView scale_plan_view;  // set after planning
+  SearchInfo info_plan;
+  const PlannedCall call = plan(scale_shape ? &scale_plan_view : nullptr, &info_plan);
+  EXPECT_EQ(call.spec().dtype, spec.dtype);
+  EXPECT_EQ(call.spec().shape.str(), spec.shape.str());
+  if (scale_shape) scale_plan_view = MutableTensorView(scale_plan.data(), DType::kFloat32, *scale_shape);
+  const MutableTensorView out(out_plan.data(), DType::kFloat32, spec.shape);
+  for (int run = 0; run < 2; ++run) {
+    std::fill(out_plan.begin(), out_plan.end(), 99.0f);
+    std::fill(scale_plan.begin(), scale_plan.end(), 99.0f);
+    info_plan = SearchInfo{-1, -1};
+    if (run == 0) call.run(out);
+    else std::thread([&] { call.run(out); }).join();
+    EXPECT_TRUE(bytes_equal(out_plan, out_op)) << "output, run " << run;
+    EXPECT_TRUE(bytes_equal(scale_plan, scale_op)) << "scale, run " << run;
+    EXPECT_EQ(info_plan.max_passes, info_op.max_passes) << "run " << run;
+    EXPECT_EQ(info_plan.least_squares_rounds, info_op.least_squares_rounds) << "run " << run;
+  }
+  expect_error([&] { call.run(MutableTensorView(out_plan.data(), DType::kInt32, spec.shape)); }, ErrorKind::kValue, {name, "int32"});
+  expect_error([&] { call.run(MutableTensorView(out_plan.data(), DType::kFloat32, Dims{spec.shape.numel()})); },
+               ErrorKind::kValue, {name, "out must have shape"});
+}
+
+TEST(QKerasPlans, PlannedCallsEqualTheOps) {
+  const Dims shape{4, 6, 8};
+  const std::vector<float> x = channel_data(shape, 97);
+  const std::vector<float> alpha = channel_alpha(8, 98);
+  const TensorView xv = view(x, shape), av = view(alpha, Dims{8});
+  const Settings settings;
+  const Training training{true, 0x5eedULL};  // stochastic rounding where the attributes ask for it
+
+  // quantized_bits: a fixed point with a per-channel alpha and stochastic rounding, auto and
+  // auto_po2 searches reporting their scale, a frozen (post_training_scale) call; the gradient.
+  QuantizedBitsAttrs fixed = bits_attrs(5, 1);
+  fixed.alpha = Alpha::kValue;
+  fixed.use_stochastic_rounding = true;
+  QuantizedBitsAttrs po2 = bits_auto(Alpha::kAutoPo2, 6, 1, axis_int(2));
+  po2.use_ste = false;
+  po2.qnoise = {0.75, false};
+  QuantizedBitsAttrs frozen = bits_auto(Alpha::kAutoPo2, 8, 2);
+  frozen.frozen_scale = true;
+  const float frozen_value = 4.0f;
+  const TensorView frozen_scale(&frozen_value, DType::kFloat32, Dims{});
+  struct BitsCase {
+    const char* name;
+    QuantizedBitsAttrs attrs;
+    TensorView alpha;
+  };
+  for (const BitsCase& c : {BitsCase{"fixed, alpha, stochastic", fixed, av}, BitsCase{"auto", bits_auto(Alpha::kAuto, 4), {}},
+                            BitsCase{"auto_po2", po2, {}}, BitsCase{"post_training_scale", frozen, frozen_scale}}) {
+    const TensorSpec spec = quantized_bits_spec(xv, c.alpha, c.attrs, settings);
+    std::optional<Dims> scale_shape;
+    if (is_auto(c.attrs.alpha) && !c.attrs.frozen_scale) scale_shape = quantized_bits_scale_shape(xv, c.attrs, settings);
+    expect_plan_equals_op(
+        std::string("quantized_bits ") + c.name, spec, scale_shape,
+        [&](const MutableTensorView* s, SearchInfo* i) { return quantized_bits_plan(xv, c.alpha, c.attrs, settings, training, s, i); },
+        [&](const MutableTensorView& o, const MutableTensorView* s, SearchInfo* i) {
+          quantized_bits(xv, c.alpha, c.attrs, settings, training, o, s, i);
+        },
+        "quantized_bits");
+    expect_plan_equals_op(
+        std::string("quantized_bits_gradient ") + c.name, spec, std::nullopt,
+        [&](const MutableTensorView*, SearchInfo*) { return quantized_bits_gradient_plan(xv, c.alpha, c.attrs, settings); },
+        [&](const MutableTensorView& o, const MutableTensorView*, SearchInfo*) {
+          quantized_bits_gradient(xv, c.alpha, c.attrs, settings, o);
+        },
+        "quantized_bits gradient");
+  }
+
+  // quantized_relu: leaky with stochastic rounding, and capped by relu_upper_bound; the gradient.
+  QuantizedReluAttrs leaky = relu_attrs(6, 2, false, 0.25);
+  leaky.use_stochastic_rounding = true;
+  QuantizedReluAttrs capped = relu_attrs(4, 1);
+  capped.relu_upper_bound = 1.5;
+  capped.is_quantized_clip = false;
+  for (const QuantizedReluAttrs& a : {leaky, capped}) {
+    const TensorSpec spec = quantized_relu_spec(xv, a);
+    expect_plan_equals_op(
+        "quantized_relu", spec, std::nullopt,
+        [&](const MutableTensorView*, SearchInfo*) { return quantized_relu_plan(xv, a, training); },
+        [&](const MutableTensorView& o, const MutableTensorView*, SearchInfo*) { quantized_relu(xv, a, training, o); },
+        "quantized_relu");
+    expect_plan_equals_op(
+        "quantized_relu_gradient", spec, std::nullopt,
+        [&](const MutableTensorView*, SearchInfo*) { return quantized_relu_gradient_plan(xv, a); },
+        [&](const MutableTensorView& o, const MutableTensorView*, SearchInfo*) { quantized_relu_gradient(xv, a, o); },
+        "quantized_relu gradient");
+  }
+
+  // quantized_linear: alpha None, a per-channel alpha, auto_po2 with stochastic rounding (each
+  // reporting its quantization scale); the gradients (auto_po2: its search runs there too).
+  QuantizedLinearAttrs value = linear_attrs(6, 1);
+  value.alpha = Alpha::kValue;
+  QuantizedLinearAttrs searched = linear_attrs(5, 0, true, true, Alpha::kAutoPo2);
+  searched.use_stochastic_rounding = true;
+  struct LinearCase {
+    const char* name;
+    QuantizedLinearAttrs attrs;
+    TensorView alpha;
+  };
+  for (const LinearCase& c : {LinearCase{"None", linear_attrs(4, 2, false), {}}, LinearCase{"alpha", value, av},
+                              LinearCase{"auto_po2, stochastic", searched, {}}}) {
+    const TensorSpec spec = quantized_linear_spec(xv, c.alpha, c.attrs, settings);
+    expect_plan_equals_op(
+        std::string("quantized_linear ") + c.name, spec, quantized_linear_scale_shape(xv, c.alpha, c.attrs, settings),
+        [&](const MutableTensorView* s, SearchInfo* i) { return quantized_linear_plan(xv, c.alpha, c.attrs, settings, training, s, i); },
+        [&](const MutableTensorView& o, const MutableTensorView* s, SearchInfo* i) {
+          quantized_linear(xv, c.alpha, c.attrs, settings, training, o, s, i);
+        },
+        "quantized_linear");
+    expect_plan_equals_op(
+        std::string("quantized_linear_gradient ") + c.name, spec, std::nullopt,
+        [&](const MutableTensorView*, SearchInfo*) { return quantized_linear_gradient_plan(xv, c.alpha, c.attrs, settings); },
+        [&](const MutableTensorView& o, const MutableTensorView*, SearchInfo*) {
+          quantized_linear_gradient(xv, c.alpha, c.attrs, settings, o);
+        },
+        "quantized_linear gradient");
+  }
+}
+
+// =================================================================================================
 // Training mode: stochastic rounding.
 // =================================================================================================
 
@@ -1412,6 +1557,25 @@ TEST(QKerasErrors, SpecValidatesEveryAttribute) {
   expect_error([&] { quantized_relu_spec(x, r); }, ErrorKind::kValue, {"negative_slope"});
   r.negative_slope = std::ldexp(1.0, 200);
   expect_error([&] { quantized_relu_spec(x, r); }, ErrorKind::kValue, {"negative_slope"});
+}
+
+// A plan validates when it is made, with the op's errors: nothing is left to fail but the output.
+TEST(QKerasErrors, PlansValidateWhenMade) {
+  const TensorView x = view(kX23, Dims{2, 3});
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  QuantizedBitsAttrs q = bits_attrs(8, 0);
+  q.qnoise = {nan, false};
+  expect_error([&] { quantized_bits_plan(x, {}, q, {}, {}); }, ErrorKind::kValue, {"qnoise_factor"});
+  expect_error([&] { quantized_bits_gradient_plan(x, {}, q, {}); }, ErrorKind::kValue, {"qnoise_factor"});
+  expect_error([&] { quantized_bits_plan(x, {}, bits_auto(Alpha::kAutoPo2, 8, 0, axis_int(5)), {}, {}); }, ErrorKind::kValue,
+               {"scale_axis"});
+  QuantizedReluAttrs r;
+  r.negative_slope = 0.3;
+  expect_error([&] { quantized_relu_plan(x, r, {}); }, ErrorKind::kValue, {"negative_slope"});
+  expect_error([&] { quantized_relu_gradient_plan(x, r); }, ErrorKind::kValue, {"negative_slope"});
+  expect_error([&] { quantized_linear_plan(x, {}, linear_attrs(0), {}, {}); }, ErrorKind::kValue, {"bits"});
+  expect_error([&] { quantized_linear_gradient_plan(x, {}, linear_attrs(8, 0, true, true, Alpha::kAuto, axis_int(5)), {}); },
+               ErrorKind::kValue, {"scale_axis"});
 }
 
 // A ScaleAxis or ElementsPerScale whose vector does not fit its kind (an int kind with no entry or
