@@ -29,6 +29,7 @@
 #include <span>
 
 #include "polyquant/export.h"
+#include "polyquant/plan.h"
 #include "polyquant/tensor.h"
 
 namespace polyquant::aimet {
@@ -55,11 +56,20 @@ POLYQUANT_API TensorSpec quantize_spec(const TensorView& x, const TensorView& sc
                                        const AffineArgs& args);
 POLYQUANT_API void quantize(const TensorView& x, const TensorView& scale, const TensorView& offset,
                             const AffineArgs& args, const MutableTensorView& out);
+// Validates once and returns the plan: its spec() is quantize_spec's result, its run(out) is quantize.
+// This plan and the two below resolve the block sizes into themselves: they keep no reference to them.
+POLYQUANT_API PlannedCall quantize_plan(const TensorView& x, const TensorView& scale, const TensorView& offset,
+                                        const AffineArgs& args);
 
 POLYQUANT_API TensorSpec quantize_dequantize_spec(const TensorView& x, const TensorView& scale,
                                                   const TensorView& offset, const AffineArgs& args, QdqPath path);
 POLYQUANT_API void quantize_dequantize(const TensorView& x, const TensorView& scale, const TensorView& offset,
                                        const AffineArgs& args, QdqPath path, const MutableTensorView& out);
+// Validates once and returns the plan: its spec() is quantize_dequantize_spec's result, its run(out)
+// is quantize_dequantize. On the no-grad path the plan reads offset's values when it is made (they
+// decide whether torch's fake quantization runs, and so which checks apply) and runs with those.
+POLYQUANT_API PlannedCall quantize_dequantize_plan(const TensorView& x, const TensorView& scale,
+                                                   const TensorView& offset, const AffineArgs& args, QdqPath path);
 // Whether quantize_dequantize(kNoGrad) takes torch's fake-quantization shortcut for these operands.
 POLYQUANT_API bool takes_no_grad_shortcut(const TensorView& x, const TensorView& scale, const TensorView& offset,
                                           const AffineArgs& args);
@@ -68,6 +78,9 @@ POLYQUANT_API TensorSpec dequantize_spec(const TensorView& x, const TensorView& 
                                          std::span<const std::int64_t> block_size);
 POLYQUANT_API void dequantize(const TensorView& x, const TensorView& scale, const TensorView& offset,
                               std::span<const std::int64_t> block_size, const MutableTensorView& out);
+// Validates once and returns the plan: its spec() is dequantize_spec's result, its run(out) is dequantize.
+POLYQUANT_API PlannedCall dequantize_plan(const TensorView& x, const TensorView& scale, const TensorView& offset,
+                                          std::span<const std::int64_t> block_size);
 
 // Gradients of the training path for an upstream gradient `grad_output` (x's shape): AIMET's
 // autograd Functions element by element in the working precision, then summed over the elements

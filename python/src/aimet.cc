@@ -26,8 +26,7 @@ nb::object aimet_quantize(const InArray& x, int x_dtype, const InArray& scale, i
   const pq::TensorView xv = qdq_view(x, "tensor", x_dtype), sv = qdq_view(scale, "scale", scale_dtype),
                        ov = qdq_view(offset, "offset", offset_dtype);
   const pq::aimet::AffineArgs args = owner.view();
-  return run_qdq([&] { return pq::aimet::quantize_spec(xv, sv, ov, args); },
-                 [&](const pq::MutableTensorView& o) { pq::aimet::quantize(xv, sv, ov, args, o); }, std::move(out));
+  return run_qdq(pq::aimet::quantize_plan(xv, sv, ov, args), std::move(out));
 }
 
 nb::object aimet_quantize_dequantize(const InArray& x, int x_dtype, const InArray& scale, int scale_dtype,
@@ -36,9 +35,7 @@ nb::object aimet_quantize_dequantize(const InArray& x, int x_dtype, const InArra
   const pq::TensorView xv = qdq_view(x, "tensor", x_dtype), sv = qdq_view(scale, "scale", scale_dtype),
                        ov = qdq_view(offset, "offset", offset_dtype);
   const pq::aimet::AffineArgs args = owner.view();
-  return run_qdq([&] { return pq::aimet::quantize_dequantize_spec(xv, sv, ov, args, path); },
-                 [&](const pq::MutableTensorView& o) { pq::aimet::quantize_dequantize(xv, sv, ov, args, path, o); },
-                 std::move(out));
+  return run_qdq(pq::aimet::quantize_dequantize_plan(xv, sv, ov, args, path), std::move(out));
 }
 
 bool aimet_takes_shortcut(const InArray& x, int x_dtype, const InArray& scale, int scale_dtype, const InArray& offset,
@@ -54,9 +51,7 @@ nb::object aimet_dequantize(const InArray& x, int x_dtype, const InArray& scale,
   const pq::TensorView xv = qdq_view(x, "tensor", x_dtype), sv = qdq_view(scale, "scale", scale_dtype),
                        ov = qdq_view(offset, "offset", offset_dtype);
   const std::span<const std::int64_t> blocks(block_size.data(), block_size.size());
-  return run_qdq([&] { return pq::aimet::dequantize_spec(xv, sv, ov, blocks); },
-                 [&](const pq::MutableTensorView& o) { pq::aimet::dequantize(xv, sv, ov, blocks, o); },
-                 std::move(out));
+  return run_qdq(pq::aimet::dequantize_plan(xv, sv, ov, blocks), std::move(out));
 }
 
 // Gradients of the training path: (grad_tensor, grad_scale, grad_offset), each None unless asked.

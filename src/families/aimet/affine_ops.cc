@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/elementwise.h"
@@ -400,13 +401,13 @@ Shortcut shortcut_for(const TensorView& x, const TensorView& scale, const Tensor
   return s;
 }
 
-void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args,
+void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView& offset, const Grid& grid,
                   const Shortcut& s, const std::vector<double>& zero_points, const MutableTensorView& out,
                   const TensorView* grad_output = nullptr) {
   detail::FakeQuantizeParams p;
   p.per_channel = s.per_channel;
-  p.qmin = args.grid.qmin;
-  p.qmax = args.grid.qmax;
+  p.qmin = grid.qmin;
+  p.qmax = grid.qmax;
   constexpr double kExact = 8388608.0;  // 2^23
   p.canonical_nan = x.dtype == DType::kBFloat16;
   p.exact_in_float = std::abs(static_cast<double>(p.qmin)) <= kExact && std::abs(static_cast<double>(p.qmax)) <= kExact &&
@@ -503,15 +504,90 @@ detail::AffineParams formula_params(AffineKind kind, const Work& w, const Grid& 
   return p;
 }
 
-// AIMET's formula (quantize, the training path of quantize_dequantize, dequantize) into `out`:
-// working precision by AIMET's rule (dequantize: x's dtype).
-void run_formula(AffineKind kind, const TensorView& x, const TensorView& scale, const TensorView& offset,
-                 const AffineArgs& args, const MutableTensorView& out) {
-  const AffineLayout L = make_layout(x, scale, offset, args.block_size);
-  const Work w = work_for(kind == AffineKind::kDequantize ? x.dtype : working_dtype(x.dtype, args.grid));
-  const detail::AffineParams p = formula_params(kind, w, args.grid, x.dtype);
-  const std::array<DType, 2> param_dtypes{w.kernel_dtype, w.kernel_dtype};
-  run_affine(L, x, out, w, detail::KernelOp::kAffine, &p, param_dtypes);
+// ---- planned calls -----------------------------------------------------------------------------
+// A validated affine call: its output and what running it needs. The formula (quantize, the
+// training path of quantize_dequantize, dequantize): the parameter layout, the working precision
+// (AIMET's rule; dequantize: x's dtype) and the kernel's parameters. quantize_dequantize's no-grad
+// path where torch's fake quantization runs (`shortcut.taken`): the zero points, read from offset
+// when the call is planned (they decide the path, and so which checks apply).
+struct AffinePlan {
+  TensorSpec spec;
+  const char* op = "";  // names the call in the output's error
+  AffineLayout layout;
+  Work work{};
+  detail::AffineParams params;
+  Grid grid;
+  Shortcut shortcut;
+  std::vector<double> zero_points;
+};
+
+// The formula's working precision `w` and kernel parameters for `kind`.
+void plan_formula(AffinePlan& plan, AffineKind kind, DType w, const Grid& grid, DType x_dtype) {
+  plan.work = work_for(w);
+  plan.params = formula_params(kind, plan.work, grid, x_dtype);
+}
+
+AffinePlan plan_quantize(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args) {
+  AffinePlan plan;
+  plan.op = "quantize";
+  check_common(plan.op, x, scale, offset);
+  plan.layout = make_layout(x, scale, offset, args.block_size);
+  check_grid(args.grid);
+  require_grid_in(x.dtype, args.grid);
+  plan.spec = {x.dtype, x.shape};
+  plan.grid = args.grid;
+  plan_formula(plan, AffineKind::kQuantize, working_dtype(x.dtype, args.grid), args.grid, x.dtype);
+  return plan;
+}
+
+AffinePlan plan_quantize_dequantize(const TensorView& x, const TensorView& scale, const TensorView& offset,
+                                    const AffineArgs& args, QdqPath path) {
+  AffinePlan plan;
+  plan.op = "quantize_dequantize";
+  check_common(plan.op, x, scale, offset);
+  plan.layout = make_layout(x, scale, offset, args.block_size);
+  check_grid(args.grid);
+  plan.spec = {x.dtype, x.shape};
+  plan.grid = args.grid;
+  if (path == QdqPath::kNoGrad) plan.shortcut = shortcut_for(x, scale, offset, args, &plan.zero_points);
+  if (!plan.shortcut.taken) {
+    const DType w = working_dtype(x.dtype, args.grid);
+    require_grid_in(w, args.grid);
+    plan_formula(plan, AffineKind::kQuantizeDequantize, w, args.grid, x.dtype);
+  }
+  return plan;
+}
+
+AffinePlan plan_dequantize(const TensorView& x, const TensorView& scale, const TensorView& offset,
+                           std::span<const std::int64_t> block_size) {
+  AffinePlan plan;
+  plan.op = "dequantize";
+  check_common(plan.op, x, scale, offset);
+  plan.layout = make_layout(x, scale, offset, block_size);
+  plan.spec = {x.dtype, x.shape};
+  plan.grid = Grid{0, 0};  // unused: dequantize has no grid
+  plan_formula(plan, AffineKind::kDequantize, x.dtype, plan.grid, x.dtype);
+  return plan;
+}
+
+// The call `plan` validated, into `out`.
+void run_plan(const AffinePlan& plan, const TensorView& x, const TensorView& scale, const TensorView& offset,
+              const MutableTensorView& out) {
+  require_output(out, plan.spec, plan.op);
+  if (plan.shortcut.taken) {
+    run_shortcut(x, scale, offset, plan.grid, plan.shortcut, plan.zero_points, out);
+    return;
+  }
+  const std::array<DType, 2> param_dtypes{plan.work.kernel_dtype, plan.work.kernel_dtype};
+  run_affine(plan.layout, x, out, plan.work, detail::KernelOp::kAffine, &plan.params, param_dtypes);
+}
+
+// The public form of a plan: its spec, and a run over copies of the operands' views.
+PlannedCall planned_call(AffinePlan plan, const TensorView& x, const TensorView& scale, const TensorView& offset) {
+  TensorSpec spec = plan.spec;
+  return PlannedCall(std::move(spec), [plan = std::move(plan), x, scale, offset](const MutableTensorView& out) {
+    run_plan(plan, x, scale, offset, out);
+  });
 }
 
 }  // namespace
@@ -530,17 +606,16 @@ Grid grid_from_bitwidth(std::int64_t bitwidth, bool is_signed) {
 }
 
 TensorSpec quantize_spec(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args) {
-  check_common("quantize", x, scale, offset);
-  (void)make_layout(x, scale, offset, args.block_size);
-  check_grid(args.grid);
-  require_grid_in(x.dtype, args.grid);
-  return {x.dtype, x.shape};
+  return plan_quantize(x, scale, offset, args).spec;
 }
 
 void quantize(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args,
               const MutableTensorView& out) {
-  require_output(out, quantize_spec(x, scale, offset, args), "quantize");
-  run_formula(AffineKind::kQuantize, x, scale, offset, args, out);
+  run_plan(plan_quantize(x, scale, offset, args), x, scale, offset, out);
+}
+
+PlannedCall quantize_plan(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args) {
+  return planned_call(plan_quantize(x, scale, offset, args), x, scale, offset);
 }
 
 bool takes_no_grad_shortcut(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args) {
@@ -552,39 +627,32 @@ bool takes_no_grad_shortcut(const TensorView& x, const TensorView& scale, const 
 
 TensorSpec quantize_dequantize_spec(const TensorView& x, const TensorView& scale, const TensorView& offset,
                                     const AffineArgs& args, QdqPath path) {
-  check_common("quantize_dequantize", x, scale, offset);
-  (void)make_layout(x, scale, offset, args.block_size);
-  check_grid(args.grid);
-  const bool shortcut = path == QdqPath::kNoGrad && shortcut_for(x, scale, offset, args, nullptr).taken;
-  if (!shortcut) require_grid_in(working_dtype(x.dtype, args.grid), args.grid);
-  return {x.dtype, x.shape};
+  return plan_quantize_dequantize(x, scale, offset, args, path).spec;
 }
 
 void quantize_dequantize(const TensorView& x, const TensorView& scale, const TensorView& offset, const AffineArgs& args,
                          QdqPath path, const MutableTensorView& out) {
-  require_output(out, quantize_dequantize_spec(x, scale, offset, args, path), "quantize_dequantize");
-  if (path == QdqPath::kNoGrad) {
-    std::vector<double> zero_points;
-    const Shortcut s = shortcut_for(x, scale, offset, args, &zero_points);
-    if (s.taken) {
-      run_shortcut(x, scale, offset, args, s, zero_points, out);
-      return;
-    }
-  }
-  run_formula(AffineKind::kQuantizeDequantize, x, scale, offset, args, out);
+  run_plan(plan_quantize_dequantize(x, scale, offset, args, path), x, scale, offset, out);
+}
+
+PlannedCall quantize_dequantize_plan(const TensorView& x, const TensorView& scale, const TensorView& offset,
+                                     const AffineArgs& args, QdqPath path) {
+  return planned_call(plan_quantize_dequantize(x, scale, offset, args, path), x, scale, offset);
 }
 
 TensorSpec dequantize_spec(const TensorView& x, const TensorView& scale, const TensorView& offset,
                            std::span<const std::int64_t> block_size) {
-  check_common("dequantize", x, scale, offset);
-  (void)make_layout(x, scale, offset, block_size);
-  return {x.dtype, x.shape};
+  return plan_dequantize(x, scale, offset, block_size).spec;
 }
 
 void dequantize(const TensorView& x, const TensorView& scale, const TensorView& offset,
                 std::span<const std::int64_t> block_size, const MutableTensorView& out) {
-  require_output(out, dequantize_spec(x, scale, offset, block_size), "dequantize");
-  run_formula(AffineKind::kDequantize, x, scale, offset, AffineArgs{{0, 0}, block_size}, out);
+  run_plan(plan_dequantize(x, scale, offset, block_size), x, scale, offset, out);
+}
+
+PlannedCall dequantize_plan(const TensorView& x, const TensorView& scale, const TensorView& offset,
+                            std::span<const std::int64_t> block_size) {
+  return planned_call(plan_dequantize(x, scale, offset, block_size), x, scale, offset);
 }
 
 void affine_backward(AffineOp op, const TensorView& grad_output, const TensorView& x, const TensorView& scale,
@@ -611,7 +679,7 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
     check_grad_output();
     if (grad_x.data != nullptr) {
       require_output(grad_x, {x.dtype, x.shape}, name, "grad_x");
-      run_shortcut(x, scale, offset, args, s, zero_points, grad_x, &grad_output);
+      run_shortcut(x, scale, offset, args.grid, s, zero_points, grad_x, &grad_output);
     }
     return;
   }

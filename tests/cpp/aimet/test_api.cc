@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "families/aimet/kernels.h"
@@ -230,6 +234,113 @@ TEST(Aimet, BadInputNamesTheParameter) {
                ErrorKind::kType, "tensor has dtype int32");
   expect_error([&] { aimet::dequantize(xv, sv(Dims{}), ov(Dims{}), {}, MutableTensorView(out.data(), DType::kFloat32, Dims{24})); },
                ErrorKind::kValue, "out must have shape");
+}
+
+// A planned call (quantize_plan, quantize_dequantize_plan, dequantize_plan: what the bindings use):
+// its spec is the *_spec result, running it writes what the op writes, byte for byte, it runs
+// again, on another thread too, and an output of another shape or dtype is rejected as the op
+// rejects it. Per-channel and blocked parameters, both quantize_dequantize paths (the no-grad
+// shortcut taken, and refused for a zero point outside the grid), a float16 tensor; the block
+// sizes are changed, then gone, before the plans run (a plan keeps no reference to them).
+TEST(Aimet, PlannedCallsEqualTheOps) {
+  const Dims xs{6, 40};
+  const std::vector<float> x = values(6 * 40, 3, 0.1f);
+  const std::vector<float> s = {0.1f, 0.2f, 0.05f, 0.1f, 0.3f, 0.02f}, o = {-3.0f, 0.0f, -7.0f, -1.0f, -9.0f, -2.0f};
+  const std::vector<float> o_outside = {-3.0f, 0.0f, 300.0f, -1.0f, -9.0f, -2.0f};  // zero point -300 < qmin
+  std::vector<std::uint16_t> xh(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) xh[i] = static_cast<std::uint16_t>(0x2E00 + (i * 37) % 0x0800);  // float16 0.09 .. 0.5
+  const TensorView xv(x.data(), DType::kFloat32, xs), xhv(xh.data(), DType::kFloat16, xs);
+  const TensorView channel_s(s.data(), DType::kFloat32, Dims{6, 1}), channel_o(o.data(), DType::kFloat32, Dims{6, 1}),
+      outside_o(o_outside.data(), DType::kFloat32, Dims{6, 1}), block_s(s.data(), DType::kFloat32, Dims{1, 5}),
+      block_o(o.data(), DType::kFloat32, Dims{1, 5});
+  const auto same_spec = [](const TensorSpec& a, const TensorSpec& b) { return a.dtype == b.dtype && a.shape == b.shape; };
+
+  struct Case {
+    std::string name;
+    TensorSpec spec;
+    PlannedCall plan;
+    std::function<void(const MutableTensorView&)> op;
+    const char* op_name;
+  };
+  std::vector<Case> cases;
+  {
+    // Block sizes owned here only: the plans outlive them.
+    std::vector<std::int64_t> blocks = {-1, 8};
+    const AffineArgs channel{{0, 255}, {}}, signed_grid{{-8, 7}, {}}, blocked{{0, 15}, blocks};
+    const auto add = [&](std::string name, TensorSpec spec, PlannedCall plan, std::function<void(const MutableTensorView&)> op,
+                         const char* op_name) {
+      cases.push_back(Case{std::move(name), std::move(spec), std::move(plan), std::move(op), op_name});
+    };
+    add("quantize per channel", aimet::quantize_spec(xv, channel_s, channel_o, channel),
+        aimet::quantize_plan(xv, channel_s, channel_o, channel),
+        [=](const MutableTensorView& out) { aimet::quantize(xv, channel_s, channel_o, channel, out); }, "quantize");
+    add("quantize float16 blocked", aimet::quantize_spec(xhv, block_s, block_o, blocked),
+        aimet::quantize_plan(xhv, block_s, block_o, blocked),
+        [=](const MutableTensorView& out) { aimet::quantize(xhv, block_s, block_o, AffineArgs{{0, 15}, blocks}, out); }, "quantize");
+    for (const aimet::QdqPath path : {aimet::QdqPath::kNoGrad, aimet::QdqPath::kTraining}) {
+      const std::string p = path == aimet::QdqPath::kNoGrad ? " no-grad" : " training";
+      add("quantize_dequantize per channel" + p, aimet::quantize_dequantize_spec(xv, channel_s, channel_o, channel, path),
+          aimet::quantize_dequantize_plan(xv, channel_s, channel_o, channel, path),
+          [=](const MutableTensorView& out) { aimet::quantize_dequantize(xv, channel_s, channel_o, channel, path, out); },
+          "quantize_dequantize");
+      add("quantize_dequantize zero point outside the grid" + p,
+          aimet::quantize_dequantize_spec(xv, channel_s, outside_o, signed_grid, path),
+          aimet::quantize_dequantize_plan(xv, channel_s, outside_o, signed_grid, path),
+          [=](const MutableTensorView& out) { aimet::quantize_dequantize(xv, channel_s, outside_o, signed_grid, path, out); },
+          "quantize_dequantize");
+      add("quantize_dequantize blocked" + p, aimet::quantize_dequantize_spec(xv, block_s, block_o, blocked, path),
+          aimet::quantize_dequantize_plan(xv, block_s, block_o, blocked, path),
+          [=](const MutableTensorView& out) {
+            aimet::quantize_dequantize(xv, block_s, block_o, AffineArgs{{0, 15}, blocks}, path, out);
+          },
+          "quantize_dequantize");
+    }
+    add("dequantize per channel", aimet::dequantize_spec(xv, channel_s, channel_o, {}), aimet::dequantize_plan(xv, channel_s, channel_o, {}),
+        [=](const MutableTensorView& out) { aimet::dequantize(xv, channel_s, channel_o, {}, out); }, "dequantize");
+    add("dequantize float16 blocked", aimet::dequantize_spec(xhv, block_s, block_o, blocks),
+        aimet::dequantize_plan(xhv, block_s, block_o, blocks),
+        [=](const MutableTensorView& out) { aimet::dequantize(xhv, block_s, block_o, blocks, out); }, "dequantize");
+    blocks.assign({3, 3});  // what a plan still reading them would see (the ops' lambdas hold copies)
+  }
+  EXPECT_TRUE(aimet::takes_no_grad_shortcut(xv, channel_s, channel_o, AffineArgs{{0, 255}, {}}));
+  EXPECT_FALSE(aimet::takes_no_grad_shortcut(xv, channel_s, outside_o, AffineArgs{{-8, 7}, {}}));
+
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_TRUE(same_spec(c.plan.spec(), c.spec));
+    const std::size_t bytes = static_cast<std::size_t>(c.spec.shape.numel()) * dtype_size(c.spec.dtype);
+    std::vector<unsigned char> want(bytes, 0x5A), got(bytes);
+    c.op(MutableTensorView(want.data(), c.spec.dtype, c.spec.shape));
+    const MutableTensorView out(got.data(), c.spec.dtype, c.spec.shape);
+    for (int run = 0; run < 2; ++run) {
+      std::fill(got.begin(), got.end(), static_cast<unsigned char>(0xA5));
+      if (run == 0) c.plan.run(out);
+      else std::thread([&] { c.plan.run(out); }).join();
+      EXPECT_EQ(got, want) << "run " << run;
+    }
+    const DType other = c.spec.dtype == DType::kFloat32 ? DType::kFloat64 : DType::kFloat32;
+    std::vector<unsigned char> wide(static_cast<std::size_t>(c.spec.shape.numel()) * 8);
+    expect_error([&] { c.plan.run(MutableTensorView(wide.data(), other, c.spec.shape)); }, ErrorKind::kValue,
+                 {c.op_name, "out must have shape"});
+    expect_error([&] { c.plan.run(MutableTensorView(got.data(), c.spec.dtype, Dims{c.spec.shape.numel()})); }, ErrorKind::kValue,
+                 {c.op_name, "out must have shape"});
+  }
+}
+
+// A plan validates when it is made, with the op's errors and exception kinds.
+TEST(Aimet, PlansValidateWhenMade) {
+  std::vector<float> x(24, 1.0f), s(24, 0.5f), o(24, 0.0f);
+  const TensorView xv(x.data(), DType::kFloat32, Dims{4, 6}), sv(s.data(), DType::kFloat32, Dims{3}), ov(o.data(), DType::kFloat32, Dims{});
+  const TensorView scalar(s.data(), DType::kFloat32, Dims{});
+  expect_error([&] { aimet::quantize_plan(xv, sv, ov, AffineArgs{{0, 255}, {}}); }, ErrorKind::kRuntime,
+               "cannot be expanded like input tensor");
+  expect_error([&] { aimet::quantize_plan(xv, scalar, ov, AffineArgs{{0, (std::int64_t{1} << 25) - 1}, {}}); }, ErrorKind::kRuntime,
+               "torch.float32 is unable to represent quantized output of range");
+  expect_error([&] { aimet::quantize_dequantize_plan(xv, scalar, ov, AffineArgs{{5, 4}, {}}, aimet::QdqPath::kNoGrad); },
+               ErrorKind::kRuntime, "qmin (5) must be smaller than or equal to qmax (4)");
+  std::vector<std::int32_t> xi(24);
+  expect_error([&] { aimet::dequantize_plan(TensorView(xi.data(), DType::kInt32, Dims{4, 6}), scalar, ov, {}); }, ErrorKind::kType,
+               "tensor has dtype int32");
 }
 
 }  // namespace
