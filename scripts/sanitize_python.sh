@@ -31,7 +31,8 @@ echo "== sanitized build (ASan + UBSan) of the extension and the ORT library"
 # the extension and the ORT library compile here (compiling the core under ASan a second time cost
 # CI about ten minutes). Run alone, it builds the tree from scratch.
 ASAN_BUILD=${POLYQUANT_ASAN_BUILD_DIR:-build/asan}
-CMAKE_GENERATOR="Unix Makefiles" "$VENV/bin/python" -m pip install -q --no-build-isolation \
+CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)} \
+  "$VENV/bin/python" -m pip install -q --no-build-isolation \
   -Cbuild-dir="$ASAN_BUILD" \
   -Ccmake.build-type=RelWithDebInfo \
   -Ccmake.define.POLYQUANT_SANITIZE=ON \

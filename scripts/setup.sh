@@ -111,6 +111,8 @@ if [ "$up_to_date" = no ]; then
   rm -rf "$state/wheel" "$state/build"
   # The whole output goes to $state/build.log; the terminal gets pip's steps, scikit-build-core's
   # (*** lines), the compiler's [n/N] progress and its errors.
+  # CMake's Makefile generator builds one file at a time unless told otherwise.
+  export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}
   wheel_options=()
   if [ "$mode" = test ]; then
     # scripts/test.sh builds and runs the C++ tests in build/release next, from the same sources with
