@@ -111,6 +111,15 @@ POLYQUANT_HD inline T mul_sign_first_nan(T sign, T magnitude) {
   return isnan_t(sign) ? sign + sign : sign * magnitude;  // NaN + itself: the same NaN, quieted
 }
 
+// a * b with x86's (and so numpy's) rule for two NaN operands: the first one, quieted, with its
+// sign and payload. C++ lets the compiler swap the operands of `*`, and g++ does so differently
+// at different optimisation levels (at -O1 FloatQuant's 2^e * R(...) of a NaN x returned R's -NaN
+// where numpy and the vector kernels return 2^e's +NaN); the rule is spelled out instead.
+template <class T>
+POLYQUANT_HD inline T mul_first_nan(T a, T b) {
+  return isnan_t(a) ? a + a : a * b;  // NaN + itself: the same NaN, quieted
+}
+
 // ---- rounding modes -------------------------------------------------------------------------
 template <RoundingMode kMode, class T>
 POLYQUANT_HD inline T round_t(T x) {

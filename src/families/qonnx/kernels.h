@@ -66,7 +66,7 @@ POLYQUANT_HD inline T int_quant_element(T x, T s, T z, bool bipolar, T lo, T hi,
     y = (y < lo) ? lo : y;
     y = round_t<kMode>(y);
   }
-  return (y - z) * s;
+  return mul_first_nan(y - z, s);
 }
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
@@ -92,7 +92,7 @@ template <RoundingMode kMode, class T>
 POLYQUANT_HD inline T trunc_v1_element(T x, T s, T z, T t, WorkType divide_as, WorkType add_as) {
   T y = rint_t(scaled_offset(x, s, z, divide_as, add_as));
   y = round_t<kMode>(y / t);
-  return (y - z) * s;
+  return mul_first_nan(y - z, s);
 }
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
@@ -106,7 +106,7 @@ POLYQUANT_HD inline T trunc_v2_element(T x, T s, T z, T t, T out_scale, T lo, T 
   y = (y > hi) ? hi : y;
   y = (y < lo) ? lo : y;
   y = round_t<kMode>(y);
-  return (y - zt) * out_scale;
+  return mul_first_nan(y - zt, out_scale);
 }
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
@@ -174,7 +174,7 @@ POLYQUANT_HD inline double float_quant_clipped(T x, T s, T min_exp, double max_v
   e = e - from_double<T>(p.mantissa_bits);
   if (!isnan_t(e) && !(e > min_exp)) e = min_exp;  // np.maximum, NaN propagating
   const T internal_scale = exp2_t(e);
-  const T q = internal_scale * round_t<kMode>(xs / internal_scale);
+  const T q = mul_first_nan(internal_scale, round_t<kMode>(xs / internal_scale));
   const double qd = to_double(q);
   const double lo = p.is_signed ? -max_value : 0.0;
   double clipped = numpy_clip(qd, lo, max_value);
@@ -192,7 +192,8 @@ POLYQUANT_HD inline double float_quant_clipped(T x, T s, T min_exp, double max_v
 // The reference function's float64 result: clipped * scale (exact for float32 operands).
 template <RoundingMode kMode, class T>
 POLYQUANT_HD inline double float_quant_element(T x, T s, T min_exp, double max_value, const FloatQuantParams& p) {
-  return float_quant_clipped<kMode>(x, s, min_exp, max_value, p) * (p.has_product_scale ? p.product_scale : to_double(s));
+  return mul_first_nan(float_quant_clipped<kMode>(x, s, min_exp, max_value, p),
+                       p.has_product_scale ? p.product_scale : to_double(s));
 }
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
