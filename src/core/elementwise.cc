@@ -11,6 +11,7 @@
 #include "core/half.h"
 #include "core/minifloat.h"
 #include "core/parallel.h"
+#include "kernels/registry.h"
 #include "polyquant/error.h"
 
 namespace polyquant::detail {
@@ -20,6 +21,8 @@ namespace {
 constexpr std::int64_t kBlock = 1024;
 // Elements per thread below which threading does not pay.
 constexpr std::int64_t kParallelGrain = 1 << 16;
+// Contiguous conversions at least this long go to the conversion kernel (shorter: a scalar loop).
+constexpr std::int64_t kMinVectorConvert = 16;
 // Output bytes above which stores bypass the cache (about the size of a large L3).
 constexpr std::int64_t kStreamBytes = std::int64_t{32} << 20;
 
@@ -62,8 +65,25 @@ bool is_integer_dtype(DType t) { return !is_floating(t); }
 
 }  // namespace
 
+// Contiguous runs go to the conversion kernel of the kernel set in use (kernels/convert), which
+// vectorises float16 / bfloat16 <-> float32 and hands every other pair back to the spec below.
 void convert_values(const void* src, DType st, std::int64_t ss, void* dst, DType dt, std::int64_t ds,
                     std::int64_t n) {
+  if (ss == 1 && ds == 1 && st != dt && n >= kMinVectorConvert) {
+    const RowKernel kernel = best_kernel(KernelOp::kConvert, WorkType::kF32);  // the set in use now
+    const ConvertParams params{st, dt};
+    RowArgs a;
+    a.in[0] = src;
+    a.out = dst;
+    a.n = n;
+    kernel(&params, a);
+    return;
+  }
+  convert_values_scalar(src, st, ss, dst, dt, ds, n);
+}
+
+void convert_values_scalar(const void* src, DType st, std::int64_t ss, void* dst, DType dt, std::int64_t ds,
+                           std::int64_t n) {
   const std::size_t esize = dtype_size(st);
   if (st == dt) {
     for (std::int64_t i = 0; i < n; ++i) {
@@ -80,8 +100,9 @@ void convert_values(const void* src, DType st, std::int64_t ss, void* dst, DType
     }
     case DType::kFloat32: {
       auto* d = static_cast<float*>(dst);
-      if (is_integer_dtype(st) || st == DType::kFloat64) {
-        // One rounding from the exact value (64-bit integers included) to float32.
+      if ((is_integer_dtype(st) && st != DType::kBFloat16) || st == DType::kFloat64) {
+        // One rounding from the exact value (64-bit integers included) to float32. bfloat16 widens
+        // directly: through float64 a signalling NaN would be quieted, and ml_dtypes keeps it.
         for (std::int64_t i = 0; i < n; ++i) {
           if (st == DType::kInt64) d[i * ds] = static_cast<float>(static_cast<const std::int64_t*>(src)[i * ss]);
           else if (st == DType::kUInt64) d[i * ds] = static_cast<float>(static_cast<const std::uint64_t*>(src)[i * ss]);

@@ -7,6 +7,7 @@
 #include "families/onnx/kernels.h"
 #include "families/qkeras/kernels.h"
 #include "families/qonnx/kernels.h"
+#include "kernels/convert/kernels.h"
 #include "kernels/ops.h"
 #include "kernels/reduce/kernels.h"
 

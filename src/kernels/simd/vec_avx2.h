@@ -62,6 +62,16 @@ struct Vec {
   template <int kShift>
   static I shl_i(I a) { return _mm256_slli_epi32(a, kShift); }
   static M gt_i(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(a, b)); }
+  static M eq_i(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpeq_epi32(a, b)); }
+  static I or_i(I a, I b) { return _mm256_or_si256(a, b); }
+  static I select_i(M m, I if_true, I if_false) { return _mm256_blendv_epi8(if_false, if_true, _mm256_castps_si256(m)); }
+  static I shr_var_i(I a, I count) { return _mm256_srlv_epi32(a, count); }  // logical; counts 0..31
+  static F to_float(I a) { return _mm256_cvtepi32_ps(a); }                 // int32 lanes, rounded once
+  // 16-bit codes (float16, bfloat16) zero-extended to 32-bit lanes, and back (lanes <= 0xFFFF).
+  static I load_u16(const std::uint16_t* p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static void store_u16(std::uint16_t* p, I a) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
+  }
 
   // p[0..7] = double(a) * double(b): the exact product of two float32 vectors, as float64.
   static void store_product_f64(double* p, F a, F b) {

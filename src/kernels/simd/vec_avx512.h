@@ -60,6 +60,14 @@ struct Vec {
   template <int kShift>
   static I shl_i(I a) { return _mm512_slli_epi32(a, kShift); }
   static M gt_i(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
+  static M eq_i(I a, I b) { return _mm512_cmpeq_epi32_mask(a, b); }
+  static I or_i(I a, I b) { return _mm512_or_si512(a, b); }
+  static I select_i(M m, I if_true, I if_false) { return _mm512_mask_blend_epi32(m, if_false, if_true); }
+  static I shr_var_i(I a, I count) { return _mm512_srlv_epi32(a, count); }  // logical; counts 0..31
+  static F to_float(I a) { return _mm512_cvtepi32_ps(a); }                 // int32 lanes, rounded once
+  // 16-bit codes (float16, bfloat16) zero-extended to 32-bit lanes, and back (lanes <= 0xFFFF).
+  static I load_u16(const std::uint16_t* p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static void store_u16(std::uint16_t* p, I a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(a)); }
 
   // p[0..15] = double(a) * double(b): the exact product of two float32 vectors, as float64.
   static void store_product_f64(double* p, F a, F b) {
