@@ -81,30 +81,43 @@ void affine_f32(const void* params, const RowArgs& a) {
 }
 
 // Operands x, scale (float32) and the zero point as float32 (params.zero_point_f32; exact:
-// params.exact_in_float says every zero point and both bounds lie within +-2^23, so the clamped
-// level minus the zero point is exact in float32 and so is everything the reference does in int64
-// or double).
-void fake_quantize_f32(const void* params, const RowArgs& a) {
-  const auto& p = *static_cast<const FakeQuantizeParams*>(params);
-  if (!p.exact_in_float || !p.zero_point_f32 || p.canonical_nan || p.gradient || a.per_row_mask != 0) {
-    ref::fake_quantize_f32(params, a);
-    return;
-  }
+// The rows of fake_quantize_f32. kCanonicalNan (bfloat16 results, AffineParams::canonical_nan):
+// every NaN result becomes the default quiet NaN, as canonical_if does in the spec.
+template <bool kCanonicalNan>
+void fake_quantize_rows(const FakeQuantizeParams& p, const RowArgs& a) {
   const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
   const Vec::F one = Vec::splat(1.0f), int64_limit = Vec::splat(0x1p63f);
+  const Vec::F quiet_nan = Vec::splat(std::numeric_limits<float>::quiet_NaN());
+  auto canonical = [&](Vec::F r) POLYQUANT_ALWAYS_INLINE {
+    if constexpr (kCanonicalNan) return Vec::select(Vec::isnan(r), quiet_nan, r);
+    else return r;
+  };
   if (p.per_channel) {
     for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       const Vec::F qf = Vec::add(v[2], Vec::rint(Vec::mul(v[0], Vec::div(one, v[1]))));
       // int64(qf) of NaN, +-inf and |qf| >= 2^63 is INT64_MIN on x86: the lower bound.
       const auto unrepresentable = Vec::mask_or(Vec::isnan(qf), Vec::ge(Vec::abs(qf), int64_limit));
       const Vec::F c = Vec::select(unrepresentable, lo, torch_clamp_v(qf, lo, hi));
-      return Vec::mul(Vec::sub(c, v[2]), v[1]);
+      return canonical(Vec::mul(Vec::sub(c, v[2]), v[1]));
     });
   } else {
     for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       const Vec::F qf = Vec::add(v[2], Vec::rint(Vec::mul(v[0], Vec::div(one, v[1]))));
       const Vec::F c = Vec::select(Vec::isnan(qf), lo, torch_clamp_v(qf, lo, hi));  // fmax(NaN, lo) = lo
-      return Vec::mul(Vec::sub(c, v[2]), v[1]);
+      return canonical(Vec::mul(Vec::sub(c, v[2]), v[1]));
     });
   }
+}
+
+// params.exact_in_float says every zero point and both bounds lie within +-2^23, so the clamped
+// level minus the zero point is exact in float32 and so is everything the reference does in int64
+// or double).
+void fake_quantize_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const FakeQuantizeParams*>(params);
+  if (!p.exact_in_float || !p.zero_point_f32 || p.gradient || a.per_row_mask != 0) {
+    ref::fake_quantize_f32(params, a);
+    return;
+  }
+  if (p.canonical_nan) fake_quantize_rows<true>(p, a);
+  else fake_quantize_rows<false>(p, a);
 }

@@ -71,6 +71,9 @@ KernelCases kernel_cases_fake_quantize() {
         const Params with_f32_zp = Params::of(p);
         c.checks.push_back({Kind::kRows, what + " float32 zero point", with_f32_zp, f32_zp});
         if (exact && hi <= 255) c.checks.push_back({Kind::kRepeatedRows, what + " float32 zero point", with_f32_zp, f32_zp});
+        // bfloat16 results: every NaN the canonical quiet NaN (c10::BFloat16's conversion).
+        p.canonical_nan = true;
+        c.checks.push_back({Kind::kRows, what + " float32 zero point canonical_nan", Params::of(p), f32_zp});
       }
     }
   }
