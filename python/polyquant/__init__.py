@@ -18,7 +18,7 @@ from . import qonnx
 
 __version__: str = _ext.version()
 
-__all__ = ["__version__", "aimet", "onnx", "ort", "qonnx", "quark", "runtime_info"]
+__all__ = ["__version__", "aimet", "buffer_cache_info", "empty_cache", "onnx", "ort", "qonnx", "quark", "runtime_info"]
 
 
 def runtime_info() -> dict[str, Any]:
@@ -26,6 +26,23 @@ def runtime_info() -> dict[str, Any]:
     or "scalar"), ``supported`` (kernel sets this CPU can run, best first) and ``num_threads``.
     ``POLYQUANT_ISA`` and ``POLYQUANT_NUM_THREADS`` (environment, read once) override the choice."""
     return _ext.runtime_info()
+
+
+def empty_cache() -> None:
+    """Frees the idle output buffers polyquant keeps for reuse. Allocating calls (no ``out=``) take
+    results of 1 MiB or more from a cache of buffers whose arrays were freed, so a loop does not
+    fault fresh pages in on every call; buffers of arrays still alive are untouched (they return to
+    the cache when freed). ``POLYQUANT_BUFFER_CACHE=<bytes>`` (suffix K, M or G allowed; read at
+    first use) caps the idle bytes kept, ``0`` turns the cache off; default min(2 GiB, RAM / 8)."""
+    _ext.empty_cache()
+
+
+def buffer_cache_info() -> dict[str, int]:
+    """The output buffer cache (see ``empty_cache``): ``cached_bytes`` and ``cached_buffers`` (idle,
+    kept for reuse), ``limit_bytes`` (the cap on idle bytes; 0: off), ``min_buffer_bytes`` (smaller
+    results are numpy's own), ``hits`` and ``misses`` (allocations served from the cache or newly
+    mapped)."""
+    return _ext.buffer_cache_info()
 
 
 def __getattr__(name: str) -> Any:

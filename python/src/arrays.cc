@@ -1,6 +1,8 @@
 // Numpy arrays to polyquant tensor views and back (arrays.h).
 #include "arrays.h"
 
+#include "buffer_cache.h"
+
 #include <cstddef>
 #include <cstdint>
 
@@ -95,14 +97,55 @@ pq::MutableTensorView mutable_view(const OutArray& a) {
   return pq::MutableTensorView(a.data(), to_dtype(a.dtype(), "out"), shape, strides);
 }
 
-// A fresh C-contiguous result of `spec`, allocated by numpy itself: its allocator caches and
-// hugepage-advises large blocks, which makes first-touch page faults far cheaper than a plain
-// operator new for outputs of hundreds of MiB.
+// The DLPack type of a dtype numpy has (every DType but the ONNX-only ones, which callers allocate
+// as their storage dtype).
+nb::dlpack::dtype dlpack_dtype(pq::DType t) {
+  using Code = nb::dlpack::dtype_code;
+  const auto bits = static_cast<std::uint8_t>(8 * pq::dtype_size(t));
+  switch (t) {
+    case pq::DType::kFloat16:
+    case pq::DType::kFloat32:
+    case pq::DType::kFloat64:
+      return {static_cast<std::uint8_t>(Code::Float), bits, 1};
+    case pq::DType::kInt8:
+    case pq::DType::kInt16:
+    case pq::DType::kInt32:
+    case pq::DType::kInt64:
+      return {static_cast<std::uint8_t>(Code::Int), bits, 1};
+    case pq::DType::kUInt8:
+    case pq::DType::kUInt16:
+    case pq::DType::kUInt32:
+    case pq::DType::kUInt64:
+      return {static_cast<std::uint8_t>(Code::UInt), bits, 1};
+    case pq::DType::kBool:
+      return {static_cast<std::uint8_t>(Code::Bool), 8, 1};
+    default:
+      fail(pq::ErrorKind::kRuntime, std::string("allocate: no numpy dtype for ") + pq::dtype_name(t));
+  }
+}
+
+// A fresh C-contiguous result of `spec`. Large ones (buffer_cache.h) take a reused buffer whose
+// pages are already faulted in, owned by the array through the cache's capsule; small ones, and
+// every one with the cache off, are numpy's (its allocator hugepage-advises large blocks too).
 nb::object allocate(const pq::TensorSpec& spec) {
+  std::size_t bytes = pq::dtype_size(spec.dtype);
+  std::size_t shape[pq::kMaxRank];
+  for (int i = 0; i < spec.shape.rank; ++i) {
+    shape[i] = static_cast<std::size_t>(spec.shape[i]);
+    bytes *= shape[i];
+  }
+  if (bytes >= kMinCachedBytes) {
+    CachedBuffer buffer = cached_buffer(bytes);
+    if (buffer.data != nullptr) {
+      return OutArray(buffer.data, static_cast<std::size_t>(spec.shape.rank), shape, buffer.owner, nullptr,
+                      dlpack_dtype(spec.dtype))
+          .cast();
+    }
+  }
   static nb::object empty = nb::module_::import_("numpy").attr("empty");
-  nb::list shape;
-  for (int i = 0; i < spec.shape.rank; ++i) shape.append(spec.shape[i]);
-  return empty(nb::tuple(shape), pq::dtype_name(spec.dtype));
+  nb::list shape_list;
+  for (int i = 0; i < spec.shape.rank; ++i) shape_list.append(spec.shape[i]);
+  return empty(nb::tuple(shape_list), pq::dtype_name(spec.dtype));
 }
 
 pq::TensorView qdq_view(const InArray& a, const char* name, int dtype_code) {

@@ -2,12 +2,14 @@
 // python/src/<family>.cc and map numpy arrays to polyquant tensor views and back (arrays.h); no
 // numerics here: each op asks the core for the output spec, allocates the result (or takes `out`),
 // runs the kernel with the GIL released and returns it. This file holds the module itself: the
-// error translation, interpreter-exit parking, runtime information and the benchmarks' memcpy.
+// error translation, interpreter-exit parking, runtime information, the benchmarks' memcpy and the
+// output buffer cache's functions (buffer_cache.h).
 #include <cstring>
 #include <exception>
 #include <string>
 
 #include "arrays.h"
+#include "buffer_cache.h"
 
 namespace polyquant::python {
 namespace {
@@ -91,4 +93,5 @@ NB_MODULE(_polyquant_ext, m) {
         "Version, kernel set in use, kernel sets this CPU supports, worker threads.");
   m.def("copy", &copy, nb::arg("src").noconvert(), nb::arg("dst").noconvert(),
         "memcpy of C-contiguous src into dst (same byte size), GIL released.");
+  bind_buffer_cache(m);
 }

@@ -40,3 +40,18 @@ def runtime_info() -> dict:
 
 def copy(src: Annotated[NDArray, dict(order='C', device='cpu', writable=False)], dst: Annotated[NDArray, dict(order='C', device='cpu')]) -> None:
     """memcpy of C-contiguous src into dst (same byte size), GIL released."""
+
+def empty_cache() -> None:
+    """
+    Unmaps the idle output buffers kept for reuse (buffers of live arrays return to the cache when freed).
+    """
+
+def buffer_cache_info() -> dict:
+    """
+    The output buffer cache: cached_bytes, cached_buffers, limit_bytes, min_buffer_bytes, hits, misses.
+    """
+
+def _set_buffer_cache_limit(bytes: int) -> None:
+    """
+    Tests only: set the cache's limit in bytes (0: off), as POLYQUANT_BUFFER_CACHE does, and empty it.
+    """
