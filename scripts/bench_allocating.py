@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Allocating calls (no ``out=``) against the same calls with ``out=``, in a steady loop, at 64 Mi
 float32 elements; and onnxruntime's ``session.run`` of a one-node QuantizeLinear model in the same
-run. Each row: median of --repeat calls, milliseconds, after one warm-up call.
+run. Each row: median of --repeat calls, milliseconds, after one warm-up call; the calls of a row
+(and onnxruntime's, on the quantize_linear row) take turns within each repeat.
 
-    PYTHONPATH=python .venv/bin/python scripts/bench_allocating.py [--elements N] [--repeat R]
+    PYTHONPATH=python .venv/bin/python scripts/bench_allocating.py [--elements N] [--repeat R] [--threads T]
 
 The allocating figure is what a user's loop sees: each result is dropped before the next call, so
 with the output buffer cache (POLYQUANT_BUFFER_CACHE, docs/performance.md) its buffer is reused.
@@ -25,18 +26,23 @@ import polyquant.qkeras as pqk
 import polyquant.qonnx as pqq
 
 
-def median_ms(fn, repeat):
-    fn()  # warm-up: thread pool, kernel selection, the first (faulting) allocation
-    samples = []
+def medians_ms(fns, repeat):
+    """Median milliseconds of each of `fns`, timed in turn within each repeat (interleaved, so load
+    from other processes falls on all of them alike), after one warm-up call each (thread pool,
+    kernel selection, the first allocation, which faults its pages in)."""
+    for fn in fns:
+        fn()
+    samples = [[] for _ in fns]
     for _ in range(repeat):
-        t = time.perf_counter()
-        result = fn()
-        samples.append(time.perf_counter() - t)
-        del result
-    return statistics.median(samples) * 1e3
+        for fn, times in zip(fns, samples):
+            t = time.perf_counter()
+            result = fn()
+            times.append(time.perf_counter() - t)
+            del result
+    return [statistics.median(times) * 1e3 for times in samples]
 
 
-def ort_session(x, scale, zero_point):
+def ort_session(x, scale, zero_point, threads):
     import onnxruntime
     from onnx import TensorProto, helper, numpy_helper
 
@@ -49,6 +55,12 @@ def ort_session(x, scale, zero_point):
     model.ir_version = 10
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
+    # Its worker threads would otherwise spin after each run, taking the cores from the polyquant
+    # call timed next (on a 2-core machine that doubled polyquant's times); a call of 64 Mi
+    # elements does not depend on spinning (ms-long runs, not us-long).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if threads:
+        options.intra_op_num_threads = threads
     return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -56,7 +68,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--elements", type=int, default=64 << 20)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=0, help="threads of polyquant and onnxruntime (default: theirs)")
     args = parser.parse_args()
+    if args.threads:
+        polyquant._polyquant_ext._set_num_threads(args.threads)
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal(args.elements, dtype=np.float32).reshape(-1, 1024)
@@ -75,19 +90,21 @@ def main():
         ("qkeras quantized_bits(8, 0, alpha=1)", lambda out=None: qk_bits(x, out=out), out_f32),
     ]
     print(f"{args.elements} float32 elements, median of {args.repeat}; polyquant {polyquant.__version__}, "
-          f"{polyquant.runtime_info()['isa']}, buffer cache limit {polyquant.buffer_cache_info()['limit_bytes']} bytes")
+          f"{polyquant.runtime_info()['isa']}, {args.threads or 'default'} threads, buffer cache limit {polyquant.buffer_cache_info()['limit_bytes']} bytes")
+    session = ort_session(x, scale, zp, args.threads)
+    copy_dst = np.empty_like(x)
+    copyto, fresh_copy = medians_ms([lambda: np.copyto(copy_dst, x), lambda: x.copy()], args.repeat)
+    print(f"this machine now: np.copyto of x {copyto:.2f}ms, x.copy() (a fresh array each time) {fresh_copy:.2f}ms")
     print(f"{'op':40s} {'allocating':>11s} {'out=':>9s} {'alloc/out':>10s}")
     for name, fn, out in ops:
-        alloc = median_ms(fn, args.repeat)
-        with_out = median_ms(lambda: fn(out=out), args.repeat)
-        print(f"{name:40s} {alloc:9.2f}ms {with_out:7.2f}ms {alloc / with_out:9.2f}x")
+        fns = [fn, lambda: fn(out=out)]
         if name.startswith("onnx."):
-            quantize_linear_ms = alloc
-
-    session = ort_session(x, scale, zp)
-    ort = median_ms(lambda: session.run(None, {"x": x})[0], args.repeat)
-    print(f"{'onnxruntime session.run QuantizeLinear':40s} {ort:9.2f}ms")
-    print(f"quantize_linear allocating vs onnxruntime session.run: {ort / quantize_linear_ms:.2f}x")
+            fns.append(lambda: session.run(None, {"x": x})[0])
+        alloc, with_out, *ort = medians_ms(fns, args.repeat)
+        print(f"{name:40s} {alloc:9.2f}ms {with_out:7.2f}ms {alloc / with_out:9.2f}x")
+        if ort:
+            print(f"{'onnxruntime session.run QuantizeLinear':40s} {ort[0]:9.2f}ms  "
+                  f"(quantize_linear allocating: {ort[0] / alloc:.2f}x onnxruntime)")
     print("cache:", polyquant.buffer_cache_info())
 
 

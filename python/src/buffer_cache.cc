@@ -180,15 +180,25 @@ class BufferCache {
   }
 
   nb::dict info() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    configure_locked();
+    std::size_t cached_bytes, cached_buffers, limit, hits, misses;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      configure_locked();
+      cached_bytes = idle_bytes_;
+      cached_buffers = idle_.size();
+      limit = closed_ ? std::size_t{0} : limit_;
+      hits = hits_;
+      misses = misses_;
+    }
+    // The dict is built without the mutex: making Python objects can run the garbage collector,
+    // whose frees of cached arrays come back here (give_back) and would wait on it forever.
     nb::dict d;
-    d["cached_bytes"] = idle_bytes_;
-    d["cached_buffers"] = idle_.size();
-    d["limit_bytes"] = closed_ ? std::size_t{0} : limit_;
+    d["cached_bytes"] = cached_bytes;
+    d["cached_buffers"] = cached_buffers;
+    d["limit_bytes"] = limit;
     d["min_buffer_bytes"] = kMinCachedBytes;
-    d["hits"] = hits_;
-    d["misses"] = misses_;
+    d["hits"] = hits;
+    d["misses"] = misses;
     return d;
   }
 

@@ -12,8 +12,9 @@
 //   - The idle bytes held are capped: POLYQUANT_BUFFER_CACHE=<bytes> (suffix K, M or G allowed;
 //     0 turns the cache off), read at first use; default min(2 GiB, physical memory / 8). A buffer
 //     that does not fit evicts the least recently cached ones; one larger than the cap is freed.
-//   - Thread-safe (one mutex, never held across a system call that maps or unmaps memory);
-//     fork-safe (a forked child drops the parent's idle buffers before its first use).
+//   - Thread-safe (one mutex, never held across a system call that maps or unmaps memory nor
+//     across a call into Python, whose garbage collector may free a cached array meanwhile);
+//     fork-safe (pthread_atfork: the child unmaps its copies of the parent's idle buffers).
 //   - At interpreter exit (atexit) the cache unmaps its idle buffers and stops caching: buffers of
 //     arrays freed later are unmapped directly. The cache object itself is never destroyed (a
 //     capsule may be freed after static destructors run), so it stays reachable for LeakSanitizer.

@@ -349,3 +349,30 @@ print("ok")                             # `kept` is freed during finalization, a
 """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+def test_the_garbage_collector_freeing_results_during_a_cache_call():
+    """Results in reference cycles are freed by the garbage collector, which may run inside any
+    allocation of a Python object, buffer_cache_info's dict included: the cache must not hold its
+    lock then (it would wait on itself forever)."""
+    proc = _run(_SCRIPT_HEADER + """
+import gc
+gc.disable()
+for round in range(20):
+    for _ in range(4):
+        cycle = [q()]
+        cycle.append(cycle)          # freed only by the collector
+    del cycle
+    gc.enable()
+    gc.set_threshold(1, 1, 1)
+    info = polyquant.buffer_cache_info()
+    y = q()
+    assert (y == ref).all()
+    del y
+    gc.set_threshold(700, 10, 10)
+    gc.collect()
+    gc.disable()
+print("ok", polyquant.buffer_cache_info()["hits"] > 0)
+""")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok True"
