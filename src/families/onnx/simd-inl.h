@@ -1,17 +1,21 @@
 // Vector bodies of the linear quantize / dequantize kernels (families/onnx/kernels.h), written once against
-// the `Vec` vocabulary and compiled per kernel set. They cover the hot cases — float32 x and scale,
-// 8/16-bit integer outputs (Q, ONNX Runtime's saturation or Quark's int64 rule) or inputs (DQ) —
-// and hand every other row to the scalar reference, which they equal bit for bit.
+// the `Vec` vocabulary and compiled per kernel set. They cover the hot cases — float32 x and scale;
+// Q to 8/16-bit and sub-byte integers (ONNX Runtime's saturation or Quark's int64 rule) and to every
+// minifloat; DQ from 8/16-bit integers and from the types the engine widens to float32 for the
+// kernel (minifloats, sub-byte integers) — and hand every other row to the scalar reference, which
+// they equal bit for bit.
 #include "kernels/simd/row_loop-inl.h"
+#include "kernels/convert/minifloat_simd-inl.h"
 
 namespace qdq_detail {
 
-// Q: y = clamp(rint(x / s), qmin - zp, qmax - zp) + zp, all in float32 and exact (the bounds and the
-// sum are integers below 2^17). max(NaN, lo) is lo, so NaN gives qmin; +-inf saturate.
-// Narrowing output policy; for outputs far larger than the caches (RowArgs::stream), non-temporal
-// stores (for_each_vector aligns them to the stored width), which spare the read of each output line.
-template <class T>
+// Output policies of the Q loops (how for_each_vector stores a vector of results).
+// 8/16-bit integers: the integer-valued float32 lanes narrowed; for outputs far larger than the
+// caches (RowArgs::stream), non-temporal stores (for_each_vector aligns them to the stored width),
+// which spare the read of each output line.
+template <class OutT>
 struct NarrowOut {
+  using T = OutT;
   using Result = Vec::F;
   static constexpr bool kCanStream = true;
   static void store(T* p, const Result& r) {
@@ -27,38 +31,77 @@ struct NarrowOut {
     else Vec::stream_as_u16(p, r);
   }
 };
-template <class OutT>
-struct NarrowPolicy : NarrowOut<OutT> {
-  using T = OutT;
+
+// Signed sub-byte integer outputs (int4, int2; one element per byte): the value's two's-complement
+// low bits, i.e. v + 2^bits for a negative v (ml_dtypes: int4 -1 is 0x0F).
+template <int kModulus>
+struct SignedSubByteOut {
+  using T = std::uint8_t;
+  using Result = Vec::F;
+  static constexpr bool kCanStream = true;
+  static Vec::F wrapped(const Result& r) {
+    return Vec::select(Vec::lt(r, Vec::zero()), Vec::add(r, Vec::splat(static_cast<float>(kModulus))), r);
+  }
+  static void store(T* p, const Result& r) { Vec::store_as_u8(p, wrapped(r)); }
+  static void stream(T* p, const Result& r) { Vec::stream_as_u8(p, wrapped(r)); }
 };
 
+// Minifloat outputs (float8 / float6 / float4 / e8m0, one code per byte): the value encoded as
+// minifloat_from_float (minifloat_simd-inl.h).
+template <DType kT>
+struct MinifloatOut {
+  using T = std::uint8_t;
+  using Result = Vec::F;
+  static constexpr bool kCanStream = false;
+  static void store(T* p, const Result& r) { Vec::store_u8(p, minifloat_simd::from_float_bits<kT>(Vec::bits(r))); }
+  static void stream(T* p, const Result& r) { store(p, r); }
+};
+
+// The formulas after the quotient q = x / s (float32, exact IEEE division), with zp the zero point.
 //
-// Quark's int64 policy (kQuarkCast) differs only where rint(q) is NaN or |rint(q)| >= 2^63: the
-// int64 conversion gives INT64_MIN there and INT64_MIN + zp clamps to qmin, or wraps to a huge
+// Integer targets: y = clamp(rint(q), qmin - zp, qmax - zp) + zp, all in float32 and exact (the
+// bounds and the sum are integers below 2^17). max(NaN, lo) is lo, so NaN gives qmin; +-inf
+// saturate. Quark's int64 policy (kQuarkCast) differs only where rint(q) is NaN or |rint(q)| >= 2^63:
+// the int64 conversion gives INT64_MIN there and INT64_MIN + zp clamps to qmin, or wraps to a huge
 // positive value (qmax) when zp < 0.
-template <class T, bool kQuarkCast>
-void quantize_rows(const QuantizeLinearParams& p, const RowArgs& a) {
-  const Vec::F qmin = Vec::splat(static_cast<float>(p.qmin)), qmax = Vec::splat(static_cast<float>(p.qmax));
-  const Vec::F two63 = Vec::splat(9223372036854775808.0f), zero = Vec::zero();
-  auto quark_cast = [&](Vec::F r, Vec::F y, Vec::F zp) POLYQUANT_ALWAYS_INLINE {
-    const auto out_of_int64 = Vec::mask_or(Vec::isnan(r), Vec::ge(Vec::abs(r), two63));
-    return Vec::select(out_of_int64, Vec::select(Vec::lt(zp, zero), qmax, qmin), y);
-  };
+template <bool kQuarkCast>
+struct IntegerFormula {
+  Vec::F qmin, qmax;
+  explicit IntegerFormula(const QuantizeLinearParams& p)
+      : qmin(Vec::splat(static_cast<float>(p.qmin))), qmax(Vec::splat(static_cast<float>(p.qmax))) {}
+  Vec::F operator()(Vec::F q, Vec::F zp) const {
+    const Vec::F r = Vec::rint(q);
+    const Vec::F y = Vec::add(Vec::min(Vec::max(r, Vec::sub(qmin, zp)), Vec::sub(qmax, zp)), zp);
+    if constexpr (kQuarkCast) {
+      const auto out_of_int64 = Vec::mask_or(Vec::isnan(r), Vec::ge(Vec::abs(r), Vec::splat(9223372036854775808.0f)));
+      return Vec::select(out_of_int64, Vec::select(Vec::lt(zp, Vec::zero()), qmax, qmin), y);
+    }
+    return y;
+  }
+};
+
+// Minifloat targets: v = q (+ zp when the zero point is added), clipped to [-max, max] when
+// saturating (NaN kept: a NaN lane bypasses the clip, whose max would turn it into -max).
+struct MinifloatFormula {
+  Vec::F max_value;
+  bool add_zero_point, saturate;
+  explicit MinifloatFormula(const QuantizeLinearParams& p)
+      : max_value(Vec::splat(p.format.max_value)), add_zero_point(p.add_zero_point && p.has_zero_point), saturate(p.saturate) {}
+  Vec::F operator()(Vec::F q, Vec::F zp) const {
+    Vec::F v = add_zero_point ? Vec::add(q, zp) : q;
+    if (saturate) v = Vec::select(Vec::isnan(v), v, Vec::min(Vec::max(v, Vec::neg(max_value)), max_value));
+    return v;
+  }
+};
+
+// Per-tensor, per-channel and broadcast rows (for_each_vector); non-temporal stores for outputs
+// far larger than the caches where the output policy allows them (RowArgs::stream).
+template <class Out, class Formula>
+void quantize_rows(const QuantizeLinearParams& p, const RowArgs& a, const Formula& formula) {
   if (p.has_zero_point) {
-    for_each_vector<3, NarrowPolicy<T>>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      const Vec::F r = Vec::rint(Vec::div(v[0], v[1]));
-      const Vec::F c = Vec::min(Vec::max(r, Vec::sub(qmin, v[2])), Vec::sub(qmax, v[2]));
-      const Vec::F y = Vec::add(c, v[2]);
-      if constexpr (kQuarkCast) return quark_cast(r, y, v[2]);
-      else return y;
-    });
+    for_each_vector<3, Out>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return formula(Vec::div(v[0], v[1]), v[2]); });
   } else {
-    for_each_vector<2, NarrowPolicy<T>>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      const Vec::F r = Vec::rint(Vec::div(v[0], v[1]));
-      const Vec::F y = Vec::min(Vec::max(r, qmin), qmax);
-      if constexpr (kQuarkCast) return quark_cast(r, y, zero);
-      else return y;
-    });
+    for_each_vector<2, Out>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return formula(Vec::div(v[0], v[1]), Vec::zero()); });
   }
 }
 
@@ -66,36 +109,33 @@ void quantize_rows(const QuantizeLinearParams& p, const RowArgs& a) {
 // (RowArgs::per_row_mask) or one for all; x and the output run on. Each row is the per-tensor
 // loop with that row's parameters in registers; a row's tail goes through the scalar element
 // function (the spec), so every element gets exactly the reference's arithmetic.
-template <class T, bool kQuarkCast>
-void quantize_blocks(const QuantizeLinearParams& p, const RowArgs& a) {
+template <class Out, class Formula>
+void quantize_blocks(const QuantizeLinearParams& p, const RowArgs& a, const Formula& formula) {
+  using T = typename Out::T;
   constexpr int L = Vec::kLanes;
+  const Out policy{};
   const float* x = a.input<float>(0);
   const float* s = a.input<float>(1);
   const float* z = p.has_zero_point ? a.input<float>(2) : nullptr;
   T* out = static_cast<T*>(a.out);
   const std::int64_t len = a.row_len, rows = a.n / a.row_len;
   const bool s_rows = a.is_per_row(1), z_rows = z && a.is_per_row(2);
-  const Vec::F qmin = Vec::splat(static_cast<float>(p.qmin)), qmax = Vec::splat(static_cast<float>(p.qmax));
-  const Vec::F two63 = Vec::splat(9223372036854775808.0f), zero = Vec::zero();
+  const bool stream = Out::kCanStream && a.stream;
   for (std::int64_t r = 0; r < rows; ++r) {
     const float sr = s[s_rows ? r : 0], zr = z ? z[z_rows ? r : 0] : 0.0f;
     const Vec::F sv = Vec::splat(sr), zv = Vec::splat(zr);
-    const Vec::F lo = Vec::sub(qmin, zv), hi = Vec::sub(qmax, zv);
-    const Vec::F sentinel = Vec::select(Vec::lt(zv, zero), qmax, qmin);
     const std::int64_t base = r * len;
     std::int64_t j = 0;
     for (; j + L <= len; j += L) {
-      const Vec::F q = Vec::rint(Vec::div(Vec::loadu(x + base + j), sv));
-      Vec::F y = Vec::add(Vec::min(Vec::max(q, lo), hi), zv);
-      if constexpr (kQuarkCast) y = Vec::select(Vec::mask_or(Vec::isnan(q), Vec::ge(Vec::abs(q), two63)), sentinel, y);
+      const Vec::F y = formula(Vec::div(Vec::loadu(x + base + j), sv), zv);
       // Large outputs: non-temporal stores where the vector's destination is aligned to its width.
       T* dst = out + base + j;
-      if (a.stream && reinterpret_cast<std::uintptr_t>(dst) % (L * sizeof(T)) == 0) NarrowOut<T>::stream(dst, y);
-      else NarrowOut<T>::store(dst, y);
+      if (stream && reinterpret_cast<std::uintptr_t>(dst) % (L * sizeof(T)) == 0) policy.stream(dst, y);
+      else policy.store(dst, y);
     }
-    for (; j < len; ++j) quantize_linear_element<float>(p, x[base + j], sr, zr, out, base + j);
+    for (; j < len; ++j) quantize_linear_element<float>(p, x[base + j], sr, zr, a.out, base + j);
   }
-  if (a.stream) Vec::fence();
+  if (stream) Vec::fence();
 }
 
 // Whether a call with per-row operands is the blocked layout the *_blocks loops run: x running on,
@@ -106,15 +146,26 @@ inline bool blocked_parameters(const RowArgs& a, bool has_zero_point) {
          (!has_zero_point || a.is_per_row(2) || a.is_broadcast(2));
 }
 
-template <class T>
-void quantize_rows_for(const QuantizeLinearParams& p, const RowArgs& a) {
+template <class Out, class Formula>
+void quantize_with(const QuantizeLinearParams& p, const RowArgs& a, const Formula& formula) {
   if (a.per_row_mask != 0) {
     if (!blocked_parameters(a, p.has_zero_point)) return ref::quantize_linear_f32(&p, a);
-    if (p.non_finite == NonFinitePolicy::kInt64Cast) return quantize_blocks<T, true>(p, a);
-    return quantize_blocks<T, false>(p, a);
+    return quantize_blocks<Out>(p, a, formula);
   }
-  if (p.non_finite == NonFinitePolicy::kInt64Cast) quantize_rows<T, true>(p, a);
-  else quantize_rows<T, false>(p, a);
+  quantize_rows<Out>(p, a, formula);
+}
+
+template <class Out>
+void quantize_integer(const QuantizeLinearParams& p, const RowArgs& a) {
+  if (p.non_finite == NonFinitePolicy::kInt64Cast) quantize_with<Out>(p, a, IntegerFormula<true>(p));
+  else quantize_with<Out>(p, a, IntegerFormula<false>(p));
+}
+
+// Whether `format` is the standard one of its dtype (the vector encoders are compiled per dtype).
+inline bool standard_format(const QuantizeLinearParams& p) {
+  const MinifloatFormat f = minifloat_format(p.out_dtype);
+  return f.exp_bits == p.format.exp_bits && f.man_bits == p.format.man_bits && f.bias == p.format.bias &&
+         f.kind == p.format.kind && f.max_magnitude == p.format.max_magnitude && f.max_value == p.format.max_value;
 }
 
 // DQ with blocked parameters (see quantize_blocks).
@@ -191,15 +242,25 @@ void dequantize_rows(const DequantizeLinearParams& p, const RowArgs& a) {
 
 void quantize_linear_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const QuantizeLinearParams*>(params);
-  const bool vector = p.target == QuantTarget::kInteger && p.quotient == QuotientRounding::kNone && !p.round_operands &&
-                      !p.zero_point_f64;
-  if (vector) {
-    switch (p.out_dtype) {
-      case DType::kInt8: return qdq_detail::quantize_rows_for<std::int8_t>(p, a);
-      case DType::kUInt8: return qdq_detail::quantize_rows_for<std::uint8_t>(p, a);
-      case DType::kInt16: return qdq_detail::quantize_rows_for<std::int16_t>(p, a);
-      case DType::kUInt16: return qdq_detail::quantize_rows_for<std::uint16_t>(p, a);
-      default: break;
+  // The vector loop divides in float32 once; rounded quotients and float64 zero points are the spec's.
+  if (p.quotient == QuotientRounding::kNone && !p.round_operands && !p.zero_point_f64) {
+    if (p.target == QuantTarget::kInteger) {
+      switch (p.out_dtype) {
+        case DType::kInt8: return qdq_detail::quantize_integer<qdq_detail::NarrowOut<std::int8_t>>(p, a);
+        case DType::kUInt8:
+        case DType::kUInt4:
+        case DType::kUInt2: return qdq_detail::quantize_integer<qdq_detail::NarrowOut<std::uint8_t>>(p, a);
+        case DType::kInt4: return qdq_detail::quantize_integer<qdq_detail::SignedSubByteOut<16>>(p, a);
+        case DType::kInt2: return qdq_detail::quantize_integer<qdq_detail::SignedSubByteOut<4>>(p, a);
+        case DType::kInt16: return qdq_detail::quantize_integer<qdq_detail::NarrowOut<std::int16_t>>(p, a);
+        case DType::kUInt16: return qdq_detail::quantize_integer<qdq_detail::NarrowOut<std::uint16_t>>(p, a);
+        default: break;
+      }
+    } else if (p.target == QuantTarget::kMinifloat && qdq_detail::standard_format(p)) {
+      const bool done = minifloat_simd::with_minifloat(p.out_dtype, [&](auto t) {
+        qdq_detail::quantize_with<qdq_detail::MinifloatOut<decltype(t)::value>>(p, a, qdq_detail::MinifloatFormula(p));
+      });
+      if (done) return;
     }
   }
   ref::quantize_linear_f32(params, a);
@@ -215,7 +276,14 @@ void dequantize_linear_f32(const void* params, const RowArgs& a) {
       case DType::kUInt8: return qdq_detail::dequantize_rows<std::uint8_t>(p, a);
       case DType::kInt16: return qdq_detail::dequantize_rows<std::int16_t>(p, a);
       case DType::kUInt16: return qdq_detail::dequantize_rows<std::uint16_t>(p, a);
-      default: break;
+      // Types the engine widens to float32 for the kernel (exactly): minifloats, sub-byte integers.
+      case DType::kInt4:
+      case DType::kUInt4:
+      case DType::kInt2:
+      case DType::kUInt2: return qdq_detail::dequantize_rows<float>(p, a);
+      default:
+        if (is_minifloat(p.x_dtype)) return qdq_detail::dequantize_rows<float>(p, a);
+        break;
     }
   }
   ref::dequantize_linear_f32(params, a);

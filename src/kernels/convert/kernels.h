@@ -5,9 +5,11 @@
 // The spec is convert_values_scalar (core/elementwise.cc): float16 and bfloat16 widen exactly (NaN
 // payloads kept); to float16, round to nearest even from the exact value, |v| >= 65520 -> inf, NaN
 // -> the quiet NaN with the payload's top bits (sign | 0x7E00 | payload >> 13); to bfloat16, round
-// to nearest even, NaN -> 0x7FC0 with the sign (ml_dtypes). The vector kernels do the float16 /
-// bfloat16 <-> float32 pairs with integer bit arithmetic only, so neither the rounding mode nor the
-// flush-to-zero state of the caller's thread can change a bit; every other pair goes to the spec.
+// to nearest even, NaN -> 0x7FC0 with the sign (ml_dtypes); minifloats as core/minifloat.h; sub-byte
+// integers: their low bits, from float the truncated integer part (NaN -> 0). The vector kernels do
+// float32 <-> float16 / bfloat16 / every minifloat / int4 / uint4 / int2 / uint2 with integer bit
+// arithmetic only (plus exact products), so neither the rounding mode nor the flush-to-zero state
+// of the caller's thread can change a bit; every other pair goes to the spec.
 #pragma once
 
 #include <cstdint>

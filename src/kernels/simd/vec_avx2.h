@@ -72,6 +72,13 @@ struct Vec {
   static void store_u16(std::uint16_t* p, I a) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
   }
+  // 8-bit codes (float8/6/4, e8m0, sub-byte integers one per byte) zero-extended to 32-bit lanes,
+  // and back (lanes <= 0xFF).
+  static I load_u8(const std::uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  static void store_u8(std::uint8_t* p, I a) {
+    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(w, w));
+  }
 
   // p[0..7] = double(a) * double(b): the exact product of two float32 vectors, as float64.
   static void store_product_f64(double* p, F a, F b) {
@@ -167,6 +174,7 @@ struct Vec {
   static F load_from(const std::uint16_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
+  static F load_from(const float* p) { return loadu(p); }
 
   static void fence() { _mm_sfence(); }
 };

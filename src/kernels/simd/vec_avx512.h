@@ -68,6 +68,10 @@ struct Vec {
   // 16-bit codes (float16, bfloat16) zero-extended to 32-bit lanes, and back (lanes <= 0xFFFF).
   static I load_u16(const std::uint16_t* p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static void store_u16(std::uint16_t* p, I a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(a)); }
+  // 8-bit codes (float8/6/4, e8m0, sub-byte integers one per byte) zero-extended to 32-bit lanes,
+  // and back (lanes <= 0xFF).
+  static I load_u8(const std::uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static void store_u8(std::uint8_t* p, I a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(a)); }
 
   // p[0..15] = double(a) * double(b): the exact product of two float32 vectors, as float64.
   static void store_product_f64(double* p, F a, F b) {
@@ -127,6 +131,7 @@ struct Vec {
   static F load_from(const std::uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
   static F load_from(const std::int16_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))); }
   static F load_from(const std::uint16_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))); }
+  static F load_from(const float* p) { return loadu(p); }
 
   static void fence() { _mm_sfence(); }
 };

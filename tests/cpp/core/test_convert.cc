@@ -1,7 +1,8 @@
 // The conversion kernel of every kernel set (kernels/convert) against the spec,
-// convert_values_scalar, bit for bit: every float16 and bfloat16 code widened, every float32 value
-// narrowed to float16 and bfloat16 (the 2^32 sweep is skipped under POLYQUANT_SKIP_EXHAUSTIVE; a
-// stratified set of rounding boundaries, subnormals, overflow edges and NaN payloads always runs),
+// convert_values_scalar, bit for bit: every float16, bfloat16, minifloat and sub-byte integer code
+// widened; float32 narrowed to each of them over a stratified set of rounding boundaries (ties with
+// even and odd kept parts, +-1 ulp), subnormals, overflow edges and NaN payloads, and every float32
+// value to float16 and bfloat16 (the 2^32 sweep; skipped under POLYQUANT_SKIP_EXHAUSTIVE);
 // runs of every length around the vector width from misaligned starts, and the pairs the kernel
 // hands back to the spec.
 #include <gtest/gtest.h>
@@ -63,6 +64,27 @@ TEST_P(ConvertKernelTest, EveryHalfAndBfloat16CodeWidensLikeTheSpec) {
   }
 }
 
+// Every narrow 8-bit dtype the kernel widens: the minifloats and the sub-byte integers (one per
+// byte; the spec reads only the low bits, so all 256 byte values are valid input).
+constexpr DType kByteCodes[] = {DType::kFloat8E4M3FN, DType::kFloat8E4M3FNUZ, DType::kFloat8E5M2, DType::kFloat8E5M2FNUZ,
+                                DType::kFloat8E8M0,   DType::kFloat6E2M3,     DType::kFloat6E3M2, DType::kFloat4E2M1,
+                                DType::kInt4,         DType::kUInt4,          DType::kInt2,       DType::kUInt2};
+
+TEST_P(ConvertKernelTest, EveryMinifloatAndSubByteCodeWidensLikeTheSpec) {
+  const KernelEntry& e = GetParam();
+  if (!isa_available(e.isa)) GTEST_SKIP() << isa_name(e.isa) << " not supported by this CPU";
+  std::vector<std::uint8_t> codes(3 * 256 + 16);
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i * 7 / 3);  // each code, shuffled
+  for (std::size_t i = 0; i < 256; ++i) codes[i] = static_cast<std::uint8_t>(i);
+  for (DType from : kByteCodes) {
+    for (std::int64_t offset : {0, 1, 13}) {
+      const std::int64_t bad = first_difference(e.fn, from, DType::kFloat32, codes.data() + offset, 3 * 256);
+      EXPECT_EQ(bad, -1) << dtype_name(from) << " code 0x" << std::hex << (bad >= 0 ? int{codes[static_cast<std::size_t>(bad + offset)]} : -1)
+                         << " offset " << std::dec << offset;
+    }
+  }
+}
+
 // float32 bit patterns around every rounding boundary of float16 and bfloat16 in every binade of
 // both signs, the subnormal-half shifts, the overflow edge and NaN payloads.
 std::vector<std::uint32_t> stratified_floats() {
@@ -77,6 +99,11 @@ std::vector<std::uint32_t> stratified_floats() {
         v.push_back(sign | (exponent << 23) | (1u << k));
         v.push_back(sign | (exponent << 23) | ((1u << k) - 1u));
         v.push_back(sign | (exponent << 23) | ((1u << k) + 1u));
+        // A tie (bit k) with an odd kept part (bit k + 1), and +-1 ulp: the other half of ties to even.
+        const std::uint32_t odd_tie = (3u << k) & 0x7FFFFFu;
+        v.push_back(sign | (exponent << 23) | odd_tie);
+        v.push_back(sign | (exponent << 23) | (odd_tie - 1u));
+        v.push_back(sign | (exponent << 23) | ((odd_tie + 1u) & 0x7FFFFFu));
       }
     }
   }
@@ -90,7 +117,9 @@ TEST_P(ConvertKernelTest, Float32NarrowsLikeTheSpec) {
   if (!isa_available(e.isa)) GTEST_SKIP() << isa_name(e.isa) << " not supported by this CPU";
   std::vector<std::uint32_t> values = stratified_floats();
   values.resize(values.size() + 16);
-  for (DType to : {DType::kFloat16, DType::kBFloat16}) {
+  std::vector<DType> targets{DType::kFloat16, DType::kBFloat16};
+  targets.insert(targets.end(), std::begin(kByteCodes), std::end(kByteCodes));
+  for (DType to : targets) {
     for (std::int64_t offset : {0, 3}) {
       const std::int64_t n = static_cast<std::int64_t>(values.size()) - 16;
       const std::int64_t bad = first_difference(e.fn, DType::kFloat32, to, values.data() + offset, n);
@@ -141,9 +170,13 @@ TEST_P(ConvertKernelTest, RunsOfEveryLengthAndOtherPairs) {
         EXPECT_EQ(first_difference(e.fn, DType::kFloat32, to, x.data() + offset, n), -1) << dtype_name(to) << " n=" << n;
         EXPECT_EQ(first_difference(e.fn, to, DType::kFloat32, codes.data() + offset, n), -1) << dtype_name(to) << " n=" << n;
       }
+      for (DType t : kByteCodes) {
+        EXPECT_EQ(first_difference(e.fn, DType::kFloat32, t, x.data() + offset, n), -1) << dtype_name(t) << " n=" << n;
+        EXPECT_EQ(first_difference(e.fn, t, DType::kFloat32, ints.data() + offset, n), -1) << dtype_name(t) << " n=" << n;
+      }
       // Pairs the kernel hands back to the spec.
       EXPECT_EQ(first_difference(e.fn, DType::kInt8, DType::kFloat32, ints.data() + offset, n), -1) << "int8 n=" << n;
-      EXPECT_EQ(first_difference(e.fn, DType::kFloat32, DType::kFloat8E4M3FN, x.data() + offset, n), -1) << "e4m3fn n=" << n;
+      EXPECT_EQ(first_difference(e.fn, DType::kFloat16, DType::kFloat8E4M3FN, codes.data() + offset, n), -1) << "f16->e4m3fn n=" << n;
       EXPECT_EQ(first_difference(e.fn, DType::kFloat32, DType::kFloat64, x.data() + offset, n), -1) << "float64 n=" << n;
     }
   }

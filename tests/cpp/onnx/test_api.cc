@@ -232,8 +232,8 @@ TEST_P(QdqKernelTest, MatchesReferenceByteForByte) {
       std::size_t size;
     };
     const Target targets[] = {{DType::kInt8, -128, 127, 1},    {DType::kUInt8, 0, 255, 1},  {DType::kInt16, -32768, 32767, 2},
-                              {DType::kUInt16, 0, 65535, 2},   {DType::kInt4, -8, 7, 1},    {DType::kUInt2, 0, 3, 1},
-                              {DType::kInt32, INT32_MIN, INT32_MAX, 4}};
+                              {DType::kUInt16, 0, 65535, 2},   {DType::kInt4, -8, 7, 1},    {DType::kUInt4, 0, 15, 1},
+                              {DType::kInt2, -2, 1, 1},        {DType::kUInt2, 0, 3, 1},    {DType::kInt32, INT32_MIN, INT32_MAX, 4}};
     for (const Target& t : targets) {
       const std::vector<float> zps = t.lo < 0 ? std::vector<float>{0.0f, 3.0f, -5.0f, static_cast<float>(t.hi)}
                                               : std::vector<float>{0.0f, 128.0f, 3.0f, static_cast<float>(t.hi)};
@@ -267,18 +267,32 @@ TEST_P(QdqKernelTest, MatchesReferenceByteForByte) {
         }
       }
     }
-    // Narrow float targets (scalar fallback inside the vector kernel).
-    for (DType t : {DType::kFloat8E4M3FN, DType::kFloat8E5M2FNUZ, DType::kFloat4E2M1, DType::kFloat6E3M2}) {
+    // Narrow float targets, every format, saturating or not, with and without an added zero point
+    // (and a zero point present but not added, as ONNX's float8 outputs have it). The quotients
+    // include every format's rounding ties: x = s * (a tie of the format), s a power of two.
+    std::vector<float> xm = x;
+    for (std::size_t i = 0; i < xm.size(); i += 3) {
+      const float scale = std::ldexp(1.0f, static_cast<int>(i % 7) - 3);
+      const float tie = std::ldexp(1.0f + std::ldexp(1.0f, -1 - static_cast<int>(i % 4)), static_cast<int>(i % 40) - 20);
+      xm[i] = scale * tie * ((i & 8) ? -1.0f : 1.0f);
+      if (i % 9 == 0) xm[i] = std::nextafter(xm[i], 0.0f);
+    }
+    for (DType t : {DType::kFloat8E4M3FN, DType::kFloat8E4M3FNUZ, DType::kFloat8E5M2, DType::kFloat8E5M2FNUZ,
+                    DType::kFloat8E8M0, DType::kFloat6E2M3, DType::kFloat6E3M2, DType::kFloat4E2M1}) {
       for (bool saturate : {true, false}) {
-        QuantizeLinearParams p;
-        p.target = QuantTarget::kMinifloat;
-        p.out_dtype = t;
-        p.format = minifloat_format(t);
-        p.saturate = saturate;
-        p.has_zero_point = p.add_zero_point = t == DType::kFloat4E2M1;
-        std::vector<Bytes> ops = {bytes_of(x, false), bytes_of(pick(53, scales), true)};
-        if (p.has_zero_point) ops.push_back(bytes_of(pick(54, {0.0f, 0.5f, -6.0f}), true));
-        check(e, &p, ops, 1, false, std::string("minifloat ") + dtype_name(t));
+        for (int zp_mode = 0; zp_mode < 3; ++zp_mode) {  // none, present, added
+          QuantizeLinearParams p;
+          p.target = QuantTarget::kMinifloat;
+          p.out_dtype = t;
+          p.format = minifloat_format(t);
+          p.saturate = saturate;
+          p.has_zero_point = zp_mode > 0;
+          p.add_zero_point = zp_mode == 2;
+          std::vector<Bytes> ops = {bytes_of(xm, false), bytes_of(pick(53, {0.5f, 0.25f, 1.0f, 2.0f, 0.1f, 3.0f, 1e-30f, 0.0f, -0.25f, INFINITY}), true)};
+          if (p.has_zero_point) ops.push_back(bytes_of(pick(54, {0.0f, 0.5f, -6.0f, -0.0f, NAN}), true));
+          check(e, &p, ops, 1, false,
+                std::string("minifloat ") + dtype_name(t) + " saturate=" + std::to_string(saturate) + " zp=" + std::to_string(zp_mode));
+        }
       }
     }
     for (QuantTarget t : {QuantTarget::kBFloat16, QuantTarget::kFloat16, QuantTarget::kFloat16Clamp}) {
@@ -319,6 +333,18 @@ TEST_P(QdqKernelTest, MatchesReferenceByteForByte) {
     dq(std::int32_t{}, DType::kInt32);
     // Float inputs (minifloats, float16, bfloat16 arrive as float32), Quark's special modes.
     const std::vector<float> xf = mixed_values(kLen, 62);
+    // Minifloat and sub-byte x widened to float32 by the engine (the zero point likewise).
+    for (DType t : {DType::kFloat8E4M3FN, DType::kFloat8E5M2, DType::kFloat4E2M1, DType::kFloat8E8M0, DType::kInt4, DType::kUInt4,
+                    DType::kInt2, DType::kUInt2}) {
+      for (bool with_zp : {true, false}) {
+        DequantizeLinearParams p;
+        p.x_dtype = t;
+        p.has_zero_point = with_zp;
+        std::vector<Bytes> ops = {bytes_of(xf, true), bytes_of(pick(63, scales), true)};
+        if (with_zp) ops.push_back(bytes_of(pick(64, {0.0f, 1.5f, NAN, -2.0f, -0.0f}), true));
+        check(e, &p, ops, 4, true, std::string("dequantize widened ") + dtype_name(t) + " zp=" + std::to_string(with_zp));
+      }
+    }
     for (int mode = 0; mode < 3; ++mode) {
       DequantizeLinearParams p;
       p.x_dtype = DType::kFloat32;
