@@ -133,17 +133,19 @@ class BufferCache {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!closed_ && b.bytes <= limit_) {
         try {
-          std::size_t n = 0;
-          while (idle_bytes_ + b.bytes > limit_) idle_bytes_ -= idle_[n++].bytes;
-          evicted.assign(idle_.begin(), idle_.begin() + static_cast<std::ptrdiff_t>(n));
+          // The oldest blocks that must go for `b` to fit (b.bytes <= limit_, so they suffice).
+          std::size_t n = 0, freed = 0;
+          while (idle_bytes_ - freed + b.bytes > limit_) freed += idle_[n++].bytes;
+          const auto first_kept = idle_.begin() + static_cast<std::ptrdiff_t>(n);
+          // Everything that can throw comes first, so a bad_alloc leaves the cache as it was.
+          evicted.assign(idle_.begin(), first_kept);
+          idle_.reserve(idle_.size() + 1);
           idle_.erase(idle_.begin(), idle_.begin() + static_cast<std::ptrdiff_t>(n));
           idle_.push_back(b);
-          idle_bytes_ += b.bytes;
+          idle_bytes_ = idle_bytes_ - freed + b.bytes;
           keep = true;
         } catch (const std::bad_alloc&) {
-          // `evicted` could not be recorded: those blocks stay idle (still counted); `b` is unmapped.
-          for (const Block& e : evicted) idle_bytes_ += e.bytes;
-          evicted.clear();
+          evicted.clear();  // nothing evicted; `b` is unmapped below
         }
       }
     }
