@@ -446,6 +446,16 @@ void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView
 }
 
 // ---- gradients ---------------------------------------------------------------------------------
+// The sums in the working precision (torch's sum_to runs there, before the cast back), then the
+// parameter's dtype through a float64 tensor of its shape.
+void write_sums(std::vector<double>& acc, DType g_dtype, QuotientRounding narrow, const TensorView& param,
+                const MutableTensorView& out) {
+  if (g_dtype == DType::kFloat32) {
+    for (double& a : acc) a = static_cast<double>(detail::narrow_to<float>(static_cast<float>(a), narrow));
+  }
+  detail::convert_into(TensorView(acc.data(), DType::kFloat64, param.shape), out);
+}
+
 // Sums per-element values `g` (contiguous over layout.shape, dtype float32 or float64) into the
 // parameter's elements, in float64, then writes them rounded to `out`'s dtype.
 //
@@ -477,12 +487,200 @@ void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRou
       idx[static_cast<std::size_t>(k)] = 0;
     }
   }
-  // The sum in the working precision (torch's sum_to runs there, before the cast back), then the
-  // parameter's dtype through a float64 tensor of its shape.
-  if (g_dtype == DType::kFloat32) {
-    for (double& a : acc) a = static_cast<double>(detail::narrow_to<float>(static_cast<float>(a), narrow));
+  write_sums(acc, g_dtype, narrow, param, out);
+}
+
+// ---- the backward in one pass ------------------------------------------------------------------
+// reduce_into's sums without its per-element buffers: where x, grad_output and grad_x are
+// C-contiguous and the working precision runs in the float32 kernel, x is walked once, in chunks
+// of the engine's shape's innermost run. Each chunk's operands are read from memory once (and
+// converted to float32 once, for float16 / bfloat16 / float64 tensors); the kernel's three calls
+// on it (scale terms, offset terms, then grad_x) and the sums of the terms work out of the L1
+// cache. Every sum adds the same float32 terms in the same order as reduce_into (the C order of
+// the engine's shape, one float64 accumulator per parameter element, starting from +0.0), so the
+// results are those of reduce_into bit for bit.
+
+// Elements per chunk: the chunk's operands, terms and conversions stay in the L1 cache.
+constexpr std::int64_t kGradChunk = 2048;
+
+// The engine's shape for the walk: the innermost run (the trailing dimensions along which both
+// parameters' element indices advance by a fixed 0 or 1 per element, merged) and the dimensions
+// outside it.
+struct GradWalk {
+  std::int64_t run = 1;                        // elements of the innermost run
+  std::array<std::int64_t, 2> run_stride{};    // parameter index step along the run: 0 or 1
+  int outer_rank = 0;
+  std::array<std::int64_t, kMaxRank> outer_shape{};
+  std::array<std::array<std::int64_t, kMaxRank>, 2> outer_stride{};  // parameter index steps
+};
+
+// The walk of `L`, or false where a parameter's index advances along the run by neither 0 nor 1
+// (a transposed parameter: reduce_into's odometer handles those).
+bool make_walk(const AffineLayout& L, GradWalk& w) {
+  int k = L.shape.rank - 1;
+  while (k >= 0 && L.shape[k] == 1) --k;  // size-1 dimensions move no index
+  if (k < 0) return true;                 // one element
+  w.run = L.shape[k];
+  for (int p = 0; p < 2; ++p) w.run_stride[static_cast<std::size_t>(p)] = L.acc_strides[static_cast<std::size_t>(p)][k];
+  for (int p = 0; p < 2; ++p) {
+    if (w.run_stride[static_cast<std::size_t>(p)] != 0 && w.run_stride[static_cast<std::size_t>(p)] != 1) return false;
   }
-  detail::convert_into(TensorView(acc.data(), DType::kFloat64, param.shape), out);
+  for (--k; k >= 0; --k) {
+    if (L.shape[k] == 1) continue;
+    const bool merges = L.acc_strides[0][k] == w.run_stride[0] * w.run && L.acc_strides[1][k] == w.run_stride[1] * w.run;
+    if (!merges) break;
+    w.run *= L.shape[k];
+  }
+  for (int d = 0; d <= k; ++d) {
+    if (L.shape[d] == 1) continue;
+    w.outer_shape[static_cast<std::size_t>(w.outer_rank)] = L.shape[d];
+    for (int p = 0; p < 2; ++p) w.outer_stride[static_cast<std::size_t>(p)][static_cast<std::size_t>(w.outer_rank)] = L.acc_strides[static_cast<std::size_t>(p)][d];
+    ++w.outer_rank;
+  }
+  return true;
+}
+
+// One chunk's terms into the sums. stride 0: every term into acc[0], one after the other (two
+// such chains, scale's and offset's, run interleaved: each add waits for the previous one of its
+// own sum only). stride 1: term j into acc[j]. `assign`: no reduction (per-element parameters),
+// each sum is its one term.
+void add_terms(double* acc, std::int64_t stride, const float* t, std::int64_t n, bool assign) {
+  if (assign) {
+    for (std::int64_t j = 0; j < n; ++j) acc[j * stride] = static_cast<double>(t[j]);
+  } else if (stride == 0) {
+    double a = acc[0];
+    for (std::int64_t j = 0; j < n; ++j) a += static_cast<double>(t[j]);
+    acc[0] = a;
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(t[j]);
+  }
+}
+void add_terms_2(double* acc_s, const float* ts, double* acc_o, const float* to, std::int64_t n) {
+  double a = acc_s[0], b = acc_o[0];
+  for (std::int64_t j = 0; j < n; ++j) {
+    a += static_cast<double>(ts[j]);
+    b += static_cast<double>(to[j]);
+  }
+  acc_s[0] = a;
+  acc_o[0] = b;
+}
+
+bool byte_ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  const auto pa = reinterpret_cast<std::uintptr_t>(a), pb = reinterpret_cast<std::uintptr_t>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+// The gradients in one pass, or false (nothing written) where the layout or the dtypes are not
+// this walk's: the caller then runs the kernel per gradient and reduce_into.
+bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradParams p, const TensorView& grad_output,
+                    const TensorView& x, const TensorView& scale, const TensorView& offset, bool no_reduction,
+                    const MutableTensorView& grad_x, const MutableTensorView& grad_scale,
+                    const MutableTensorView& grad_offset) {
+  if (w.kernel_dtype != DType::kFloat32 || !x.is_contiguous() || !grad_output.is_contiguous()) return false;
+  const bool want_x = grad_x.data != nullptr, want_s = grad_scale.data != nullptr, want_o = grad_offset.data != nullptr;
+  const std::int64_t n = x.numel();
+  if (n == 0) return false;
+  if (want_x) {
+    if (!grad_x.is_contiguous()) return false;
+    const std::size_t gx_bytes = static_cast<std::size_t>(n) * dtype_size(grad_x.dtype);
+    if (byte_ranges_overlap(grad_x.data, gx_bytes, x.data, static_cast<std::size_t>(n) * dtype_size(x.dtype)) ||
+        byte_ranges_overlap(grad_x.data, gx_bytes, grad_output.data, static_cast<std::size_t>(n) * dtype_size(grad_output.dtype))) {
+      return false;
+    }
+  }
+  GradWalk walk;
+  if (!make_walk(L, walk)) return false;
+
+  // The parameters as float32 tensors of their own shapes (as the engine converts them), indexed
+  // by the sums' element indices.
+  std::vector<float> params[2];
+  const TensorView* views[2] = {&scale, &offset};
+  for (int k = 0; k < 2; ++k) {
+    params[k].resize(static_cast<std::size_t>(std::max<std::int64_t>(views[k]->numel(), 1)));
+    detail::convert_into(*views[k], MutableTensorView(params[k].data(), DType::kFloat32, views[k]->shape));
+  }
+  std::vector<double> acc[2];
+  if (want_s) acc[0].assign(params[0].size(), 0.0);
+  if (want_o) acc[1].assign(params[1].size(), 0.0);
+
+  const detail::RowKernel kernel = detail::best_kernel(detail::KernelOp::kAffineGrad, w.work);
+  alignas(64) static thread_local float chunk_dy[kGradChunk], chunk_x[kGradChunk], terms_s[kGradChunk],
+      terms_o[kGradChunk], chunk_gx[kGradChunk];
+  const bool convert_dy = grad_output.dtype != DType::kFloat32, convert_x = x.dtype != DType::kFloat32;
+  const bool convert_gx = want_x && grad_x.dtype != DType::kFloat32;
+  const bool stream = static_cast<std::size_t>(n) * sizeof(float) > (std::size_t{8} << 20);  // far beyond the caches
+
+  std::array<std::int64_t, kMaxRank> idx{};
+  std::array<std::int64_t, 2> base{};  // the parameters' element indices at the run's start
+  const std::int64_t runs = n / walk.run;
+  for (std::int64_t r = 0; r < runs; ++r) {
+    const std::int64_t e0 = r * walk.run;
+    for (std::int64_t c0 = 0; c0 < walk.run; c0 += kGradChunk) {
+      const std::int64_t cn = std::min(kGradChunk, walk.run - c0), e = e0 + c0;
+      const float* dy = static_cast<const float*>(grad_output.data) + e;
+      if (convert_dy) {
+        detail::convert_values(static_cast<const unsigned char*>(grad_output.data) + e * dtype_size(grad_output.dtype),
+                               grad_output.dtype, 1, chunk_dy, DType::kFloat32, 1, cn);
+        dy = chunk_dy;
+      }
+      const float* xs = static_cast<const float*>(x.data) + e;
+      if (convert_x) {
+        detail::convert_values(static_cast<const unsigned char*>(x.data) + e * dtype_size(x.dtype), x.dtype, 1, chunk_x,
+                               DType::kFloat32, 1, cn);
+        xs = chunk_x;
+      }
+      std::array<std::int64_t, 2> at{};  // the parameters' element indices at the chunk's start
+      detail::RowArgs a;
+      a.in[0] = dy;
+      a.in[1] = xs;
+      for (int k = 0; k < 2; ++k) {
+        at[static_cast<std::size_t>(k)] = base[static_cast<std::size_t>(k)] + walk.run_stride[static_cast<std::size_t>(k)] * c0;
+        a.in[static_cast<std::size_t>(k) + 2] = params[k].data() + at[static_cast<std::size_t>(k)];
+        if (walk.run_stride[static_cast<std::size_t>(k)] == 0) a.broadcast_mask |= 1u << (k + 2);
+      }
+      a.n = cn;
+      a.index = e;
+      if (want_s) {
+        p.of = detail::AffineGradOf::kScale;
+        a.out = terms_s;
+        kernel(&p, a);
+      }
+      if (want_o) {
+        p.of = detail::AffineGradOf::kOffset;
+        a.out = terms_o;
+        kernel(&p, a);
+      }
+      if (want_s && want_o && walk.run_stride[0] == 0 && walk.run_stride[1] == 0 && !no_reduction) {
+        add_terms_2(acc[0].data() + at[0], terms_s, acc[1].data() + at[1], terms_o, cn);
+      } else {
+        if (want_s) add_terms(acc[0].data() + at[0], walk.run_stride[0], terms_s, cn, no_reduction);
+        if (want_o) add_terms(acc[1].data() + at[1], walk.run_stride[1], terms_o, cn, no_reduction);
+      }
+      if (want_x) {
+        p.of = detail::AffineGradOf::kX;
+        a.out = convert_gx ? static_cast<void*>(chunk_gx) : static_cast<void*>(static_cast<float*>(grad_x.data) + e);
+        a.stream = stream && !convert_gx;
+        kernel(&p, a);
+        a.stream = false;
+        if (convert_gx) {
+          detail::convert_values(chunk_gx, DType::kFloat32, 1, static_cast<unsigned char*>(grad_x.data) + e * dtype_size(grad_x.dtype),
+                                 grad_x.dtype, 1, cn);
+        }
+      }
+    }
+    for (int d = walk.outer_rank - 1; d >= 0; --d) {  // odometer over the dimensions outside the run
+      const auto du = static_cast<std::size_t>(d);
+      if (++idx[du] < walk.outer_shape[du]) {
+        for (int k = 0; k < 2; ++k) base[static_cast<std::size_t>(k)] += walk.outer_stride[static_cast<std::size_t>(k)][du];
+        break;
+      }
+      for (int k = 0; k < 2; ++k) base[static_cast<std::size_t>(k)] -= walk.outer_stride[static_cast<std::size_t>(k)][du] * (walk.outer_shape[du] - 1);
+      idx[du] = 0;
+    }
+  }
+  if (want_s) write_sums(acc[0], DType::kFloat32, w.narrow, scale, grad_scale);
+  if (want_o) write_sums(acc[1], DType::kFloat32, w.narrow, offset, grad_offset);
+  return true;
 }
 
 // RuntimeError unless the working dtype `t` holds every integer of the grid (AIMET's message).
@@ -720,17 +918,21 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
     call.repeated_row_operands = true;
     detail::run_elementwise(call);
   };
+  // torch's sum_to is the identity where the parameter has x's shape (same rank and sizes) and
+  // there are no blocks; blockwise, aimet-torch 2.42.0 sums over each block even when it holds
+  // one element (its golden data: +0.0 for a lone -0.0 term with blocks of one)
+  const auto no_reduction = [&](const TensorView& param) { return param.shape == x.shape && args.block_size.empty(); };
+  if (no_reduction(scale) == no_reduction(offset) &&
+      fused_backward(L, w, p, grad_output, x, scale, offset, no_reduction(scale), grad_x, grad_scale, grad_offset)) {
+    return;
+  }
   if (grad_x.data != nullptr) run(detail::AffineGradOf::kX, out_view(grad_x, L));
   const std::int64_t n = L.shape.numel();
   std::vector<unsigned char> buffer;
   auto reduced = [&](detail::AffineGradOf of, int which, const TensorView& param, const MutableTensorView& out) {
     buffer.assign(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(w.kernel_dtype), 0);
     run(of, MutableTensorView(buffer.data(), w.kernel_dtype, L.shape));
-    // torch's sum_to is the identity where the parameter has x's shape (same rank and sizes) and
-    // there are no blocks; blockwise, aimet-torch 2.42.0 sums over each block even when it holds
-    // one element (its golden data: +0.0 for a lone -0.0 term with blocks of one)
-    reduce_into(buffer, w.kernel_dtype, w.narrow, L, which, param, param.shape == x.shape && args.block_size.empty(),
-                out);
+    reduce_into(buffer, w.kernel_dtype, w.narrow, L, which, param, no_reduction(param), out);
   };
   if (grad_scale.data != nullptr) reduced(detail::AffineGradOf::kScale, 0, scale, grad_scale);
   if (grad_offset.data != nullptr) reduced(detail::AffineGradOf::kOffset, 1, offset, grad_offset);

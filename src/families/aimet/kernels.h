@@ -14,6 +14,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/scalar_math.h"
 #include "families/onnx/kernels.h"
 
 namespace polyquant::detail {
@@ -152,6 +153,16 @@ POLYQUANT_HD inline W fake_quantize_grad_element(const FakeQuantizeParams& p, W 
 }
 
 // One per-element gradient of the training path.
+//
+// Which NaN comes out where two operands of a product (or sum) can both be NaN is spelled out
+// (mul_first_nan: x86's rule, the first operand's NaN, quieted), as are the products with the
+// 0 / 1 mask: C++ lets the compiler swap the operands of '*' and '+' and fold `g * 1` to `g` (a
+// signalling NaN g then stays signalling), and g++ decides differently per branch and per
+// optimisation level. The spelled-out forms are what the Release build of the plain expressions
+// returned (golden data and kernel tests unchanged), now for every build and every kernel:
+//   dequantize:  d/dx = d/do = s * g, d/ds = (x + o) * g, with x's NaN first in x + o;
+//   quantize:    masked = g where the mask holds, else g * 0; d/ds = (x / s) * -(masked / s);
+//   quantize_dequantize: d/do = g * s, d/ds = g * factor.
 template <class W>
 POLYQUANT_HD inline W affine_grad_element(const AffineGradParams& g, W dy, W x, W s, W o) {
   const AffineParams& p = g.op;
@@ -163,18 +174,21 @@ POLYQUANT_HD inline W affine_grad_element(const AffineGradParams& g, W dy, W x, 
   const W zero = W(0);
   switch (p.kind) {
     case AffineKind::kDequantize:  // d/dx = d/do = g * s; d/ds = g * (x + o)
-      if (g.of == AffineGradOf::kScale) return narrow_to<W>(dy * narrow_to<W>(x + o, r), r);
-      return narrow_to<W>(dy * s, r);
+      if (g.of == AffineGradOf::kScale) {
+        const W shifted = std::isnan(x) ? x + x : x + o;
+        return narrow_to<W>(mul_first_nan(narrow_to<W>(shifted, r), dy), r);
+      }
+      return narrow_to<W>(mul_first_nan(s, dy), r);
     case AffineKind::kQuantize: {
       // masked = g * mask (a product with 0 / 1: keeps g's sign, NaN * 0 = NaN);
       // d/dx = masked / s; d/ds = -(masked / s) * (x / s); d/do = -masked.
       const W v = affine_unclamped(p, x, s, o);
-      const W in_range = (v >= static_cast<W>(p.qmin) && v <= static_cast<W>(p.qmax)) ? W(1) : zero;
-      const W masked = narrow_to<W>(dy * in_range, r);
+      const bool in_range = v >= static_cast<W>(p.qmin) && v <= static_cast<W>(p.qmax);
+      const W masked = narrow_to<W>(in_range ? dy : dy * zero, r);
       if (g.of == AffineGradOf::kOffset) return -masked;
       const W dx = narrow_to<W>(masked / s, r);
       if (g.of == AffineGradOf::kX) return dx;
-      return narrow_to<W>(-dx * narrow_to<W>(x / s, r), r);
+      return narrow_to<W>(mul_first_nan(narrow_to<W>(x / s, r), -dx), r);
     }
     default: {
       // d/dx = where(mask, g, 0); d/ds = g * where(mask, round(x/s) - x/s, clamp(round(x/s),
@@ -182,7 +196,7 @@ POLYQUANT_HD inline W affine_grad_element(const AffineGradParams& g, W dy, W x, 
       const W v = affine_unclamped(p, x, s, o);
       const bool in_range = static_cast<W>(p.qmin) <= v && v <= static_cast<W>(p.qmax);
       if (g.of == AffineGradOf::kX) return in_range ? dy : zero;
-      if (g.of == AffineGradOf::kOffset) return in_range ? zero : narrow_to<W>(dy * s, r);
+      if (g.of == AffineGradOf::kOffset) return in_range ? zero : narrow_to<W>(mul_first_nan(dy, s), r);
       const W scaled = narrow_to<W>(x / s, r);
       const W rounded = std::nearbyint(scaled);
       W factor;
@@ -192,7 +206,7 @@ POLYQUANT_HD inline W affine_grad_element(const AffineGradParams& g, W dy, W x, 
         const W lo = narrow_to<W>(o + static_cast<W>(p.qmin), r), hi = narrow_to<W>(o + static_cast<W>(p.qmax), r);
         factor = torch_clamp(rounded, lo, hi);
       }
-      return narrow_to<W>(dy * factor, r);
+      return narrow_to<W>(mul_first_nan(dy, factor), r);
     }
   }
 }

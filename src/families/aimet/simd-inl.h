@@ -121,3 +121,90 @@ void fake_quantize_f32(const void* params, const RowArgs& a) {
   if (p.canonical_nan) fake_quantize_rows<true>(p, a);
   else fake_quantize_rows<false>(p, a);
 }
+
+// a * b with the first operand's NaN where both are NaN (mul_first_nan): the compiler may swap the
+// operands of a vector product too.
+inline Vec::F mul_first_nan_v(Vec::F a, Vec::F b) { return Vec::select(Vec::isnan(a), Vec::add(a, a), Vec::mul(a, b)); }
+
+// The training path's per-element gradients (affine_grad_element), float32 working precision,
+// operation for operation, with the spec's spelled-out NaN choices. Operands: grad_output, x,
+// scale, offset. The mask "v in [qmin, qmax]" is two ordered comparisons (false for NaN), spelled
+// as nested selects. float16 / bfloat16 working precisions and blocked parameters run the scalar
+// spec.
+void affine_grad_f32(const void* params, const RowArgs& a) {
+  const auto& g = *static_cast<const AffineGradParams*>(params);
+  const AffineParams& p = g.op;
+  if (p.narrow != QuotientRounding::kNone || a.per_row_mask != 0) {
+    ref::affine_grad_f32(params, a);
+    return;
+  }
+  const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
+  const Vec::F zero = Vec::zero();
+  // v = rint(x / s) - o, the level before the clamp; `then` where lo <= v <= hi, else `otherwise`.
+  auto if_in_range = [&](Vec::F v, Vec::F then, Vec::F otherwise) POLYQUANT_ALWAYS_INLINE {
+    return Vec::select(Vec::ge(v, lo), Vec::select(Vec::le(v, hi), then, otherwise), otherwise);
+  };
+  switch (p.kind) {
+    case AffineKind::kDequantize:  // d/dx = d/do = s * g; d/ds = (x + o) * g
+      if (g.of == AffineGradOf::kScale) {
+        for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+          const Vec::F shifted = Vec::select(Vec::isnan(v[1]), Vec::add(v[1], v[1]), Vec::add(v[1], v[3]));  // x's NaN first
+          return mul_first_nan_v(shifted, v[0]);
+        });
+      } else {
+        for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return mul_first_nan_v(v[2], v[0]); });
+      }
+      return;
+    case AffineKind::kQuantize:
+      // masked = g where in range, else g * 0; d/dx = masked / s; d/ds = (x / s) * -(masked / s);
+      // d/do = -masked
+      switch (g.of) {
+        case AffineGradOf::kOffset:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F level = Vec::sub(Vec::rint(Vec::div(v[1], v[2])), v[3]);
+            return Vec::neg(if_in_range(level, v[0], Vec::mul(v[0], zero)));
+          });
+          return;
+        case AffineGradOf::kX:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F level = Vec::sub(Vec::rint(Vec::div(v[1], v[2])), v[3]);
+            return Vec::div(if_in_range(level, v[0], Vec::mul(v[0], zero)), v[2]);
+          });
+          return;
+        default:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F scaled = Vec::div(v[1], v[2]);
+            const Vec::F level = Vec::sub(Vec::rint(scaled), v[3]);
+            const Vec::F dx = Vec::div(if_in_range(level, v[0], Vec::mul(v[0], zero)), v[2]);
+            return mul_first_nan_v(scaled, Vec::neg(dx));
+          });
+          return;
+      }
+    default:
+      // d/dx = where(mask, g, 0); d/ds = g * where(mask, round(x/s) - x/s, clamp(round(x/s),
+      // o + qmin, o + qmax)); d/do = where(mask, 0, g * s)
+      switch (g.of) {
+        case AffineGradOf::kX:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F level = Vec::sub(Vec::rint(Vec::div(v[1], v[2])), v[3]);
+            return if_in_range(level, v[0], zero);
+          });
+          return;
+        case AffineGradOf::kOffset:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F level = Vec::sub(Vec::rint(Vec::div(v[1], v[2])), v[3]);
+            return if_in_range(level, zero, mul_first_nan_v(v[0], v[2]));
+          });
+          return;
+        default:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F scaled = Vec::div(v[1], v[2]);
+            const Vec::F rounded = Vec::rint(scaled);
+            const Vec::F level = Vec::sub(rounded, v[3]);
+            const Vec::F clamped = torch_clamp_v(rounded, Vec::add(v[3], lo), Vec::add(v[3], hi));
+            return mul_first_nan_v(v[0], if_in_range(level, Vec::sub(rounded, scaled), clamped));
+          });
+          return;
+      }
+  }
+}

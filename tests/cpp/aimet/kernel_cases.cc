@@ -2,6 +2,8 @@
 // dequantize on grids from 1 to 22 bits, with tiny, zero and negative scales and integer and
 // non-integer offsets, per tensor and with blocked parameters; torch's fake quantization (AIMET's
 // no-grad shortcut) with float64 and float32 zero points. No rounding-mode parameter: run once.
+#include <limits>
+
 #include "kernel_cases.h"
 
 namespace polyquant::test {
@@ -87,12 +89,46 @@ KernelCases kernel_cases_fake_quantize() {
   return c;
 }
 
-// The gradients of quantize_dequantize have scalar kernels only; tests/cpp/aimet/test_api.cc checks
-// them through the API.
+// The training path's per-element gradients (quantize, quantize_dequantize and dequantize; of x,
+// scale and offset) on the grids of the affine cases. Operands grad_output, x, scale, offset: the
+// upstream gradient mixes specials (NaNs with payloads and both signs, +-0, +-inf, subnormals) with
+// ordinary values, x is around the grid with ties of x / s, and NaN / +-inf / +-0 offsets and
+// scales join the affine cases' tiny, zero and negative ones. tests/cpp/aimet/test_api.cc checks
+// the reduction to the parameters' shapes through the API.
 KernelCases kernel_cases_affine_grad() {
   KernelCases c;
-  c.tested_elsewhere = "no optimized kernel (scalar only); tests/cpp/aimet/test_api.cc";
-  c.bench = [p = std::make_shared<AffineGradParams>()](BenchRow& r) {
+  std::vector<float> upstream = mixed_values(kOperandLength, 31, 1.0f);
+  sprinkle_nans(upstream, 5, 37);
+  std::vector<float> x = mixed_values(kOperandLength, 32, 64.0f);
+  sprinkle_nans(x, 11, 53);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const auto ops = operands({{upstream, {}, false},
+                             {x, {}, false},
+                             {random_params(33, {0.5f, 0.1f, 3.0f, -0.25f, 1e-30f, 0.0f, -0.0f, 0.0078125f, 1e-45f, inf, nan}), {}, true},
+                             {random_params(34, {0.0f, -128.0f, 3.0f, -0.5f, 2.5f, -0.0f, inf, -inf, nan}), {}, true}});
+  const std::pair<double, double> grids[] = {{0, 255}, {-128, 127}, {0, 1}, {-8, 7}, {0, 65535}, {-2097152, 2097151}, {5, 5}};
+  for (const auto& [lo, hi] : grids) {
+    for (AffineKind kind : {AffineKind::kQuantize, AffineKind::kQuantizeDequantize, AffineKind::kDequantize}) {
+      for (AffineGradOf of : {AffineGradOf::kX, AffineGradOf::kScale, AffineGradOf::kOffset}) {
+        AffineGradParams p;
+        p.op.kind = kind;
+        p.op.qmin = lo;
+        p.op.qmax = hi;
+        p.of = of;
+        const Params params = Params::of(p);
+        const std::string what = "affine_grad kind " + std::to_string(static_cast<int>(kind)) + " of " +
+                                 std::to_string(static_cast<int>(of)) + " grid [" + std::to_string(lo) + "," + std::to_string(hi) + "]";
+        c.checks.push_back({Kind::kRows, what, params, ops});
+        // (no kPerRowParams: the op passes no blocked operands to this kernel; it hands them to the spec)
+        if (hi <= 255) c.checks.push_back({Kind::kRepeatedRows, what, params, ops});
+      }
+    }
+  }
+  // The scale term of quantize_dequantize's gradient on the 8-bit unsigned grid.
+  AffineGradParams bench;
+  bench.op.kind = AffineKind::kQuantizeDequantize;
+  bench.of = AffineGradOf::kScale;
+  c.bench = [p = std::make_shared<AffineGradParams>(bench)](BenchRow& r) {
     r.call(p.get(), {r.x(), r.x(), r.value(0.5f), r.value(0.0f)});
   };
   return c;
