@@ -276,14 +276,10 @@ void dequantize_linear_f32(const void* params, const RowArgs& a) {
       case DType::kUInt8: return qdq_detail::dequantize_rows<std::uint8_t>(p, a);
       case DType::kInt16: return qdq_detail::dequantize_rows<std::int16_t>(p, a);
       case DType::kUInt16: return qdq_detail::dequantize_rows<std::uint16_t>(p, a);
-      // Types the engine widens to float32 for the kernel (exactly): minifloats, sub-byte integers.
-      case DType::kInt4:
-      case DType::kUInt4:
-      case DType::kInt2:
-      case DType::kUInt2: return qdq_detail::dequantize_rows<float>(p, a);
-      default:
-        if (is_minifloat(p.x_dtype)) return qdq_detail::dequantize_rows<float>(p, a);
-        break;
+      // x and the zero point widened to float32 by the engine (exactly): minifloats, sub-byte
+      // integers, float16, bfloat16.
+      case DType::kFloat32: return qdq_detail::dequantize_rows<float>(p, a);
+      default: break;
     }
   }
   ref::dequantize_linear_f32(params, a);
