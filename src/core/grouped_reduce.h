@@ -130,7 +130,47 @@ void grouped_reduce(const float* x, const float* aux, const GroupedLayout& L, co
   const int inner = r - 1;
   // Walks dims [0, inner) as an odometer with dimension `split` limited to [lo, hi), calling the
   // row fold on each innermost run.
+  // A reducer with runs() takes the runs along dimension inner - 1 in one call when the innermost
+  // dimension is reduced: reducer.runs(acc, group_stride, x, x_stride, aux, aux_stride,
+  // aux_inner_stride, n, count) folds `count` runs of n elements (run r at x + r * x_stride, into
+  // acc + r * group_stride, its scale at aux + r * aux_stride, stepping aux_inner_stride) in run
+  // order, as `count` row() calls would: many short groups (a tall, narrow tensor reduced along
+  // its rows) without a call per row.
+  constexpr bool has_runs = requires(const Reducer& rd, Acc* ac, const float* p) { rd.runs(ac, std::int64_t{}, p, std::int64_t{}, p, std::int64_t{}, std::int64_t{}, std::int64_t{}, std::int64_t{}); };
+  const bool batch_runs = has_runs && r >= 2 && L.group_stride[static_cast<std::size_t>(inner)] == 0;
+  auto walk_runs = [&](int split, std::int64_t lo, std::int64_t hi, Acc* accs) {
+    if constexpr (has_runs) {
+      const int mid = inner - 1;
+      const auto um = static_cast<std::size_t>(mid);
+      std::array<std::int64_t, kMaxGroupedRank> idx{};
+      for (int d = 0; d < mid; ++d) idx[static_cast<std::size_t>(d)] = d == split ? lo : 0;
+      const std::int64_t mid_lo = split == mid ? lo : 0;
+      const std::int64_t mid_hi = split == mid ? hi : L.shape[um];
+      if (mid_hi <= mid_lo) return;
+      for (;;) {
+        std::int64_t xo = mid_lo * L.x_stride[um], go = mid_lo * L.group_stride[um], ao = mid_lo * L.aux_stride[um];
+        for (int d = 0; d < mid; ++d) {
+          xo += idx[static_cast<std::size_t>(d)] * L.x_stride[static_cast<std::size_t>(d)];
+          go += idx[static_cast<std::size_t>(d)] * L.group_stride[static_cast<std::size_t>(d)];
+          ao += idx[static_cast<std::size_t>(d)] * L.aux_stride[static_cast<std::size_t>(d)];
+        }
+        reducer.runs(accs + go, L.group_stride[um], x + xo, L.x_stride[um], aux == nullptr ? nullptr : aux + ao, L.aux_stride[um],
+                     L.aux_stride[static_cast<std::size_t>(inner)], L.shape[static_cast<std::size_t>(inner)], mid_hi - mid_lo);
+        int d = mid - 1;
+        for (; d >= 0; --d) {
+          const std::int64_t end = d == split ? hi : L.shape[static_cast<std::size_t>(d)];
+          if (++idx[static_cast<std::size_t>(d)] < end) break;
+          idx[static_cast<std::size_t>(d)] = d == split ? lo : 0;
+        }
+        if (d < 0) return;
+      }
+    }
+  };
   auto walk = [&](int split, std::int64_t lo, std::int64_t hi, Acc* accs) {
+    if (batch_runs) {
+      walk_runs(split, lo, hi, accs);
+      return;
+    }
     std::array<std::int64_t, kMaxGroupedRank> idx{};
     for (int d = 0; d < r; ++d) idx[static_cast<std::size_t>(d)] = d == split ? lo : 0;
     const std::int64_t inner_lo = split == inner ? lo : 0;

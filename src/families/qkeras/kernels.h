@@ -15,6 +15,7 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 
 #include "core/philox.h"
@@ -70,6 +71,10 @@ struct QkBitsAutoParams {
   QkBlend blend;
   bool gradient = false;
   bool level_only = false;     // write the integer level z (the least-squares rounds' input)
+  // With level_only: write instead the least-squares quotient of a group of one element,
+  // qk_bits_ls_quotient(xs, z, eps) (the rounds of a rank-1 search, scale_search.h).
+  bool ls_quotient = false;
+  float eps = 0;
 };
 
 // ---- quantized_relu: operand x ---------------------------------------------------------------
@@ -195,11 +200,23 @@ POLYQUANT_HD inline float qk_bits_auto_level(float xs, float s, float half_level
   return tf_sign(xs) * (v < half_levels ? v : half_levels);
 }
 
+// The least-squares quotient mean(v * z) / (mean(z * z) + eps) of a group holding one element:
+// its sums are 0.0 + double(v * z) and 0.0 + double(z * z) (products rounded to float32, as the
+// product-sums kernel adds them), its count 1. A NaN quotient is the quiet +NaN (only NaN-ness
+// reaches the scale, which is made the quiet +NaN anyway), so every kernel set writes the same bits.
+// (float(0.0 + double(p)) is p + 0.0f: both exact, both turning -0 into +0.)
+POLYQUANT_HD inline float qk_bits_ls_quotient(float v, float z, float eps) {
+  const double xz = 0.0 + static_cast<double>(v * z);
+  const double zz = 0.0 + static_cast<double>(z * z);
+  const float q = (static_cast<float>(xz) / 1.0f) / (static_cast<float>(zz) / 1.0f + eps);
+  return std::isnan(q) ? std::numeric_limits<float>::quiet_NaN() : q;
+}
+
 POLYQUANT_HD inline float qk_bits_auto_element(float x, float s, const QkBitsAutoParams& p) {
   if (p.gradient) return p.blend.use_ste ? 1.0f : p.blend.one_minus_q;
   const float xs = x / p.m_i;
   const float z = qk_bits_auto_level(xs, s, p.half_levels);
-  if (p.level_only) return qk_nan_result(z, x);
+  if (p.level_only) return p.ls_quotient ? qk_bits_ls_quotient(xs, z, p.eps) : qk_nan_result(z, x);
   const float scale = s * p.m;
   const float full = p.m_i * xs;
   const float xq = scale * ((p.m_i * z) / p.m);

@@ -154,6 +154,30 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
   const float half_levels_f = static_cast<float>(half_levels);
   // Five rounds (QKeras has no convergence test); a round that returns its input bit for bit is a
   // fixed point, so the remaining rounds would repeat it.
+  bool one_element_groups = shape.rank >= 1 && shape.numel() > 0 && (s.values.size() == 1 || s.shape == shape);
+  for (int d = 0; d < shape.rank; ++d) {
+    one_element_groups = one_element_groups && ls.keep[static_cast<std::size_t>(d)] && ls.block[static_cast<std::size_t>(d)] == 1;
+  }
+  if (one_element_groups) {
+    // Every group is one element (rank 1): the rounds run element by element (ElementwiseRounds).
+    ElementwiseRounds<detail::QkBitsAutoParams> rounds;
+    rounds.kernel = detail::best_kernel(KernelOp::kQkBitsAuto, WorkType::kF32);
+    rounds.level_params.m = c.m;
+    rounds.level_params.m_i = m_i;
+    rounds.level_params.inv_m = detail::exact_reciprocal(c.m);
+    rounds.level_params.inv_m_i = detail::exact_reciprocal(m_i);
+    rounds.level_params.half_levels = half_levels_f;
+    rounds.level_params.level_only = true;
+    rounds.out_params = final_params;
+    rounds.eps = eps;
+    rounds.clip = clip;
+    ScaleArray next;
+    next.shape = shape;
+    const auto result = rounds.run(x, shape.numel(), s.values, s.shape == shape, next.values, speculative_out);
+    info.least_squares_rounds += result.rounds;
+    output_written = speculative_out != nullptr;
+    return next;
+  }
   for (int round = 0; round < 5; ++round) {
     const detail::GroupedLayout L = detail::make_grouped_layout(shape, ls.keep, ls.block, s.shape);
     std::vector<LeastSquaresAcc> sums(static_cast<std::size_t>(L.num_groups));

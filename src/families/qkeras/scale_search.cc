@@ -118,6 +118,28 @@ struct MaxReducer {
       kernel(&p, a);
     }
   }
+  // Runs of n elements (the innermost dimension, reduced), x_stride apart, into acc + r *
+  // group_stride: short contiguous ones as the kernel's segments, a call per ~1024 elements.
+  void runs(float* acc, std::int64_t group_stride, const float* x, std::int64_t x_stride, const float* aux, std::int64_t aux_stride,
+            std::int64_t aux_inner_stride, std::int64_t n, std::int64_t count) const {
+    if (n >= 1024 || x_stride != n) {
+      for (std::int64_t r = 0; r < count; ++r) row(acc + r * group_stride, 0, x + r * x_stride, aux, aux_inner_stride, n);
+      return;
+    }
+    const std::int64_t tile = std::max<std::int64_t>(1, 1024 / n);
+    for (std::int64_t r = 0; r < count; r += tile) {
+      detail::GroupMaxParams p = params;
+      p.per_element = false;
+      p.segment = n;
+      p.acc_stride = group_stride;
+      detail::RowArgs a;
+      a.in[0] = x + r * n;
+      a.out = acc + r * group_stride;
+      a.n = std::min(tile, count - r) * n;
+      kernel(&p, a);
+    }
+    (void)aux, (void)aux_stride;
+  }
   void merge(float& into, float from) const { into = fold(into, from); }
 };
 }  // namespace
@@ -130,17 +152,7 @@ ScaleArray least_squares_po2(const std::vector<LeastSquaresAcc>& sums, const det
   detail::parallel_for(static_cast<std::int64_t>(sums.size()), 1 << 14, [&](std::int64_t g0, std::int64_t g1) {
     const detail::ScopedFlushDenormals flush;
     for (auto g = static_cast<std::size_t>(g0); g < static_cast<std::size_t>(g1); ++g) {
-      const float qx = static_cast<float>(sums[g].xz) / count;
-      const float qq = static_cast<float>(sums[g].zz) / count;
-      float s = po2_round(qx / (qq + eps), eps);
-      if (clip.lo || clip.hi) {
-        // K.clip -> tf.clip_by_value(s, lo, hi) (maximum(minimum(s, hi), lo)).
-        if (clip.hi) s = detail::tf_min(s, *clip.hi);
-        if (clip.lo) s = detail::tf_max(s, *clip.lo);
-      }
-      // A NaN scale is the quiet +NaN, as group_max's: the sums' NaN (and so its sign) depends on
-      // the order in which a kernel set met NaNs of different signs.
-      per_group[g] = std::isnan(s) ? std::numeric_limits<float>::quiet_NaN() : s;
+      per_group[g] = least_squares_po2_scale(sums[g], count, eps, clip);
     }
   });
   ScaleArray out;

@@ -6,24 +6,58 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <vector>
 
 #include "core/fpenv.h"
 #include "core/grouped_reduce.h"
+#include "core/parallel.h"
+#include "families/qkeras/kernels.h"
 #include "families/qkeras/common.h"
 #include "kernels/registry.h"
 
 namespace polyquant::qkeras::internal {
 
 // QKeras' po2 rounding of a positive scale: 2^round_half_even(ln(s + eps) / ln 2), in float32.
-inline float po2_round(float s, float eps) {
+// The spec, and the path every input the fast one below does not settle takes.
+inline float po2_round_reference(float s, float eps) {
   constexpr float kLn2 = 0.693147182f;  // float32(ln 2): np.log(2.0) and K.log(2.0) alike
   const float e = std::nearbyint(std::log(s + eps) / kLn2);
   // powf(2, e) of an integral e in the normal range is 2^e exactly: built from its exponent field
   // without a pow call (elsewhere, pow itself under the same flush rule).
   return (e >= -126.0f && e <= 127.0f) ? std::bit_cast<float>(static_cast<std::uint32_t>(static_cast<int>(e) + 127) << 23)
                                         : pow2_float32(e);
+}
+
+// The mantissa fields (y = 2^k * (1 + f / 2^23)) between which po2_round defers to the reference:
+// sqrt(2) * (1 -+ 2^-9.5), about 1.4E-3 around the rounding boundary log2(y) = k + 1/2.
+inline constexpr std::uint32_t kPo2SlowLo = 3462675;  // floor((sqrt(2) - 1) * 2^23) - 12000
+inline constexpr std::uint32_t kPo2SlowHi = 3486676;  // ceil((sqrt(2) - 1) * 2^23) + 12000
+
+// po2_round_reference, bit for bit, without the logarithm for almost every y = s + eps.
+// For a positive normal y = 2^k * m (1 <= m < 2), log2(y) = k + log2(m) lies in [k, k + 1), so
+// the rounded exponent is k when m < sqrt(2) and k + 1 when m > sqrt(2). The reference computes
+// log2(y) as float32 logf(y) / float32(ln 2): logf is within 1 ulp, the division and float32(ln 2)
+// add 1/2 ulp and 3e-9 relative, so for |log2(y)| < 128 the computed quotient is within 1e-4 of
+// log2(y), while a mantissa outside [kPo2SlowLo, kPo2SlowHi] puts log2(y) more than 1.4e-3 from
+// k + 1/2: both round alike. Inside that window, and for y outside the normal exponents 2 .. 252
+// (zero, subnormal, negative, huge, inf, NaN), the reference runs. Pinned by Po2Round tests (every
+// exponent's window edges, strided mantissas; and once exhaustively over every float32 y).
+// The bits of po2_round(s, eps) from y = s + eps where the fast path settles it, else 0 (no
+// power of two has those bits). Branch-free, so a loop over it vectorizes.
+inline std::uint32_t po2_round_fast_bits(float y) {
+  const std::uint32_t b = std::bit_cast<std::uint32_t>(y);
+  const std::uint32_t field = b >> 23;  // sign and exponent: 2 .. 252 for a positive normal y
+  const std::uint32_t mantissa = b & 0x7fffffu;
+  const bool settled = field >= 2 && field <= 252 && (mantissa < kPo2SlowLo || mantissa > kPo2SlowHi);
+  const std::uint32_t k = field + (mantissa > kPo2SlowHi ? 1u : 0u);  // biased exponent of the result
+  return settled ? k << 23 : 0u;
+}
+
+inline float po2_round(float s, float eps) {
+  const std::uint32_t fast = po2_round_fast_bits(s + eps);
+  return fast != 0 ? std::bit_cast<float>(fast) : po2_round_reference(s, eps);
 }
 
 // ---- axes ------------------------------------------------------------------------------------
@@ -240,6 +274,65 @@ struct LeastSquaresReducer {
       }
     }
   }
+  // Runs of n elements (the innermost dimension, reduced), x_stride apart, into acc + r *
+  // group_stride, the scale of run r at aux + r * aux_stride stepping aux_inner_stride (0 or 1):
+  // short contiguous runs go a block of whole runs at a time (levels of ~1024 elements per
+  // kernel call, each run's 16 partial sums from the product-sums kernel's segments), then each
+  // run's partials are combined in index order and added to its group: row()'s order, run by run.
+  void runs(Acc* acc, std::int64_t group_stride, const float* x, std::int64_t x_stride, const float* aux, std::int64_t aux_stride,
+            std::int64_t aux_inner_stride, std::int64_t n, std::int64_t count) const {
+    constexpr std::int64_t kBlock = 1024;
+    if (n >= kBlock / 4 || x_stride != n || aux_inner_stride > 1) {
+      for (std::int64_t r = 0; r < count; ++r) {
+        row(acc + r * group_stride, 0, x + r * x_stride, aux + r * aux_stride, aux_inner_stride, n);
+      }
+      return;
+    }
+    const std::int64_t tile = kBlock / n;
+    alignas(64) float z[kBlock];
+    alignas(64) float scale[kBlock];
+    alignas(64) double partials[16 * kBlock];
+    detail::ProductSumsParams sp = sums_params(false);
+    sp.segment = n;
+    const bool one_scale = aux_stride == 0 && aux_inner_stride == 0;
+    for (std::int64_t r = 0; r < count; r += tile) {
+      const std::int64_t t = std::min(tile, count - r);
+      const float* xr = x + r * n;
+      if (!one_scale) {
+        for (std::int64_t i = 0; i < t; ++i) {
+          const float* ai = aux + (r + i) * aux_stride;
+          for (std::int64_t k = 0; k < n; ++k) scale[i * n + k] = aux_inner_stride == 0 ? ai[0] : ai[k];
+        }
+      }
+      detail::RowArgs a;
+      a.in[0] = xr;
+      a.in[1] = one_scale ? aux : scale;
+      a.broadcast_mask = one_scale ? 2u : 0u;
+      a.out = z;
+      a.n = t * n;
+      a.index = xr - base;
+      level_kernel(level_params, a);
+      write_output(a);
+      std::fill(partials, partials + 16 * t, 0.0);
+      detail::RowArgs s;
+      s.in[0] = xr;
+      s.in[1] = z;
+      s.out = partials;
+      s.n = t * n;
+      sums_kernel(&sp, s);
+      for (std::int64_t i = 0; i < t; ++i) {
+        const double* part = partials + 16 * i;
+        double sxz = 0, szz = 0;
+        for (int k = 0; k < 8; ++k) {
+          sxz += part[k];
+          szz += part[8 + k];
+        }
+        Acc& g = acc[(r + i) * group_stride];
+        g.xz += sxz;
+        g.zz += szz;
+      }
+    }
+  }
   void merge(Acc& into, const Acc& from) const {
     into.xz += from.xz;
     into.zz += from.zz;
@@ -252,8 +345,166 @@ struct Po2Clip {
   std::optional<float> lo, hi;
 };
 
+// One group's least-squares scale from its sums (count: its element count, as float32), under the
+// flush rule: po2(mean(xz) / (mean(zz) + eps)), clipped, a NaN made the quiet +NaN. In three steps
+// (the quotient, po2_round, the rest) so a loop over many groups can run each step as a pass.
+inline float least_squares_quotient(const LeastSquaresAcc& sums, float count, float eps) {
+  const float qx = static_cast<float>(sums.xz) / count;
+  const float qq = static_cast<float>(sums.zz) / count;
+  return qx / (qq + eps);
+}
+inline float least_squares_finish(float s, const Po2Clip& clip) {
+  if (clip.lo || clip.hi) {
+    // K.clip -> tf.clip_by_value(s, lo, hi) (maximum(minimum(s, hi), lo)).
+    if (clip.hi) s = detail::tf_min(s, *clip.hi);
+    if (clip.lo) s = detail::tf_max(s, *clip.lo);
+  }
+  // A NaN scale is the quiet +NaN, as group_max's: the sums' NaN (and so its sign) depends on
+  // the order in which a kernel set met NaNs of different signs.
+  return std::isnan(s) ? std::numeric_limits<float>::quiet_NaN() : s;
+}
+inline float least_squares_po2_scale(const LeastSquaresAcc& sums, float count, float eps, const Po2Clip& clip) {
+  return least_squares_finish(po2_round(least_squares_quotient(sums, count, eps), eps), clip);
+}
+
 ScaleArray least_squares_po2(const std::vector<LeastSquaresAcc>& sums, const detail::GroupedLayout& L, const Dims& x_shape,
                              const std::vector<bool>& keep, const std::vector<std::int64_t>& block, float eps, const Po2Clip& clip);
+
+// ---- the least-squares rounds when every group is one element -------------------------------
+// Every dimension kept and no blocks (rank-1 inputs: one least-squares scale per element): a
+// group's sums are its one product, 0.0 + double(v * z) and 0.0 + double(z * z), so a round maps
+// each scale through a function of its own element alone, s' = f(x, s). The rounds of the search
+// then run element by element: a block of x is read once and iterated up to `max_rounds` times in
+// cache, instead of each round streaming x, the scales and a 16-byte accumulator per element.
+//
+// Same bits as the global loop: the global loop runs round r = 1, 2, .. and stops after the
+// first round whose scale array equals its input bit for bit (shape included: the max pass's
+// broadcast scale never equals a round's full one), else after max_rounds; each element's
+// result is f applied r times. Since f is elementwise, once f(s) == s an element stays put, so
+// every element's result is f^k(s0) with k its own first fixed round or max_rounds, and the
+// global loop's round count is the largest first fixed round over the blocks (at least
+// `first_fixed_round`: 2 when s0 is the broadcast max-pass scale), or max_rounds when some
+// element has none. `pow2_scales` is set per block from the block's scales (it only lets the
+// kernel multiply by an exact reciprocal: the same bits).
+template <class P>
+struct ElementwiseRounds {
+  detail::RowKernel kernel = nullptr;  // the quantizer's kernel: level mode and output mode
+  P level_params;                      // level_only set (run() sets ls_quotient and eps)
+  P out_params;                        // the final pass's parameters, or unused when out is null
+  float eps = 0;
+  Po2Clip clip;
+  int max_rounds = 5;
+
+  struct Result {
+    int rounds = 0;  // rounds the global loop runs
+  };
+
+  // s0: one value (broadcast) or n values. Writes the final scales into `s` (n values) and, when
+  // `out` is not null, the quantizer's output with them (the final pass).
+  Result run(const float* x, std::int64_t n, const std::vector<float>& s0, bool s0_full, std::vector<float>& s, float* out) const {
+    s.resize(static_cast<std::size_t>(n));
+    const int first_fixed_round = s0_full ? 1 : 2;
+    constexpr std::int64_t kBlock = 1024, kChunk = std::int64_t{1} << 14;
+    const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+    std::vector<int> chunk_rounds(static_cast<std::size_t>(chunks), 0);
+    detail::parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+      const detail::ScopedFlushDenormals flush;
+      alignas(64) float cur[kBlock], xs[kBlock], ss[kBlock], quotient[kBlock];
+      alignas(64) std::uint32_t po2_bits[kBlock];
+      std::int32_t active[kBlock];  // the block's elements not yet at their fixed point
+      for (std::int64_t c = c0; c < c1; ++c) {
+        int rounds = 0;
+        for (std::int64_t b = c * kChunk, end = std::min(n, (c + 1) * kChunk); b < end; b += kBlock) {
+          const std::int64_t m = std::min(kBlock, end - b);
+          for (std::int64_t k = 0; k < m; ++k) cur[k] = s0_full ? s0[static_cast<std::size_t>(b + k)] : s0[0];
+          for (std::int64_t k = 0; k < m; ++k) active[k] = static_cast<std::int32_t>(k);
+          std::int64_t live = m;
+          int block_rounds = max_rounds;
+          for (int r = 1; r <= max_rounds; ++r) {
+            // The live elements, gathered (an element at its fixed point stays there: f(s) == s).
+            const float* xr = x + b;
+            const float* sr = cur;
+            if (live < m) {
+              for (std::int64_t i = 0; i < live; ++i) xs[i] = x[b + active[i]], ss[i] = cur[active[i]];
+              xr = xs;
+              sr = ss;
+            }
+            // The round's f in passes: the kernel's one-element quotient (P::ls_quotient), po2_round's
+            // fast path, the rare inputs it leaves to the reference, the clip, the comparison.
+            P lp = level_params;
+            lp.pow2_scales = all_exact_reciprocals(sr, live);
+            lp.ls_quotient = true;
+            lp.eps = eps;
+            detail::RowArgs a;
+            a.in[0] = xr;
+            a.in[1] = sr;
+            a.out = quotient;
+            a.n = live;
+            a.index = b;  // no stochastic levels in the searches: the index is unused
+            kernel(&lp, a);
+            for (std::int64_t i = 0; i < live; ++i) po2_bits[i] = po2_round_fast_bits(quotient[i] + eps);
+            for (std::int64_t i = 0; i < live; ++i) {
+              if (po2_bits[i] == 0) po2_bits[i] = std::bit_cast<std::uint32_t>(po2_round_reference(quotient[i], eps));
+            }
+            if (clip.lo || clip.hi) {
+              for (std::int64_t i = 0; i < live; ++i) {
+                po2_bits[i] = std::bit_cast<std::uint32_t>(least_squares_finish(std::bit_cast<float>(po2_bits[i]), clip));
+              }
+            }
+            // Keep the elements whose scale moved (branch-free: every element is stored, the count
+            // advances for the moved ones). least_squares_finish without the clip (applied above):
+            // a NaN made the quiet +NaN (a NaN scale never equals its input bit for bit only if
+            // the input was another NaN: compared as bits, as ScaleArray::same_bits does).
+            std::int64_t still = 0;
+            for (std::int64_t i = 0; i < live; ++i) {
+              const float po2 = std::bit_cast<float>(po2_bits[i]);
+              const float next = std::isnan(po2) ? std::numeric_limits<float>::quiet_NaN() : po2;
+              const bool moved = std::bit_cast<std::uint32_t>(next) != std::bit_cast<std::uint32_t>(sr[i]);  // before cur[k] (sr may be cur)
+              const std::int32_t k = active[i];
+              cur[k] = next;
+              active[still] = k;
+              still += moved ? 1 : 0;
+            }
+            live = still;
+            if (live == 0) {
+              block_rounds = std::max(r, first_fixed_round);
+              break;
+            }
+          }
+          // A block that found no fixed point ran every round: the global loop runs them all.
+          rounds = std::max(rounds, block_rounds);
+          std::memcpy(s.data() + b, cur, static_cast<std::size_t>(m) * sizeof(float));
+          if (out != nullptr) {
+            P op = out_params;
+            op.pow2_scales = all_exact_reciprocals(cur, m);
+            detail::RowArgs a;
+            a.in[0] = x + b;
+            a.in[1] = cur;
+            a.out = out + b;
+            a.n = m;
+            a.index = b;
+            kernel(&op, a);
+          }
+        }
+        chunk_rounds[static_cast<std::size_t>(c)] = rounds;
+      }
+    });
+    Result res;
+    for (int r : chunk_rounds) res.rounds = std::max(res.rounds, r);
+    return res;
+  }
+
+  static bool all_exact_reciprocals(const float* v, std::int64_t m) {
+    // detail::exact_reciprocal(v) != 0 for every v (a zero fraction field, biased exponent in
+    // [1, 253]), as integer bit tests without an early exit, so the loop vectorizes.
+    std::uint32_t bad = 0;
+    for (std::int64_t k = 0; k < m; ++k) {
+      const std::uint32_t bits = std::bit_cast<std::uint32_t>(v[k]);
+      bad |= (bits & 0x7FFFFFu) | static_cast<std::uint32_t>((bits >> 23) - 1u > 252u);
+    }
+    return bad == 0;
+  }
+};
 
 // Reduction layout of the least-squares rounds: kept dims and blocks (elements_per_scale).
 struct LsLayout {

@@ -116,9 +116,21 @@ void qk_bits_auto_f32(const void* params, const RowArgs& a) {
   const Vec::F m = Vec::splat(p.m), m_i = Vec::splat(p.m_i), half_levels = Vec::splat(p.half_levels);
   const Vec::F inv_m = Vec::splat(p.inv_m), inv_m_i = Vec::splat(p.inv_m_i);
   const Vec::F half = Vec::splat(0.5f);
-  const bool level_only = p.level_only;
+  const bool level_only = p.level_only, ls_quotient = p.ls_quotient;
   with_flags(p.inv_m != 0.0f, p.inv_m_i != 0.0f, p.pow2_scales,
              [&](auto has_inv_m, auto has_inv_m_i, auto pow2_scales) POLYQUANT_ALWAYS_INLINE {
+    if (level_only && ls_quotient) {
+      // qk_bits_ls_quotient: float(0.0 + double(p)) is p + 0.0f, and z * z + 0.0f is z * z.
+      const Vec::F zero = Vec::zero(), eps = Vec::splat(p.eps), nan = Vec::splat(std::numeric_limits<float>::quiet_NaN());
+      for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+        const Vec::F xs = div_by(v[0], m_i, has_inv_m_i, inv_m_i);
+        const Vec::F level = Vec::floor(Vec::add(div_by_scale(Vec::abs(xs), v[1], pow2_scales), half));
+        const Vec::F z = Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
+        const Vec::F q = Vec::div(Vec::add(Vec::mul(xs, z), zero), Vec::add(Vec::mul(z, z), eps));
+        return Vec::select(Vec::isnan(q), nan, q);
+      });
+      return;
+    }
     if (level_only) {
       for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
         const Vec::F xs = div_by(v[0], m_i, has_inv_m_i, inv_m_i);

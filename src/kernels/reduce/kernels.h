@@ -34,6 +34,11 @@ struct GroupMaxParams {
   // accumulators, each taking its rows in order (a tile of a channels-last tensor).
   std::int64_t rows = 1;
   std::int64_t x_row_stride = 0;
+  // segment > 0 (not per_element): the run is n / segment consecutive segments of `segment`
+  // elements (n a multiple), segment s folding into acc[s * acc_stride]: many short groups (a
+  // tall, narrow tensor reduced along its rows) in one call.
+  std::int64_t segment = 0;
+  std::int64_t acc_stride = 1;
 };
 
 // ---- sums of products: the least-squares sums of a scale fit ------------------------------------
@@ -44,6 +49,9 @@ struct GroupMaxParams {
 //                (acc: n {sum_p, sum_q} pairs)
 //   otherwise:   acc[k mod 8] += p_k, acc[8 + k mod 8] += q_k for the run's k-th element
 //                (acc: 16 partial sums the caller combines in index order)
+//   segment > 0: the run is n / segment consecutive segments (n a multiple), each as a run of its
+//                own: acc[16 s + k mod 8] += p, acc[16 s + 8 + k mod 8] += q for the k-th element
+//                of segment s (many short groups in one call)
 struct ProductSumsParams {
   bool per_element = false;
   bool divide = false;
@@ -53,6 +61,7 @@ struct ProductSumsParams {
   // add into the same n pairs, each pair taking its rows in order.
   std::int64_t rows = 1;
   std::int64_t x_row_stride = 0, z_row_stride = 0;
+  std::int64_t segment = 0;
 };
 
 // ---- minimum and maximum: acc (float) = min / max over the run of x (AIMET's MinMax statistics) --
@@ -109,6 +118,12 @@ inline void group_max_reference_row(const void* params, const RowArgs& a) {
   if (p.per_element) {
     for (std::int64_t j = 0; j < a.n; ++j) {
       for (std::int64_t r = 0; r < p.rows; ++r) acc[j] = group_max_fold(acc[j], group_max_value(x[r * p.x_row_stride + j], p.absolute));
+    }
+  } else if (p.segment > 0) {
+    for (std::int64_t s = 0; s * p.segment < a.n; ++s) {
+      float m = acc[s * p.acc_stride];
+      for (std::int64_t j = s * p.segment; j < (s + 1) * p.segment; ++j) m = group_max_fold(m, group_max_value(x[j], p.absolute));
+      acc[s * p.acc_stride] = m;
     }
   } else {
     float m = acc[0];
@@ -173,10 +188,15 @@ inline void product_sums_reference_row(const void* params, const RowArgs& a) {
     }
     return;
   }
-  for (std::int64_t j = 0; j < a.n; ++j) {
-    const float v = product_sums_v(x[j], p);
-    acc[j & 7] += static_cast<double>(v * z[j]);
-    acc[8 + (j & 7)] += static_cast<double>(z[j] * z[j]);
+  const std::int64_t segment = p.segment > 0 ? p.segment : a.n;
+  for (std::int64_t s = 0; s * segment < a.n; ++s) {
+    double* part = acc + 16 * s;
+    for (std::int64_t k = 0; k < segment; ++k) {
+      const std::int64_t j = s * segment + k;
+      const float v = product_sums_v(x[j], p);
+      part[k & 7] += static_cast<double>(v * z[j]);
+      part[8 + (k & 7)] += static_cast<double>(z[j] * z[j]);
+    }
   }
 }
 

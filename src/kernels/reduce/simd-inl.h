@@ -34,6 +34,38 @@ void group_max_f32(const void* params, const RowArgs& a) {
     }
     return;
   }
+  if (p.segment > 0) {
+    // Short groups: each segment's vectors, then its lanes and tail, folded without branches as
+    // integers: key(v) orders non-NaN floats as signed integers (every value has one bit pattern
+    // here: -0 and subnormals are +0), a NaN is tracked apart. The maximum is order-independent;
+    // a NaN result is the quiet NaN (which NaN is unspecified).
+    const std::int64_t seg = p.segment;
+    auto key = [](float v) POLYQUANT_ALWAYS_INLINE {
+      const auto b = std::bit_cast<std::int32_t>(v);
+      return b ^ ((b >> 31) & 0x7FFFFFFF);
+    };
+    alignas(64) float lanes[L];
+    for (std::int64_t s = 0; s * seg < a.n; ++s) {
+      const float* xs = x + s * seg;
+      const float m0 = acc[s * p.acc_stride];
+      bool nan = m0 != m0;
+      std::int32_t best = key(m0);
+      std::int64_t k = 0;
+      if (seg >= L) {
+        Vec::F mv = value(Vec::loadu(xs));
+        for (k = L; k + L <= seg; k += L) mv = fold(mv, value(Vec::loadu(xs + k)));
+        Vec::storeu(lanes, mv);
+        for (float v : lanes) nan |= v != v, best = std::max(best, key(v));
+      }
+      for (; k < seg; ++k) {
+        const float v = group_max_value(xs[k], absolute);
+        nan |= v != v;
+        best = std::max(best, key(v));
+      }
+      acc[s * p.acc_stride] = nan ? std::numeric_limits<float>::quiet_NaN() : std::bit_cast<float>(best ^ ((best >> 31) & 0x7FFFFFFF));
+    }
+    return;
+  }
   Vec::F m0 = Vec::splat(acc[0]), m1 = m0;
   for (; j + 2 * L <= a.n; j += 2 * L) {
     m0 = fold(m0, value(Vec::loadu(x + j)));
@@ -80,15 +112,24 @@ void product_sums_f32(const void* params, const RowArgs& a) {
     }
     return;
   }
-  for (; j + L <= a.n; j += L) {
-    const Vec::F zv = Vec::loadu(z + j);
-    Vec::accumulate_mod8_f64(acc, Vec::mul(v_of(Vec::loadu(x + j)), zv));
-    Vec::accumulate_mod8_f64(acc + 8, Vec::mul(zv, zv));
-  }
-  for (; j < a.n; ++j) {
-    const float v = product_sums_v(x[j], p);
-    acc[j & 7] += static_cast<double>(v * z[j]);
-    acc[8 + (j & 7)] += static_cast<double>(z[j] * z[j]);
+  // One run, or (segment) many short ones each with its own 16 partials; a segment's k-th
+  // element is lane k mod L of its vectors (L a multiple of 8), so k mod 8 holds.
+  const std::int64_t segment = p.segment > 0 ? p.segment : a.n;
+  for (std::int64_t s = 0; s * segment < a.n; ++s) {
+    const float* xs = x + s * segment;
+    const float* zs = z + s * segment;
+    double* part = acc + 16 * s;
+    std::int64_t k = 0;
+    for (; k + L <= segment; k += L) {
+      const Vec::F zv = Vec::loadu(zs + k);
+      Vec::accumulate_mod8_f64(part, Vec::mul(v_of(Vec::loadu(xs + k)), zv));
+      Vec::accumulate_mod8_f64(part + 8, Vec::mul(zv, zv));
+    }
+    for (; k < segment; ++k) {
+      const float v = product_sums_v(xs[k], p);
+      part[k & 7] += static_cast<double>(v * zs[k]);
+      part[8 + (k & 7)] += static_cast<double>(zs[k] * zs[k]);
+    }
   }
 }
 

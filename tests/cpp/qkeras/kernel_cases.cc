@@ -87,6 +87,21 @@ KernelCases kernel_cases_qk_bits_auto() {
         const Params pow2 = Params::of(p);
         c.checks.push_back({Kind::kRows, what + " reciprocals pow2_scales", pow2, pow2_ops});
         if (bits == 4.0f && integer == 0.0f && !level_only) c.checks.push_back({Kind::kRepeatedRows, what + " pow2_scales", pow2, pow2_ops});
+        if (level_only) {
+          // The one-element least-squares quotient of the rank-1 rounds, with Keras' epsilon and
+          // without one (0 / 0: NaN), on any scales and on powers of two.
+          for (float eps : {1e-7f, 0.0f}) {
+            QkBitsAutoParams q = p;
+            q.ls_quotient = true;
+            q.eps = eps;
+            const std::string wq = what + " ls_quotient eps=" + std::to_string(eps);
+            c.checks.push_back({Kind::kRows, wq + " pow2_scales", Params::of(q), pow2_ops});
+            q.pow2_scales = false;
+            c.checks.push_back({Kind::kRows, wq, Params::of(q), ops});
+            q.inv_m = q.inv_m_i = 0.0f;
+            c.checks.push_back({Kind::kRows, wq + " no reciprocals", Params::of(q), ops});
+          }
+        }
       }
     }
   }

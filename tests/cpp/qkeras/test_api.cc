@@ -21,6 +21,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/fpenv.h"
+#include "core/grouped_reduce.h"
+#include "families/qkeras/scale_search.h"
+#include "kernels/registry.h"
 #include "polyquant/polyquant.h"
 #include "test_util.h"
 
@@ -1718,6 +1722,279 @@ TEST(QKerasShapes, RankZeroAndEmpty) {
       call_linear(scalar_view(one), linear_attrs(8, 0, true, true, Alpha::kValue), TensorView(nullptr, DType::kFloat32, Dims{0}))
           .shape.str(),
       "(0,)");
+}
+
+
+// ---- the fast paths of the searches against the computations they replace --------------------
+
+// po2_round's fast path (no logarithm away from the rounding boundary) equals the reference
+// 2^round(logf(s + eps) / ln 2) bit for bit: every exponent and sign, each one's window edges
+// and a stride of mantissas, specials, with and without Keras' epsilon. (Checked once over every
+// float32 y as well; this is the part that runs on every build.)
+TEST(QKerasPo2Round, FastPathEqualsReference) {
+  using internal::kPo2SlowHi;
+  using internal::kPo2SlowLo;
+  const detail::ScopedFlushDenormals flush;
+  std::vector<std::uint32_t> mantissas{0, 1, 2, 0x7FFFFF, 0x7FFFFE, 3474675, 3474676, 3474677};
+  for (std::uint32_t edge : {kPo2SlowLo, kPo2SlowHi}) {
+    for (std::uint32_t d = 0; d < 4; ++d) mantissas.push_back(edge + d), mantissas.push_back(edge - d);
+  }
+  for (std::uint32_t f = 0; f < 0x800000; f += 4099) mantissas.push_back(f);
+  std::int64_t checked = 0;
+  for (float eps : {0.0f, 1e-7f}) {
+    for (std::uint32_t high = 0; high < 512; ++high) {  // sign and exponent field
+      for (std::uint32_t f : mantissas) {
+        const float s = std::bit_cast<float>((high << 23) | f);
+        const float got = internal::po2_round(s, eps), want = internal::po2_round_reference(s, eps);
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(want)) << "s bits " << std::bit_cast<std::uint32_t>(s) << " eps " << eps;
+        ++checked;
+      }
+    }
+    for (float s : {0.0f, -0.0f, kInf, -kInf, kNaN, -kNaN, 1e-45f, -1e-45f, 1e-39f}) {
+      const float got = internal::po2_round(s, eps), want = internal::po2_round_reference(s, eps);
+      EXPECT_TRUE(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want) || (std::isnan(got) && std::isnan(want))) << s;
+    }
+  }
+  EXPECT_GT(checked, 1000000);
+}
+
+// The rank-1 auto_po2 search as every layout ran it before the element-by-element rounds: the
+// max pass, then up to five global rounds over the grouped reduction (one group per element),
+// stopping at the first round that returns its input bit for bit; then the quantizing pass.
+struct GlobalSearch {
+  std::vector<float> out, scale;  // scale as reported (s * m)
+  int rounds = 0;
+};
+GlobalSearch global_rank1_search(const std::vector<float>& x, const QuantizedBitsAttrs& a, float eps) {
+  using namespace internal;
+  const Dims shape{static_cast<std::int64_t>(x.size())};
+  const float m = std::pow(2.0f, static_cast<float>(a.bits - 1.0)), m_i = std::pow(2.0f, static_cast<float>(a.integer));
+  const double half_levels = std::pow(2.0, a.bits - 1.0) - 1.0;
+  const auto levels = static_cast<float>(half_levels * 2.0);
+  ScaleArray s = group_max(x.data(), shape, {false}, true, true, m_i);
+  map_scale(s, [&](float v) { return (v * 2.0f) / levels; });
+  map_scale(s, [&](float v) { return po2_round_reference(v, eps); });
+  Po2Clip clip;
+  std::optional<double> lo, hi;
+  if (a.min_po2_exponent) lo = std::pow(2.0, *a.min_po2_exponent);
+  if (a.max_po2_exponent) hi = std::pow(2.0, *a.max_po2_exponent);
+  if (lo && hi && *hi < *lo) hi = lo;
+  if (lo) clip.lo = static_cast<float>(*lo);
+  if (hi) clip.hi = static_cast<float>(*hi);
+  GlobalSearch g;
+  const std::vector<bool> keep{true};
+  const std::vector<std::int64_t> block{1};
+  for (int round = 0; round < 5; ++round) {
+    const detail::GroupedLayout L = detail::make_grouped_layout(shape, keep, block, s.shape);
+    std::vector<LeastSquaresAcc> sums(static_cast<std::size_t>(L.num_groups));
+    detail::QkBitsAutoParams lp;
+    lp.m = m;
+    lp.m_i = m_i;
+    lp.half_levels = static_cast<float>(half_levels);
+    lp.level_only = true;
+    LeastSquaresReducer reducer;
+    reducer.level_kernel = detail::best_kernel(detail::KernelOp::kQkBitsAuto, detail::WorkType::kF32);
+    reducer.level_params = &lp;
+    reducer.divide = true;
+    reducer.divisor = m_i;
+    reducer.base = x.data();
+    detail::grouped_reduce(x.data(), s.values.data(), L, reducer, sums.data());
+    ++g.rounds;
+    ScaleArray next = least_squares_po2(sums, L, shape, keep, block, eps, clip);
+    const bool converged = next.same_bits(s);
+    s = std::move(next);
+    if (converged) break;
+  }
+  detail::QkBitsAutoParams fp;
+  fp.m = m;
+  fp.m_i = m_i;
+  fp.half_levels = static_cast<float>(half_levels);
+  fp.blend = make_blend(a.qnoise, a.use_ste);
+  g.out.resize(x.size());
+  detail::RowArgs r;
+  r.in[0] = x.data();
+  r.in[1] = s.values.data();
+  r.out = g.out.data();
+  r.n = static_cast<std::int64_t>(x.size());
+  detail::best_kernel(detail::KernelOp::kQkBitsAuto, detail::WorkType::kF32)(&fp, r);
+  map_scale(s, [&](float v) { return v * m; });
+  g.scale = s.values;
+  return g;
+}
+
+// Rank-1 data with what the rounds meet: ties of the level grid, exact zeros of both signs,
+// subnormals (flushed), huge values, NaN and infinities, and a spread of magnitudes.
+std::vector<float> rank1_data(std::size_t n, std::uint64_t salt, bool specials) {
+  std::vector<float> x = grid_data(n, salt, 3.0f);
+  std::mt19937_64 rng(salt);
+  std::normal_distribution<float> normal;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i % 3 == 1) x[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(i % 11) - 5);
+    if (i % 17 == 4) x[i] = (i % 2) ? -0.0f : 0.0f;
+    if (i % 29 == 6) x[i] = std::ldexp(x[i], -100);
+  }
+  if (specials && n > 40) {
+    x[n / 3] = kNaN;
+    x[n / 2] = -kInf;
+    x[n / 5] = 1e-41f;
+    x[n / 7] = 3e38f;
+  }
+  return x;
+}
+
+// The element-by-element rounds of a rank-1 auto_po2 search give the global loop's scales,
+// output and round count, bit for bit, for every kernel set and 1 and 2 threads: odd sizes (one
+// element, a partial block, blocks and chunks and their edges), specials, clips, bits.
+TEST(QKerasLayouts, Rank1RoundsEqualTheGlobalLoop) {
+  const RuntimeGuard guard;
+  struct Case {
+    double bits, integer;
+    std::optional<double> min_e, max_e;
+  };
+  const Case cases[] = {{8, 0, {}, {}}, {4, 2, {}, {}}, {6, 1, -3.0, 1.0}, {3, 0, {}, -4.0}, {16, -3, -40.0, {}}, {2, 0, {}, {}}};
+  for (std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{1023}, std::size_t{1025},
+                        std::size_t{16385}, std::size_t{70001}}) {
+    for (bool specials : {false, true}) {
+      const std::vector<float> x = rank1_data(n, 500 + n, specials);
+      for (const Case& k : cases) {
+        QuantizedBitsAttrs a = bits_auto(Alpha::kAutoPo2, k.bits, k.integer);
+        a.min_po2_exponent = k.min_e;
+        a.max_po2_exponent = k.max_e;
+        set_kernel_set(guard.before().isa);
+        set_num_threads(guard.before().num_threads);
+        const GlobalSearch want = global_rank1_search(x, a, Settings{}.epsilon);
+        for (const std::string& isa : guard.before().supported) {
+          set_kernel_set(isa);
+          for (int threads : {1, 2}) {
+            set_num_threads(threads);
+            const Dims shape{static_cast<std::int64_t>(n)};
+            std::vector<float> out(n, 12345.0f), scale(n, 12345.0f);
+            SearchInfo info;
+            const MutableTensorView sv(scale.data(), DType::kFloat32, shape);
+            quantized_bits(view(x, shape), {}, a, Settings{}, Training{}, MutableTensorView(out.data(), DType::kFloat32, shape), &sv, &info);
+            const std::string what = "n=" + std::to_string(n) + " bits=" + std::to_string(k.bits) + " specials=" +
+                                     std::to_string(specials) + " " + isa + " threads=" + std::to_string(threads);
+            EXPECT_TRUE(same_floats(out, want.out)) << what;
+            EXPECT_TRUE(same_floats(scale, want.scale)) << what;
+            EXPECT_EQ(info.least_squares_rounds, want.rounds) << what;
+            // A strided output (no speculative writes): the same output through the final pass.
+            std::vector<float> wide(2 * n, 7.0f);
+            quantized_bits(view(x, shape), {}, a, Settings{}, Training{},
+                           MutableTensorView(wide.data(), DType::kFloat32, shape, Dims{2}));
+            std::vector<float> strided(n);
+            for (std::size_t i = 0; i < n; ++i) strided[i] = wide[2 * i];
+            EXPECT_TRUE(same_floats(strided, want.out)) << what << " strided out";
+          }
+        }
+      }
+    }
+  }
+}
+
+
+// The grouped reductions' segment modes (many short groups per call: scale_axis=0 on a tall,
+// narrow tensor) on every kernel set equal the scalar reference rows bit for bit: every segment
+// length 1 .. 40 and a few longer, ties, NaN, +-0, subnormals, accumulators strided.
+TEST(QKerasLayouts, SegmentKernelsMatchTheReference) {
+  std::vector<float> x = grid_data(4096, 77, 4.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (i % 31 == 3) x[i] = kNaN;
+    if (i % 37 == 5) x[i] = -0.0f;
+    if (i % 41 == 7) x[i] = 1e-40f;
+    if (i % 43 == 9) x[i] = -kInf;
+  }
+  std::vector<float> z(x.size());
+  for (std::size_t i = 0; i < z.size(); ++i) z[i] = std::isfinite(x[i]) ? std::nearbyint(x[i] * 30.0f) : x[i];
+  std::vector<std::int64_t> segments;
+  for (std::int64_t n = 1; n <= 40; ++n) segments.push_back(n);
+  for (std::int64_t n : {64, 100, 255}) segments.push_back(n);
+  for (const detail::Isa isa : detail::supported_isas()) {
+    const detail::RowKernel max_kernel = detail::kernel_for(detail::KernelOp::kGroupMax, detail::WorkType::kF32, isa);
+    const detail::RowKernel sums_kernel = detail::kernel_for(detail::KernelOp::kProductSums, detail::WorkType::kF32, isa);
+    ASSERT_NE(max_kernel, nullptr);
+    ASSERT_NE(sums_kernel, nullptr);
+    for (std::int64_t seg : segments) {
+      const std::int64_t count = std::min<std::int64_t>(37, static_cast<std::int64_t>(x.size()) / seg - 1);
+      for (std::int64_t offset : {0, 3}) {
+        const detail::ScopedFlushDenormals flush;
+        detail::RowArgs a;
+        a.in[0] = x.data() + offset;
+        a.in[1] = z.data() + offset;
+        a.n = count * seg;
+        for (std::int64_t stride : {1, 3}) {
+          for (bool absolute : {true, false}) {
+            detail::GroupMaxParams p;
+            p.absolute = absolute;
+            p.segment = seg;
+            p.acc_stride = stride;
+            std::vector<float> got(static_cast<std::size_t>(count * stride), -kInf), want = got;
+            for (std::size_t i = 0; i < got.size(); i += 5) got[i] = want[i] = 0.5f;
+            a.out = got.data();
+            max_kernel(&p, a);
+            a.out = want.data();
+            detail::group_max_reference_row<float>(&p, a);
+            ASSERT_TRUE(same_floats(got, want)) << "group_max segment " << seg << " offset " << offset << " stride " << stride;
+          }
+        }
+        for (int divide = 0; divide < 3; ++divide) {
+          detail::ProductSumsParams p;
+          p.segment = seg;
+          p.divide = divide > 0;
+          p.divisor = divide == 2 ? 3.0f : 0.25f;
+          p.inv_divisor = divide == 1 ? 4.0f : 0.0f;
+          std::vector<double> got(static_cast<std::size_t>(16 * count), 0.0), want = got;
+          for (std::size_t i = 0; i < got.size(); i += 7) got[i] = want[i] = 0.125;
+          a.out = got.data();
+          sums_kernel(&p, a);
+          a.out = want.data();
+          detail::product_sums_reference_row<float>(&p, a);
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            ASSERT_TRUE(std::bit_cast<std::uint64_t>(got[i]) == std::bit_cast<std::uint64_t>(want[i]) ||
+                        (std::isnan(got[i]) && std::isnan(want[i])))
+                << "product_sums segment " << seg << " offset " << offset << " divide " << divide << " at " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Tall, narrow and channels-first layouts (the innermost dimension reduced: segments) give the
+// same scales and outputs on every kernel set and thread count as the scalar set on one thread,
+// which folds each run by itself.
+TEST(QKerasLayouts, ReducedInnermostLayoutsOnEveryKernelSet) {
+  struct Layout {
+    Dims shape;
+    ScaleAxis axis;
+  };
+  const Layout layouts[] = {{Dims{4099, 16}, axis_int(0)},  {Dims{3001, 5}, axis_int(0)},   {Dims{257, 1}, axis_int(0)},
+                            {Dims{16, 2053}, axis_int(0)},  {Dims{33, 17, 9}, axis_int(1)}, {Dims{7, 64, 33}, axis_int(0)},
+                            {Dims{1, 70001}, axis_int(0)},  {Dims{5, 3, 300}, axis_list({0, 1})}};
+  for (const Layout& l : layouts) {
+    std::vector<float> x = rank1_data(count(l.shape), 900 + count(l.shape), true);
+    for (Alpha alpha : {Alpha::kAuto, Alpha::kAutoPo2}) {
+      const std::string what = std::string(alpha == Alpha::kAuto ? "auto " : "auto_po2 ") + std::to_string(l.shape[0]) + "x" +
+                               std::to_string(l.shape[l.shape.rank - 1]);
+      expect_same_everywhere(what, [&] { return call_bits(view(x, l.shape), bits_auto(alpha, 6, 1, l.axis)); });
+      expect_same_everywhere(what + " linear", [&] { return call_linear(view(x, l.shape), linear_attrs(6, 1, true, true, alpha, l.axis)); });
+    }
+  }
+  // A row of a tall, narrow tensor (scale_axis=0: one group per row, folded as segments) is the
+  // row quantized alone as a (1, n) tensor (one group, one run).
+  for (const Dims& shape : {Dims{4099, 16}, Dims{3001, 5}, Dims{515, 40}}) {
+    const std::int64_t n = shape[1];
+    std::vector<float> x = rank1_data(count(shape), 950 + count(shape), true);
+    for (Alpha alpha : {Alpha::kAuto, Alpha::kAutoPo2}) {
+      const Result all = call_bits(view(x, shape), bits_auto(alpha, 8, 0, axis_int(0)));
+      for (std::int64_t r = 0; r < shape[0]; r += 97) {
+        const std::vector<float> row(x.begin() + r * n, x.begin() + (r + 1) * n);
+        const Result one = call_bits(view(row, Dims{1, n}), bits_auto(alpha, 8, 0, axis_int(0)));
+        const std::vector<float> want_out(all.out.begin() + r * n, all.out.begin() + (r + 1) * n);
+        EXPECT_TRUE(same_floats(one.out, want_out)) << "row " << r << " of " << shape[0] << "x" << n;
+        EXPECT_TRUE(same_floats(one.scale, {all.scale[static_cast<std::size_t>(r)]})) << "row " << r << " of " << shape[0] << "x" << n;
+      }
+    }
+  }
 }
 
 }  // namespace
