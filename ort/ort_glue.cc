@@ -7,6 +7,8 @@
 #include <new>
 #include <set>
 
+#include "polyquant/onnx_qdq.h"
+
 namespace polyquant::ort {
 
 namespace {
@@ -190,35 +192,6 @@ struct ValueDeleter {
   void operator()(OrtValue* value) const { api().ReleaseValue(value); }
 };
 
-// ORT's packed storage (n elements, `per` to a byte, low bits first) <-> one element per byte.
-void unpack(const uint8_t* packed, uint8_t* out, int64_t n, int per) {
-  const int bits = 8 / per;
-  const unsigned mask = (1u << bits) - 1;
-  const int64_t full = n / per;
-  for (int64_t b = 0; b < full; ++b) {
-    const unsigned byte = packed[b];
-    for (int k = 0; k < per; ++k) out[b * per + k] = static_cast<uint8_t>((byte >> (bits * k)) & mask);
-  }
-  for (int64_t i = full * per; i < n; ++i) {
-    out[i] = static_cast<uint8_t>((packed[full] >> (bits * (i - full * per))) & mask);
-  }
-}
-
-void pack(const uint8_t* in, uint8_t* packed, int64_t n, int per) {
-  const int bits = 8 / per;
-  const unsigned mask = (1u << bits) - 1;
-  const int64_t full = n / per;
-  for (int64_t b = 0; b < full; ++b) {
-    unsigned byte = 0;
-    for (int k = 0; k < per; ++k) byte |= (in[b * per + k] & mask) << (bits * k);
-    packed[b] = static_cast<uint8_t>(byte);
-  }
-  if (full * per < n) {  // the last byte's unused high bits stay zero
-    unsigned byte = 0;
-    for (int64_t i = full * per; i < n; ++i) byte |= (in[i] & mask) << (bits * (i - full * per));
-    packed[full] = static_cast<uint8_t>(byte);
-  }
-}
 }  // namespace
 
 bool runtime_has_element_type(ONNXTensorElementDataType type) {
@@ -432,7 +405,7 @@ TensorView Inputs::view(const OrtValue* value, const char* name) {
   if (per == 1) return TensorView(data, dtype, shape);
   const int64_t n = shape.numel();
   std::vector<uint8_t>& buffer = scratch_.emplace_back(static_cast<size_t>(std::max<int64_t>(n, 1)));
-  if (n > 0) unpack(static_cast<const uint8_t*>(data), buffer.data(), n, per);
+  if (n > 0) polyquant::onnx::unpack_sub_byte(static_cast<const uint8_t*>(data), n, 8 / per, buffer.data());
   return TensorView(buffer.data(), dtype, shape);
 }
 
@@ -491,7 +464,7 @@ Output::Output(OrtKernelContext* context, const TensorSpec& spec, const std::str
 void Output::commit() {
   const int per = elements_per_byte(view_.dtype);
   const int64_t n = view_.shape.numel();
-  if (per > 1 && n > 0) pack(scratch_.data(), static_cast<uint8_t*>(ort_data_), n, per);
+  if (per > 1 && n > 0) polyquant::onnx::pack_sub_byte(scratch_.data(), n, 8 / per, static_cast<uint8_t*>(ort_data_));
 }
 
 // ---- shape inference -------------------------------------------------------------------------

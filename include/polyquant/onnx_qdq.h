@@ -76,4 +76,14 @@ POLYQUANT_API void dequantize_linear(const TensorView& x, const TensorView& x_sc
 POLYQUANT_API PlannedCall dequantize_linear_plan(const TensorView& x, const TensorView& x_scale,
                                                  const TensorView* x_zero_point, const DequantizeLinearAttrs& attrs);
 
+// ---- ONNX's packed storage of sub-byte types ----------------------------------------------------
+// ONNX tensors (and ONNX Runtime) hold int4 / uint4 / float4e2m1 two to a byte and int2 / uint2 four
+// to a byte: element i in bits [b * (i % k), b * (i % k) + b) of byte i / k, low bits first, the
+// last byte's unused bits zero (b = `bits`, k = 8 / b). polyquant holds them one per byte, as
+// ml_dtypes does; these convert between the two. `codes` has n bytes (only each code's low `bits`
+// bits are read), `packed` ceil(n * bits / 8). bits must be 2 or 4.
+POLYQUANT_API std::int64_t packed_size(std::int64_t n, int bits);
+POLYQUANT_API void pack_sub_byte(const std::uint8_t* codes, std::int64_t n, int bits, std::uint8_t* packed);
+POLYQUANT_API void unpack_sub_byte(const std::uint8_t* packed, std::int64_t n, int bits, std::uint8_t* codes);
+
 }  // namespace polyquant::onnx

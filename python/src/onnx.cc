@@ -38,6 +38,30 @@ nb::object dequantize_linear(const InArray& x, int x_dtype, const InArray& scale
   return run_qdq(ox::dequantize_linear_plan(xv, sv, zp_ptr, attrs), std::move(out));
 }
 
+// ONNX's packed sub-byte storage (polyquant/onnx_qdq.h). `codes` / `packed`: C-contiguous uint8
+// arrays (the package checks dtypes and shapes and views the result).
+using Bytes = nb::ndarray<const std::uint8_t, nb::c_contig, nb::device::cpu>;
+
+nb::object pack_sub_byte(const Bytes& codes, int bits) {
+  const auto n = static_cast<std::int64_t>(codes.size());
+  nb::object out = allocate(pq::TensorSpec{pq::DType::kUInt8, pq::Dims{ox::packed_size(n, bits)}});
+  const pq::MutableTensorView view = out_view(out);
+  without_gil([&] { ox::pack_sub_byte(codes.data(), n, bits, static_cast<std::uint8_t*>(view.data)); });
+  return out;
+}
+
+nb::object unpack_sub_byte(const Bytes& packed, std::int64_t n, int bits) {
+  const std::int64_t need = ox::packed_size(n, bits);
+  if (static_cast<std::int64_t>(packed.size()) < need) {
+    fail(pq::ErrorKind::kValue, "packed: " + std::to_string(packed.size()) + " bytes hold fewer than the " + std::to_string(n) +
+                                    " elements asked for (" + std::to_string(need) + " bytes needed)");
+  }
+  nb::object out = allocate(pq::TensorSpec{pq::DType::kUInt8, pq::Dims{n}});
+  const pq::MutableTensorView view = out_view(out);
+  without_gil([&] { ox::unpack_sub_byte(packed.data(), n, bits, static_cast<std::uint8_t*>(view.data)); });
+  return out;
+}
+
 }  // namespace
 
 void bind_onnx(nb::module_& m) {
@@ -72,6 +96,10 @@ void bind_onnx(nb::module_& m) {
   m.def("dequantize_linear", &dequantize_linear, tensor("x"), nb::arg("x_dtype"), tensor("x_scale"), nb::arg("scale_dtype"),
         nb::arg("x_zero_point").none(), nb::arg("zero_point_dtype"), nb::arg("attrs"), nb::arg("out").none() = nb::none(),
         "ONNX DequantizeLinear (see polyquant.onnx.dequantize_linear); returns (array, dtype name).");
+  m.def("pack_sub_byte", &pack_sub_byte, nb::arg("codes"), nb::arg("bits"),
+        "ONNX's packed storage (flat uint8) of n one-per-byte codes of `bits` (2 or 4) bits each.");
+  m.def("unpack_sub_byte", &unpack_sub_byte, nb::arg("packed"), nb::arg("n"), nb::arg("bits"),
+        "The n one-per-byte codes (flat uint8) held in ONNX's packed storage `packed`.");
 }
 
 }  // namespace polyquant::python

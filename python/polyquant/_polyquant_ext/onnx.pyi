@@ -6,6 +6,7 @@
 
 from typing import Annotated
 
+import numpy
 from numpy.typing import NDArray
 
 
@@ -78,4 +79,14 @@ def quantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x
 def dequantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, x_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, x_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, attrs: DequantizeLinearAttrs, out: object | None = None) -> object:
     """
     ONNX DequantizeLinear (see polyquant.onnx.dequantize_linear); returns (array, dtype name).
+    """
+
+def pack_sub_byte(codes: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], bits: int) -> object:
+    """
+    ONNX's packed storage (flat uint8) of n one-per-byte codes of `bits` (2 or 4) bits each.
+    """
+
+def unpack_sub_byte(packed: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], n: int, bits: int) -> object:
+    """
+    The n one-per-byte codes (flat uint8) held in ONNX's packed storage `packed`.
     """

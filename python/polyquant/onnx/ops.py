@@ -112,15 +112,8 @@ def pack(array: Any) -> np.ndarray:
     bits = _PACKED_BITS.get(a.dtype.name)
     if bits is None:
         raise TypeError(f"array: pack takes int4, uint4, float4_e2m1fn, int2 or uint2 arrays (got {a.dtype})")
-    per_byte = 8 // bits
-    codes = np.ascontiguousarray(a).reshape(-1).view(np.uint8) & ((1 << bits) - 1)
-    padded = np.zeros(-(-codes.size // per_byte) * per_byte, np.uint8)
-    padded[: codes.size] = codes
-    groups = padded.reshape(-1, per_byte).astype(np.uint8)
-    packed = np.zeros(groups.shape[0], np.uint8)
-    for k in range(per_byte):
-        packed |= groups[:, k] << np.uint8(bits * k)
-    return packed
+    codes = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    return _ext.onnx.pack_sub_byte(codes, bits)
 
 
 def unpack(packed: Any, dtype: Any, shape: Any) -> np.ndarray:
@@ -149,5 +142,5 @@ def unpack(packed: Any, dtype: Any, shape: Any) -> np.ndarray:
     if p.size * per_byte < n:
         raise ValueError(f"packed: {p.size} bytes hold at most {p.size * per_byte} elements of {dt}, "
                          f"shape {shape} needs {n}")
-    codes = np.stack([(p >> np.uint8(bits * k)) & np.uint8((1 << bits) - 1) for k in range(per_byte)], axis=1).reshape(-1)[:n]
-    return codes.astype(np.uint8).view(dt).reshape(shape)
+    codes = _ext.onnx.unpack_sub_byte(np.ascontiguousarray(p), n, bits)
+    return codes.view(dt).reshape(shape)

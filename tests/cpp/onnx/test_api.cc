@@ -627,3 +627,40 @@ TEST(OnnxQdq, BlockedOutputOverlappingXEqualsSeparateOutput) {
 
 }  // namespace
 }  // namespace polyquant::detail
+
+// ---- packed sub-byte storage ----------------------------------------------------------------------
+namespace polyquant::onnx {
+namespace {
+// Element i in bits [b * (i % k), ...) of byte i / k, low bits first, the last byte's spare bits zero;
+// only the codes' low bits are read. Every length around the word size, both widths.
+TEST(OnnxPacking, PacksLowBitsFirstAndRoundTrips) {
+  auto rng = polyquant::test::make_rng(90);
+  for (int bits : {2, 4}) {
+    const int per = 8 / bits;
+    for (std::int64_t n = 0; n <= 67; ++n) {
+      std::vector<std::uint8_t> codes(static_cast<std::size_t>(n));
+      for (auto& c : codes) c = static_cast<std::uint8_t>(rng());
+      std::vector<std::uint8_t> packed(static_cast<std::size_t>(packed_size(n, bits)) + 1, 0xEE);
+      ASSERT_EQ(packed_size(n, bits), (n + per - 1) / per);
+      pack_sub_byte(codes.data(), n, bits, packed.data());
+      EXPECT_EQ(packed.back(), 0xEE) << "wrote past the packed bytes, n=" << n;
+      for (std::int64_t i = 0; i < packed_size(n, bits) * per; ++i) {
+        const unsigned want = i < n ? codes[static_cast<std::size_t>(i)] & ((1u << bits) - 1) : 0u;
+        ASSERT_EQ((packed[static_cast<std::size_t>(i / per)] >> (bits * (i % per))) & ((1u << bits) - 1), want)
+            << "bits " << bits << " n " << n << " element " << i;
+      }
+      std::vector<std::uint8_t> back(static_cast<std::size_t>(n) + 1, 0xEE);
+      unpack_sub_byte(packed.data(), n, bits, back.data());
+      EXPECT_EQ(back.back(), 0xEE) << "wrote past the codes, n=" << n;
+      for (std::int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(back[static_cast<std::size_t>(i)], codes[static_cast<std::size_t>(i)] & ((1u << bits) - 1)) << i;
+      }
+    }
+  }
+  std::uint8_t byte = 0;
+  EXPECT_THROW(pack_sub_byte(&byte, 1, 3, &byte), Error);
+  EXPECT_THROW(unpack_sub_byte(&byte, -1, 4, &byte), Error);
+  EXPECT_THROW((void)packed_size(1, 8), Error);
+}
+}  // namespace
+}  // namespace polyquant::onnx

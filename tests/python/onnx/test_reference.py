@@ -265,7 +265,7 @@ def test_pack_matches_onnx_storage(rng):
     for dt, t in ((ml_dtypes.int4, TensorProto.INT4), (ml_dtypes.uint4, TensorProto.UINT4),
                   (ml_dtypes.float4_e2m1fn, TensorProto.FLOAT4E2M1), (ml_dtypes.int2, TensorProto.INT2),
                   (ml_dtypes.uint2, TensorProto.UINT2)):
-        for shape in [(7,), (3, 5), (2, 2, 2), (1,)]:
+        for shape in [(7,), (3, 5), (2, 2, 2), (1,), (0,), (1000,), (1001,), (1002,), (1003,), (33, 31)]:
             mask = 0x0F if np.dtype(dt).itemsize and t in (TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1) else 0x03
             a = (rng.integers(0, 256, shape).astype(np.uint8) & mask).view(dt)
             tensor = numpy_helper.from_array(a)
@@ -273,6 +273,9 @@ def test_pack_matches_onnx_storage(rng):
             back = pqo.unpack(pqo.pack(a), dt, shape)
             assert back.dtype == a.dtype and np.array_equal(back.view(np.uint8), a.view(np.uint8))
             same_bits(numpy_helper.to_array(tensor), pqo.unpack(tensor.raw_data, dt, shape), None, "to_array")
+            # Only each code's low bits are stored: set bits above them change nothing.
+            noisy = (a.view(np.uint8) | (rng.integers(0, 256, shape).astype(np.uint8) & ~np.uint8(mask))).view(dt)
+            assert pqo.pack(noisy).tobytes() == tensor.raw_data, (dt, shape, "high bits")
 
 
 def test_bad_input_is_a_clear_error():
