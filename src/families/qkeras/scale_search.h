@@ -442,26 +442,33 @@ struct ElementwiseRounds {
             a.n = live;
             a.index = b;  // no stochastic levels in the searches: the index is unused
             kernel(&lp, a);
-            for (std::int64_t i = 0; i < live; ++i) po2_bits[i] = po2_round_fast_bits(quotient[i] + eps);
+            // po2_round's fast path (vectorizes); 0 marks the rare inputs the reference decides
+            // (NaN among them: the fast path only returns positive normal powers of two).
+            std::uint32_t any_slow = 0;
             for (std::int64_t i = 0; i < live; ++i) {
-              if (po2_bits[i] == 0) po2_bits[i] = std::bit_cast<std::uint32_t>(po2_round_reference(quotient[i], eps));
+              po2_bits[i] = po2_round_fast_bits(quotient[i] + eps);
+              any_slow |= po2_bits[i] == 0 ? 1u : 0u;
+            }
+            if (any_slow != 0) {
+              for (std::int64_t i = 0; i < live; ++i) {
+                if (po2_bits[i] != 0) continue;
+                const float po2 = po2_round_reference(quotient[i], eps);
+                po2_bits[i] = std::bit_cast<std::uint32_t>(std::isnan(po2) ? std::numeric_limits<float>::quiet_NaN() : po2);
+              }
             }
             if (clip.lo || clip.hi) {
               for (std::int64_t i = 0; i < live; ++i) {
                 po2_bits[i] = std::bit_cast<std::uint32_t>(least_squares_finish(std::bit_cast<float>(po2_bits[i]), clip));
               }
             }
-            // Keep the elements whose scale moved (branch-free: every element is stored, the count
-            // advances for the moved ones). least_squares_finish without the clip (applied above):
-            // a NaN made the quiet +NaN (a NaN scale never equals its input bit for bit only if
-            // the input was another NaN: compared as bits, as ScaleArray::same_bits does).
+            // Keep the elements whose scale moved, compared as bits as ScaleArray::same_bits does
+            // (branch-free: every element is stored, the count advances for the moved ones).
             std::int64_t still = 0;
             for (std::int64_t i = 0; i < live; ++i) {
-              const float po2 = std::bit_cast<float>(po2_bits[i]);
-              const float next = std::isnan(po2) ? std::numeric_limits<float>::quiet_NaN() : po2;
-              const bool moved = std::bit_cast<std::uint32_t>(next) != std::bit_cast<std::uint32_t>(sr[i]);  // before cur[k] (sr may be cur)
+              const std::uint32_t next = po2_bits[i];
+              const bool moved = next != std::bit_cast<std::uint32_t>(sr[i]);  // read before cur[k] (sr may be cur)
               const std::int32_t k = active[i];
-              cur[k] = next;
+              cur[k] = std::bit_cast<float>(next);
               active[still] = k;
               still += moved ? 1 : 0;
             }
