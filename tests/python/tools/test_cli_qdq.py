@@ -156,3 +156,19 @@ def test_bench_qdq_cases_json():
         else:
             assert r["onnxruntime_ms"] > 0 and r["bit_exact_vs_onnxruntime"] is True, name
     assert rows["q_int8_axis_last"]["shape"] == [512, 64]
+
+
+def test_bench_narrow_type_cases_json():
+    """float8 / int4 both ways agree with onnxruntime bit for bit (its packed int4 included); float16 x
+    is the one expected difference, named in the report and not an error."""
+    names = ["q_float8_e4m3fn", "q_float8_e5m2", "q_int4", "q_uint4", "dq_float8_e4m3fn", "dq_int4", "q_float4_e2m1fn",
+             "q_int8_from_float16", "q_int8_from_bfloat16"]
+    status, text = polyquant_cli("bench", "--size", 2 * 16384, "--repeat", 1, "--ops", *names, "--json")
+    assert status == 0, text
+    rows = {r["name"]: r for r in json.loads(text)["qdq"]}
+    assert sorted(rows) == sorted(names)
+    for name in names[:6]:
+        assert rows[name]["onnxruntime_ms"] > 0 and rows[name]["bit_exact_vs_onnxruntime"] is True, name
+    assert rows["q_int8_from_float16"]["onnxruntime_differs"]
+    for r in rows.values():
+        assert r["polyquant_ms"] > 0 and r["polyquant_out_ms"] > 0
