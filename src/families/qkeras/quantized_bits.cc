@@ -292,7 +292,7 @@ void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha
   const ContiguousF32 xf = contiguous_f32(x);
   detail::QkBitsAutoParams p = plan.automatic;
   bool output_written = false;
-  const ScaleArray s = bits_auto_scale(xf.data, x.shape, alpha, attrs, c, settings, search, p,
+  ScaleArray s = bits_auto_scale(xf.data, x.shape, alpha, attrs, c, settings, search, p,
                                        speculative_output(out, x.shape, xf.data), output_written);
   if (info != nullptr) *info = search;
   if (!output_written) {
@@ -301,9 +301,10 @@ void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha
     run_kernel(KernelOp::kQkBitsAuto, inputs.data(), 2, out, &p);
   }
   if (scale_out != nullptr && !attrs.frozen_scale) {
-    ScaleArray reported = s;
-    map_scale(reported, [&](float v) { return v * c.m; });
-    copy_scale_into(reported, *scale_out, "quantized_bits scale");
+    // The output is written: s becomes the reported scale in place (one scale per element for
+    // rank-1 auto_po2, so no copy of it).
+    map_scale(s, [&](float v) { return v * c.m; });
+    copy_scale_into(s, *scale_out, "quantized_bits scale");
   }
 }
 

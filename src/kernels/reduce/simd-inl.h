@@ -45,6 +45,26 @@ void group_max_f32(const void* params, const RowArgs& a) {
       return b ^ ((b >> 31) & 0x7FFFFFFF);
     };
     alignas(64) float lanes[L];
+    if (absolute && seg >= L) {
+      // |x| values are +0, positive or +NaN: as int32 their bits order them with every NaN above
+      // +inf, so a plain integer maximum (a reduction the compiler vectorizes) finds the maximum
+      // or a NaN.
+      alignas(64) std::int32_t bits[L];
+      for (std::int64_t s = 0; s * seg < a.n; ++s) {
+        const float* xs = x + s * seg;
+        const float m0 = acc[s * p.acc_stride];
+        Vec::F mv = value(Vec::loadu(xs));
+        std::int64_t k = L;
+        for (; k + L <= seg; k += L) mv = fold(mv, value(Vec::loadu(xs + k)));
+        Vec::storeu(reinterpret_cast<float*>(bits), mv);
+        std::int32_t best = 0;
+        for (int l = 0; l < L; ++l) best = std::max(best, bits[l]);
+        for (; k < seg; ++k) best = std::max(best, std::bit_cast<std::int32_t>(group_max_value(xs[k], true)));
+        const float m = std::bit_cast<float>(best);
+        acc[s * p.acc_stride] = (m != m || m0 != m0) ? std::numeric_limits<float>::quiet_NaN() : group_max_fold(m0, m);
+      }
+      return;
+    }
     for (std::int64_t s = 0; s * seg < a.n; ++s) {
       const float* xs = x + s * seg;
       const float m0 = acc[s * p.acc_stride];
