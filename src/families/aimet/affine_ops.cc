@@ -4,13 +4,21 @@
 // gradients' reduction. Numerics are the kernels' (families/aimet/kernels.h).
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "core/elementwise.h"
+#include "core/parallel.h"
 #include "kernels/registry.h"
 #include "polyquant/aimet.h"
 #include "polyquant/error.h"
@@ -540,29 +548,125 @@ bool make_walk(const AffineLayout& L, GradWalk& w) {
   return true;
 }
 
-// One chunk's terms into the sums. stride 0: every term into acc[0], one after the other (two
-// such chains, scale's and offset's, run interleaved: each add waits for the previous one of its
-// own sum only). stride 1: term j into acc[j]. `assign`: no reduction (per-element parameters),
-// each sum is its one term.
+// Sums of one accumulator over consecutive terms, each term added to the float64 sum in order
+// (reduce_into's chain: each add waits for the previous one). Where a block's adds are provably
+// exact, the block is summed in any order instead, which gives the same value:
+//   every float32 term is a multiple of its ulp, and the sum `a` so far of its lowest set bit, so every partial
+//   sum a + t_0 + ... + t_k (in any order, of any subset) is a multiple of G, the smallest of those
+//   ulps; a multiple of G below 2^53 G in magnitude is a float64, so when |a| + sum |t| < 2^53 G no
+//   add of the chain rounds and the chain's result is the exact sum, whatever the order. sum |t|
+//   is computed in float64 (relative error below n 2^-53, covered by a 2^-40 margin); NaN or
+//   infinite terms, and blocks the bound does not clear, take the chain. The sum is never -0 (it starts at +0 and
+//   rounds to nearest), so an exact block sum of -0 added to it changes nothing, as the chain's
+//   adds of -0 do not.
+constexpr std::int64_t kExactBlock = 256;
+
+[[gnu::noinline]] double chain_sum(double a, const float* t, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) a += static_cast<double>(t[j]);
+  return a;
+}
+// The block's facts for the proof: float32 exponent fields of its largest term and of its least
+// nonzero one (0xFF: none), sum |t| (a bound, float64) and the float64 sum of the terms in some
+// order (the value, once proved exact).
+struct BlockFacts {
+  std::uint32_t e_min = 0xFFu, e_max = 0u;
+  double abs_sum = 0.0, sum = 0.0;
+};
+void add_facts_scalar(BlockFacts& f, const float* t, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) {
+    std::uint32_t bits;
+    std::memcpy(&bits, t + j, sizeof bits);
+    const std::uint32_t e = (bits >> 23) & 0xFFu;
+    f.e_max = std::max(f.e_max, e);
+    f.e_min = std::min(f.e_min, (bits << 1) == 0 ? 0xFFu : e);  // zeros: no constraint
+    f.abs_sum += std::fabs(static_cast<double>(t[j]));
+    f.sum += static_cast<double>(t[j]);
+  }
+}
+BlockFacts block_facts(const float* t, std::int64_t n) {
+  BlockFacts f;
+#if defined(__SSE2__)
+  // Four terms a step (SSE2, every x86-64): exponent fields as 32-bit lanes below 256, so the
+  // 16-bit min / max see them whole; the sums as two float64 pairs each.
+  const __m128i zero = _mm_setzero_si128(), all_ff = _mm_set1_epi32(0xFF);
+  const __m128d magnitude = _mm_castsi128_pd(_mm_set1_epi64x(0x7FFFFFFFFFFFFFFFLL));
+  __m128i lane_min = all_ff, lane_max = zero;
+  __m128d sum_lo = _mm_setzero_pd(), sum_hi = _mm_setzero_pd(), abs_lo = _mm_setzero_pd(), abs_hi = _mm_setzero_pd();
+  std::int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const __m128 v = _mm_loadu_ps(t + j);
+    const __m128i doubled = _mm_slli_epi32(_mm_castps_si128(v), 1);  // sign out
+    const __m128i e = _mm_srli_epi32(doubled, 24);
+    lane_max = _mm_max_epi16(lane_max, e);
+    lane_min = _mm_min_epi16(lane_min, _mm_or_si128(e, _mm_and_si128(_mm_cmpeq_epi32(doubled, zero), all_ff)));
+    const __m128d lo = _mm_cvtps_pd(v), hi = _mm_cvtps_pd(_mm_movehl_ps(v, v));
+    sum_lo = _mm_add_pd(sum_lo, lo);
+    sum_hi = _mm_add_pd(sum_hi, hi);
+    abs_lo = _mm_add_pd(abs_lo, _mm_and_pd(lo, magnitude));
+    abs_hi = _mm_add_pd(abs_hi, _mm_and_pd(hi, magnitude));
+  }
+  alignas(16) std::uint32_t mins[4], maxs[4];
+  alignas(16) double sums[4], abss[4];
+  _mm_store_si128(reinterpret_cast<__m128i*>(mins), lane_min);
+  _mm_store_si128(reinterpret_cast<__m128i*>(maxs), lane_max);
+  _mm_store_pd(sums, sum_lo);
+  _mm_store_pd(sums + 2, sum_hi);
+  _mm_store_pd(abss, abs_lo);
+  _mm_store_pd(abss + 2, abs_hi);
+  for (int k = 0; k < 4; ++k) {
+    f.e_min = std::min(f.e_min, mins[k]);
+    f.e_max = std::max(f.e_max, maxs[k]);
+    f.sum += sums[k];
+    f.abs_sum += abss[k];
+  }
+  add_facts_scalar(f, t + j, n - j);
+#else
+  add_facts_scalar(f, t, n);
+#endif
+  return f;
+}
+// a + the block's terms when the proof above holds for the block's facts (`proved` set), else a
+// unchanged (`proved` cleared: the caller adds the terms one after the other).
+double proved_sum(double a, const BlockFacts& f, bool& proved) {
+  proved = false;
+  if (f.e_max == 0xFFu || !std::isfinite(a)) return a;  // NaN / infinite terms or sum: the chain
+  proved = true;
+  if (f.e_min == 0xFFu) return a;  // every term +-0
+  // log2 G: a float32 of exponent field e has ulp 2^(max(e, 1) - 150); the float64 sum with field
+  // E and significand m (implicit bit included) is a multiple of 2^(max(E, 1) - 1075 + ctz(m)).
+  int g = static_cast<int>(std::max(f.e_min, 1u)) - 150;
+  if (a != 0.0) {
+    std::uint64_t abits;
+    std::memcpy(&abits, &a, sizeof abits);
+    const std::uint64_t field = (abits >> 52) & 0x7FFu;
+    const std::uint64_t significand = (abits & ((std::uint64_t{1} << 52) - 1)) | (field != 0 ? std::uint64_t{1} << 52 : 0);
+    g = std::min(g, static_cast<int>(std::max<std::uint64_t>(field, 1u)) - 1075 + std::countr_zero(significand));
+  }
+  const double bound = (std::fabs(a) + f.abs_sum) * (1.0 + 0x1p-40);
+  proved = bound < std::ldexp(1.0, 53 + g);
+  return proved ? a + f.sum : a;  // exact: the order of the sum did not matter
+}
+double ordered_sum(double a, const float* t, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; j += kExactBlock) {
+    const std::int64_t m = std::min(kExactBlock, n - j);
+    bool proved;
+    a = proved_sum(a, block_facts(t + j, m), proved);
+    if (!proved) a = chain_sum(a, t + j, m);
+  }
+  return a;
+}
+
+// One chunk's terms into the sums. stride 0: every term into acc[0], in order (ordered_sum).
+// stride 1: term j into acc[j]. `assign`: no reduction (per-element parameters), each sum is its
+// one term.
 void add_terms(double* acc, std::int64_t stride, const float* t, std::int64_t n, bool assign) {
   if (assign) {
     for (std::int64_t j = 0; j < n; ++j) acc[j * stride] = static_cast<double>(t[j]);
   } else if (stride == 0) {
-    double a = acc[0];
-    for (std::int64_t j = 0; j < n; ++j) a += static_cast<double>(t[j]);
-    acc[0] = a;
+    acc[0] = ordered_sum(acc[0], t, n);
   } else {
     for (std::int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(t[j]);
   }
-}
-void add_terms_2(double* acc_s, const float* ts, double* acc_o, const float* to, std::int64_t n) {
-  double a = acc_s[0], b = acc_o[0];
-  for (std::int64_t j = 0; j < n; ++j) {
-    a += static_cast<double>(ts[j]);
-    b += static_cast<double>(to[j]);
-  }
-  acc_s[0] = a;
-  acc_o[0] = b;
 }
 
 bool byte_ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
@@ -577,7 +681,8 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
                     const MutableTensorView& grad_x, const MutableTensorView& grad_scale,
                     const MutableTensorView& grad_offset) {
   if (w.kernel_dtype != DType::kFloat32 || !x.is_contiguous() || !grad_output.is_contiguous()) return false;
-  const bool want_x = grad_x.data != nullptr, want_s = grad_scale.data != nullptr, want_o = grad_offset.data != nullptr;
+  const bool want_x = grad_x.data != nullptr;
+  const std::array<bool, 2> want{grad_scale.data != nullptr, grad_offset.data != nullptr};
   const std::int64_t n = x.numel();
   if (n == 0) return false;
   if (want_x) {
@@ -593,93 +698,160 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
 
   // The parameters as float32 tensors of their own shapes (as the engine converts them), indexed
   // by the sums' element indices.
-  std::vector<float> params[2];
-  const TensorView* views[2] = {&scale, &offset};
-  for (int k = 0; k < 2; ++k) {
+  std::array<std::vector<float>, 2> params;
+  const std::array<const TensorView*, 2> views{&scale, &offset};
+  for (std::size_t k = 0; k < 2; ++k) {
     params[k].resize(static_cast<std::size_t>(std::max<std::int64_t>(views[k]->numel(), 1)));
     detail::convert_into(*views[k], MutableTensorView(params[k].data(), DType::kFloat32, views[k]->shape));
   }
-  std::vector<double> acc[2];
-  if (want_s) acc[0].assign(params[0].size(), 0.0);
-  if (want_o) acc[1].assign(params[1].size(), 0.0);
+  std::array<std::vector<double>, 2> acc;
+  for (std::size_t k = 0; k < 2; ++k) {
+    if (want[k]) acc[k].assign(params[k].size(), 0.0);
+  }
+  // A sum over a run (stride 0) is deferred: the walk records each block's facts, and a second,
+  // sequential pass adds the blocks to the sums in order (the proved ones at once, the others term
+  // by term, their terms computed again).
+  std::array<bool, 2> deferred{};
+  for (std::size_t k = 0; k < 2; ++k) deferred[k] = want[k] && walk.run_stride[k] == 0 && !no_reduction;
+  const std::int64_t runs = n / walk.run, blocks_per_run = (walk.run + kExactBlock - 1) / kExactBlock;
+  std::array<std::vector<BlockFacts>, 2> facts;
+  for (std::size_t k = 0; k < 2; ++k) {
+    if (deferred[k]) facts[k].resize(static_cast<std::size_t>(runs * blocks_per_run));
+  }
 
   const detail::RowKernel kernel = detail::best_kernel(detail::KernelOp::kAffineGrad, w.work);
-  alignas(64) static thread_local float chunk_dy[kGradChunk], chunk_x[kGradChunk], terms_s[kGradChunk],
-      terms_o[kGradChunk], chunk_gx[kGradChunk];
+  alignas(64) static thread_local float chunk_dy[kGradChunk], chunk_x[kGradChunk], terms[2][kGradChunk], chunk_gx[kGradChunk];
   const bool convert_dy = grad_output.dtype != DType::kFloat32, convert_x = x.dtype != DType::kFloat32;
   const bool convert_gx = want_x && grad_x.dtype != DType::kFloat32;
   const bool stream = static_cast<std::size_t>(n) * sizeof(float) > (std::size_t{8} << 20);  // far beyond the caches
 
-  std::array<std::int64_t, kMaxRank> idx{};
-  std::array<std::int64_t, 2> base{};  // the parameters' element indices at the run's start
-  const std::int64_t runs = n / walk.run;
-  for (std::int64_t r = 0; r < runs; ++r) {
-    const std::int64_t e0 = r * walk.run;
-    for (std::int64_t c0 = 0; c0 < walk.run; c0 += kGradChunk) {
-      const std::int64_t cn = std::min(kGradChunk, walk.run - c0), e = e0 + c0;
-      const float* dy = static_cast<const float*>(grad_output.data) + e;
-      if (convert_dy) {
-        detail::convert_values(static_cast<const unsigned char*>(grad_output.data) + e * dtype_size(grad_output.dtype),
-                               grad_output.dtype, 1, chunk_dy, DType::kFloat32, 1, cn);
-        dy = chunk_dy;
-      }
-      const float* xs = static_cast<const float*>(x.data) + e;
-      if (convert_x) {
-        detail::convert_values(static_cast<const unsigned char*>(x.data) + e * dtype_size(x.dtype), x.dtype, 1, chunk_x,
-                               DType::kFloat32, 1, cn);
-        xs = chunk_x;
-      }
-      std::array<std::int64_t, 2> at{};  // the parameters' element indices at the chunk's start
-      detail::RowArgs a;
-      a.in[0] = dy;
-      a.in[1] = xs;
-      for (int k = 0; k < 2; ++k) {
-        at[static_cast<std::size_t>(k)] = base[static_cast<std::size_t>(k)] + walk.run_stride[static_cast<std::size_t>(k)] * c0;
-        a.in[static_cast<std::size_t>(k) + 2] = params[k].data() + at[static_cast<std::size_t>(k)];
-        if (walk.run_stride[static_cast<std::size_t>(k)] == 0) a.broadcast_mask |= 1u << (k + 2);
-      }
-      a.n = cn;
-      a.index = e;
-      if (want_s) {
-        p.of = detail::AffineGradOf::kScale;
-        a.out = terms_s;
-        kernel(&p, a);
-      }
-      if (want_o) {
-        p.of = detail::AffineGradOf::kOffset;
-        a.out = terms_o;
-        kernel(&p, a);
-      }
-      if (want_s && want_o && walk.run_stride[0] == 0 && walk.run_stride[1] == 0 && !no_reduction) {
-        add_terms_2(acc[0].data() + at[0], terms_s, acc[1].data() + at[1], terms_o, cn);
-      } else {
-        if (want_s) add_terms(acc[0].data() + at[0], walk.run_stride[0], terms_s, cn, no_reduction);
-        if (want_o) add_terms(acc[1].data() + at[1], walk.run_stride[1], terms_o, cn, no_reduction);
-      }
-      if (want_x) {
-        p.of = detail::AffineGradOf::kX;
-        a.out = convert_gx ? static_cast<void*>(chunk_gx) : static_cast<void*>(static_cast<float*>(grad_x.data) + e);
-        a.stream = stream && !convert_gx;
-        kernel(&p, a);
-        a.stream = false;
-        if (convert_gx) {
-          detail::convert_values(chunk_gx, DType::kFloat32, 1, static_cast<unsigned char*>(grad_x.data) + e * dtype_size(grad_x.dtype),
-                                 grad_x.dtype, 1, cn);
-        }
-      }
+  // The kernel's operands for elements [e, e + cn) of the run whose parameter indices start at
+  // `base`, c0 elements into it.
+  auto operands = [&](detail::RowArgs& a, const std::array<std::int64_t, 2>& base, std::int64_t e, std::int64_t c0,
+                      std::int64_t cn, std::array<std::int64_t, 2>& at) {
+    const float* dy = static_cast<const float*>(grad_output.data) + e;
+    if (convert_dy) {
+      detail::convert_values(static_cast<const unsigned char*>(grad_output.data) + e * dtype_size(grad_output.dtype),
+                             grad_output.dtype, 1, chunk_dy, DType::kFloat32, 1, cn);
+      dy = chunk_dy;
     }
+    const float* xs = static_cast<const float*>(x.data) + e;
+    if (convert_x) {
+      detail::convert_values(static_cast<const unsigned char*>(x.data) + e * dtype_size(x.dtype), x.dtype, 1, chunk_x,
+                             DType::kFloat32, 1, cn);
+      xs = chunk_x;
+    }
+    a.in[0] = dy;
+    a.in[1] = xs;
+    for (std::size_t k = 0; k < 2; ++k) {
+      at[k] = base[k] + walk.run_stride[k] * c0;
+      a.in[k + 2] = params[k].data() + at[k];
+      if (walk.run_stride[k] == 0) a.broadcast_mask |= 1u << (k + 2);
+    }
+    a.n = cn;
+    a.index = e;
+  };
+  // The parameters' element indices at the start of run r (the odometer's, from scratch).
+  auto run_base = [&](std::int64_t r, std::array<std::int64_t, kMaxRank>& idx, std::array<std::int64_t, 2>& base) {
+    base = {};
+    for (std::int64_t rest = r, d = walk.outer_rank - 1; d >= 0; --d) {
+      const auto du = static_cast<std::size_t>(d);
+      idx[du] = rest % walk.outer_shape[du];
+      rest /= walk.outer_shape[du];
+      for (std::size_t k = 0; k < 2; ++k) base[k] += idx[du] * walk.outer_stride[k][du];
+    }
+  };
+  auto next_run = [&](std::array<std::int64_t, kMaxRank>& idx, std::array<std::int64_t, 2>& base) {
     for (int d = walk.outer_rank - 1; d >= 0; --d) {  // odometer over the dimensions outside the run
       const auto du = static_cast<std::size_t>(d);
       if (++idx[du] < walk.outer_shape[du]) {
-        for (int k = 0; k < 2; ++k) base[static_cast<std::size_t>(k)] += walk.outer_stride[static_cast<std::size_t>(k)][du];
-        break;
+        for (std::size_t k = 0; k < 2; ++k) base[k] += walk.outer_stride[k][du];
+        return;
       }
-      for (int k = 0; k < 2; ++k) base[static_cast<std::size_t>(k)] -= walk.outer_stride[static_cast<std::size_t>(k)][du] * (walk.outer_shape[du] - 1);
+      for (std::size_t k = 0; k < 2; ++k) base[k] -= walk.outer_stride[k][du] * (walk.outer_shape[du] - 1);
       idx[du] = 0;
     }
+  };
+
+  // Runs [r_begin, r_end), in order, with a copy of the kernel's parameters (one per thread).
+  auto walk_runs = [&](std::int64_t r_begin, std::int64_t r_end, detail::AffineGradParams gp) {
+    std::array<std::int64_t, kMaxRank> idx{};
+    std::array<std::int64_t, 2> base{};
+    run_base(r_begin, idx, base);
+    for (std::int64_t r = r_begin; r < r_end; ++r, next_run(idx, base)) {
+      for (std::int64_t c0 = 0; c0 < walk.run; c0 += kGradChunk) {
+        const std::int64_t cn = std::min(kGradChunk, walk.run - c0), e = r * walk.run + c0;
+        detail::RowArgs a;
+        std::array<std::int64_t, 2> at{};
+        operands(a, base, e, c0, cn, at);
+        for (std::size_t k = 0; k < 2; ++k) {
+          if (!want[k]) continue;
+          gp.of = k == 0 ? detail::AffineGradOf::kScale : detail::AffineGradOf::kOffset;
+          a.out = terms[k];
+          kernel(&gp, a);
+          if (deferred[k]) {
+            BlockFacts* f = facts[k].data() + r * blocks_per_run + c0 / kExactBlock;
+            for (std::int64_t b0 = 0; b0 < cn; b0 += kExactBlock) *f++ = block_facts(terms[k] + b0, std::min(kExactBlock, cn - b0));
+          } else {
+            add_terms(acc[k].data() + at[k], walk.run_stride[k], terms[k], cn, no_reduction);
+          }
+        }
+        if (want_x) {
+          gp.of = detail::AffineGradOf::kX;
+          a.out = convert_gx ? static_cast<void*>(chunk_gx) : static_cast<void*>(static_cast<float*>(grad_x.data) + e);
+          a.stream = stream && !convert_gx;
+          kernel(&gp, a);
+          if (convert_gx) {
+            detail::convert_values(chunk_gx, DType::kFloat32, 1, static_cast<unsigned char*>(grad_x.data) + e * dtype_size(grad_x.dtype),
+                                   grad_x.dtype, 1, cn);
+          }
+        }
+      }
+    }
+  };
+  // Threads take runs of their own unless a sum added during the walk spans runs (channels last:
+  // every run adds into the same row of sums). The deferred sums are added in order afterwards.
+  bool split = true;
+  for (std::size_t k = 0; k < 2; ++k) {
+    if (!want[k] || deferred[k]) continue;
+    for (int d = 0; d < walk.outer_rank; ++d) split = split && walk.outer_stride[k][static_cast<std::size_t>(d)] != 0;
   }
-  if (want_s) write_sums(acc[0], DType::kFloat32, w.narrow, scale, grad_scale);
-  if (want_o) write_sums(acc[1], DType::kFloat32, w.narrow, offset, grad_offset);
+  if (split && runs * walk.run >= 2 * kGradChunk) {
+    const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / walk.run);
+    detail::parallel_for(runs, grain, [&](std::int64_t b, std::int64_t e) { walk_runs(b, e, p); });
+  } else {
+    walk_runs(0, runs, p);
+  }
+
+  // The deferred sums, block by block in the C order of x.
+  if (deferred[0] || deferred[1]) {
+    std::array<std::int64_t, kMaxRank> idx{};
+    std::array<std::int64_t, 2> base{};
+    for (std::int64_t r = 0; r < runs; ++r, next_run(idx, base)) {
+      for (std::size_t k = 0; k < 2; ++k) {
+        if (!deferred[k]) continue;
+        double sum = acc[k][static_cast<std::size_t>(base[k])];
+        const BlockFacts* f = facts[k].data() + r * blocks_per_run;
+        for (std::int64_t b0 = 0; b0 < walk.run; b0 += kExactBlock, ++f) {
+          bool proved;
+          sum = proved_sum(sum, *f, proved);
+          if (proved) continue;
+          // The block's terms again (the same kernel on the same operands), one after the other.
+          const std::int64_t m = std::min(kExactBlock, walk.run - b0);
+          detail::RowArgs a;
+          std::array<std::int64_t, 2> at{};
+          operands(a, base, r * walk.run + b0, b0, m, at);
+          p.of = k == 0 ? detail::AffineGradOf::kScale : detail::AffineGradOf::kOffset;
+          a.out = terms[k];
+          kernel(&p, a);
+          sum = chain_sum(sum, terms[k], m);
+        }
+        acc[k][static_cast<std::size_t>(base[k])] = sum;
+      }
+    }
+  }
+  if (want[0]) write_sums(acc[0], DType::kFloat32, w.narrow, scale, grad_scale);
+  if (want[1]) write_sums(acc[1], DType::kFloat32, w.narrow, offset, grad_offset);
   return true;
 }
 

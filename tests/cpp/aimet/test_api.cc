@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -207,6 +208,77 @@ TEST(Aimet, GradientsSumOverSharedParameters) {
   EXPECT_EQ(gs, static_cast<float>(want_s));
   EXPECT_EQ(go, static_cast<float>(want_o));
   EXPECT_EQ(gx[2], 0.0f);  // 100 / 0.1 - (-5) is far above 15: masked
+}
+
+// The backward walks x once and sums the scale and offset terms block by block, adding a block at
+// once where the adds are provably exact (families/aimet/affine_ops.cc). Its sums must equal the
+// plain chain: every element's term from the spec, added in float64 in the C order of x, one
+// after the other, from +0. Gradients spanning many binades (and tiny and huge ones, which make
+// the chain round) on every layout: per tensor, per channel along either axis, blocks along either
+// axis; runs that are not multiples of the blocks; with and without a NaN.
+TEST(Aimet, GradientSumsEqualTheChainInOrder) {
+  constexpr std::int64_t R = 37, C = 1500, B = 125;
+  const std::int64_t n = R * C;
+  auto rng = test::make_rng(91);
+  std::vector<float> x(static_cast<std::size_t>(n)), g(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto u = [&] { return static_cast<float>(static_cast<double>(rng() % 2000001) / 1000000.0 - 1.0); };
+    x[static_cast<std::size_t>(i)] = 40.0f * u();
+    const std::uint64_t pick = rng() % 100;
+    g[static_cast<std::size_t>(i)] = pick == 0 ? 1e-9f * u() : pick == 1 ? 1e6f * u() : pick < 10 ? std::ldexp(u(), -20) : u();
+  }
+  struct Layout {
+    const char* name;
+    std::vector<std::int64_t> param_shape, block;
+    std::function<std::int64_t(std::int64_t, std::int64_t)> target;
+  };
+  const Layout layouts[] = {
+      {"per tensor", {}, {}, [](std::int64_t, std::int64_t) { return std::int64_t{0}; }},
+      {"rows", {R, 1}, {}, [](std::int64_t i, std::int64_t) { return i; }},
+      {"columns", {1, C}, {}, [](std::int64_t, std::int64_t j) { return j; }},
+      {"blocks along rows", {R, C / B}, {1, B}, [](std::int64_t i, std::int64_t j) { return i * (C / B) + j / B; }},
+      {"blocks along columns", {1, C}, {R, 1}, [](std::int64_t, std::int64_t j) { return j; }},
+  };
+  for (bool with_nan : {false, true}) {
+    if (with_nan) g[static_cast<std::size_t>(n / 2)] = NAN;
+    for (const Layout& l : layouts) {
+      const Dims pshape(std::span<const std::int64_t>(l.param_shape));
+      const std::int64_t np = pshape.numel();
+      std::vector<float> s(static_cast<std::size_t>(np)), o(static_cast<std::size_t>(np));
+      for (std::int64_t k = 0; k < np; ++k) {
+        s[static_cast<std::size_t>(k)] = 0.05f + 0.01f * static_cast<float>(k % 7);
+        o[static_cast<std::size_t>(k)] = -128.0f + static_cast<float>(k % 5);
+      }
+      std::vector<float> gx(static_cast<std::size_t>(n)), gs(static_cast<std::size_t>(np)), go(static_cast<std::size_t>(np));
+      const AffineArgs args{{0, 255}, l.block};
+      aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, TensorView(g.data(), DType::kFloat32, Dims{R, C}),
+                             TensorView(x.data(), DType::kFloat32, Dims{R, C}), TensorView(s.data(), DType::kFloat32, pshape),
+                             TensorView(o.data(), DType::kFloat32, pshape), args,
+                             MutableTensorView(gx.data(), DType::kFloat32, Dims{R, C}),
+                             MutableTensorView(gs.data(), DType::kFloat32, pshape), MutableTensorView(go.data(), DType::kFloat32, pshape));
+      std::vector<double> want_s(static_cast<std::size_t>(np), 0.0), want_o(static_cast<std::size_t>(np), 0.0);
+      detail::AffineGradParams p;
+      p.op.qmax = 255;
+      for (std::int64_t i = 0; i < R; ++i) {
+        for (std::int64_t j = 0; j < C; ++j) {
+          const auto e = static_cast<std::size_t>(i * C + j);
+          const auto t = static_cast<std::size_t>(l.target(i, j));
+          p.of = detail::AffineGradOf::kScale;
+          want_s[t] += static_cast<double>(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
+          p.of = detail::AffineGradOf::kOffset;
+          want_o[t] += static_cast<double>(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
+          p.of = detail::AffineGradOf::kX;
+          ASSERT_TRUE(test::same_value(gx[e], detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]))) << l.name << " element " << e;
+        }
+      }
+      for (std::int64_t k = 0; k < np; ++k) {
+        ASSERT_TRUE(test::same_value(gs[static_cast<std::size_t>(k)], static_cast<float>(want_s[static_cast<std::size_t>(k)])))
+            << l.name << " grad_scale[" << k << "] nan=" << with_nan;
+        ASSERT_TRUE(test::same_value(go[static_cast<std::size_t>(k)], static_cast<float>(want_o[static_cast<std::size_t>(k)])))
+            << l.name << " grad_offset[" << k << "] nan=" << with_nan;
+      }
+    }
+  }
 }
 
 TEST(Aimet, BadInputNamesTheParameter) {
