@@ -22,6 +22,21 @@ void group_max_f32(const void* params, const RowArgs& a) {
     return Vec::select(Vec::mask_or(Vec::gt(v, m), Vec::isnan(v)), v, m);
   };
   std::int64_t j = 0;
+  if (p.per_element && a.n > 0 && a.n < L && L % a.n == 0 && p.x_row_stride == a.n && p.rows * a.n >= L) {
+    // Few channels (n divides L), rows contiguous: lane l of every vector is channel l mod n, so
+    // the rows fold vertically and each channel's lanes fold at the end (the maximum is
+    // order-independent; which NaN is unspecified).
+    const std::int64_t n = a.n, total = p.rows * a.n;
+    Vec::F mv = value(Vec::loadu(x));
+    std::int64_t k = L;
+    for (; k + 2 * L <= total; k += 2 * L) mv = fold(fold(mv, value(Vec::loadu(x + k))), value(Vec::loadu(x + k + L)));
+    for (; k + L <= total; k += L) mv = fold(mv, value(Vec::loadu(x + k)));
+    alignas(64) float lanes[L];
+    Vec::storeu(lanes, mv);
+    for (int l = 0; l < L; ++l) acc[l % n] = group_max_fold(acc[l % n], lanes[l]);
+    for (; k < total; ++k) acc[k % n] = group_max_fold(acc[k % n], group_max_value(x[k], absolute));
+    return;
+  }
   if (p.per_element) {
     const std::int64_t rows = p.rows, stride = p.x_row_stride;
     for (; j + L <= a.n; j += L) {
@@ -123,8 +138,11 @@ void product_sums_f32(const void* params, const RowArgs& a) {
         Vec::accumulate_pairs_f64(acc + 2 * j, Vec::mul(v_of(Vec::loadu(x + r * xs + j)), zv), Vec::mul(zv, zv));
       }
     }
-    for (; j < a.n; ++j) {
-      for (std::int64_t r = 0; r < rows; ++r) {
+    // The remaining columns row by row (each pair still takes its rows in order; the pairs'
+    // chains of additions interleave).
+    const std::int64_t j0 = j;
+    for (std::int64_t r = 0; r < rows && j0 < a.n; ++r) {
+      for (j = j0; j < a.n; ++j) {
         const float zr = z[r * zs + j];
         acc[2 * j] += static_cast<double>(product_sums_v(x[r * xs + j], p) * zr);
         acc[2 * j + 1] += static_cast<double>(zr * zr);

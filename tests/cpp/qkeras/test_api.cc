@@ -1936,6 +1936,28 @@ TEST(QKerasLayouts, SegmentKernelsMatchTheReference) {
             ASSERT_TRUE(same_floats(got, want)) << "group_max segment " << seg << " offset " << offset << " stride " << stride;
           }
         }
+        // Few channels per element (n divides the lane count), rows contiguous.
+        for (std::int64_t channels : {1, 2, 4, 8, 16}) {
+          for (std::int64_t rows : {1, 3, 4, 7, 16, 33}) {
+            for (bool absolute : {true, false}) {
+              detail::GroupMaxParams p;
+              p.absolute = absolute;
+              p.per_element = true;
+              p.rows = rows;
+              p.x_row_stride = channels;
+              std::vector<float> got(static_cast<std::size_t>(channels), -kInf), want = got;
+              got[0] = want[0] = 0.25f;
+              detail::RowArgs g;
+              g.in[0] = x.data() + offset + seg;
+              g.n = channels;
+              g.out = got.data();
+              max_kernel(&p, g);
+              g.out = want.data();
+              detail::group_max_reference_row<float>(&p, g);
+              ASSERT_TRUE(same_floats(got, want)) << "group_max channels " << channels << " rows " << rows;
+            }
+          }
+        }
         for (int divide = 0; divide < 3; ++divide) {
           detail::ProductSumsParams p;
           p.segment = seg;
@@ -1969,7 +1991,10 @@ TEST(QKerasLayouts, ReducedInnermostLayoutsOnEveryKernelSet) {
   };
   const Layout layouts[] = {{Dims{4099, 16}, axis_int(0)},  {Dims{3001, 5}, axis_int(0)},   {Dims{257, 1}, axis_int(0)},
                             {Dims{16, 2053}, axis_int(0)},  {Dims{33, 17, 9}, axis_int(1)}, {Dims{7, 64, 33}, axis_int(0)},
-                            {Dims{1, 70001}, axis_int(0)},  {Dims{5, 3, 300}, axis_list({0, 1})}};
+                            {Dims{1, 70001}, axis_int(0)},  {Dims{5, 3, 300}, axis_list({0, 1})},
+                            // few channels, channels last: rows folded as whole vectors
+                            {Dims{4099, 4}, ScaleAxis{}},   {Dims{3001, 2}, ScaleAxis{}},   {Dims{1001, 8}, ScaleAxis{}},
+                            {Dims{999, 16}, ScaleAxis{}},   {Dims{5, 1}, ScaleAxis{}}};
   for (const Layout& l : layouts) {
     std::vector<float> x = rank1_data(count(l.shape), 900 + count(l.shape), true);
     for (Alpha alpha : {Alpha::kAuto, Alpha::kAutoPo2}) {
