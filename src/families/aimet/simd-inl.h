@@ -34,50 +34,63 @@ POLYQUANT_ALWAYS_INLINE inline void affine_blocks(const AffineParams& p, const R
   }
 }
 
-void affine_f32(const void* params, const RowArgs& a) {
-  const auto& p = *static_cast<const AffineParams*>(params);
-  const bool blocks = a.per_row_mask != 0;
-  if (p.narrow != QuotientRounding::kNone || p.canonical_nan ||
-      (blocks && (a.repeated_row_mask != 0 || a.is_per_row(0) || a.is_broadcast(0) || !(a.is_per_row(1) || a.is_broadcast(1)) ||
-                  !(a.is_per_row(2) || a.is_broadcast(2))))) {
-    ref::affine_f32(params, a);
-    return;
-  }
+// The rows of affine_f32. kCanonicalNan (bfloat16 results, AffineParams::canonical_nan): every
+// NaN result becomes the default quiet NaN, as canonical_if does in the spec.
+template <bool kCanonicalNan>
+void affine_rows(const AffineParams& p, const RowArgs& a) {
   const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
-  if (blocks) {
+  const Vec::F quiet_nan = Vec::splat(std::numeric_limits<float>::quiet_NaN());
+  auto canonical = [&](Vec::F r) POLYQUANT_ALWAYS_INLINE {
+    if constexpr (kCanonicalNan) return Vec::select(Vec::isnan(r), quiet_nan, r);
+    else return r;
+  };
+  if (a.per_row_mask != 0) {
     switch (p.kind) {
       case AffineKind::kDequantize:
-        affine_blocks(p, a, [&](Vec::F x, Vec::F s, Vec::F o) POLYQUANT_ALWAYS_INLINE { return Vec::mul(Vec::add(x, o), s); });
+        affine_blocks(p, a, [&](Vec::F x, Vec::F s, Vec::F o) POLYQUANT_ALWAYS_INLINE { return canonical(Vec::mul(Vec::add(x, o), s)); });
         return;
       case AffineKind::kQuantize:
         affine_blocks(p, a, [&](Vec::F x, Vec::F s, Vec::F o) POLYQUANT_ALWAYS_INLINE {
-          return torch_clamp_v(Vec::sub(Vec::rint(Vec::div(x, s)), o), lo, hi);
+          return canonical(torch_clamp_v(Vec::sub(Vec::rint(Vec::div(x, s)), o), lo, hi));
         });
         return;
       default:
         affine_blocks(p, a, [&](Vec::F x, Vec::F s, Vec::F o) POLYQUANT_ALWAYS_INLINE {
           const Vec::F q = torch_clamp_v(Vec::sub(Vec::rint(Vec::div(x, s)), o), lo, hi);
-          return Vec::mul(Vec::add(q, o), s);
+          return canonical(Vec::mul(Vec::add(q, o), s));
         });
         return;
     }
   }
   switch (p.kind) {
     case AffineKind::kDequantize:
-      for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return Vec::mul(Vec::add(v[0], v[2]), v[1]); });
+      for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return canonical(Vec::mul(Vec::add(v[0], v[2]), v[1])); });
       return;
     case AffineKind::kQuantize:
       for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-        return torch_clamp_v(Vec::sub(Vec::rint(Vec::div(v[0], v[1])), v[2]), lo, hi);
+        return canonical(torch_clamp_v(Vec::sub(Vec::rint(Vec::div(v[0], v[1])), v[2]), lo, hi));
       });
       return;
     default:
       for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
         const Vec::F q = torch_clamp_v(Vec::sub(Vec::rint(Vec::div(v[0], v[1])), v[2]), lo, hi);
-        return Vec::mul(Vec::add(q, v[2]), v[1]);
+        return canonical(Vec::mul(Vec::add(q, v[2]), v[1]));
       });
       return;
   }
+}
+
+void affine_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const AffineParams*>(params);
+  const bool blocks = a.per_row_mask != 0;
+  if (p.narrow != QuotientRounding::kNone ||
+      (blocks && (a.repeated_row_mask != 0 || a.is_per_row(0) || a.is_broadcast(0) || !(a.is_per_row(1) || a.is_broadcast(1)) ||
+                  !(a.is_per_row(2) || a.is_broadcast(2))))) {
+    ref::affine_f32(params, a);
+    return;
+  }
+  if (p.canonical_nan) affine_rows<true>(p, a);
+  else affine_rows<false>(p, a);
 }
 
 // Operands x, scale (float32) and the zero point as float32 (params.zero_point_f32; exact:

@@ -33,7 +33,7 @@ KernelCases kernel_cases_affine() {
                                              std::to_string(canonical),
                             params, ops});
         c.checks.push_back({Kind::kPerRowParams, what, params, ops});
-        if (!canonical && hi <= 255) c.checks.push_back({Kind::kRepeatedRows, what, params, ops});
+        if (hi <= 255) c.checks.push_back({Kind::kRepeatedRows, what, params, ops});
       }
     }
   }
