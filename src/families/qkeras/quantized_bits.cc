@@ -303,8 +303,7 @@ void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha
   if (scale_out != nullptr && !attrs.frozen_scale) {
     // The output is written: s becomes the reported scale in place (one scale per element for
     // rank-1 auto_po2, so no copy of it).
-    map_scale(s, [&](float v) { return v * c.m; });
-    copy_scale_into(s, *scale_out, "quantized_bits scale");
+    report_scale(s, c.m, *scale_out, "quantized_bits scale");
   }
 }
 

@@ -62,6 +62,22 @@ void copy_scale_into(const ScaleArray& s, const MutableTensorView& out, const ch
   detail::convert_into(s.view(), out);
 }
 
+void report_scale(ScaleArray& s, float factor, const MutableTensorView& out, const char* what) {
+  detail::require_output(out, TensorSpec{DType::kFloat32, s.shape}, what);
+  const auto n = static_cast<std::int64_t>(s.values.size());
+  if (n > 0 && out.dtype == DType::kFloat32 && out.is_contiguous()) {
+    // Straight into the caller's array, on the threads (one scale per element for rank-1 auto_po2).
+    auto* dst = static_cast<float*>(out.data);
+    detail::parallel_for(n, 1 << 16, [&](std::int64_t i0, std::int64_t i1) {
+      const detail::ScopedFlushDenormals flush;
+      for (std::int64_t i = i0; i < i1; ++i) dst[i] = s.values[static_cast<std::size_t>(i)] * factor;
+    });
+    return;
+  }
+  map_scale(s, [&](float v) { return v * factor; });
+  copy_scale_into(s, out, what);
+}
+
 float* speculative_output(const MutableTensorView& out, const Dims& shape, const float* x) {
   const std::int64_t n = shape.numel();
   if (n <= 0 || out.dtype != DType::kFloat32 || !(out.shape == shape) || !out.is_contiguous()) return nullptr;

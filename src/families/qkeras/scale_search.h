@@ -86,6 +86,10 @@ bool exact_reciprocals(const ScaleArray& s);
 // Writes a scale array into a caller's view of its shape (any strides).
 void copy_scale_into(const ScaleArray& s, const MutableTensorView& out, const char* what);
 
+// Writes s * factor (float32, under the flush rule) into a caller's view of s's shape (any
+// strides; validated); s may be changed (it is the search's last use of it).
+void report_scale(ScaleArray& s, float factor, const MutableTensorView& out, const char* what);
+
 // The output as a plain float32 array the least-squares rounds may write into while they search
 // (C-contiguous, x's shape, not overlapping the x they read), or null.
 float* speculative_output(const MutableTensorView& out, const Dims& shape, const float* x);
