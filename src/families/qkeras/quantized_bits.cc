@@ -120,7 +120,8 @@ std::vector<bool> bits_max_keep(const Dims& shape, const QuantizedBitsAttrs& a, 
 // whether the final output is already there.
 ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& frozen, const QuantizedBitsAttrs& a,
                            const BitsConstants& c, const Settings& settings, SearchInfo& info,
-                           const detail::QkBitsAutoParams& final_params, float* speculative_out, bool& output_written) {
+                           const detail::QkBitsAutoParams& final_params, float* speculative_out, bool& output_written,
+                           float* scale_report = nullptr, bool* scale_reported = nullptr) {
   output_written = false;
   const float eps = settings.epsilon;
   ScaleArray s;
@@ -173,9 +174,10 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
     rounds.clip = clip;
     ScaleArray next;
     next.shape = shape;
-    const auto result = rounds.run(x, shape.numel(), s.values, s.shape == shape, next.values, speculative_out);
+    const auto result = rounds.run(x, shape.numel(), s.values, s.shape == shape, next.values, speculative_out, scale_report, c.m);
     info.least_squares_rounds += result.rounds;
     output_written = speculative_out != nullptr;
+    if (scale_reported != nullptr) *scale_reported = speculative_out != nullptr && scale_report != nullptr;
     return next;
   }
   for (int round = 0; round < 5; ++round) {
@@ -292,15 +294,26 @@ void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha
   const ContiguousF32 xf = contiguous_f32(x);
   detail::QkBitsAutoParams p = plan.automatic;
   bool output_written = false;
-  ScaleArray s = bits_auto_scale(xf.data, x.shape, alpha, attrs, c, settings, search, p,
-                                       speculative_output(out, x.shape, xf.data), output_written);
+  float* speculative = speculative_output(out, x.shape, xf.data);
+  // A valid contiguous float32 scale output of x's shape (rank-1 auto_po2: one scale per element)
+  // clear of x and of the output: the element-by-element rounds write the reported scale there.
+  float* report = nullptr;
+  if (speculative != nullptr && scale_out != nullptr && !attrs.frozen_scale) {
+    report = speculative_output(*scale_out, x.shape, xf.data);
+    const auto r0 = reinterpret_cast<std::uintptr_t>(report), o0 = reinterpret_cast<std::uintptr_t>(speculative);
+    const auto bytes = static_cast<std::uintptr_t>(x.shape.numel()) * sizeof(float);
+    if (report != nullptr && r0 < o0 + bytes && o0 < r0 + bytes) report = nullptr;
+  }
+  bool scale_reported = false;
+  ScaleArray s = bits_auto_scale(xf.data, x.shape, alpha, attrs, c, settings, search, p, speculative, output_written, report,
+                                 &scale_reported);
   if (info != nullptr) *info = search;
   if (!output_written) {
     p.pow2_scales = exact_reciprocals(s);
     const std::array<TensorView, 2> inputs{TensorView(xf.data, DType::kFloat32, x.shape), s.view()};
     run_kernel(KernelOp::kQkBitsAuto, inputs.data(), 2, out, &p);
   }
-  if (scale_out != nullptr && !attrs.frozen_scale) {
+  if (scale_out != nullptr && !attrs.frozen_scale && !scale_reported) {
     // The output is written: s becomes the reported scale in place (one scale per element for
     // rank-1 auto_po2, so no copy of it).
     report_scale(s, c.m, *scale_out, "quantized_bits scale");

@@ -404,9 +404,13 @@ struct ElementwiseRounds {
   };
 
   // s0: one value (broadcast) or n values. Writes the final scales into `s` (n values) and, when
-  // `out` is not null, the quantizer's output with them (the final pass).
-  Result run(const float* x, std::int64_t n, const std::vector<float>& s0, bool s0_full, std::vector<float>& s, float* out) const {
-    s.resize(static_cast<std::size_t>(n));
+  // `out` is not null, the quantizer's output with them (the final pass). With `report` (and
+  // `out`), the scales are written there times `report_factor` (float32, the flush rule) instead,
+  // and `s` stays empty: nothing else needs them.
+  Result run(const float* x, std::int64_t n, const std::vector<float>& s0, bool s0_full, std::vector<float>& s, float* out,
+             float* report = nullptr, float report_factor = 1.0f) const {
+    if (out == nullptr) report = nullptr;
+    if (report == nullptr) s.resize(static_cast<std::size_t>(n));
     const int first_fixed_round = s0_full ? 1 : 2;
     constexpr std::int64_t kBlock = 1024, kChunk = std::int64_t{1} << 14;
     const std::int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -484,7 +488,11 @@ struct ElementwiseRounds {
           }
           // A block that found no fixed point ran every round: the global loop runs them all.
           rounds = std::max(rounds, block_rounds);
-          std::memcpy(s.data() + b, cur, static_cast<std::size_t>(m) * sizeof(float));
+          if (report != nullptr) {
+            for (std::int64_t k = 0; k < m; ++k) report[b + k] = cur[k] * report_factor;
+          } else {
+            std::memcpy(s.data() + b, cur, static_cast<std::size_t>(m) * sizeof(float));
+          }
           if (out != nullptr) {
             P op = out_params;
             op.pow2_scales = all_exact_reciprocals(cur, m);
