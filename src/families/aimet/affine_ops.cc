@@ -773,14 +773,16 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     }
   };
 
-  // Runs [r_begin, r_end), in order, with a copy of the kernel's parameters (one per thread).
-  auto walk_runs = [&](std::int64_t r_begin, std::int64_t r_end, detail::AffineGradParams gp) {
+  // Elements [c_begin, c_end) of runs [r_begin, r_end), in order, with a copy of the kernel's
+  // parameters (one per thread). c_begin is a multiple of kGradChunk.
+  auto walk_runs = [&](std::int64_t r_begin, std::int64_t r_end, std::int64_t c_begin, std::int64_t c_end,
+                       detail::AffineGradParams gp) {
     std::array<std::int64_t, kMaxRank> idx{};
     std::array<std::int64_t, 2> base{};
     run_base(r_begin, idx, base);
     for (std::int64_t r = r_begin; r < r_end; ++r, next_run(idx, base)) {
-      for (std::int64_t c0 = 0; c0 < walk.run; c0 += kGradChunk) {
-        const std::int64_t cn = std::min(kGradChunk, walk.run - c0), e = r * walk.run + c0;
+      for (std::int64_t c0 = c_begin; c0 < c_end; c0 += kGradChunk) {
+        const std::int64_t cn = std::min(kGradChunk, c_end - c0), e = r * walk.run + c0;
         detail::RowArgs a;
         std::array<std::int64_t, 2> at{};
         operands(a, base, e, c0, cn, at);
@@ -810,7 +812,9 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     }
   };
   // Threads take runs of their own unless a sum added during the walk spans runs (channels last:
-  // every run adds into the same row of sums). The deferred sums are added in order afterwards.
+  // every run adds into the same row of sums); then they take chunks of the run of their own
+  // across all runs (each sum is still one thread's, in order). The deferred sums are added in
+  // order afterwards.
   bool split = true;
   for (std::size_t k = 0; k < 2; ++k) {
     if (!want[k] || deferred[k]) continue;
@@ -818,9 +822,14 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   }
   if (split && runs * walk.run >= 2 * kGradChunk) {
     const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / walk.run);
-    detail::parallel_for(runs, grain, [&](std::int64_t b, std::int64_t e) { walk_runs(b, e, p); });
+    detail::parallel_for(runs, grain, [&](std::int64_t b, std::int64_t e) { walk_runs(b, e, 0, walk.run, p); });
+  } else if (walk.run >= 2 * kGradChunk) {
+    const std::int64_t chunks = (walk.run + kGradChunk - 1) / kGradChunk;
+    detail::parallel_for(chunks, 1, [&](std::int64_t b, std::int64_t e) {
+      walk_runs(0, runs, b * kGradChunk, std::min(e * kGradChunk, walk.run), p);
+    });
   } else {
-    walk_runs(0, runs, p);
+    walk_runs(0, runs, 0, walk.run, p);
   }
 
   // The deferred sums, block by block in the C order of x.

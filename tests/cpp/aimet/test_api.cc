@@ -217,7 +217,7 @@ TEST(Aimet, GradientsSumOverSharedParameters) {
 // the chain round) on every layout: per tensor, per channel along either axis, blocks along either
 // axis; runs that are not multiples of the blocks; with and without a NaN.
 TEST(Aimet, GradientSumsEqualTheChainInOrder) {
-  constexpr std::int64_t R = 37, C = 1500, B = 125;
+  constexpr std::int64_t R = 13, C = 4500, B = 125;  // runs of 4500: chunks split between threads
   const std::int64_t n = R * C;
   auto rng = test::make_rng(91);
   std::vector<float> x(static_cast<std::size_t>(n)), g(static_cast<std::size_t>(n));
