@@ -70,8 +70,9 @@ struct QuantizeLinearParams {
 };
 
 // ---- DequantizeLinear: operands x, scale[, zero_point] ------------------------------------------
-// x and the zero point arrive in their storage dtype when it is an 8/16/32-bit integer (`x_dtype`),
-// otherwise as float32 (minifloats, float16, bfloat16: exact). The scale arrives as float32. The
+// x and the zero point arrive in their storage dtype (`x_dtype`) when it is an 8/16/32-bit or sub-byte
+// integer or a minifloat (one code per byte), otherwise as float32 (float16, bfloat16: exact; the
+// ONNX ops' x of every type may also arrive so, widened by the engine). The scale arrives as float32. The
 // kernel writes float32 (product_f64 false) or float64; the engine rounds that to the output dtype.
 enum class DequantDifference : std::uint8_t {
   kFloat32,  // (float32(x) - float32(zp)) * s in float32 (exact difference for 8/16-bit integers)
@@ -194,9 +195,23 @@ POLYQUANT_HD inline void quantize_linear_element(const QuantizeLinearParams& p, 
   }
 }
 
-// The integer value of a dequantize operand read in storage dtype t.
-POLYQUANT_HD inline double read_integer(const void* p, std::int64_t j, DType t) {
+// The value of a dequantize operand (x, the zero point) read in its storage dtype t.
+POLYQUANT_HD inline double read_dequantize_operand(const void* p, std::int64_t j, DType t) {
+  const auto byte = [&] { return static_cast<const std::uint8_t*>(p)[j]; };
   switch (t) {
+    // Sub-byte integers: the low bits of their byte, two's complement when signed.
+    case DType::kInt4: return static_cast<std::int8_t>(static_cast<std::uint8_t>(byte() << 4)) >> 4;
+    case DType::kUInt4: return byte() & 0x0F;
+    case DType::kInt2: return static_cast<std::int8_t>(static_cast<std::uint8_t>(byte() << 6)) >> 6;
+    case DType::kUInt2: return byte() & 0x03;
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0:
+    case DType::kFloat6E2M3:
+    case DType::kFloat6E3M2:
+    case DType::kFloat4E2M1: return minifloat_to_float(minifloat_format(t), byte());
     case DType::kInt8: return static_cast<const std::int8_t*>(p)[j];
     case DType::kUInt8: return static_cast<const std::uint8_t*>(p)[j];
     case DType::kInt16: return static_cast<const std::int16_t*>(p)[j];
@@ -253,8 +268,8 @@ inline void dequantize_linear_reference_row(const void* params, const RowArgs& a
   const auto& p = *static_cast<const DequantizeLinearParams*>(params);
   auto* out = static_cast<Out*>(a.out);
   for (std::int64_t j = 0; j < a.n; ++j) {
-    const double x = read_integer(a.in[0], a.index_of(0, j), p.x_dtype);
-    const double zp = p.has_zero_point ? read_integer(a.in[2], a.index_of(2, j), p.x_dtype) : 0.0;
+    const double x = read_dequantize_operand(a.in[0], a.index_of(0, j), p.x_dtype);
+    const double zp = p.has_zero_point ? read_dequantize_operand(a.in[2], a.index_of(2, j), p.x_dtype) : 0.0;
     out[j] = static_cast<Out>(dequantize_linear_element(p, x, a.at<float>(1, j), zp));
   }
 }

@@ -220,9 +220,13 @@ detail::QdqPlan<detail::DequantizeLinearParams> plan_dequantize_linear(const Ten
       }
     }
   }
-  const bool integer_x = one_of(x.dtype, {DType::kUInt8, DType::kInt8, DType::kUInt16, DType::kInt16, DType::kInt32});
+  // x read in its own storage by the kernel (integers, one-per-byte sub-byte integers and minifloats);
+  // float16 / bfloat16 are widened to float32 by the engine.
+  const bool direct_x = one_of(x.dtype, {DType::kUInt8, DType::kInt8, DType::kUInt16, DType::kInt16, DType::kInt32, DType::kInt4,
+                                         DType::kUInt4, DType::kInt2, DType::kUInt2}) ||
+                        is_minifloat(x.dtype);
   detail::DequantizeLinearParams& p = plan.params;
-  p.x_dtype = integer_x ? x.dtype : DType::kFloat32;
+  p.x_dtype = direct_x ? x.dtype : DType::kFloat32;
   p.has_zero_point = x_zero_point != nullptr && !is_float8(x.dtype) && x.dtype != DType::kFloat4E2M1;
   plan.with_zero_point = p.has_zero_point;
   const bool wide = x.dtype == DType::kInt32 && p.has_zero_point;

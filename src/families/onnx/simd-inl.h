@@ -1,11 +1,11 @@
 // Vector bodies of the linear quantize / dequantize kernels (families/onnx/kernels.h), written once against
 // the `Vec` vocabulary and compiled per kernel set. They cover the hot cases — float32 x and scale;
 // Q to 8/16-bit and sub-byte integers (ONNX Runtime's saturation or Quark's int64 rule) and to every
-// minifloat; DQ from 8/16-bit integers and from the types the engine widens to float32 for the
-// kernel (minifloats, sub-byte integers) — and hand every other row to the scalar reference, which
-// they equal bit for bit.
+// minifloat; DQ from 8/16-bit and sub-byte integers and minifloats read in their storage, and from
+// the float16 / bfloat16 x the engine widens to float32 — and hand every other row to the scalar
+// reference, which they equal bit for bit.
 #include "kernels/simd/row_loop-inl.h"
-#include "kernels/convert/minifloat_simd-inl.h"
+#include "kernels/convert/narrow_simd-inl.h"
 
 namespace qdq_detail {
 
@@ -39,7 +39,7 @@ struct SignedSubByteOut {
   using T = std::uint8_t;
   using Result = Vec::F;
   static constexpr bool kCanStream = true;
-  static Vec::F wrapped(const Result& r) {
+  POLYQUANT_ALWAYS_INLINE static Vec::F wrapped(const Result& r) {
     return Vec::select(Vec::lt(r, Vec::zero()), Vec::add(r, Vec::splat(static_cast<float>(kModulus))), r);
   }
   static void store(T* p, const Result& r) { Vec::store_as_u8(p, wrapped(r)); }
@@ -47,14 +47,14 @@ struct SignedSubByteOut {
 };
 
 // Minifloat outputs (float8 / float6 / float4 / e8m0, one code per byte): the value encoded as
-// minifloat_from_float (minifloat_simd-inl.h).
+// minifloat_from_float (narrow_simd-inl.h).
 template <DType kT>
 struct MinifloatOut {
   using T = std::uint8_t;
   using Result = Vec::F;
-  static constexpr bool kCanStream = false;
-  static void store(T* p, const Result& r) { Vec::store_u8(p, minifloat_simd::from_float_bits<kT>(Vec::bits(r))); }
-  static void stream(T* p, const Result& r) { store(p, r); }
+  static constexpr bool kCanStream = true;
+  POLYQUANT_ALWAYS_INLINE static void store(T* p, const Result& r) { Vec::store_u8(p, narrow_simd::from_float_bits<kT>(Vec::bits(r))); }
+  POLYQUANT_ALWAYS_INLINE static void stream(T* p, const Result& r) { Vec::stream_u8(p, narrow_simd::from_float_bits<kT>(Vec::bits(r))); }
 };
 
 // The formulas after the quotient q = x / s (float32, exact IEEE division), with zp the zero point.
@@ -69,7 +69,7 @@ struct IntegerFormula {
   Vec::F qmin, qmax;
   explicit IntegerFormula(const QuantizeLinearParams& p)
       : qmin(Vec::splat(static_cast<float>(p.qmin))), qmax(Vec::splat(static_cast<float>(p.qmax))) {}
-  Vec::F operator()(Vec::F q, Vec::F zp) const {
+  POLYQUANT_ALWAYS_INLINE Vec::F operator()(Vec::F q, Vec::F zp) const {
     const Vec::F r = Vec::rint(q);
     const Vec::F y = Vec::add(Vec::min(Vec::max(r, Vec::sub(qmin, zp)), Vec::sub(qmax, zp)), zp);
     if constexpr (kQuarkCast) {
@@ -87,7 +87,7 @@ struct MinifloatFormula {
   bool add_zero_point, saturate;
   explicit MinifloatFormula(const QuantizeLinearParams& p)
       : max_value(Vec::splat(p.format.max_value)), add_zero_point(p.add_zero_point && p.has_zero_point), saturate(p.saturate) {}
-  Vec::F operator()(Vec::F q, Vec::F zp) const {
+  POLYQUANT_ALWAYS_INLINE Vec::F operator()(Vec::F q, Vec::F zp) const {
     Vec::F v = add_zero_point ? Vec::add(q, zp) : q;
     if (saturate) v = Vec::select(Vec::isnan(v), v, Vec::min(Vec::max(v, Vec::neg(max_value)), max_value));
     return v;
@@ -168,9 +168,34 @@ inline bool standard_format(const QuantizeLinearParams& p) {
          f.kind == p.format.kind && f.max_magnitude == p.format.max_magnitude && f.max_value == p.format.max_value;
 }
 
+// How the DQ loops read x and the zero point: as vectors of float32 values (load) and one by one
+// (value), both exact. Integers of 8/16 bits (and float32, which the engine widened x to):
+template <class StorageT>
+struct IntegerReader {
+  using T = StorageT;
+  POLYQUANT_ALWAYS_INLINE static Vec::F load(const T* p) { return Vec::load_from(p); }
+  static float value(T v) { return static_cast<float>(v); }
+};
+// Minifloat codes, one per byte, decoded (narrow_simd-inl.h; minifloat_to_float one by one).
+template <DType kT>
+struct MinifloatReader {
+  using T = std::uint8_t;
+  POLYQUANT_ALWAYS_INLINE static Vec::F load(const T* p) { return Vec::from_bits(narrow_simd::to_float_bits<kT>(Vec::load_u8(p))); }
+  static float value(T v) { return minifloat_to_float(minifloat_format(kT), v); }
+};
+// Sub-byte integers, one per byte: the low kBits bits, two's complement when signed.
+template <int kBits, bool kSigned>
+struct SubByteReader {
+  using T = std::uint8_t;
+  POLYQUANT_ALWAYS_INLINE static Vec::F load(const T* p) { return narrow_simd::sub_byte_to_float<kBits, kSigned>(Vec::load_u8(p)); }
+  static float value(T v) { return static_cast<float>(read_dequantize_operand(&v, 0, kSigned ? (kBits == 4 ? DType::kInt4 : DType::kInt2)
+                                                                                           : (kBits == 4 ? DType::kUInt4 : DType::kUInt2))); }
+};
+
 // DQ with blocked parameters (see quantize_blocks).
-template <class T>
+template <class Reader>
 void dequantize_blocks(const DequantizeLinearParams& p, const RowArgs& a) {
+  using T = typename Reader::T;
   constexpr int L = Vec::kLanes;
   const T* x = a.input<T>(0);
   const float* s = a.input<float>(1);
@@ -179,27 +204,29 @@ void dequantize_blocks(const DequantizeLinearParams& p, const RowArgs& a) {
   const std::int64_t len = a.row_len, rows = a.n / a.row_len;
   const bool s_rows = a.is_per_row(1), z_rows = z && a.is_per_row(2);
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float sr = s[s_rows ? r : 0], zr = z ? static_cast<float>(z[z_rows ? r : 0]) : 0.0f;
+    const float sr = s[s_rows ? r : 0], zr = z ? Reader::value(z[z_rows ? r : 0]) : 0.0f;
     const Vec::F sv = Vec::splat(sr), zv = Vec::splat(zr);
     const std::int64_t base = r * len;
     std::int64_t j = 0;
     for (; j + L <= len; j += L) {
-      const Vec::F y = Vec::mul(Vec::sub(Vec::load_from(x + base + j), zv), sv);
+      const Vec::F y = Vec::mul(Vec::sub(Reader::load(x + base + j), zv), sv);
       float* dst = out + base + j;
       if (a.stream && reinterpret_cast<std::uintptr_t>(dst) % (L * sizeof(float)) == 0) Vec::stream(dst, y);
       else Vec::storeu(dst, y);
     }
-    for (; j < len; ++j) out[base + j] = (static_cast<float>(x[base + j]) - zr) * sr;
+    for (; j < len; ++j) out[base + j] = (Reader::value(x[base + j]) - zr) * sr;
   }
   if (a.stream) Vec::fence();
 }
 
-// DQ: y = (float(x) - float(zp)) * s in float32 (the difference is exact for 8/16-bit integers).
-template <class T>
+// DQ: y = (float(x) - float(zp)) * s in float32 (the difference is exact for 8/16-bit and sub-byte
+// integers; for minifloats, whose zero point is zero or absent, it is x itself).
+template <class Reader>
 void dequantize_rows(const DequantizeLinearParams& p, const RowArgs& a) {
+  using T = typename Reader::T;
   if (a.per_row_mask != 0) {
     if (!blocked_parameters(a, p.has_zero_point)) return ref::dequantize_linear_f32(&p, a);
-    return dequantize_blocks<T>(p, a);
+    return dequantize_blocks<Reader>(p, a);
   }
   if (a.is_repeated_row(0)) return ref::dequantize_linear_f32(&p, a);  // x repeating one row: rare
   constexpr int L = Vec::kLanes;
@@ -212,12 +239,12 @@ void dequantize_rows(const DequantizeLinearParams& p, const RowArgs& a) {
   const bool s_repeats = a.is_repeated_row(1), zp_repeats = zp && a.is_repeated_row(2);
   const std::int64_t len = a.repeated_row_mask != 0 ? a.row_len : 1, step = L % len;
   const Vec::F s_splat = Vec::splat(s[0]);
-  const Vec::F zp_splat = Vec::splat(zp ? static_cast<float>(zp[0]) : 0.0f);
+  const Vec::F zp_splat = Vec::splat(zp ? Reader::value(zp[0]) : 0.0f);
   float* out = static_cast<float*>(a.out);
   const std::int64_t n = a.n;
   auto scalar = [&](std::int64_t j) {
-    const float zv = zp ? static_cast<float>(zp[zp_one ? 0 : (zp_repeats ? j % len : j)]) : 0.0f;
-    out[j] = (static_cast<float>(x[j]) - zv) * s[s_one ? 0 : (s_repeats ? j % len : j)];
+    const float zv = zp ? Reader::value(zp[zp_one ? 0 : (zp_repeats ? j % len : j)]) : 0.0f;
+    out[j] = (Reader::value(x[j]) - zv) * s[s_one ? 0 : (s_repeats ? j % len : j)];
   };
   std::int64_t j = 0;
   const bool stream = a.stream && (reinterpret_cast<std::uintptr_t>(out) % sizeof(float)) == 0;
@@ -226,9 +253,9 @@ void dequantize_rows(const DequantizeLinearParams& p, const RowArgs& a) {
   }
   std::int64_t in_row = j % len;
   for (; j + L <= n; j += L) {
-    const Vec::F zv = zp_one ? zp_splat : Vec::load_from(zp + (zp_repeats ? in_row : j));
+    const Vec::F zv = zp_one ? zp_splat : Reader::load(zp + (zp_repeats ? in_row : j));
     const Vec::F sv = s_one ? s_splat : Vec::loadu(s + (s_repeats ? in_row : j));
-    const Vec::F y = Vec::mul(Vec::sub(Vec::load_from(x + j), zv), sv);
+    const Vec::F y = Vec::mul(Vec::sub(Reader::load(x + j), zv), sv);
     if (stream) Vec::stream(out + j, y);
     else Vec::storeu(out + j, y);
     in_row += step;
@@ -257,7 +284,7 @@ void quantize_linear_f32(const void* params, const RowArgs& a) {
         default: break;
       }
     } else if (p.target == QuantTarget::kMinifloat && qdq_detail::standard_format(p)) {
-      const bool done = minifloat_simd::with_minifloat(p.out_dtype, [&](auto t) {
+      const bool done = narrow_simd::with_minifloat(p.out_dtype, [&](auto t) {
         qdq_detail::quantize_with<qdq_detail::MinifloatOut<decltype(t)::value>>(p, a, qdq_detail::MinifloatFormula(p));
       });
       if (done) return;
@@ -271,15 +298,25 @@ void dequantize_linear_f32(const void* params, const RowArgs& a) {
   const bool vector = p.difference == DequantDifference::kFloat32 && !p.ignore_scale && !p.canonical_nan &&
                       !a.is_broadcast(0);
   if (vector) {
+    using qdq_detail::IntegerReader, qdq_detail::SubByteReader;
     switch (p.x_dtype) {
-      case DType::kInt8: return qdq_detail::dequantize_rows<std::int8_t>(p, a);
-      case DType::kUInt8: return qdq_detail::dequantize_rows<std::uint8_t>(p, a);
-      case DType::kInt16: return qdq_detail::dequantize_rows<std::int16_t>(p, a);
-      case DType::kUInt16: return qdq_detail::dequantize_rows<std::uint16_t>(p, a);
-      // x and the zero point widened to float32 by the engine (exactly): minifloats, sub-byte
-      // integers, float16, bfloat16.
-      case DType::kFloat32: return qdq_detail::dequantize_rows<float>(p, a);
-      default: break;
+      case DType::kInt8: return qdq_detail::dequantize_rows<IntegerReader<std::int8_t>>(p, a);
+      case DType::kUInt8: return qdq_detail::dequantize_rows<IntegerReader<std::uint8_t>>(p, a);
+      case DType::kInt16: return qdq_detail::dequantize_rows<IntegerReader<std::int16_t>>(p, a);
+      case DType::kUInt16: return qdq_detail::dequantize_rows<IntegerReader<std::uint16_t>>(p, a);
+      // x and the zero point widened to float32 by the engine (exactly): float16, bfloat16.
+      case DType::kFloat32: return qdq_detail::dequantize_rows<IntegerReader<float>>(p, a);
+      case DType::kInt4: return qdq_detail::dequantize_rows<SubByteReader<4, true>>(p, a);
+      case DType::kUInt4: return qdq_detail::dequantize_rows<SubByteReader<4, false>>(p, a);
+      case DType::kInt2: return qdq_detail::dequantize_rows<SubByteReader<2, true>>(p, a);
+      case DType::kUInt2: return qdq_detail::dequantize_rows<SubByteReader<2, false>>(p, a);
+      default:
+        if (narrow_simd::with_minifloat(p.x_dtype, [&](auto t) {
+              qdq_detail::dequantize_rows<qdq_detail::MinifloatReader<decltype(t)::value>>(p, a);
+            })) {
+          return;
+        }
+        break;
     }
   }
   ref::dequantize_linear_f32(params, a);

@@ -1,10 +1,10 @@
 // Vector bodies of the dtype conversions (kernels/convert/kernels.h), written once against the
 // `Vec` vocabulary and compiled per kernel set: float16, bfloat16, the minifloats (float8 / float6 /
-// float4 / e8m0, minifloat_simd-inl.h) and the sub-byte integers to and from float32 with integer
+// float4 / e8m0, narrow_simd-inl.h) and the sub-byte integers to and from float32 with integer
 // bit arithmetic (plus one exact product); every other pair, and the tail of a run, by the spec.
 //
 // No include guard: meant to be included once per kernel-set translation unit.
-#include "kernels/convert/minifloat_simd-inl.h"
+#include "kernels/convert/narrow_simd-inl.h"
 
 namespace convert_detail {
 
@@ -66,24 +66,6 @@ inline Vec::I float_to_bfloat16_bits(Vec::I u) {
   return Vec::select_i(Vec::isnan(Vec::from_bits(u)), nan, rounded);
 }
 
-// Sub-byte integer codes (int4 / uint4 / int2 / uint2, one per byte; only the low bits count) ->
-// their values as float32: the low `bits` bits, minus 2^bits when signed and the top one is set.
-template <int kBits, bool kSigned>
-inline Vec::F sub_byte_to_float(Vec::I c) {
-  Vec::I v = Vec::and_i(c, Vec::splat_i((1 << kBits) - 1));
-  if constexpr (kSigned) v = Vec::sub_i(v, Vec::shl_i<1>(Vec::and_i(v, Vec::splat_i(1 << (kBits - 1)))));
-  return Vec::to_float(v);
-}
-
-// float32 -> sub-byte integer code as the spec's astype: the integer part (truncation; NaN -> 0),
-// its two's-complement low bits. |v| >= 2^31 (infinities included) gives 0 in those bits: such a
-// float32 is a multiple of 2^8, and the spec's int64 cast of it (0 beyond int64) keeps no low bit.
-template <int kBits>
-inline Vec::I float_to_sub_byte(Vec::F v) {
-  const Vec::I t = Vec::select_i(Vec::lt(Vec::abs(v), Vec::splat(2147483648.0f)), Vec::to_int(v), Vec::splat_i(0));
-  return Vec::and_i(t, Vec::splat_i((1 << kBits) - 1));
-}
-
 }  // namespace convert_detail
 
 void convert_f32(const void* params, const RowArgs& a) {
@@ -122,24 +104,24 @@ void convert_f32(const void* params, const RowArgs& a) {
     }
   } else if (p.to == DType::kFloat32) {
     switch (p.from) {
-      case DType::kInt4: widen(convert_detail::sub_byte_to_float<4, true>); break;
-      case DType::kUInt4: widen(convert_detail::sub_byte_to_float<4, false>); break;
-      case DType::kInt2: widen(convert_detail::sub_byte_to_float<2, true>); break;
-      case DType::kUInt2: widen(convert_detail::sub_byte_to_float<2, false>); break;
+      case DType::kInt4: widen(narrow_simd::sub_byte_to_float<4, true>); break;
+      case DType::kUInt4: widen(narrow_simd::sub_byte_to_float<4, false>); break;
+      case DType::kInt2: widen(narrow_simd::sub_byte_to_float<2, true>); break;
+      case DType::kUInt2: widen(narrow_simd::sub_byte_to_float<2, false>); break;
       default:
-        vector = minifloat_simd::with_minifloat(p.from, [&](auto t) {
-          widen([](Vec::I c) { return Vec::from_bits(minifloat_simd::to_float_bits<decltype(t)::value>(c)); });
+        vector = narrow_simd::with_minifloat(p.from, [&](auto t) {
+          widen([](Vec::I c) { return Vec::from_bits(narrow_simd::to_float_bits<decltype(t)::value>(c)); });
         });
     }
   } else if (p.from == DType::kFloat32) {
     switch (p.to) {
       case DType::kInt4:
-      case DType::kUInt4: narrow(convert_detail::float_to_sub_byte<4>); break;
+      case DType::kUInt4: narrow(narrow_simd::float_to_sub_byte<4>); break;
       case DType::kInt2:
-      case DType::kUInt2: narrow(convert_detail::float_to_sub_byte<2>); break;
+      case DType::kUInt2: narrow(narrow_simd::float_to_sub_byte<2>); break;
       default:
-        vector = minifloat_simd::with_minifloat(p.to, [&](auto t) {
-          narrow([](Vec::F v) { return minifloat_simd::from_float_bits<decltype(t)::value>(Vec::bits(v)); });
+        vector = narrow_simd::with_minifloat(p.to, [&](auto t) {
+          narrow([](Vec::F v) { return narrow_simd::from_float_bits<decltype(t)::value>(Vec::bits(v)); });
         });
     }
   } else {

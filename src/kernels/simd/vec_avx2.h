@@ -79,6 +79,10 @@ struct Vec {
     const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(w, w));
   }
+  static void stream_u8(std::uint8_t* p, I a) {  // non-temporal; p 8-byte aligned
+    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    _mm_stream_si64(reinterpret_cast<long long*>(p), _mm_cvtsi128_si64(_mm_packus_epi16(w, w)));
+  }
 
   // p[0..7] = double(a) * double(b): the exact product of two float32 vectors, as float64.
   static void store_product_f64(double* p, F a, F b) {

@@ -72,6 +72,7 @@ struct Vec {
   // and back (lanes <= 0xFF).
   static I load_u8(const std::uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void store_u8(std::uint8_t* p, I a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(a)); }
+  static void stream_u8(std::uint8_t* p, I a) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(a)); }  // p 16-byte aligned
 
   // p[0..15] = double(a) * double(b): the exact product of two float32 vectors, as float64.
   static void store_product_f64(double* p, F a, F b) {

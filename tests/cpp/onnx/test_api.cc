@@ -331,6 +331,13 @@ TEST_P(QdqKernelTest, MatchesReferenceByteForByte) {
     dq(std::int16_t{}, DType::kInt16);
     dq(std::uint16_t{}, DType::kUInt16);
     dq(std::int32_t{}, DType::kInt32);
+    // Sub-byte integers and minifloats read in their storage: every byte value (high bits set
+    // included, NaN codes, every special).
+    for (DType t : {DType::kInt4, DType::kUInt4, DType::kInt2, DType::kUInt2, DType::kFloat8E4M3FN, DType::kFloat8E4M3FNUZ,
+                    DType::kFloat8E5M2, DType::kFloat8E5M2FNUZ, DType::kFloat8E8M0, DType::kFloat6E2M3, DType::kFloat6E3M2,
+                    DType::kFloat4E2M1}) {
+      dq(std::uint8_t{}, t);
+    }
     // Float inputs (minifloats, float16, bfloat16 arrive as float32), Quark's special modes.
     const std::vector<float> xf = mixed_values(kLen, 62);
     // Minifloat, sub-byte, float16 and bfloat16 x, widened to float32 by the engine (the zero

@@ -155,6 +155,9 @@ def _ort_qdq_session(case, x, p, quark_node=False):
     model.ir_version = 10
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
+    # Its idle pool threads would otherwise spin on both cores for a while after each run, taking
+    # them from the copies and polyquant calls timed next.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if quark_node:
         options.register_custom_ops_library(str(polyquant_ort.library_path()))
     try:

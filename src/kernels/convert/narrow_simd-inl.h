@@ -1,16 +1,21 @@
-// The narrow float formats of core/minifloat.h (float8 e4m3fn / e4m3fnuz / e5m2 / e5m2fnuz, float6
-// e2m3 / e3m2, float4 e2m1, e8m0) to and from float32 in the `Vec` vocabulary, one code per 32-bit
-// lane, bit for bit minifloat_to_float / minifloat_from_float (the spec, which equals ml_dtypes).
+// The narrow types' codes to and from float32 in the `Vec` vocabulary, one code per 32-bit lane:
+// the float formats of core/minifloat.h (float8 e4m3fn / e4m3fnuz / e5m2 / e5m2fnuz, float6 e2m3 /
+// e3m2, float4 e2m1, e8m0), bit for bit minifloat_to_float / minifloat_from_float (the spec, which
+// equals ml_dtypes), and the sub-byte integers (int4 / uint4 / int2 / uint2, one per byte).
 // Integer bit arithmetic plus one exact product, so neither the rounding mode nor flush-to-zero
 // can change a bit. The format is a template argument: every shift and constant is known when the
 // kernel is compiled.
 //
-// Shared by the conversion kernels (kernels/convert) and the quantize kernels that write minifloat
-// outputs (families/onnx); guarded per kernel set like row_loop-inl.h.
-#ifndef POLYQUANT_MINIFLOAT_SIMD_INCLUDED
-#define POLYQUANT_MINIFLOAT_SIMD_INCLUDED
+// Shared by the conversion kernels (kernels/convert) and the quantize / dequantize kernels that
+// write and read these types directly (families/onnx); guarded per kernel set like row_loop-inl.h.
+#ifndef POLYQUANT_NARROW_SIMD_INCLUDED
+#define POLYQUANT_NARROW_SIMD_INCLUDED
 
-namespace minifloat_simd {
+#ifndef POLYQUANT_ALWAYS_INLINE
+#define POLYQUANT_ALWAYS_INLINE __attribute__((always_inline))
+#endif
+
+namespace narrow_simd {
 
 // The constants of format kT for a width-W code with sign bit S = 2^(W-1), M mantissa bits, bias b.
 template <DType kT>
@@ -39,7 +44,7 @@ struct Layout {
 //              fnuz: 0x80 -> -NaN; NaN is float32's quiet NaN with the code's sign.
 // e8m0: 2^(c-127): c << 23, c = 0 is the float32 subnormal 2^-127 (0x00400000), 0xFF NaN.
 template <DType kT>
-inline Vec::I to_float_bits(Vec::I c) {
+POLYQUANT_ALWAYS_INLINE inline Vec::I to_float_bits(Vec::I c) {
   using F = Layout<kT>;
   const Vec::I qnan = Vec::splat_i(0x7fc00000);
   if constexpr (F::kF.kind == MinifloatKind::kE8M0) {
@@ -86,7 +91,7 @@ inline Vec::I to_float_bits(Vec::I c) {
 // float32 subnormals give 2^-127 (code 0), or 2^-126 from 1.5 * 2^-127 up; zero, negatives,
 // infinities and NaN give NaN (0xFF), as do values from 1.5 * 2^127 up.
 template <DType kT>
-inline Vec::I from_float_bits(Vec::I u) {
+POLYQUANT_ALWAYS_INLINE inline Vec::I from_float_bits(Vec::I u) {
   using F = Layout<kT>;
   const Vec::I ax = Vec::and_i(u, Vec::splat_i(0x7fffffff));
   const Vec::I zero = Vec::splat_i(0);
@@ -104,13 +109,19 @@ inline Vec::I from_float_bits(Vec::I u) {
     const Vec::I lsb = Vec::and_i(Vec::shr_i<23 - F::kMan>(ax), one);
     const Vec::I normal = Vec::shr_i<23 - F::kMan>(
         Vec::add_i(Vec::sub_i(ax, Vec::splat_i(F::kRebias)), Vec::add_i(Vec::splat_i((1 << (22 - F::kMan)) - 1), lsb)));
-    const Vec::I significand = Vec::or_i(Vec::and_i(ax, Vec::splat_i(0x7fffff)), Vec::splat_i(0x800000));
-    const Vec::I shift = Vec::sub_i(Vec::splat_i(151 - F::kF.bias - F::kMan), Vec::shr_i<23>(ax));
-    const Vec::I halfway = Vec::shr_var_i(Vec::splat_i(1 << 23), Vec::sub_i(Vec::splat_i(24), shift));  // 2^(shift - 1)
-    const Vec::I kept_lsb = Vec::and_i(Vec::shr_var_i(significand, shift), one);
-    const Vec::I subnormal = Vec::shr_var_i(Vec::add_i(significand, Vec::add_i(Vec::sub_i(halfway, one), kept_lsb)), shift);
-    Vec::I mag = Vec::select_i(Vec::gt_i(Vec::splat_i(F::kMinNormalBits), ax), subnormal, normal);
-    mag = Vec::select_i(Vec::gt_i(Vec::splat_i(F::kZeroBelowBits), ax), zero, mag);
+    Vec::I mag = normal;
+    const auto below_normal = Vec::gt_i(Vec::splat_i(F::kMinNormalBits), ax);
+    // The subnormal and zero range only where a lane needs it: quantized tensors rarely have
+    // values there (the scale maps them onto the normal range), so the branch predicts well.
+    if (Vec::mask_bits(below_normal) != 0) {
+      const Vec::I significand = Vec::or_i(Vec::and_i(ax, Vec::splat_i(0x7fffff)), Vec::splat_i(0x800000));
+      const Vec::I shift = Vec::sub_i(Vec::splat_i(151 - F::kF.bias - F::kMan), Vec::shr_i<23>(ax));
+      const Vec::I halfway = Vec::shr_var_i(Vec::splat_i(1 << 23), Vec::sub_i(Vec::splat_i(24), shift));  // 2^(shift - 1)
+      const Vec::I kept_lsb = Vec::and_i(Vec::shr_var_i(significand, shift), one);
+      const Vec::I subnormal = Vec::shr_var_i(Vec::add_i(significand, Vec::add_i(Vec::sub_i(halfway, one), kept_lsb)), shift);
+      mag = Vec::select_i(below_normal, subnormal, normal);
+      mag = Vec::select_i(Vec::gt_i(Vec::splat_i(F::kZeroBelowBits), ax), zero, mag);
+    }
     const auto overflow = Vec::gt_i(mag, Vec::splat_i(F::kF.max_magnitude));
     const auto nan = Vec::gt_i(ax, Vec::splat_i(0x7f800000));
     Vec::I r = Vec::or_i(mag, sign);
@@ -149,6 +160,24 @@ bool with_minifloat(DType t, Body&& body) {
   }
 }
 
-}  // namespace minifloat_simd
+// Sub-byte integer codes (int4 / uint4 / int2 / uint2, one per byte; only the low bits count) ->
+// their values as float32: the low `bits` bits, minus 2^bits when signed and the top one is set.
+template <int kBits, bool kSigned>
+POLYQUANT_ALWAYS_INLINE inline Vec::F sub_byte_to_float(Vec::I c) {
+  Vec::I v = Vec::and_i(c, Vec::splat_i((1 << kBits) - 1));
+  if constexpr (kSigned) v = Vec::sub_i(v, Vec::shl_i<1>(Vec::and_i(v, Vec::splat_i(1 << (kBits - 1)))));
+  return Vec::to_float(v);
+}
 
-#endif  // POLYQUANT_MINIFLOAT_SIMD_INCLUDED
+// float32 -> sub-byte integer code as the spec's astype: the integer part (truncation; NaN -> 0),
+// its two's-complement low bits. |v| >= 2^31 (infinities included) gives 0 in those bits: such a
+// float32 is a multiple of 2^8, and the spec's int64 cast of it (0 beyond int64) keeps no low bit.
+template <int kBits>
+inline Vec::I float_to_sub_byte(Vec::F v) {
+  const Vec::I t = Vec::select_i(Vec::lt(Vec::abs(v), Vec::splat(2147483648.0f)), Vec::to_int(v), Vec::splat_i(0));
+  return Vec::and_i(t, Vec::splat_i((1 << kBits) - 1));
+}
+
+}  // namespace narrow_simd
+
+#endif  // POLYQUANT_NARROW_SIMD_INCLUDED
