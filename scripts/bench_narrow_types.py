@@ -11,6 +11,7 @@ Columns: milliseconds and the fraction of the copy's throughput (copy time / tim
 onnxruntime and ml_dtypes.
 """
 import argparse
+import ctypes
 import time
 
 import ml_dtypes
@@ -64,10 +65,13 @@ def ort_runner(session, x, in_type):
     io = session.io_binding()
     if x.dtype == np.float32:
         io.bind_cpu_input("x", x)
-    else:
-        codes = pq.pack(x) if in_type in (TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1) else x.view(np.uint8)
-        value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(codes, in_type)
+    elif in_type in (TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1):  # x's shape, packed bytes copied in
+        codes = pq.pack(x)
+        value = ort.OrtValue.ortvalue_from_shape_and_type(list(x.shape), in_type, "cpu", 0)
+        ctypes.memmove(value.data_ptr(), codes.ctypes.data, codes.nbytes)
         io.bind_ortvalue_input("x", value)
+    else:
+        io.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy_with_onnx_type(x.view(np.uint8), in_type))
     io.bind_output("y", "cpu")
     return lambda: session.run_with_iobinding(io)
 
