@@ -104,10 +104,12 @@ void convert_f32(const void* params, const RowArgs& a) {
     }
   } else if (p.to == DType::kFloat32) {
     switch (p.from) {
-      case DType::kInt4: widen(narrow_simd::sub_byte_to_float<4, true>); break;
-      case DType::kUInt4: widen(narrow_simd::sub_byte_to_float<4, false>); break;
-      case DType::kInt2: widen(narrow_simd::sub_byte_to_float<2, true>); break;
-      case DType::kUInt2: widen(narrow_simd::sub_byte_to_float<2, false>); break;
+      // Lambdas, not function pointers: an always-inline function called through a pointer does
+      // not inline at -O1 (the sanitized build), which is an error.
+      case DType::kInt4: widen([](Vec::I c) { return narrow_simd::sub_byte_to_float<4, true>(c); }); break;
+      case DType::kUInt4: widen([](Vec::I c) { return narrow_simd::sub_byte_to_float<4, false>(c); }); break;
+      case DType::kInt2: widen([](Vec::I c) { return narrow_simd::sub_byte_to_float<2, true>(c); }); break;
+      case DType::kUInt2: widen([](Vec::I c) { return narrow_simd::sub_byte_to_float<2, false>(c); }); break;
       default:
         vector = narrow_simd::with_minifloat(p.from, [&](auto t) {
           widen([](Vec::I c) { return Vec::from_bits(narrow_simd::to_float_bits<decltype(t)::value>(c)); });
@@ -116,9 +118,9 @@ void convert_f32(const void* params, const RowArgs& a) {
   } else if (p.from == DType::kFloat32) {
     switch (p.to) {
       case DType::kInt4:
-      case DType::kUInt4: narrow(narrow_simd::float_to_sub_byte<4>); break;
+      case DType::kUInt4: narrow([](Vec::F v) { return narrow_simd::float_to_sub_byte<4>(v); }); break;
       case DType::kInt2:
-      case DType::kUInt2: narrow(narrow_simd::float_to_sub_byte<2>); break;
+      case DType::kUInt2: narrow([](Vec::F v) { return narrow_simd::float_to_sub_byte<2>(v); }); break;
       default:
         vector = narrow_simd::with_minifloat(p.to, [&](auto t) {
           narrow([](Vec::F v) { return narrow_simd::from_float_bits<decltype(t)::value>(Vec::bits(v)); });
