@@ -120,6 +120,14 @@ POLYQUANT_HD inline T mul_first_nan(T a, T b) {
   return isnan_t(a) ? a + a : a * b;  // NaN + itself: the same NaN, quieted
 }
 
+// a + b with x86's rule for two NaN operands: the first one, quieted (a NaN b alone comes back
+// quieted either way). As with `*`, g++ may swap the operands of `+`, and did so differently at
+// -O1 and -O3 in AIMET's gradient sums; the rule is spelled out wherever both can be NaN.
+template <class T>
+POLYQUANT_HD inline T add_first_nan(T a, T b) {
+  return isnan_t(a) ? a + a : a + b;  // NaN + itself: the same NaN, quieted
+}
+
 // ---- rounding modes -------------------------------------------------------------------------
 template <RoundingMode kMode, class T>
 POLYQUANT_HD inline T round_t(T x) {

@@ -19,6 +19,7 @@
 
 #include "core/elementwise.h"
 #include "core/parallel.h"
+#include "core/scalar_math.h"
 #include "kernels/registry.h"
 #include "polyquant/aimet.h"
 #include "polyquant/error.h"
@@ -485,7 +486,7 @@ void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRou
     const double v = g_dtype == DType::kFloat32 ? static_cast<double>(reinterpret_cast<const float*>(g.data())[e])
                                                 : reinterpret_cast<const double*>(g.data())[e];
     double& a = acc[static_cast<std::size_t>(target)];
-    a = no_reduction ? v : a + v;
+    a = no_reduction ? v : detail::add_first_nan(a, v);  // both may be NaN: x86's first-operand rule
     for (int k = shape.rank - 1; k >= 0; --k) {  // odometer over the engine's shape
       if (++idx[static_cast<std::size_t>(k)] < shape[k]) {
         target += st[k];
@@ -562,7 +563,7 @@ bool make_walk(const AffineLayout& L, GradWalk& w) {
 constexpr std::int64_t kExactBlock = 256;
 
 [[gnu::noinline]] double chain_sum(double a, const float* t, std::int64_t n) {
-  for (std::int64_t j = 0; j < n; ++j) a += static_cast<double>(t[j]);
+  for (std::int64_t j = 0; j < n; ++j) a = detail::add_first_nan(a, static_cast<double>(t[j]));
   return a;
 }
 // The block's facts for the proof: float32 exponent fields of its largest term and of its least
@@ -665,7 +666,7 @@ void add_terms(double* acc, std::int64_t stride, const float* t, std::int64_t n,
   } else if (stride == 0) {
     acc[0] = ordered_sum(acc[0], t, n);
   } else {
-    for (std::int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(t[j]);
+    for (std::int64_t j = 0; j < n; ++j) acc[j] = detail::add_first_nan(acc[j], static_cast<double>(t[j]));
   }
 }
 
