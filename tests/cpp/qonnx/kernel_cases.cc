@@ -1,6 +1,8 @@
 // Kernel cases of the QONNX ops (src/families/qonnx): every rounding mode, ranges narrow, wide,
 // fractional and empty, truncation scales at the float32 exponent limits, and FloatQuant's formats
 // from OCP FP8 to degenerate ones; the benchmark's calls are the ops' typical per-tensor ones.
+#include <cstdlib>
+
 #include "kernel_cases.h"
 
 namespace polyquant::test {
@@ -116,6 +118,9 @@ KernelCases kernel_cases_float_quant() {
       {0, -5, 0.0, true, false, false, true},                     // M = 0: clip to [-0, +0]
   };
   const auto scales = random_params(18, {1.0f, 0.5f, 3.0f, 1e-3f, 0.0f, -2.0f});
+  // Under POLYQUANT_SKIP_EXHAUSTIVE (the sanitized CI run, where this case was ~11 of its 25 CPU
+  // minutes) float64 outputs are checked in the half-even mode only; the Release run checks all.
+  const bool lean = std::getenv("POLYQUANT_SKIP_EXHAUSTIVE") != nullptr;
   for (const auto& f : formats) {
     const auto ops = operands({{x, {}, false}, {scales, {}, true}, {fill(static_cast<float>(f.min_exp)), {}, true},
                                {{}, std::vector<double>(kOperandLength, f.max), true}});
@@ -126,6 +131,7 @@ KernelCases kernel_cases_float_quant() {
         const int product_variants = (&f - formats) < 3 ? 2 : 1;
         for (int pv = 0; pv < product_variants; ++pv) {
           for (bool double_output : {false, true}) {
+            if (lean && double_output && mode != RoundingMode::kHalfEven) continue;
             FloatQuantParams p{mode, f.m, f.sat, f.inf, f.nan, is_signed, f.fits, double_output};
             p.has_product_scale = pv == 1;
             p.product_scale = 0.1;
