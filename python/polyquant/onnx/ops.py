@@ -137,7 +137,16 @@ def unpack(packed: Any, dtype: Any, shape: Any) -> np.ndarray:
     if isinstance(packed, (bytes, bytearray, memoryview)):
         p = np.frombuffer(packed, dtype=np.uint8)
     else:
-        p = np.asarray(packed, dtype=np.uint8).reshape(-1)
+        p = np.asarray(packed)
+        if p.dtype != np.uint8:
+            # Bytes held in a wider integer array are taken when every value is a byte; anything
+            # else would wrap silently in a uint8 cast.
+            if p.dtype.kind not in "iu":
+                raise TypeError(f"packed: expected bytes or an array of uint8 (bytes), got dtype {p.dtype}")
+            if p.size and (p.min() < 0 or p.max() > 255):
+                raise ValueError(f"packed: byte values must lie in [0, 255], got [{p.min()}, {p.max()}]")
+            p = p.astype(np.uint8)
+        p = p.reshape(-1)
     per_byte = 8 // bits
     if p.size * per_byte < n:
         raise ValueError(f"packed: {p.size} bytes hold at most {p.size * per_byte} elements of {dt}, "

@@ -345,6 +345,20 @@ def test_unpack_arguments():
         pqo.unpack(packed, "int4", 7)
 
 
+def test_unpack_takes_only_byte_values():
+    """A wider integer array of bytes is taken as bytes; a value outside [0, 255] or a non-integer
+    array is an error (a uint8 cast would wrap 1000 to 232 and -1 to 255 silently)."""
+    packed = pqo.pack(np.arange(-8, 8, dtype=np.int8).astype(ml_dtypes.int4))
+    same = pqo.unpack(packed.astype(np.int64), "int4", 16)
+    assert np.array_equal(same.view(np.uint8), pqo.unpack(packed, "int4", 16).view(np.uint8))
+    for bad in (np.array([1000, 0]), np.array([-1, 0]), np.array([256], np.uint16)):
+        with pytest.raises(ValueError, match=r"^packed: byte values must lie in \[0, 255\]"):
+            pqo.unpack(bad, "int4", 2)
+    for bad in (np.array([1.0, 2.0]), np.array(["a"])):
+        with pytest.raises(TypeError, match="^packed: "):
+            pqo.unpack(bad, "int4", 2)
+
+
 QONNX_OPS = {  # op: (initializers after x, attributes); the scale of length 4 cannot broadcast with x (2, 3)
     "IntQuant": (["s", "z", "b"], {"signed": 1, "narrow": 0, "rounding_mode": "ROUND"}),
     "Trunc": (["s", "z", "b", "o"], {"rounding_mode": "FLOOR"}),
