@@ -251,6 +251,12 @@ std::vector<float> reduction_values(std::size_t n, std::uint64_t salt) {
   return v;
 }
 
+// Accumulators compare bit for bit, except that any NaN equals any NaN: a reduction's NaN is an
+// internal statistic whose bits the reductions leave unspecified (kernels/reduce/kernels.h: which of
+// several NaNs survives depends on the fold order), and every consumer turns a NaN statistic into the
+// NaN its own spec names (QKeras' NaN scale is +NaN, its derived NaN outputs 0xFFC00000; AIMET's
+// encodings: tests/python/qkeras/test_specials.py and the AIMET analyzer tests check those bits on
+// every kernel set). Per-element kernels (KernelTest) compare every bit, NaN sign and payload included.
 class ReductionKernelTest : public ::testing::TestWithParam<KernelEntry> {};
 
 TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
