@@ -4,8 +4,9 @@ family (QONNX, QKeras, AIMET, ONNX Q/DQ, Quark), show what was detected.
     polyquant info
     polyquant run MODEL.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--reference] [--repeat N] [--seed S]
     polyquant bench [--size N] [--repeat R] [--json] [--ops OP ...] [--no-peers] [--qkeras-timings FILE]
+    polyquant diff SPEC_A SPEC_B [--dtype float32|float16|bfloat16] [--json]
 
-Exit status: 0 success; 1 a --reference check (run) or a qonnx comparison (bench) found a mismatch;
+Exit status: 0 success; 1 a --reference check (run), a qonnx comparison (bench) or diff found a mismatch;
 2 bad arguments or a problem with the inputs (a missing file, a directory or a file that is no ONNX
 model / .npy file, a model onnxruntime cannot load, qonnx absent for --reference, an output directory
 that cannot be written); 3 an unexpected internal error (a bug: the traceback is printed); 130
@@ -24,8 +25,9 @@ from importlib.metadata import PackageNotFoundError, version
 import polyquant
 
 from .. import ort as polyquant_ort
+from . import diff as diff_tool
 from . import runner
-from .bench.driver import ALL_CASE_NAMES, DEFAULT_SIZE, bench_command
+from .bench.driver import DEFAULT_SIZE, GROUPS, OPS_CHOICES, OPT_IN_CASE_NAMES, bench_command
 
 # 1 is reserved for a mismatch against the reference (returned by run and bench), so that scripts can
 # tell "the bits differ" from "the command could not run".
@@ -184,14 +186,18 @@ def build_parser():
                        help="interleaved repeats per op (default: %(default)s)")
     bench.add_argument("--peer-repeat", type=int, default=3, metavar="R",
                        help="repeats of each qonnx function (default: %(default)s)")
-    bench.add_argument("--ops", nargs="+", choices=ALL_CASE_NAMES, metavar="OP",
-                       help=f"ops to run (default: all): {', '.join(ALL_CASE_NAMES)}")
+    bench.add_argument("--ops", nargs="+", choices=OPS_CHOICES, metavar="OP",
+                       help=f"cases to run (default: all but {', '.join(n for n in GROUPS if set(GROUPS[n]) <= set(OPT_IN_CASE_NAMES))}"
+                            f", which run only when named): {', '.join(n for n in OPS_CHOICES if n not in GROUPS)}; "
+                            "group names, each standing for its cases: "
+                            + "; ".join(f"{g} = {' '.join(names)}" for g, names in GROUPS.items()))
     bench.add_argument("--qkeras-timings", metavar="FILE", default=None,
                        help="QKeras' recorded timings (default: tools/golden/speed/qkeras_peer_timings.json when present)")
     bench.add_argument("--no-peers", action="store_true", help="do not time qonnx's numpy functions")
     bench.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed of the input data (default: %(default)s)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
     bench.set_defaults(func=_bench)
+    diff_tool.add_parser(sub, EXIT_STATUS_HELP)
     return parser
 
 

@@ -3,7 +3,20 @@ numpy copy of the same float32 array (x.copy() for the allocating call) in the s
 against aimet-torch's recorded medians (tools/golden/speed/aimet_peer_timings.json, measured on this
 kind of machine by the golden-data generator; aimet-torch is not installed where polyquant runs).
 For a same-run comparison with aimet-torch itself, run tools/golden/speed/compare_aimet.py in the
-generator's environment."""
+generator's environment.
+
+The training path (``aimet_train_*``, ``TRAINING_CASE_NAMES``; opt-in, by name or the group name
+``aimet_train``): on x of shape (N / 4096, 4096), 8-bit unsigned grid, the four calls of a training step
+taking turns within each repeat -- forward (``quantize_dequantize`` on numpy arrays, AIMET's no-grad
+result), grad (``quantize_dequantize_grad``: the training forward and its three gradients), and when torch
+is importable autograd (torch tensors, scale and offset requiring grad, forward + ``backward(g)``) and
+torch (the same training path composed of plain torch ops, round with a straight-through gradient: the
+peer). Ratios grad / forward and autograd / forward (issue 19's target: 2.5x) and torch / autograd.
+bfloat16 x goes through torch tensors (numpy has no bfloat16 arithmetic in AIMET's torch API); without
+torch those cases are skipped and the torch columns are None.
+
+``alloc_aimet_qdq`` (allocating vs ``out=``) and ``aimet_qdq_from_{float16,bfloat16}`` (4-bit, the
+tensor's own precision out) run in the harnesses of bench/common.py."""
 
 from __future__ import annotations
 
@@ -16,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ... import aimet
+from .common import AllocCase, InputCase, interleaved_seconds, ratio, rounded_ms
 
 DEFAULT_AIMET_TIMINGS = "tools/golden/speed/aimet_peer_timings.json"  # from a checkout, as for QKeras
 
@@ -201,4 +215,156 @@ def format_aimet_report(rows, recorded):
         sp = "-" if r["speedup_vs_aimet"] is None else f"{r['speedup_vs_aimet']:.1f}x"
         lines.append(f"{r['name']:<25} {shape:<13} {r['polyquant_ms']:>7.1f} ms {100 * r['of_copy']:>7.0f}% "
                      f"{r.get('baseline', 'x.copy()'):>9} {peer:>11} {sp:>8}")
+    return "\n".join(lines)
+
+
+# --- Allocating vs out=, 16-bit x ----------------------------------------------------------------
+
+
+def make_alloc_cases():
+    def make(x):
+        one, zero = np.float32(0.02), np.float32(0.0)
+        fn = lambda out=None: aimet.quantize_dequantize(x, one, zero, -128, 127, out=out)  # noqa: E731
+        return fn, np.zeros(x.shape, np.float32), None
+
+    return [AllocCase("alloc_aimet_qdq", "aimet", "quantize_dequantize 8-bit, per-tensor", make)]
+
+
+def make_input_cases():
+    import ml_dtypes
+
+    def make(x):
+        scale, offset = np.full((1,), 0.05, np.float32), np.zeros((1,), np.float32)
+        return (lambda out: aimet.quantize_dequantize(x, scale, offset, 4, out=out)), np.zeros(x.shape, x.dtype)
+
+    return [InputCase(f"aimet_qdq_from_{name}", "aimet", f"quantize_dequantize 4-bit per-tensor, {name} x -> {name}",
+                      dtype, make)
+            for name, dtype in (("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16))]
+
+
+ALLOC_CASE_NAMES = ["alloc_aimet_qdq"]
+INPUT_CASE_NAMES = ["aimet_qdq_from_float16", "aimet_qdq_from_bfloat16"]
+
+
+# --- The training path ---------------------------------------------------------------------------
+
+TRAIN_COLS = 4096
+TRAIN_BLOCK = 128
+TRAIN_QMIN, TRAIN_QMAX = 0, 255   # bitwidth 8, signed=False
+TRAINING_TARGET = 2.5             # grad / forward and autograd / forward
+
+
+def _train_layouts(rows, cols):
+    """case suffix -> (label, parameter shape, block_size or None)."""
+    return {
+        "per_tensor": ("per tensor", (), None),
+        "axis0": (f"per channel ({rows}, 1)", (rows, 1), None),
+        "axis1": (f"per channel (1, {cols})", (1, cols), None),
+        "blocked": (f"blocks (1, {TRAIN_BLOCK})", (rows, cols // TRAIN_BLOCK), (1, TRAIN_BLOCK)),
+    }
+
+
+TRAINING_CASE_NAMES = [f"aimet_train_{layout}{suffix}" for suffix in ("", "_bfloat16")
+                       for layout in ("per_tensor", "axis0", "axis1", "blocked")]
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def torch_composed(torch, x, s, o, block):
+    """AIMET's quantize_dequantize formula in torch ops, with round's straight-through gradient:
+    ((clamp(round(x / s) - o, qmin, qmax) + o) * s; blocks as a (rows, blocks, block) view with the
+    parameters broadcast over the block."""
+    if block is not None:
+        xv = x.view(s.shape[0], s.shape[1], block[1])
+        sv, ov = s.unsqueeze(-1), o.unsqueeze(-1)
+    else:
+        xv, sv, ov = x, s, o
+    t = xv / sv
+    r = t + (torch.round(t) - t).detach()
+    q = torch.clamp(r - ov, TRAIN_QMIN, TRAIN_QMAX)
+    return ((q + ov) * sv).view(x.shape)
+
+
+def bench_training_case(name, x_flat, repeat, bar, torch):
+    """One layout and x dtype of the training step; returns a JSON-ready dict."""
+    layout, bf16 = name[len("aimet_train_"):].removesuffix("_bfloat16"), name.endswith("_bfloat16")
+    rows = x_flat.size // TRAIN_COLS
+    label, pshape, block = _train_layouts(rows, TRAIN_COLS)[layout]
+    rng = np.random.default_rng(1)
+    x = x_flat.reshape(rows, TRAIN_COLS)
+    g = rng.standard_normal(x.shape, dtype=np.float32)
+    scale = np.asarray(np.full(pshape, 0.05, np.float32) * (1 + rng.random(pshape, dtype=np.float32)), np.float32)
+    offset = np.asarray(np.round(-128 + 8 * rng.standard_normal(pshape)), np.float32)
+    kw = {} if block is None else {"block_size": block}
+    q = dict(bitwidth=8, signed=False, **kw)
+    calls = {}
+    if bf16:  # numpy has no bfloat16 in AIMET's API: torch tensors for every call
+        xt, gt = torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(g).to(torch.bfloat16)
+        st, ot = torch.from_numpy(scale), torch.from_numpy(offset)
+        calls["forward"] = lambda: aimet.quantize_dequantize(xt, st, ot, **q)
+        calls["grad"] = lambda: aimet.quantize_dequantize_grad(gt, xt, st, ot, **q)
+    else:
+        calls["forward"] = lambda: aimet.quantize_dequantize(x, scale, offset, **q)
+        calls["grad"] = lambda: aimet.quantize_dequantize_grad(g, x, scale, offset, **q)
+        if torch is not None:
+            xt, gt = torch.from_numpy(x), torch.from_numpy(g)
+    if torch is not None:
+        sg = torch.from_numpy(scale.copy()).requires_grad_(True)
+        og = torch.from_numpy(offset.copy()).requires_grad_(True)
+        xg = xt.detach().clone().requires_grad_(True)
+
+        def autograd():
+            sg.grad = og.grad = xg.grad = None
+            aimet.quantize_dequantize(xg, sg, og, **q).backward(gt)
+
+        def composed():
+            sg.grad = og.grad = xg.grad = None
+            s_, o_ = (sg.to(xg.dtype), og.to(xg.dtype)) if bf16 else (sg, og)
+            torch_composed(torch, xg, s_, o_, block).backward(gt)
+
+        calls["autograd"], calls["torch"] = autograd, composed
+    bar.set_postfix_str(name, refresh=False)
+    samples = dict(zip(calls, interleaved_seconds(list(calls.values()), repeat, lambda: bar.update(1))))
+    med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+    autograd_ms, torch_ms = med.get("autograd"), med.get("torch")
+    return {
+        "name": name, "layout": label, "x_dtype": "bfloat16" if bf16 else "float32", "shape": list(x.shape),
+        "parameter_shape": list(pshape), "block_size": None if block is None else list(block),
+        "forward_ms": med["forward"], "grad_ms": med["grad"], "autograd_ms": autograd_ms, "torch_ms": torch_ms,
+        "grad_over_forward": med["grad"] / med["forward"],
+        "autograd_over_forward": None if autograd_ms is None else autograd_ms / med["forward"],
+        "torch_over_autograd": None if torch_ms is None else torch_ms / autograd_ms,
+        "target_over_forward": TRAINING_TARGET,
+        "samples_ms": {k: rounded_ms(v) for k, v in samples.items()},
+    }
+
+
+def format_training_report(rows, torch_version, skipped):
+    if not rows and not skipped:
+        return ""
+    lines = [
+        "",
+        "AIMET training path, 8-bit unsigned grid, the calls of a row taking turns within each repeat: forward =",
+        "quantize_dequantize (numpy; torch tensors for bfloat16), grad = quantize_dequantize_grad (output + 3 gradients),",
+        "autograd = torch forward + backward through polyquant.aimet.quantize_dequantize, torch = the same step in plain",
+        f"torch ops (torch {torch_version or 'not installed'}). Target: grad and autograd within {TRAINING_TARGET}x the forward.",
+        "",
+    ]
+    header = (f"{'case':<31} {'shape':<11} {'x':<8} {'forward':>10} {'grad':>10} {'autograd':>10} {'torch':>10} "
+              f"{'grad/fwd':>8} {'auto/fwd':>8} {'torch/auto':>10}")
+    lines += [header, "-" * len(header)]
+    cell = lambda v: "-" if v is None else f"{v:.1f} ms"  # noqa: E731
+    for r in rows:
+        shape = "x".join(map(str, r["shape"]))
+        lines.append(f"{r['name']:<31} {shape:<11} {r['x_dtype']:<8} {cell(r['forward_ms']):>10} {cell(r['grad_ms']):>10} "
+                     f"{cell(r['autograd_ms']):>10} {cell(r['torch_ms']):>10} {ratio(r['grad_over_forward']):>8} "
+                     f"{ratio(r['autograd_over_forward']):>8} {ratio(r['torch_over_autograd'], 1):>10}")
+    if skipped:
+        lines.append(f"skipped (bfloat16 needs torch): {', '.join(skipped)}")
     return "\n".join(lines)

@@ -2,7 +2,11 @@
 harness the Quark cases (bench/quark.py) share: each op is timed allocating and writing into a
 reused array (``out=``), against numpy copies of the same float32 array and against onnxruntime's
 own op (opset 21) on the same operands, whose output is also compared bit for bit. The narrow cases
-cover float8 e4m3fn / e5m2, float4 e2m1, int4 and uint4 both ways and float16 / bfloat16 x."""
+cover float8 e4m3fn / e5m2, float4 e2m1, int4 and uint4 both ways and float16 / bfloat16 x.
+
+``alloc_onnx_q_int8`` (``ALLOC_CASE_NAMES``) times quantize_linear int8 per-tensor allocating against
+the same call with ``out=`` and against onnxruntime's ``session.run`` of a one-node QuantizeLinear
+model (allocating too; its arena reuses buffers), in the harness of bench/common.py."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from ... import onnx as pqo
 from ... import ort as polyquant_ort
 from ... import quark as pqq
 from ..runner import CommandError, compare
-from .common import CHANNELS, pct, timed
+from .common import CHANNELS, AllocCase, pct, timed
 
 
 @dataclass
@@ -290,3 +294,18 @@ def format_qdq_report(report):
         lines.append(f"{r['name']:<21} {shape:<12} {r['polyquant_ms']:>6.1f} ms {pct(r['of_copy']):>8} "
                      f"{r['polyquant_out_ms']:>6.1f} ms {pct(r['out_of_copyto']):>9} {ort:>11} {sp:>8}  {ex}")
     return "\n".join(lines + notes)
+
+
+def make_alloc_cases():
+    def make(x):
+        p = per_tensor(np.int8)(x.shape)
+        fn = lambda out=None: pqo.quantize_linear(x, p["scale"], p["zero_point"], out=out)  # noqa: E731
+        session = _ort_qdq_session(QdqCase("alloc", "", x.shape, "q", per_tensor(np.int8)), x, p)
+        peer = None if session is None else (lambda: session.run(None, {"x": x})[0])
+        return fn, np.zeros(x.shape, np.int8), peer
+
+    return [AllocCase("alloc_onnx_q_int8", "onnx", "polyquant.onnx.quantize_linear -> int8, per-tensor", make,
+                      peer_name=f"onnxruntime {onnxruntime.__version__} session.run QuantizeLinear")]
+
+
+ALLOC_CASE_NAMES = ["alloc_onnx_q_int8"]

@@ -11,6 +11,13 @@ that). QKeras itself cannot run here (TensorFlow): its medians, measured once by
 ``tools/golden/qkeras.py --timings-only`` on this project's machine, are read from
 ``--qkeras-timings`` (default: that script's ``peer_timings.json`` when run from a checkout) and give
 ``speedup_vs_qkeras`` for the allocating call; they were taken at 64 Mi elements.
+
+The layout cases (``qk_layouts_auto``, ``qk_layouts_auto_po2``; ``LAYOUT_CASE_NAMES``) time
+``quantized_bits(8, 0, alpha=...)``'s scale search on the other layouts of the same N elements (rank 1,
+tall narrow with ``scale_axis=0``, channels first, one row, ...), ``out=`` reused, all layouts of a case
+taking turns within each repeat; each is reported as milliseconds and as a multiple of the same search on
+the square channels-last array (issue 19's target: within 1.5x). ``alloc_qkeras_bits`` (allocating vs
+``out=``) and ``qk_bits_from_{float16,bfloat16}`` (16-bit x) run in the harnesses of bench/common.py.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import numpy as np
 from ... import _polyquant_ext as ext
 from ... import qkeras as qk
 from ..runner import CommandError
-from .common import pct, timed
+from .common import AllocCase, InputCase, interleaved_seconds, pct, ratio, rounded_ms, timed
 
 
 @dataclass
@@ -168,3 +175,99 @@ def format_qkeras_report(report):
     lines.append(f"(x.copy() {rows[0]['copy_ms']:.1f} ms, np.copyto {rows[0]['copyto_ms']:.1f} ms, "
                  f"x.sum() {rows[0]['read_ms']:.1f} ms in the first case's run)")
     return "\n".join(lines)
+
+
+# --- Scale-search layouts ------------------------------------------------------------------------
+
+LAYOUT_CASE_NAMES = ["qk_layouts_auto", "qk_layouts_auto_po2"]
+LAYOUT_ALPHAS = {"qk_layouts_auto": "auto", "qk_layouts_auto_po2": "auto_po2"}
+LAYOUT_MULTIPLE = 4096  # (64, 64, N/4096) and (N/4096, 64, 64) need it
+LAYOUT_TARGET = 1.5
+
+
+def square_shape(n):
+    """The channels-last reference of n elements: (rows, n / rows) with rows the largest power of two
+    whose square is at most n (square when n is an even power of two: (8192, 8192) at 64 Mi)."""
+    rows = 1
+    while n % (2 * rows) == 0 and (2 * rows) ** 2 <= n:
+        rows *= 2
+    return (rows, n // rows)
+
+
+def layouts(n):
+    """(label, shape, scale_axis) of each layout of n elements; the first is the reference."""
+    return [
+        ("square channels last (reference)", square_shape(n), None),
+        ("rank 1", (n,), None),
+        ("tall narrow, scale_axis=0", (n // 16, 16), 0),
+        ("channels first (16, n/16)", (16, n // 16), 0),
+        ("channels first (4, n/4)", (4, n // 4), 0),
+        ("one row (1, n), scale_axis=0", (1, n), 0),
+        ("tall narrow (n/4, 4) channels last", (n // 4, 4), None),
+        ("(64, 64, n/4096), scale_axis=0", (64, 64, n // 4096), 0),
+        ("(n/4096, 64, 64), scale_axis=1", (n // 4096, 64, 64), 1),
+    ]
+
+
+def bench_layout_case(name, x_flat, out_flat, repeat, bar):
+    """Every layout of one alpha, out= reused (one output buffer reshaped per layout), the layouts
+    taking turns within each repeat; returns a JSON-ready dict."""
+    alpha = LAYOUT_ALPHAS[name]
+    calls = []
+    for label, shape, axis in layouts(x_flat.size):
+        x, out = x_flat.reshape(shape), out_flat.reshape(shape)
+        q = qk.quantized_bits(8, 0, alpha=alpha, scale_axis=axis)
+        calls.append(lambda q=q, x=x, out=out: q(x, out=out))
+    bar.set_postfix_str(name, refresh=False)
+    samples = interleaved_seconds(calls, repeat, lambda: bar.update(1))
+    medians = [statistics.median(v) * 1e3 for v in samples]
+    rows = [{"layout": label, "shape": list(shape), "scale_axis": axis, "ms": med, "of_square": med / medians[0],
+             "samples_ms": rounded_ms(v)}
+            for (label, shape, axis), med, v in zip(layouts(x_flat.size), medians, samples)]
+    return {"name": name, "description": f"quantized_bits(8, 0, alpha={alpha!r}), out= reused", "alpha": alpha,
+            "elements": x_flat.size, "target_of_square": LAYOUT_TARGET, "layouts": rows}
+
+
+def format_layout_report(cases):
+    if not cases:
+        return ""
+    lines = [
+        "",
+        "QKeras scale-search layouts: quantized_bits(8, 0, alpha=...) with out= reused, every layout of the same N elements",
+        f"taking turns within each repeat; of square = its time / the square channels-last array's (target <= {LAYOUT_TARGET}x).",
+        "",
+    ]
+    header = f"{'case':<20} {'layout':<36} {'shape':<16} {'time':>10} {'of square':>9}"
+    lines += [header, "-" * len(header)]
+    for case in cases:
+        for r in case["layouts"]:
+            shape = "x".join(map(str, r["shape"]))
+            lines.append(f"{case['name']:<20} {r['layout']:<36} {shape:<16} {r['ms']:>7.2f} ms {ratio(r['of_square']):>9}")
+    return "\n".join(lines)
+
+
+# --- Allocating vs out=, 16-bit x ----------------------------------------------------------------
+
+
+def make_alloc_cases():
+    def make(x):
+        q = qk.quantized_bits(8, 0, alpha=1)
+        return (lambda out=None: q(x, out=out)), np.zeros(x.shape, np.float32), None
+
+    return [AllocCase("alloc_qkeras_bits", "qkeras", "quantized_bits(8, 0, alpha=1)", make)]
+
+
+def make_input_cases():
+    import ml_dtypes
+
+    def make(x):
+        q = qk.quantized_bits(8, 0, alpha=1)
+        return (lambda out: q(x, out=out)), np.zeros(x.shape, np.float32)
+
+    return [InputCase(f"qk_bits_from_{name}", "qkeras", f"quantized_bits(8, 0, alpha=1), {name} x -> float32",
+                      dtype, make)
+            for name, dtype in (("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16))]
+
+
+ALLOC_CASE_NAMES = ["alloc_qkeras_bits"]
+INPUT_CASE_NAMES = ["qk_bits_from_float16", "qk_bits_from_bfloat16"]

@@ -2,6 +2,12 @@
 
 qonnx's numpy functions (the peers) take seconds at the default size, so they are timed on fewer repeats
 (``--peer-repeat``, default 3); their result is also compared bit for bit with polyquant's.
+
+``alloc_qonnx_quant`` (``ALLOC_CASE_NAMES``) times Quant (IntQuant 8-bit) allocating against ``out=``, and
+``qonnx_quant_from_float16`` (``INPUT_CASE_NAMES``) Quant on a float16 x (float32 out, what polyquant.qonnx.quant
+returns for it), both in the harnesses of bench/common.py. There is no bfloat16 case: polyquant.qonnx takes
+the input types qonnx's numpy functions take (float16/32/64, integers, bool), and raises TypeError on
+bfloat16.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import numpy as np
 from ... import _polyquant_ext as ext
 from ... import qonnx as pq
 from ..runner import compare
-from .common import BYTES_PER_ELEMENT, CHANNELS, pct, timed
+from .common import BYTES_PER_ELEMENT, CHANNELS, AllocCase, InputCase, pct, timed
 
 
 def _f32(value):
@@ -85,6 +91,30 @@ def make_cases(peers=True):
 
 
 CASE_NAMES = ["intquant", "intquant_pc", "intquant_half_up", "bipolar", "trunc", "trunc_v2", "floatquant"]
+
+
+def _quant_8bit(x, out=None):
+    """Quant (IntQuant) 8-bit signed, per-tensor scale 0.05, ROUND: the allocating and 16-bit x cases' call."""
+    return pq.quant(x, _f32(0.05), _f32(0), _f32(8), 1, 0, "ROUND", out=out)
+
+
+def make_alloc_cases():
+    def make(x):
+        return (lambda out=None: _quant_8bit(x, out=out)), np.zeros(x.shape, np.float32), None
+
+    return [AllocCase("alloc_qonnx_quant", "qonnx", "polyquant.qonnx.quant (IntQuant 8-bit, per-tensor)", make)]
+
+
+def make_input_cases():
+    def make(x):
+        return (lambda out: _quant_8bit(x, out=out)), np.zeros(x.shape, np.float32)
+
+    return [InputCase("qonnx_quant_from_float16", "qonnx", "polyquant.qonnx.quant (IntQuant 8-bit) float16 x -> float32",
+                      np.float16, make)]
+
+
+ALLOC_CASE_NAMES = ["alloc_qonnx_quant"]
+INPUT_CASE_NAMES = ["qonnx_quant_from_float16"]
 
 
 def _accepts_out(fn, x):
