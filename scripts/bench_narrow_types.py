@@ -12,7 +12,6 @@ onnxruntime and ml_dtypes.
 """
 import argparse
 import ctypes
-import time
 
 import ml_dtypes
 import numpy as np
@@ -21,6 +20,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 import polyquant.onnx as pq
+from polyquant._tools.bench.common import median_ms
 
 N = 16 << 20
 
@@ -34,13 +34,8 @@ TYPES = [  # name, ml_dtypes type, ONNX type, opset
 
 
 def median_seconds(f, reps):
-    f()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t)
-    return sorted(times)[len(times) // 2]
+    """Median seconds of f after one warm-up call (the bench's shared timer)."""
+    return median_ms(f, reps) / 1e3
 
 
 def ort_session(op, in_type, out_type, zp_type, opset):

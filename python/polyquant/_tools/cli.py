@@ -179,7 +179,11 @@ def build_parser():
                       "copies, their minimum passes and QKeras' recorded times)",
         description="Time each op on N float32 elements against an in-process memcpy of the same bytes (interleaved, "
                     "medians) and, unless --no-peers, against qonnx's numpy function on the same input (fewer "
-                    "repeats: they are slow), checking the two results are bit-identical.")
+                    "repeats: they are slow), checking the two results are bit-identical. Issue 19's groups: QKeras "
+                    "scale searches on every layout vs the square array (qk_layouts), allocating calls vs out= and "
+                    "onnxruntime's session.run (alloc), float16/bfloat16 x vs np.copyto of float32 (from_16bit), and, "
+                    "only when named, AIMET's forward, gradients and torch autograd vs the torch-composed training "
+                    "path (aimet_train). See docs/cli.md for every column.")
     bench.add_argument("--size", type=_positive_int, default=DEFAULT_SIZE, metavar="N",
                        help="elements per array, a multiple of 64 (default: %(default)s = 256 MiB of float32)")
     bench.add_argument("--repeat", "-n", type=_positive_int, default=5, metavar="R",
