@@ -171,19 +171,8 @@ def bench_aimet_case(case, x_flat, repeat, recorded, bar):
     x = x_flat.reshape(case.shape)
     scale, offset, kwargs = case.params(case.shape)
     run = lambda: aimet.quantize_dequantize(x, scale, offset, 8, **kwargs)  # noqa: E731
-    run()  # warm-up
-    copies, ours = [], []
-    for _ in range(repeat):
-        bar.set_postfix_str(case.name, refresh=False)
-        t = time.perf_counter()
-        c = x.copy()
-        copies.append(time.perf_counter() - t)
-        del c
-        t = time.perf_counter()
-        y = run()
-        ours.append(time.perf_counter() - t)
-        del y
-        bar.update(1)
+    bar.set_postfix_str(case.name, refresh=False)
+    copies, ours = interleaved_seconds([lambda: x.copy(), run], repeat, lambda: bar.update(1))
     ms, copy_ms = statistics.median(ours) * 1e3, statistics.median(copies) * 1e3
     r = AimetResult(case.name, case.description, list(case.shape), ms, copy_ms, copy_ms / ms,
                     samples_ms={"polyquant": [round(s * 1e3, 3) for s in ours],

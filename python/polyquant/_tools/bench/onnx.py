@@ -23,7 +23,7 @@ from ... import onnx as pqo
 from ... import ort as polyquant_ort
 from ... import quark as pqq
 from ..runner import CommandError, compare
-from .common import CHANNELS, AllocCase, pct, timed
+from .common import CHANNELS, AllocCase, interleaved_seconds, pct
 
 
 @dataclass
@@ -236,20 +236,12 @@ def bench_qdq_case(case, x_flat, repeat, bar, peers=True):
             session.run_with_iobinding(binding)  # warm-up
         except Exception:  # an onnxruntime without a kernel for the type
             binding = None
-    samples = {"copy": [], "copyto": [], "polyquant": [], "polyquant_out": [], "onnxruntime": []}
-    for _ in range(repeat):
-        bar.set_postfix_str(case.name, refresh=False)
-        fresh_s, fresh = timed(lambda: xf.copy())
-        samples["copy"].append(fresh_s)
-        del fresh
-        samples["copyto"].append(timed(lambda: np.copyto(copy_dst, xf))[0])
-        op_s, result = timed(fn)
-        samples["polyquant"].append(op_s)
-        del result
-        samples["polyquant_out"].append(timed(lambda: fn(out=out))[0])
-        if binding is not None:
-            samples["onnxruntime"].append(timed(lambda: session.run_with_iobinding(binding))[0])
-        bar.update(1)
+    fns = {"copy": lambda: xf.copy(), "copyto": lambda: np.copyto(copy_dst, xf), "polyquant": fn,
+           "polyquant_out": lambda: fn(out=out)}
+    if binding is not None:
+        fns["onnxruntime"] = lambda: session.run_with_iobinding(binding)
+    bar.set_postfix_str(case.name, refresh=False)
+    samples = dict(zip(fns, interleaved_seconds(list(fns.values()), repeat, lambda: bar.update(1))))
     med = {k: statistics.median(v) for k, v in samples.items() if v}
     r = QdqResult(case.name, case.description, list(case.shape), med["polyquant"] * 1e3, med["polyquant_out"] * 1e3,
                   med["copy"] * 1e3, med["copyto"] * 1e3, med["copy"] / med["polyquant"],

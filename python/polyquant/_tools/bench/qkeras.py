@@ -32,7 +32,7 @@ import numpy as np
 from ... import _polyquant_ext as ext
 from ... import qkeras as qk
 from ..runner import CommandError
-from .common import AllocCase, InputCase, interleaved_seconds, pct, ratio, rounded_ms, timed
+from .common import AllocCase, InputCase, interleaved_seconds, pct, ratio, rounded_ms
 
 
 @dataclass
@@ -102,20 +102,10 @@ def _search_passes(q, x):
 
 def bench_qkeras_case(case, x, out, repeat, peer_timings, bar):
     q = case.make()
-    q(x)  # warm-up: thread pool, kernel selection
-    samples = {"copy": [], "copyto": [], "read": [], "polyquant": [], "polyquant_out": []}
-    for _ in range(repeat):
-        bar.set_postfix_str(case.name, refresh=False)
-        fresh_s, fresh = timed(lambda: x.copy())
-        samples["copy"].append(fresh_s)
-        del fresh
-        samples["copyto"].append(timed(lambda: np.copyto(out, x))[0])
-        samples["read"].append(timed(lambda: x.sum())[0])
-        op_s, result = timed(lambda: q(x))
-        samples["polyquant"].append(op_s)
-        del result
-        samples["polyquant_out"].append(timed(lambda: q(x, out=out))[0])
-        bar.update(1)
+    fns = {"copy": lambda: x.copy(), "copyto": lambda: np.copyto(out, x), "read": lambda: x.sum(),
+           "polyquant": lambda: q(x), "polyquant_out": lambda: q(x, out=out)}
+    bar.set_postfix_str(case.name, refresh=False)
+    samples = dict(zip(fns, interleaved_seconds(list(fns.values()), repeat, lambda: bar.update(1))))
     med = {k: statistics.median(v) for k, v in samples.items()}
     r = QkResult(case.name, case.description, list(x.shape), med["polyquant"] * 1e3, med["polyquant_out"] * 1e3,
                  med["copy"] * 1e3, med["copyto"] * 1e3, med["read"] * 1e3, med["copy"] / med["polyquant"],

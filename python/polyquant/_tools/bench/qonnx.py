@@ -20,7 +20,7 @@ import numpy as np
 from ... import _polyquant_ext as ext
 from ... import qonnx as pq
 from ..runner import compare
-from .common import BYTES_PER_ELEMENT, CHANNELS, AllocCase, InputCase, pct, timed
+from .common import BYTES_PER_ELEMENT, CHANNELS, AllocCase, InputCase, interleaved_seconds, pct, timed
 
 
 def _f32(value):
@@ -150,21 +150,14 @@ def bench_case(case, x, dst, repeat, peer_repeat, bar):
     data = x.reshape(CHANNELS, -1) if case.per_channel else x
     out = dst.reshape(data.shape)
     has_out = _accepts_out(case.polyquant, data)
-    case.polyquant(data)  # warm-up: thread pool, kernel selection
-    samples = {"memcpy": [], "memcpy_alloc": [], "polyquant": [], "polyquant_out": []}
-    result = None
-    for _ in range(repeat):
-        bar.set_postfix_str(case.name, refresh=False)
-        samples["memcpy"].append(timed(lambda: ext.copy(x, dst))[0])
-        fresh_s, fresh = timed(lambda: _copy_to_fresh(ext, x))
-        samples["memcpy_alloc"].append(fresh_s)
-        del fresh
-        result = None  # free the previous output before the op allocates the next one
-        op_s, result = timed(lambda: case.polyquant(data))
-        samples["polyquant"].append(op_s)
-        if has_out:
-            samples["polyquant_out"].append(timed(lambda: case.polyquant(data, out=out))[0])
-        bar.update(1)
+    fns = {"memcpy": lambda: ext.copy(x, dst), "memcpy_alloc": lambda: _copy_to_fresh(ext, x),
+           "polyquant": lambda: case.polyquant(data)}
+    if has_out:
+        fns["polyquant_out"] = lambda: case.polyquant(data, out=out)
+    bar.set_postfix_str(case.name, refresh=False)
+    # Each output is freed before the op allocates the next one (the timer drops every result).
+    samples = dict(zip(fns, interleaved_seconds(list(fns.values()), repeat, lambda: bar.update(1))))
+    result = case.polyquant(data)  # the allocating call's result, compared with qonnx's below
 
     med = {k: statistics.median(v) for k, v in samples.items() if v}
     op = OpResult(
