@@ -18,7 +18,8 @@ from . import qonnx
 
 __version__: str = _ext.version()
 
-__all__ = ["__version__", "aimet", "buffer_cache_info", "empty_cache", "onnx", "ort", "qonnx", "quark", "runtime_info"]
+__all__ = ["__version__", "aimet", "buffer_cache_info", "diff", "empty_cache", "onnx", "ort", "qonnx", "quark",
+           "runtime_info"]
 
 
 def runtime_info() -> dict[str, Any]:
@@ -43,6 +44,15 @@ def buffer_cache_info() -> dict[str, int]:
     results are numpy's own), ``hits`` and ``misses`` (allocations served from the cache or newly
     mapped)."""
     return _ext.buffer_cache_info()
+
+
+def diff(a: str, b: str, *, dtype: str = "float32", show_progress: bool = True) -> Any:
+    """Whether the quantizers of specs `a` and `b` (e.g. ``"qkeras:quantized_bits(8, 0, alpha=1)"`` and
+    ``"qonnx:IntQuant(scale=0.0078125, bitwidth=8)"``) give the same bits on every input of `dtype`
+    (all 2^32 float32 patterns, or all 2^16 float16 / bfloat16 ones): a result with ``identical``,
+    ``differing``, the counts per kind of difference and the smallest example of each (docs/diff.md)."""
+    from ._tools.diff import diff as _diff
+    return _diff(a, b, dtype=dtype, show_progress=show_progress)
 
 
 def __getattr__(name: str) -> Any:
