@@ -46,13 +46,15 @@ def buffer_cache_info() -> dict[str, int]:
     return _ext.buffer_cache_info()
 
 
-def diff(a: str, b: str, *, dtype: str = "float32", show_progress: bool = True) -> Any:
+def diff(a: str, b: str, *, dtype: str = "float32", patterns: tuple[int, int] | None = None,
+         show_progress: bool = True) -> Any:
     """Whether the quantizers of specs `a` and `b` (e.g. ``"qkeras:quantized_bits(8, 0, alpha=1)"`` and
     ``"qonnx:IntQuant(scale=0.0078125, bitwidth=8)"``) give the same bits on every input of `dtype`
-    (all 2^32 float32 patterns, or all 2^16 float16 / bfloat16 ones): a result with ``identical``,
-    ``differing``, the counts per kind of difference and the smallest example of each (docs/diff.md)."""
+    (all 2^32 float32 patterns, or all 2^16 float16 / bfloat16 ones; ``patterns=(start, stop)``: those
+    only): a result with ``identical``, ``differing``, the counts per kind of difference and the
+    smallest example of each (docs/diff.md)."""
     from ._tools.diff import diff as _diff
-    return _diff(a, b, dtype=dtype, show_progress=show_progress)
+    return _diff(a, b, dtype=dtype, patterns=patterns, show_progress=show_progress)
 
 
 def __getattr__(name: str) -> Any:

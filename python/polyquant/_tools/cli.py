@@ -32,7 +32,8 @@ from .bench.driver import DEFAULT_SIZE, GROUPS, OPS_CHOICES, OPT_IN_CASE_NAMES, 
 # 1 is reserved for a mismatch against the reference (returned by run and bench), so that scripts can
 # tell "the bits differ" from "the command could not run".
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_STATUS_HELP = ("Exit status: 0 ok; 1 mismatch against the reference (run --reference, bench); 2 usage or "
+EXIT_STATUS_HELP = ("Exit status: 0 ok; 1 mismatch against the reference (run --reference, bench) or between "
+                    "the two specs (diff); 2 usage or "
                     "input error (bad arguments, a missing file, a directory or a file that is no ONNX model / "
                     ".npy file, a model onnxruntime cannot load, a reference that is not installed, an output "
                     "directory that cannot be written); 3 unexpected internal error (a bug; the traceback is "

@@ -351,9 +351,11 @@ def _saturation_values(f, dtype) -> np.ndarray:
     return y.astype(np.float64)
 
 
-def diff(a: str, b: str, *, dtype: str = "float32", show_progress: bool = True) -> DiffResult:
+def diff(a: str, b: str, *, dtype: str = "float32", patterns: tuple[int, int] | None = None,
+         show_progress: bool = True) -> DiffResult:
     """Runs the quantizers of specs `a` and `b` on every input of `dtype` (float32: all 2^32 bit
-    patterns; float16 / bfloat16: all 2^16) and compares their outputs bit for bit (module doc)."""
+    patterns; float16 / bfloat16: all 2^16) and compares their outputs bit for bit (module doc).
+    `patterns=(start, stop)` sweeps only the bit patterns start <= p < stop."""
     if dtype not in INPUT_DTYPES:
         raise SpecError(f"dtype: expected one of {', '.join(INPUT_DTYPES)}, got {dtype!r}")
     x_dtype, bits_dtype, nbits = INPUT_DTYPES[dtype]
@@ -362,7 +364,10 @@ def diff(a: str, b: str, *, dtype: str = "float32", show_progress: bool = True) 
     if len(inst_a) > 1 and len(inst_b) > 1 and len(inst_a) != len(inst_b):
         raise SpecError(f"per-channel specs of {len(inst_a)} and {len(inst_b)} distinct parameter tuples do not pair up")
     pairs = list(zip(inst_a * (len(inst_b) if len(inst_a) == 1 else 1), inst_b * (len(inst_a) if len(inst_b) == 1 else 1)))
-    total = 1 << nbits
+    first, stop = (0, 1 << nbits) if patterns is None else patterns
+    if not (isinstance(first, int) and isinstance(stop, int) and 0 <= first < stop <= 1 << nbits):
+        raise SpecError(f"patterns: expected (start, stop) with 0 <= start < stop <= 2^{nbits}, got {patterns!r}")
+    total = stop - first
     chunk = min(CHUNK, total)
     result = DiffResult(a, b, dtype, total * len(pairs), len(pairs), kinds={k: 0 for k in KINDS})
     start = time.perf_counter()
@@ -378,15 +383,17 @@ def diff(a: str, b: str, *, dtype: str = "float32", show_progress: bool = True) 
                 sat_a, sat_b = _saturation_values(fa, x_dtype), _saturation_values(fb, x_dtype)
             except (TypeError, ValueError) as exc:
                 raise SpecError(f"cannot run the specs on {dtype} inputs: {exc}") from None
-            for lo in range(0, total, chunk):
-                np.add(base, bits_dtype(lo), out=codes)
-                x = codes.view(x_dtype)
+            for lo in range(first, stop, chunk):
+                n = min(chunk, stop - lo)
+                np.add(base[:n], bits_dtype(lo), out=codes[:n])
+                x = codes[:n].view(x_dtype)
                 ya, yb = np.asarray(fa(x)), np.asarray(fb(x))
                 if ya.shape != x.shape or yb.shape != x.shape:
                     raise SpecError(f"the ops must be elementwise (outputs {ya.shape} and {yb.shape} for {x.shape} inputs)")
                 mask = _differs(ya, yb)
                 if mask.any():
-                    mags = np.abs(x)
+                    with np.errstate(invalid="ignore"):  # signalling NaNs of the 16-bit types
+                        mags = np.abs(x.astype(np.float32))
                     for name, m in _classify(x, ya, yb, mask, sat_a, sat_b, steps).items():
                         count = int(np.count_nonzero(m))
                         if count == 0:
@@ -400,7 +407,7 @@ def diff(a: str, b: str, *, dtype: str = "float32", show_progress: bool = True) 
                             best[name] = (mag, Example(float(x[j]), f"0x{int(codes[j]):0{nbits // 4}x}",
                                                        float(ya[j]), float(yb[j])))
                     result.differing += int(np.count_nonzero(mask))
-                bar.update(chunk)
+                bar.update(n)
     result.examples = {k: v[1] for k, v in best.items()}
     result.kinds = {k: v for k, v in result.kinds.items() if v}
     result.seconds = time.perf_counter() - start
@@ -411,7 +418,7 @@ def diff_command(args, out=sys.stdout) -> int:
     """`polyquant diff A B`: exit status 0 identical, 1 they differ."""
     import json
     from dataclasses import asdict
-    r = diff(args.a, args.b, dtype=args.dtype, show_progress=not args.json)
+    r = diff(args.a, args.b, dtype=args.dtype, patterns=args.patterns, show_progress=not args.json)
     if args.json:
         d = asdict(r)
         d["identical"] = r.identical
@@ -430,6 +437,17 @@ def add_parser(sub, epilog: str) -> None:
     p.add_argument("b", metavar="B", help="the second spec, e.g. 'qonnx:IntQuant(scale=0.0078125, bitwidth=8)'")
     p.add_argument("--dtype", choices=list(INPUT_DTYPES), default="float32",
                    help="the input type swept exhaustively (default: %(default)s)")
+    p.add_argument("--patterns", type=_pattern_range, default=None, metavar="START:STOP",
+                   help="sweep only the input bit patterns START <= p < STOP (integers, 0x... allowed; default: all)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=diff_command)
+
+
+def _pattern_range(text: str) -> tuple[int, int]:
+    import argparse
+    try:
+        lo, hi = (int(v, 0) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected START:STOP (integers, 0x... allowed), got {text!r}") from None
+    return lo, hi
 
