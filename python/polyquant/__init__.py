@@ -18,8 +18,8 @@ from . import qonnx
 
 __version__: str = _ext.version()
 
-__all__ = ["__version__", "aimet", "buffer_cache_info", "diff", "empty_cache", "onnx", "ort", "qonnx", "quark",
-           "runtime_info"]
+__all__ = ["__version__", "aimet", "buffer_cache_info", "convert", "diff", "empty_cache", "onnx", "ort", "qonnx",
+           "quark", "runtime_info"]
 
 
 def runtime_info() -> dict[str, Any]:
@@ -55,6 +55,16 @@ def diff(a: str, b: str, *, dtype: str = "float32", patterns: tuple[int, int] | 
     smallest example of each (docs/diff.md)."""
     from ._tools.diff import diff as _diff
     return _diff(a, b, dtype=dtype, patterns=patterns, show_progress=show_progress)
+
+
+def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 0) -> Any:
+    """`model` (an onnx.ModelProto, a path or serialized bytes) converted exactly: ``to="onnx"`` replaces
+    its QONNX IntQuant / Quant and BipolarQuant nodes by standard ONNX ops computing qonnx's bits. Returns
+    a result with the converted ``model`` and a report per node (``nodes``; ``refused`` with the reasons);
+    ``check`` ("sample", "exhaustive" or "none") compares each converted node with polyquant.qonnx in
+    onnxruntime (docs/convert.md)."""
+    from ._tools.convert import convert as _convert
+    return _convert(model, to, check=check, seed=seed)
 
 
 def __getattr__(name: str) -> Any:

@@ -5,6 +5,7 @@ family (QONNX, QKeras, AIMET, ONNX Q/DQ, Quark), show what was detected.
     polyquant run MODEL.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--reference] [--repeat N] [--seed S]
     polyquant bench [--size N] [--repeat R] [--json] [--ops OP ...] [--no-peers] [--qkeras-timings FILE]
     polyquant diff SPEC_A SPEC_B [--dtype float32|float16|bfloat16] [--json]
+    polyquant convert IN.onnx -o OUT.onnx [--to onnx] [--check sample|exhaustive|none]
 
 Exit status: 0 success; 1 a --reference check (run), a qonnx comparison (bench) or diff found a mismatch;
 2 bad arguments or a problem with the inputs (a missing file, a directory or a file that is no ONNX
@@ -25,6 +26,7 @@ from importlib.metadata import PackageNotFoundError, version
 import polyquant
 
 from .. import ort as polyquant_ort
+from . import convert as convert_tool
 from . import diff as diff_tool
 from . import runner
 from .bench.driver import DEFAULT_SIZE, GROUPS, OPS_CHOICES, OPT_IN_CASE_NAMES, bench_command
@@ -32,8 +34,8 @@ from .bench.driver import DEFAULT_SIZE, GROUPS, OPS_CHOICES, OPT_IN_CASE_NAMES, 
 # 1 is reserved for a mismatch against the reference (returned by run and bench), so that scripts can
 # tell "the bits differ" from "the command could not run".
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_STATUS_HELP = ("Exit status: 0 ok; 1 mismatch against the reference (run --reference, bench) or between "
-                    "the two specs (diff); 2 usage or "
+EXIT_STATUS_HELP = ("Exit status: 0 ok; 1 mismatch against the reference (run --reference, bench), between "
+                    "the two specs (diff) or a node convert refused; 2 usage or "
                     "input error (bad arguments, a missing file, a directory or a file that is no ONNX model / "
                     ".npy file, a model onnxruntime cannot load, a reference that is not installed, an output "
                     "directory that cannot be written); 3 unexpected internal error (a bug; the traceback is "
@@ -203,6 +205,7 @@ def build_parser():
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
     bench.set_defaults(func=_bench)
     diff_tool.add_parser(sub, EXIT_STATUS_HELP)
+    convert_tool.add_parser(sub, EXIT_STATUS_HELP)
     return parser
 
 

@@ -1,0 +1,397 @@
+"""`polyquant convert` / `polyquant.convert`: QONNX models to standard ONNX, exactly.
+
+`--to onnx` replaces each QONNX quantizer by standard ONNX ops that compute qonnx's result bit for
+bit, in qonnx's own operation order and float32 precision, so the model runs in any onnxruntime
+without polyquant's custom-op library:
+
+  IntQuant / Quant   y = x / scale + zeropt; clamped (qonnx clamps before it rounds; NaN passes:
+                     Where(y > max, max, y), then Where(y < min, min, y)); rounded by the node's
+                     rounding mode; (y - zeropt) * scale. 1-bit signed: Where(y >= 0, 1, -1).
+  BipolarQuant       Where(x >= 0, 1, -1) * scale (x >= 0 as Or(x > 0, x == 0): false for NaN)
+
+Rounding modes: ROUND / HALF_EVEN -> Round (half to even); CEIL -> Ceil; FLOOR -> Floor;
+UP -> Sign(y) * Ceil(Abs(y)); DOWN -> Where(y > 0, Floor(y), Ceil(y)) (numpy's fix); HALF_UP ->
+Sign(y) * Floor(Abs(y) + 0.5); HALF_DOWN -> Sign(y) * Ceil(Abs(y) - 0.5), as qonnx computes them (the
+three with a sign pass a NaN y through unchanged: the NaN numpy's product returns).
+The clamp bounds are qonnx's min_int / max_int evaluated in the bit width's float32 arithmetic
+(2^bitwidth - 1 rounds to float32 above 24 bits, as in qonnx).
+
+QuantizeLinear / DequantizeLinear are not used: on every float32 input they differ from IntQuant
+(NaN becomes an integer, -0.0 becomes +0.0: `polyquant diff` counts 1,015,021,566 inputs for an
+8-bit grid), so they are never an exact replacement.
+
+Every converted node whose parameters are initializers is checked: the standard subgraph, run in
+onnxruntime alone, against polyquant.qonnx (bit-exact with qonnx) on NaN, infinities, zeros,
+subnormals, every rounding tie of the grid and its float32 neighbours, and random values
+(`check="sample"`), or on all 2^32 float32 inputs for per-tensor parameters (`check="exhaustive"`).
+A node is refused, with the reason, where the decomposition would not be exact or is not built yet
+(Trunc, FloatQuant; a bit width that is not an initializer; tensors that are not float32); a model
+with a refused node is not written.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .runner import CommandError, progress
+
+QONNX_DOMAINS = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
+ROUNDING_MODES = ("ROUND", "HALF_EVEN", "CEIL", "FLOOR", "UP", "DOWN", "HALF_UP", "HALF_DOWN")
+MIN_OPSET = 11  # Round
+
+
+@dataclass
+class NodeReport:
+    name: str
+    op: str
+    form: str             # what it became
+    status: str           # "exact" or "refused"
+    reason: str = ""
+    checked: int | None = None   # inputs compared with polyquant.qonnx (None: by construction only)
+
+
+@dataclass
+class ConvertResult:
+    model: Any
+    nodes: list = field(default_factory=list)
+
+    @property
+    def refused(self) -> list:
+        return [n for n in self.nodes if n.status != "exact"]
+
+    def __str__(self) -> str:
+        if not self.nodes:
+            return "no QONNX node: nothing to convert"
+        rows = [("node", "op", "becomes", "result")]
+        for n in self.nodes:
+            result = n.status if n.status != "exact" else (
+                f"exact, checked on {n.checked} inputs" if n.checked else "exact (by construction)")
+            rows.append((n.name, n.op, n.form, result + (f": {n.reason}" if n.reason else "")))
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows]
+        lines.insert(1, "-" * len(lines[0]))
+        done = sum(n.status == "exact" for n in self.nodes)
+        lines.append(f"{done} of {len(self.nodes)} QONNX nodes converted exactly"
+                     + (f"; {len(self.refused)} refused" if self.refused else ""))
+        return "\n".join(lines)
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Builder:
+    """Appends standard nodes and float32 constants for one converted node, named after it."""
+
+    def __init__(self, graph, prefix: str, used: set):
+        self.graph, self.prefix, self.used, self.nodes, self.inits = graph, prefix, used, [], []
+
+    def name(self, what: str) -> str:
+        base = f"{self.prefix}__pq_{what}"
+        name, k = base, 1
+        while name in self.used:
+            name, k = f"{base}_{k}", k + 1
+        self.used.add(name)
+        return name
+
+    def const(self, value, what: str) -> str:
+        name = self.name(what)
+        self.inits.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
+        return name
+
+    def op(self, op_type: str, inputs: list, what: str, output: str | None = None) -> str:
+        out = output or self.name(what)
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=self.name(what + "_node")))
+        return out
+
+
+def _round(b: _Builder, y: str, mode: str) -> str:
+    if mode in ("ROUND", "HALF_EVEN"):
+        return b.op("Round", [y], "round")
+    if mode == "CEIL":
+        return b.op("Ceil", [y], "ceil")
+    if mode == "FLOOR":
+        return b.op("Floor", [y], "floor")
+    if mode == "DOWN":
+        # numpy's fix (toward zero) as Where(y > 0, Floor(y), Ceil(y)): Ceil is fix for y <= 0 and NaN, and
+        # a -0.0 result (from -1 < y <= -0) then comes from Where's second input. onnxruntime 1.32's
+        # Where returns +0.0 for a -0.0 taken from its first input, so Where(y < 0, Ceil, Floor) loses it.
+        pos = b.op("Greater", [y, b.const(0.0, "zero")], "positive")
+        return b.op("Where", [pos, b.op("Floor", [y], "floor"), b.op("Ceil", [y], "ceil")], "fix")
+    sign, mag = b.op("Sign", [y], "sign"), b.op("Abs", [y], "abs")
+    if mode == "UP":
+        r = b.op("Mul", [sign, b.op("Ceil", [mag], "ceil")], "up")
+    elif mode == "HALF_UP":
+        r = b.op("Mul", [sign, b.op("Floor", [b.op("Add", [mag, b.const(0.5, "half")], "plus_half")], "floor")],
+                 "half_up")
+    else:
+        r = b.op("Mul", [sign, b.op("Ceil", [b.op("Sub", [mag, b.const(0.5, "half")], "minus_half")], "ceil")],
+                 "half_down")
+    # A NaN y: numpy's sign(y) * f(|y|) multiplies two NaNs and x86 returns the first, sign(y), which is
+    # y (already quiet: it came out of Div and Add); onnxruntime's Mul may take its operands the other
+    # way round (|y|: the positive NaN). So a NaN y is passed through explicitly.
+    return b.op("Where", [b.op("IsNaN", [y], "is_nan"), y, r], "rounded")
+
+
+def _bipolar(b: _Builder, y: str) -> str:
+    # y >= 0 as (y > 0) or (y == 0) (opset 11; GreaterOrEqual is 12): false for NaN, so NaN -> -1 as in
+    # qonnx's np.where(y >= 0, 1, -1). (Not(y < 0) would send NaN to 1.)
+    zero = b.const(0.0, "zero")
+    ge = b.op("Or", [b.op("Greater", [y, zero], "positive"), b.op("Equal", [y, zero], "is_zero")], "nonnegative")
+    return b.op("Where", [ge, b.const(1.0, "one"), b.const(-1.0, "minus_one")], "bipolar")
+
+
+def int_bounds(bitwidth: np.ndarray, signed: bool, narrow: bool) -> tuple[np.ndarray, np.ndarray]:
+    """qonnx's min_int / max_int in the bit width's own arithmetic (float32: 2^bw - 1 rounds above 24 bits)."""
+    bw = np.asarray(bitwidth)
+    two = bw.dtype.type(2)
+    if signed:
+        lo = -(two ** (bw - 1)) + (1 if narrow else 0)
+        hi = two ** (bw - 1) - 1
+    else:
+        lo = bw * 0
+        hi = two ** bw - (2 if narrow else 1)
+    return np.asarray(lo, np.float32), np.asarray(hi, np.float32)
+
+
+def _initializer(graph, name: str):
+    for t in graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
+    return None
+
+
+def _elem_type(graph, name: str, inferred: dict) -> int | None:
+    for t in graph.initializer:
+        if t.name == name:
+            return t.data_type
+    return inferred.get(name)
+
+
+def _convert_node(graph, node, b: _Builder, inferred: dict) -> tuple[str, dict]:
+    """Emits the standard subgraph of `node` into `b`; returns (form, static parameters or {})."""
+    op = node.op_type
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    for name in node.input:
+        t = _elem_type(graph, name, inferred)
+        if t not in (None, TensorProto.FLOAT):
+            raise _Refused(f"input {name!r} is {TensorProto.DataType.Name(t).lower()}; the decomposition is built for "
+                           f"float32 tensors (qonnx computes other types in numpy's promoted precision)")
+    x, out = node.input[0], node.output[0]
+    if op == "BipolarQuant":
+        scale = _initializer(graph, node.input[1])
+        b.op("Mul", [_bipolar(b, x), node.input[1]], "out", output=out)
+        return "Where(x >= 0, 1, -1) * scale", ({"kind": "bipolar", "scale": scale} if scale is not None else {})
+    if op not in ("Quant", "IntQuant"):
+        raise _Refused(f"{op} is not converted yet (IntQuant / Quant and BipolarQuant are)")
+    mode = attrs.get("rounding_mode", b"ROUND")
+    mode = (mode.decode() if isinstance(mode, bytes) else str(mode)).upper()
+    if mode not in ROUNDING_MODES:
+        raise _Refused(f"rounding_mode {mode!r} is not one of qonnx's {', '.join(ROUNDING_MODES)}")
+    signed, narrow = bool(attrs.get("signed", 1)), bool(attrs.get("narrow", 0))
+    bitwidth = _initializer(graph, node.input[3])
+    if bitwidth is None:
+        raise _Refused(f"bitwidth {node.input[3]!r} is not an initializer: the clamp bounds 2^bitwidth are "
+                       f"computed at conversion time")
+    if bitwidth.size != 1:
+        raise _Refused(f"bitwidth {node.input[3]!r} has {bitwidth.size} elements; qonnx takes one")
+    s, z = node.input[1], node.input[2]
+    y = b.op("Add", [b.op("Div", [x, s], "scaled"), z], "shifted")
+    bw = bitwidth.reshape(())
+    if float(bw) == 1 and signed:
+        y = _bipolar(b, y)
+        form = "Div, Add, Where(>= 0, 1, -1), Sub, Mul"
+    else:
+        lo, hi = int_bounds(bw, signed, narrow)
+        hi_c, lo_c = b.const(hi, "max_int"), b.const(lo, "min_int")
+        y = b.op("Where", [b.op("Greater", [y, hi_c], "above"), hi_c, y], "clamped_high")
+        y = b.op("Where", [b.op("Less", [y, lo_c], "below"), lo_c, y], "clamped")
+        y = _round(b, y, mode)
+        form = f"Div, Add, Where (clamp), {mode} rounding, Sub, Mul"
+    b.op("Mul", [b.op("Sub", [y, z], "unshifted"), s], "out", output=out)
+    scale, zeropt = _initializer(graph, s), _initializer(graph, z)
+    static = {} if scale is None or zeropt is None else {
+        "kind": "int", "scale": scale, "zeropt": zeropt, "bitwidth": bitwidth, "signed": int(signed),
+        "narrow": int(narrow), "rounding_mode": mode}
+    return form, static
+
+
+# ---- checks ------------------------------------------------------------------------------------------
+
+def _reference(p: dict, x: np.ndarray) -> np.ndarray:
+    from .. import qonnx
+    if p["kind"] == "bipolar":
+        return qonnx.bipolar_quant(x, p["scale"])
+    return qonnx.quant(x, p["scale"], p["zeropt"], p["bitwidth"], p["signed"], p["narrow"], p["rounding_mode"])
+
+
+def _sample_inputs(p: dict, rng) -> np.ndarray:
+    """NaNs, infinities, zeros, subnormals, extremes; every tie (k + 1/2 - zeropt) * scale of the grid
+    (of a grid wider than 2^13 steps: those at both ends and around zero) and its float32 neighbours;
+    random values over the grid's range. Shape
+    (N,) + the parameters' broadcast shape, so each channel sees every value."""
+    pshape = np.broadcast_shapes(*(np.shape(p[k]) for k in ("scale", "zeropt") if k in p))
+    scale = np.broadcast_to(np.asarray(p["scale"], np.float32), pshape)
+    zero = np.broadcast_to(np.asarray(p.get("zeropt", 0), np.float32), pshape)
+    fmax, tiny = np.finfo(np.float32).max, np.float32(1e-45)
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, tiny, -tiny, 1.2e-38, -1.2e-38, fmax, -fmax],
+                        np.float32)
+    parts = [np.broadcast_to(specials.reshape((-1,) + (1,) * len(pshape)), (specials.size,) + pshape)]
+    if p["kind"] == "int":
+        lo, hi = int_bounds(np.asarray(p["bitwidth"]).reshape(()), p["signed"], p["narrow"])
+        first, last = float(lo) - 2, float(hi) + 2
+        if last - first <= 1 << 13:
+            k = np.arange(first, last, dtype=np.float64)
+        else:  # a wide grid: the ties at both ends and around zero (random values fill the rest)
+            mid = np.arange(-(1 << 11), 1 << 11, dtype=np.float64)
+            k = np.unique(np.concatenate([first + np.arange(1 << 12), last - np.arange(1, (1 << 12) + 1),
+                                          mid[(mid >= first) & (mid < last)]]))
+        k = k.reshape((-1,) + (1,) * len(pshape))
+        ties = ((k + 0.5 - zero) * scale).astype(np.float32)
+        parts += [ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)),
+                  ((k - zero) * scale).astype(np.float32)]
+        span = (float(hi) - float(lo) + 4) * np.abs(scale).max(initial=1.0)
+    else:
+        span = 4.0
+    parts.append((rng.standard_normal((4096,) + pshape) * span).astype(np.float32))
+    return np.concatenate([np.broadcast_to(a, a.shape) for a in parts]).astype(np.float32)
+
+
+def _node_model(node_nodes, inits, x_name, out_name, opset):
+    graph = helper.make_graph(node_nodes, "check", [helper.make_tensor_value_info(x_name, TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = min(m.ir_version, 9)
+    return m
+
+
+def _check_node(b: _Builder, node, p: dict, graph, opset: int, how: str, rng) -> int:
+    """Inputs compared; raises _Refused at the first difference (with the input)."""
+    import onnxruntime as ort
+    needed = {i for n in b.nodes for i in n.input} - {t.name for t in b.inits} - {o for n in b.nodes for o in n.output}
+    inits = list(b.inits) + [t for t in graph.initializer if t.name in needed]
+    model = _node_model(b.nodes, inits, node.input[0], node.output[0], opset)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    per_tensor = all(np.size(p[k]) == 1 for k in ("scale", "zeropt") if k in p)
+    if how == "exhaustive" and per_tensor:
+        chunk, n = 1 << 20, 0
+        base = np.arange(chunk, dtype=np.uint32)
+        with progress(range(0, 1 << 32, chunk), f"check {node.name or node.output[0]}", unit="chunk") as bar:
+            for lo in bar:
+                x = (base + np.uint32(lo)).view(np.float32)
+                _compare(session, node, p, x)
+                n += chunk
+        return n
+    x = _sample_inputs(p, rng)
+    _compare(session, node, p, x)
+    return int(x.size)
+
+
+def _compare(session, node, p, x):
+    got = session.run(None, {node.input[0]: x})[0]
+    want = np.asarray(_reference(p, x), np.float32)
+    bad = np.flatnonzero(got.view(np.uint32).reshape(-1) != np.broadcast_to(want, got.shape).view(np.uint32).reshape(-1))
+    if bad.size:
+        i = bad[0]
+        raise _Refused(f"the standard subgraph differs from qonnx on {bad.size} of {got.size} checked inputs, e.g. "
+                       f"x = {x.reshape(-1)[i % x.size]!r}: {got.reshape(-1)[i]!r} instead of {want.reshape(-1)[i]!r}")
+
+
+# ---- the conversion ------------------------------------------------------------------------------------
+
+def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 0) -> ConvertResult:
+    """Converts `model` (an onnx.ModelProto, a path or serialized bytes; not modified) to `to`:
+    returns a ConvertResult with the converted ``model`` and a report per QONNX node (``nodes``;
+    ``refused`` lists those not converted, with the reason). See the module documentation."""
+    from ..onnx.models import _load_model
+    if to != "onnx":
+        raise CommandError(f"to: only 'onnx' (QONNX -> standard ONNX) is built so far, got {to!r}")
+    if check not in ("sample", "exhaustive", "none"):
+        raise CommandError(f"check: expected sample, exhaustive or none, got {check!r}")
+    m = _load_model(model, copy=True)
+    graph = m.graph
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), None)
+    try:
+        inferred_model = onnx.shape_inference.infer_shapes(m)
+        inferred = {v.name: v.type.tensor_type.elem_type for v in
+                    list(inferred_model.graph.value_info) + list(graph.input) + list(graph.output)
+                    if v.type.tensor_type.elem_type}
+    except Exception:  # noqa: BLE001 - custom domains may stop inference; types then come from initializers only
+        inferred = {v.name: v.type.tensor_type.elem_type for v in list(graph.input) if v.type.tensor_type.elem_type}
+    used = {n for node in graph.node for n in list(node.input) + list(node.output) + [node.name]}
+    used |= {t.name for t in graph.initializer} | {v.name for v in graph.input}
+    rng = np.random.default_rng(seed)
+    result = ConvertResult(m)
+    new_nodes, new_inits = [], []
+    for node in graph.node:
+        if node.domain not in QONNX_DOMAINS:
+            new_nodes.append(node)
+            continue
+        name = node.name or node.output[0]
+        b = _Builder(graph, name, used)
+        try:
+            if opset is None or opset < MIN_OPSET:
+                raise _Refused(f"the model imports the standard opset {opset}; the decomposition needs Round "
+                               f"(opset {MIN_OPSET} or later)")
+            form, static = _convert_node(graph, node, b, inferred)
+            checked = None
+            if static and check != "none":
+                checked = _check_node(b, node, static, graph, opset, check, rng)
+            result.nodes.append(NodeReport(name, node.op_type, form, "exact", checked=checked))
+            new_nodes += b.nodes
+            new_inits += b.inits
+        except _Refused as why:
+            result.nodes.append(NodeReport(name, node.op_type, "-", "refused", str(why)))
+            new_nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+    graph.initializer.extend(new_inits)
+    if not result.refused:
+        keep = [o for o in m.opset_import if o.domain not in QONNX_DOMAINS]
+        del m.opset_import[:]
+        m.opset_import.extend(keep)
+    return result
+
+
+def convert_command(args, out=sys.stdout) -> int:
+    """`polyquant convert IN -o OUT --to onnx`: exit 0 when every QONNX node converted exactly (OUT
+    written), 1 when one was refused (OUT not written)."""
+    from ..onnx.models import _load_model
+    try:
+        model = _load_model(args.model, copy=False)
+    except (OSError, ValueError, TypeError) as exc:
+        raise CommandError(str(exc)) from None
+    r = convert(model, args.to, check=args.check)
+    print(r, file=out)
+    if r.refused:
+        print(f"not written: {len(r.refused)} node(s) refused", file=out)
+        return 1
+    onnx.save(r.model, args.output)
+    print(f"written: {args.output}", file=out)
+    return 0
+
+
+def add_parser(sub, epilog: str) -> None:
+    p = sub.add_parser(
+        "convert", epilog=epilog, help="convert a QONNX model to standard ONNX, exactly",
+        description="Replace each QONNX quantizer (IntQuant / Quant, BipolarQuant) by standard ONNX ops that "
+                    "compute qonnx's result bit for bit, so the model runs in any onnxruntime without polyquant. "
+                    "Each node is checked against polyquant.qonnx (bit-exact with qonnx) in onnxruntime; a node "
+                    "that cannot be converted exactly (Trunc and FloatQuant: not yet) is refused with the reason, "
+                    "and then nothing is written (exit status 1). docs/convert.md")
+    p.add_argument("model", metavar="IN.onnx", help="the QONNX model")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the converted model")
+    p.add_argument("--to", choices=["onnx"], default="onnx", help="target: standard ONNX (default)")
+    p.add_argument("--check", choices=["sample", "exhaustive", "none"], default="sample",
+                   help="compare each converted node with polyquant.qonnx on NaN, infinities, zeros, subnormals, every "
+                        "rounding tie and random values (sample, default) or on all 2^32 float32 inputs (exhaustive, "
+                        "per-tensor parameters; about a minute per node)")
+    p.set_defaults(func=convert_command)
