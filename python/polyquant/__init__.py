@@ -59,7 +59,7 @@ def diff(a: str, b: str, *, dtype: str = "float32", patterns: tuple[int, int] | 
 
 def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 0) -> Any:
     """`model` (an onnx.ModelProto, a path or serialized bytes) converted exactly: ``to="onnx"`` replaces
-    its QONNX IntQuant / Quant and BipolarQuant nodes by standard ONNX ops computing qonnx's bits. Returns
+    its QONNX IntQuant / Quant, BipolarQuant and Trunc nodes by standard ONNX ops computing qonnx's bits. Returns
     a result with the converted ``model`` and a report per node (``nodes``; ``refused`` with the reasons);
     ``check`` ("sample", "exhaustive" or "none") compares each converted node with polyquant.qonnx in
     onnxruntime (docs/convert.md)."""

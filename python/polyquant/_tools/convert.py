@@ -8,6 +8,9 @@ without polyquant's custom-op library:
                      Where(y > max, max, y), then Where(y < min, min, y)); rounded by the node's
                      rounding mode; (y - zeropt) * scale. 1-bit signed: Where(y >= 0, 1, -1).
   BipolarQuant       Where(x >= 0, 1, -1) * scale (x >= 0 as Or(x > 0, x == 0): false for NaN)
+  Trunc v1           round(x / scale + zeropt) / 2^(in_bw - out_bw), rounded by the mode, (y - zeropt) * scale
+  Trunc v2           round(x / scale + zeropt) / t with t = 2^round(log2(out_scale / scale)), clamped to
+                     out_bitwidth's grid, rounded by the mode, (y - zeropt / t) * out_scale
 
 Rounding modes: ROUND / HALF_EVEN -> Round (half to even); CEIL -> Ceil; FLOOR -> Floor;
 UP -> Sign(y) * Ceil(Abs(y)); DOWN -> Where(y > 0, Floor(y), Ceil(y)) (numpy's fix); HALF_UP ->
@@ -25,8 +28,8 @@ onnxruntime alone, against polyquant.qonnx (bit-exact with qonnx) on NaN, infini
 subnormals, every rounding tie of the grid and its float32 neighbours, and random values
 (`check="sample"`), or on all 2^32 float32 inputs for per-tensor parameters (`check="exhaustive"`).
 A node is refused, with the reason, where the decomposition would not be exact or is not built yet
-(Trunc, FloatQuant; a bit width that is not an initializer; tensors that are not float32); a model
-with a refused node is not written.
+(FloatQuant; a bit width, or Trunc's scales, that are not initializers; tensors that are not
+float32); a model with a refused node is not written.
 """
 
 from __future__ import annotations
@@ -174,7 +177,71 @@ def _elem_type(graph, name: str, inferred: dict) -> int | None:
     return inferred.get(name)
 
 
-def _convert_node(graph, node, b: _Builder, inferred: dict) -> tuple[str, dict]:
+def _mode(attrs: dict, default: str) -> str:
+    mode = attrs.get("rounding_mode", default)
+    mode = (mode.decode() if isinstance(mode, bytes) else str(mode)).upper()
+    if mode not in ROUNDING_MODES:
+        raise _Refused(f"rounding_mode {mode!r} is not one of qonnx's {', '.join(ROUNDING_MODES)}")
+    return mode
+
+
+def _static(graph, node, i: int, what: str) -> np.ndarray:
+    value = _initializer(graph, node.input[i]) if i < len(node.input) and node.input[i] else None
+    if value is None:
+        raise _Refused(f"{what} {node.input[i] if i < len(node.input) else '(absent)'!r} is not an initializer: it is "
+                       f"needed at conversion time")
+    return value
+
+
+def _convert_trunc(graph, node, b: _Builder, attrs: dict, version: int) -> tuple[str, dict]:
+    """qonnx's Trunc: v1 (the domain imported at version 1: x, scale, zeropt, in_bitwidth, out_bitwidth)
+    y = round(x / scale + zeropt) / 2^(in_bw - out_bw), rounded by the mode, (y - zeropt) * scale;
+    v2 (version 2: x, scale, zeropt, in_bitwidth, out_scale, out_bitwidth; narrow, signed)
+    t = 2^round(log2(out_scale / scale)), y = round(x / scale + zeropt) / t, clamped to out_bitwidth's
+    grid, rounded by the mode, (y - zeropt / t) * out_scale. The power of two t is computed at
+    conversion time by numpy, in the parameters' float32 arithmetic, as qonnx computes it."""
+    mode = _mode(attrs, "FLOOR")
+    x, s, z = node.input[0], node.input[1], node.input[2]
+    y = b.op("Round", [b.op("Add", [b.op("Div", [x, s], "scaled"), z], "shifted")], "integer")
+    if version < 2:
+        in_bw, out_bw = _static(graph, node, 3, "in_bitwidth"), _static(graph, node, 4, "out_bitwidth")
+        with np.errstate(over="ignore"):
+            t = np.asarray(2.0 ** (in_bw - out_bw))
+        y = _round(b, b.op("Div", [y, b.const(t, "trunc_scale")], "truncated"), mode)
+        b.op("Mul", [b.op("Sub", [y, z], "unshifted"), s], "out", output=node.output[0])
+        static = {"kind": "trunc_v1", "scale": _initializer(graph, s), "zeropt": _initializer(graph, z),
+                  "in_bitwidth": in_bw, "out_bitwidth": out_bw, "rounding_mode": mode, "trunc_scale": t}
+        form = f"Div, Add, Round, Div by 2^(in - out bits), {mode} rounding, Sub, Mul"
+    else:
+        if len(node.input) < 6:
+            raise _Refused(f"the model imports {node.domain} at version {version} (Trunc v2), but the node has "
+                           f"{len(node.input)} inputs instead of 6")
+        scale, out_scale = _static(graph, node, 1, "scale"), _static(graph, node, 4, "out_scale")
+        out_bw = _static(graph, node, 5, "out_bitwidth")
+        if out_bw.size != 1:
+            raise _Refused(f"out_bitwidth has {out_bw.size} elements; qonnx takes one")
+        signed, narrow = bool(attrs.get("signed", 1)), bool(attrs.get("narrow", 0))
+        with np.errstate(all="ignore"):
+            t = np.asarray(2 ** np.round(np.log2(out_scale / scale)))
+        t_c = b.const(t, "trunc_scale")
+        y = b.op("Div", [y, t_c], "truncated")
+        lo, hi = int_bounds(out_bw.reshape(()), signed, narrow)
+        hi_c, lo_c = b.const(hi, "max_int"), b.const(lo, "min_int")
+        y = b.op("Where", [b.op("Greater", [y, hi_c], "above"), hi_c, y], "clamped_high")
+        y = b.op("Where", [b.op("Less", [y, lo_c], "below"), lo_c, y], "clamped")
+        y = _round(b, y, mode)
+        y = b.op("Sub", [y, b.op("Div", [z, t_c], "out_zeropt")], "unshifted")
+        b.op("Mul", [y, node.input[4]], "out", output=node.output[0])
+        static = {"kind": "trunc_v2", "scale": scale, "zeropt": _initializer(graph, z),
+                  "in_bitwidth": _initializer(graph, node.input[3]), "out_scale": out_scale, "out_bitwidth": out_bw,
+                  "signed": int(signed), "narrow": int(narrow), "rounding_mode": mode, "trunc_scale": t}
+        form = f"Div, Add, Round, Div by 2^round(log2(out_scale / scale)), Where (clamp), {mode} rounding, Sub, Mul"
+    if any(v is None for v in static.values()):
+        static = {}
+    return form, static
+
+
+def _convert_node(graph, node, b: _Builder, inferred: dict, version: int = 1) -> tuple[str, dict]:
     """Emits the standard subgraph of `node` into `b`; returns (form, static parameters or {})."""
     op = node.op_type
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -188,12 +255,11 @@ def _convert_node(graph, node, b: _Builder, inferred: dict) -> tuple[str, dict]:
         scale = _initializer(graph, node.input[1])
         b.op("Mul", [_bipolar(b, x), node.input[1]], "out", output=out)
         return "Where(x >= 0, 1, -1) * scale", ({"kind": "bipolar", "scale": scale} if scale is not None else {})
+    if op == "Trunc":
+        return _convert_trunc(graph, node, b, attrs, version)
     if op not in ("Quant", "IntQuant"):
-        raise _Refused(f"{op} is not converted yet (IntQuant / Quant and BipolarQuant are)")
-    mode = attrs.get("rounding_mode", b"ROUND")
-    mode = (mode.decode() if isinstance(mode, bytes) else str(mode)).upper()
-    if mode not in ROUNDING_MODES:
-        raise _Refused(f"rounding_mode {mode!r} is not one of qonnx's {', '.join(ROUNDING_MODES)}")
+        raise _Refused(f"{op} is not converted yet (IntQuant / Quant, BipolarQuant and Trunc are)")
+    mode = _mode(attrs, "ROUND")
     signed, narrow = bool(attrs.get("signed", 1)), bool(attrs.get("narrow", 0))
     bitwidth = _initializer(graph, node.input[3])
     if bitwidth is None:
@@ -228,6 +294,11 @@ def _reference(p: dict, x: np.ndarray) -> np.ndarray:
     from .. import qonnx
     if p["kind"] == "bipolar":
         return qonnx.bipolar_quant(x, p["scale"])
+    if p["kind"] == "trunc_v1":
+        return qonnx.trunc(x, p["scale"], p["zeropt"], p["in_bitwidth"], p["out_bitwidth"], p["rounding_mode"])
+    if p["kind"] == "trunc_v2":
+        return qonnx.trunc_v2(x, p["scale"], p["zeropt"], p["in_bitwidth"], p["narrow"], p["signed"], p["out_scale"],
+                              p["out_bitwidth"], p["rounding_mode"])
     return qonnx.quant(x, p["scale"], p["zeropt"], p["bitwidth"], p["signed"], p["narrow"], p["rounding_mode"])
 
 
@@ -236,35 +307,68 @@ def _sample_inputs(p: dict, rng) -> np.ndarray:
     (of a grid wider than 2^13 steps: those at both ends and around zero) and its float32 neighbours;
     random values over the grid's range. Shape
     (N,) + the parameters' broadcast shape, so each channel sees every value."""
-    pshape = np.broadcast_shapes(*(np.shape(p[k]) for k in ("scale", "zeropt") if k in p))
+    pshape = np.broadcast_shapes(*(np.shape(p[k]) for k in ("scale", "zeropt", "out_scale") if p.get(k) is not None))
     scale = np.broadcast_to(np.asarray(p["scale"], np.float32), pshape)
     zero = np.broadcast_to(np.asarray(p.get("zeropt", 0), np.float32), pshape)
     fmax, tiny = np.finfo(np.float32).max, np.float32(1e-45)
     specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, tiny, -tiny, 1.2e-38, -1.2e-38, fmax, -fmax],
                         np.float32)
     parts = [np.broadcast_to(specials.reshape((-1,) + (1,) * len(pshape)), (specials.size,) + pshape)]
-    if p["kind"] == "int":
-        lo, hi = int_bounds(np.asarray(p["bitwidth"]).reshape(()), p["signed"], p["narrow"])
-        first, last = float(lo) - 2, float(hi) + 2
+    def grid(lo: float, hi: float) -> np.ndarray:
+        first, last = lo - 2, hi + 2
         if last - first <= 1 << 13:
             k = np.arange(first, last, dtype=np.float64)
         else:  # a wide grid: the ties at both ends and around zero (random values fill the rest)
             mid = np.arange(-(1 << 11), 1 << 11, dtype=np.float64)
             k = np.unique(np.concatenate([first + np.arange(1 << 12), last - np.arange(1, (1 << 12) + 1),
                                           mid[(mid >= first) & (mid < last)]]))
-        k = k.reshape((-1,) + (1,) * len(pshape))
-        ties = ((k + 0.5 - zero) * scale).astype(np.float32)
-        parts += [ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)),
-                  ((k - zero) * scale).astype(np.float32)]
+        return k.reshape((-1,) + (1,) * len(pshape))
+
+    def around(points: np.ndarray) -> list:
+        points = points.astype(np.float32)
+        return [points, np.nextafter(points, np.float32(np.inf)), np.nextafter(points, np.float32(-np.inf))]
+
+    span = 4.0
+    if p["kind"] == "int":
+        lo, hi = int_bounds(np.asarray(p["bitwidth"]).reshape(()), p["signed"], p["narrow"])
+        k = grid(float(lo), float(hi))
+        parts += around((k + 0.5 - zero) * scale) + [((k - zero) * scale).astype(np.float32)]
         span = (float(hi) - float(lo) + 4) * np.abs(scale).max(initial=1.0)
-    else:
-        span = 4.0
+    elif p["kind"].startswith("trunc"):
+        # Ties of both roundings: x / scale + zeropt = k + 1/2 (the input grid) and
+        # round(x / scale + zeropt) / t = k + 1/2 (the output grid, t the power of two).
+        t = np.broadcast_to(np.asarray(p["trunc_scale"], np.float64), pshape)
+        in_bw = float(np.asarray(p["in_bitwidth"]).reshape(-1)[0]) if p["in_bitwidth"] is not None else 8.0
+        in_hi = 2.0 ** min(in_bw, 30)
+        k = grid(-in_hi, in_hi)
+        parts += around((k + 0.5 - zero) * scale)
+        parts += around(((k + 0.5) * t - zero) * scale) + around((k * t - zero) * scale)
+        span = 2 * in_hi * np.abs(scale).max(initial=1.0)
     parts.append((rng.standard_normal((4096,) + pshape) * span).astype(np.float32))
     return np.concatenate([np.broadcast_to(a, a.shape) for a in parts]).astype(np.float32)
 
 
-def _node_model(node_nodes, inits, x_name, out_name, opset):
-    graph = helper.make_graph(node_nodes, "check", [helper.make_tensor_value_info(x_name, TensorProto.FLOAT, None)],
+def exact_session_options() -> Any:
+    """onnxruntime session options under which a converted model computes qonnx's bits: the basic
+    optimization level (constant folding runs the same kernels) without the optimizers that change
+    numerics (polyquant.qonnx.execute.NUMERICS_CHANGING_OPTIMIZERS: fusions that reorder sums or fold a
+    scale, and NoopElimination, which drops x + 0 and so turns IEEE's -0.0 + 0.0 = +0.0 into -0.0),
+    weight prepacking off. No custom-op library: the model needs none."""
+    import onnxruntime as ort
+    from ..qonnx.execute import NUMERICS_CHANGING_OPTIMIZERS
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.add_session_config_entry("optimization.disable_specified_optimizers", ";".join(NUMERICS_CHANGING_OPTIMIZERS))
+    options.add_session_config_entry("session.disable_prepacking", "1")
+    return options
+
+
+def _node_model(node_nodes, inits, x_name, out_name, opset, rank):
+    # x of known rank (symbolic dimensions), as in a real model: some onnxruntime rewrites apply only
+    # where shapes are known, so the check runs the subgraph as the model will.
+    x_info = helper.make_tensor_value_info(x_name, TensorProto.FLOAT, [f"d{i}" for i in range(rank)])
+    graph = helper.make_graph(node_nodes, "check", [x_info],
                               [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, None)], inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = min(m.ir_version, 9)
@@ -275,13 +379,18 @@ def _check_node(b: _Builder, node, p: dict, graph, opset: int, how: str, rng) ->
     """Inputs compared; raises _Refused at the first difference (with the input)."""
     import onnxruntime as ort
     needed = {i for n in b.nodes for i in n.input} - {t.name for t in b.inits} - {o for n in b.nodes for o in n.output}
+    needed.discard(node.input[0])  # x is fed: the sample, then a weight's own tensor
     inits = list(b.inits) + [t for t in graph.initializer if t.name in needed]
-    model = _node_model(b.nodes, inits, node.input[0], node.output[0], opset)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    per_tensor = all(np.size(p[k]) == 1 for k in ("scale", "zeropt") if k in p)
-    if how == "exhaustive" and per_tensor:
+    per_tensor = all(np.size(p[k]) == 1 for k in ("scale", "zeropt", "out_scale") if p.get(k) is not None)
+    exhaustive = how == "exhaustive" and per_tensor
+    x = None if exhaustive else _sample_inputs(p, rng)
+
+    def session_of_rank(rank: int):
+        model = _node_model(b.nodes, inits, node.input[0], node.output[0], opset, rank)
+        return ort.InferenceSession(model.SerializeToString(), exact_session_options(), providers=["CPUExecutionProvider"])
+
+    session = session_of_rank(1 if exhaustive else x.ndim)
+    if exhaustive:
         chunk, n = 1 << 20, 0
         base = np.arange(chunk, dtype=np.uint32)
         with progress(range(0, 1 << 32, chunk), f"check {node.name or node.output[0]}", unit="chunk") as bar:
@@ -290,9 +399,13 @@ def _check_node(b: _Builder, node, p: dict, graph, opset: int, how: str, rng) ->
                 _compare(session, node, p, x)
                 n += chunk
         return n
-    x = _sample_inputs(p, rng)
     _compare(session, node, p, x)
-    return int(x.size)
+    checked = int(x.size)
+    weight = _initializer(graph, node.input[0])
+    if weight is not None and weight.dtype == np.float32:  # a weight quantizer: its own tensor too
+        _compare(session_of_rank(weight.ndim), node, p, weight)
+        checked += int(weight.size)
+    return checked
 
 
 def _compare(session, node, p, x):
@@ -341,7 +454,8 @@ def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 
             if opset is None or opset < MIN_OPSET:
                 raise _Refused(f"the model imports the standard opset {opset}; the decomposition needs Round "
                                f"(opset {MIN_OPSET} or later)")
-            form, static = _convert_node(graph, node, b, inferred)
+            version = next((o.version for o in m.opset_import if o.domain == node.domain), 1)
+            form, static = _convert_node(graph, node, b, inferred, version)
             checked = None
             if static and check != "none":
                 checked = _check_node(b, node, static, graph, opset, check, rng)
@@ -382,10 +496,10 @@ def convert_command(args, out=sys.stdout) -> int:
 def add_parser(sub, epilog: str) -> None:
     p = sub.add_parser(
         "convert", epilog=epilog, help="convert a QONNX model to standard ONNX, exactly",
-        description="Replace each QONNX quantizer (IntQuant / Quant, BipolarQuant) by standard ONNX ops that "
+        description="Replace each QONNX quantizer (IntQuant / Quant, BipolarQuant, Trunc) by standard ONNX ops that "
                     "compute qonnx's result bit for bit, so the model runs in any onnxruntime without polyquant. "
                     "Each node is checked against polyquant.qonnx (bit-exact with qonnx) in onnxruntime; a node "
-                    "that cannot be converted exactly (Trunc and FloatQuant: not yet) is refused with the reason, "
+                    "that cannot be converted exactly (FloatQuant: not yet) is refused with the reason, "
                     "and then nothing is written (exit status 1). docs/convert.md")
     p.add_argument("model", metavar="IN.onnx", help="the QONNX model")
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the converted model")

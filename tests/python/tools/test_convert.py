@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from polyquant._tools import cli, convert as conv
 from polyquant._tools.runner import CommandError
-from polyquant.qonnx.execute import NUMERICS_CHANGING_OPTIMIZERS, reference_session_options
+from polyquant.qonnx.execute import reference_session_options
 
 ROOT = Path(__file__).resolve().parents[3]
 BREVITAS = ROOT / "tests" / "data" / "brevitas"
@@ -25,22 +25,16 @@ DOMAIN = "qonnx.custom_op.general"
 
 
 def plain_session(model):
-    """onnxruntime without polyquant, at the settings that keep standard ops' bits (basic level, no
-    numerics-changing fusions, no prepacking: docs/convert.md)."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.add_session_config_entry("optimization.disable_specified_optimizers", ";".join(NUMERICS_CHANGING_OPTIMIZERS))
-    options.add_session_config_entry("session.disable_prepacking", "1")
+    """onnxruntime without polyquant, at the settings that keep standard ops' bits (docs/convert.md)."""
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(data, conv.exact_session_options(), providers=["CPUExecutionProvider"])
 
 
 def bits(a):
     return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
-@pytest.mark.parametrize("name", ["mlp_perchannel", "conv_perchannel", "bipolar"])
+@pytest.mark.parametrize("name", ["mlp_perchannel", "conv_perchannel", "bipolar", "truncavgpool"])
 def test_brevitas_models_convert_exactly(name):
     r = conv.convert(BREVITAS / f"{name}.onnx")
     assert r.nodes and not r.refused and all(n.checked for n in r.nodes)
@@ -66,19 +60,15 @@ def test_brevitas_models_convert_exactly(name):
         np.testing.assert_array_equal(bits(a), bits(b))
 
 
-@pytest.mark.parametrize("name,op", [("truncavgpool", "Trunc"), ("fp8", "FloatQuant")])
-def test_nodes_not_converted_yet_are_refused_by_name(name, op, tmp_path):
-    r = conv.convert(BREVITAS / f"{name}.onnx")
-    refused = r.refused
-    assert refused and all(n.op == op for n in refused)
-    assert all(f"{op} is not converted yet" in n.reason for n in refused)
-    assert any(n.status == "exact" for n in r.nodes) == (name == "truncavgpool")
+def test_nodes_not_converted_yet_are_refused_by_name(tmp_path):
+    r = conv.convert(BREVITAS / "fp8.onnx")
+    assert r.refused and all(n.op == "FloatQuant" and "FloatQuant is not converted yet" in n.reason for n in r.refused)
     out = tmp_path / "out.onnx"
-    status, text = run_cli("convert", str(BREVITAS / f"{name}.onnx"), "-o", str(out))
+    status, text = run_cli("convert", str(BREVITAS / "fp8.onnx"), "-o", str(out))
     assert status == 1 and "refused" in text and not out.exists()
 
 
-def single_node(op, attrs, x_shape, params, x_dtype=TensorProto.FLOAT):
+def single_node(op, attrs, x_shape, params, x_dtype=TensorProto.FLOAT, domain_version=1):
     names = ["x"] + [f"p{i}" for i in range(len(params))]
     node = helper.make_node(op, names, ["y"], domain=DOMAIN, name="q", **attrs)
     inits = [numpy_helper.from_array(np.asarray(v), f"p{i}") for i, v in enumerate(params) if v is not None]
@@ -86,7 +76,7 @@ def single_node(op, attrs, x_shape, params, x_dtype=TensorProto.FLOAT):
     inputs += [helper.make_tensor_value_info(f"p{i}", TensorProto.FLOAT, list(np.shape(v) if v is not None else []))
                for i, v in enumerate(params) if v is None]
     graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(DOMAIN, 1)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(DOMAIN, domain_version)])
     m.ir_version = 9
     return m
 
@@ -133,6 +123,70 @@ def test_int_quant_nodes_equal_qonnx(mode, bitwidth, signed, narrow, per_channel
     with np.errstate(invalid="ignore", over="ignore"):
         want = np.asarray(int_quant(x, scale, zeropt, bw, signed, narrow, mode), np.float32)
     np.testing.assert_array_equal(bits(got), bits(want), err_msg=f"{mode} bw={bitwidth} signed={signed} narrow={narrow}")
+
+
+def trunc_inputs(scale, zeropt, t, rng, shape, in_bits):
+    """Ties of Trunc's two roundings (the input grid and the truncated one), their neighbours, specials
+    and random values, independently of the converter's own sample."""
+    k = np.arange(-(2.0 ** in_bits) - 2, 2.0 ** in_bits + 2).reshape((-1,) + (1,) * len(shape))
+    pts = [((k + 0.5 - zeropt) * scale), (((k + 0.5) * t - zeropt) * scale), ((k * t - zeropt) * scale)]
+    parts = []
+    for q in pts:
+        q = q.astype(np.float32)
+        parts += [q, np.nextafter(q, np.float32(np.inf)), np.nextafter(q, np.float32(-np.inf))]
+    parts.append((rng.standard_normal((512,) + shape) * 2 ** in_bits * np.max(np.abs(scale))).astype(np.float32))
+    x = np.concatenate([np.broadcast_to(v, v.shape[:1] + shape) for v in parts]).astype(np.float32)
+    x.reshape(-1)[:8] = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45]
+    return x
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_trunc_v1_nodes_equal_qonnx(mode, per_channel):
+    from qonnx.custom_op.general.trunc import trunc_v1
+    shape = (3,) if per_channel else ()
+    scale = np.array([0.02, 0.5, 3.0], np.float32) if per_channel else np.float32(0.0078125)
+    zeropt = np.array([0.0, 3.0, -2.0], np.float32) if per_channel else np.float32(0.0)
+    in_bw, out_bw = np.float32(8), np.float32(5)
+    m = single_node("Trunc", {"rounding_mode": mode}, (None,) + shape, [scale, zeropt, in_bw, out_bw])
+    r = conv.convert(m)
+    assert [n.status for n in r.nodes] == ["exact"], r.nodes[0].reason
+    x = trunc_inputs(np.asarray(scale, np.float64), np.asarray(zeropt, np.float64), 8.0, np.random.default_rng(1),
+                     shape, 8)
+    got = plain_session(r.model).run(None, {"x": x})[0]
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = np.asarray(trunc_v1(x, scale, zeropt, in_bw, out_bw, mode), np.float32)
+    np.testing.assert_array_equal(bits(got), bits(want), err_msg=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("signed,narrow", [(0, 0), (1, 0), (1, 1)])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_trunc_v2_nodes_equal_qonnx(mode, signed, narrow, per_channel):
+    from qonnx.custom_op.general.trunc import trunc_v2
+    shape = (3,) if per_channel else ()
+    scale = np.array([0.02, 0.5, 3.0], np.float32) if per_channel else np.float32(0.00720179)
+    zeropt = np.array([0.0, 3.0, -2.0], np.float32) if per_channel else np.float32(0.0)
+    out_scale = np.array([0.08, 1.9, 24.5], np.float32) if per_channel else np.float32(0.02880715)
+    in_bw, out_bw = np.float32(8), np.float32(6)
+    m = single_node("Trunc", {"rounding_mode": mode, "signed": signed, "narrow": narrow}, (None,) + shape,
+                    [scale, zeropt, in_bw, out_scale, out_bw], domain_version=2)
+    r = conv.convert(m)
+    assert [n.status for n in r.nodes] == ["exact"], r.nodes[0].reason
+    with np.errstate(divide="ignore"):
+        t = 2.0 ** np.round(np.log2(np.asarray(out_scale, np.float64) / np.asarray(scale, np.float64)))
+    x = trunc_inputs(np.asarray(scale, np.float64), np.asarray(zeropt, np.float64), t, np.random.default_rng(2), shape, 8)
+    got = plain_session(r.model).run(None, {"x": x})[0]
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = np.asarray(trunc_v2(x, scale, zeropt, in_bw, narrow, signed, out_scale, out_bw, mode), np.float32)
+    np.testing.assert_array_equal(bits(got), bits(want), err_msg=mode)
+
+
+def test_trunc_v2_with_five_inputs_is_refused():
+    m = single_node("Trunc", {"rounding_mode": "FLOOR"}, (4,), [np.float32(0.1), np.float32(0), np.float32(8),
+                                                                 np.float32(4)], domain_version=2)
+    r = conv.convert(m)
+    assert r.nodes[0].status == "refused" and "instead of 6" in r.nodes[0].reason
 
 
 def test_bipolar_node_equals_qonnx():
@@ -201,6 +255,26 @@ def test_onnxruntime_where_drops_the_sign_of_a_negative_zero_from_its_first_inpu
     if bits(y)[0] == 0x80000000:
         pytest.skip(f"onnxruntime {ort.__version__} keeps -0.0 from X too")
     assert bits(y)[0] == 0
+
+
+def test_noop_elimination_is_disabled_for_the_bits():
+    """onnxruntime's basic-level NoopElimination drops Add(y, 0), so -0.0 + 0.0 (+0.0 in IEEE, in qonnx)
+    stays -0.0: a converted Trunc with zero point 0 then returns -0.0 for x = -0.0. The exact settings
+    disable it; the plain basic level shows the difference."""
+    from qonnx.custom_op.general.trunc import trunc_v2
+    params = [np.float32(0.00720179), np.float32(0), np.float32(8), np.float32(0.02880715), np.float32(6)]
+    m = single_node("Trunc", {"rounding_mode": "ROUND", "signed": 1, "narrow": 1}, (None,), params, domain_version=2)
+    r = conv.convert(m)
+    x = np.array([-0.0, 1.0], np.float32)
+    want = np.asarray(trunc_v2(x, params[0], params[1], params[2], 1, 1, params[3], params[4], "ROUND"), np.float32)
+    assert bits(want)[0] == 0
+    np.testing.assert_array_equal(bits(plain_session(r.model).run(None, {"x": x})[0]), bits(want))
+    basic = ort.SessionOptions()
+    basic.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    got = ort.InferenceSession(r.model.SerializeToString(), basic, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    if bits(got)[0] == 0:
+        pytest.skip(f"onnxruntime {ort.__version__}'s NoopElimination keeps -0.0 + 0.0 = +0.0")
+    assert bits(got)[0] == 0x80000000
 
 
 def test_bad_arguments():
