@@ -18,7 +18,7 @@ from . import qonnx
 
 __version__: str = _ext.version()
 
-__all__ = ["__version__", "aimet", "buffer_cache_info", "convert", "diff", "empty_cache", "onnx", "ort", "qonnx",
+__all__ = ["__version__", "aimet", "buffer_cache_info", "calibrate", "convert", "diff", "empty_cache", "onnx", "ort", "qonnx",
            "quark", "runtime_info"]
 
 
@@ -55,6 +55,17 @@ def diff(a: str, b: str, *, dtype: str = "float32", patterns: tuple[int, int] | 
     smallest example of each (docs/diff.md)."""
     from ._tools.diff import diff as _diff
     return _diff(a, b, dtype=dtype, patterns=patterns, show_progress=show_progress)
+
+
+def calibrate(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, per_channel: bool = False,
+              symmetric: bool = False, engine: str | None = None, workers: int | None = None, **kwargs: Any) -> Any:
+    """AIMET encodings of the float ONNX `model` from `data` (a .npz / .npy file or a directory of them, a
+    dict of inputs or an iterable of such dicts): the inputs of MatMul / Gemm / Conv and the model's
+    outputs feed AIMET's encoding analyzer (minmax, percentile, sqnr, tfenhanced), streaming; returns a
+    result with ``encodings`` (AIMET's file format, ``encoding_version=`` "2.1.0" by default) and
+    ``save(path)`` (docs/calibrate.md)."""
+    from ._tools.calibrate import calibrate as _calibrate
+    return _calibrate(model, data, analyzer, bits, per_channel, symmetric, engine, workers, **kwargs)
 
 
 def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 0) -> Any:

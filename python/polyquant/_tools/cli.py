@@ -6,6 +6,7 @@ family (QONNX, QKeras, AIMET, ONNX Q/DQ, Quark), show what was detected.
     polyquant bench [--size N] [--repeat R] [--json] [--ops OP ...] [--no-peers] [--qkeras-timings FILE]
     polyquant diff SPEC_A SPEC_B [--dtype float32|float16|bfloat16] [--json]
     polyquant convert IN.onnx -o OUT.onnx [--to onnx] [--check sample|exhaustive|none]
+    polyquant calibrate MODEL.onnx --data DIR|FILE [--analyzer minmax|percentile|sqnr|tfenhanced] [-o OUT.json]
 
 Exit status: 0 success; 1 a --reference check (run), a qonnx comparison (bench) or diff found a mismatch;
 2 bad arguments or a problem with the inputs (a missing file, a directory or a file that is no ONNX
@@ -26,6 +27,7 @@ from importlib.metadata import PackageNotFoundError, version
 import polyquant
 
 from .. import ort as polyquant_ort
+from . import calibrate as calibrate_tool
 from . import convert as convert_tool
 from . import diff as diff_tool
 from . import runner
@@ -206,6 +208,7 @@ def build_parser():
     bench.set_defaults(func=_bench)
     diff_tool.add_parser(sub, EXIT_STATUS_HELP)
     convert_tool.add_parser(sub, EXIT_STATUS_HELP)
+    calibrate_tool.add_parser(sub, EXIT_STATUS_HELP)
     return parser
 
 

@@ -1,0 +1,310 @@
+"""`polyquant calibrate` / `polyquant.calibrate`: AIMET encodings of a float ONNX model from data.
+
+The float model runs in onnxruntime over the batches. Every quantizable tensor feeds one of AIMET's
+encoding analyzers (polyquant.aimet, bit-exact with aimet-torch 2.42.0):
+- activations: the inputs of MatMul, Gemm and Conv and the model's outputs, one update per batch;
+- weights: those inputs that are initializers, one update.
+At the end, each analyzer's range becomes an AIMET QuantizeDequantize's range, and its encoding is
+written in AIMET's file format. This is what AIMET's `compute_encodings` does at the end of a
+calibration: `analyzer.compute_encodings(num_steps, symmetric)`, then `set_range`.
+
+Streaming: one batch is in memory at a time, with its intermediate outputs. Beyond that, only the
+analyzers' statistics are kept:
+- MinMax: 2 floats per channel;
+- Percentile: a histogram of `num_bins` per channel;
+- SQNR / TfEnhanced: a histogram of `num_bins` / 512 per channel.
+So memory does not grow with the number of batches.
+
+Only the single-process engine is built; `engine="ray"` / `"dask"` are refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .runner import CommandError, _NoBar, progress
+
+ANALYZERS = ("minmax", "percentile", "sqnr", "tfenhanced")
+ENCODING_VERSIONS = ("0.6.1", "1.0.0", "2.0.0", "2.1.0")
+QUANTIZED_OPS = ("MatMul", "Gemm", "Conv")
+
+
+@dataclass
+class TensorCalibration:
+    name: str
+    kind: str            # "activation" or "param"
+    shape: tuple         # the tensor's shape (the first batch's for activations)
+    quantizer: Any       # polyquant.aimet.QuantizeDequantize with the calibrated range
+    batches: int = 0
+
+    def encoding(self, version: str) -> Any:
+        return self.quantizer.get_encodings().to_qnn_encoding_dict(version, input_shape=self.shape)
+
+
+@dataclass
+class CalibrationResult:
+    tensors: list = field(default_factory=list)
+    batches: int = 0
+    encoding_version: str = "2.1.0"
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def encodings(self) -> dict:
+        """The encodings file's contents in `encoding_version`'s format (AIMET's sim.export layout)."""
+        v = self.encoding_version
+        producer = {"package": "polyquant", "version": _version()}
+        if v in ("2.0.0", "2.1.0"):
+            return {"producer": producer, "version": v,
+                    "encodings": [{"name": t.name, **t.encoding(v)} for t in self.tensors]}
+        acts = [t for t in self.tensors if t.kind == "activation"]
+        params = [t for t in self.tensors if t.kind == "param"]
+        args = {"activation_bitwidth": self.settings["bits"], "param_bitwidth": self.settings["bits"],
+                "dtype": "int", "is_symmetric": self.settings["symmetric"],
+                "per_channel_quantization": self.settings["per_channel"],
+                "quant_scheme": self.settings["analyzer"]}
+        if v == "1.0.0":
+            return {"producer": producer, "version": v,
+                    "activation_encodings": [{"name": t.name, **t.encoding(v)} for t in acts],
+                    "param_encodings": [{"name": t.name, **t.encoding(v)} for t in params],
+                    "excluded_layers": [], "quantizer_args": args}
+        return {"producer": producer, "version": v,
+                "activation_encodings": {t.name: t.encoding(v) for t in acts},
+                "param_encodings": {t.name: t.encoding(v) for t in params},
+                "excluded_layers": [], "quantizer_args": args}
+
+    def save(self, path) -> None:
+        with open(path, "w") as f:
+            json.dump(self.encodings, f, indent=2)
+
+    def __str__(self) -> str:
+        rows = [("tensor", "kind", "encoding")]
+        for t in self.tensors:
+            enc = t.quantizer.get_encodings()
+            scale = np.asarray(enc.scale).reshape(-1)
+            desc = (f"scale {scale[0]:.6g}" if scale.size == 1 else
+                    f"{scale.size} channels, scale {scale.min():.4g}..{scale.max():.4g}")
+            rows.append((t.name, t.kind, desc))
+        w = [max(len(r[i]) for r in rows) for i in range(2)]
+        lines = [f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]}" for r in rows]
+        lines.insert(1, "-" * len(lines[0]))
+        lines.append(f"{len(self.tensors)} tensors calibrated over {self.batches} batches "
+                     f"({self.settings['analyzer']}, {self.settings['bits']} bits)")
+        return "\n".join(lines)
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__
+
+
+def _make_analyzer(name: str, shape: tuple, num_bins: int | None, percentile: float | None):
+    from .. import aimet
+    if name == "minmax":
+        return aimet.MinMaxEncodingAnalyzer(shape)
+    if name == "percentile":
+        return aimet.PercentileEncodingAnalyzer(shape, num_bins or 2048, 99.99 if percentile is None else percentile)
+    if name == "sqnr":
+        return aimet.SqnrEncodingAnalyzer(shape, num_bins or 2048)
+    return aimet.TfEnhancedEncodingAnalyzer(shape)
+
+
+def _weight_shape(op: str, index: int, shape: tuple, attrs: dict, per_channel: bool) -> tuple:
+    """The quantizer's shape for a weight: per tensor (), or per output channel as AIMET's QuantSim
+    quantizes weights: Conv weights (C_out, C_in, ...) along axis 0; MatMul's B (K, N) along N; Gemm's
+    B along N (axis 0 when transB)."""
+    if not per_channel or index != 1 or len(shape) < 2:
+        return ()
+    if op == "Conv":
+        return (shape[0],) + (1,) * (len(shape) - 1)
+    if op == "Gemm" and attrs.get("transB", 0):
+        return (shape[0], 1)
+    return (1,) * (len(shape) - 1) + (shape[-1],)
+
+
+def quantizable_tensors(model) -> tuple[list, list]:
+    """(activations, weights): the float inputs of MatMul / Gemm / Conv (initializers are weights,
+    with the op and input index they feed) and the model's outputs, each once, in graph order."""
+    inits = {t.name: t for t in model.graph.initializer}
+    acts, weights, seen = [], [], set()
+    for node in model.graph.node:
+        if node.op_type not in QUANTIZED_OPS or node.domain not in ("", "ai.onnx"):
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        for i, name in enumerate(node.input[:2]):  # data and weight (a Conv / Gemm bias is not quantized)
+            if not name or name in seen:
+                continue
+            seen.add(name)
+            if name in inits:
+                if inits[name].data_type == TensorProto.FLOAT:
+                    weights.append((name, node.op_type, i, attrs))
+            else:
+                acts.append(name)
+    for out in model.graph.output:
+        if out.name not in seen:
+            seen.add(out.name)
+            acts.append(out.name)
+    return acts, weights
+
+
+def _batches(data) -> Iterable[dict]:
+    """Input dicts from `data`: an iterable of dicts, a dict (one batch), a .npz / .npy file or a
+    directory of them (sorted by name)."""
+    if isinstance(data, dict):
+        yield data
+        return
+    if isinstance(data, (str, os.PathLike)):
+        path = Path(data)
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy"))
+            if not files:
+                raise CommandError(f"--data: {path} holds no .npz or .npy file")
+        elif path.exists():
+            files = [path]
+        else:
+            raise CommandError(f"--data: no such file or directory: {path}")
+        for f in files:
+            if f.suffix == ".npz":
+                with np.load(f) as z:
+                    yield {k: z[k] for k in z.files}
+            elif f.suffix == ".npy":
+                yield {None: np.load(f)}
+            else:
+                raise CommandError(f"--data: {f} is not a .npz or .npy file")
+        return
+    try:
+        it = iter(data)
+    except TypeError:
+        raise CommandError(f"data: expected a path, a dict of inputs or an iterable of them, got "
+                           f"{type(data).__name__}") from None
+    for batch in it:
+        if not isinstance(batch, dict):
+            raise CommandError(f"data: each batch must be a dict of input arrays, got {type(batch).__name__}")
+        yield batch
+
+
+def calibrate(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, per_channel: bool = False,
+              symmetric: bool = False, engine: str | None = None, workers: int | None = None, *,
+              encoding_version: str = "2.1.0", num_bins: int | None = None, percentile: float | None = None,
+              show_progress: bool = True) -> CalibrationResult:
+    """AIMET encodings of `model` (a float ONNX model: ModelProto, path or bytes) from `data` (a path
+    to a .npz / .npy file or a directory of them, a dict of inputs, or an iterable of such dicts);
+    see the module documentation."""
+    import onnxruntime as ort
+    from ..onnx.models import _load_model
+    if analyzer not in ANALYZERS:
+        raise CommandError(f"analyzer: expected one of {', '.join(ANALYZERS)}, got {analyzer!r}")
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 16:
+        raise CommandError(f"bits: expected an integer from 2 to 16, got {bits!r}")
+    if encoding_version not in ENCODING_VERSIONS:
+        raise CommandError(f"encoding_version: expected one of {', '.join(ENCODING_VERSIONS)}, got {encoding_version!r}")
+    if engine not in (None, "local"):
+        raise CommandError(f"engine: only the single-process engine ('local') is built so far, got {engine!r}")
+    if workers not in (None, 1):
+        raise CommandError(f"workers: the single-process engine runs one worker, got {workers!r}")
+    try:
+        m = _load_model(model, copy=True)
+    except (OSError, ValueError, TypeError) as exc:
+        raise CommandError(str(exc)) from None
+    acts, weights = quantizable_tensors(m)
+    graph_outputs = {o.name for o in m.graph.output}
+    for name in acts:  # every activation becomes an output of the session
+        if name not in graph_outputs:
+            m.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's load errors have several types
+        raise CommandError(f"model: onnxruntime cannot load it: {exc}") from None
+    input_names = [i.name for i in session.get_inputs()]
+
+    from .. import aimet
+    settings = {"analyzer": analyzer, "bits": bits, "symmetric": symmetric, "per_channel": per_channel}
+    result = CalibrationResult(encoding_version=encoding_version, settings=settings)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+    def new_tensor(name, kind, shape, qshape):
+        q = aimet.QuantizeDequantize(qshape, bits, symmetric)
+        return TensorCalibration(name, kind, tuple(shape), q), _make_analyzer(analyzer, qshape, num_bins, percentile)
+
+    stats = []
+    for name, op, index, attrs in weights:
+        w = inits[name]
+        t, an = new_tensor(name, "param", w.shape, _weight_shape(op, index, w.shape, attrs, per_channel))
+        an.update_stats(w)
+        t.batches = 1
+        stats.append((t, an))
+    act_stats = {}
+    show_progress = show_progress and sys.stderr.isatty()
+    bar_cm = progress(None, "calibrate", unit="batch") if show_progress else _NoBar(())
+    with bar_cm as bar:
+        for batch in _batches(data):
+            if None in batch:  # a bare .npy: the model's only input
+                if len(input_names) != 1:
+                    raise CommandError(f"--data: a .npy file holds one array, but the model has {len(input_names)} "
+                                       f"inputs ({', '.join(input_names)}): use .npz files keyed by input name")
+                batch = {input_names[0]: batch[None]}
+            missing = [n for n in input_names if n not in batch]
+            if missing:
+                raise CommandError(f"data: batch {result.batches} lacks input(s) {', '.join(missing)} "
+                                   f"(the model's inputs: {', '.join(input_names)})")
+            values = session.run(acts, {n: np.asarray(batch[n]) for n in input_names})
+            for name, value in zip(acts, values):
+                if value.dtype != np.float32:
+                    continue
+                if name not in act_stats:
+                    act_stats[name] = new_tensor(name, "activation", value.shape, ())
+                t, an = act_stats[name]
+                an.update_stats(value)
+                t.batches += 1
+            result.batches += 1
+            bar.update(1)
+    if result.batches == 0:
+        raise CommandError("data: no batch was given")
+    stats += [act_stats[n] for n in acts if n in act_stats]
+    num_steps = 2 ** bits - 1
+    for t, an in stats:
+        enc_min, enc_max = an.compute_encodings(num_steps, symmetric)
+        t.quantizer.set_range(np.asarray(enc_min).reshape(t.quantizer.shape), np.asarray(enc_max).reshape(t.quantizer.shape))
+        result.tensors.append(t)
+    return result
+
+
+def calibrate_command(args, out=sys.stdout) -> int:
+    r = calibrate(args.model, args.data, args.analyzer, args.bits, args.per_channel, args.symmetric, args.engine,
+                  args.workers, encoding_version=args.encoding_version)
+    print(r, file=out)
+    if args.output:
+        r.save(args.output)
+        print(f"written: {args.output} (AIMET encodings {args.encoding_version})", file=out)
+    return 0
+
+
+def add_parser(sub, epilog: str) -> None:
+    p = sub.add_parser(
+        "calibrate", epilog=epilog, help="AIMET encodings of a float ONNX model from calibration data",
+        description="Run the float MODEL in onnxruntime over the batches of --data (a .npz file keyed by input "
+                    "name, a .npy file for a one-input model, or a directory of them, taken in name order), feed "
+                    "the inputs of every MatMul / Gemm / Conv and the model's outputs (weights: once) to AIMET's "
+                    "encoding analyzer, and write AIMET's encodings (bit-exact with aimet-torch 2.42.0's "
+                    "analyzers and quantizers). Memory holds one batch and the statistics. docs/calibrate.md")
+    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument("--data", required=True, metavar="DIR|FILE", help="a .npz / .npy file or a directory of them")
+    p.add_argument("--analyzer", choices=ANALYZERS, default="minmax", help="default: %(default)s")
+    p.add_argument("--bits", type=int, default=8, help="bit width, 2..16 (default: %(default)s)")
+    p.add_argument("--per-channel", action="store_true", help="weights per output channel")
+    p.add_argument("--symmetric", action="store_true", help="symmetric grids")
+    p.add_argument("--engine", choices=["local"], default=None, help="single process (the only engine built so far)")
+    p.add_argument("--workers", type=int, default=None, help="workers of the engine (the single-process engine: 1)")
+    p.add_argument("--encoding-version", choices=ENCODING_VERSIONS, default="2.1.0", help="default: %(default)s")
+    p.add_argument("-o", "--output", metavar="OUT.json", help="where to write the encodings")
+    p.set_defaults(func=calibrate_command)
