@@ -214,6 +214,10 @@ def calibrate(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, pe
         m = _load_model(model, copy=True)
     except (OSError, ValueError, TypeError) as exc:
         raise CommandError(str(exc)) from None
+    custom = sorted({n.domain for n in m.graph.node if n.domain not in ("", "ai.onnx")})
+    if custom:
+        raise CommandError(f"model: calibrate takes a float model of standard ONNX ops; this one has nodes of "
+                           f"{', '.join(custom)} (an already quantized model?)")
     acts, weights = quantizable_tensors(m)
     graph_outputs = {o.name for o in m.graph.output}
     for name in acts:  # every activation becomes an output of the session

@@ -112,6 +112,8 @@ def _bind(spec: Spec, names: list[str], defaults: dict) -> dict:
 # f(x) -> array. Float parameters are float32, as the frameworks hold them.
 
 def _f32(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise SpecError(f"expected a number, got {v!r}")
     return np.float32(v)
 
 
@@ -236,6 +238,10 @@ def _instances(spec: Spec) -> list[tuple[dict, Callable]]:
         return [({}, maker(spec, {}))]
     bound = _bind(spec, names, defaults)
     lengths = {len(v) for v in bound.values() if isinstance(v, list)}
+    for k, v in bound.items():
+        if isinstance(v, list) and (not v or any(isinstance(e, list) for e in v)):
+            raise SpecError(f"{spec.text!r}: {k} must be a number or a non-empty flat list of them (one per channel), "
+                            f"got {v!r}")
     if len(lengths) > 1:
         raise SpecError(f"{spec.text!r}: per-channel parameters must have one length, got {sorted(lengths)}")
     n = lengths.pop() if lengths else None
@@ -245,7 +251,10 @@ def _instances(spec: Spec) -> list[tuple[dict, Callable]]:
         key = tuple(sorted((k, repr(v)) for k, v in t.items()))
         if key not in seen:
             seen.add(key)
-            out.append((t, maker(spec, t)))
+            try:
+                out.append((t, maker(spec, t)))
+            except SpecError as exc:
+                raise SpecError(f"{spec.text!r}: {exc}") from None
     return out
 
 
@@ -387,7 +396,10 @@ def diff(a: str, b: str, *, dtype: str = "float32", patterns: tuple[int, int] | 
                 n = min(chunk, stop - lo)
                 np.add(base[:n], bits_dtype(lo), out=codes[:n])
                 x = codes[:n].view(x_dtype)
-                ya, yb = np.asarray(fa(x)), np.asarray(fb(x))
+                try:
+                    ya, yb = np.asarray(fa(x)), np.asarray(fb(x))
+                except (TypeError, ValueError) as exc:
+                    raise SpecError(f"cannot run the specs on {dtype} inputs: {exc}") from None
                 if ya.shape != x.shape or yb.shape != x.shape:
                     raise SpecError(f"the ops must be elementwise (outputs {ya.shape} and {yb.shape} for {x.shape} inputs)")
                 mask = _differs(ya, yb)

@@ -187,6 +187,11 @@ def test_bad_arguments_name_the_parameter(kwargs, match):
         polyquant.calibrate(small_model(), batches(1), **kwargs)
 
 
+def test_a_quantized_model_is_refused_by_name():
+    with pytest.raises(CommandError, match="has nodes of qonnx.custom_op.general"):
+        polyquant.calibrate("tests/data/brevitas/mlp_perchannel.onnx", batches(1))
+
+
 def test_bad_data():
     with pytest.raises(CommandError, match="lacks input"):
         polyquant.calibrate(small_model(), [{"input": np.zeros((1, 3, 8, 8), np.float32)}])

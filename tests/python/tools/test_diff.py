@@ -124,6 +124,10 @@ def test_aimet_paths():
     ("aimet:quantize_dequantize(0.1, 0, 8, path=eval)", "path must be no_grad"),
     ("onnx:QDQ(0.1, 0, dtype=int3)", "dtype 'int3'"),
     ("qonnx:IntQuant(scale=[0.1, 0.2], zeropt=[0, 1, 2], bitwidth=8)", "one length"),
+    ("qonnx:IntQuant(scale=[], bitwidth=8)", "non-empty flat list"),
+    ("qonnx:IntQuant(scale=[[0.1]], bitwidth=8)", "non-empty flat list"),
+    ("qonnx:IntQuant(scale='a', bitwidth=8)", "expected a number, got 'a'"),
+    ("qkeras:quantized_bits(8, 0, alpha=[1, 2])", "cannot run the specs"),
 ])
 def test_bad_specs_are_clear_errors(spec, match):
     with pytest.raises(SpecError, match=match):
