@@ -387,7 +387,8 @@ def diff(a: str, b: str, *, dtype: str = "float32", patterns: tuple[int, int] | 
     bar_cm = progress(None, "diff", total=total * len(pairs), unit="input") if show_progress else _NoBar(())
     with bar_cm as bar:
         for (pa, fa), (pb, fb) in pairs:
-            steps = [float(v) for p in (pa, pb) for k, v in p.items() if k == "scale"]
+            steps = [float(v) for p in (pa, pb) for k, v in p.items()
+                     if k == "scale" and isinstance(v, (int, float)) and not isinstance(v, bool)]
             try:
                 sat_a, sat_b = _saturation_values(fa, x_dtype), _saturation_values(fb, x_dtype)
             except (TypeError, ValueError) as exc:
