@@ -56,6 +56,7 @@ class CalibrationResult:
     batches: int = 0
     encoding_version: str = "2.1.0"
     settings: dict = field(default_factory=dict)
+    model: Any = None            # the float model calibrated (onnx.ModelProto)
 
     @property
     def encodings(self) -> dict:
@@ -82,8 +83,24 @@ class CalibrationResult:
                 "excluded_layers": [], "quantizer_args": args}
 
     def save(self, path) -> None:
+        """Writes the encodings (JSON) to `path`; a path ending in .onnx gets the Q/DQ model instead."""
+        if str(path).endswith(".onnx"):
+            onnx.save(self.qdq_model(), path)
+            return
         with open(path, "w") as f:
             json.dump(self.encodings, f, indent=2)
+
+    def qdq_model(self) -> Any:
+        """The calibrated model with a QuantizeLinear / DequantizeLinear pair on every calibrated tensor,
+        its parameters those of the 2.1.0 encodings (ONNX-aligned: y_scale, y_zero_point, axis, the
+        output dtype). An activation produced by a node is quantized for every consumer and for the
+        graph output of that name (the producer's output is renamed NAME__float); a graph input is
+        quantized for its consumers; a weight is stored quantized (the integers QuantizeLinear gives
+        for it) and dequantized. The model's standard opset must admit the types: 13 for per-axis
+        8-bit, 21 for 16-bit and 4-bit."""
+        if self.model is None:
+            raise CommandError("qdq_model: the result holds no model")
+        return _qdq_model(self.model, [(t, t.encoding("2.1.0")) for t in self.tensors])
 
     def __str__(self) -> str:
         rows = [("tensor", "kind", "encoding")]
@@ -99,6 +116,97 @@ class CalibrationResult:
         lines.append(f"{len(self.tensors)} tensors calibrated over {self.batches} batches "
                      f"({self.settings['analyzer']}, {self.settings['bits']} bits)")
         return "\n".join(lines)
+
+
+_QDQ_TYPES = {"uint8": (TensorProto.UINT8, np.uint8, 13), "int8": (TensorProto.INT8, np.int8, 13),
+              "uint16": (TensorProto.UINT16, np.uint16, 21), "int16": (TensorProto.INT16, np.int16, 21),
+              "uint4": (TensorProto.UINT4, "uint4", 21), "int4": (TensorProto.INT4, "int4", 21)}
+
+
+def _qdq_model(model, entries) -> Any:
+    import ml_dtypes
+    from .. import onnx as pqo
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
+    inits = {t.name: t for t in g.initializer}
+    producers = {o: n for n in g.node for o in n.output}
+    used = {x for n in g.node for x in list(n.input) + list(n.output)} | set(inits) | {v.name for v in g.input}
+
+    def fresh(base):
+        name, k = base, 1
+        while name in used:
+            name, k = f"{base}_{k}", k + 1
+        used.add(name)
+        return name
+
+    new_nodes, consumers_of = [], {}
+    for t, enc in entries:
+        kind = _QDQ_TYPES.get(enc["output_dtype"])
+        if kind is None:
+            raise CommandError(f"qdq_model: {t.name}'s output dtype {enc['output_dtype']} has no QuantizeLinear type")
+        proto, np_type, min_opset = kind
+        if opset < min_opset:
+            raise CommandError(f"qdq_model: {t.name} needs QuantizeLinear of {enc['output_dtype']} (opset {min_opset}); "
+                               f"the model imports the standard opset {opset}")
+        np_type = getattr(ml_dtypes, np_type) if isinstance(np_type, str) else np_type
+        scale = np.asarray(enc["y_scale"], np.float32)
+        zero = np.asarray(enc.get("y_zero_point", np.zeros(scale.shape, np.int64)), np.int64).astype(np_type)
+        axis = enc.get("axis")
+        s_name, z_name = fresh(f"{t.name}__scale"), fresh(f"{t.name}__zero_point")
+        g.initializer.extend([numpy_helper.from_array(scale, s_name), numpy_helper.from_array(zero, z_name)])
+        attrs = {} if axis is None else {"axis": int(axis)}
+        if t.kind == "param":
+            w = numpy_helper.to_array(inits[t.name])
+            ax = 1 if axis is None else int(axis)
+            q = pqo.quantize_linear(w, scale, zero, axis=ax)
+            q_name = fresh(f"{t.name}__quantized")
+            g.initializer.append(numpy_helper.from_array(q, q_name))
+            dq = fresh(f"{t.name}__dequantized")
+            new_nodes.append(helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [dq],
+                                              name=fresh(f"{t.name}__DequantizeLinear"), **attrs))
+            consumers_of[t.name] = dq
+            continue
+        if t.name in producers:  # the producer's output is renamed; the pair gives the original name
+            source = fresh(f"{t.name}__float")
+            node = producers[t.name]
+            node.output[list(node.output).index(t.name)] = source
+            out = t.name
+        else:  # a graph input: its consumers take the pair's output
+            source, out = t.name, fresh(f"{t.name}__dequantized")
+            consumers_of[t.name] = out
+        q = fresh(f"{t.name}__quantized")
+        new_nodes.append(helper.make_node("QuantizeLinear", [source, s_name, z_name], [q],
+                                          name=fresh(f"{t.name}__QuantizeLinear"), **attrs))
+        new_nodes.append(helper.make_node("DequantizeLinear", [q, s_name, z_name], [out],
+                                          name=fresh(f"{t.name}__DequantizeLinear"), **attrs))
+    for node in g.node:
+        for i, name in enumerate(node.input):
+            if name in consumers_of:
+                node.input[i] = consumers_of[name]
+    # The float weights are replaced by their quantized integers.
+    still_used = {i for n in list(g.node) + new_nodes for i in n.input} | {o.name for o in g.output}
+    kept = [init for init in g.initializer if init.name in still_used or init.name not in consumers_of]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    # Topological order (ONNX requires it): each node once its inputs exist.
+    ordered = []
+    placed = {v.name for v in g.input} | {t.name for t in g.initializer}
+    remaining = list(g.node) + new_nodes
+    while remaining:
+        progress_made = False
+        for node in list(remaining):
+            if all(not i or i in placed for i in node.input):
+                ordered.append(node)
+                placed.update(node.output)
+                remaining.remove(node)
+                progress_made = True
+        if not progress_made:
+            raise CommandError("qdq_model: the graph is not a DAG of its inputs")
+    del g.node[:]
+    g.node.extend(ordered)
+    return m
 
 
 def _version() -> str:
@@ -233,7 +341,7 @@ def calibrate(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, pe
 
     from .. import aimet
     settings = {"analyzer": analyzer, "bits": bits, "symmetric": symmetric, "per_channel": per_channel}
-    result = CalibrationResult(encoding_version=encoding_version, settings=settings)
+    result = CalibrationResult(encoding_version=encoding_version, settings=settings, model=_load_model(model, copy=True))
     inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
 
     def new_tensor(name, kind, shape, qshape):
@@ -289,7 +397,8 @@ def calibrate_command(args, out=sys.stdout) -> int:
     print(r, file=out)
     if args.output:
         r.save(args.output)
-        print(f"written: {args.output} (AIMET encodings {args.encoding_version})", file=out)
+        what = "the model with Q/DQ pairs" if str(args.output).endswith(".onnx") else f"AIMET encodings {args.encoding_version}"
+        print(f"written: {args.output} ({what})", file=out)
     return 0
 
 
@@ -310,5 +419,7 @@ def add_parser(sub, epilog: str) -> None:
     p.add_argument("--engine", choices=["local"], default=None, help="single process (the only engine built so far)")
     p.add_argument("--workers", type=int, default=None, help="workers of the engine (the single-process engine: 1)")
     p.add_argument("--encoding-version", choices=ENCODING_VERSIONS, default="2.1.0", help="default: %(default)s")
-    p.add_argument("-o", "--output", metavar="OUT.json", help="where to write the encodings")
+    p.add_argument("-o", "--output", metavar="OUT.json|OUT.onnx",
+                   help="where to write the encodings (JSON), or the model with QuantizeLinear / DequantizeLinear pairs "
+                        "(a path ending in .onnx)")
     p.set_defaults(func=calibrate_command)

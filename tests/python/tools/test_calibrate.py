@@ -174,6 +174,49 @@ def test_cli_writes_the_encodings(tmp_path):
     assert status == 2
 
 
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_qdq_model_carries_the_encodings(per_channel, tmp_path):
+    """The Q/DQ model: a pair on every calibrated tensor with the 2.1.0 encodings' parameters, weights
+    stored as QuantizeLinear's integers; it runs in onnxruntime, and its quantized input equals
+    polyquant.onnx's DequantizeLinear(QuantizeLinear(x)) with those parameters."""
+    import polyquant.onnx as pqo
+    model, data = small_model(), batches(3)
+    r = polyquant.calibrate(model, data, per_channel=per_channel)
+    q = r.qdq_model()
+    onnx.checker.check_model(q)
+    enc = {e["name"]: e for e in r.encodings["encodings"]}
+    nodes = {n.name: n for n in q.graph.node}
+    inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    assert sum(n.op_type == "QuantizeLinear" for n in q.graph.node) == 3  # x, f, y
+    assert sum(n.op_type == "DequantizeLinear" for n in q.graph.node) == 5  # and the two weights
+    assert "conv.w" not in inits and "fc.w" not in inits
+    for name, e in enc.items():
+        dq = nodes[f"{name}__DequantizeLinear"]
+        np.testing.assert_array_equal(inits[dq.input[1]], np.asarray(e["y_scale"], np.float32))
+        np.testing.assert_array_equal(inits[dq.input[2]].astype(np.int64), np.asarray(e.get("y_zero_point", 0)))
+        assert inits[dq.input[2]].dtype == np.dtype(e["output_dtype"])
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "conv.w"))
+    e = enc["conv.w"]
+    want_q = pqo.quantize_linear(w, np.asarray(e["y_scale"], np.float32), np.asarray(e.get("y_zero_point", 0)).astype(np.uint8),
+                                 axis=e.get("axis", 1))
+    np.testing.assert_array_equal(inits[nodes["conv.w__DequantizeLinear"].input[0]], want_q)
+    # The quantized input through onnxruntime, against polyquant.onnx
+    m = onnx.ModelProto()
+    m.CopyFrom(q)
+    m.graph.output.append(helper.make_tensor_value_info(nodes["x__DequantizeLinear"].output[0], T.FLOAT, None))
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = data[0]["x"]
+    y, xq = s.run(None, {"x": x})
+    e = enc["x"]
+    zp = np.asarray(e.get("y_zero_point", 0)).astype(np.uint8)
+    want = pqo.dequantize_linear(pqo.quantize_linear(x, np.float32(e["y_scale"]), zp), np.float32(e["y_scale"]), zp)
+    np.testing.assert_array_equal(xq.view(np.uint32), want.view(np.uint32))
+    assert y.shape == (2, 10) and np.isfinite(y).all()
+    path = tmp_path / "q.onnx"
+    r.save(path)
+    assert onnx.load(path).graph.node[0].op_type in ("QuantizeLinear", "DequantizeLinear")
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"analyzer": "entropy"}, "analyzer: expected one of minmax"),
     ({"bits": 1}, "bits: expected an integer from 2 to 16"),
