@@ -211,7 +211,13 @@ def _onnx_qdq(spec: Spec, p: dict | None, quark: bool):
         zdt = np.dtype(getattr(ml_dtypes, p["dtype"], None) or p["dtype"])
     except TypeError:
         raise SpecError(f"{spec.text!r}: dtype {p['dtype']!r} is not a numpy or ml_dtypes type name") from None
-    scale, zp = _f32(p["scale"]), np.asarray(p["zero_point"]).astype(zdt)
+    scale = _f32(p["scale"])
+    z = p["zero_point"]
+    if isinstance(z, bool) or not isinstance(z, (int, float)):
+        raise SpecError(f"zero_point: expected a number, got {z!r}")
+    zp = np.asarray(z).astype(zdt)
+    if float(zp) != float(z):  # a value the dtype cannot hold would wrap or round silently
+        raise SpecError(f"zero_point: {z!r} is not a value of {zdt.name} (it would become {zp.item()!r})")
     if quark:
         q = lambda x: pqq.extended_quantize_linear(x, scale, zp, semantics=str(p["semantics"]))  # noqa: E731
         dq = lambda y: pqq.extended_dequantize_linear(y, scale, zp, semantics=str(p["semantics"]))  # noqa: E731

@@ -128,6 +128,9 @@ def test_aimet_paths():
     ("qonnx:IntQuant(scale=[[0.1]], bitwidth=8)", "non-empty flat list"),
     ("qonnx:IntQuant(scale='a', bitwidth=8)", "expected a number, got 'a'"),
     ("qkeras:quantized_bits(8, 0, alpha=[1, 2])", "cannot run the specs"),
+    ("onnx:QDQ(0.1, 300, int8)", "zero_point: 300 is not a value of int8"),
+    ("quark:QDQ(0.1, -1, uint8)", "zero_point: -1 is not a value of uint8"),
+    ("onnx:QDQ(0.1, 1.5, int8)", "zero_point: 1.5 is not a value of int8"),
 ])
 def test_bad_specs_are_clear_errors(spec, match):
     with pytest.raises(SpecError, match=match):
