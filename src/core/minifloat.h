@@ -52,6 +52,8 @@ POLYQUANT_HD constexpr MinifloatFormat minifloat_format(DType t) {
     default: return {};
   }
 }
+// Whether t is one of the byte-stored minifloats above (bfloat16 and float16 are not).
+POLYQUANT_HD constexpr bool has_minifloat_format(DType t) { return minifloat_format(t).exp_bits != 0; }
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
 

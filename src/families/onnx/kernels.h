@@ -198,27 +198,20 @@ POLYQUANT_HD inline void quantize_linear_element(const QuantizeLinearParams& p, 
 // The value of a dequantize operand (x, the zero point) read in its storage dtype t.
 POLYQUANT_HD inline double read_dequantize_operand(const void* p, std::int64_t j, DType t) {
   const auto byte = [&] { return static_cast<const std::uint8_t*>(p)[j]; };
+  if (has_minifloat_format(t)) return minifloat_to_float(minifloat_format(t), byte());
   switch (t) {
     // Sub-byte integers: the low bits of their byte, two's complement when signed.
     case DType::kInt4: return static_cast<std::int8_t>(static_cast<std::uint8_t>(byte() << 4)) >> 4;
     case DType::kUInt4: return byte() & 0x0F;
     case DType::kInt2: return static_cast<std::int8_t>(static_cast<std::uint8_t>(byte() << 6)) >> 6;
     case DType::kUInt2: return byte() & 0x03;
-    case DType::kFloat8E4M3FN:
-    case DType::kFloat8E4M3FNUZ:
-    case DType::kFloat8E5M2:
-    case DType::kFloat8E5M2FNUZ:
-    case DType::kFloat8E8M0:
-    case DType::kFloat6E2M3:
-    case DType::kFloat6E3M2:
-    case DType::kFloat4E2M1: return minifloat_to_float(minifloat_format(t), byte());
     case DType::kInt8: return static_cast<const std::int8_t*>(p)[j];
     case DType::kUInt8: return static_cast<const std::uint8_t*>(p)[j];
     case DType::kInt16: return static_cast<const std::int16_t*>(p)[j];
     case DType::kUInt16: return static_cast<const std::uint16_t*>(p)[j];
     case DType::kInt32: return static_cast<const std::int32_t*>(p)[j];
     case DType::kUInt32: return static_cast<const std::uint32_t*>(p)[j];
-    default: return static_cast<const float*>(p)[j];  // float32 (minifloats, float16, bfloat16)
+    default: return static_cast<const float*>(p)[j];  // float32 (float16, bfloat16)
   }
 }
 
