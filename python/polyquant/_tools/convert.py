@@ -42,7 +42,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .runner import CommandError, progress
+from .runner import CommandError
 
 QONNX_DOMAINS = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
 ROUNDING_MODES = ("ROUND", "HALF_EVEN", "CEIL", "FLOOR", "UP", "DOWN", "HALF_UP", "HALF_DOWN")
@@ -390,15 +390,17 @@ def _check_node(b: _Builder, node, p: dict, graph, opset: int, how: str, rng) ->
         return ort.InferenceSession(model.SerializeToString(), exact_session_options(), providers=["CPUExecutionProvider"])
 
     session = session_of_rank(1 if exhaustive else x.ndim)
-    if exhaustive:
-        chunk, n = 1 << 20, 0
-        base = np.arange(chunk, dtype=np.uint32)
-        with progress(range(0, 1 << 32, chunk), f"check {node.name or node.output[0]}", unit="chunk") as bar:
-            for lo in bar:
-                x = (base + np.uint32(lo)).view(np.float32)
-                _compare(session, node, p, x)
-                n += chunk
-        return n
+    if exhaustive:  # polyquant diff's sweep: every float32 input, chunk by chunk
+        from .diff import sweep
+        r = sweep("the standard subgraph", "qonnx", [(({}, lambda v: session.run(None, {node.input[0]: v})[0]),
+                                                     ({}, lambda v: np.asarray(_reference(p, v), np.float32)))],
+                  desc=f"check {node.name or node.output[0]}")
+        if not r.identical:
+            kind, e = next(iter(r.examples.items()))
+            raise _Refused(f"the standard subgraph differs from qonnx on {r.differing} of {r.inputs} checked inputs "
+                           f"({', '.join(f'{k} {c}' for k, c in r.kinds.items())}), e.g. x = {e.x!r} ({e.x_bits}, "
+                           f"{kind}): {e.a!r} instead of {e.b!r}")
+        return r.inputs
     _compare(session, node, p, x)
     checked = int(x.size)
     weight = _initializer(graph, node.input[0])

@@ -379,6 +379,15 @@ def diff(a: str, b: str, *, dtype: str = "float32", patterns: tuple[int, int] | 
     if len(inst_a) > 1 and len(inst_b) > 1 and len(inst_a) != len(inst_b):
         raise SpecError(f"per-channel specs of {len(inst_a)} and {len(inst_b)} distinct parameter tuples do not pair up")
     pairs = list(zip(inst_a * (len(inst_b) if len(inst_a) == 1 else 1), inst_b * (len(inst_a) if len(inst_b) == 1 else 1)))
+    return sweep(a, b, pairs, dtype, patterns=patterns, show_progress=show_progress)
+
+
+def sweep(a: str, b: str, pairs: list, dtype: str = "float32", *, patterns: tuple[int, int] | None = None,
+          show_progress: bool = True, desc: str = "diff") -> DiffResult:
+    """The sweep behind diff: for each ((params_a, f_a), (params_b, f_b)) of `pairs`, f_a and f_b (functions
+    of an input array) run on every bit pattern of `dtype` in chunks and their outputs are compared and
+    classified; `a` and `b` label them in the result. polyquant convert's exhaustive check uses it too."""
+    x_dtype, bits_dtype, nbits = INPUT_DTYPES[dtype]
     first, stop = (0, 1 << nbits) if patterns is None else patterns
     if not (isinstance(first, int) and isinstance(stop, int) and 0 <= first < stop <= 1 << nbits):
         raise SpecError(f"patterns: expected (start, stop) with 0 <= start < stop <= 2^{nbits}, got {patterns!r}")
@@ -390,7 +399,7 @@ def diff(a: str, b: str, *, dtype: str = "float32", patterns: tuple[int, int] | 
     codes = np.empty(chunk, dtype=bits_dtype)
     best = {}
     show_progress = show_progress and sys.stderr.isatty()
-    bar_cm = progress(None, "diff", total=total * len(pairs), unit="input") if show_progress else _NoBar(())
+    bar_cm = progress(None, desc, total=total * len(pairs), unit="input") if show_progress else _NoBar(())
     with bar_cm as bar:
         for (pa, fa), (pb, fb) in pairs:
             steps = [float(v) for p in (pa, pb) for k, v in p.items()
