@@ -319,9 +319,11 @@ def calibrate(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, pe
     if workers not in (None, 1):
         raise CommandError(f"workers: the single-process engine runs one worker, got {workers!r}")
     try:
-        m = _load_model(model, copy=True)
+        original = _load_model(model, copy=True)
     except (OSError, ValueError, TypeError) as exc:
         raise CommandError(str(exc)) from None
+    m = onnx.ModelProto()  # the session's copy, with the activations added as outputs
+    m.CopyFrom(original)
     custom = sorted({n.domain for n in m.graph.node if n.domain not in ("", "ai.onnx")})
     if custom:
         raise CommandError(f"model: calibrate takes a float model of standard ONNX ops; this one has nodes of "
@@ -341,7 +343,7 @@ def calibrate(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, pe
 
     from .. import aimet
     settings = {"analyzer": analyzer, "bits": bits, "symmetric": symmetric, "per_channel": per_channel}
-    result = CalibrationResult(encoding_version=encoding_version, settings=settings, model=_load_model(model, copy=True))
+    result = CalibrationResult(encoding_version=encoding_version, settings=settings, model=original)
     inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
 
     def new_tensor(name, kind, shape, qshape):
