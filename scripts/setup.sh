@@ -5,7 +5,8 @@
 #                             core, the nanobind extension, the ONNX Runtime custom-op library) and
 #                             the references of `polyquant run --reference` (qonnx)
 #   scripts/setup.sh --test   what scripts/test.sh needs as well: GoogleTest, Google Benchmark and
-#                             the test extras, torch included (~5 GB with its CUDA libraries)
+#                             the test extras, torch included (~5 GB with its CUDA libraries), Ray,
+#                             Dask, matplotlib and a headless chromium for the tools' tests
 #
 # Running it again takes seconds when nothing changed: the package is rebuilt only when a file it is
 # built from (src include python ort cmake CMakeLists.txt pyproject.toml VERSION, committed or not)
@@ -18,7 +19,7 @@ mode=main
 case "${1:-}" in
   "") ;;
   --test) mode=test ;;
-  -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "setup: unknown argument '$1' (usage: scripts/setup.sh [--test])" >&2; exit 2 ;;
 esac
 
@@ -40,6 +41,9 @@ if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then need_apt+=(python3-ve
 if [ "$mode" = test ]; then
   [ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev)
   [ -f /usr/include/benchmark/benchmark.h ] || need_apt+=(libbenchmark-dev)
+  # tests/python/tools/test_report.py opens the report page in a real headless browser.
+  command -v chromium >/dev/null || need_apt+=(chromium)
+  command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   step "installing system packages: ${need_apt[*]}"
@@ -66,7 +70,7 @@ fi
 # The extras: `reference` holds what `polyquant run --reference` needs. Until pyproject.toml declares
 # it, the `test` extra (which holds qonnx, and no torch) stands in for it.
 if [ "$mode" = test ]; then
-  extras=(test test-torch)
+  extras=(test test-torch test-tools)
 elif grep -Eq '^reference *= *\[' pyproject.toml; then
   extras=(reference)
 else
