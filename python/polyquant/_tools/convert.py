@@ -54,9 +54,12 @@ class NodeReport:
     name: str
     op: str
     form: str             # what it became
-    status: str           # "exact" or "refused"
+    status: str           # "exact", "inexact" (emitted under allow_inexact) or "refused"
     reason: str = ""
-    checked: int | None = None   # inputs compared with polyquant.qonnx (None: by construction only)
+    checked: int | None = None   # inputs compared with the reference (None: by construction only)
+    differing: int = 0           # of those, the inputs where the emitted form differs (an inexact node)
+    kinds: dict = field(default_factory=dict)   # differing inputs by polyquant diff's kind
+    example: str = ""            # one differing input: x, what the form gives, what the reference gives
 
 
 @dataclass
@@ -64,25 +67,45 @@ class ConvertResult:
     model: Any
     nodes: list = field(default_factory=list)
 
+    source: str = "QONNX"   # what the converted nodes were: "QONNX", "Q/DQ", "Quark"
+
     @property
     def refused(self) -> list:
-        return [n for n in self.nodes if n.status != "exact"]
+        return [n for n in self.nodes if n.status == "refused"]
+
+    @property
+    def inexact(self) -> list:
+        """Nodes emitted under allow_inexact although they differ from the original on some inputs."""
+        return [n for n in self.nodes if n.status == "inexact"]
 
     def __str__(self) -> str:
         if not self.nodes:
-            return "no QONNX node: nothing to convert"
+            return f"no {self.source} node: nothing to convert"
         rows = [("node", "op", "becomes", "result")]
         for n in self.nodes:
-            result = n.status if n.status != "exact" else (
-                f"exact, checked on {n.checked} inputs" if n.checked else "exact (by construction)")
+            if n.status == "exact":
+                result = f"exact, checked on {n.checked} inputs" if n.checked else "exact (by construction)"
+            elif n.status == "inexact":
+                result = f"INEXACT: {_differing_text(n.differing, n.checked, n.kinds, n.example)}"
+            else:
+                result = n.status
             rows.append((n.name, n.op, n.form, result + (f": {n.reason}" if n.reason else "")))
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows]
         lines.insert(1, "-" * len(lines[0]))
         done = sum(n.status == "exact" for n in self.nodes)
-        lines.append(f"{done} of {len(self.nodes)} QONNX nodes converted exactly"
+        lines.append(f"{done} of {len(self.nodes)} {self.source} nodes converted exactly"
+                     + (f"; {len(self.inexact)} INEXACT" if self.inexact else "")
                      + (f"; {len(self.refused)} refused" if self.refused else ""))
+        if self.inexact:
+            lines.append(f"WARNING: {len(self.inexact)} node(s) emitted INEXACT (allow_inexact): the converted model "
+                         f"differs from the original on the inputs counted above")
         return "\n".join(lines)
+
+
+def _differing_text(differing: int, checked: int | None, kinds: dict, example: str) -> str:
+    counts = ", ".join(f"{k} {c}" for k, c in kinds.items())
+    return f"differs on {differing} of {checked} checked inputs ({counts})" + (f", e.g. {example}" if example else "")
 
 
 class _Refused(Exception):
@@ -108,10 +131,22 @@ class _Builder:
         self.inits.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
         return name
 
-    def op(self, op_type: str, inputs: list, what: str, output: str | None = None) -> str:
+    def typed_const(self, value: np.ndarray, what: str) -> str:
+        """A constant of value's own dtype (a zero point: int8, uint16, float8, ...)."""
+        name = self.name(what)
+        self.inits.append(_tensor(np.asarray(value), name))
+        return name
+
+    def op(self, op_type: str, inputs: list, what: str, output: str | None = None, **attrs) -> str:
         out = output or self.name(what)
-        self.nodes.append(helper.make_node(op_type, inputs, [out], name=self.name(what + "_node")))
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=self.name(what + "_node"), **attrs))
         return out
+
+
+def _tensor(value: np.ndarray, name: str):
+    """An initializer of any numpy / ml_dtypes dtype (onnx's from_array takes the 4-bit and float8 types
+    through onnx's own ml_dtypes names)."""
+    return numpy_helper.from_array(value, name)
 
 
 def _round(b: _Builder, y: str, mode: str) -> str:
@@ -288,6 +323,61 @@ def _convert_node(graph, node, b: _Builder, inferred: dict, version: int = 1) ->
     return form, static
 
 
+# QuantizeLinear's integer output types for a QONNX grid, by (signed, bit width): the grid's bounds
+# must lie in the type, and a grid narrower than the type is clamped on the integers by Clip (onnxruntime's
+# Clip takes int8 / uint8, not int16). The minimum standard opset of each.
+_QDQ_TYPES = {(True, 8): (np.int8, 13), (False, 8): (np.uint8, 13), (True, 16): (np.int16, 21),
+              (False, 16): (np.uint16, 21)}
+
+
+def _qdq_form(graph, node, b: _Builder, attrs: dict, opset: int) -> tuple[str, dict] | None:
+    """IntQuant / Quant as DequantizeLinear(Clip(QuantizeLinear(x))) (allow_inexact only: not exact, see
+    docs/convert.md), or None where Q/DQ cannot hold the node's grid at all: a rounding mode other than
+    ROUND / HALF_EVEN (QuantizeLinear rounds half to even), parameters that are not initializers, a zero
+    point that is not an integer of the type, a non-positive scale, parameters varying along more than
+    one axis, a bit width other than 2-8 or 16, or an opset too old for the type.
+    Q: q = saturate(round(x / scale) + zp); Clip(q, min_int, max_int); DQ: (q - zp) * scale, with
+    zp = qonnx's zeropt. qonnx rounds x / scale + zeropt instead, clamped before rounding: the two
+    differ on NaN, on -0.0 (DequantizeLinear returns +0.0) and, for zeropt != 0, on inputs where adding
+    the zero point in float32 makes a tie; the check counts them."""
+    if node.op_type not in ("Quant", "IntQuant") or _mode(attrs, "ROUND") not in ("ROUND", "HALF_EVEN"):
+        return None
+    scale, zeropt, bitwidth = (_initializer(graph, node.input[i]) for i in (1, 2, 3))
+    if scale is None or zeropt is None or bitwidth is None or bitwidth.size != 1:
+        return None
+    signed, narrow = bool(attrs.get("signed", 1)), bool(attrs.get("narrow", 0))
+    bw = float(bitwidth.reshape(()))
+    if bw != int(bw) or not 2 <= bw <= 16 or 8 < bw < 16:
+        return None
+    dtype, min_opset = _QDQ_TYPES[(signed, 8 if bw <= 8 else 16)]
+    lo, hi = (float(v) for v in int_bounds(bitwidth.reshape(()), signed, narrow))
+    info = np.iinfo(dtype)
+    clip = (lo, hi) != (info.min, info.max)
+    if opset < min_opset or (clip and dtype not in (np.int8, np.uint8)):
+        return None
+    shape = np.broadcast_shapes(scale.shape, zeropt.shape)
+    axes = [i for i, d in enumerate(shape) if d != 1]
+    if len(axes) > 1 or not np.all(np.isfinite(scale)) or not np.all(scale > 0):
+        return None
+    z = np.broadcast_to(zeropt.astype(np.float64), shape).reshape(-1)
+    if not np.all((z == np.round(z)) & (z >= info.min) & (z <= info.max)):
+        return None
+    per_axis = bool(axes)
+    s_c = b.const(np.broadcast_to(scale, shape).reshape(-1) if per_axis else scale.reshape(()), "scale")
+    z_c = b.typed_const(z.astype(dtype) if per_axis else z.astype(dtype).reshape(()), "zero_point")
+    # The channel axis counted from the end: QONNX's parameters broadcast against x from the right.
+    axis = {"axis": axes[0] - len(shape)} if per_axis else {}
+    q = b.op("QuantizeLinear", [node.input[0], s_c, z_c], "quantized", **axis)
+    if clip:
+        q = b.op("Clip", [q, b.typed_const(np.asarray(lo, dtype), "min_int"), b.typed_const(np.asarray(hi, dtype), "max_int")],
+                 "clipped")
+    b.op("DequantizeLinear", [q, s_c, z_c], "out", output=node.output[0], **axis)
+    form = f"QuantizeLinear ({np.dtype(dtype).name}{', per axis' if per_axis else ''})" + (", Clip" if clip else "") \
+        + ", DequantizeLinear"
+    return form, {"kind": "int", "scale": scale, "zeropt": zeropt, "bitwidth": bitwidth, "signed": int(signed),
+                  "narrow": int(narrow), "rounding_mode": _mode(attrs, "ROUND")}
+
+
 # ---- checks ------------------------------------------------------------------------------------------
 
 def _reference(p: dict, x: np.ndarray) -> np.ndarray:
@@ -375,9 +465,30 @@ def _node_model(node_nodes, inits, x_name, out_name, opset, rank):
     return m
 
 
-def _check_node(b: _Builder, node, p: dict, graph, opset: int, how: str, rng) -> int:
-    """Inputs compared; raises _Refused at the first difference (with the input)."""
+@dataclass
+class CheckOutcome:
+    """What a node's check found: inputs compared, and of those the differing ones by polyquant diff's kind."""
+    checked: int = 0
+    differing: int = 0
+    kinds: dict = field(default_factory=dict)
+    example: str = ""
+    on_weight: str = ""   # for a weight quantizer: the differing elements of the weight tensor itself
+
+    def add(self, other: "CheckOutcome") -> None:
+        self.checked += other.checked
+        self.differing += other.differing
+        for k, c in other.kinds.items():
+            self.kinds[k] = self.kinds.get(k, 0) + c
+        self.example = self.example or other.example
+
+
+def _check_node(b: _Builder, node, p: dict, graph, opset: int, how: str, rng, reference=None,
+                what: str = "qonnx") -> CheckOutcome:
+    """Runs the emitted subgraph in onnxruntime on the check's inputs (the sample, or every float32 input
+    for per-tensor parameters, then a weight's own tensor) and compares it with `reference(x)` (default:
+    polyquant.qonnx on `p`) bit for bit; returns what it found (the caller refuses or reports)."""
     import onnxruntime as ort
+    reference = reference or (lambda v: np.asarray(_reference(p, v), np.float32))
     needed = {i for n in b.nodes for i in n.input} - {t.name for t in b.inits} - {o for n in b.nodes for o in n.output}
     needed.discard(node.input[0])  # x is fed: the sample, then a weight's own tensor
     inits = list(b.inits) + [t for t in graph.initializer if t.name in needed]
@@ -392,40 +503,61 @@ def _check_node(b: _Builder, node, p: dict, graph, opset: int, how: str, rng) ->
     session = session_of_rank(1 if exhaustive else x.ndim)
     if exhaustive:  # polyquant diff's sweep: every float32 input, chunk by chunk
         from .diff import sweep
-        r = sweep("the standard subgraph", "qonnx", [(({}, lambda v: session.run(None, {node.input[0]: v})[0]),
-                                                     ({}, lambda v: np.asarray(_reference(p, v), np.float32)))],
+        r = sweep("the standard subgraph", what, [(({}, lambda v: session.run(None, {node.input[0]: v})[0]),
+                                                   ({}, reference))],
                   desc=f"check {node.name or node.output[0]}")
-        if not r.identical:
+        outcome = CheckOutcome(r.inputs, r.differing, dict(r.kinds))
+        if r.differing:
             kind, e = next(iter(r.examples.items()))
-            raise _Refused(f"the standard subgraph differs from qonnx on {r.differing} of {r.inputs} checked inputs "
-                           f"({', '.join(f'{k} {c}' for k, c in r.kinds.items())}), e.g. x = {e.x!r} ({e.x_bits}, "
-                           f"{kind}): {e.a!r} instead of {e.b!r}")
-        return r.inputs
-    _compare(session, node, p, x)
-    checked = int(x.size)
+            outcome.example = f"x = {e.x!r} ({e.x_bits}, {kind}): {e.a!r} instead of {e.b!r}"
+    else:
+        outcome = _compare(session, node, x, reference, p["scale"])
     weight = _initializer(graph, node.input[0])
     if weight is not None and weight.dtype == np.float32:  # a weight quantizer: its own tensor too
-        _compare(session_of_rank(weight.ndim), node, p, weight)
-        checked += int(weight.size)
-    return checked
+        on_weight = _compare(session_of_rank(weight.ndim), node, weight, reference, p["scale"])
+        outcome.add(on_weight)
+        outcome.on_weight = f"its weight tensor: {on_weight.differing} of {on_weight.checked} differ"
+    return outcome
 
 
-def _compare(session, node, p, x):
+def _compare(session, node, x, reference, scale) -> CheckOutcome:
+    """The subgraph on x against reference(x), bit for bit; the differing inputs classified by polyquant
+    diff's kinds (saturation values: the outputs at the largest float32 inputs; tie grids: the scales)."""
+    from .diff import _classify
     got = session.run(None, {node.input[0]: x})[0]
-    want = np.asarray(_reference(p, x), np.float32)
-    bad = np.flatnonzero(got.view(np.uint32).reshape(-1) != np.broadcast_to(want, got.shape).view(np.uint32).reshape(-1))
-    if bad.size:
-        i = bad[0]
-        raise _Refused(f"the standard subgraph differs from qonnx on {bad.size} of {got.size} checked inputs, e.g. "
-                       f"x = {x.reshape(-1)[i % x.size]!r}: {got.reshape(-1)[i]!r} instead of {want.reshape(-1)[i]!r}")
+    want = np.broadcast_to(np.asarray(reference(x), np.float32), got.shape)
+    mask = got.view(np.uint32) != want.view(np.uint32)
+    outcome = CheckOutcome(int(x.size))
+    if not mask.any():
+        return outcome
+    xb = np.broadcast_to(x, got.shape)
+    flat_x, flat_got, flat_want, flat_mask = (np.ascontiguousarray(v).reshape(-1) for v in (xb, got, want, mask))
+    fmax = np.finfo(np.float32).max
+    edge = np.abs(flat_x) == fmax
+    sat_got, sat_want = np.unique(flat_got[edge]), np.unique(flat_want[edge])
+    steps = [float(v) for v in np.unique(np.abs(np.asarray(scale, np.float64))) if 0 < v < np.inf]
+    masks = _classify(flat_x, flat_got, flat_want, flat_mask, sat_got, sat_want, steps)
+    outcome.differing = int(flat_mask.sum())
+    outcome.kinds = {k: int(m.sum()) for k, m in masks.items() if m.any()}
+    i = int(np.flatnonzero(flat_mask)[0])
+    outcome.example = f"x = {float(flat_x[i])!r}: {float(flat_got[i])!r} instead of {float(flat_want[i])!r}"
+    return outcome
+
+
+def _refusal(outcome: CheckOutcome, what: str = "qonnx") -> str:
+    return f"the emitted subgraph differs from {what}: {_differing_text(outcome.differing, outcome.checked, outcome.kinds, outcome.example)}"
 
 
 # ---- the conversion ------------------------------------------------------------------------------------
 
-def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 0) -> ConvertResult:
+def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 0,
+            allow_inexact: bool = False) -> ConvertResult:
     """Converts `model` (an onnx.ModelProto, a path or serialized bytes; not modified) to `to`:
     returns a ConvertResult with the converted ``model`` and a report per QONNX node (``nodes``;
-    ``refused`` lists those not converted, with the reason). See the module documentation."""
+    ``refused`` lists those not converted, with the reason). `allow_inexact=True` writes IntQuant /
+    Quant nodes that Q/DQ can hold as QuantizeLinear / DequantizeLinear, and emits a node whose check
+    finds differences instead of refusing it; each such node is ``inexact`` with the differing inputs
+    counted by kind (``inexact`` lists them). See the module documentation."""
     from ..onnx.models import _load_model
     if to != "onnx":
         raise CommandError(f"to: only 'onnx' (QONNX -> standard ONNX) is built so far, got {to!r}")
@@ -457,11 +589,21 @@ def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 
                 raise _Refused(f"the model imports the standard opset {opset}; the decomposition needs Round "
                                f"(opset {MIN_OPSET} or later)")
             version = next((o.version for o in m.opset_import if o.domain == node.domain), 1)
-            form, static = _convert_node(graph, node, b, inferred, version)
-            checked = None
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            qdq = _qdq_form(graph, node, b, attrs, opset) if allow_inexact else None
+            form, static = qdq or _convert_node(graph, node, b, inferred, version)
+            report = NodeReport(name, node.op_type, form, "exact")
             if static and check != "none":
-                checked = _check_node(b, node, static, graph, opset, check, rng)
-            result.nodes.append(NodeReport(name, node.op_type, form, "exact", checked=checked))
+                outcome = _check_node(b, node, static, graph, opset, check, rng)
+                report.checked = outcome.checked
+                if outcome.differing:
+                    if not allow_inexact:
+                        raise _Refused(_refusal(outcome))
+                    report.status, report.differing = "inexact", outcome.differing
+                    report.kinds, report.example, report.reason = outcome.kinds, outcome.example, outcome.on_weight
+            elif qdq:  # Q/DQ is never exact (NaN, -0.0); unchecked, the counts are unknown
+                report.status, report.reason = "inexact", "not checked (check=none): differs at least on NaN and -0.0"
+            result.nodes.append(report)
             new_nodes += b.nodes
             new_inits += b.inits
         except _Refused as why:
@@ -478,14 +620,15 @@ def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 
 
 
 def convert_command(args, out=sys.stdout) -> int:
-    """`polyquant convert IN -o OUT --to onnx`: exit 0 when every QONNX node converted exactly (OUT
-    written), 1 when one was refused (OUT not written)."""
+    """`polyquant convert IN -o OUT --to onnx`: exit 0 when every node was converted (OUT written):
+    exactly, or with --allow-inexact INEXACT as the table and its WARNING line say; 1 when one was
+    refused (OUT not written)."""
     from ..onnx.models import _load_model
     try:
         model = _load_model(args.model, copy=False)
     except (OSError, ValueError, TypeError) as exc:
         raise CommandError(str(exc)) from None
-    r = convert(model, args.to, check=args.check)
+    r = convert(model, args.to, check=args.check, allow_inexact=args.allow_inexact)
     print(r, file=out)
     if r.refused:
         print(f"not written: {len(r.refused)} node(s) refused", file=out)
@@ -510,4 +653,9 @@ def add_parser(sub, epilog: str) -> None:
                    help="compare each converted node with polyquant.qonnx on NaN, infinities, zeros, subnormals, every "
                         "rounding tie and random values (sample, default) or on all 2^32 float32 inputs (exhaustive, "
                         "per-tensor parameters; about a minute per node)")
+    p.add_argument("--allow-inexact", action="store_true",
+                   help="write IntQuant / Quant nodes that QuantizeLinear / DequantizeLinear can hold as Q/DQ (the form "
+                        "other runtimes recognize; it differs from qonnx on NaN, -0.0 and, with a zero point, some "
+                        "ties), and emit a node whose check finds differences instead of refusing it; such nodes are "
+                        "flagged INEXACT in the table with the differing inputs counted by kind (exit status 0)")
     p.set_defaults(func=convert_command)

@@ -302,3 +302,80 @@ def test_cli_writes_a_model_that_runs_without_polyquant(tmp_path):
                                   bits(np.load(BREVITAS / "conv_perchannel.expected.npy")))
     status, text = run_cli("convert", str(tmp_path / "missing.onnx"), "-o", str(out))
     assert status == 2
+
+
+# ---- --allow-inexact ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("zeropt,per_channel", [(0.0, False), (0.0, True), (3.0, False), (-2.0, True)])
+def test_allow_inexact_writes_qdq_and_counts_exactly_what_differs(zeropt, per_channel):
+    """IntQuant as QuantizeLinear / DequantizeLinear: the node is INEXACT, and the differing inputs it
+    reports are exactly those where plain onnxruntime's Q/DQ and qonnx's int_quant disagree on the
+    check's inputs (recounted here independently), all of the kinds Q/DQ is known for."""
+    from qonnx.custom_op.general.intquant import int_quant
+    shape = (3,) if per_channel else ()
+    scale = np.array([0.02, 0.5, 3.0], np.float32) if per_channel else np.float32(0.02)
+    zp = np.full(shape, zeropt, np.float32) if per_channel else np.float32(zeropt)
+    m = single_node("IntQuant", {"signed": 1, "narrow": 1, "rounding_mode": "ROUND"}, (None,) + shape,
+                    [scale, zp, np.float32(8)])
+    r = conv.convert(m, allow_inexact=True)
+    (n,) = r.nodes
+    assert n.status == "inexact" and r.inexact == [n] and not r.refused
+    assert n.form.startswith("QuantizeLinear (int8") and "Clip" in n.form  # narrow: [-127, 127] on int8
+    assert {o.domain for o in r.model.opset_import} <= {"", "ai.onnx"}
+    assert [x.op_type for x in r.model.graph.node] == ["QuantizeLinear", "Clip", "DequantizeLinear"]
+    x = conv._sample_inputs({"kind": "int", "scale": scale, "zeropt": zp, "bitwidth": np.float32(8), "signed": 1,
+                             "narrow": 1}, np.random.default_rng(0))
+    got = plain_session(r.model).run(None, {"x": x})[0]
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = np.asarray(int_quant(x, scale, zp, np.float32(8), 1, 1, "ROUND"), np.float32)
+    differ = bits(got) != bits(np.broadcast_to(want, got.shape))
+    assert n.differing == int(differ.sum()) == sum(n.kinds.values()) and n.checked == x.size
+    assert set(n.kinds) <= {"nan", "sign of zero", "rounding tie", "saturation edge"}
+    assert n.kinds["nan"] == int(np.isnan(x).sum())  # Q turns NaN into an integer
+    if zeropt == 0:  # DQ returns +0.0 where qonnx keeps -0.0; no ties move
+        assert "sign of zero" in n.kinds and "rounding tie" not in n.kinds
+    else:  # x / scale + zeropt rounded in float32 creates ties Q/DQ does not see
+        assert n.kinds.get("rounding tie", 0) > 0
+    assert "INEXACT" in str(r) and "WARNING: 1 node(s) emitted INEXACT" in str(r)
+
+
+def test_allow_inexact_keeps_the_exact_decomposition_where_qdq_cannot_hold_the_grid():
+    """HALF_UP rounding, a 12-bit grid (int16 has no Clip in onnxruntime; opset 13 has no int16 Q/DQ), a
+    fractional zero point, a negative scale: no Q/DQ form, so the exact decomposition, still exact."""
+    cases = [({"rounding_mode": "HALF_UP"}, [np.float32(0.1), np.float32(0), np.float32(8)]),
+             ({"rounding_mode": "ROUND"}, [np.float32(0.1), np.float32(0), np.float32(12)]),
+             ({"rounding_mode": "ROUND"}, [np.float32(0.1), np.float32(0.5), np.float32(8)]),
+             ({"rounding_mode": "ROUND"}, [np.float32(-0.1), np.float32(0), np.float32(8)])]
+    for attrs, params in cases:
+        r = conv.convert(single_node("Quant", {"signed": 1, "narrow": 0, **attrs}, (4,), params), allow_inexact=True)
+        assert [n.status for n in r.nodes] == ["exact"] and "Div" in r.nodes[0].form, (attrs, params)
+
+
+def test_allow_inexact_emits_a_node_whose_check_fails_with_its_counts(monkeypatch):
+    """A decomposition rounding half up where qonnx rounds half to even (a fractional zero point: no Q/DQ
+    form) is refused without allow_inexact and emitted with it, its differing inputs counted by kind."""
+    monkeypatch.setattr(conv, "_round", lambda b, y, mode: b.op("Floor", [b.op("Add", [y, b.const(0.5, "h")], "p")], "f"))
+    m = single_node("Quant", {"signed": 1, "narrow": 0, "rounding_mode": "ROUND"}, (4,),
+                    [np.float32(0.25), np.float32(0.5), np.float32(8)])
+    assert conv.convert(m).nodes[0].status == "refused"
+    r = conv.convert(m, allow_inexact=True)
+    (n,) = r.nodes
+    assert n.status == "inexact" and n.differing > 0 and n.differing == sum(n.kinds.values())
+    assert "Floor" in [x.op_type for x in r.model.graph.node]
+
+
+def test_allow_inexact_weight_reports_its_own_tensor():
+    r = conv.convert(BREVITAS / "conv_perchannel.onnx", allow_inexact=True)
+    weights = [n for n in r.nodes if "weight" in n.name]
+    assert weights and all(n.status == "inexact" and n.reason.startswith("its weight tensor: ") for n in weights)
+    onnx.checker.check_model(r.model)
+    assert {n.op_type for n in r.model.graph.node} >= {"QuantizeLinear", "DequantizeLinear"}
+
+
+def test_cli_allow_inexact_exits_0_and_says_so(tmp_path):
+    out = tmp_path / "qdq.onnx"
+    status, text = run_cli("convert", str(BREVITAS / "mlp_perchannel.onnx"), "-o", str(out), "--allow-inexact")
+    assert status == 0 and out.exists() and "INEXACT: differs on" in text and "WARNING: 6 node(s) emitted INEXACT" in text
+    x = np.load(BREVITAS / "mlp_perchannel.input.npy")
+    s = plain_session(out)
+    assert s.run(None, {s.get_inputs()[0].name: x})[0].shape == np.load(BREVITAS / "mlp_perchannel.expected.npy").shape
