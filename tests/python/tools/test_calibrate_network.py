@@ -1,0 +1,142 @@
+"""Calibration of a small real network exported from torch (two convolutions and a linear layer):
+the quantized models that calibrate writes run, and their quantizers compute what the references
+compute. The Q/DQ form is checked pair by pair against onnx's reference evaluator on onnxruntime's
+own intermediate tensors (whole-model outputs differ in the last bit between the two runtimes'
+convolutions, which is not the quantizers' doing); the QONNX form against qonnx's execute_onnx on the
+whole model (it runs the standard nodes in onnxruntime, so every bit is comparable)."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+import polyquant
+from polyquant._tools import calibrate as cal
+from polyquant._tools import runner
+from polyquant._tools.quantized_model import insert_quantizers
+
+torch = pytest.importorskip("torch")
+
+
+def exported_network():
+    """x (n, 3, 16, 16) -> Conv 3x3 (8) -> Relu -> Conv 3x3 stride 2 (8) -> Relu -> Flatten -> Gemm (10)."""
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.c2 = torch.nn.Conv2d(8, 8, 3, stride=2)
+            self.fc = torch.nn.Linear(8 * 7 * 7, 10)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.c2(torch.relu(self.c1(x)))).flatten(1))
+
+    torch.manual_seed(0)
+    f = io.BytesIO()
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Net().eval(), torch.randn(2, 3, 16, 16), f, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "n"}}, dynamo=False, opset_version=17)
+    return onnx.load_from_string(f.getvalue())
+
+
+def data(n=8, seed=3):
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((4, 3, 16, 16)).astype(np.float32)} for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def network():
+    return exported_network()
+
+
+def session(model, extra_outputs=()):
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    types = {v.name: v.type for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
+    for name in extra_outputs:
+        out = m.graph.output.add()
+        out.name = name
+        out.type.CopyFrom(types[name])
+    options = ort.SessionOptions()
+    # No Q/DQ fusion into QLinearConv (ORT_ENABLE_EXTENDED would change the arithmetic).
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def test_the_calibrated_tensors_of_the_network(network):
+    acts, weights = cal.quantizable_tensors(network)
+    assert len(acts) == 4 and len(weights) == 3  # x, two Conv inputs after Relu/Flatten, y; three weights
+
+
+@pytest.mark.parametrize("analyzer", ["minmax", "percentile"])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_qdq_pairs_equal_the_onnx_reference_on_onnxruntimes_tensors(network, analyzer, per_channel):
+    r = polyquant.calibrate(network, data(), analyzer, per_channel=per_channel, show_progress=False)
+    m = r.qdq_model()
+    onnx.checker.check_model(m)
+    pairs = [n for n in m.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    names = sorted({i for n in pairs for i in list(n.input[:1]) + list(n.output)} - {i.name for i in m.graph.initializer})
+    s = session(m, [n for n in names if n not in {o.name for o in m.graph.output} and n != "x"])
+    x = data(1, seed=11)[0]
+    # Specials through the whole network, and values far beyond the calibrated range (saturated).
+    # Not ±inf nor |x / s| >= 2^31: onnx's evaluator casts rint(x / s) to int32 with numpy before it
+    # saturates (undefined there), where onnxruntime (and polyquant.onnx) saturate.
+    x["x"].reshape(-1)[:5] = [np.nan, -0.0, 1e6, -1e6, 1e-40]
+    values = dict(zip([o.name for o in s.get_outputs()], s.run(None, x)))
+    values["x"] = x["x"]
+    inits = {t.name: t for t in m.graph.initializer}
+    for node in pairs:
+        # The node alone, in onnx's reference evaluator, on the very tensor onnxruntime gave it.
+        inputs = [node.input[0]] if node.input[0] not in inits else []
+        g = helper.make_graph([node], "one", [helper.make_empty_tensor_value_info(i) for i in inputs],
+                              [helper.make_empty_tensor_value_info(node.output[0])],
+                              [inits[i] for i in node.input if i in inits])
+        # onnx's evaluator starts its Q/DQ at opset 19; 13's and 21's are the same function for
+        # 8-bit per-tensor and per-axis parameters.
+        one = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            want = ReferenceEvaluator(one).run(None, {i: values[i] for i in inputs})[0]
+        assert same_bits(values[node.output[0]], want), node.name
+
+
+def sqnr_db(ref, got):
+    ref, got = ref.astype(np.float64), got.astype(np.float64)
+    return 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2))
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_the_quantized_network_stays_close_to_the_float_one(network, per_channel):
+    """8-bit MinMax on this network: the output's SQNR against the float model is well above 25 dB
+    (a wrong scale, axis or zero point sinks it far below)."""
+    r = polyquant.calibrate(network, data(), "minmax", per_channel=per_channel, show_progress=False)
+    x = data(1, seed=12)[0]
+    y_float = session(network).run(None, x)[0]
+    y_qdq = session(r.qdq_model()).run(None, x)[0]
+    assert sqnr_db(y_float, y_qdq) > 25
+
+
+@pytest.mark.skipif(runner.reference_unavailable() is not None, reason="needs qonnx")
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_qonnx_form_equals_qonnx_execution_on_the_whole_network(network, symmetric, tmp_path):
+    r = polyquant.calibrate(network, data(), "minmax", symmetric=symmetric, per_channel=True, show_progress=False)
+    m = insert_quantizers(r.model, [(t.name, t.kind, t.encoding("2.1.0")) for t in r.tensors], "qonnx")
+    path = tmp_path / "net_qonnx.onnx"
+    onnx.save(m, path)
+    x = data(1, seed=13)[0]
+    got = runner.make_session(str(path)).run(None, x)[0]
+    want, _ = runner.run_reference(str(path), x, show_progress=False)
+    assert same_bits(got, want["y"])
