@@ -19,7 +19,7 @@ from . import qonnx
 __version__: str = _ext.version()
 
 __all__ = ["__version__", "aimet", "buffer_cache_info", "calibrate", "convert", "diff", "empty_cache", "onnx", "ort", "qonnx",
-           "quark", "runtime_info"]
+           "quark", "report", "runtime_info"]
 
 
 def runtime_info() -> dict[str, Any]:
@@ -66,6 +66,18 @@ def calibrate(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, pe
     ``save(path)`` (docs/calibrate.md)."""
     from ._tools.calibrate import calibrate as _calibrate
     return _calibrate(model, data, analyzer, bits, per_channel, symmetric, engine, workers, **kwargs)
+
+
+def report(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, per_channel: bool = False,
+           symmetric: bool = False, **kwargs: Any) -> Any:
+    """What quantization does to each tensor of the float ONNX `model` over `data` (as calibrate takes it,
+    read three times: a path, a dict or a list of dicts): calibrates it, then per tensor the histogram,
+    the SQNR of quantize-dequantize and the clipped share, and per activation the SQNR of the Q/DQ
+    model's tensor against the float model's. Returns a report with ``html()`` (one self-contained
+    page; matplotlib, ``pip install .[report]``), ``to_dict()``, ``to_json()`` and ``save(path)``
+    (docs/report.md)."""
+    from ._tools.report import report as _report
+    return _report(model, data, analyzer, bits, per_channel, symmetric, **kwargs)
 
 
 def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 0) -> Any:

@@ -7,6 +7,7 @@ family (QONNX, QKeras, AIMET, ONNX Q/DQ, Quark), show what was detected.
     polyquant diff SPEC_A SPEC_B [--dtype float32|float16|bfloat16] [--json]
     polyquant convert IN.onnx -o OUT.onnx [--to onnx] [--check sample|exhaustive|none]
     polyquant calibrate MODEL.onnx --data DIR|FILE [--analyzer minmax|percentile|sqnr|tfenhanced] [-o OUT.json]
+    polyquant report MODEL.onnx --data DIR|FILE -o REPORT.html [--json OUT.json] [--analyzer ...] [--bits N]
 
 Exit status: 0 success; 1 a --reference check (run), a qonnx comparison (bench) or diff found a mismatch;
 2 bad arguments or a problem with the inputs (a missing file, a directory or a file that is no ONNX
@@ -30,6 +31,7 @@ from .. import ort as polyquant_ort
 from . import calibrate as calibrate_tool
 from . import convert as convert_tool
 from . import diff as diff_tool
+from . import report as report_tool
 from . import runner
 from .bench.driver import DEFAULT_SIZE, GROUPS, OPS_CHOICES, OPT_IN_CASE_NAMES, bench_command
 
@@ -209,6 +211,7 @@ def build_parser():
     diff_tool.add_parser(sub, EXIT_STATUS_HELP)
     convert_tool.add_parser(sub, EXIT_STATUS_HELP)
     calibrate_tool.add_parser(sub, EXIT_STATUS_HELP)
+    report_tool.add_parser(sub, EXIT_STATUS_HELP)
     return parser
 
 
