@@ -524,7 +524,8 @@ COLORS = {"hist": "#3b6ea8", "clip": "#c0392b", "range": "#e6a23c", "grid": "#44
 
 def _histogram_svg(t: TensorReport, index: int) -> str:
     _, Figure = _matplotlib()
-    fig = Figure(figsize=(6.4, 2.5))
+    from matplotlib.ticker import NullFormatter
+    fig = Figure(figsize=(6.4, 2.6))
     ax = fig.add_subplot()
     counts = t.counts.astype(np.float64)
     # Log counts: an empty bin has no height; 0.5 is the floor the bars stand on.
@@ -550,12 +551,11 @@ def _histogram_svg(t: TensorReport, index: int) -> str:
         s, zp = float(t.scale.reshape(-1)[0]), int(t.zero_point.reshape(-1)[0])
         grid = (np.arange(t.qmin, t.qmax + 1) - zp) * s
         ax.vlines(grid, 0, 0.08, transform=ax.get_xaxis_transform(), color=COLORS["grid"], lw=0.8)
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("value")
-    ax.set_ylabel("count")
-    grid_desc = f"{levels} levels" + (f", {t.channels} channels" if t.channels > 1 else "")
-    ax.set_title(f"{_short(t.name, 48)}  ({grid_desc}; clipping range in red)", fontsize=9, loc="left")
+    ax.set_ylabel("count (log)")
     ax.grid(axis="y", alpha=0.25)
-    return _svg(fig, f"polyquant-report-tensor-{index}")
+    return _svg(fig, f"t{index}")
 
 
 def _divergence_svg(rep: Report) -> str | None:
@@ -563,7 +563,7 @@ def _divergence_svg(rep: Report) -> str | None:
     if not acts:
         return None
     _, Figure = _matplotlib()
-    fig = Figure(figsize=(max(6.4, 0.45 * len(acts) + 2.0), 3.0))
+    fig = Figure(figsize=(min(max(7.0, 0.45 * len(acts) + 2.0), 14.0), 3.0))
     ax = fig.add_subplot()
     xs = np.arange(len(acts))
     model = np.array([t.model_sqnr_db for t in acts], np.float64)
@@ -578,12 +578,13 @@ def _divergence_svg(rep: Report) -> str | None:
     if div["worst"] is not None and math.isfinite(div["worst"][1]):
         k = next(i for i, t in enumerate(acts) if t.name == div["worst"][0])
         ax.plot([k], [model[k]], "o", ms=9, mfc="none", mec=COLORS["worst"], mew=2, label="lowest")
-    ax.set_xticks(xs, [_short(t.name, 24) for t in acts], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(xs, [_short(t.name, 24) for t in acts], rotation=30 if len(acts) > 6 else 0,
+                  ha="right" if len(acts) > 6 else "center", fontsize=9)
     ax.set_ylabel("SQNR (dB)")
     ax.set_xlabel("calibrated activations, in graph order")
     ax.grid(alpha=0.25)
     ax.legend(fontsize=8, loc="best")
-    return _svg(fig, "polyquant-report-divergence")
+    return _svg(fig, "divergence")
 
 
 def _short(name: str, n: int) -> str:
@@ -607,7 +608,10 @@ th:hover { background: #e4e9f0; }
 th[aria-sort="ascending"]::after { content: " \\25B2"; } th[aria-sort="descending"]::after { content: " \\25BC"; }
 tbody tr:hover { background: #fafbfd; }
 .plot svg { max-width: 100%; height: auto; display: block; }
-.tensor { border-top: 1px solid #eee; padding-top: .3rem; }
+.tensor { border-top: 1px solid #eee; padding-top: .3rem; display: grid; grid-template-columns: minmax(18rem, 1fr) 2fr;
+          gap: 0 1.5rem; align-items: start; }
+.tensor h3 { grid-column: 1 / -1; }
+@media (max-width: 60rem) { .tensor { grid-template-columns: 1fr; } }
 dl.figures { display: grid; grid-template-columns: max-content auto; gap: .1rem 1rem; margin: .3rem 0; font-size: .9rem; }
 dl.figures dt { color: #666; } dl.figures dd { margin: 0; }
 """
@@ -668,7 +672,7 @@ def _render_html(rep: Report) -> str:
                        f"</span>.</li>")
     if most_clipped is not None and most_clipped.clipped:
         summary.append(f"<li>Most clipped: <code>{e(most_clipped.name)}</code>, "
-                       f"{100 * most_clipped.clipped_fraction:.3g}% of its values outside the grid's range.</li>")
+                       f"{100 * most_clipped.clipped_fraction:.3g}% of its values clipped (beyond the grid's range).</li>")
     if div["worst"] is not None:
         summary.append(f"<li>The quantized model diverges most from the float model at "
                        f"<code>{e(div['worst'][0])}</code> (SQNR {_db_text(div['worst'][1])} dB).</li>")
@@ -706,7 +710,7 @@ def _render_html(rep: Report) -> str:
                    ("data range", f"[{t.data_min:.6g}, {t.data_max:.6g}] over {t.values:,} values"
                     + (f" ({t.nonfinite:,} NaN / inf left out)" if t.nonfinite else "")),
                    ("SQNR", f"{_db_text(t.sqnr_db)} dB (this tensor quantized alone)"),
-                   ("clipped", f"{t.clipped:,} values, {100 * t.clipped_fraction:.3g}%")]
+                   ("clipped", f"{t.clipped:,} value{'' if t.clipped == 1 else 's'}, {100 * t.clipped_fraction:.3g}%")]
         if msq is not None:
             figures.append(("model SQNR", f"{_db_text(msq)} dB (quantized model vs float model)"))
         dl = "".join(f"<dt>{k}</dt><dd>{e(v)}</dd>" for k, v in figures)
