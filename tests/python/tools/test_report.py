@@ -384,3 +384,55 @@ def test_screenshot_is_not_blank(page, browser, tmp_path):
     if target:  # regenerates docs/img/report.png: the page's top (summary to the first histograms), 96 colours
         top = image.crop((0, 0, image.width, min(image.height, int(2000 * ratio))))
         top.quantize(colors=96).save(target, optimize=True)
+
+
+# ---- streaming ------------------------------------------------------------------------------------
+
+
+class GeneratedBatches:
+    """`n` batches made on the fly each time it is iterated (re-iterable, never all in memory)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        rng = np.random.default_rng(7)
+        for _ in range(self.n):
+            yield {"x": rng.standard_normal((8, 1, 12, 12)).astype(np.float32)}
+
+
+def test_memory_does_not_grow_with_the_number_of_batches():
+    """Peak Python-side allocations (numpy's included) for 10x the batches stay within 1.5x: one batch
+    and the statistics are held, not the data."""
+    import tracemalloc
+    model = conv_net()
+    polyquant.report(model, GeneratedBatches(2), show_progress=False)  # imports and caches warmed up
+
+    def peak(n):
+        tracemalloc.start()
+        try:
+            r = polyquant.report(model, GeneratedBatches(n), show_progress=False)
+            return tracemalloc.get_traced_memory()[1], r
+        finally:
+            tracemalloc.stop()
+
+    small, r_small = peak(4)
+    large, r_large = peak(40)
+    assert r_large.batches == 40 and sum(t.counts.sum() for t in r_large.activations) == \
+        10 * sum(t.counts.sum() for t in r_small.activations)
+    assert large < 1.5 * small, (small, large)
+
+
+def test_progress_bars_only_on_a_terminal(monkeypatch):
+    calls = []
+
+    def fake_progress(iterable, desc, total=None, unit="run"):
+        calls.append((desc, total))
+        return rep_mod._NoBar(())
+
+    monkeypatch.setattr(rep_mod, "progress", fake_progress)
+    polyquant.report(small_model(), batches(2))
+    assert calls == []  # pytest's stderr is not a terminal
+    monkeypatch.setattr(rep_mod.sys.stderr, "isatty", lambda: True, raising=False)
+    polyquant.report(small_model(), batches(2))
+    assert calls == [("report: statistics", 2), ("report: histograms", 2)]
