@@ -1,4 +1,5 @@
-"""`polyquant convert` / `polyquant.convert`: QONNX models to standard ONNX, exactly.
+"""`polyquant convert` / `polyquant.convert`: QONNX models to standard ONNX (and standard Q/DQ to QONNX,
+`--to qonnx`: convert_qonnx.py), exactly.
 
 `--to onnx` replaces each QONNX quantizer by standard ONNX ops that compute qonnx's result bit for
 bit, in qonnx's own operation order and float32 precision, so the model runs in any onnxruntime
@@ -19,9 +20,10 @@ three with a sign pass a NaN y through unchanged: the NaN numpy's product return
 The clamp bounds are qonnx's min_int / max_int evaluated in the bit width's float32 arithmetic
 (2^bitwidth - 1 rounds to float32 above 24 bits, as in qonnx).
 
-QuantizeLinear / DequantizeLinear are not used: on every float32 input they differ from IntQuant
-(NaN becomes an integer, -0.0 becomes +0.0: `polyquant diff` counts 1,015,021,566 inputs for an
-8-bit grid), so they are never an exact replacement.
+QuantizeLinear / DequantizeLinear are not used by default: on every float32 grid they differ from
+IntQuant (NaN becomes an integer, -0.0 becomes +0.0: `polyquant diff` counts 1,015,021,566 inputs for
+an 8-bit grid), so they are never an exact replacement. allow_inexact=True writes them where they can
+hold the node's grid, reporting the node INEXACT with the differing inputs counted by kind.
 
 Every converted node whose parameters are initializers is checked: the standard subgraph, run in
 onnxruntime alone, against polyquant.qonnx (bit-exact with qonnx) on NaN, infinities, zeros,
@@ -559,11 +561,15 @@ def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 
     finds differences instead of refusing it; each such node is ``inexact`` with the differing inputs
     counted by kind (``inexact`` lists them). See the module documentation."""
     from ..onnx.models import _load_model
-    if to != "onnx":
-        raise CommandError(f"to: only 'onnx' (QONNX -> standard ONNX) is built so far, got {to!r}")
+    if to not in ("onnx", "qonnx"):
+        raise CommandError(f"to: expected 'onnx' (QONNX -> standard ONNX) or 'qonnx' (standard Q/DQ -> QONNX), "
+                           f"got {to!r}")
     if check not in ("sample", "exhaustive", "none"):
         raise CommandError(f"check: expected sample, exhaustive or none, got {check!r}")
     m = _load_model(model, copy=True)
+    if to == "qonnx":
+        from .convert_qonnx import to_qonnx
+        return to_qonnx(m, check=check, rng=np.random.default_rng(seed), allow_inexact=allow_inexact)
     graph = m.graph
     opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), None)
     try:
@@ -640,15 +646,19 @@ def convert_command(args, out=sys.stdout) -> int:
 
 def add_parser(sub, epilog: str) -> None:
     p = sub.add_parser(
-        "convert", epilog=epilog, help="convert a QONNX model to standard ONNX, exactly",
-        description="Replace each QONNX quantizer (IntQuant / Quant, BipolarQuant, Trunc) by standard ONNX ops that "
-                    "compute qonnx's result bit for bit, so the model runs in any onnxruntime without polyquant. "
-                    "Each node is checked against polyquant.qonnx (bit-exact with qonnx) in onnxruntime; a node "
-                    "that cannot be converted exactly (FloatQuant: not yet) is refused with the reason, "
-                    "and then nothing is written (exit status 1). docs/convert.md")
+        "convert", epilog=epilog, help="convert a QONNX model to standard ONNX (or Q/DQ to QONNX), exactly",
+        description="--to onnx (default): replace each QONNX quantizer (IntQuant / Quant, BipolarQuant, Trunc) by "
+                    "standard ONNX ops that compute qonnx's result bit for bit, so the model runs in any onnxruntime "
+                    "without polyquant. --to qonnx: replace each standard QuantizeLinear / DequantizeLinear pair "
+                    "(Q, Clip, DQ too) by a QONNX Quant or FloatQuant node on the same grid, with standard fix-ups "
+                    "where the two differ on NaN, infinities or -0.0. Each node is checked in onnxruntime against the "
+                    "original; a node that cannot be converted exactly (FloatQuant to ONNX: not yet) is refused with "
+                    "the reason, and then nothing is written (exit status 1). docs/convert.md")
     p.add_argument("model", metavar="IN.onnx", help="the QONNX model")
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the converted model")
-    p.add_argument("--to", choices=["onnx"], default="onnx", help="target: standard ONNX (default)")
+    p.add_argument("--to", choices=["onnx", "qonnx"], default="onnx",
+                   help="target: standard ONNX from QONNX (onnx, default), or QONNX from standard QuantizeLinear / "
+                        "DequantizeLinear pairs (qonnx)")
     p.add_argument("--check", choices=["sample", "exhaustive", "none"], default="sample",
                    help="compare each converted node with polyquant.qonnx on NaN, infinities, zeros, subnormals, every "
                         "rounding tie and random values (sample, default) or on all 2^32 float32 inputs (exhaustive, "

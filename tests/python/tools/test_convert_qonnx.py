@@ -1,0 +1,244 @@
+"""`polyquant convert --to qonnx`: standard QuantizeLinear / DequantizeLinear pairs to QONNX, bit-exact.
+
+The converted QONNX models run in onnxruntime with polyquant's custom-op library (bit-exact with qonnx)
+and are compared with the original Q/DQ models run in plain onnxruntime, on random, tie and special
+inputs; round trips QONNX -> ONNX -> QONNX and ONNX -> QONNX -> ONNX keep the semantics."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from polyquant._tools import cli, convert as conv
+from polyquant.qonnx.execute import reference_session_options
+
+ROOT = Path(__file__).resolve().parents[3]
+BREVITAS = ROOT / "tests" / "data" / "brevitas"
+
+
+def bits(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def plain(model):
+    return ort.InferenceSession(model.SerializeToString(), conv.exact_session_options(), providers=["CPUExecutionProvider"])
+
+
+def with_library(model):
+    return ort.InferenceSession(model.SerializeToString(), reference_session_options(), providers=["CPUExecutionProvider"])
+
+
+def qdq_model(scale, zp, shape, axis=None, opset=21, clip=None, q_attrs=None, dq_attrs=None):
+    inits = [numpy_helper.from_array(np.asarray(scale, np.float32), "s")]
+    inputs = ["x", "s"]
+    if zp is not None:
+        inits.append(numpy_helper.from_array(np.asarray(zp), "z"))
+        inputs.append("z")
+    kw = {"axis": axis} if axis is not None else {}
+    nodes = [helper.make_node("QuantizeLinear", inputs, ["q"], name="Q", **kw, **(q_attrs or {}))]
+    mid = "q"
+    if clip is not None:
+        dtype = np.asarray(zp).dtype
+        inits += [numpy_helper.from_array(np.asarray(clip[0], dtype), "lo"),
+                  numpy_helper.from_array(np.asarray(clip[1], dtype), "hi")]
+        nodes.append(helper.make_node("Clip", ["q", "lo", "hi"], ["qc"], name="C"))
+        mid = "qc"
+    nodes.append(helper.make_node("DequantizeLinear", [mid] + inputs[1:], ["y"], name="DQ", **kw, **(dq_attrs or {})))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def inputs(scale, shape, rng, grid=300.0):
+    """Random values over the grid, every half step (ties) and its float32 neighbours, and specials."""
+    s = float(np.max(scale))
+    k = (np.arange(-2 * grid - 4, 2 * grid + 4) / 2 * s).astype(np.float32)
+    ties = np.concatenate([k, np.nextafter(k, np.float32(np.inf)), np.nextafter(k, np.float32(-np.inf))])
+    n = int(np.prod(shape[1:]))
+    rows = (ties.size + 512) // n + 1
+    x = (rng.standard_normal(rows * n) * grid * s).astype(np.float32)
+    x[:ties.size] = ties
+    x[-9:] = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 3e38]
+    return x.reshape((rows,) + tuple(shape[1:]))
+
+
+CASES = {
+    "int8": (np.float32(0.02), np.int8(0), ["n"], None, None),
+    "uint8 zp 128": (np.float32(0.02), np.uint8(128), ["n"], None, None),
+    "uint8 zp 0": (np.float32(0.05), np.uint8(0), ["n"], None, None),
+    "int8 zp -128": (np.float32(0.02), np.int8(-128), ["n"], None, None),
+    "int16": (np.float32(1e-4), np.int16(0), ["n"], None, None),
+    "uint16": (np.float32(1e-4), np.uint16(0), ["n"], None, None),
+    "int4": (np.float32(0.25), np.array(0, ml_dtypes.int4), ["n"], None, None),
+    "uint4": (np.float32(0.25), np.array(0, ml_dtypes.uint4), ["n"], None, None),
+    "int8 per axis": (np.float32([0.02, 0.5, 3.0]), np.int8([0, 0, 0]), ["n", 3, 2], 1, None),
+    "int8 per axis, last": (np.float32([0.02, 0.5, 3.0]), np.int8([0, 0, 0]), ["n", 2, 3], -1, None),
+    "int8 narrow (QCDQ)": (np.float32(0.02), np.int8(0), ["n"], None, (-127, 127)),
+    "int8 4-bit (QCDQ)": (np.float32(0.1), np.int8(0), ["n"], None, (-8, 7)),
+    "float8 e4m3fn": (np.float32(0.5), np.zeros((), ml_dtypes.float8_e4m3fn), ["n"], None, None),
+    "float8 e5m2": (np.float32(0.01), np.zeros((), ml_dtypes.float8_e5m2), ["n"], None, None),
+    "float8 e4m3fn per axis": (np.float32([0.5, 1e-3, 7.0]), np.zeros(3, ml_dtypes.float8_e4m3fn), ["n", 3], 1, None),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_pairs_become_qonnx_nodes_equal_to_the_pair(case):
+    scale, zp, shape, axis, clip = CASES[case]
+    m = qdq_model(scale, zp, shape, axis, clip=clip)
+    r = conv.convert(m, to="qonnx")
+    assert [n.status for n in r.nodes] == ["exact"], r.nodes[0].reason
+    ops = [n.op_type for n in r.model.graph.node]
+    assert "QuantizeLinear" not in ops and "DequantizeLinear" not in ops and "Clip" not in ops
+    assert ops[0] == ("FloatQuant" if "float8" in case else "Quant")
+    x = inputs(scale, [1] + shape[1:], np.random.default_rng(len(case)))
+    got = with_library(r.model).run(None, {"x": x})[0]
+    want = plain(m).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(bits(got), bits(want), err_msg=case)
+
+
+def test_quant_parameters_are_the_grid():
+    """uint8 with zero point 128 is the signed 8-bit grid with zeropt 0; a Clip to [-127, 127] is narrow;
+    a Clip to [-8, 7] on int8 is 4 bits."""
+    def quant_of(case):
+        scale, zp, shape, axis, clip = CASES[case]
+        n = next(n for n in conv.convert(qdq_model(scale, zp, shape, axis, clip=clip), to="qonnx").model.graph.node
+                 if n.op_type == "Quant")
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        init = {t.name: numpy_helper.to_array(t) for t in conv.convert(qdq_model(scale, zp, shape, axis, clip=clip),
+                                                                          to="qonnx").model.graph.initializer}
+        return float(init[n.input[3]]), attrs["signed"], attrs["narrow"], float(np.max(np.abs(init[n.input[2]]))), \
+            attrs["rounding_mode"]
+    assert quant_of("uint8 zp 128") == (8, 1, 0, 0.0, b"ROUND")
+    assert quant_of("int8 zp -128") == (8, 0, 0, 0.0, b"ROUND")
+    assert quant_of("int8 narrow (QCDQ)") == (8, 1, 1, 0.0, b"ROUND")
+    assert quant_of("int8 4-bit (QCDQ)") == (4, 1, 0, 0.0, b"ROUND")
+    assert quant_of("int16") == (16, 1, 0, 0.0, b"ROUND")
+
+
+def test_qonnx_execute_onnx_agrees():
+    """The converted model in qonnx's own execute_onnx (its Quant and onnxruntime for the standard fix-ups)."""
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+    m = qdq_model(np.float32(0.02), np.uint8(128), [8])
+    r = conv.convert(m, to="qonnx")
+    x = np.array([np.nan, -0.0, -0.001, 0.01, 0.03, 2.55, -2.57, 1e30], np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = execute_onnx(ModelWrapper(r.model).transform(InferShapes()), {"x": x})["y"]
+    np.testing.assert_array_equal(bits(got), bits(plain(m).run(None, {"x": x})[0]))
+
+
+@pytest.mark.parametrize("case,reason", [
+    ("zero point 3", "differs from the Q/DQ pair"),
+    ("saturate 0", "saturate = 0"),
+    ("blocked", "blocked pair"),
+    ("fnuz", "float8e4m3fnuz"),
+    ("Q alone", "QuantizeLinear without its DequantizeLinear"),
+    ("scale input", "is not an initializer"),
+    ("different scales", "do not hold the same scale"),
+])
+def test_refusals_name_the_reason(case, reason):
+    if case == "zero point 3":  # qonnx adds the zero point before rounding: ties move
+        m = qdq_model(np.float32(0.02), np.int8(3), ["n"])
+    elif case == "saturate 0":
+        m = qdq_model(np.float32(0.5), np.zeros((), ml_dtypes.float8_e4m3fn), ["n"], q_attrs={"saturate": 0})
+    elif case == "blocked":
+        m = qdq_model(np.ones((2, 2), np.float32), np.zeros((2, 2), np.int8), [2, 4], axis=1,
+                      q_attrs={"block_size": 2}, dq_attrs={"block_size": 2})
+    elif case == "fnuz":
+        m = qdq_model(np.float32(0.5), np.zeros((), ml_dtypes.float8_e4m3fnuz), ["n"])
+    elif case == "Q alone":
+        m = qdq_model(np.float32(0.02), np.int8(0), ["n"])
+        m.graph.output.append(helper.make_tensor_value_info("q", TensorProto.INT8, None))
+    elif case == "scale input":
+        m = qdq_model(np.float32(0.02), np.int8(0), ["n"])
+        del m.graph.initializer[0]
+        m.graph.input.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, []))
+    else:
+        m = qdq_model(np.float32(0.02), np.int8(0), ["n"])
+        m.graph.initializer.append(numpy_helper.from_array(np.float32(0.03), "s2"))
+        m.graph.node[1].input[1] = "s2"
+    r = conv.convert(m, to="qonnx")
+    assert r.refused and reason in r.refused[0].reason, r.refused[0].reason
+    assert any(n.op_type == "QuantizeLinear" for n in r.model.graph.node)  # left as it was
+
+
+def test_allow_inexact_emits_the_bare_qonnx_node_with_its_counts():
+    """Without fix-ups the Quant node differs from the pair on NaN and -0.0 (counted); a zero point
+    QONNX cannot hold exactly is emitted with its ties counted."""
+    r = conv.convert(qdq_model(np.float32(0.02), np.int8(0), ["n"]), to="qonnx", allow_inexact=True)
+    (n,) = r.nodes
+    assert n.status == "inexact" and set(n.kinds) == {"nan", "sign of zero"} and "Where" not in n.form
+    assert [x.op_type for x in r.model.graph.node] == ["Quant"]
+    r = conv.convert(qdq_model(np.float32(0.02), np.int8(3), ["n"]), to="qonnx", allow_inexact=True)
+    assert r.nodes[0].status == "inexact" and r.nodes[0].kinds.get("rounding tie", 0) > 0
+
+
+@pytest.mark.parametrize("name", ["mlp_perchannel", "conv_perchannel"])
+def test_round_trip_qonnx_onnx_qonnx(name):
+    """QONNX -> Q/DQ (--allow-inexact) -> QONNX: every Quant node comes back with its own parameters
+    (scale, zero point, bit width, signed, narrow, ROUND), and the final model equals the Q/DQ model bit
+    for bit (the fix-ups keep Q/DQ's NaN and +0.0)."""
+    original = onnx.load(BREVITAS / f"{name}.onnx")
+    qdq = conv.convert(original, allow_inexact=True)
+    back = conv.convert(qdq.model, to="qonnx")
+    assert back.nodes and not back.refused and not back.inexact
+    inits = {t.name: numpy_helper.to_array(t) for t in original.graph.initializer}
+    back_inits = {t.name: numpy_helper.to_array(t) for t in back.model.graph.initializer}
+
+    def quants(model, table):
+        out = []
+        for n in model.graph.node:
+            if n.op_type == "Quant":
+                a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
+                out.append((table[n.input[1]].reshape(-1).tolist(), float(np.max(np.abs(table[n.input[2]])) if
+                            table[n.input[2]].size else 0), float(table[n.input[3]]), a.get("signed", 1),
+                            a.get("narrow", 0), a.get("rounding_mode", b"ROUND")))
+        return out
+    assert quants(back.model, back_inits) == quants(original, inits)
+    x = np.load(BREVITAS / f"{name}.input.npy")
+    rng = np.random.default_rng(0)
+    a, b = with_library(back.model), plain(qdq.model)
+    for s in (1e-3, 1.0, 1e3):
+        xs = (rng.standard_normal(x.shape) * s).astype(np.float32)
+        xs.reshape(-1)[:6] = [np.nan, -np.inf, np.inf, -0.0, 0.0, 1e-45]
+        np.testing.assert_array_equal(bits(a.run(None, {a.get_inputs()[0].name: xs})[0]),
+                                      bits(b.run(None, {b.get_inputs()[0].name: xs})[0]))
+
+
+@pytest.mark.parametrize("case", ["int8", "uint8 zp 128", "int8 per axis", "int8 narrow (QCDQ)", "float8 e4m3fn"])
+def test_round_trip_onnx_qonnx_onnx_is_exact(case):
+    """Q/DQ -> QONNX -> standard ONNX (the exact decomposition): bit-identical to the original pair in
+    plain onnxruntime, specials included."""
+    scale, zp, shape, axis, clip = CASES[case]
+    m = qdq_model(scale, zp, shape, axis, clip=clip)
+    there = conv.convert(m, to="qonnx")
+    if "float8" in case:  # FloatQuant -> standard ONNX is not built: refused by name
+        back = conv.convert(there.model, to="onnx")
+        assert back.refused and back.refused[0].op == "FloatQuant"
+        return
+    back = conv.convert(there.model, to="onnx")
+    assert not back.refused and {o.domain for o in back.model.opset_import} <= {"", "ai.onnx"}
+    x = inputs(scale, [1] + shape[1:], np.random.default_rng(7))
+    np.testing.assert_array_equal(bits(plain(back.model).run(None, {"x": x})[0]), bits(plain(m).run(None, {"x": x})[0]))
+
+
+def test_cli_to_qonnx(tmp_path):
+    src, out = tmp_path / "qdq.onnx", tmp_path / "qonnx.onnx"
+    onnx.save(qdq_model(np.float32(0.02), np.int8(0), ["n"]), src)
+    o = io.StringIO()
+    assert cli.main(["convert", str(src), "-o", str(out), "--to", "qonnx"], out=o) == 0
+    assert "1 of 1 Q/DQ nodes converted exactly" in o.getvalue() and out.exists()
+    onnx.save(qdq_model(np.float32(0.02), np.int8(3), ["n"]), src)
+    o = io.StringIO()
+    assert cli.main(["convert", str(src), "-o", str(tmp_path / "no.onnx"), "--to", "qonnx"], out=o) == 1
+    assert "refused" in o.getvalue() and not (tmp_path / "no.onnx").exists()
