@@ -417,8 +417,9 @@ def report(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, per_c
                        show_progress=show_progress, **calibrate_options)
     float_model = result.model
     name = Path(os.fspath(model)).name if isinstance(model, (str, os.PathLike)) else (float_model.graph.name or "model")
-    rep = Report(name, batches=result.batches, settings={"analyzer": analyzer, "bits": bits, "per_channel": per_channel,
-                                                         "symmetric": symmetric, "bins": bins})
+    settings = {"analyzer": analyzer, "bits": bits, "per_channel": per_channel, "symmetric": symmetric, "bins": bins,
+                "calibrate_options": {k: v for k, v in calibrate_options.items() if k != "encoding_version"}}
+    rep = Report(name, batches=result.batches, settings=settings)
     quantizers = {}
     for cal in result.tensors:
         q = cal.quantizer
@@ -508,7 +509,7 @@ def _svg(fig, salt: str) -> str:
     matplotlib, _ = _matplotlib()
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": salt}):
-        fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+        fig.savefig(buf, format="svg", metadata={"Date": None})
     text = buf.getvalue()
     text = text[text.index("<svg"):]
     text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)
@@ -518,7 +519,7 @@ def _svg(fig, salt: str) -> str:
     return re.sub(r'(href="#|url\(#)([^")]+)', lambda m: f"{m.group(1)}{salt}-{m.group(2)}", text)
 
 
-COLORS = {"hist": "#3b6ea8", "clip": "#c0392b", "range": "#e6a23c", "grid": "#444444", "own": "#888888",
+COLORS = {"hist": "#3b6ea8", "clip": "#c0392b", "range": "#e6a23c", "grid": "#1a1a1a", "own": "#888888",
           "model": "#3b6ea8", "worst": "#c0392b"}
 
 
@@ -526,6 +527,8 @@ def _histogram_svg(t: TensorReport, index: int) -> str:
     _, Figure = _matplotlib()
     from matplotlib.ticker import NullFormatter
     fig = Figure(figsize=(6.4, 2.6))
+    # Fixed margins: one draw per figure (a "tight" box or a layout engine draws it twice).
+    fig.subplots_adjust(left=0.11, right=0.98, bottom=0.19, top=0.96)
     ax = fig.add_subplot()
     counts = t.counts.astype(np.float64)
     # Log counts: an empty bin has no height; 0.5 is the floor the bars stand on.
@@ -550,7 +553,7 @@ def _histogram_svg(t: TensorReport, index: int) -> str:
     if t.channels == 1 and levels <= MAX_DRAWN_GRID_POINTS:
         s, zp = float(t.scale.reshape(-1)[0]), int(t.zero_point.reshape(-1)[0])
         grid = (np.arange(t.qmin, t.qmax + 1) - zp) * s
-        ax.vlines(grid, 0, 0.08, transform=ax.get_xaxis_transform(), color=COLORS["grid"], lw=0.8)
+        ax.vlines(grid, 0, 0.1, transform=ax.get_xaxis_transform(), color=COLORS["grid"], lw=1.0, zorder=3)
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("value")
     ax.set_ylabel("count (log)")
@@ -563,7 +566,15 @@ def _divergence_svg(rep: Report) -> str | None:
     if not acts:
         return None
     _, Figure = _matplotlib()
-    fig = Figure(figsize=(min(max(7.0, 0.45 * len(acts) + 2.0), 14.0), 3.0))
+    width = min(max(7.0, 0.45 * len(acts) + 2.0), 14.0)
+    rotated = len(acts) > 6
+    # Room under the axis for the names: a 9 pt character is ~5.4 pt wide, and a name turned by 30°
+    # rises by half its length; 34 pt more for the tick marks and the axis label.
+    longest = max(len(_short(t.name, 24)) for t in acts)
+    height = 3.0 + (2.7 * longest / 72 if rotated else 0.0)
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(left=0.7 / width, right=1 - 0.15 / width, top=1 - 0.1 / height,
+                        bottom=((2.7 * longest if rotated else 12) + 34) / (72 * height))
     ax = fig.add_subplot()
     xs = np.arange(len(acts))
     model = np.array([t.model_sqnr_db for t in acts], np.float64)
@@ -578,8 +589,10 @@ def _divergence_svg(rep: Report) -> str | None:
     if div["worst"] is not None and math.isfinite(div["worst"][1]):
         k = next(i for i, t in enumerate(acts) if t.name == div["worst"][0])
         ax.plot([k], [model[k]], "o", ms=9, mfc="none", mec=COLORS["worst"], mew=2, label="lowest")
-    ax.set_xticks(xs, [_short(t.name, 24) for t in acts], rotation=30 if len(acts) > 6 else 0,
-                  ha="right" if len(acts) > 6 else "center", fontsize=9)
+    # At most ~40 names fit under the axis; beyond, every k-th is named (the table has them all).
+    every = max(1, math.ceil(len(acts) / 40))
+    ax.set_xticks(xs[::every], [_short(t.name, 24) for t in acts[::every]], rotation=30 if rotated else 0,
+                  ha="right" if rotated else "center", fontsize=9)
     ax.set_ylabel("SQNR (dB)")
     ax.set_xlabel("calibrated activations, in graph order")
     ax.grid(alpha=0.25)
@@ -663,8 +676,9 @@ def _render_html(rep: Report) -> str:
     worst_own = ranked[0] if ranked else None
     most_clipped = max(rep.tensors, key=lambda t: t.clipped_fraction, default=None)
 
+    options = "".join(f", {k}={v}" for k, v in s.get("calibrate_options", {}).items())
     summary = [f"<li>{len(rep.tensors)} tensors quantized ({len(acts)} activations, {len(params)} weights), "
-               f"{s['analyzer']} analyzer, {s['bits']} bits, {'symmetric' if s['symmetric'] else 'asymmetric'}, "
+               f"{s['analyzer']} analyzer{e(options)}, {s['bits']} bits, {'symmetric' if s['symmetric'] else 'asymmetric'}, "
                f"weights {'per channel' if s['per_channel'] else 'per tensor'}; {rep.batches} batches.</li>"]
     if worst_own is not None:
         summary.append(f"<li>Most damaged by its own quantization: <a href=\"#tensor-{index[worst_own.name]}\">"
