@@ -31,7 +31,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import onnx
@@ -463,8 +463,10 @@ def report(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, per_c
                 for n, qn in qdq_names.items():
                     x = np.asarray(values[n], np.float64)
                     y = np.asarray(quantized[qn], np.float64)
-                    keep = np.isfinite(x)
-                    x, err = np.where(keep, x, 0.0).reshape(-1), np.where(keep, x - y, 0.0).reshape(-1)
+                    keep = np.isfinite(x)  # as for the tensor's own SQNR: NaN / inf in the float model are left out
+                    with np.errstate(invalid="ignore"):  # a non-finite x - y is masked out right away
+                        err = np.where(keep, x - y, 0.0).reshape(-1)
+                    x = np.where(keep, x, 0.0).reshape(-1)
                     by_name[n].model_signal += float(np.dot(x, x))
                     by_name[n].model_noise += float(np.dot(err, err))
             bar.update(1)
