@@ -436,3 +436,55 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
     monkeypatch.setattr(rep_mod.sys.stderr, "isatty", lambda: True, raising=False)
     polyquant.report(small_model(), batches(2))
     assert calls == [("report: statistics", 2), ("report: histograms", 2)]
+
+
+# ---- the summary's pointers, names, data files ----------------------------------------------------
+
+
+def mlp_chain(names, opset=17):
+    """input -> (MatMul -> Tanh) per name: activations named by the caller (any characters)."""
+    rng = np.random.default_rng(11)
+    nodes, inits, prev = [], [], "input"
+    for k, name in enumerate(names):
+        inits.append(numpy_helper.from_array((rng.standard_normal((8, 8)) / 3).astype(np.float32), f"w{k}"))
+        nodes += [helper.make_node("MatMul", [prev, f"w{k}"], [f"mm{k}"]), helper.make_node("Tanh", [f"mm{k}"], [name])]
+        prev = name
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("input", T.FLOAT, ["n", 8])],
+                          [helper.make_tensor_value_info(prev, T.FLOAT, ["n", 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 9
+    return m
+
+
+def test_divergence_points_at_the_lowest_and_the_largest_drop():
+    names = [f"act{k}" for k in range(6)]
+    rng = np.random.default_rng(2)
+    r = polyquant.report(mlp_chain(names), [{"input": rng.standard_normal((16, 8)).astype(np.float32)}])
+    acts = r.activations  # graph order: input, act0 .. act4 (inputs of the MatMuls), then the output act5
+    assert [t.name for t in acts] == ["input"] + names
+    sq = [t.model_sqnr_db for t in acts]
+    div = r.divergence()
+    assert div["worst"] == (acts[int(np.argmin(sq))].name, min(sq))
+    drops = [sq[k] - sq[k + 1] for k in range(len(sq) - 1)]
+    k = int(np.argmax(drops))
+    assert div["largest_drop"] == (acts[k].name, acts[k + 1].name, drops[k])
+
+
+def test_names_are_escaped_in_the_page():
+    pytest.importorskip("matplotlib")
+    odd = 'a<b>&"c'
+    rng = np.random.default_rng(2)
+    r = polyquant.report(mlp_chain([odd, "out"]), [{"input": rng.standard_normal((4, 8)).astype(np.float32)}])
+    text = r.html()
+    assert odd not in text and "a&lt;b&gt;&amp;&quot;c" in text
+
+
+def test_npz_file_for_a_model(tmp_path):
+    onnx.save(small_model(), tmp_path / "m.onnx")
+    np.savez(tmp_path / "b.npz", **batches(1)[0])
+    code, text = run_cli("report", str(tmp_path / "m.onnx"), "--data", str(tmp_path / "b.npz"), "--json",
+                         str(tmp_path / "r.json"))
+    assert code == 0, text
+    d = json.loads((tmp_path / "r.json").read_text())
+    assert d["batches"] == 1 and d["model"] == "m.onnx"
+    assert d == polyquant.report(str(tmp_path / "m.onnx"), str(tmp_path / "b.npz")).to_dict()
