@@ -622,6 +622,11 @@ def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 
         keep = [o for o in m.opset_import if o.domain not in QONNX_DOMAINS]
         del m.opset_import[:]
         m.opset_import.extend(keep)
+    from .convert_quark import QUARK_DOMAINS, convert_quark
+    if any(n.domain in QUARK_DOMAINS for n in graph.node):  # Quark's Extended Q/DQ: convert_quark.py
+        qonnx_nodes = len(result.nodes)
+        convert_quark(m, result, check=check, rng=rng, allow_inexact=allow_inexact)
+        result.source = "Quark" if not qonnx_nodes else "QONNX / Quark"
     return result
 
 
