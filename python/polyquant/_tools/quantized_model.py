@@ -1,4 +1,6 @@
-"""A float ONNX model with quantizers inserted on named tensors, from AIMET 2.1.0 encodings.
+"""Quantizers in and out of an ONNX model: insert_quantizers writes AIMET 2.1.0 encodings into a
+float model (as QONNX IntQuant nodes or standard Q/DQ pairs); float_model takes every quantizer out of
+a quantized one (QONNX, Brevitas, Quark, QDQ) so it can be calibrated again.
 
 Two forms of the same parameters (the encodings' ONNX-aligned y_scale, y_zero_point, axis and
 output dtype, written exactly as the encodings hold them):
@@ -161,6 +163,96 @@ def insert_quantizers(model, entries: Iterable[tuple[str, str, dict]], form: str
     if form == "qonnx" and not any(o.domain == QONNX_DOMAIN for o in m.opset_import):
         m.opset_import.append(helper.make_opsetid(QONNX_DOMAIN, 1))
     return m
+
+
+# The quantizers float_model removes: QONNX's (every domain qonnx, FINN and Brevitas export them
+# under), Quark's Extended Q/DQ (and their Vitis names) and the standard Q/DQ.
+QONNX_DOMAINS = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
+QONNX_QUANTIZERS = ("IntQuant", "Quant", "BipolarQuant", "Trunc", "FloatQuant")
+QUARK_DOMAINS = ("com.amd.quark", "com.vitis.ai")
+STANDARD_QDQ = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _is_quantizer(node) -> bool:
+    if node.domain in QONNX_DOMAINS:
+        return node.op_type in QONNX_QUANTIZERS
+    if node.domain in QUARK_DOMAINS:
+        return node.op_type.replace("Extended", "") in STANDARD_QDQ or node.op_type in ("VitisQuantizeLinear", "VitisDequantizeLinear")
+    return node.domain in ("", "ai.onnx") and node.op_type in STANDARD_QDQ
+
+
+def float_model(model) -> tuple[Any, list[str]]:
+    """The float model under a quantized one, and the names of the quantizers removed: each QONNX
+    quantizer (IntQuant / Quant, BipolarQuant, Trunc, FloatQuant), Quark Extended Q/DQ and standard
+    QuantizeLinear / DequantizeLinear node becomes an Identity of its first input, so every tensor
+    keeps its name and the network computes in float; a quantizer of a float weight (an initializer)
+    goes, its consumers reading the weight itself (so calibrate sees it as a weight), and a Transpose of
+    a weight becomes the transposed weight (Brevitas transposes its MatMul weights). A DequantizeLinear of an integer weight (a
+    weight stored quantized) becomes the dequantized float weight, computed by polyquant.onnx (ONNX's
+    formula), and a QuantizeLinear whose output only such nodes read goes with it. What calibrate
+    needs to re-calibrate a model exported already quantized (Brevitas, QONNX, Quark, QDQ)."""
+    from .. import onnx as pqo
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    original_inits = set(inits)
+    removed, nodes, weight_of = [], [], {}
+    for node in g.node:
+        if not _is_quantizer(node):
+            nodes.append(node)
+            continue
+        removed.append(node.name or node.output[0])
+        x = node.input[0]
+        is_dq = node.op_type.endswith("DequantizeLinear")
+        if is_dq and x in inits and inits[x].data_type != TensorProto.FLOAT:
+            # A stored integer weight: the float weight is its dequantized value.
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            q = numpy_helper.to_array(inits[x])
+            scale = numpy_helper.to_array(inits[node.input[1]])
+            zero = numpy_helper.to_array(inits[node.input[2]]) if len(node.input) > 2 and node.input[2] else None
+            w = pqo.dequantize_linear(q, scale, zero, axis=int(attrs.get("axis", 1)),
+                                      block_size=int(attrs.get("block_size", 0)))
+            g.initializer.append(numpy_helper.from_array(np.asarray(w, np.float32), node.output[0]))
+            continue
+        if x in inits:  # a float weight quantized at run time: its consumers read the weight itself
+            weight_of[node.output[0]] = weight_of.get(x, x)
+            continue
+        nodes.append(helper.make_node("Identity", [x], [node.output[0]], name=node.name or None))
+    for node in nodes:
+        for i, name in enumerate(node.input):
+            if name in weight_of:
+                node.input[i] = weight_of[name]
+    # A weight transposed at run time (Brevitas' MatMul weights) becomes the transposed initializer,
+    # so the MatMul reads a weight again.
+    inits = {t.name: t for t in g.initializer}
+    folded = []
+    for node in nodes:
+        if node.op_type == "Transpose" and node.domain in ("", "ai.onnx") and node.input[0] in inits:
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            w = numpy_helper.to_array(inits[node.input[0]])
+            t = np.ascontiguousarray(np.transpose(w, attrs.get("perm")))
+            g.initializer.append(numpy_helper.from_array(t, node.output[0]))
+            continue
+        folded.append(node)
+    nodes = folded
+    del g.node[:]
+    g.node.extend(nodes)
+    # Initializers nothing reads any more (a weight's integers and quantization parameters) go.
+    read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    kept = [t for t in g.initializer if t.name in read]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    # Graph inputs that name an initializer (older exporters list weights so, as overridable inputs)
+    # go: in the float model the weights are constants, which calibrate quantizes as weights.
+    graph_inputs = [v for v in g.input if v.name not in original_inits]
+    del g.input[:]
+    g.input.extend(graph_inputs)
+    # The custom domains are no longer imported.
+    keep = [o for o in m.opset_import if o.domain not in QONNX_DOMAINS + QUARK_DOMAINS]
+    del m.opset_import[:]
+    m.opset_import.extend(keep)
+    return m, removed
 
 
 def _topological_order(g, new_nodes) -> None:

@@ -140,3 +140,70 @@ def test_qonnx_form_equals_qonnx_execution_on_the_whole_network(network, symmetr
     got = runner.make_session(str(path)).run(None, x)[0]
     want, _ = runner.run_reference(str(path), x, show_progress=False)
     assert same_bits(got, want["y"])
+
+
+# ---- models exported already quantized: their float network, calibrated again ------------------
+
+BREVITAS = ["conv_perchannel", "mlp_perchannel", "truncavgpool", "bipolar", "fp8"]
+
+
+def brevitas_case(name):
+    from pathlib import Path
+    d = Path(__file__).resolve().parents[2] / "data" / "brevitas"
+    return onnx.load(d / f"{name}.onnx"), np.load(d / f"{name}.input.npy")
+
+
+@pytest.mark.parametrize("name", BREVITAS)
+def test_brevitas_models_calibrate_through_their_float_network(name, tmp_path):
+    """Every quantizer out (an Identity), the float network calibrates; its Q/DQ model runs and each
+    calibrated activation's Q/DQ output equals polyquant.onnx's QuantizeLinear / DequantizeLinear of
+    the float tensor onnxruntime gives; the QONNX form equals qonnx's own execution."""
+    from polyquant._tools.quantized_model import float_model
+    import polyquant.onnx as pqo
+    model, x = brevitas_case(name)
+    fm, removed = float_model(model)
+    assert removed and not [n for n in fm.graph.node if n.domain not in ("", "ai.onnx")]
+    inp = fm.graph.input[0].name
+    rng = np.random.default_rng(5)
+    batches_ = [{inp: (x * rng.uniform(0.5, 1.5)).astype(np.float32)} for _ in range(4)]
+    r = polyquant.calibrate(fm, batches_, "minmax", per_channel=True, show_progress=False)
+    acts = [t for t in r.tensors if t.kind == "activation"]
+    assert acts
+    m = r.qdq_model()
+    onnx.checker.check_model(m)
+    out_name = fm.graph.output[0].name
+    # The output's Q/DQ pair, on the float tensor the quantized network feeds it (NAME__float).
+    s = session(m, [f"{out_name}__float"])
+    y, y_float = s.run(None, {inp: x})[:2]
+    enc = next(t.encoding("2.1.0") for t in acts if t.name == out_name)
+    scale, zero = np.float32(enc["y_scale"]), np.uint8(enc["y_zero_point"])
+    assert same_bits(y, pqo.dequantize_linear(pqo.quantize_linear(y_float, scale, zero), scale, zero))
+    if runner.reference_unavailable() is None:
+        mq = insert_quantizers(r.model, [(t.name, t.kind, t.encoding("2.1.0")) for t in r.tensors], "qonnx")
+        path = tmp_path / f"{name}_qonnx.onnx"
+        onnx.save(mq, path)
+        got = runner.make_session(str(path)).run(None, {inp: x})[0]
+        want, _ = runner.run_reference(str(path), {inp: x}, show_progress=False)
+        assert same_bits(got, want[out_name])
+
+
+@pytest.mark.parametrize("example", ["qonnx_mlp", "onnx_qdq_mlp", "quark_mlp"])
+def test_the_bundled_examples_calibrate_through_their_float_network(example, tmp_path):
+    from pathlib import Path
+    from polyquant._tools.quantized_model import float_model
+    model = onnx.load(Path(__file__).resolve().parents[3] / "examples" / f"{example}.onnx")
+    fm, removed = float_model(model)
+    assert removed and not [n for n in fm.graph.node if n.domain not in ("", "ai.onnx")]
+    inp = fm.graph.input[0]
+    shape = [d.dim_value or 2 for d in inp.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(6)
+    data_ = [{inp.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(3)]
+    r = polyquant.calibrate(fm, data_, "minmax", show_progress=False)
+    # Stored integer weights (QDQ, Quark) came back as their dequantized floats and were calibrated.
+    assert [t.name for t in r.tensors if t.kind == "param"] or example == "qonnx_mlp"
+    y_float = session(fm).run(None, data_[0])[0]
+    # polyquant's session: the QDQ example imports opset 28, whose Q/DQ it runs (onnxruntime 1.32 stops at 25).
+    path = tmp_path / "qdq.onnx"
+    onnx.save(r.qdq_model(), path)
+    y_qdq = runner.make_session(str(path)).run(None, data_[0])[0]
+    assert y_qdq.shape == y_float.shape and np.all(np.isfinite(y_qdq))

@@ -121,3 +121,48 @@ def test_the_graph_keeps_its_outputs_and_is_valid():
 def test_refusals_name_the_tensor(entry, form, match):
     with pytest.raises(CommandError, match=match):
         insert_quantizers(relu_model(), [entry], form)
+
+
+# ---- float_model: every quantizer out ------------------------------------------------------------
+
+def test_float_model_undoes_the_intquant_form_bit_for_bit():
+    """insert_quantizers(qonnx), then float_model: the original network's bits (an Identity per
+    activation quantizer, the weights read directly again)."""
+    from polyquant._tools.quantized_model import float_model
+    import onnxruntime as ort
+    r = polyquant.calibrate(small_model(), batches(), "minmax", per_channel=True, show_progress=False)
+    fm, removed = float_model(insert_quantizers(r.model, entries_of(r), "qonnx"))
+    assert len(removed) == len(r.tensors)
+    assert {n.op_type for n in fm.graph.node} == {"Conv", "Relu", "Reshape", "MatMul", "Identity"}
+    conv = next(n for n in fm.graph.node if n.op_type == "Conv")
+    assert conv.input[1] == "conv.w"  # the weight itself, no Identity in between
+    x = batches(1, seed=9)[0]
+    want = ort.InferenceSession(r.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    got = ort.InferenceSession(fm.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    assert same_bits(got, want)
+
+
+def test_float_model_dequantizes_stored_weights_and_folds_transposes():
+    """A QDQ model's integer weights come back as ONNX's dequantized floats; a Transpose of a weight
+    (Brevitas' MatMul weights) becomes the transposed weight; graph inputs naming initializers go."""
+    from polyquant._tools.quantized_model import float_model
+    import polyquant.onnx as pqo
+    r = polyquant.calibrate(small_model(), batches(), "minmax", per_channel=True, show_progress=False)
+    qdq = insert_quantizers(r.model, entries_of(r), "qdq")
+    fm, _ = float_model(qdq)
+    inits = {t.name: numpy_helper.to_array(t) for t in qdq.graph.initializer}
+    folded = {t.name: numpy_helper.to_array(t) for t in fm.graph.initializer}
+    enc = dict((n, e) for n, _, e in entries_of(r))["conv.w"]
+    want = pqo.dequantize_linear(inits["conv.w__quantized"], np.asarray(enc["y_scale"], np.float32),
+                                 np.asarray(enc["y_zero_point"], np.uint8), axis=0)
+    assert same_bits(folded["conv.w__dequantized"], want)
+    assert not [n for n in fm.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    # A Transpose of a weight that is also listed as a graph input.
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    g = helper.make_graph([helper.make_node("Transpose", ["w"], ["wt"]), helper.make_node("MatMul", ["x", "wt"], ["y"])],
+                          "g", [helper.make_tensor_value_info("x", T.FLOAT, [1, 3]), helper.make_tensor_value_info("w", T.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1, 2])], [numpy_helper.from_array(w, "w")])
+    fm, removed = float_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    assert removed == [] and [n.op_type for n in fm.graph.node] == ["MatMul"]
+    assert [v.name for v in fm.graph.input] == ["x"]
+    assert same_bits(numpy_helper.to_array(next(t for t in fm.graph.initializer if t.name == "wt")), w.T.copy())
