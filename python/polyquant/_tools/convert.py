@@ -553,19 +553,28 @@ def _refusal(outcome: CheckOutcome, what: str = "qonnx") -> str:
 # ---- the conversion ------------------------------------------------------------------------------------
 
 def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 0,
-            allow_inexact: bool = False) -> ConvertResult:
+            allow_inexact: bool = False, encodings: Any = None) -> ConvertResult:
     """Converts `model` (an onnx.ModelProto, a path or serialized bytes; not modified) to `to`:
     returns a ConvertResult with the converted ``model`` and a report per QONNX node (``nodes``;
     ``refused`` lists those not converted, with the reason). `allow_inexact=True` writes IntQuant /
     Quant nodes that Q/DQ can hold as QuantizeLinear / DequantizeLinear, and emits a node whose check
     finds differences instead of refusing it; each such node is ``inexact`` with the differing inputs
-    counted by kind (``inexact`` lists them). See the module documentation."""
+    counted by kind (``inexact`` lists them). `encodings` (an AIMET encodings file's path or dict, with a
+    float `model`) writes a QDQ model with the encodings' parameters instead and returns
+    convert_aimet's AimetResult, which reports per tensor where ONNX's division differs from AIMET's
+    reciprocal multiplication. See the module documentation."""
     from ..onnx.models import _load_model
     if to not in ("onnx", "qonnx"):
         raise CommandError(f"to: expected 'onnx' (QONNX -> standard ONNX) or 'qonnx' (standard Q/DQ -> QONNX), "
                            f"got {to!r}")
     if check not in ("sample", "exhaustive", "none"):
         raise CommandError(f"check: expected sample, exhaustive or none, got {check!r}")
+    if encodings is not None:
+        if to != "onnx":
+            raise CommandError(f"encodings: an AIMET encodings file converts a float model to ONNX Q/DQ (to='onnx'), "
+                               f"got to={to!r}")
+        from .convert_aimet import convert_aimet
+        return convert_aimet(model, encodings, check=check)
     m = _load_model(model, copy=True)
     if to == "qonnx":
         from .convert_qonnx import to_qonnx
@@ -639,7 +648,7 @@ def convert_command(args, out=sys.stdout) -> int:
         model = _load_model(args.model, copy=False)
     except (OSError, ValueError, TypeError) as exc:
         raise CommandError(str(exc)) from None
-    r = convert(model, args.to, check=args.check, allow_inexact=args.allow_inexact)
+    r = convert(model, args.to, check=args.check, allow_inexact=args.allow_inexact, encodings=args.encodings)
     print(r, file=out)
     if r.refused:
         print(f"not written: {len(r.refused)} node(s) refused", file=out)
@@ -668,6 +677,10 @@ def add_parser(sub, epilog: str) -> None:
                    help="compare each converted node with polyquant.qonnx on NaN, infinities, zeros, subnormals, every "
                         "rounding tie and random values (sample, default) or on all 2^32 float32 inputs (exhaustive, "
                         "per-tensor parameters; about a minute per node)")
+    p.add_argument("--encodings", metavar="ENC.json", default=None,
+                   help="an AIMET encodings file (2.0.0 / 2.1.0) for the float model IN.onnx: write the QDQ model with "
+                        "its parameters and report, per tensor, where ONNX's division differs from AIMET's reciprocal "
+                        "multiplication (--check exhaustive: all 2^32 float32 inputs per parameter tuple)")
     p.add_argument("--allow-inexact", action="store_true",
                    help="write IntQuant / Quant nodes that QuantizeLinear / DequantizeLinear can hold as Q/DQ (the form "
                         "other runtimes recognize; it differs from qonnx on NaN, -0.0 and, with a zero point, some "

@@ -1,0 +1,248 @@
+"""`polyquant convert MODEL.onnx --encodings ENC.json --to onnx`: a float ONNX model plus an AIMET
+encodings file -> a QDQ model, with a report of where ONNX's Q/DQ differs from AIMET's.
+
+The Q/DQ pairs are written by polyquant calibrate's `_qdq_model` (docs/calibrate.md): each encoded
+tensor gets QuantizeLinear / DequantizeLinear with the encoding's own y_scale, y_zero_point, axis
+and output dtype (a weight is stored as QuantizeLinear's integers plus a DequantizeLinear), so the
+parameters are the file's, bit for bit.
+
+The arithmetic is not always the same. AIMET's quantize_dequantize without gradients (its inference
+path, torch's fake quantization) computes round(x * (1 / scale)), multiplying by the float32
+reciprocal; ONNX's QuantizeLinear computes round(x / scale). The two products differ by at most a few
+ulps of x / scale, so the rounded results can differ only for x within a few ulps of a rounding tie
+(k + 1/2) * scale: the report's sample is every tie of each channel's grid and its 8 float32
+neighbours on each side (plus NaN, infinities and zeros), which holds every input where they can
+differ; `check="exhaustive"` sweeps all 2^32 float32 inputs per distinct (scale, zero point) with
+polyquant diff's sweep. Each tensor's row gives the two `polyquant diff` specs compared.
+
+Encodings 2.0.0 / 2.1.0 (AIMET's ONNX-aligned layout: a list of {name, output_dtype, y_scale,
+y_zero_point, axis}) are converted, per tensor and per channel; blockwise (block_size) and LPBQ
+encodings, 1.0.0 / 0.6.1 files and names that are no tensor of the model are refused by name (then
+nothing is written).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .runner import CommandError
+
+SUPPORTED_VERSIONS = ("2.0.0", "2.1.0")
+INTEGER_DTYPES = {"int8": (8, True), "uint8": (8, False), "int16": (16, True), "uint16": (16, False),
+                  "int4": (4, True), "uint4": (4, False)}
+INTEGER_NUMPY = {(8, True): np.int8, (8, False): np.uint8, (16, True): np.int16, (16, False): np.uint16,
+                 (4, True): ml_dtypes.int4, (4, False): ml_dtypes.uint4}
+NEIGHBOURS = 8   # float32 neighbours of each tie checked on each side
+
+
+@dataclass
+class TensorReport:
+    name: str
+    kind: str                 # "activation" or "param"
+    params: str               # the Q/DQ parameters written
+    status: str               # "identical", "differs" (the Q/DQ pair is written either way) or "refused"
+    reason: str = ""
+    checked: int = 0
+    differing: int = 0
+    kinds: dict = field(default_factory=dict)
+    example: str = ""
+    specs: tuple = ()         # (aimet spec, onnx spec) of one differing (or the first) parameter tuple
+
+
+@dataclass
+class AimetResult:
+    model: Any
+    tensors: list = field(default_factory=list)
+    check: str = "sample"
+
+    @property
+    def refused(self) -> list:
+        return [t for t in self.tensors if t.status == "refused"]
+
+    @property
+    def differing(self) -> list:
+        return [t for t in self.tensors if t.status == "differs"]
+
+    def __str__(self) -> str:
+        if not self.tensors:
+            return "no encodings: nothing to convert"
+        rows = [("tensor", "kind", "Q/DQ", "ONNX's division vs AIMET's reciprocal (no-grad path)")]
+        for t in self.tensors:
+            if t.status == "refused":
+                result = f"refused: {t.reason}"
+            elif t.status == "unchecked":
+                result = "not compared (check=none)"
+            elif t.status == "identical":
+                result = f"identical on {t.checked} checked inputs"
+            else:
+                counts = ", ".join(f"{k} {c}" for k, c in t.kinds.items())
+                result = f"DIFFER on {t.differing} of {t.checked} checked inputs ({counts}), e.g. {t.example}"
+            if t.reason and t.status != "refused":
+                result += f"; {t.reason}"
+            rows.append((t.name, t.kind, t.params, result))
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows]
+        lines.insert(1, "-" * len(lines[0]))
+        done = len(self.tensors) - len(self.refused)
+        lines.append(f"{done} of {len(self.tensors)} encodings written as Q/DQ pairs with the file's parameters"
+                     + (f"; {len(self.refused)} refused" if self.refused else ""))
+        sample = "every rounding tie and its float32 neighbours" if self.check == "sample" else "every float32 input"
+        if self.differing:
+            lines.append(f"NOTE: on {len(self.differing)} tensor(s) ONNX's QuantizeLinear (x / scale) rounds some inputs "
+                         f"differently from AIMET's no-grad quantize_dequantize (x * (1 / scale)); checked on {sample}. "
+                         f"Reproduce: polyquant diff '<aimet spec>' '<onnx spec>' (docs/convert.md)")
+            for t in self.differing:
+                lines.append(f"  {t.name}: {t.specs[0]}  vs  {t.specs[1]}")
+        return "\n".join(lines)
+
+
+def _load_encodings(encodings) -> dict:
+    if isinstance(encodings, dict):
+        return encodings
+    try:
+        with open(encodings) as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CommandError(f"encodings: cannot read {str(encodings)!r}: {exc}") from None
+
+
+def _tie_sample(scale: float, zp: int, qmin: int, qmax: int) -> np.ndarray:
+    """Every tie (k + 1/2) * scale of the grid (q = round(x / scale) + zp in [qmin, qmax]; one step past
+    each end too) and NEIGHBOURS float32 neighbours on each side, NaN, infinities and zeros."""
+    k = np.arange(qmin - zp - 2, qmax - zp + 2, dtype=np.float64)
+    ties = ((k + 0.5) * np.float64(scale)).astype(np.float32)
+    parts, up, down = [ties], ties, ties
+    for _ in range(NEIGHBOURS):
+        up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+        parts += [up, down]
+    parts.append(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], np.float32))
+    return np.concatenate(parts)
+
+
+def _compare(aimet_spec: str, onnx_spec: str, scale: float, zp: int, qmin: int, qmax: int, check: str):
+    from .diff import _classify, _differs, _instances, parse_spec, sweep
+    fa, fo = _instances(parse_spec(aimet_spec))[0][1], _instances(parse_spec(onnx_spec))[0][1]
+    if check == "exhaustive":
+        r = sweep(aimet_spec, onnx_spec, [(({"scale": scale}, fa), ({"scale": scale}, fo))], desc="aimet vs onnx")
+        example = ""
+        if r.differing:
+            kind, e = next(iter(r.examples.items()))
+            example = f"x = {e.x!r} ({kind}): AIMET {e.a!r}, ONNX {e.b!r}"
+        return r.inputs, r.differing, dict(r.kinds), example
+    x = _tie_sample(scale, zp, qmin, qmax)
+    a, o = np.asarray(fa(x)), np.asarray(fo(x))
+    mask = _differs(a, o)
+    if not mask.any():
+        return x.size, 0, {}, ""
+    fmax = np.float32(np.finfo(np.float32).max)
+    sat_a = np.asarray(fa(np.array([-fmax, fmax], np.float32)), np.float64)
+    sat_o = np.asarray(fo(np.array([-fmax, fmax], np.float32)), np.float64)
+    masks = _classify(x, a, o, mask, sat_a, sat_o, [scale])
+    i = int(np.flatnonzero(mask)[np.argmin(np.abs(x[mask]))])
+    return x.size, int(mask.sum()), {k: int(m.sum()) for k, m in masks.items() if m.any()}, \
+        f"x = {float(x[i])!r}: AIMET {float(a[i])!r}, ONNX {float(o[i])!r}"
+
+
+def _on_weight(tensor, scale: np.ndarray, zps: np.ndarray, axis, bits: int, signed: bool) -> str:
+    """How many elements of the weight tensor itself AIMET's no-grad quantize_dequantize and ONNX's Q/DQ
+    (what the written model stores and computes) give differently."""
+    from onnx import numpy_helper
+    from .. import onnx as pqo
+    from ..aimet import functional
+    from .diff import _differs
+    w = numpy_helper.to_array(tensor)
+    if w.dtype != np.float32:
+        return ""
+    if scale.size > 1:
+        ax = int(axis) % w.ndim
+        shape = [scale.size if i == ax else 1 for i in range(w.ndim)]
+        s, o = scale.reshape(shape), (-zps).astype(np.float32).reshape(shape)
+        zp = zps.astype(INTEGER_NUMPY[(bits, signed)])
+        onnx_w = pqo.dequantize_linear(pqo.quantize_linear(w, scale, zp, axis=ax), scale, zp, axis=ax)
+    else:
+        s, o = scale.reshape(()), np.float32(-zps[0])
+        zp = zps.astype(INTEGER_NUMPY[(bits, signed)]).reshape(())
+        onnx_w = pqo.dequantize_linear(pqo.quantize_linear(w, s, zp), s, zp)
+    aimet_w = functional._qdq_forward(w, s, o, (bits, signed), {}, training=False)
+    differing = int(_differs(np.asarray(aimet_w, np.float32), np.asarray(onnx_w, np.float32)).sum())
+    return f"its weight tensor: {differing} of {w.size} elements differ"
+
+
+def convert_aimet(model: Any, encodings: Any, *, check: str = "sample") -> AimetResult:
+    """The QDQ model of the float `model` (a ModelProto, path or bytes) with the Q/DQ parameters of the
+    AIMET `encodings` (a path to the JSON file, or its dict), and the per-tensor report (module doc)."""
+    from ..onnx.models import _load_model
+    from .calibrate import _qdq_model
+    m = _load_model(model, copy=True)
+    enc = _load_encodings(encodings)
+    version = str(enc.get("version", "")) if isinstance(enc, dict) else ""
+    if version not in SUPPORTED_VERSIONS:
+        raise CommandError(f"encodings: version {version or '(none)'!r} is not converted yet; expected one of "
+                           f"{', '.join(SUPPORTED_VERSIONS)} (AIMET's ONNX-aligned layout; export with "
+                           f"encoding_version='2.1.0')")
+    entries = enc.get("encodings")
+    if not isinstance(entries, list):
+        raise CommandError("encodings: a 2.x file holds a list 'encodings' of {name, output_dtype, y_scale, ...}")
+    g = m.graph
+    params = {t.name for t in g.initializer}
+    tensors = params | {v.name for v in g.input} | {o for n in g.node for o in n.output}
+    result = AimetResult(m, check=check)
+    accepted = []
+    for e in entries:
+        name = e.get("name") if isinstance(e, dict) else None
+        kind = "param" if name in params else "activation"
+        report = TensorReport(str(name), kind, "-", "refused")
+        result.tensors.append(report)
+        if name not in tensors:
+            report.reason = f"no tensor named {name!r} in the model"
+            continue
+        if "block_size" in e or "per_block_int_scale" in e or isinstance(e.get("y_scale"), dict):
+            report.reason = "blockwise / LPBQ encoding: not converted yet (per-tensor and per-channel are)"
+            continue
+        dtype = e.get("output_dtype")
+        if dtype not in INTEGER_DTYPES:
+            report.reason = f"output_dtype {dtype!r}: expected one of {', '.join(INTEGER_DTYPES)}"
+            continue
+        bits, signed = INTEGER_DTYPES[dtype]
+        qmin, qmax = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        scale = np.asarray(e.get("y_scale"), np.float32).reshape(-1)
+        zps = np.asarray(e.get("y_zero_point", 0), np.int64).reshape(-1)
+        if scale.size == 0 or not np.all(np.isfinite(scale)) or not np.all(scale > 0):
+            report.reason = f"y_scale {e.get('y_scale')!r:.60}: expected positive finite numbers"
+            continue
+        zps = np.broadcast_to(zps, scale.shape)
+        if np.any(zps < qmin) or np.any(zps > qmax):
+            report.reason = f"y_zero_point outside {dtype}'s range {qmin}..{qmax}"
+            continue
+        axis = e.get("axis")
+        report.params = (f"{dtype}, scale {scale[0]:.9g}, zero point {zps[0]}" if scale.size == 1 else
+                         f"{dtype}, axis {axis}, {scale.size} channels")
+        report.status = "identical" if check != "none" else "unchecked"
+        # One comparison per distinct (scale, zero point): a per-channel tensor's channels often repeat.
+        for s, z in sorted(set(zip(scale.tolist(), zps.tolist()))) if check != "none" else []:
+            a_spec = (f"aimet:quantize_dequantize(scale={float(np.float32(s))!r}, offset={-int(z)}, bitwidth={bits}, "
+                      f"signed={signed})")
+            o_spec = f"onnx:QDQ(scale={float(np.float32(s))!r}, zero_point={int(z)}, dtype={dtype})"
+            n, differing, kinds, example = _compare(a_spec, o_spec, float(np.float32(s)), int(z), qmin, qmax, check)
+            report.checked += n
+            if differing:
+                report.status = "differs"
+                report.differing += differing
+                for k, c in kinds.items():
+                    report.kinds[k] = report.kinds.get(k, 0) + c
+                if not report.example:
+                    report.example, report.specs = example, (a_spec, o_spec)
+            if not report.specs:
+                report.specs = (a_spec, o_spec)
+        if kind == "param" and check != "none":
+            report.reason = _on_weight(next(t for t in g.initializer if t.name == name), scale, zps, axis, bits, signed)
+        accepted.append((SimpleNamespace(name=name, kind=kind), e))
+    if not result.refused:
+        result.model = _qdq_model(m, accepted)
+    return result

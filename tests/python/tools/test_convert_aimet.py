@@ -1,0 +1,167 @@
+"""`polyquant convert MODEL.onnx --encodings ENC.json`: a float model plus AIMET encodings -> a QDQ model
+with the encodings' parameters, and a per-tensor report of where ONNX's division differs from
+AIMET's reciprocal multiplication (its no-grad quantize_dequantize)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import polyquant.onnx as pqo
+from polyquant._tools import cli, convert as conv
+from polyquant._tools.runner import CommandError
+from polyquant.aimet import functional
+
+SCALE = float(np.float32(0.02))
+
+
+def float_model():
+    w = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+                           helper.make_node("Relu", ["h"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    return m
+
+
+def encodings():
+    return {"version": "2.1.0", "encodings": [
+        {"name": "x", "output_dtype": "uint8", "y_scale": [SCALE], "y_zero_point": [128]},
+        {"name": "w", "output_dtype": "int8", "y_scale": [0.01, 0.02, 0.03], "y_zero_point": [0, 0, 0], "axis": 1},
+        {"name": "h", "output_dtype": "int16", "y_scale": [0.001]},
+    ]}
+
+
+def plain(model):
+    return ort.InferenceSession(model.SerializeToString(), conv.exact_session_options(), providers=["CPUExecutionProvider"])
+
+
+def bits(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def test_the_qdq_model_holds_the_encodings_parameters():
+    r = conv.convert(float_model(), encodings=encodings())
+    assert not r.refused and [t.name for t in r.tensors] == ["x", "w", "h"]
+    g = r.model.graph
+    inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    by_input = {}
+    for n in g.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            by_input.setdefault(n.op_type, []).append((n, inits[n.input[1]], inits[n.input[2]]))
+    scales = sorted(tuple(np.asarray(s).reshape(-1).tolist()) for _, s, _ in by_input["DequantizeLinear"])
+    assert scales == sorted([(SCALE,), tuple(np.float32([0.01, 0.02, 0.03]).tolist()), (float(np.float32(0.001)),)])
+    zps = {np.asarray(z).dtype.name for _, _, z in by_input["DequantizeLinear"]}
+    assert zps == {"uint8", "int8", "int16"}
+    # The model in plain onnxruntime: x's pair is polyquant.onnx's DQ(Q(x)), so y is Relu(DQ(Q(DQ(Q(x)) @ DQ(Wq)))).
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((64, 4)) * 2).astype(np.float32)
+    x[0] = [np.nan, -0.0, np.inf, -np.inf]
+    x[1] = (np.arange(4) + 0.5) * np.float32(SCALE)
+    xq = pqo.dequantize_linear(pqo.quantize_linear(x, np.float32(SCALE), np.uint8(128)), np.float32(SCALE), np.uint8(128))
+    w = numpy_helper.to_array(float_model().graph.initializer[0])
+    ws, wz = np.float32([0.01, 0.02, 0.03]), np.zeros(3, np.int8)
+    wq = pqo.dequantize_linear(pqo.quantize_linear(w, ws, wz, axis=1), ws, wz, axis=1)
+    got = plain(r.model).run(None, {"x": x})[0]
+    # Rebuild the expected output with onnxruntime's MatMul on the dequantized operands, then h's pair.
+    mm = plain(_matmul_model(np.asarray(wq, np.float32))).run(None, {"x": np.asarray(xq, np.float32)})[0]
+    hq = pqo.dequantize_linear(pqo.quantize_linear(mm, np.float32(0.001), np.int16(0)), np.float32(0.001), np.int16(0))
+    np.testing.assert_array_equal(bits(got), bits(np.maximum(hq, 0)))
+
+
+def _matmul_model(w):
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    return m
+
+
+def test_the_report_finds_diffs_68_ties_at_scale_0_02():
+    """uint8, scale 0.02, zero point 128: polyquant diff's exhaustive sweep finds 68 float32 inputs where
+    AIMET's no-grad path and ONNX QDQ differ, all rounding ties (docs/diff.md); the tie sample finds
+    the same 68, and they are exactly where the written model's pair and AIMET's no-grad path differ."""
+    r = conv.convert(float_model(), encodings=encodings())
+    x_row = next(t for t in r.tensors if t.name == "x")
+    assert x_row.status == "differs" and x_row.differing == 68 and x_row.kinds == {"rounding tie": 68}
+    assert "DIFFER on 68" in str(r) and "aimet:quantize_dequantize(scale=0.019999999552965164, offset=-128" in str(r)
+    # Independent recount on the same inputs: the written pair (plain onnxruntime) against AIMET's no-grad path.
+    from polyquant._tools.convert_aimet import _tie_sample
+    x = _tie_sample(SCALE, 128, 0, 255)
+    pair = helper.make_graph([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                              helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])], "g",
+                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                             [numpy_helper.from_array(np.float32(SCALE), "s"), numpy_helper.from_array(np.uint8(128), "z")])
+    m = helper.make_model(pair, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    onnx_y = plain(m).run(None, {"x": x})[0]
+    aimet_y = functional._qdq_forward(x, np.float32(SCALE), np.float32(-128), (8, False), {}, training=False)
+    differ = bits(onnx_y) != bits(aimet_y)
+    assert int(differ.sum()) == 68
+
+
+def test_the_weight_tensor_itself_is_counted():
+    """A weight's row says how many of its own elements AIMET's no-grad path and the written Q/DQ give
+    differently; recounted here with a weight holding x = 0.09, where at scale 0.02 x * (1 / 0.02) rounds
+    to 4 and 0.09 / 0.02 to 5 (docs/diff.md's smallest example)."""
+    m = float_model()
+    w = numpy_helper.to_array(m.graph.initializer[0]).copy()
+    w[:, 1] = np.float32([0.09, -0.09, 0.09, 0.5])
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "w"))
+    r = conv.convert(m, encodings=encodings())
+    row = next(t for t in r.tensors if t.name == "w")
+    ws, wz = np.float32([0.01, 0.02, 0.03]), np.zeros(3, np.int8)
+    onnx_w = pqo.dequantize_linear(pqo.quantize_linear(w, ws, wz, axis=1), ws, wz, axis=1)
+    aimet_w = functional._qdq_forward(w, ws.reshape(1, 3), np.zeros((1, 3), np.float32), (8, True), {}, training=False)
+    expected = int((bits(onnx_w) != bits(aimet_w)).sum())
+    assert expected >= 3 and row.reason == f"its weight tensor: {expected} of 12 elements differ"
+
+
+@pytest.mark.parametrize("change,reason", [
+    (lambda e: e["encodings"].append({"name": "nope", "output_dtype": "int8", "y_scale": [0.1]}), "no tensor named"),
+    (lambda e: e["encodings"][1].update(block_size=2), "blockwise / LPBQ"),
+    (lambda e: e["encodings"][0].update(output_dtype="float8"), "output_dtype 'float8'"),
+    (lambda e: e["encodings"][0].update(y_zero_point=[300]), "outside uint8's range"),
+    (lambda e: e["encodings"][0].update(y_scale=[0.0]), "positive finite"),
+])
+def test_refusals_name_the_encoding(change, reason):
+    e = encodings()
+    change(e)
+    r = conv.convert(float_model(), encodings=e)
+    assert r.refused and reason in r.refused[0].reason
+
+
+def test_bad_files():
+    with pytest.raises(CommandError, match="version '1.0.0' is not converted yet"):
+        conv.convert(float_model(), encodings={"version": "1.0.0", "activation_encodings": []})
+    with pytest.raises(CommandError, match="cannot read"):
+        conv.convert(float_model(), encodings="/nonexistent/enc.json")
+    with pytest.raises(CommandError, match="to='onnx'"):
+        conv.convert(float_model(), to="qonnx", encodings=encodings())
+
+
+def test_cli(tmp_path):
+    import onnx
+    model, enc, out = tmp_path / "float.onnx", tmp_path / "enc.json", tmp_path / "qdq.onnx"
+    onnx.save(float_model(), model)
+    enc.write_text(json.dumps(encodings()))
+    o = io.StringIO()
+    assert cli.main(["convert", str(model), "--encodings", str(enc), "-o", str(out)], out=o) == 0
+    text = o.getvalue()
+    assert out.exists() and "3 of 3 encodings written as Q/DQ pairs" in text and "NOTE: on 3 tensor(s)" in text
+    e = encodings()
+    e["encodings"][0]["name"] = "nope"
+    enc.write_text(json.dumps(e))
+    out.unlink()
+    assert cli.main(["convert", str(model), "--encodings", str(enc), "-o", str(out)], out=io.StringIO()) == 1
+    assert not out.exists()
