@@ -3,7 +3,8 @@
 #
 #   scripts/setup.sh          what the main job (scripts/run_example.sh) needs: the package (the C++
 #                             core, the nanobind extension, the ONNX Runtime custom-op library) and
-#                             the references of `polyquant run --reference` (qonnx)
+#                             the references of `polyquant run --reference` (qonnx), and matplotlib
+#                             for `polyquant report`
 #   scripts/setup.sh --test   what scripts/test.sh needs as well: GoogleTest, Google Benchmark and
 #                             the test extras, torch included (~5 GB with its CUDA libraries), Ray,
 #                             Dask, matplotlib and a headless chromium for the tools' tests
@@ -19,7 +20,7 @@ mode=main
 case "${1:-}" in
   "") ;;
   --test) mode=test ;;
-  -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "setup: unknown argument '$1' (usage: scripts/setup.sh [--test])" >&2; exit 2 ;;
 esac
 
@@ -67,12 +68,13 @@ if [ ! -x .venv/bin/python ]; then
   done_step
 fi
 
-# The extras: `reference` holds what `polyquant run --reference` needs. Until pyproject.toml declares
-# it, the `test` extra (which holds qonnx, and no torch) stands in for it.
+# The extras: `reference` holds what `polyquant run --reference` needs, `report` the plots of
+# `polyquant report`. Until pyproject.toml declares `reference`, the `test` extra (which holds qonnx,
+# and no torch) stands in for it.
 if [ "$mode" = test ]; then
   extras=(test test-torch test-tools)
 elif grep -Eq '^reference *= *\[' pyproject.toml; then
-  extras=(reference)
+  extras=(reference report)
 else
   extras=(test)
 fi
