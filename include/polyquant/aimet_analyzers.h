@@ -124,6 +124,9 @@ struct HistogramState {
   std::vector<float> edges;   // elements x (num_bins + 1)
   std::vector<double> min, max;
   std::vector<float> limit_lo, limit_hi;
+  // Set by start_with_range: the edges never move. Later batches are binned over them (each must
+  // lie within [min, max]) and merges add counts; see start_with_range for the guarantee.
+  bool fixed_range = false;
   bool empty() const { return min.empty(); }
 };
 
@@ -152,11 +155,32 @@ class POLYQUANT_API HistogramEncodingAnalyzer {
   // correct counts instead). Otherwise both are re-binned into the grown range by AIMET's
   // proportional split: every count is kept and the range covers both, but the histogram depends on
   // the order of merging (as AIMET's depends on the order of batches). Needs the same shape and bin
-  // count.
+  // count. Analyzers started with start_with_range merge by adding counts (see there).
   void merge(const HistogramEncodingAnalyzer& other);
   HistogramState state() const;  // a copy, taken under the lock
   // Validates the dtype, num_bins and every size against shape() and num_bins (ValueError).
   void set_state(HistogramState state);
+
+  // Starts the statistics with empty histograms over fixed per-element ranges [min[k], max[k]]
+  // (values of `dtype`, the data's dtype): the edges, growth limits, min and max AIMET's analyzer
+  // gives a first batch whose finite values span exactly that range, with zero counts.
+  // Afterwards (state().fixed_range):
+  //   - update_stats(x) bins each element's own slice of x over the fixed edges as AIMET bins a
+  //     first batch (torch.histc of the float32 values, values beyond the edges into the end bins)
+  //     and adds the counts; x must have `dtype`, and its finite values must lie within the range
+  //     (ValueError otherwise: the range no longer grows);
+  //   - merge adds the counts of another analyzer started over the same range (ValueError for a
+  //     different range, or for an analyzer whose range grows).
+  // Guarantee (the two-pass calibration): with [min, max] the finite min and max of all the data,
+  // any split of the data into batches and analyzers, merged in any order, holds bit for bit the
+  // statistics (and so the encodings) of AIMET's analyzer fed all the data as one batch, provided
+  // no bin's count reaches 2^24: counts are float32 (AIMET's), exact integers below 2^24, so their
+  // sums do not depend on the order; at 2^24 and beyond a sum may round. One caveat: a zero min or
+  // max is the range given here, where torch's single batch picks +0.0 or -0.0 by position (edges,
+  // counts and limits are the same either way).
+  // ValueError naming the parameter: dtype not float16 / bfloat16 / float32 / float64, a size other
+  // than shape().numel(), a non-finite bound, min > max, or a bound that is not a `dtype` value.
+  void start_with_range(DType dtype, std::span<const double> min, std::span<const double> max);
 
   // The histograms of one batch alone (what compute_dynamic_encodings uses).
   HistogramState batch_stats(const TensorView& x) const;
@@ -168,6 +192,7 @@ class POLYQUANT_API HistogramEncodingAnalyzer {
 
  private:
   void merge_locked(const HistogramState& other);
+  void update_fixed_range_locked(const TensorView& x);
   AnalyzerShape shape_;
   HistogramOptions options_;
   HistogramState state_;

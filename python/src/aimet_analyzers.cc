@@ -85,10 +85,11 @@ RangeTuple range_tuple(pa::EncodingRange r) {
   return {to_array(std::move(r.min)), to_array(std::move(r.max)), pq::dtype_name(r.dtype)};
 }
 
-using HistTuple = std::tuple<std::string, std::int64_t, nb::object, nb::object, nb::object, nb::object, nb::object, nb::object>;
+using HistTuple = std::tuple<std::string, std::int64_t, nb::object, nb::object, nb::object, nb::object, nb::object, nb::object, bool>;
 HistTuple hist_tuple(pa::HistogramState s) {
   return {pq::dtype_name(s.dtype), s.num_bins, to_array(std::move(s.counts)), to_array(std::move(s.edges)),
-          to_array(std::move(s.min)), to_array(std::move(s.max)), to_array(std::move(s.limit_lo)), to_array(std::move(s.limit_hi))};
+          to_array(std::move(s.min)), to_array(std::move(s.max)), to_array(std::move(s.limit_lo)), to_array(std::move(s.limit_hi)),
+          s.fixed_range};
 }
 // The methods every analyzer has; each waits for the analyzer's lock without the GIL.
 template <class A>
@@ -117,7 +118,7 @@ void bind_histogram_methods(nb::class_<A>& c) {
           "set_state",
           [](A& a, const std::string& dtype, std::int64_t num_bins, const StateArray<float>& histogram, const StateArray<float>& bin_edges,
              const StateArray<double>& min, const StateArray<double>& max, const StateArray<float>& range_limit_low,
-             const StateArray<float>& range_limit_high) {
+             const StateArray<float>& range_limit_high, bool fixed_range) {
             pa::HistogramState s;
             s.dtype = dtype_of(dtype, "state");
             s.num_bins = num_bins;
@@ -127,10 +128,19 @@ void bind_histogram_methods(nb::class_<A>& c) {
             s.max = to_vector(max);
             s.limit_lo = to_vector(range_limit_low);
             s.limit_hi = to_vector(range_limit_high);
+            s.fixed_range = fixed_range;
             without_gil([&] { a.set_state(std::move(s)); });
           },
           nb::arg("dtype"), nb::arg("num_bins"), state_arg("histogram"), state_arg("bin_edges"), state_arg("min"), state_arg("max"),
-          state_arg("range_limit_low"), state_arg("range_limit_high"));
+          state_arg("range_limit_low"), state_arg("range_limit_high"), nb::arg("fixed_range") = false)
+      .def(
+          "start_with_range",
+          [](A& a, const std::string& dtype, const StateArray<double>& min, const StateArray<double>& max) {
+            const pq::DType t = dtype_of(dtype, "start_with_range");
+            const std::vector<double> lo = to_vector(min), hi = to_vector(max);
+            without_gil([&] { a.start_with_range(t, lo, hi); });
+          },
+          nb::arg("dtype"), state_arg("min"), state_arg("max"));
 }
 
 }  // namespace

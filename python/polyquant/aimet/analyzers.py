@@ -118,6 +118,17 @@ def _state_array(state, key: str, dtype, shape: Tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(a.astype(dtype))
 
 
+def _fixed_range(state) -> bool:
+    value = state.get("fixed_range", False)  # state dicts written before start_with_range have no key
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"state: 'fixed_range' is {value!r}; expected True or False")
+    return bool(value)
+
+
+# float32 counts are exact integers below 2**24: sums of counts under it do not depend on their order.
+COUNT_EXACT_LIMIT = 2 ** 24
+
+
 def _list(values) -> Optional[list]:
     return None if values is None else list(values)
 
@@ -163,6 +174,11 @@ class _Analyzer:
         if type(other) is not type(self):
             raise TypeError(f"merge: expected a {type(self).__name__}, got {type(other).__name__}")
         self._impl.merge(other._impl)
+
+    def __reduce__(self):
+        # Pickled as its state dict (the extension's objects do not pickle), so analyzers travel
+        # between processes (the calibration engines) with their statistics bit for bit.
+        return type(self).from_state, (self.state_dict(),)
 
 
 class MinMaxEncodingAnalyzer(_Analyzer):
@@ -213,7 +229,7 @@ class _HistogramAnalyzer(_Analyzer):
 
     def state_dict(self) -> Dict[str, Any]:
         # One consistent copy, as fresh 1-D arrays (float32 counts, edges and limits; float64 min, max).
-        dtype, bins, counts, edges, mn, mx, lo, hi = self._impl.get_state()
+        dtype, bins, counts, edges, mn, mx, lo, hi, fixed_range = self._impl.get_state()
         state = self._state_common()
         if len(mn) == 0:
             state["dtype"] = None
@@ -226,6 +242,7 @@ class _HistogramAnalyzer(_Analyzer):
             min=mn,
             max=mx,
             range_limit=np.stack([lo, hi], axis=1),
+            fixed_range=fixed_range,
         )
         return state
 
@@ -248,7 +265,43 @@ class _HistogramAnalyzer(_Analyzer):
             _state_array(state, "max", np.float64, (h,)),
             np.ascontiguousarray(limit[:, 0]),
             np.ascontiguousarray(limit[:, 1]),
+            _fixed_range(state),
         )
+
+    def start_with_range(self, min, max, dtype: str = "float32") -> None:
+        """Starts the statistics with empty histograms over fixed ranges: element k's histogram spans
+        [min[k], max[k]] with the edges, growth limits and range AIMET's analyzer gives a first batch
+        whose finite values span exactly that range. Later ``update_stats`` batches (of `dtype`, the
+        data's dtype, with values inside the range) are binned over those edges and their counts added;
+        ``merge`` adds the counts of an analyzer started over the same range.
+
+        This is the second pass of an order-free calibration: with [min, max] the finite range of all
+        the data (a first pass), any split of the batches over analyzers, merged in any order, gives bit
+        for bit the statistics of AIMET's analyzer fed all the data as one batch, as long as no bin
+        holds 2**24 values or more (counts are float32, as AIMET's; see ``counts_exact``).
+
+        `min`, `max`: arrays (or scalars for shape ()) of the analyzer's shape, finite, min <= max,
+        each exactly a `dtype` value; `dtype`: "float16", "bfloat16", "float32" or "float64".
+        """
+        if dtype not in ("float16", "bfloat16", "float32", "float64"):
+            raise ValueError(f"dtype: {dtype!r} is not supported; allowed: 'float16', 'bfloat16', 'float32', 'float64'")
+        bounds = []
+        for name, value in (("min", min), ("max", max)):
+            try:
+                a = np.asarray(value, dtype=np.float64)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"{name}: expected real numbers ({e})") from None
+            if a.shape != self.shape:
+                raise ValueError(f"{name}: shape {a.shape}, expected the analyzer's shape {self.shape}")
+            bounds.append(np.ascontiguousarray(a.reshape(-1)))
+        self._impl.start_with_range(dtype, bounds[0], bounds[1])
+
+    def counts_exact(self) -> bool:
+        """Whether every bin's count is below 2**24, where float32 counts are exact integers: then sums of
+        counts (merges, batches over a fixed range) do not depend on their order. At 2**24 and beyond a sum
+        may round, and the order-free guarantee of ``start_with_range`` no longer holds."""
+        state = self._impl.get_state()
+        return len(state[2]) == 0 or bool(np.max(state[2]) < COUNT_EXACT_LIMIT)
 
 
 class PercentileEncodingAnalyzer(_HistogramAnalyzer):

@@ -415,12 +415,122 @@ void merge_histogram(DType batch_dtype, double new_min, double new_max, std::int
   cur_max = umax;
 }
 
+// Adds the counts of `from` into `into`, both started over the same fixed range (start_with_range):
+// float32 sums, exact while every count stays below 2^24, so any order of merging gives the same
+// bits.
+void add_fixed_range_counts(HistogramState& into, const HistogramState& from) {
+  if (!into.fixed_range || !from.fixed_range)
+    fail(ErrorKind::kValue,
+         "merge: a histogram started with start_with_range merges only with another started over the same range "
+         "(the other one grows its range as AIMET's does)");
+  auto same_bits = [](const auto& a, const auto& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](auto u, auto v) {
+             return std::signbit(u) == std::signbit(v) && (u == v || (std::isnan(u) && std::isnan(v)));
+           });
+  };
+  if (into.dtype != from.dtype || !same_bits(into.min, from.min) || !same_bits(into.max, from.max) || !same_bits(into.edges, from.edges))
+    fail(ErrorKind::kValue, "merge: the analyzers were started over different ranges (start_with_range with the same dtype, min and max)");
+  for (std::size_t i = 0; i < into.counts.size(); ++i) into.counts[i] = into.counts[i] + from.counts[i];
+}
+
 }  // namespace
+
+void HistogramEncodingAnalyzer::start_with_range(DType dtype, std::span<const double> min, std::span<const double> max) {
+  if (!is_analyzer_dtype(dtype))
+    fail(ErrorKind::kValue, std::string("start_with_range: dtype ") + dtype_name(dtype) + " is not supported (float16, bfloat16, float32, float64)");
+  const auto h = static_cast<std::size_t>(shape_.shape.numel());
+  auto check_size = [&](const char* what, std::size_t got) {
+    if (got != h)
+      fail(ErrorKind::kValue, std::string("start_with_range: ") + what + " has " + std::to_string(got) + " values, expected " +
+                                  std::to_string(h) + " (one per element of the analyzer's shape)");
+  };
+  check_size("min", min.size());
+  check_size("max", max.size());
+  auto describe = [](const char* what, std::size_t k, double v) {
+    std::ostringstream os;
+    os.precision(17);
+    os << "start_with_range: " << what << "[" << k << "] = " << v;
+    return os.str();
+  };
+  for (std::size_t k = 0; k < h; ++k) {
+    for (auto [what, v] : {std::pair<const char*, double>{"min", min[k]}, std::pair<const char*, double>{"max", max[k]}}) {
+      if (!std::isfinite(v)) fail(ErrorKind::kValue, describe(what, k, v) + " is not finite");
+      if (torch_round_to(dtype, v) != v) fail(ErrorKind::kValue, describe(what, k, v) + " is not a " + dtype_name(dtype) + " value");
+    }
+    if (!(min[k] <= max[k])) fail(ErrorKind::kValue, describe("min", k, min[k]) + " is above max[" + std::to_string(k) + "]");
+  }
+  // The first batch's state (batch_stats_impl) for data spanning exactly [min, max], without counts.
+  const std::int64_t bins = options_.num_bins;
+  HistogramState s;
+  s.dtype = dtype;
+  s.num_bins = bins;
+  s.counts.assign(h * static_cast<std::size_t>(bins), 0.0f);
+  s.edges.assign(h * static_cast<std::size_t>(bins + 1), 0.0f);
+  s.min.assign(min.begin(), min.end());
+  s.max.assign(max.begin(), max.end());
+  s.limit_lo.resize(h);
+  s.limit_hi.resize(h);
+  const float g = static_cast<float>(options_.growth_limit);
+  for (std::size_t k = 0; k < h; ++k) {
+    float* edges = s.edges.data() + k * static_cast<std::size_t>(bins + 1);
+    create_edges(dtype, min[k], max[k], bins, edges);
+    detail::HistcBinning(edges[0], edges[bins], bins);  // torch.histc's range checks (a finite width)
+    const float range = edges[bins] - edges[0];
+    const float half = (range * g) / 2.0f;
+    s.limit_lo[k] = edges[0] - half;
+    s.limit_hi[k] = edges[bins] + half;
+  }
+  s.fixed_range = true;
+  std::unique_lock lock(mutex_);
+  state_ = std::move(s);
+}
+
+// update_stats on a fixed range: each element's own slice of x (as AIMET bins a first batch, not
+// its later batches' chunks) binned over the fixed edges, the counts added.
+void HistogramEncodingAnalyzer::update_fixed_range_locked(const TensorView& x) {
+  check_dtype(x.dtype);
+  if (x.dtype != state_.dtype)
+    fail(ErrorKind::kValue, std::string("x: dtype ") + dtype_name(x.dtype) + " differs from " + dtype_name(state_.dtype) +
+                                ", the dtype of the range fixed by start_with_range");
+  const ReducedView rv = reduced_view(x.shape, shape_, true);
+  check_not_empty(x);
+  const Data data = read_data(x);
+  const bool contiguous = slices_contiguous(rv);
+  SliceIndex si;
+  if (contiguous) si.L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
+  else si = slice_index(rv, data.n);
+  const std::int64_t h = si.L.num_groups, size = si.L.group_size, bins = options_.num_bins;
+  std::vector<float> fresh(static_cast<std::size_t>(h * bins), 0.0f);
+  const bool across = histograms_in_parallel(h, data.n);
+  for_each_histogram(h, across, [&](std::int64_t k) {
+    const auto u = static_cast<std::size_t>(k);
+    Slice sl;
+    sl.data = &data;
+    sl.n = size;
+    if (contiguous) sl.first = k * size;
+    else sl.idx = si.offsets.data() + k * size;
+    const MinMaxPart r = finite_min_max(sl, data.dtype, !across);
+    if (r.mn < state_.min[u] || r.mx > state_.max[u]) {
+      std::ostringstream os;
+      os.precision(9);
+      os << "x: element " << k << "'s values span [" << r.mn << ", " << r.mx << "], outside the range [" << state_.min[u] << ", "
+         << state_.max[u] << "] fixed by start_with_range";
+      fail(ErrorKind::kValue, os.str());
+    }
+    const float* edges = state_.edges.data() + k * (bins + 1);
+    bin_slice(sl, bins, edges[0], edges[bins], edges[0], edges[bins], !across, fresh.data() + k * bins);
+  });
+  for (std::size_t i = 0; i < fresh.size(); ++i) state_.counts[i] = state_.counts[i] + fresh[i];
+}
 
 void HistogramEncodingAnalyzer::update_stats(const TensorView& x) {
   // Held for the whole update: later batches are binned into the running ranges. The core's
   // thread pool never takes an analyzer's lock, so the parallel loops below cannot deadlock on it.
   std::unique_lock lock(mutex_);
+  if (state_.fixed_range) {
+    update_fixed_range_locked(x);
+    return;
+  }
   if (state_.empty()) {
     state_ = batch_stats(x);
     return;
@@ -469,6 +579,10 @@ void HistogramEncodingAnalyzer::merge_locked(const HistogramState& other) {
     state_ = other;
     return;
   }
+  if (state_.fixed_range || other.fixed_range) {
+    add_fixed_range_counts(state_, other);
+    return;
+  }
   const std::int64_t h = static_cast<std::int64_t>(state_.min.size()), bins = options_.num_bins;
   for (std::int64_t k = 0; k < h; ++k) {
     const auto u = static_cast<std::size_t>(k);
@@ -506,8 +620,8 @@ void HistogramEncodingAnalyzer::set_state(HistogramState s) {
     expect("bin_edges", s.edges.size(), h * (b + 1));
     expect("range_limit (low)", s.limit_lo.size(), h);
     expect("range_limit (high)", s.limit_hi.size(), h);
-  } else if (!s.max.empty() || !s.counts.empty() || !s.edges.empty() || !s.limit_lo.empty() || !s.limit_hi.empty()) {
-    fail(ErrorKind::kValue, "state: min is empty but other statistics are not (an empty state has none)");
+  } else if (!s.max.empty() || !s.counts.empty() || !s.edges.empty() || !s.limit_lo.empty() || !s.limit_hi.empty() || s.fixed_range) {
+    fail(ErrorKind::kValue, "state: min is empty but other statistics are not (an empty state has none, and no fixed range)");
   }
   std::unique_lock lock(mutex_);
   state_ = std::move(s);
