@@ -1,14 +1,11 @@
 // The scalar reference kernels of every op of the op list: ref::<name>_<work> runs its family's
 // scalar row, <name>_reference_row<W> (families/<family>/kernels.h, next to the op's formula), in
-// the working type W of <work>. Stamped from kernels/ops.inc, so an op's scalar kernel is its
-// formula's row and nothing else.
+// the working type W = WorkT<work> (kernels/row.h). For the elementwise ops that row is a loop over
+// the op's per-element row, <name>_row_element, which the CUDA backend runs too. Stamped from
+// kernels/ops.inc, so an op's scalar kernel is its formula's row and nothing else.
 #include "kernels/registry.h"
 
 namespace polyquant::detail::ref {
-namespace {
-template <WorkType kWork>
-using WorkT = std::conditional_t<kWork == WorkType::kF16, Half, std::conditional_t<kWork == WorkType::kF32, float, double>>;
-}  // namespace
 
 #define POLYQUANT_DEFINE_REFERENCE_KERNEL(Enum, name, work, W) \
   void name##_##work(const void* params, const RowArgs& a) { name##_reference_row<WorkT<WorkType::W>>(params, a); }

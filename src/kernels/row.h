@@ -4,6 +4,11 @@
 
 #include <array>
 #include <cstdint>
+#include <type_traits>
+
+#include "core/half.h"
+#include "core/target.h"
+#include "kernels/ops.h"
 
 namespace polyquant::detail {
 
@@ -33,22 +38,52 @@ struct RowArgs {
   // kRepeatedRowPad lanes loads from any offset within the row without wrapping.
   std::uint32_t repeated_row_mask = 0;
 
-  bool is_broadcast(int i) const { return (broadcast_mask >> i) & 1u; }
-  bool is_per_row(int i) const { return (per_row_mask >> i) & 1u; }
-  bool is_repeated_row(int i) const { return (repeated_row_mask >> i) & 1u; }
+  // The accessors are host and device code: a CUDA kernel reads its operands through the same
+  // RowArgs (holding device pointers) as the CPU row does.
+  POLYQUANT_HD bool is_broadcast(int i) const { return (broadcast_mask >> i) & 1u; }
+  POLYQUANT_HD bool is_per_row(int i) const { return (per_row_mask >> i) & 1u; }
+  POLYQUANT_HD bool is_repeated_row(int i) const { return (repeated_row_mask >> i) & 1u; }
   template <class T>
-  const T* input(int i) const { return static_cast<const T*>(in[static_cast<std::size_t>(i)]); }
+  POLYQUANT_HD const T* input(int i) const { return static_cast<const T*>(in[static_cast<std::size_t>(i)]); }
   // Element index of operand i for output element j, honouring broadcast, per-row and repeated-row
   // operands.
-  std::int64_t index_of(int i, std::int64_t j) const {
+  POLYQUANT_HD std::int64_t index_of(int i, std::int64_t j) const {
     if (is_per_row(i)) return j / row_len;
     if (is_repeated_row(i)) return j % row_len;
     return is_broadcast(i) ? 0 : j;
   }
   // Operand i at element j, honouring broadcast, per-row and repeated-row operands.
   template <class T>
-  T at(int i, std::int64_t j) const { return input<T>(i)[index_of(i, j)]; }
+  POLYQUANT_HD T at(int i, std::int64_t j) const { return input<T>(i)[index_of(i, j)]; }
 };
+
+// Per-element rows. An op whose scalar reference row is a plain loop `for j < n: element(j)` (every
+// elementwise op) defines that element once, host and device code, in its family's kernels.h:
+//   <name>_row_element<T, kMode>(const Params&, const RowArgs&, std::int64_t j)   (ops with a
+//                                                       RoundingMode `mode`: the mode resolved once
+//                                                       per row, outside, as a template argument)
+//   <name>_row_element<T>(const Params&, const RowArgs&, std::int64_t j)          (the others)
+// reads operand i at j through RowArgs, computes the formula and writes output element j. The CPU
+// reference row loops over it; the CUDA backend (backends/cuda) runs the same function in a
+// grid-stride loop, so both compile one spec. Next to it the family describes the row by
+// specialising RowElementTraits: `Params`, the op's parameter struct, and kFlushDenormals, true
+// where the reference row runs under ScopedFlushDenormals (QKeras: TensorFlow's FTZ / DAZ), which
+// device code must reproduce at compile time (nvcc -ftz=true). An op that does not specialise it
+// (the grouped reductions, whose rows fold many elements into one accumulator, and convert, whose
+// row is the engine's conversion routine) has no per-element row and stays host-only.
+template <KernelOp>
+struct RowElementTraits {};  // no `Params`: the op has no per-element row
+template <KernelOp kOp>
+inline constexpr bool kHasRowElement = requires { typename RowElementTraits<kOp>::Params; };
+template <KernelOp kOp>
+inline constexpr bool kRowElementFlushesDenormals = [] {
+  if constexpr (requires { RowElementTraits<kOp>::kFlushDenormals; }) return RowElementTraits<kOp>::kFlushDenormals;
+  else return false;
+}();
+
+// The C++ type of each working precision.
+template <WorkType kWork>
+using WorkT = std::conditional_t<kWork == WorkType::kF16, Half, std::conditional_t<kWork == WorkType::kF32, float, double>>;
 
 // A kernel: `params` points at the op's parameter struct (see the families' kernels.h).
 using RowKernel = void (*)(const void* params, const RowArgs& args);

@@ -2,7 +2,9 @@
 // device code with nvcc: the proof that the CUDA backend can include the CPU's spec instead of a
 // copy. Built whenever a CUDA compiler is found (no GPU needed); the kernel is never launched here.
 // A formula that calls something a device cannot run (a host-only library function, an exception,
-// an allocation) fails this build.
+// an allocation) fails this build. every_row_element does the same for every per-element row
+// (kernels/row.h) of the op list, in every working precision ops.inc lists for it.
+#include "backends/cuda/row_elements.cuh"
 #include "families/aimet/kernels.h"
 #include "families/onnx/kernels.h"
 #include "families/qkeras/kernels.h"
@@ -48,6 +50,25 @@ __global__ void every_formula(DeviceParams p, const float* x, const double* xd, 
                      fake_quantize_element<float>(p.fake_quantize, x[i], 0.5f, 3.0) +
                      fake_quantize_grad_element<float>(p.fake_quantize, 1.0f, x[i], 0.5f, 3.0) +
                      affine_grad_element<float>(p.affine_grad, 1.0f, x[i], 0.5f, -3.0f);
+}
+
+// Every per-element row of the op list (generated from ops.inc; one rounding mode suffices to compile
+// a row's code), each on its own parameters and the row's operands.
+template <KernelOp kOp, class Row, WorkType kWork>
+__device__ void row_element_on_device(const void* params, const RowArgs& a, std::int64_t j) {
+  if constexpr (kHasRowElement<kOp>) {
+    Row::template element<WorkT<kWork>, RoundingMode::kHalfEven>(*static_cast<const typename RowElementTraits<kOp>::Params*>(params), a, j);
+  }
+}
+
+__global__ void every_row_element(const void* const* params, RowArgs a) {
+  const std::int64_t j = blockIdx.x * blockDim.x + threadIdx.x;
+#define POLYQUANT_ROW_ON_DEVICE(Enum, name, work, W) \
+  row_element_on_device<KernelOp::Enum, cuda::name##_row, WorkType::W>(params[static_cast<int>(KernelOp::Enum)], a, j);
+#define POLYQUANT_OP(Enum, name, works, vector) POLYQUANT_WORKS_##works(POLYQUANT_ROW_ON_DEVICE, Enum, name)
+#include "kernels/ops.inc"
+#undef POLYQUANT_OP
+#undef POLYQUANT_ROW_ON_DEVICE
 }
 
 }  // namespace polyquant::detail

@@ -212,43 +212,56 @@ POLYQUANT_HD inline W affine_grad_element(const AffineGradParams& g, W dy, W x, 
 }
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE
-// ---- Scalar reference rows (host code) ----------------------------------------------------------
-// A plain loop over the formulas above per op, <op>_reference_row<W> in the working type W, is what
-// the registry's scalar kernels ref::<op>_<work> run (kernels/reference_kernels.cc stamps them from
-// the op list). These rows are the portable fallback, the only kernels of the float16 / bfloat16
-// working precisions, the gradients and the float64 work, and the oracle every vector kernel is
-// tested against.
+// ---- Per-element rows (host and device) and the scalar reference rows (host) --------------------
+// <op>_row_element<W>(params, args, j) computes output element j of a row (kernels/row.h);
+// <op>_reference_row<W>, a plain loop over it, is what the registry's scalar kernels
+// ref::<op>_<work> run (kernels/reference_kernels.cc stamps them from the op list), and the CUDA
+// backend runs the same element in its kernels. These rows are the portable fallback, the only
+// kernels of the float16 / bfloat16 working precisions, the gradients and the float64 work, and the
+// oracle every vector kernel is tested against.
 inline namespace POLYQUANT_TARGET_NAMESPACE {
+template <class W>
+POLYQUANT_HD inline void affine_row_element(const AffineParams& p, const RowArgs& a, std::int64_t j) {
+  static_cast<W*>(a.out)[j] = affine_element<W>(p, a.at<W>(0, j), a.at<W>(1, j), a.at<W>(2, j));
+}
+
+// The value (or, with `gradient`, the gradient of x) of torch's fake quantization; the zero point
+// arrives as float32 or float64 (FakeQuantizeParams::zero_point_f32).
+template <class W>
+POLYQUANT_HD inline void fake_quantize_row_element(const FakeQuantizeParams& p, const RowArgs& a, std::int64_t j) {
+  const double zp = p.zero_point_f32 ? static_cast<double>(a.at<float>(2, j)) : a.at<double>(2, j);
+  auto* out = static_cast<W*>(a.out);
+  if (p.gradient) out[j] = fake_quantize_grad_element<W>(p, a.at<W>(3, j), a.at<W>(0, j), a.at<float>(1, j), zp);
+  else out[j] = fake_quantize_element<W>(p, a.at<W>(0, j), a.at<float>(1, j), zp);
+}
+
+template <class W>
+POLYQUANT_HD inline void affine_grad_row_element(const AffineGradParams& p, const RowArgs& a, std::int64_t j) {
+  static_cast<W*>(a.out)[j] = affine_grad_element<W>(p, a.at<W>(0, j), a.at<W>(1, j), a.at<W>(2, j), a.at<W>(3, j));
+}
+
 template <class W>
 inline void affine_reference_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const AffineParams*>(params);
-  auto* out = static_cast<W*>(a.out);
-  for (std::int64_t j = 0; j < a.n; ++j) out[j] = affine_element<W>(p, a.at<W>(0, j), a.at<W>(1, j), a.at<W>(2, j));
+  for (std::int64_t j = 0; j < a.n; ++j) affine_row_element<W>(p, a, j);
 }
 
 template <class W>
 inline void fake_quantize_reference_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FakeQuantizeParams*>(params);
-  auto* out = static_cast<W*>(a.out);
-  auto zp = [&](std::int64_t j) { return p.zero_point_f32 ? static_cast<double>(a.at<float>(2, j)) : a.at<double>(2, j); };
-  if (p.gradient) {
-    for (std::int64_t j = 0; j < a.n; ++j) {
-      out[j] = fake_quantize_grad_element<W>(p, a.at<W>(3, j), a.at<W>(0, j), a.at<float>(1, j), zp(j));
-    }
-    return;
-  }
-  for (std::int64_t j = 0; j < a.n; ++j) out[j] = fake_quantize_element<W>(p, a.at<W>(0, j), a.at<float>(1, j), zp(j));
+  for (std::int64_t j = 0; j < a.n; ++j) fake_quantize_row_element<W>(p, a, j);
 }
 
 template <class W>
 inline void affine_grad_reference_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const AffineGradParams*>(params);
-  auto* out = static_cast<W*>(a.out);
-  for (std::int64_t j = 0; j < a.n; ++j) {
-    out[j] = affine_grad_element<W>(p, a.at<W>(0, j), a.at<W>(1, j), a.at<W>(2, j), a.at<W>(3, j));
-  }
+  for (std::int64_t j = 0; j < a.n; ++j) affine_grad_row_element<W>(p, a, j);
 }
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE
+
+template <> struct RowElementTraits<KernelOp::kAffine> { using Params = AffineParams; };
+template <> struct RowElementTraits<KernelOp::kFakeQuantize> { using Params = FakeQuantizeParams; };
+template <> struct RowElementTraits<KernelOp::kAffineGrad> { using Params = AffineGradParams; };
 
 }  // namespace polyquant::detail

@@ -239,34 +239,44 @@ POLYQUANT_HD inline double dequantize_linear_element(const DequantizeLinearParam
 }
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE
-// ---- Scalar reference rows (host code) ----------------------------------------------------------
-// A plain loop over the formulas above per op, <op>_reference_row<W> in the working type W, is what
-// the registry's scalar kernels ref::<op>_<work> run (kernels/reference_kernels.cc stamps them from
-// the op list). These rows are the portable fallback, the only kernels of the rarer formats, and
-// the oracle every vector kernel is tested against.
+// ---- Per-element rows (host and device) and the scalar reference rows (host) --------------------
+// <op>_row_element<W>(params, args, j) computes output element j of a row (kernels/row.h);
+// <op>_reference_row<W>, a plain loop over it, is what the registry's scalar kernels
+// ref::<op>_<work> run (kernels/reference_kernels.cc stamps them from the op list), and the CUDA
+// backend runs the same element in its kernels. These rows are the portable fallback, the only
+// kernels of the rarer formats, and the oracle every vector kernel is tested against.
 inline namespace POLYQUANT_TARGET_NAMESPACE {
+template <class W>
+POLYQUANT_HD inline void quantize_linear_row_element(const QuantizeLinearParams& p, const RowArgs& a, std::int64_t j) {
+  const bool zp_f64 = std::is_same_v<W, double> || p.zero_point_f64;
+  double zp = 0.0;
+  if (p.has_zero_point) zp = zp_f64 ? a.at<double>(2, j) : static_cast<double>(a.at<float>(2, j));
+  quantize_linear_element<W>(p, a.at<W>(0, j), a.at<W>(1, j), zp, a.out, j);
+}
+
+// Out: the element written, float (the float32 kernel) or double.
+template <class Out>
+POLYQUANT_HD inline void dequantize_linear_row_element(const DequantizeLinearParams& p, const RowArgs& a, std::int64_t j) {
+  const double x = read_dequantize_operand(a.in[0], a.index_of(0, j), p.x_dtype);
+  const double zp = p.has_zero_point ? read_dequantize_operand(a.in[2], a.index_of(2, j), p.x_dtype) : 0.0;
+  static_cast<Out*>(a.out)[j] = static_cast<Out>(dequantize_linear_element(p, x, a.at<float>(1, j), zp));
+}
+
 template <class W>
 inline void quantize_linear_reference_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const QuantizeLinearParams*>(params);
-  const bool zp_f64 = std::is_same_v<W, double> || p.zero_point_f64;
-  for (std::int64_t j = 0; j < a.n; ++j) {
-    double zp = 0.0;
-    if (p.has_zero_point) zp = zp_f64 ? a.at<double>(2, j) : static_cast<double>(a.at<float>(2, j));
-    quantize_linear_element<W>(p, a.at<W>(0, j), a.at<W>(1, j), zp, a.out, j);
-  }
+  for (std::int64_t j = 0; j < a.n; ++j) quantize_linear_row_element<W>(p, a, j);
 }
 
 template <class Out>
 inline void dequantize_linear_reference_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const DequantizeLinearParams*>(params);
-  auto* out = static_cast<Out*>(a.out);
-  for (std::int64_t j = 0; j < a.n; ++j) {
-    const double x = read_dequantize_operand(a.in[0], a.index_of(0, j), p.x_dtype);
-    const double zp = p.has_zero_point ? read_dequantize_operand(a.in[2], a.index_of(2, j), p.x_dtype) : 0.0;
-    out[j] = static_cast<Out>(dequantize_linear_element(p, x, a.at<float>(1, j), zp));
-  }
+  for (std::int64_t j = 0; j < a.n; ++j) dequantize_linear_row_element<Out>(p, a, j);
 }
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE
+
+template <> struct RowElementTraits<KernelOp::kQuantizeLinear> { using Params = QuantizeLinearParams; };
+template <> struct RowElementTraits<KernelOp::kDequantizeLinear> { using Params = DequantizeLinearParams; };
 
 }  // namespace polyquant::detail

@@ -291,53 +291,72 @@ POLYQUANT_HD inline float qk_linear_element(float x, float s, const QkLinearPara
 }
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE
-// ---- Scalar reference rows (host code) ----------------------------------------------------------
-// A plain loop over the formulas above per op, <op>_reference_row<W> in the working type W, inside
-// TensorFlow's flush-to-zero environment (ScopedFlushDenormals), is what the registry's scalar
-// kernels ref::<op>_<work> run (kernels/reference_kernels.cc stamps them from the op list). These
-// rows are the portable fallback, the stochastic-rounding and gradient paths of every kernel set,
-// and the oracle every vector kernel is tested against.
+// ---- Per-element rows (host and device) and the scalar reference rows (host) --------------------
+// <op>_row_element<W>(params, args, j) computes output element j of a row (kernels/row.h);
+// <op>_reference_row<W>, a plain loop over it inside TensorFlow's flush-to-zero environment
+// (ScopedFlushDenormals), is what the registry's scalar kernels ref::<op>_<work> run
+// (kernels/reference_kernels.cc stamps them from the op list). The CUDA backend runs the same
+// elements; it must reproduce the flush itself (the device has no MXCSR: its float32 instructions
+// flush when compiled with -ftz=true). These rows are the portable fallback, the stochastic-rounding
+// and gradient paths of every kernel set, and the oracle every vector kernel is tested against.
 inline namespace POLYQUANT_TARGET_NAMESPACE {
 template <class W>
-inline void qk_bits_reference_row(const void* params, const RowArgs& a) {
+POLYQUANT_HD inline void qk_bits_row_element(const QkBitsParams& p, const RowArgs& a, std::int64_t j) {
   static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
+  static_cast<float*>(a.out)[j] = qk_bits_element(a.at<float>(0, j), a.at<float>(1, j), p, static_cast<std::uint64_t>(a.index + j));
+}
+
+template <class W>
+POLYQUANT_HD inline void qk_bits_auto_row_element(const QkBitsAutoParams& p, const RowArgs& a, std::int64_t j) {
+  static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
+  static_cast<float*>(a.out)[j] = qk_bits_auto_element(a.at<float>(0, j), a.at<float>(1, j), p);
+}
+
+template <class W>
+POLYQUANT_HD inline void qk_relu_row_element(const QkReluParams& p, const RowArgs& a, std::int64_t j) {
+  static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
+  static_cast<float*>(a.out)[j] = qk_relu_element(a.at<float>(0, j), p, static_cast<std::uint64_t>(a.index + j));
+}
+
+template <class W>
+POLYQUANT_HD inline void qk_linear_row_element(const QkLinearParams& p, const RowArgs& a, std::int64_t j) {
+  static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
+  static_cast<float*>(a.out)[j] = qk_linear_element(a.at<float>(0, j), a.at<float>(1, j), p, static_cast<std::uint64_t>(a.index + j));
+}
+
+template <class W>
+inline void qk_bits_reference_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const QkBitsParams*>(params);
   const ScopedFlushDenormals flush;
-  auto* out = static_cast<float*>(a.out);
-  for (std::int64_t j = 0; j < a.n; ++j) {
-    out[j] = qk_bits_element(a.at<float>(0, j), a.at<float>(1, j), p, static_cast<std::uint64_t>(a.index + j));
-  }
+  for (std::int64_t j = 0; j < a.n; ++j) qk_bits_row_element<W>(p, a, j);
 }
 
 template <class W>
 inline void qk_bits_auto_reference_row(const void* params, const RowArgs& a) {
-  static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
   const auto& p = *static_cast<const QkBitsAutoParams*>(params);
   const ScopedFlushDenormals flush;
-  auto* out = static_cast<float*>(a.out);
-  for (std::int64_t j = 0; j < a.n; ++j) out[j] = qk_bits_auto_element(a.at<float>(0, j), a.at<float>(1, j), p);
+  for (std::int64_t j = 0; j < a.n; ++j) qk_bits_auto_row_element<W>(p, a, j);
 }
 
 template <class W>
 inline void qk_relu_reference_row(const void* params, const RowArgs& a) {
-  static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
   const auto& p = *static_cast<const QkReluParams*>(params);
   const ScopedFlushDenormals flush;
-  auto* out = static_cast<float*>(a.out);
-  for (std::int64_t j = 0; j < a.n; ++j) out[j] = qk_relu_element(a.at<float>(0, j), p, static_cast<std::uint64_t>(a.index + j));
+  for (std::int64_t j = 0; j < a.n; ++j) qk_relu_row_element<W>(p, a, j);
 }
 
 template <class W>
 inline void qk_linear_reference_row(const void* params, const RowArgs& a) {
-  static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
   const auto& p = *static_cast<const QkLinearParams*>(params);
   const ScopedFlushDenormals flush;
-  auto* out = static_cast<float*>(a.out);
-  for (std::int64_t j = 0; j < a.n; ++j) {
-    out[j] = qk_linear_element(a.at<float>(0, j), a.at<float>(1, j), p, static_cast<std::uint64_t>(a.index + j));
-  }
+  for (std::int64_t j = 0; j < a.n; ++j) qk_linear_row_element<W>(p, a, j);
 }
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE
+
+template <> struct RowElementTraits<KernelOp::kQkBits> { using Params = QkBitsParams; static constexpr bool kFlushDenormals = true; };
+template <> struct RowElementTraits<KernelOp::kQkBitsAuto> { using Params = QkBitsAutoParams; static constexpr bool kFlushDenormals = true; };
+template <> struct RowElementTraits<KernelOp::kQkRelu> { using Params = QkReluParams; static constexpr bool kFlushDenormals = true; };
+template <> struct RowElementTraits<KernelOp::kQkLinear> { using Params = QkLinearParams; static constexpr bool kFlushDenormals = true; };
 
 }  // namespace polyquant::detail

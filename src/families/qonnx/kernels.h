@@ -197,50 +197,78 @@ POLYQUANT_HD inline double float_quant_element(T x, T s, T min_exp, double max_v
 }
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
-// ---- Scalar reference rows (host code) ----------------------------------------------------------
-// A plain loop over the formulas above per op, <op>_reference_row<W> in the working type W, is what
-// the registry's scalar kernels ref::<op>_<work> run (kernels/reference_kernels.cc stamps them from
-// the op list). These rows are the portable fallback, the only kernels of the float16 and float64
-// work, and the oracle every vector kernel is tested against.
+// ---- Per-element rows (host and device) and the scalar reference rows (host) --------------------
+// <op>_row_element<T[, kMode]>(params, args, j) computes output element j of a row in the working
+// type T (kernels/row.h); <op>_reference_row<W>, a plain loop over it with the rounding mode
+// resolved once per row, is what the registry's scalar kernels ref::<op>_<work> run
+// (kernels/reference_kernels.cc stamps them from the op list), and the CUDA backend runs the same
+// element in its kernels. These rows are the portable fallback, the only kernels of the float16 and
+// float64 work, and the oracle every vector kernel is tested against.
 inline namespace POLYQUANT_TARGET_NAMESPACE {
 // Operand i, element j, in the working type (float16 work reads the stored bits).
 template <class T>
-inline T load_work(const RowArgs& a, int i, std::int64_t j) {
+POLYQUANT_HD inline T load_work(const RowArgs& a, int i, std::int64_t j) {
   if constexpr (std::is_same_v<T, Half>) return Half::from_bits(a.at<std::uint16_t>(i, j));
   else return a.at<T>(i, j);
 }
 
 template <class T>
-inline void store_work(const RowArgs& a, std::int64_t j, T v) {
+POLYQUANT_HD inline void store_work(const RowArgs& a, std::int64_t j, T v) {
   if constexpr (std::is_same_v<T, Half>) static_cast<std::uint16_t*>(a.out)[j] = v.bits;
   else static_cast<T*>(a.out)[j] = v;
+}
+
+template <class T, RoundingMode kMode>
+POLYQUANT_HD inline void int_quant_row_element(const IntQuantParams& p, const RowArgs& a, std::int64_t j) {
+  const T lo = from_double<T>(p.lo), hi = from_double<T>(p.hi);
+  store_work<T>(a, j, int_quant_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), p.bipolar, lo, hi,
+                                               p.divide_as, p.add_as));
+}
+
+template <class T>
+POLYQUANT_HD inline void bipolar_quant_row_element(const BipolarQuantParams&, const RowArgs& a, std::int64_t j) {
+  store_work<T>(a, j, bipolar_quant_element(load_work<T>(a, 0, j), load_work<T>(a, 1, j)));
+}
+
+template <class T, RoundingMode kMode>
+POLYQUANT_HD inline void trunc_v1_row_element(const TruncParams& p, const RowArgs& a, std::int64_t j) {
+  store_work<T>(a, j, trunc_v1_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), load_work<T>(a, 3, j),
+                                              p.divide_as, p.add_as));
+}
+
+template <class T, RoundingMode kMode>
+POLYQUANT_HD inline void trunc_v2_row_element(const TruncParams& p, const RowArgs& a, std::int64_t j) {
+  store_work<T>(a, j, trunc_v2_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), load_work<T>(a, 3, j),
+                                              load_work<T>(a, 4, j), load_work<T>(a, 5, j), load_work<T>(a, 6, j), load_work<T>(a, 7, j),
+                                              p.divide_as, p.add_as));
+}
+
+template <class T, RoundingMode kMode>
+POLYQUANT_HD inline void float_quant_row_element(const FloatQuantParams& p, const RowArgs& a, std::int64_t j) {
+  const double v = float_quant_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), a.at<double>(3, j), p);
+  if (p.double_output) static_cast<double*>(a.out)[j] = v;
+  else static_cast<float*>(a.out)[j] = static_cast<float>(v);
 }
 
 template <class T>
 inline void int_quant_reference_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const IntQuantParams*>(params);
-  const T lo = from_double<T>(p.lo), hi = from_double<T>(p.hi);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for (std::int64_t j = 0; j < a.n; ++j) {
-      store_work<T>(a, j, int_quant_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), p.bipolar, lo, hi,
-                                            p.divide_as, p.add_as));
-    }
+    for (std::int64_t j = 0; j < a.n; ++j) int_quant_row_element<T, kMode>(p, a, j);
   });
 }
 
 template <class T>
-inline void bipolar_quant_reference_row(const void*, const RowArgs& a) {
-  for (std::int64_t j = 0; j < a.n; ++j) store_work<T>(a, j, bipolar_quant_element(load_work<T>(a, 0, j), load_work<T>(a, 1, j)));
+inline void bipolar_quant_reference_row(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const BipolarQuantParams*>(params);
+  for (std::int64_t j = 0; j < a.n; ++j) bipolar_quant_row_element<T>(p, a, j);
 }
 
 template <class T>
 inline void trunc_v1_reference_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const TruncParams*>(params);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for (std::int64_t j = 0; j < a.n; ++j) {
-      store_work<T>(a, j, trunc_v1_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), load_work<T>(a, 3, j),
-                                           p.divide_as, p.add_as));
-    }
+    for (std::int64_t j = 0; j < a.n; ++j) trunc_v1_row_element<T, kMode>(p, a, j);
   });
 }
 
@@ -248,11 +276,7 @@ template <class T>
 inline void trunc_v2_reference_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const TruncParams*>(params);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for (std::int64_t j = 0; j < a.n; ++j) {
-      store_work<T>(a, j, trunc_v2_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), load_work<T>(a, 3, j),
-                                           load_work<T>(a, 4, j), load_work<T>(a, 5, j), load_work<T>(a, 6, j), load_work<T>(a, 7, j),
-                                           p.divide_as, p.add_as));
-    }
+    for (std::int64_t j = 0; j < a.n; ++j) trunc_v2_row_element<T, kMode>(p, a, j);
   });
 }
 
@@ -260,14 +284,16 @@ template <class T>
 inline void float_quant_reference_row(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FloatQuantParams*>(params);
   with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    for (std::int64_t j = 0; j < a.n; ++j) {
-      const double v = float_quant_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), a.at<double>(3, j), p);
-      if (p.double_output) static_cast<double*>(a.out)[j] = v;
-      else static_cast<float*>(a.out)[j] = static_cast<float>(v);
-    }
+    for (std::int64_t j = 0; j < a.n; ++j) float_quant_row_element<T, kMode>(p, a, j);
   });
 }
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE
+
+template <> struct RowElementTraits<KernelOp::kIntQuant> { using Params = IntQuantParams; };
+template <> struct RowElementTraits<KernelOp::kBipolarQuant> { using Params = BipolarQuantParams; };
+template <> struct RowElementTraits<KernelOp::kTruncV1> { using Params = TruncParams; };
+template <> struct RowElementTraits<KernelOp::kTruncV2> { using Params = TruncParams; };
+template <> struct RowElementTraits<KernelOp::kFloatQuant> { using Params = FloatQuantParams; };
 
 }  // namespace polyquant::detail
