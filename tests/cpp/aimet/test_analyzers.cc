@@ -787,6 +787,94 @@ TEST(AimetAnalyzers, HistogramMergeEqualsOneAnalyzerWhenTheEdgesAgree) {
   expect_error([&] { p.merge(q); }, ErrorKind::kValue, "bin counts differ");
 }
 
+// start_with_range over the data's finite range (the two-pass calibration): any split of the
+// batches, updated in any order and merged in any order, holds bit for bit the statistics of one
+// analyzer fed all the data as one batch; per tensor and per channel of an (n, 4) batch (whose
+// channels are not contiguous: each is binned from its own values, as AIMET bins a first batch).
+TEST(AimetAnalyzers, HistogramsStartedWithTheDataRangeEqualOneBatchOfAllTheData) {
+  const std::int64_t rows[] = {37, 5, 64, 19};
+  for (const std::int64_t channels : {std::int64_t{1}, std::int64_t{4}}) {
+    aimet::AnalyzerShape a;
+    a.shape = Dims{channels};
+    std::vector<std::vector<float>> batches;
+    std::vector<float> all;
+    auto rng = test::make_rng(static_cast<std::uint64_t>(900 + channels));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (std::size_t b = 0; b < std::size(rows); ++b) {
+      std::vector<float> v(static_cast<std::size_t>(rows[b] * channels));
+      for (float& x : v) x = normal(rng) * static_cast<float>(b + 1);
+      if (b == 2) v[3] = INFINITY, v[5] = -INFINITY, v[7] = NAN;  // end bins / dropped, as in one batch
+      batches.push_back(v);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    auto view = [&](const std::vector<float>& v) {
+      const std::int64_t n = static_cast<std::int64_t>(v.size()) / channels;
+      return TensorView(v.data(), DType::kFloat32, Dims{n, channels}, Dims{channels, 1});
+    };
+    for (const bool tfe : {false, true}) {
+      const aimet::SqnrOptions o = tfe ? aimet::tf_enhanced_options() : aimet::SqnrOptions{};
+      aimet::SqnrEncodingAnalyzer one(a, o);
+      one.update_stats(view(all));
+      const aimet::HistogramState want = one.state();
+      auto started = [&] {
+        auto an = std::make_unique<aimet::SqnrEncodingAnalyzer>(a, o);
+        an->start_with_range(DType::kFloat32, want.min, want.max);
+        return an;
+      };
+      auto p = started(), q = started(), r = started(), in_order = started();
+      for (const auto& v : batches) in_order->update_stats(view(v));
+      p->update_stats(view(batches[3]));
+      p->update_stats(view(batches[0]));
+      q->update_stats(view(batches[2]));
+      r->update_stats(view(batches[1]));
+      q->merge(*p);
+      r->merge(*q);
+      const std::string what = std::to_string(channels) + (tfe ? " channels, TfEnhanced" : " channels, SQNR");
+      EXPECT_TRUE(r->state().fixed_range) << what;
+      EXPECT_TRUE(same_state(r->state(), want)) << what;
+      EXPECT_TRUE(same_state(in_order->state(), want)) << what;
+      for (bool sym : {false, true}) EXPECT_TRUE(same_encodings(r->compute_encodings(255, sym), one.compute_encodings(255, sym))) << what;
+    }
+  }
+}
+
+TEST(AimetAnalyzers, StartWithRangeIsValidated) {
+  aimet::AnalyzerShape a;
+  a.shape = Dims{2};
+  aimet::PercentileEncodingAnalyzer an(a, 16, 99);
+  const std::vector<double> lo{0, -1}, hi{1, 2}, one_value{0};
+  expect_error([&] { an.start_with_range(DType::kFloat32, one_value, hi); }, ErrorKind::kValue, {"start_with_range: min has 1 values", "expected 2"});
+  expect_error([&] { an.start_with_range(DType::kFloat32, lo, one_value); }, ErrorKind::kValue, "start_with_range: max has 1 values");
+  expect_error([&] { an.start_with_range(DType::kInt8, lo, hi); }, ErrorKind::kValue, "start_with_range: dtype int8 is not supported");
+  expect_error([&] { an.start_with_range(DType::kFloat32, std::vector<double>{0, NAN}, hi); }, ErrorKind::kValue, "min[1] = nan is not finite");
+  expect_error([&] { an.start_with_range(DType::kFloat32, lo, std::vector<double>{1, INFINITY}); }, ErrorKind::kValue, "max[1] = inf is not finite");
+  expect_error([&] { an.start_with_range(DType::kFloat32, std::vector<double>{3, 0}, hi); }, ErrorKind::kValue, "min[0] = 3 is above max[0]");
+  expect_error([&] { an.start_with_range(DType::kFloat16, std::vector<double>{0.1, 0}, hi); }, ErrorKind::kValue, "is not a float16 value");
+  EXPECT_FALSE(an.has_stats());
+  an.start_with_range(DType::kFloat32, lo, hi);
+  ASSERT_TRUE(an.has_stats());
+  const std::vector<float> outside{0.5f, 3.0f}, wide(4, 0.5f);
+  const std::vector<double> as_double{0.5, 0.5};
+  expect_error([&] { an.update_stats(TensorView(outside.data(), DType::kFloat32, Dims{1, 2}, Dims{2, 1})); }, ErrorKind::kValue,
+               {"element 1", "outside the range", "fixed by start_with_range"});
+  expect_error([&] { an.update_stats(TensorView(as_double.data(), DType::kFloat64, Dims{1, 2}, Dims{2, 1})); }, ErrorKind::kValue,
+               "x: dtype float64 differs from float32");
+  aimet::PercentileEncodingAnalyzer streaming(a, 16, 99), other_range(a, 16, 99);
+  streaming.update_stats(TensorView(wide.data(), DType::kFloat32, Dims{2, 2}, Dims{2, 1}));
+  expect_error([&] { an.merge(streaming); }, ErrorKind::kValue, "merges only with another started over the same range");
+  expect_error([&] { streaming.merge(an); }, ErrorKind::kValue, "merges only with another started over the same range");
+  other_range.start_with_range(DType::kFloat32, lo, std::vector<double>{1, 3});
+  expect_error([&] { an.merge(other_range); }, ErrorKind::kValue, "started over different ranges");
+  aimet::HistogramState empty_but_fixed;
+  empty_but_fixed.fixed_range = true;
+  expect_error([&] { an.set_state(empty_but_fixed); }, ErrorKind::kValue, "no fixed range");
+  // A state round trip keeps the fixed range.
+  aimet::PercentileEncodingAnalyzer copy(a, 16, 99);
+  copy.set_state(an.state());
+  copy.update_stats(TensorView(wide.data(), DType::kFloat32, Dims{2, 2}, Dims{2, 1}));
+  EXPECT_TRUE(copy.state().fixed_range);
+}
+
 // state() -> set_state() on a fresh analyzer reproduces the encodings bit for bit, and both then
 // fold a further batch identically; for each analyzer, after batches that grew the ranges.
 TEST(AimetAnalyzers, StateRoundTripsReproduceEncodings) {
