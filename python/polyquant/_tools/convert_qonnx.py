@@ -26,6 +26,9 @@ DequantizeLinear's value there (exact fix-ups, computed at conversion time per c
 --allow-inexact leaves the fix-ups out (a bare QONNX node, as FINN-style flows expect): INEXACT, with
 the differing inputs counted.
 
+A DequantizeLinear of an integer weight initializer (how QDQ models store weights) becomes the float
+weight DQ(w_q), computed at conversion time, feeding Quant on the same grid, checked over the tensor.
+
 Refused, with the reason: a QuantizeLinear whose output reaches anything but DequantizeLinears (QONNX has
 no integer-output op), a DequantizeLinear of a computed integer tensor, parameters that are not
 initializers or differ between Q and DQ, a blocked pair, a per-axis pair whose input rank is unknown,
@@ -356,6 +359,48 @@ def _check_pair(graph, q, dq, b: _Builder, p: dict, opset: int, how: str, rng) -
     return outcome
 
 
+def _integer_weight(graph, dq, b: _Builder, check: str):
+    """DequantizeLinear of an integer weight initializer w_q (how QDQ models store weights) as QONNX's
+    weight form: the float weight w = DQ(w_q), computed at conversion time by polyquant.onnx (bit-exact
+    with onnxruntime), feeding Quant on the pair's grid. Exact when Quant(w) == DQ(w_q) on every
+    element, which the check establishes over the tensor itself (w holds no NaN; a zero element is
+    (q - zp) * scale = +0.0, which Quant keeps)."""
+    import onnxruntime as ort
+    from .. import onnx as pqo
+    from ..qonnx.execute import reference_session_options
+    w_tensor = next((t for t in graph.initializer if t.name == dq.input[0]), None)
+    if w_tensor is None or w_tensor.data_type not in INTEGER_TYPES:
+        raise _Refused(f"DequantizeLinear of {dq.input[0]!r} without a QuantizeLinear before it, and {dq.input[0]!r} is "
+                       f"not an integer initializer: QONNX holds no integer tensor")
+    w_q = numpy_helper.to_array(w_tensor)
+    p = _pair_parameters(graph, dq, dq, w_q.ndim)
+    if len(dq.input) < 3 or not dq.input[2]:
+        p["ztype"] = w_tensor.data_type
+        p["zp"] = np.zeros(p["scale"].shape, np.int64)
+    p["grid"] = _integer_grid(p, None)
+    axis = {"axis": _attr(dq, "axis", 1)} if p["axis"] is not None else {}
+    scale = p["scale"].reshape(-1) if p["axis"] is not None else p["scale"].reshape(())
+    zp = np.asarray(numpy_helper.to_array(next(t for t in graph.initializer if t.name == dq.input[2]))
+                    if len(dq.input) > 2 and dq.input[2] else np.zeros(scale.shape, w_q.dtype))
+    w = np.asarray(pqo.dequantize_linear(w_q, scale, zp, **axis), np.float32)
+    w_name = b.name("float_weight")
+    fake_q = SimpleNamespace(input=[w_name])
+    form, _, _ = _emit(graph, fake_q, dq, b, p, fixups=False)
+    report = NodeReport(dq.name or dq.output[0], "DequantizeLinear (integer weight)", "float weight, " + form, "exact")
+    if check != "none":
+        model = _node_model(b.nodes, list(b.inits), w_name, dq.output[0], 21, w.ndim)
+        model.opset_import.append(helper.make_opsetid(QONNX_DOMAIN, 1))
+        session = ort.InferenceSession(model.SerializeToString(), reference_session_options(),
+                                       providers=["CPUExecutionProvider"])
+        got = session.run(None, {w_name: w})[0]
+        differ = int((np.ascontiguousarray(got).view(np.uint32) != w.view(np.uint32)).sum())
+        report.checked = int(w.size)
+        if differ:
+            raise _Refused(f"Quant of the dequantized weight differs from DequantizeLinear on {differ} of {w.size} "
+                           f"elements of the weight tensor")
+    return report, numpy_helper.from_array(w, w_name)
+
+
 def to_qonnx(m, *, check: str, rng, allow_inexact: bool) -> ConvertResult:
     """Converts the Q/DQ pairs of model `m` (a copy, modified in place) to QONNX nodes (module doc)."""
     graph = m.graph
@@ -450,10 +495,15 @@ def to_qonnx(m, *, check: str, rng, allow_inexact: bool) -> ConvertResult:
                 replaced[id(clip_node)] = []
     for dq in graph.node:
         if is_standard(dq) and dq.op_type == "DequantizeLinear" and id(dq) not in seen_dqs:
-            result.nodes.append(NodeReport(dq.name or dq.output[0], "DequantizeLinear", "-", "refused",
-                                           f"DequantizeLinear of {dq.input[0]!r} without a QuantizeLinear before it: "
-                                           f"an integer tensor, which QONNX does not hold (not converted yet for "
-                                           f"integer weight initializers)"))
+            name = dq.name or dq.output[0]
+            b = _Builder(graph, name, used)
+            try:
+                report, float_weight = _integer_weight(graph, dq, b, check)
+                result.nodes.append(report)
+                replaced[id(dq)] = b.nodes
+                new_inits += b.inits + [float_weight]
+            except _Refused as why:
+                result.nodes.append(NodeReport(name, "DequantizeLinear", "-", "refused", str(why)))
     nodes, replaced_nodes = [], []
     for n in graph.node:
         nodes += replaced.get(id(n), [n])
@@ -463,7 +513,7 @@ def to_qonnx(m, *, check: str, rng, allow_inexact: bool) -> ConvertResult:
     graph.node.extend(nodes)
     graph.initializer.extend(new_inits)
     # The pairs' scale / zero point initializers that nothing reads any more go; nothing else is touched.
-    orphaned = {i for n in replaced_nodes for i in n.input[1:]} - {i for n in graph.node for i in n.input}
+    orphaned = {i for n in replaced_nodes for i in n.input} - {i for n in graph.node for i in n.input}
     orphaned -= {v.name for v in graph.input}
     kept = [t for t in graph.initializer if t.name not in orphaned]
     del graph.initializer[:]

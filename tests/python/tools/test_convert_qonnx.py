@@ -143,6 +143,7 @@ def test_qonnx_execute_onnx_agrees():
     ("blocked", "blocked pair"),
     ("fnuz", "float8e4m3fnuz"),
     ("Q alone", "QuantizeLinear without its DequantizeLinear"),
+    ("DQ of a computed tensor", "is not an integer initializer"),
     ("scale input", "is not an initializer"),
     ("different scales", "do not hold the same scale"),
 ])
@@ -159,6 +160,11 @@ def test_refusals_name_the_reason(case, reason):
     elif case == "Q alone":
         m = qdq_model(np.float32(0.02), np.int8(0), ["n"])
         m.graph.output.append(helper.make_tensor_value_info("q", TensorProto.INT8, None))
+    elif case == "DQ of a computed tensor":
+        m = qdq_model(np.float32(0.02), np.int8(0), ["n"])
+        m.graph.node[0].op_type = "Cast"  # the integers come from a Cast, not a QuantizeLinear
+        del m.graph.node[0].input[1:]
+        m.graph.node[0].attribute.append(helper.make_attribute("to", TensorProto.INT8))
     elif case == "scale input":
         m = qdq_model(np.float32(0.02), np.int8(0), ["n"])
         del m.graph.initializer[0]
@@ -169,7 +175,7 @@ def test_refusals_name_the_reason(case, reason):
         m.graph.node[1].input[1] = "s2"
     r = conv.convert(m, to="qonnx")
     assert r.refused and reason in r.refused[0].reason, r.refused[0].reason
-    assert any(n.op_type == "QuantizeLinear" for n in r.model.graph.node)  # left as it was
+    assert any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in r.model.graph.node)  # left as it was
 
 
 def test_allow_inexact_emits_the_bare_qonnx_node_with_its_counts():
@@ -230,6 +236,24 @@ def test_round_trip_onnx_qonnx_onnx_is_exact(case):
     assert not back.refused and {o.domain for o in back.model.opset_import} <= {"", "ai.onnx"}
     x = inputs(scale, [1] + shape[1:], np.random.default_rng(7))
     np.testing.assert_array_equal(bits(plain(back.model).run(None, {"x": x})[0]), bits(plain(m).run(None, {"x": x})[0]))
+
+
+def test_a_qdq_model_with_integer_weights_becomes_qonnx():
+    """polyquant calibrate's / AIMET's QDQ layout stores a weight as QuantizeLinear's integers plus a
+    DequantizeLinear: it becomes the float weight DQ(w_q) feeding Quant, checked over the tensor; the
+    whole QONNX model equals the QDQ model bit for bit, specials included."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_convert_aimet import encodings, float_model
+    qdq = conv.convert(float_model(), encodings=encodings(), check="none").model
+    r = conv.convert(qdq, to="qonnx")
+    assert [n.status for n in r.nodes] == ["exact"] * 3 and any(n.op == "DequantizeLinear (integer weight)" for n in r.nodes)
+    assert {n.op_type for n in r.model.graph.node} & {"QuantizeLinear", "DequantizeLinear"} == set()
+    assert all(t.data_type == TensorProto.FLOAT for t in r.model.graph.initializer if t.dims)  # the int8 weight is gone
+    x = (np.random.default_rng(0).standard_normal((64, 4)) * 2).astype(np.float32)
+    x[0] = [np.nan, -0.0, np.inf, -np.inf]
+    x[1] = [1e30, -1e-45, 0.09, -0.01]
+    np.testing.assert_array_equal(bits(with_library(r.model).run(None, {"x": x})[0]), bits(plain(qdq).run(None, {"x": x})[0]))
 
 
 def test_cli_to_qonnx(tmp_path):
