@@ -87,7 +87,7 @@ def _pair_parameters(graph, q, dq, rank: int | None) -> dict:
         zp = numpy_helper.to_array(zp_tensor)
     else:
         ztype = _attr(q, "output_dtype", 0) or TensorProto.UINT8
-        zp = np.zeros(scale.shape, np.float32)
+        zp = np.zeros(scale.shape, helper.tensor_dtype_to_np_dtype(ztype))
     dq_scale = _initializer(graph, dq.input[1])
     dq_zp = _initializer(graph, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else np.zeros_like(zp)
     same = dq_scale is not None and dq_zp is not None and dq_scale.shape == scale.shape \

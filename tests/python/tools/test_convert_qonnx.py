@@ -76,6 +76,7 @@ CASES = {
     "uint8 zp 128": (np.float32(0.02), np.uint8(128), ["n"], None, None),
     "uint8 zp 0": (np.float32(0.05), np.uint8(0), ["n"], None, None),
     "int8 zp -128": (np.float32(0.02), np.int8(-128), ["n"], None, None),
+    "no zero point (uint8)": (np.float32(0.05), None, ["n"], None, None),
     "int16": (np.float32(1e-4), np.int16(0), ["n"], None, None),
     "uint16": (np.float32(1e-4), np.uint16(0), ["n"], None, None),
     "int4": (np.float32(0.25), np.array(0, ml_dtypes.int4), ["n"], None, None),
