@@ -9,16 +9,30 @@
 
 namespace polyquant {
 
+// One compute backend: "cpu" (always available) or "cuda" (the optional GPU library).
+struct BackendInfo {
+  std::string name;                      // "cpu", "cuda"
+  bool available = false;                // ops can run on it
+  std::string library;                   // cuda: the libpolyquant_cuda.so loaded or tried ("" if none found)
+  std::vector<std::string> devices;      // cuda: one description per GPU ("NVIDIA H100 80GB HBM3 (sm_90)")
+  std::string reason;                    // why it is unavailable ("" when available): no library, no
+                                         // driver, no device, a library from another build
+};
+
 struct RuntimeInfo {
   std::string version;                   // "0.1.0"
   std::string isa;                       // kernel set in use: "avx512", "avx2" or "scalar"
   std::vector<std::string> supported;    // every kernel set this CPU can run, best first
   int num_threads = 1;                   // worker threads used for large tensors
+  std::vector<BackendInfo> backends;     // "cpu", then "cuda" (present whether or not it is available)
 };
 
 // Kernel selection happens once, at first use. POLYQUANT_ISA=scalar|avx2|avx512 (environment)
 // forces a kernel set (it must be supported); POLYQUANT_NUM_THREADS=N (1..256) caps the threads.
 // A bad value of either makes the first op (and runtime_info) throw Error naming the variable.
+// The CUDA backend is looked for on the first call (never at load time; see docs/cuda.md):
+// POLYQUANT_CUDA_LIBRARY=/path/libpolyquant_cuda.so names the library to load. Its absence, or
+// a missing driver or GPU, is reported in `backends`, never thrown.
 POLYQUANT_API RuntimeInfo runtime_info();
 
 // For tests and benchmarks: switch the kernel set ("scalar", "avx2", "avx512"; it must be one this

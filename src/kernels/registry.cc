@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/cuda_backend.h"
 #include "core/parallel.h"
 #include "polyquant/error.h"
 #include "polyquant/runtime.h"
@@ -142,6 +143,18 @@ RuntimeInfo runtime_info() {
   info.isa = detail::isa_name(detail::active_isa());
   for (auto isa : detail::supported_isas()) info.supported.emplace_back(detail::isa_name(isa));
   info.num_threads = detail::num_threads();
+  BackendInfo cpu;
+  cpu.name = "cpu";
+  cpu.available = true;
+  info.backends.push_back(cpu);
+  const detail::CudaBackendStatus& cuda = detail::cuda_backend();
+  BackendInfo gpu;
+  gpu.name = "cuda";
+  gpu.available = cuda.available();
+  gpu.library = cuda.library;
+  gpu.devices = cuda.devices;
+  gpu.reason = cuda.reason;
+  info.backends.push_back(gpu);
   return info;
 }
 

@@ -1,0 +1,61 @@
+// The C ABI between polyquant's core and the separately loaded CUDA library libpolyquant_cuda.so
+// (core/cuda_backend.cc loads it with dlopen; backends/cuda/backend.cu defines it). The library
+// exports one symbol, polyquant_cuda_backend_v1, returning a PolyquantCudaBackend: plain C types
+// only, so no CUDA header reaches the core or any public header, and a machine without the CUDA
+// driver still loads the core (the library links the CUDA runtime statically and needs only the
+// driver, libcuda, when a device is actually queried or used).
+//
+// The launcher table is indexed by KernelOp and WorkType (kernels/ops.h): both sides are compiled
+// from the same ops.inc, and the core refuses a library whose abi_version, op count, work-type
+// count or RowArgs size differ from its own (a library from another build).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/ops.h"
+#include "kernels/row.h"
+
+// Bumped whenever PolyquantCudaBackend, RowArgs' meaning or a launcher's contract changes.
+#define POLYQUANT_CUDA_ABI_VERSION 1u
+#define POLYQUANT_CUDA_ENTRY_POINT "polyquant_cuda_backend_v1"
+
+// The function of row_kernels.cu's build for a flavour (ieee, flushing) and a working precision
+// (kF16, kF32, kF64) that fills its part of the table.
+#define POLYQUANT_CUDA_FILL_FUNCTION(flavour, work) POLYQUANT_CUDA_FILL_FUNCTION_(flavour, work)
+#define POLYQUANT_CUDA_FILL_FUNCTION_(flavour, work) fill_row_launchers_##flavour##_##work
+
+extern "C" {
+
+// Runs one row (RowArgs with device pointers: in[i], out) on the device, asynchronously on
+// `stream` (a cudaStream_t; nullptr: the legacy default stream). `params` is a host pointer to the
+// op's parameter struct (RowElementTraits<op>::Params), copied into the launch. Returns 0, or the
+// cudaError_t of the failed launch (PolyquantCudaBackend::error_string names it).
+typedef int (*PolyquantCudaLaunch)(const void* params, const polyquant::detail::RowArgs* args, void* stream);
+
+struct PolyquantCudaBackend {
+  std::uint32_t abi_version;     // POLYQUANT_CUDA_ABI_VERSION the library was built with
+  std::uint32_t num_kernel_ops;  // kNumKernelOps of its ops.inc
+  std::uint32_t num_work_types;  // kNumWorkTypes
+  std::uint32_t row_args_size;   // sizeof(RowArgs)
+  // The CUDA runtime the library links (cudaRuntimeGetVersion: 1000 * major + 10 * minor).
+  int runtime_version;
+  // Number of CUDA devices, or -1 when the driver is missing or fails (no driver installed, driver
+  // too old for the runtime, no device node): then `reason` holds CUDA's error name and string.
+  // 0 devices is not an error (reason: "no CUDA device"). Never aborts.
+  int (*device_count)(char* reason, std::size_t reason_size);
+  // The name and compute capability of device `device` ("NVIDIA H100 80GB HBM3 (sm_90)"); returns
+  // 0, or a cudaError_t (and the error's text in `name`).
+  int (*device_description)(int device, char* name, std::size_t name_size);
+  // The text of a cudaError_t a launcher or query returned.
+  const char* (*error_string)(int error);
+  // launch[op][work]: the launcher of an op's per-element row in a working precision, nullptr
+  // where there is none (the ops without a per-element row, RowElementTraits, and the working
+  // precisions ops.inc does not list for the op).
+  PolyquantCudaLaunch launch[polyquant::detail::kNumKernelOps][polyquant::detail::kNumWorkTypes];
+};
+
+// The one exported symbol: the library's table (static storage, valid while it stays loaded).
+typedef const PolyquantCudaBackend* (*PolyquantCudaEntryPoint)();
+
+}  // extern "C"

@@ -1,0 +1,82 @@
+// The CUDA kernels of every op with a per-element row, generated from the op list (kernels/ops.inc):
+// for each op and each working precision ops.inc lists, one __global__ kernel per rounding mode (ops
+// whose parameters carry a RoundingMode `mode`) or one kernel (the others), each a grid-stride loop
+// over j calling the op's <name>_row_element, the very function the CPU scalar reference row loops
+// over (families/<family>/kernels.h): CPU and GPU compile one spec, never a copy. Next to each
+// kernel, a host launcher with the table's signature (backend_abi.h).
+//
+// Ops without a per-element row (RowElementTraits unspecialised: the grouped reductions group_max,
+// product_sums and group_min_max, and convert) have no CUDA kernel yet; their table entries stay
+// null.
+//
+// This file is compiled once per flavour and working precision (backends/cuda/CMakeLists.txt).
+// Flavour, because flushing denormals is a compile-time property of device code: the `flushing`
+// build (POLYQUANT_CUDA_FLUSH_DENORMALS=1, nvcc -ftz=true) holds the ops whose reference row runs
+// under ScopedFlushDenormals (RowElementTraits::kFlushDenormals: QKeras, TensorFlow's FTZ / DAZ),
+// the `ieee` build (0, -ftz=false) every other op. Working precision (POLYQUANT_CUDA_WORK), so the
+// builds run in parallel. All use -fmad=false, -prec-div=true and -prec-sqrt=true (IEEE division
+// and square root) and never fast math.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/backend_abi.h"
+#include "backends/cuda/row_elements.cuh"
+
+#if !defined(POLYQUANT_CUDA_FLUSH_DENORMALS) || !defined(POLYQUANT_CUDA_FLAVOUR) || !defined(POLYQUANT_CUDA_WORK)
+#error "compile with -DPOLYQUANT_CUDA_FLUSH_DENORMALS=0 -DPOLYQUANT_CUDA_FLAVOUR=ieee (nvcc -ftz=false) or =1 and flushing (-ftz=true), and -DPOLYQUANT_CUDA_WORK=kF16|kF32|kF64"
+#endif
+
+namespace polyquant::detail::cuda {
+namespace {
+
+// Output elements [0, a.n) of one row; `p` and `a` arrive by value in the kernel's parameter space.
+// Element j is independent of every other, so any thread order gives the CPU's bits.
+template <class Row, class T, RoundingMode kMode, class P>
+__global__ void row_kernel(P p, RowArgs a) {
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < a.n; j += stride) {
+    Row::template element<T, kMode>(p, a, j);
+  }
+}
+
+template <KernelOp kOp, class Row, WorkType kWork>
+int launch_row(const void* params, const RowArgs* args, void* stream) {
+  constexpr int kThreadsPerBlock = 256;
+  constexpr std::int64_t kMaxBlocks = 65536;  // fills an H100 many times over; longer rows loop (grid-stride)
+  using P = typename RowElementTraits<kOp>::Params;
+  using T = WorkT<kWork>;
+  const P& p = *static_cast<const P*>(params);
+  const RowArgs& a = *args;
+  if (a.n <= 0) return 0;
+  const std::int64_t wanted = (a.n + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks));
+  const auto s = static_cast<cudaStream_t>(stream);
+  if constexpr (RoundsByMode<P>) {
+    with_rounding_mode(p.mode, [&]<RoundingMode kMode>() { row_kernel<Row, T, kMode, P><<<grid, kThreadsPerBlock, 0, s>>>(p, a); });
+  } else {
+    row_kernel<Row, T, RoundingMode::kHalfEven, P><<<grid, kThreadsPerBlock, 0, s>>>(p, a);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+// Fills the table entries this build holds: the ops of its flavour (see the file comment) in its
+// working precision, POLYQUANT_CUDA_WORK.
+void POLYQUANT_CUDA_FILL_FUNCTION(POLYQUANT_CUDA_FLAVOUR, POLYQUANT_CUDA_WORK)(PolyquantCudaBackend& table) {
+  constexpr bool kFlushing = POLYQUANT_CUDA_FLUSH_DENORMALS != 0;
+  constexpr WorkType kWork = WorkType::POLYQUANT_CUDA_WORK;
+#define POLYQUANT_CUDA_LAUNCHER(Enum, name, work, W)                                                        \
+  if constexpr (WorkType::W == kWork && kHasRowElement<KernelOp::Enum> &&                                   \
+                kRowElementFlushesDenormals<KernelOp::Enum> == kFlushing) {                                 \
+    table.launch[static_cast<int>(KernelOp::Enum)][static_cast<int>(WorkType::W)] =                        \
+        &launch_row<KernelOp::Enum, name##_row, WorkType::W>;                                               \
+  }
+#define POLYQUANT_OP(Enum, name, works, vector) POLYQUANT_WORKS_##works(POLYQUANT_CUDA_LAUNCHER, Enum, name)
+#include "kernels/ops.inc"
+#undef POLYQUANT_OP
+#undef POLYQUANT_CUDA_LAUNCHER
+}
+
+}  // namespace polyquant::detail::cuda

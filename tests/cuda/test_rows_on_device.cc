@@ -1,0 +1,263 @@
+// Every per-element op of the op list launched on the GPU through libpolyquant_cuda.so's table,
+// compared bit for bit (every output byte, NaN payloads and signs of zero included) with the CPU
+// scalar reference kernel ref::<op>_f32 on the same operands. Skipped, with the reason, where the
+// library finds no driver or no device: the build machines and CI compile this test, a GPU
+// machine runs it (scripts that run the GPU suite: see docs/cuda.md).
+//
+// Operands: every kernel case of the op (tests/cpp/<family>/kernel_cases.cc: the grids, ties and
+// specials its vector kernels are checked on), once as given and once with x replaced by a
+// stratified float32 set (ties of several scales and one ulp either side, IEEE specials, NaN
+// payloads, subnormals, +-0, powers of two and random magnitudes); contiguous parameters and all
+// parameters broadcast; blocked (per-row) parameters where the op's cases have them. Linear
+// quantize / dequantize, whose kernel checks live in QdqKernelTest, get their own cases here.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/backend_abi.h"
+#include "core/cuda_backend.h"
+#include "kernel_cases.h"
+#include "kernels/registry.h"
+#include "test_values.h"
+
+namespace polyquant::detail {
+namespace {
+
+using test::KernelCheck;
+using test::Operand;
+
+constexpr std::int64_t kRowLength = 4099;
+constexpr std::size_t kOutBytesPerElement = 8;  // the widest element any kernel writes (float64)
+constexpr unsigned char kUntouched = 0xA5;      // fills both outputs: bytes a kernel skips stay equal
+
+// One operand's bytes on the host (as the kernel reads them) and its copy on the device.
+struct HostOperand {
+  std::vector<unsigned char> bytes;
+};
+
+HostOperand host_bytes(const Operand& o) {
+  HostOperand h;
+  if (o.f64.empty()) {
+    h.bytes.resize(o.f32.size() * sizeof(float));
+    std::memcpy(h.bytes.data(), o.f32.data(), h.bytes.size());
+  } else {
+    h.bytes.resize(o.f64.size() * sizeof(double));
+    std::memcpy(h.bytes.data(), o.f64.data(), h.bytes.size());
+  }
+  return h;
+}
+
+// x for the stratified runs: kRowLength + 16 float32 values.
+std::vector<float> stratified_float32() {
+  std::vector<float> v = test::special_values();
+  for (float s : {1.0f, 0.5f, 0.1f, 3.0f, 0.0078125f}) {
+    const auto ties = test::near_ties(s, 130);
+    v.insert(v.end(), ties.begin(), ties.end());
+  }
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  for (int k : {1, 2, 3, 1000, 4194303, 4194304, 8388607}) {
+    v.push_back(tiny * static_cast<float>(k));
+    v.push_back(-tiny * static_cast<float>(k));
+  }
+  for (int e = -149; e <= 127; e += 3) {
+    const float p = std::ldexp(1.0f, e);
+    v.push_back(p);
+    v.push_back(-std::nextafter(p, 0.0f));
+  }
+  const auto mixed = test::mixed_values(test::kOperandLength, 77, 0.5f);
+  for (std::size_t i = 0; v.size() < test::kOperandLength; ++i) v.push_back(mixed[i]);
+  v.resize(test::kOperandLength);
+  return v;
+}
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes) { EXPECT_EQ(cudaMalloc(&ptr_, bytes), cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+class RowsOnDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    status_ = load_cuda_backend(POLYQUANT_CUDA_LIBRARY_FILE);
+    if (status_.table == nullptr) FAIL() << "the built CUDA library does not load: " << status_.reason;
+    if (!status_.available()) GTEST_SKIP() << "CUDA unavailable: " << status_.reason;
+  }
+
+  // Runs op on one row of n elements, on the device and with the CPU reference, and compares every
+  // output byte. `args` holds the row's masks; its pointers are filled here.
+  ::testing::AssertionResult same_on_device(KernelOp op, const void* params, const std::vector<HostOperand>& operands,
+                                            RowArgs args) const {
+    const PolyquantCudaLaunch launch = status_.table->launch[static_cast<int>(op)][static_cast<int>(WorkType::kF32)];
+    if (launch == nullptr) return ::testing::AssertionFailure() << "no float32 launcher";
+    const std::size_t out_bytes = static_cast<std::size_t>(args.n) * kOutBytesPerElement;
+    std::vector<std::unique_ptr<DeviceBuffer>> device;
+    RowArgs on_device = args, on_host = args;
+    for (std::size_t k = 0; k < operands.size(); ++k) {
+      device.push_back(std::make_unique<DeviceBuffer>(operands[k].bytes.size()));
+      cudaMemcpy(device.back()->get(), operands[k].bytes.data(), operands[k].bytes.size(), cudaMemcpyHostToDevice);
+      on_device.in[k] = device.back()->get();
+      on_host.in[k] = operands[k].bytes.data();
+    }
+    DeviceBuffer out(out_bytes);
+    cudaMemset(out.get(), kUntouched, out_bytes);
+    on_device.out = out.get();
+    const int launched = launch(params, &on_device, nullptr);
+    if (launched != 0) return ::testing::AssertionFailure() << "launch: " << status_.table->error_string(launched);
+    const cudaError_t done = cudaDeviceSynchronize();
+    if (done != cudaSuccess) return ::testing::AssertionFailure() << "kernel: " << cudaGetErrorString(done);
+    std::vector<unsigned char> got(out_bytes), want(out_bytes, kUntouched);
+    cudaMemcpy(got.data(), out.get(), out_bytes, cudaMemcpyDeviceToHost);
+    on_host.out = want.data();
+    reference_kernel(op, WorkType::kF32)(params, on_host);
+    for (std::size_t b = 0; b < out_bytes; ++b) {
+      if (got[b] != want[b]) {
+        const std::size_t i = b / kOutBytesPerElement;
+        float x0 = 0.0f;
+        if (operands[0].bytes.size() >= (i + 1) * sizeof(float)) std::memcpy(&x0, operands[0].bytes.data() + i * sizeof(float), sizeof(float));
+        return ::testing::AssertionFailure() << "byte " << b << " (element about " << b / 4 << ", x[" << i
+                                             << "] read as float32 = " << x0 << "): device 0x" << std::hex
+                                             << int(got[b]) << ", CPU 0x" << int(want[b]);
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // The row checks of one kernel case: as given and with x stratified; parameters contiguous and
+  // all broadcast.
+  void check_rows(KernelOp op, const KernelCheck& check) const {
+    std::vector<HostOperand> given;
+    for (const Operand& o : *check.operands) given.push_back(host_bytes(o));
+    std::vector<HostOperand> stratified = given;
+    if (check.operands->at(0).f64.empty()) {
+      Operand x;
+      x.f32 = stratified_float32();
+      stratified[0] = host_bytes(x);
+    }
+    std::uint32_t params_mask = 0;
+    for (std::size_t k = 1; k < check.operands->size(); ++k) {
+      if (check.operands->at(k).param) params_mask |= 1u << k;
+    }
+    for (const auto* operands : {&given, &stratified}) {
+      for (std::uint32_t mask : {0u, params_mask}) {
+        RowArgs a;
+        a.n = kRowLength;
+        a.broadcast_mask = mask;
+        EXPECT_TRUE(same_on_device(op, check.params.get(), *operands, a))
+            << op_name(op) << " " << check.what << (operands == &given ? " (case x)" : " (stratified x)") << " mask=" << mask;
+      }
+    }
+  }
+
+  // Blocked parameters: operands 1 and 2 one value per row.
+  void check_per_row(KernelOp op, const KernelCheck& check) const {
+    std::vector<HostOperand> operands;
+    for (const Operand& o : *check.operands) operands.push_back(host_bytes(o));
+    for (std::int64_t row_len : {1, 17, 100}) {
+      RowArgs a;
+      a.row_len = row_len;
+      a.n = (kRowLength / row_len) * row_len;
+      a.per_row_mask = 6u;
+      EXPECT_TRUE(same_on_device(op, check.params.get(), operands, a)) << op_name(op) << " per-row row_len=" << row_len;
+    }
+  }
+
+  CudaBackendStatus status_;
+};
+
+// Every op with a per-element row and a float32 launcher, over its kernel cases.
+TEST_F(RowsOnDevice, EveryKernelCaseEqualsTheCpuReferenceBitForBit) {
+  int ops_checked = 0;
+  for (int k = 0; k < kNumKernelOps; ++k) {
+    const auto op = static_cast<KernelOp>(k);
+    if (status_.table->launch[k][static_cast<int>(WorkType::kF32)] == nullptr) continue;
+    const test::KernelCases cases = test::kernel_cases(op);
+    for (const KernelCheck& check : cases.checks) {
+      switch (check.kind) {
+        case KernelCheck::Kind::kRows: check_rows(op, check); break;
+        case KernelCheck::Kind::kPerRowParams: check_per_row(op, check); break;
+        case KernelCheck::Kind::kRepeatedRows: break;  // the layout is the engine's; per-element it is index_of
+      }
+    }
+    ops_checked += !cases.checks.empty();
+  }
+  EXPECT_GT(ops_checked, 0);
+}
+
+// QuantizeLinear to several targets on the stratified x, against the CPU reference.
+TEST_F(RowsOnDevice, QuantizeLinearEqualsTheCpuReferenceBitForBit) {
+  Operand x, scale, zero_point;
+  x.f32 = stratified_float32();
+  scale.f32 = test::fill(0.5f);
+  zero_point.f32 = test::fill(3.0f);
+  const std::vector<HostOperand> operands = {host_bytes(x), host_bytes(scale), host_bytes(zero_point)};
+  std::vector<std::pair<std::string, QuantizeLinearParams>> cases;
+  QuantizeLinearParams p;
+  p.has_zero_point = true;
+  cases.emplace_back("uint8", p);
+  p.out_dtype = DType::kInt8, p.qmin = -128, p.qmax = 127;
+  cases.emplace_back("int8", p);
+  p.non_finite = NonFinitePolicy::kInt64Cast;
+  cases.emplace_back("int8 (Quark's int64 cast)", p);
+  p = QuantizeLinearParams{};
+  p.out_dtype = DType::kInt4, p.qmin = -8, p.qmax = 7, p.has_zero_point = true;
+  cases.emplace_back("int4", p);
+  for (DType t : {DType::kFloat8E4M3FN, DType::kFloat8E5M2, DType::kFloat4E2M1}) {
+    for (bool saturate : {true, false}) {
+      p = QuantizeLinearParams{};
+      p.target = QuantTarget::kMinifloat;
+      p.out_dtype = t;
+      p.format = minifloat_format(t);
+      p.saturate = saturate;
+      cases.emplace_back(std::string(dtype_name(t)) + (saturate ? " saturate" : ""), p);
+    }
+  }
+  p = QuantizeLinearParams{};
+  p.target = QuantTarget::kBFloat16;
+  cases.emplace_back("bfloat16", p);
+  p.target = QuantTarget::kFloat16;
+  cases.emplace_back("float16", p);
+  p.target = QuantTarget::kFloat16Clamp;
+  cases.emplace_back("float16 clamped", p);
+  for (const auto& [what, params] : cases) {
+    for (std::uint32_t mask : {0u, 6u}) {
+      RowArgs a;
+      a.n = kRowLength;
+      a.broadcast_mask = mask;
+      EXPECT_TRUE(same_on_device(KernelOp::kQuantizeLinear, &params, operands, a)) << what << " mask=" << mask;
+    }
+  }
+}
+
+// DequantizeLinear of every byte of 8-bit integer and minifloat inputs, against the CPU reference.
+TEST_F(RowsOnDevice, DequantizeLinearEqualsTheCpuReferenceBitForBit) {
+  HostOperand codes, scale, zero_point;
+  codes.bytes.resize(kRowLength);
+  for (std::size_t i = 0; i < codes.bytes.size(); ++i) codes.bytes[i] = static_cast<unsigned char>(i * 37);
+  Operand s;
+  s.f32 = test::fill(0.1f);
+  scale = host_bytes(s);
+  zero_point.bytes.assign(kRowLength, 3);
+  for (DType t : {DType::kUInt8, DType::kInt8, DType::kInt4, DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+    DequantizeLinearParams p;
+    p.x_dtype = t;
+    p.has_zero_point = !has_minifloat_format(t);
+    RowArgs a;
+    a.n = kRowLength;
+    EXPECT_TRUE(same_on_device(KernelOp::kDequantizeLinear, &p, {codes, scale, zero_point}, a)) << dtype_name(t);
+  }
+}
+
+}  // namespace
+}  // namespace polyquant::detail
