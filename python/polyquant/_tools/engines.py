@@ -105,7 +105,23 @@ class _RayWorker:
 
 @contextmanager
 def _quiet_ray():
-    # Ray prints its own progress bars and logs on stderr; calibrate shows its own bar.
+    # Ray Data logs each execution at INFO / WARNING level on stderr; calibrate shows its own bar. Its
+    # logger is quieted once Ray Data is imported (the import configures it), and its level restored
+    # on the way out (the caller's logging is not ours to change).
+    import logging
+    with _ignored_warnings():
+        import ray.data  # noqa: F401 - configures the "ray.data" logger
+        data_logger = logging.getLogger("ray.data")
+        level = data_logger.level
+        data_logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            data_logger.setLevel(level)
+
+
+@contextmanager
+def _ignored_warnings():
     with warnings.catch_warnings():
         # Ray's import and its Data library raise DeprecationWarnings / FutureWarnings of their own
         # dependencies, which are not the caller's to fix.
@@ -118,12 +134,13 @@ def _quiet_ray():
 def _ray(tasks, worker_factory, merge, workers, address, on_done):
     if not tasks:
         return None
-    with _quiet_ray():
-        try:
+    try:
+        with _ignored_warnings():
             import ray
-            import ray.data
-        except ImportError as exc:
-            raise _missing("ray", exc) from None
+            import ray.data  # noqa: F401
+    except ImportError as exc:
+        raise _missing("ray", exc) from None
+    with _quiet_ray():
         started = False
         if not ray.is_initialized():
             init = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -139,8 +156,10 @@ def _ray(tasks, worker_factory, merge, workers, address, on_done):
             ctx.print_on_execution_start = False
             ds = ray.data.from_items([{"task": pickle.dumps(t)} for t in tasks], override_num_blocks=len(tasks))
             # one task per call: partial results come back (and the bar moves) task by task
+            # max_restarts=0: a worker that dies fails the run (its partial statistics would be lost)
             ds = ds.map_batches(_RayWorker, fn_constructor_args=(worker_factory, merge), batch_size=1,
-                                batch_format="numpy", concurrency=n, num_cpus=1)
+                                batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=n), num_cpus=1,
+                                max_restarts=0)
             total = None
             try:
                 for row in ds.iter_rows():
