@@ -230,7 +230,9 @@ def _dask(tasks, worker_factory, merge, workers, address, on_done):
         try:
             with Client(cluster if cluster is not None else address) as client:
                 key = uuid.uuid4().hex
-                maps = client.map(_dask_run, [key] * len(tasks), [worker_factory] * len(tasks), tasks, pure=False)
+                # the factory (with the model inside) goes to every worker once, not once per task
+                factory = client.scatter(worker_factory, broadcast=True, hash=False)
+                maps = client.map(_dask_run, [key] * len(tasks), [factory] * len(tasks), tasks, pure=False)
                 map_keys = {f.key for f in maps}
                 pending = None
                 stream = as_completed(maps)

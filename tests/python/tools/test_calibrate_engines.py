@@ -311,3 +311,10 @@ def test_a_worker_error_reaches_the_caller(dask_cluster):
     with pytest.raises(CommandError, match="batch 1 lacks input"):
         polyquant.calibrate(small_model(), batches(1) + [{"input": np.zeros((1, 3, 8, 8), np.float32)}],
                             engine="dask", address=dask_cluster)
+
+
+@pytest.mark.parametrize("engine,module", [("ray", "ray"), ("dask", "distributed")])
+def test_a_missing_engine_names_its_extra(monkeypatch, engine, module):
+    monkeypatch.setitem(__import__("sys").modules, module, None)  # `import module` now fails
+    with pytest.raises(CommandError, match=rf"engine: '{engine}' needs the optional dependency .* pip install \.\[{engine}\]"):
+        polyquant.calibrate(small_model(), batches(2), engine=engine, workers=2)
