@@ -278,7 +278,65 @@ def _convert_trunc(graph, node, b: _Builder, attrs: dict, version: int) -> tuple
     return form, static
 
 
-def _convert_node(graph, node, b: _Builder, inferred: dict, version: int = 1) -> tuple[str, dict]:
+# FloatQuant formats that are a standard float8 type: (exponent bits, mantissa bits, bias, max, has_inf) ->
+# the type. Both have NaN, subnormals and -0.0; saturating QuantizeLinear clamps to +-max as FloatQuant's
+# saturation = 1 does.
+_FLOAT8_OF_FORMAT = {(4, 3, 7, 448.0, 0): TensorProto.FLOAT8E4M3FN, (5, 2, 15, 57344.0, 1): TensorProto.FLOAT8E5M2}
+# FloatQuant's output where x / scale is +-inf (x infinite or the division overflowing): qonnx's float
+# arithmetic gives x86's default NaN, 0xFFC00000.
+_DEFAULT_NAN = np.array([0xFFC00000], np.uint32).view(np.float32).reshape(())
+
+
+def _convert_float_quant(graph, node, b: _Builder, attrs: dict, opset: int) -> tuple[str, dict]:
+    """FloatQuant whose format is float8 e4m3fn / e5m2 (with NaN and subnormals, saturation = 1, ROUND),
+    on a standard opset of 19 or later: y = DequantizeLinear(QuantizeLinear(x, scale, float8 zero)),
+    which rounds x / scale to the float8 grid half to even and saturates to +-max as FloatQuant does,
+    then two fix-ups for where the two differ (polyquant diff: NaN outputs only):
+      x / scale = +-inf (x infinite or the division overflowing): FloatQuant's NaN 0xFFC00000, where Q
+        saturates -> Where(IsInf(x / scale), 0xFFC00000, y);
+      NaN x: FloatQuant returns x quieted with its sign cleared, Q the canonical NaN of x's sign ->
+        Where(IsNaN(x), Abs(x) + 0.0, y) (the addition quiets a signalling NaN and keeps the payload;
+        it needs NoopElimination off, as exact_session_options() has it)."""
+    if _mode(attrs, "ROUND") not in ("ROUND", "HALF_EVEN"):
+        raise _Refused(f"FloatQuant is not converted yet with rounding_mode {_mode(attrs, 'ROUND')}: QuantizeLinear "
+                       f"rounds half to even; the exact elementwise decomposition is not built")
+    values = [_initializer(graph, node.input[i]) if i < len(node.input) and node.input[i] else None for i in range(1, 6)]
+    if any(v is None or (i > 0 and v.size != 1) for i, v in enumerate(values)):
+        raise _Refused("FloatQuant's scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias and max_val must be "
+                       "initializers (one value each but the scale): the format is matched at conversion time")
+    scale, e, m, bias, mx = values
+    fmt = (float(e), float(m), float(bias), float(mx), int(attrs.get("has_inf", 0)))
+    flags = (int(attrs.get("has_nan", 0)), int(attrs.get("has_subnormal", 0)), int(attrs.get("saturation", 1)))
+    ztype = _FLOAT8_OF_FORMAT.get(fmt) if flags == (1, 1, 1) else None
+    if ztype is None:
+        raise _Refused(f"FloatQuant is not converted yet for its format (exponent {fmt[0]:g}, mantissa {fmt[1]:g}, bias "
+                       f"{fmt[2]:g}, max {fmt[3]:g}, has_inf {fmt[4]}, has_nan / has_subnormal / saturation {flags}): "
+                       f"only float8 e4m3fn / e5m2 are (as Q/DQ); the exact elementwise decomposition is not built")
+    if opset < 19:
+        raise _Refused(f"FloatQuant is not converted yet below opset 19: its float8 QuantizeLinear needs opset 19 and the "
+                       f"model imports {opset} (re-export at opset 19 or later; the exact elementwise decomposition "
+                       f"is not built)")
+    axes = [i for i, d in enumerate(scale.shape) if d != 1]
+    if len(axes) > 1 or not np.all(np.isfinite(scale)) or not np.all(scale > 0):
+        raise _Refused("FloatQuant's scale must be positive, finite and vary along at most one axis for QuantizeLinear")
+    per_axis = bool(axes)
+    f8 = {TensorProto.FLOAT8E4M3FN: "float8_e4m3fn", TensorProto.FLOAT8E5M2: "float8_e5m2"}[ztype]
+    import ml_dtypes
+    zero = np.zeros(scale.size if per_axis else (), getattr(ml_dtypes, f8))
+    s_c = b.const(scale.reshape(-1) if per_axis else scale.reshape(()), "scale")
+    z_c = b.typed_const(zero, "zero_point")
+    axis = {"axis": axes[0] - scale.ndim} if per_axis else {}
+    x = node.input[0]
+    y = b.op("DequantizeLinear", [b.op("QuantizeLinear", [x, s_c, z_c], "quantized", **axis), s_c, z_c], "qdq", **axis)
+    overflow = b.op("IsInf", [b.op("Div", [x, node.input[1]], "ratio")], "overflow")
+    y = b.op("Where", [overflow, b.const(_DEFAULT_NAN, "default_nan"), y], "fix_overflow")
+    quiet = b.op("Add", [b.op("Abs", [x], "abs"), b.const(0.0, "zero")], "quiet_abs")
+    b.op("Where", [b.op("IsNaN", [x], "is_nan"), quiet, y], "out", output=node.output[0])
+    form = f"QuantizeLinear / DequantizeLinear ({f8}{', per axis' if per_axis else ''}), Where fix-ups for overflow, NaN"
+    return form, {"kind": "float", "scale": scale, "ztype": ztype, "format": fmt, "flags": flags}
+
+
+def _convert_node(graph, node, b: _Builder, inferred: dict, version: int = 1, opset: int = 0) -> tuple[str, dict]:
     """Emits the standard subgraph of `node` into `b`; returns (form, static parameters or {})."""
     op = node.op_type
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -294,8 +352,10 @@ def _convert_node(graph, node, b: _Builder, inferred: dict, version: int = 1) ->
         return "Where(x >= 0, 1, -1) * scale", ({"kind": "bipolar", "scale": scale} if scale is not None else {})
     if op == "Trunc":
         return _convert_trunc(graph, node, b, attrs, version)
+    if op == "FloatQuant":
+        return _convert_float_quant(graph, node, b, attrs, opset)
     if op not in ("Quant", "IntQuant"):
-        raise _Refused(f"{op} is not converted yet (IntQuant / Quant, BipolarQuant and Trunc are)")
+        raise _Refused(f"{op} is not converted yet (IntQuant / Quant, BipolarQuant, Trunc and FloatQuant are)")
     mode = _mode(attrs, "ROUND")
     signed, narrow = bool(attrs.get("signed", 1)), bool(attrs.get("narrow", 0))
     bitwidth = _initializer(graph, node.input[3])
@@ -384,6 +444,11 @@ def _qdq_form(graph, node, b: _Builder, attrs: dict, opset: int) -> tuple[str, d
 
 def _reference(p: dict, x: np.ndarray) -> np.ndarray:
     from .. import qonnx
+    if p["kind"] == "float":
+        e, m, bias, mx, has_inf = p["format"]
+        has_nan, has_subnormal, saturation = p["flags"]
+        return qonnx.float_quant(x, p["scale"], np.float32(e), np.float32(m), np.float32(bias), 1, np.float32(mx),
+                                 has_inf, has_nan, has_subnormal, "ROUND", saturation)
     if p["kind"] == "bipolar":
         return qonnx.bipolar_quant(x, p["scale"])
     if p["kind"] == "trunc_v1":
@@ -399,6 +464,11 @@ def _sample_inputs(p: dict, rng) -> np.ndarray:
     (of a grid wider than 2^13 steps: those at both ends and around zero) and its float32 neighbours;
     random values over the grid's range. Shape
     (N,) + the parameters' broadcast shape, so each channel sees every value."""
+    if p["kind"] == "float":  # every float8 value and midpoint times the scale (convert_qonnx's minifloat sample)
+        from .convert_qonnx import _grid_sample
+        per_axis = np.size(p["scale"]) > 1
+        return _grid_sample({"ztype": p["ztype"], "scale": np.asarray(p["scale"], np.float32),
+                             "qshape": np.shape(p["scale"]), "axis": 0 if per_axis else None}, rng)
     pshape = np.broadcast_shapes(*(np.shape(p[k]) for k in ("scale", "zeropt", "out_scale") if p.get(k) is not None))
     scale = np.broadcast_to(np.asarray(p["scale"], np.float32), pshape)
     zero = np.broadcast_to(np.asarray(p.get("zeropt", 0), np.float32), pshape)
@@ -606,7 +676,7 @@ def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 
             version = next((o.version for o in m.opset_import if o.domain == node.domain), 1)
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             qdq = _qdq_form(graph, node, b, attrs, opset) if allow_inexact else None
-            form, static = qdq or _convert_node(graph, node, b, inferred, version)
+            form, static = qdq or _convert_node(graph, node, b, inferred, version, opset)
             report = NodeReport(name, node.op_type, form, "exact")
             if static and check != "none":
                 outcome = _check_node(b, node, static, graph, opset, check, rng)

@@ -297,6 +297,8 @@ def _grid_sample(p: dict, rng) -> np.ndarray:
     base = _sample_inputs({"kind": "bipolar", "scale": scale}, rng)  # specials and random values
     with np.errstate(over="ignore"):
         parts += [base, base * np.float32(values.max() / 4)]
+    parts.append(np.broadcast_to(_NAN_INPUTS.reshape((-1,) + (1,) * len(np.shape(scale))),
+                                 (_NAN_INPUTS.size,) + np.shape(scale)))  # signalling and payload NaNs
     return np.concatenate([np.broadcast_to(a, a.shape[:1] + np.shape(scale)) for a in parts]).astype(np.float32)
 
 

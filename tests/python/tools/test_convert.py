@@ -379,3 +379,86 @@ def test_cli_allow_inexact_exits_0_and_says_so(tmp_path):
     x = np.load(BREVITAS / "mlp_perchannel.input.npy")
     s = plain_session(out)
     assert s.run(None, {s.get_inputs()[0].name: x})[0].shape == np.load(BREVITAS / "mlp_perchannel.expected.npy").shape
+
+
+# ---- FloatQuant -> float8 Q/DQ -----------------------------------------------------------------------------
+
+FLOAT8_FORMATS = {"e4m3fn": (4, 3, 7, 448.0, 0), "e5m2": (5, 2, 15, 57344.0, 1)}
+
+
+def float_quant_node(fmt, scale, opset=21, **attrs):
+    e, m, bias, mx, has_inf = FLOAT8_FORMATS[fmt]
+    a = {"has_inf": has_inf, "has_nan": 1, "has_subnormal": 1, "saturation": 1, "rounding_mode": "ROUND", **attrs}
+    shape = (None,) + ((np.size(scale),) if np.size(scale) > 1 else ())
+    model = single_node("FloatQuant", a, shape, [np.float32(scale), np.float32(e), np.float32(m), np.float32(bias),
+                                                  np.float32(mx)])
+    model.opset_import[0].version = opset
+    return model
+
+
+@pytest.mark.parametrize("fmt", list(FLOAT8_FORMATS))
+@pytest.mark.parametrize("scale", [0.5, 2.0, 3e-3, [0.5, 1e-3, 7.0]], ids=["0.5", "2", "3e-3", "per channel"])
+def test_float_quant_in_float8_formats_equals_qonnx(fmt, scale):
+    """FloatQuant with float8 e4m3fn's / e5m2's format becomes Q/DQ plus the overflow and NaN fix-ups, in
+    plain onnxruntime equal to qonnx's float_quant itself on every float8 value and midpoint times the
+    scale, their neighbours, overflowing x / scale, signalling / payload NaNs, infinities and zeros."""
+    from qonnx.custom_op.general.floatquant import float_quant
+    m = float_quant_node(fmt, scale)
+    r = conv.convert(m)
+    assert [n.status for n in r.nodes] == ["exact"], r.nodes[0].reason
+    assert {x.op_type for x in r.model.graph.node} >= {"QuantizeLinear", "DequantizeLinear"}
+    e, mm, bias, mx, has_inf = FLOAT8_FORMATS[fmt]
+    import ml_dtypes
+    f8 = getattr(ml_dtypes, f"float8_{fmt}")
+    values = np.arange(256, dtype=np.uint8).view(f8).astype(np.float64)
+    values = np.unique(values[np.isfinite(values)])
+    pts = np.concatenate([values, (values[1:] + values[:-1]) / 2])
+    s = np.asarray(scale, np.float64)
+    x = (pts.reshape(-1, *([1] * np.ndim(scale))) * s).astype(np.float32)
+    x = np.concatenate([x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(-np.inf))])
+    specials = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFC00001, 0x7FC12345, 0x7F800000, 0xFF800000,
+                         0x7F000000, 0xFF000000, 0x7F7FFFFF, 0, 0x80000000, 1, 0x80000001], np.uint32).view(np.float32)
+    x = np.concatenate([x, np.broadcast_to(specials.reshape(-1, *([1] * np.ndim(scale))), (specials.size,) + x.shape[1:])])
+    got = plain_session(r.model).run(None, {"x": np.ascontiguousarray(x)})[0]
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = np.asarray(float_quant(x, np.float32(scale), np.float32(e), np.float32(mm), np.float32(bias), True,
+                                      np.float32(mx), bool(has_inf), True, True, "ROUND", True), np.float32)
+    np.testing.assert_array_equal(bits(got), bits(want), err_msg=f"{fmt} {scale}")
+
+
+@pytest.mark.parametrize("case,reason", [
+    ("opset 17", "below opset 19"),
+    ("bias 8", "for its format"),
+    ("FLOOR", "rounding_mode FLOOR"),
+    ("saturation 0", "for its format"),
+])
+def test_float_quant_refusals_name_the_reason(case, reason):
+    m = {"opset 17": lambda: float_quant_node("e4m3fn", 0.5, opset=17),
+         "bias 8": lambda: float_quant_node("e4m3fn", 0.5),
+         "FLOOR": lambda: float_quant_node("e4m3fn", 0.5, rounding_mode="FLOOR"),
+         "saturation 0": lambda: float_quant_node("e4m3fn", 0.5, saturation=0)}[case]()
+    if case == "bias 8":
+        m.graph.initializer[3].CopyFrom(numpy_helper.from_array(np.float32(8), "p3"))
+    r = conv.convert(m)
+    assert [n.status for n in r.nodes] == ["refused"] and "FloatQuant is not converted yet" in r.nodes[0].reason
+    assert reason in r.nodes[0].reason, r.nodes[0].reason
+
+
+def test_float_quant_round_trips_through_qonnx():
+    """float8 Q/DQ -> QONNX FloatQuant (+ fix-ups) -> standard ONNX: bit-identical to the original pair."""
+    import ml_dtypes
+    inits = [numpy_helper.from_array(np.float32(0.01), "s"), numpy_helper.from_array(np.zeros((), ml_dtypes.float8_e4m3fn), "z")]
+    g = helper.make_graph([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                           helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    pair = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    pair.ir_version = 10
+    there = conv.convert(pair, to="qonnx")
+    back = conv.convert(there.model)
+    assert not there.refused and not back.refused
+    x = (np.random.default_rng(0).standard_normal(4096) * 3).astype(np.float32)
+    x[:8] = np.array([0x7FC00000, 0xFFC00001, 0x7F800000, 0xFF800000, 0x7F7FFFFF, 0, 0x80000000, 0x7F800001],
+                     np.uint32).view(np.float32)
+    np.testing.assert_array_equal(bits(plain_session(back.model).run(None, {"x": x})[0]),
+                                  bits(plain_session(pair).run(None, {"x": x})[0]))
