@@ -23,6 +23,20 @@ nb::dict runtime_info() {
   d["isa"] = nb::str(info.isa.c_str(), info.isa.size());
   d["supported"] = supported;
   d["num_threads"] = info.num_threads;
+  // {"cpu": {...}, "cuda": {...}}: available, library (path or None), devices, reason (None when
+  // available).
+  nb::dict backends;
+  for (const pq::BackendInfo& b : info.backends) {
+    nb::list devices;
+    for (const std::string& name : b.devices) devices.append(nb::str(name.c_str(), name.size()));
+    nb::dict entry;
+    entry["available"] = b.available;
+    entry["library"] = b.library.empty() ? nb::none() : nb::object(nb::str(b.library.c_str(), b.library.size()));
+    entry["devices"] = devices;
+    entry["reason"] = b.reason.empty() ? nb::none() : nb::object(nb::str(b.reason.c_str(), b.reason.size()));
+    backends[nb::str(b.name.c_str(), b.name.size())] = entry;
+  }
+  d["backends"] = backends;
   return d;
 }
 

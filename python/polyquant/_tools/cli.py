@@ -100,6 +100,14 @@ def info_command(args, out=sys.stdout):
                                else f"does NOT load: {lib['error']}"),
         f"qonnx           {_describe_qonnx(report['qonnx'])}",
     ]
+    # The compute backends (runtime_info()["backends"]); an unavailable CUDA backend is not an error.
+    for name, backend in rt.get("backends", {}).items():
+        if backend["available"]:
+            where = f"  ({backend['library']})" if backend["library"] else ""
+            state = "available" + (f": {', '.join(backend['devices'])}" if backend["devices"] else "") + where
+        else:
+            state = f"unavailable: {backend['reason']}"
+        lines.append(f"{'backend ' + name:<16}{state}")
     print("\n".join(lines), file=out)
     return EXIT_OK if lib["loads"] else EXIT_ERROR
 

@@ -85,7 +85,7 @@ def test_package_metadata():
     if version_file.exists():
         assert polyquant.__version__ == version_file.read_text().strip()
     info = polyquant.runtime_info()
-    assert set(info) == {"version", "isa", "supported", "num_threads"}
+    assert set(info) == {"version", "isa", "supported", "num_threads", "backends"}
     assert info["version"] == polyquant.__version__
     assert info["isa"] in info["supported"]
     assert all(isinstance(s, str) for s in info["supported"])
