@@ -30,8 +30,9 @@ onnxruntime alone, against polyquant.qonnx (bit-exact with qonnx) on NaN, infini
 subnormals, every rounding tie of the grid and its float32 neighbours, and random values
 (`check="sample"`), or on all 2^32 float32 inputs for per-tensor parameters (`check="exhaustive"`).
 A node is refused, with the reason, where the decomposition would not be exact or is not built yet
-(FloatQuant; a bit width, or Trunc's scales, that are not initializers; tensors that are not
-float32); a model with a refused node is not written.
+(FloatQuant outside float8 e4m3fn / e5m2 at opset 19+, which become float8 Q/DQ with fix-ups; a bit
+width, or Trunc's scales, that are not initializers; tensors that are not float32); a model with a
+refused node is not written.
 """
 
 from __future__ import annotations
@@ -730,15 +731,17 @@ def convert_command(args, out=sys.stdout) -> int:
 
 def add_parser(sub, epilog: str) -> None:
     p = sub.add_parser(
-        "convert", epilog=epilog, help="convert a QONNX model to standard ONNX (or Q/DQ to QONNX), exactly",
-        description="--to onnx (default): replace each QONNX quantizer (IntQuant / Quant, BipolarQuant, Trunc) by "
-                    "standard ONNX ops that compute qonnx's result bit for bit, so the model runs in any onnxruntime "
+        "convert", epilog=epilog, help="convert QONNX / Quark / AIMET encodings to standard ONNX, or Q/DQ to QONNX, exactly",
+        description="--to onnx (default): replace each QONNX quantizer (IntQuant / Quant, BipolarQuant, Trunc; FloatQuant "
+                    "in float8 formats) and each Quark Extended Q/DQ node by "
+                    "standard ONNX ops that compute the original's result bit for bit, so the model runs in any onnxruntime "
                     "without polyquant. --to qonnx: replace each standard QuantizeLinear / DequantizeLinear pair "
                     "(Q, Clip, DQ too) by a QONNX Quant or FloatQuant node on the same grid, with standard fix-ups "
                     "where the two differ on NaN, infinities or -0.0. Each node is checked in onnxruntime against the "
-                    "original; a node that cannot be converted exactly (FloatQuant to ONNX: not yet) is refused with "
+                    "original; a node that cannot be converted exactly is refused with "
                     "the reason, and then nothing is written (exit status 1). docs/convert.md")
-    p.add_argument("model", metavar="IN.onnx", help="the QONNX model")
+    p.add_argument("model", metavar="IN.onnx",
+                   help="the model: QONNX or Quark (--to onnx), standard Q/DQ (--to qonnx), float (--encodings)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the converted model")
     p.add_argument("--to", choices=["onnx", "qonnx"], default="onnx",
                    help="target: standard ONNX from QONNX (onnx, default), or QONNX from standard QuantizeLinear / "
