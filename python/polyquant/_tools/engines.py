@@ -94,13 +94,28 @@ class _RayWorker:
 
     def __call__(self, batch):
         total = None
-        for blob in batch["task"]:
-            part = self.worker(pickle.loads(blob))
-            total = part if total is None else self.merge(total, part)
+        try:
+            for blob in batch["task"]:
+                part = self.worker(pickle.loads(blob))
+                total = part if total is None else self.merge(total, part)
+        except Exception as exc:  # noqa: BLE001 - returned, so that the caller sees it as it was raised
+            total = _WorkerError(exc)
         import numpy as np
         out = np.empty(1, dtype=object)
         out[0] = pickle.dumps(total)
         return {"partial": out, "tasks": np.array([len(batch["task"])])}
+
+
+class _WorkerError:
+    """A worker's exception carried back as a result: Ray Data re-raises a worker's exception as its
+    own UserCodeException, whose message no longer holds the original one."""
+
+    def __init__(self, exc: Exception):
+        try:
+            pickle.dumps(exc)
+            self.exc = exc
+        except Exception:  # noqa: BLE001 - an exception that does not pickle travels as its text
+            self.exc = RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 @contextmanager
@@ -164,10 +179,12 @@ def _ray(tasks, worker_factory, merge, workers, address, on_done):
             try:
                 for row in ds.iter_rows():
                     part = pickle.loads(row["partial"])
+                    if isinstance(part, _WorkerError):
+                        raise part.exc
                     total = part if total is None else merge(total, part)
                     for _ in range(int(row["tasks"])):
                         on_done()
-            except Exception as exc:  # noqa: BLE001 - Ray wraps the worker's exception; show that one
+            except Exception as exc:  # noqa: BLE001 - Ray wraps what fails outside the worker function
                 raise _cause(exc) from None
             return total
         finally:

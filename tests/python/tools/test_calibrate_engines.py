@@ -307,10 +307,12 @@ def test_in_memory_batches_travel_to_the_cluster(dask_cluster, local_results):
     assert result_bits(r) == local_results["percentile"]
 
 
-def test_a_worker_error_reaches_the_caller(dask_cluster):
+def test_a_worker_error_reaches_the_caller(dask_cluster, ray_cluster):
+    bad = batches(1) + [{"input": np.zeros((1, 3, 8, 8), np.float32)}]
     with pytest.raises(CommandError, match="batch 1 lacks input"):
-        polyquant.calibrate(small_model(), batches(1) + [{"input": np.zeros((1, 3, 8, 8), np.float32)}],
-                            engine="dask", address=dask_cluster)
+        polyquant.calibrate(small_model(), bad, engine="dask", address=dask_cluster)
+    with pytest.raises(CommandError, match="batch 1 lacks input"):
+        polyquant.calibrate(small_model(), bad, engine="ray", workers=2)
 
 
 @pytest.mark.parametrize("engine,module", [("ray", "ray"), ("dask", "distributed")])
