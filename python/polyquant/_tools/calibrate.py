@@ -296,7 +296,7 @@ def _tasks(data) -> Iterable[tuple]:
             files = [path]
         else:
             raise CommandError(f"--data: no such file or directory: {path}")
-        return [(i, str(f)) for i, f in enumerate(files)]
+        return [(i, str(f.resolve())) for i, f in enumerate(files)]  # absolute: a worker's directory may differ
     try:
         it = iter(data)
     except TypeError:
