@@ -27,7 +27,8 @@ DequantizeLinear's value there (exact fix-ups, computed at conversion time per c
 the differing inputs counted.
 
 A DequantizeLinear of an integer weight initializer (how QDQ models store weights) becomes the float
-weight DQ(w_q), computed at conversion time, feeding Quant on the same grid, checked over the tensor.
+weight DQ(w_q), computed at conversion time, feeding Quant on the same grid, checked over the tensor;
+a blocked one gets the blocks' parameters expanded to the weight's shape (QONNX has no blocks).
 
 Refused, with the reason: a QuantizeLinear whose output reaches anything but DequantizeLinears (QONNX has
 no integer-output op), a DequantizeLinear of a computed integer tensor, parameters that are not
@@ -361,6 +362,34 @@ def _check_pair(graph, q, dq, b: _Builder, p: dict, opset: int, how: str, rng) -
     return outcome
 
 
+def _blocked_parameters(graph, dq, w_q: np.ndarray, wtype: int, block: int):
+    """A blocked DequantizeLinear of an integer weight (block_size B along `axis`: element i of that axis
+    takes the parameters of block i // B): QONNX has no blocks, so its scale and zero point are the
+    blocks' expanded to the weight's own shape (each repeated B times along the axis), which is the
+    same per-element parameters by ONNX's definition. Returns (p, the DQ's own scale, zero point and
+    attributes for computing the float weight)."""
+    scale = _initializer(graph, dq.input[1])
+    zp_name = dq.input[2] if len(dq.input) > 2 and dq.input[2] else None
+    zp = _initializer(graph, zp_name) if zp_name else np.zeros(scale.shape if scale is not None else (), w_q.dtype)
+    if scale is None or zp is None:
+        raise _Refused("a blocked DequantizeLinear whose scale or zero point is not an initializer")
+    if scale.dtype != np.float32 or not np.all(np.isfinite(scale)) or not np.all(scale > 0):
+        raise _Refused("a scale that is not positive, finite float32: QONNX's grid is not defined for it")
+    axis = _attr(dq, "axis", 1) % w_q.ndim
+    size = w_q.shape[axis]
+
+    def expand(v):
+        return np.take(np.repeat(v, block, axis=axis), np.arange(size), axis=axis)
+    full_scale, full_zp = expand(scale), expand(zp)
+    if full_scale.shape != w_q.shape:
+        raise _Refused(f"a blocked scale of shape {scale.shape} does not tile the weight {w_q.shape} with block_size "
+                       f"{block} along axis {axis}")
+    ztype = next(t.data_type for t in graph.initializer if t.name == zp_name) if zp_name else wtype
+    p = {"scale": full_scale.astype(np.float32), "zp": full_zp, "ztype": ztype, "axis": "blocked",
+         "qshape": w_q.shape, "saturate": 1}
+    return p, scale, zp, {"axis": axis, "block_size": block}
+
+
 def _integer_weight(graph, dq, b: _Builder, check: str):
     """DequantizeLinear of an integer weight initializer w_q (how QDQ models store weights) as QONNX's
     weight form: the float weight w = DQ(w_q), computed at conversion time by polyquant.onnx (bit-exact
@@ -375,15 +404,19 @@ def _integer_weight(graph, dq, b: _Builder, check: str):
         raise _Refused(f"DequantizeLinear of {dq.input[0]!r} without a QuantizeLinear before it, and {dq.input[0]!r} is "
                        f"not an integer initializer: QONNX holds no integer tensor")
     w_q = numpy_helper.to_array(w_tensor)
-    p = _pair_parameters(graph, dq, dq, w_q.ndim)
-    if len(dq.input) < 3 or not dq.input[2]:
-        p["ztype"] = w_tensor.data_type
-        p["zp"] = np.zeros(p["scale"].shape, np.int64)
+    block = _attr(dq, "block_size", 0)
+    if block:
+        p, scale, zp, axis = _blocked_parameters(graph, dq, w_q, w_tensor.data_type, block)
+    else:
+        p = _pair_parameters(graph, dq, dq, w_q.ndim)
+        if len(dq.input) < 3 or not dq.input[2]:
+            p["ztype"] = w_tensor.data_type
+            p["zp"] = np.zeros(p["scale"].shape, np.int64)
+        axis = {"axis": _attr(dq, "axis", 1)} if p["axis"] is not None else {}
+        scale = p["scale"].reshape(-1) if p["axis"] is not None else p["scale"].reshape(())
+        zp = np.asarray(numpy_helper.to_array(next(t for t in graph.initializer if t.name == dq.input[2]))
+                        if len(dq.input) > 2 and dq.input[2] else np.zeros(scale.shape, w_q.dtype))
     p["grid"] = _integer_grid(p, None)
-    axis = {"axis": _attr(dq, "axis", 1)} if p["axis"] is not None else {}
-    scale = p["scale"].reshape(-1) if p["axis"] is not None else p["scale"].reshape(())
-    zp = np.asarray(numpy_helper.to_array(next(t for t in graph.initializer if t.name == dq.input[2]))
-                    if len(dq.input) > 2 and dq.input[2] else np.zeros(scale.shape, w_q.dtype))
     w = np.asarray(pqo.dequantize_linear(w_q, scale, zp, **axis), np.float32)
     w_name = b.name("float_weight")
     fake_q = SimpleNamespace(input=[w_name])

@@ -253,6 +253,33 @@ def test_a_qdq_model_with_integer_weights_becomes_qonnx():
     np.testing.assert_array_equal(bits(with_library(r.model).run(None, {"x": x})[0]), bits(plain(qdq).run(None, {"x": x})[0]))
 
 
+@pytest.mark.parametrize("dtype,zp", [(ml_dtypes.int4, 0), (ml_dtypes.uint4, 8), (np.int8, 0), (np.uint8, 3)],
+                         ids=["int4", "uint4 zp 8", "int8", "uint8 zp 3"])
+def test_blocked_integer_weights_become_qonnx(dtype, zp):
+    """A blocked DequantizeLinear of an integer weight (block_size 3 along axis 1, as int4 LLM weights are
+    stored): QONNX's scale and zero point are the blocks' expanded to the weight's shape; the float
+    weight feeds Quant, checked over the tensor; the model equals the original bit for bit."""
+    import polyquant.onnx as pqo
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+    scale = (np.abs(rng.standard_normal((8, 2))) * 0.1 + 0.01).astype(np.float32)
+    z = np.full((8, 2), zp, dtype)
+    wq = np.asarray(pqo.quantize_linear(w, scale, z, axis=1, block_size=3))
+    inits = [numpy_helper.from_array(wq, "wq"), numpy_helper.from_array(scale, "s"), numpy_helper.from_array(z, "z")]
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["w"], axis=1, block_size=3, name="dq"),
+             helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    r = conv.convert(m, to="qonnx")
+    assert [n.status for n in r.nodes] == ["exact"] and r.nodes[0].checked == w.size
+    quant = next(n for n in r.model.graph.node if n.op_type == "Quant")
+    assert numpy_helper.to_array(next(t for t in r.model.graph.initializer if t.name == quant.input[1])).shape == w.shape
+    x = rng.standard_normal((32, 8)).astype(np.float32)
+    np.testing.assert_array_equal(bits(with_library(r.model).run(None, {"x": x})[0]), bits(plain(m).run(None, {"x": x})[0]))
+
+
 def test_cli_to_qonnx(tmp_path):
     src, out = tmp_path / "qdq.onnx", tmp_path / "qonnx.onnx"
     onnx.save(qdq_model(np.float32(0.02), np.int8(0), ["n"]), src)
