@@ -635,9 +635,9 @@ def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 
     convert_aimet's AimetResult, which reports per tensor where ONNX's division differs from AIMET's
     reciprocal multiplication. See the module documentation."""
     from ..onnx.models import _load_model
-    if to not in ("onnx", "qonnx"):
-        raise CommandError(f"to: expected 'onnx' (QONNX -> standard ONNX) or 'qonnx' (standard Q/DQ -> QONNX), "
-                           f"got {to!r}")
+    if to not in ("onnx", "qonnx", "aimet"):
+        raise CommandError(f"to: expected 'onnx' (QONNX -> standard ONNX) or 'qonnx' (standard Q/DQ -> QONNX) or "
+                           f"'aimet' (a QDQ model's Q/DQ parameters -> AIMET 2.1.0 encodings), got {to!r}")
     if check not in ("sample", "exhaustive", "none"):
         raise CommandError(f"check: expected sample, exhaustive or none, got {check!r}")
     if encodings is not None:
@@ -646,6 +646,9 @@ def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 
                                f"got to={to!r}")
         from .convert_aimet import convert_aimet
         return convert_aimet(model, encodings, check=check)
+    if to == "aimet":
+        from .convert_aimet import to_encodings
+        return to_encodings(model)
     m = _load_model(model, copy=True)
     if to == "qonnx":
         from .convert_qonnx import to_qonnx
@@ -724,7 +727,12 @@ def convert_command(args, out=sys.stdout) -> int:
     if r.refused:
         print(f"not written: {len(r.refused)} node(s) refused", file=out)
         return 1
-    onnx.save(r.model, args.output)
+    if args.to == "aimet":  # encodings: a JSON file
+        import json
+        with open(args.output, "w") as f:
+            json.dump(r.encodings, f, indent=2)
+    else:
+        onnx.save(r.model, args.output)
     print(f"written: {args.output}", file=out)
     return 0
 
@@ -742,10 +750,12 @@ def add_parser(sub, epilog: str) -> None:
                     "the reason, and then nothing is written (exit status 1). docs/convert.md")
     p.add_argument("model", metavar="IN.onnx",
                    help="the model: QONNX or Quark (--to onnx), standard Q/DQ (--to qonnx), float (--encodings)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the converted model")
-    p.add_argument("--to", choices=["onnx", "qonnx"], default="onnx",
-                   help="target: standard ONNX from QONNX (onnx, default), or QONNX from standard QuantizeLinear / "
-                        "DequantizeLinear pairs (qonnx)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx",
+                   help="where to write the converted model (--to aimet: the encodings, JSON)")
+    p.add_argument("--to", choices=["onnx", "qonnx", "aimet"], default="onnx",
+                   help="target: standard ONNX from QONNX / Quark (onnx, default), QONNX from standard QuantizeLinear / "
+                        "DequantizeLinear pairs (qonnx), or AIMET 2.1.0 encodings of a QDQ model's Q/DQ parameters "
+                        "(aimet: OUT is the JSON file)")
     p.add_argument("--check", choices=["sample", "exhaustive", "none"], default="sample",
                    help="compare each converted node with polyquant.qonnx on NaN, infinities, zeros, subnormals, every "
                         "rounding tie and random values (sample, default) or on all 2^32 float32 inputs (exhaustive, "

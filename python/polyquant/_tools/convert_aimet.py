@@ -19,6 +19,8 @@ Encodings 2.0.0 / 2.1.0 (AIMET's ONNX-aligned layout: a list of {name, output_dt
 y_zero_point, axis}) are converted, per tensor and per channel; blockwise (block_size) and LPBQ
 encodings, 1.0.0 / 0.6.1 files and names that are no tensor of the model are refused by name (then
 nothing is written).
+
+Back (`--to aimet`, to_encodings): a QDQ model's Q/DQ parameters as AIMET 2.1.0 encodings, bit for bit.
 """
 
 from __future__ import annotations
@@ -245,4 +247,111 @@ def convert_aimet(model: Any, encodings: Any, *, check: str = "sample") -> Aimet
         accepted.append((SimpleNamespace(name=name, kind=kind), e))
     if not result.refused:
         result.model = _qdq_model(m, accepted)
+    return result
+
+
+# ---- back: a QDQ model -> AIMET encodings (2.1.0) --------------------------------------------------------
+
+_DTYPE_NAMES = {2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 21: "uint4", 22: "int4"}
+# polyquant calibrate's / this converter's layout renames the quantized tensor NAME to NAME__float (an
+# activation's producer output) or stores a weight as NAME__quantized; onnxruntime's quantizer stores it
+# as NAME_quantized. The encoding names the float model's tensor, so these suffixes are taken off.
+_LAYOUT_SUFFIXES = ("__float", "__quantized", "_quantized")
+
+
+@dataclass
+class EncodingsResult:
+    encodings: dict
+    tensors: list = field(default_factory=list)   # TensorReport rows (status "written" or "refused")
+    model: Any = None
+
+    @property
+    def refused(self) -> list:
+        return [t for t in self.tensors if t.status == "refused"]
+
+    def __str__(self) -> str:
+        if not self.tensors:
+            return "no QuantizeLinear / DequantizeLinear: no encodings"
+        rows = [("tensor", "from", "encoding")] + [(t.name, t.kind, t.params if t.status != "refused" else
+                                                   f"refused: {t.reason}") for t in self.tensors]
+        widths = [max(len(r[i]) for r in rows) for i in range(2)]
+        lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}" for r in rows]
+        lines.insert(1, "-" * len(lines[0]))
+        lines.append(f"{len(self.tensors) - len(self.refused)} of {len(self.tensors)} Q/DQ parameters written as AIMET "
+                     f"2.1.0 encodings, bit for bit" + (f"; {len(self.refused)} refused" if self.refused else ""))
+        return "\n".join(lines)
+
+
+def _float_name(name: str) -> str:
+    for suffix in _LAYOUT_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def to_encodings(model: Any) -> EncodingsResult:
+    """AIMET 2.1.0 encodings of a QDQ model's QuantizeLinear -> DequantizeLinear pairs and its
+    DequantizeLinears of integer weight initializers: y_scale, y_zero_point, axis, block_size and the
+    output dtype, copied bit for bit (a float32 scale's shortest repr reads back as the same float32),
+    named after the float tensor each quantizes (module constants: the layouts' suffixes are removed)."""
+    from onnx import helper, numpy_helper
+    from ..onnx.models import _load_model
+    from .. import __version__
+    m = _load_model(model, copy=False)
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    result = EncodingsResult({"producer": {"package": "polyquant", "version": __version__}, "version": "2.1.0",
+                              "encodings": []})
+    seen = set()
+
+    def attr(node, name, default):
+        return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
+
+    for node in g.node:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        if node.op_type == "DequantizeLinear" and node.input[0] not in inits:
+            continue  # the DQ of a pair: its Q speaks for it
+        if node.op_type == "DequantizeLinear" and inits[node.input[0]].data_type not in _DTYPE_NAMES:
+            continue
+        kind = "activation" if node.op_type == "QuantizeLinear" else "param"
+        name = _float_name(node.input[0])
+        report = TensorReport(name, kind, "-", "refused")
+        result.tensors.append(report)
+        users = [n for n in g.node if node.output[0] in n.input]
+        if kind == "activation" and (not users or any(u.op_type != "DequantizeLinear" for u in users)):
+            report.reason = ("its integers reach " + (", ".join(sorted({u.op_type for u in users})) or "no node") +
+                             ", not only DequantizeLinear: an encoding holds the output dtype's whole grid (a Clip "
+                             "narrowing it, or integer consumers, have no encoding)")
+            continue
+        scale_t = inits.get(node.input[1])
+        zp_name = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        zp_t = inits.get(zp_name) if zp_name else None
+        if scale_t is None or (zp_name and zp_t is None):
+            report.reason = "scale or zero point is not an initializer"
+            continue
+        ztype = zp_t.data_type if zp_t is not None else (
+            inits[node.input[0]].data_type if kind == "param" else (attr(node, "output_dtype", 0) or 2))
+        if ztype not in _DTYPE_NAMES:
+            report.reason = f"type {ztype} has no AIMET integer encoding"
+            continue
+        if name in seen:
+            report.reason = f"a second quantizer of {name!r}: an encodings file holds one per tensor"
+            continue
+        seen.add(name)
+        scale = numpy_helper.to_array(scale_t).astype(np.float32)
+        entry = {"name": name, "output_dtype": _DTYPE_NAMES[ztype],
+                 "y_scale": [float(v) for v in scale.reshape(-1)]}
+        if zp_t is not None:
+            zp = numpy_helper.to_array(zp_t).astype(np.int64).reshape(-1)
+            if np.any(zp != 0):
+                entry["y_zero_point"] = [int(v) for v in zp]
+        if scale.size > 1:
+            entry["axis"] = int(attr(node, "axis", 1))
+        if attr(node, "block_size", 0):
+            entry["block_size"] = int(attr(node, "block_size", 0))
+        result.encodings["encodings"].append(entry)
+        report.status = "written"
+        report.params = (f"{entry['output_dtype']}, " + (f"scale {scale.reshape(-1)[0]:.9g}" if scale.size == 1 else
+                         f"axis {entry['axis']}, {scale.size} scales") + (", blocked" if "block_size" in entry else ""))
     return result

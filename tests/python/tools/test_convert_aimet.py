@@ -165,3 +165,45 @@ def test_cli(tmp_path):
     out.unlink()
     assert cli.main(["convert", str(model), "--encodings", str(enc), "-o", str(out)], out=io.StringIO()) == 1
     assert not out.exists()
+
+
+def test_encodings_round_trip_through_the_qdq_model():
+    """encodings -> QDQ model -> encodings: the same names, dtypes, scales (bit for bit), zero points
+    and axes."""
+    r = conv.convert(float_model(), encodings=encodings(), check="none")
+    back = conv.convert(r.model, to="aimet")
+    assert not back.refused and back.encodings["version"] == "2.1.0"
+    got = {e["name"]: e for e in back.encodings["encodings"]}
+    for e in encodings()["encodings"]:
+        g = got[e["name"]]
+        assert g["output_dtype"] == e["output_dtype"] and g.get("axis") == e.get("axis")
+        np.testing.assert_array_equal(np.float32(g["y_scale"]).view(np.uint32), np.float32(e["y_scale"]).view(np.uint32))
+        assert list(g.get("y_zero_point", [0] * len(g["y_scale"]))) == list(e.get("y_zero_point", [0] * len(e["y_scale"])))
+    # and the encodings written back convert to the same QDQ model parameters again
+    again = conv.convert(float_model(), encodings=back.encodings, check="none")
+    assert not again.refused
+
+
+def test_cli_to_aimet(tmp_path):
+    import onnx
+    qdq, enc = tmp_path / "qdq.onnx", tmp_path / "enc.json"
+    onnx.save(conv.convert(float_model(), encodings=encodings(), check="none").model, qdq)
+    o = io.StringIO()
+    assert cli.main(["convert", str(qdq), "--to", "aimet", "-o", str(enc)], out=o) == 0
+    assert "3 of 3 Q/DQ parameters written as AIMET 2.1.0 encodings" in o.getvalue()
+    assert {e["name"] for e in json.loads(enc.read_text())["encodings"]} == {"x", "w", "h"}
+
+
+def test_to_aimet_refuses_a_clip_it_cannot_hold():
+    """Q -> Clip -> DQ (qonnx's QCDQ, a narrower grid): an encoding holds the dtype's whole grid, so the
+    tensor is refused by name instead of written wider than it is."""
+    from polyquant._tools.convert_aimet import to_encodings
+    inits = [numpy_helper.from_array(np.float32(0.02), "s"), numpy_helper.from_array(np.int8(0), "z"),
+             numpy_helper.from_array(np.int8(-127), "lo"), numpy_helper.from_array(np.int8(127), "hi")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("Clip", ["q", "lo", "hi"], ["c"]),
+             helper.make_node("DequantizeLinear", ["c", "s", "z"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    r = to_encodings(m)
+    assert [t.status for t in r.tensors] == ["refused"] and "Clip" in r.tensors[0].reason
