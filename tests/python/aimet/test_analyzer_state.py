@@ -151,3 +151,27 @@ def test_histogram_merge_of_different_ranges(kind):
     one.update_stats(inside)
     par.merge(one)
     assert _bits_equal(seq.state_dict()["histogram"], par.state_dict()["histogram"])
+
+
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+@pytest.mark.parametrize("fixed_range", [False, True])
+def test_pickle_round_trip_keeps_the_statistics_and_the_fixed_range(kind, fixed_range):
+    """Analyzers pickle through their state dicts (how the calibration engines move them between
+    processes): the statistics bit for bit, and a fixed range keeps adding counts afterwards."""
+    import pickle
+    a = MAKERS[kind]((8, 1))
+    if fixed_range and kind != "minmax":
+        a.start_with_range(np.full((8, 1), -10, np.float32), np.full((8, 1), 10, np.float32))
+    a.update_stats(_data(0))
+    b = pickle.loads(pickle.dumps(a))
+    assert type(b) is type(a)
+    for key, value in a.state_dict().items():
+        other = b.state_dict()[key]
+        assert (value.tobytes() == other.tobytes()) if isinstance(value, np.ndarray) else value == other, key
+    a.update_stats(_data(1))
+    b.update_stats(_data(1))
+    assert a.state_dict().keys() == b.state_dict().keys()
+    for x, y in zip(a.compute_encodings(255, False), b.compute_encodings(255, False)):
+        assert x.tobytes() == y.tobytes()
+    if kind != "minmax":
+        assert b.state_dict()["fixed_range"] == (fixed_range and kind != "minmax")
