@@ -98,25 +98,42 @@ class CalibrationResult:
                 "param_encodings": {t.name: t.encoding(v) for t in params},
                 "excluded_layers": [], "quantizer_args": args}
 
-    def save(self, path) -> None:
-        """Writes the encodings (JSON) to `path`; a path ending in .onnx gets the Q/DQ model instead."""
+    def save(self, path, model_format: str = "qdq") -> None:
+        """Writes the encodings (JSON) to `path`; a path ending in .onnx gets the quantized model
+        instead, in `model_format`: "qdq" (QuantizeLinear / DequantizeLinear pairs) or "qonnx"
+        (IntQuant nodes)."""
         if str(path).endswith(".onnx"):
-            onnx.save(self.qdq_model(), path)
+            onnx.save(self.quantized_model(model_format), path)
             return
         with open(path, "w") as f:
             json.dump(self.encodings, f, indent=2)
 
-    def qdq_model(self) -> Any:
-        """The calibrated model with a QuantizeLinear / DequantizeLinear pair on every calibrated tensor,
-        its parameters those of the 2.1.0 encodings (ONNX-aligned: y_scale, y_zero_point, axis, the
-        output dtype). An activation produced by a node is quantized for every consumer and for the
-        graph output of that name (the producer's output is renamed NAME__float); a graph input is
-        quantized for its consumers; a weight is stored quantized (the integers QuantizeLinear gives
-        for it) and dequantized. The model's standard opset must admit the types: 13 for per-axis
-        8-bit, 21 for 16-bit and 4-bit."""
+    def quantized_model(self, model_format: str = "qdq") -> Any:
+        """The calibrated model with a quantizer on every calibrated tensor, its parameters those of
+        the 2.1.0 encodings (ONNX-aligned: y_scale, y_zero_point, axis, the output dtype), exactly as
+        the encodings hold them; quantized_model.py's insert_quantizers:
+        - "qdq": a QuantizeLinear / DequantizeLinear pair per tensor, a weight stored quantized (the
+          integers QuantizeLinear gives for it) and dequantized. The model's standard opset must
+          admit the types: 13 for per-axis 8-bit, 21 for 16-bit and 4-bit;
+        - "qonnx": one QONNX IntQuant per tensor (ROUND, the bit width and signedness of the output
+          dtype), weights kept in float: what FINN and hls4ml read. The same values as the pairs
+          except the sign of zero and, with an odd zero point, ties (IntQuant adds the zero point
+          before it rounds).
+        An activation produced by a node is quantized for every consumer and for the graph output
+        of that name (the producer's output is renamed NAME__float); a graph input is quantized for
+        its consumers."""
+        from .quantized_model import insert_quantizers
         if self.model is None:
-            raise CommandError("qdq_model: the result holds no model")
-        return _qdq_model(self.model, [(t, t.encoding("2.1.0")) for t in self.tensors])
+            raise CommandError(f"{model_format}: the result holds no model")
+        return insert_quantizers(self.model, [(t.name, t.kind, t.encoding("2.1.0")) for t in self.tensors], model_format)
+
+    def qdq_model(self) -> Any:
+        """quantized_model("qdq"): QuantizeLinear / DequantizeLinear pairs."""
+        return self.quantized_model("qdq")
+
+    def qonnx_model(self) -> Any:
+        """quantized_model("qonnx"): QONNX IntQuant nodes."""
+        return self.quantized_model("qonnx")
 
     def __str__(self) -> str:
         rows = [("tensor", "kind", "encoding")]
@@ -134,95 +151,11 @@ class CalibrationResult:
         return "\n".join(lines)
 
 
-_QDQ_TYPES = {"uint8": (TensorProto.UINT8, np.uint8, 13), "int8": (TensorProto.INT8, np.int8, 13),
-              "uint16": (TensorProto.UINT16, np.uint16, 21), "int16": (TensorProto.INT16, np.int16, 21),
-              "uint4": (TensorProto.UINT4, "uint4", 21), "int4": (TensorProto.INT4, "int4", 21)}
-
-
 def _qdq_model(model, entries) -> Any:
-    import ml_dtypes
-    from .. import onnx as pqo
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
-    inits = {t.name: t for t in g.initializer}
-    producers = {o: n for n in g.node for o in n.output}
-    used = {x for n in g.node for x in list(n.input) + list(n.output)} | set(inits) | {v.name for v in g.input}
-
-    def fresh(base):
-        name, k = base, 1
-        while name in used:
-            name, k = f"{base}_{k}", k + 1
-        used.add(name)
-        return name
-
-    new_nodes, consumers_of = [], {}
-    for t, enc in entries:
-        kind = _QDQ_TYPES.get(enc["output_dtype"])
-        if kind is None:
-            raise CommandError(f"qdq_model: {t.name}'s output dtype {enc['output_dtype']} has no QuantizeLinear type")
-        proto, np_type, min_opset = kind
-        if opset < min_opset:
-            raise CommandError(f"qdq_model: {t.name} needs QuantizeLinear of {enc['output_dtype']} (opset {min_opset}); "
-                               f"the model imports the standard opset {opset}")
-        np_type = getattr(ml_dtypes, np_type) if isinstance(np_type, str) else np_type
-        scale = np.asarray(enc["y_scale"], np.float32)
-        zero = np.asarray(enc.get("y_zero_point", np.zeros(scale.shape, np.int64)), np.int64).astype(np_type)
-        axis = enc.get("axis")
-        s_name, z_name = fresh(f"{t.name}__scale"), fresh(f"{t.name}__zero_point")
-        g.initializer.extend([numpy_helper.from_array(scale, s_name), numpy_helper.from_array(zero, z_name)])
-        attrs = {} if axis is None else {"axis": int(axis)}
-        if t.kind == "param":
-            w = numpy_helper.to_array(inits[t.name])
-            ax = 1 if axis is None else int(axis)
-            q = pqo.quantize_linear(w, scale, zero, axis=ax)
-            q_name = fresh(f"{t.name}__quantized")
-            g.initializer.append(numpy_helper.from_array(q, q_name))
-            dq = fresh(f"{t.name}__dequantized")
-            new_nodes.append(helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [dq],
-                                              name=fresh(f"{t.name}__DequantizeLinear"), **attrs))
-            consumers_of[t.name] = dq
-            continue
-        if t.name in producers:  # the producer's output is renamed; the pair gives the original name
-            source = fresh(f"{t.name}__float")
-            node = producers[t.name]
-            node.output[list(node.output).index(t.name)] = source
-            out = t.name
-        else:  # a graph input: its consumers take the pair's output
-            source, out = t.name, fresh(f"{t.name}__dequantized")
-            consumers_of[t.name] = out
-        q = fresh(f"{t.name}__quantized")
-        new_nodes.append(helper.make_node("QuantizeLinear", [source, s_name, z_name], [q],
-                                          name=fresh(f"{t.name}__QuantizeLinear"), **attrs))
-        new_nodes.append(helper.make_node("DequantizeLinear", [q, s_name, z_name], [out],
-                                          name=fresh(f"{t.name}__DequantizeLinear"), **attrs))
-    for node in g.node:
-        for i, name in enumerate(node.input):
-            if name in consumers_of:
-                node.input[i] = consumers_of[name]
-    # The float weights are replaced by their quantized integers.
-    still_used = {i for n in list(g.node) + new_nodes for i in n.input} | {o.name for o in g.output}
-    kept = [init for init in g.initializer if init.name in still_used or init.name not in consumers_of]
-    del g.initializer[:]
-    g.initializer.extend(kept)
-    # Topological order (ONNX requires it): each node once its inputs exist.
-    ordered = []
-    placed = {v.name for v in g.input} | {t.name for t in g.initializer}
-    remaining = list(g.node) + new_nodes
-    while remaining:
-        progress_made = False
-        for node in list(remaining):
-            if all(not i or i in placed for i in node.input):
-                ordered.append(node)
-                placed.update(node.output)
-                remaining.remove(node)
-                progress_made = True
-        if not progress_made:
-            raise CommandError("qdq_model: the graph is not a DAG of its inputs")
-    del g.node[:]
-    g.node.extend(ordered)
-    return m
+    """Q/DQ pairs on `entries` ((tensor with .name and .kind, its 2.1.0 encoding) pairs): the "qdq"
+    form of quantized_model.insert_quantizers (convert's AIMET encodings use it)."""
+    from .quantized_model import insert_quantizers
+    return insert_quantizers(model, [(t.name, t.kind, enc) for t, enc in entries], "qdq")
 
 
 def _version() -> str:
@@ -254,13 +187,14 @@ def _weight_shape(op: str, index: int, shape: tuple, attrs: dict, per_channel: b
     return (1,) * (len(shape) - 1) + (shape[-1],)
 
 
-def quantizable_tensors(model) -> tuple[list, list]:
-    """(activations, weights): the float inputs of MatMul / Gemm / Conv (initializers are weights,
-    with the op and input index they feed) and the model's outputs, each once, in graph order."""
+def quantizable_tensors(model, ops=QUANTIZED_OPS, exclude=()) -> tuple[list, list]:
+    """(activations, weights): the float inputs of the nodes of `ops` (default MatMul / Gemm / Conv;
+    initializers are weights, with the op and input index they feed) and the model's outputs, each
+    once, in graph order, without the tensors named in `exclude`."""
     inits = {t.name: t for t in model.graph.initializer}
-    acts, weights, seen = [], [], set()
+    acts, weights, seen = [], [], set(exclude)
     for node in model.graph.node:
-        if node.op_type not in QUANTIZED_OPS or node.domain not in ("", "ai.onnx"):
+        if node.op_type not in ops or node.domain not in ("", "ai.onnx"):
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         for i, name in enumerate(node.input[:2]):  # data and weight (a Conv / Gemm bias is not quantized)
@@ -446,7 +380,8 @@ HISTOGRAM_MODES = ("two-pass", "aimet")
 def calibrate(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, per_channel: bool = False,
               symmetric: bool = False, engine: str | None = None, workers: int | None = None, *,
               address: str | None = None, histograms: str = "two-pass", encoding_version: str = "2.1.0",
-              num_bins: int | None = None, percentile: float | None = None,
+              num_bins: int | None = None, percentile: float | None = None, ops: Iterable[str] | None = None,
+              exclude: Iterable[str] = (), from_quantized: bool = False,
               show_progress: bool = True) -> CalibrationResult:
     """AIMET encodings of `model` (a float ONNX model: ModelProto, path or bytes) from `data` (a path
     to a .npz / .npy file or a directory of them, a dict of inputs, or an iterable of such dicts);
@@ -456,7 +391,13 @@ def calibrate(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, pe
     and `address` (an existing cluster). histograms: "two-pass" (the default: a ranges pass, then
     histograms over the fixed ranges; the statistics of AIMET's analyzer fed all the data as one batch,
     whatever the engine, split or order) or "aimet" (AIMET's streaming growth, batch after batch in
-    order; local engine only). The encodings never depend on the engine."""
+    order; local engine only). The encodings never depend on the engine.
+
+    ops: the op types whose float inputs are calibrated (default MatMul, Gemm, Conv; the model's
+    outputs always are); exclude: tensor names left out. from_quantized: `model` is already
+    quantized (QONNX / Brevitas, Quark, standard Q/DQ): its float network is calibrated, every
+    quantizer taken out first (quantized_model.float_model), and the result's model is that float
+    network."""
     from ..onnx.models import _load_model
     from . import engines
     if analyzer not in ANALYZERS:
@@ -479,17 +420,34 @@ def calibrate(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, pe
     if histograms == "aimet" and engine != "local":
         raise CommandError(f"histograms: 'aimet' (AIMET's streaming growth, which depends on the order of the batches) "
                            f"runs on the local engine only, got engine={engine!r}; use histograms='two-pass'")
+    ops = QUANTIZED_OPS if ops is None else (ops,) if isinstance(ops, str) else tuple(ops)
+    if not ops or not all(isinstance(o, str) and o.isidentifier() for o in ops):
+        raise CommandError(f"ops: expected op type names (e.g. MatMul, Gemm, Conv), got {ops!r}")
+    exclude = (exclude,) if isinstance(exclude, str) else tuple(exclude)
+    if not all(isinstance(e, str) for e in exclude):
+        raise CommandError(f"exclude: expected tensor names, got {exclude!r}")
     try:
         original = _load_model(model, copy=True)
     except (OSError, ValueError, TypeError) as exc:
         raise CommandError(str(exc)) from None
+    if from_quantized:
+        from .quantized_model import float_model
+        original, removed = float_model(original)
+        if not removed:
+            raise CommandError("from_quantized: the model has no quantizer (QONNX, Quark or QuantizeLinear / "
+                               "DequantizeLinear) to take out; calibrate it as it is")
     m = onnx.ModelProto()  # the session's copy, with the activations added as outputs
     m.CopyFrom(original)
     custom = sorted({n.domain for n in m.graph.node if n.domain not in ("", "ai.onnx")})
     if custom:
         raise CommandError(f"model: calibrate takes a float model of standard ONNX ops; this one has nodes of "
-                           f"{', '.join(custom)} (an already quantized model?)")
-    acts, weights = quantizable_tensors(m)
+                           f"{', '.join(custom)} (an already quantized model? from_quantized=True / "
+                           f"--from-quantized calibrates its float network)")
+    qdq = sorted({n.op_type for n in m.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")})
+    if qdq:
+        raise CommandError(f"model: calibrate takes a float model; this one has {' and '.join(qdq)} nodes (already "
+                           f"quantized: from_quantized=True / --from-quantized calibrates its float network)")
+    acts, weights = quantizable_tensors(m, ops, exclude)
     graph_outputs = {o.name for o in m.graph.output}
     for name in acts:  # every activation becomes an output of the session
         if name not in graph_outputs:
@@ -502,7 +460,7 @@ def calibrate(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, pe
 
     from .. import aimet
     settings = {"analyzer": analyzer, "bits": bits, "symmetric": symmetric, "per_channel": per_channel,
-                "histograms": histograms}
+                "histograms": histograms, "ops": list(ops), "exclude": list(exclude), "from_quantized": from_quantized}
     result = CalibrationResult(encoding_version=encoding_version, settings=settings, model=original,
                                engine={"engine": engine, "workers": workers, "address": address})
     inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
@@ -604,11 +562,15 @@ def _streaming(worker: _BatchWorker, tasks, job: _Job, bar) -> _Partial:
 def calibrate_command(args, out=sys.stdout) -> int:
     r = calibrate(args.model, args.data, args.analyzer, args.bits, args.per_channel, args.symmetric, args.engine,
                   args.workers, address=getattr(args, "address", None),
-                  histograms=getattr(args, "histograms", "two-pass"), encoding_version=args.encoding_version)
+                  histograms=getattr(args, "histograms", "two-pass"), encoding_version=args.encoding_version,
+                  ops=args.ops.split(",") if getattr(args, "ops", None) else None,
+                  exclude=getattr(args, "exclude", None) or (), from_quantized=getattr(args, "from_quantized", False))
     print(r, file=out)
     if args.output:
-        r.save(args.output)
-        what = "the model with Q/DQ pairs" if str(args.output).endswith(".onnx") else f"AIMET encodings {args.encoding_version}"
+        form = getattr(args, "model_format", "qdq")
+        r.save(args.output, form)
+        what = ({"qdq": "the model with Q/DQ pairs", "qonnx": "the model with QONNX IntQuant nodes"}[form]
+                if str(args.output).endswith(".onnx") else f"AIMET encodings {args.encoding_version}")
         print(f"written: {args.output} ({what})", file=out)
     return 0
 
@@ -638,8 +600,17 @@ def add_parser(sub, epilog: str) -> None:
                    help="two-pass (default): a ranges pass fixes each histogram's edges, then counts add: AIMET's "
                         "analyzer fed all the data as one batch, on any engine; aimet: AIMET's streaming growth "
                         "(depends on the order of the batches; local engine only)")
+    p.add_argument("--ops", default=None, metavar="OP,OP",
+                   help="op types whose float inputs are calibrated (default: MatMul,Gemm,Conv; the model's outputs always are)")
+    p.add_argument("--exclude", action="append", metavar="TENSOR", help="leave this tensor out (repeatable)")
+    p.add_argument("--from-quantized", action="store_true",
+                   help="MODEL is already quantized (QONNX / Brevitas, Quark, Q/DQ): calibrate its float network, "
+                        "every quantizer taken out")
     p.add_argument("--encoding-version", choices=ENCODING_VERSIONS, default="2.1.0", help="default: %(default)s")
     p.add_argument("-o", "--output", metavar="OUT.json|OUT.onnx",
-                   help="where to write the encodings (JSON), or the model with QuantizeLinear / DequantizeLinear pairs "
-                        "(a path ending in .onnx)")
+                   help="where to write the encodings (JSON), or the quantized model (a path ending in .onnx; "
+                        "--model-format)")
+    p.add_argument("--model-format", choices=("qdq", "qonnx"), default="qdq",
+                   help="the .onnx output: qdq (QuantizeLinear / DequantizeLinear pairs, default) or qonnx (IntQuant "
+                        "nodes, for FINN / hls4ml)")
     p.set_defaults(func=calibrate_command)

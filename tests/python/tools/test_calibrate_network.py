@@ -234,3 +234,69 @@ def test_a_two_worker_dask_cluster_equals_one_process(network, dask_address, ana
     remote = polyquant.calibrate(network, data(), analyzer, per_channel=True, show_progress=False, engine="dask",
                                  address=dask_address)
     assert bits(remote) == bits(local) and remote.batches == local.batches
+
+
+# ---- calibrate's options for these models ------------------------------------------------------
+
+def test_cli_recalibrates_a_brevitas_model_into_qonnx(tmp_path):
+    """polyquant calibrate MODEL --from-quantized -o OUT.onnx --model-format qonnx: the float network
+    of a Brevitas export, calibrated, written with IntQuant nodes that qonnx executes to the same bits."""
+    import io
+    from pathlib import Path
+    from polyquant._tools import cli
+    d = Path(__file__).resolve().parents[2] / "data" / "brevitas"
+    x = np.load(d / "conv_perchannel.input.npy")
+    np.save(tmp_path / "batch.npy", x)
+    out = tmp_path / "recalibrated.onnx"
+    text = io.StringIO()
+    status = cli.main(["calibrate", str(d / "conv_perchannel.onnx"), "--data", str(tmp_path / "batch.npy"),
+                       "--from-quantized", "--per-channel", "-o", str(out), "--model-format", "qonnx"], out=text)
+    assert status == 0 and "QONNX IntQuant" in text.getvalue()
+    m = onnx.load(out)
+    assert {n.op_type for n in m.graph.node if n.domain} == {"IntQuant"}
+    if runner.reference_unavailable() is None:
+        inp = m.graph.input[0].name
+        got = runner.make_session(str(out)).run(None, {inp: x})[0]
+        want, _ = runner.run_reference(str(out), {inp: x}, show_progress=False)
+        assert same_bits(got, next(iter(want.values())))
+
+
+def test_result_writes_both_forms(network, tmp_path):
+    r = polyquant.calibrate(network, data(), "minmax", show_progress=False)
+    r.save(tmp_path / "q.onnx", "qonnx")
+    r.save(tmp_path / "d.onnx")
+    assert sum(n.op_type == "IntQuant" for n in onnx.load(tmp_path / "q.onnx").graph.node) == len(r.tensors)
+    assert sum(n.op_type == "QuantizeLinear" for n in onnx.load(tmp_path / "d.onnx").graph.node) == len(
+        [t for t in r.tensors if t.kind == "activation"])
+    assert r.qonnx_model().SerializeToString() == r.quantized_model("qonnx").SerializeToString()
+    with pytest.raises(polyquant._tools.runner.CommandError, match="form: expected one of qdq, qonnx"):
+        r.quantized_model("qlinear")
+
+
+def test_which_tensors_ops_and_exclude(network):
+    every = polyquant.calibrate(network, data(2), "minmax", show_progress=False)
+    convs = polyquant.calibrate(network, data(2), "minmax", ops=["Conv"], show_progress=False)
+    some = polyquant.calibrate(network, data(2), "minmax", exclude=["y", "x"], show_progress=False)
+    names = [t.name for t in every.tensors]
+    conv_inputs = {i for n in network.graph.node if n.op_type == "Conv" for i in n.input[:2]}
+    assert {t.name for t in convs.tensors} == (conv_inputs | {"y"}) & set(names)
+    assert [t.name for t in some.tensors] == [n for n in names if n not in ("x", "y")]
+    # The tensors left have the encodings of the full calibration.
+    full = {t.name: t.encoding("2.1.0") for t in every.tensors}
+    assert all(t.encoding("2.1.0") == full[t.name] for t in convs.tensors + some.tensors)
+    with pytest.raises(polyquant._tools.runner.CommandError, match="ops: expected op type names"):
+        polyquant.calibrate(network, data(1), ops=["Conv", 3])
+
+
+def test_quantized_models_are_refused_unless_asked():
+    model, x = brevitas_case("conv_perchannel")
+    with pytest.raises(polyquant._tools.runner.CommandError, match="--from-quantized"):
+        polyquant.calibrate(model, [{"x.103": x}], show_progress=False)
+    from pathlib import Path
+    qdq = onnx.load(Path(__file__).resolve().parents[3] / "examples" / "onnx_qdq_mlp.onnx")
+    with pytest.raises(polyquant._tools.runner.CommandError, match="QuantizeLinear nodes"):
+        polyquant.calibrate(qdq, [{"x": np.zeros((32, 64), np.float32)}], show_progress=False)
+    with pytest.raises(polyquant._tools.runner.CommandError, match="from_quantized: the model has no quantizer"):
+        polyquant.calibrate(exported_network(), data(1), from_quantized=True, show_progress=False)
+    r = polyquant.calibrate(model, [{"x.103": x}], from_quantized=True, show_progress=False)
+    assert not [n for n in r.model.graph.node if n.domain] and r.settings["from_quantized"]
