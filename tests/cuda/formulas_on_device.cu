@@ -3,8 +3,10 @@
 // copy. Built whenever a CUDA compiler is found (no GPU needed); the kernel is never launched here.
 // A formula that calls something a device cannot run (a host-only library function, an exception,
 // an allocation) fails this build. every_row_element does the same for every per-element row
-// (kernels/row.h) of the op list, in every working precision ops.inc lists for it.
+// (kernels/row.h) of the op list, in every working precision ops.inc lists for it; exact_sums for the
+// exact sums (core/exact_sum.h) that the device's reductions are to share with the CPU.
 #include "backends/cuda/row_elements.cuh"
+#include "core/exact_sum.h"
 #include "families/aimet/kernels.h"
 #include "families/onnx/kernels.h"
 #include "families/qkeras/kernels.h"
@@ -69,6 +71,18 @@ __global__ void every_row_element(const void* const* params, RowArgs a) {
 #include "kernels/ops.inc"
 #undef POLYQUANT_OP
 #undef POLYQUANT_ROW_ON_DEVICE
+}
+
+// The exact sum of each thread's run of terms, merged, rounded both ways.
+__global__ void exact_sums(const float* t, const double* block_sums, std::int64_t n, float* out_f, double* out_d) {
+  const std::int64_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  ExactSumFloat32 s, other;
+  for (std::int64_t j = i; j < n; j += gridDim.x * blockDim.x) s.add(t[j]);
+  if (ExactSumFloat32::fits(block_sums[i])) other.add(block_sums[i]);
+  s.merge(other);
+  out_f[i] = s.to_float();
+  out_d[i] = s.to_double();
+  if (float32_block_sum_is_exact(1, 254, n)) out_d[i] += 1.0;
 }
 
 }  // namespace polyquant::detail
