@@ -24,8 +24,11 @@ __all__ = ["__version__", "aimet", "buffer_cache_info", "calibrate", "convert", 
 
 def runtime_info() -> dict[str, Any]:
     """What the compiled core detected: ``version``, ``isa`` (kernel set in use: "avx512", "avx2"
-    or "scalar"), ``supported`` (kernel sets this CPU can run, best first) and ``num_threads``.
-    ``POLYQUANT_ISA`` and ``POLYQUANT_NUM_THREADS`` (environment, read once) override the choice."""
+    or "scalar"), ``supported`` (kernel sets this CPU can run, best first), ``num_threads`` and
+    ``backends``: ``{"cpu": ..., "cuda": {"available", "library", "devices", "reason"}}`` (the CUDA
+    backend is a separately loaded library; without it, a driver or a GPU it is unavailable, with the
+    reason, and nothing else changes; docs/cuda.md). ``POLYQUANT_ISA`` and ``POLYQUANT_NUM_THREADS``
+    (environment, read once) override the choice of kernel set and threads."""
     return _ext.runtime_info()
 
 
