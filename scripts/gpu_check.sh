@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The CUDA backend's device checks (issue 20), as one script for a machine with an NVIDIA GPU:
+# builds the CUDA library and its tests, runs them (every per-element op on the GPU against the CPU
+# reference, bit for bit), then again under compute-sanitizer (memcheck, racecheck). Logs and a
+# summary go to $OUT (default build/gpu-check).
+#
+#   scripts/gpu_check.sh --prepare   here, before: copies GoogleTest's sources (Debian's libgtest-dev,
+#                                    /usr/src/googletest) into .gtest-src/ (ignored by git), for a
+#                                    machine without GoogleTest; carry .gtest-src with the tree
+#   scripts/gpu_check.sh             on the GPU machine
+#
+# Environment: POLYQUANT_CUDA_ARCHITECTURES (default 90: H100 / H200 machine code only, the fastest
+# build; CI and wheels build 80;90), OUT, JOBS (default: every core).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "--prepare" ]; then
+  src=/usr/src/googletest
+  [ -f "$src/CMakeLists.txt" ] || { echo "gpu_check: no GoogleTest sources at $src (apt-get install libgtest-dev)" >&2; exit 2; }
+  rm -rf .gtest-src && cp -r "$src" .gtest-src && echo "gpu_check: GoogleTest sources in .gtest-src ($(du -sh .gtest-src | cut -f1))"
+  exit 0
+fi
+[ $# -eq 0 ] || { echo "gpu_check: unknown argument '$1' (usage: scripts/gpu_check.sh [--prepare])" >&2; exit 2; }
+
+OUT=${OUT:-build/gpu-check}
+mkdir -p "$OUT"
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+arch=${POLYQUANT_CUDA_ARCHITECTURES:-90}
+status=0
+step() { echo "== [${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
+result() { echo "   $*" | tee -a "$OUT/summary.txt"; }
+: >"$OUT/summary.txt"
+
+step "machine"
+{ nvidia-smi -L; nvcc --version | tail -2; ${CXX:-c++} --version | head -1; cmake --version | head -1; } 2>&1 | tee "$OUT/machine.txt"
+
+prefix=()
+if [ -f .gtest-src/CMakeLists.txt ]; then
+  step "GoogleTest from .gtest-src"
+  if cmake -S .gtest-src -B build/gtest -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF >"$OUT/gtest.log" 2>&1 &&
+     cmake --build build/gtest -j "$jobs" >>"$OUT/gtest.log" 2>&1 &&
+     cmake --install build/gtest --prefix "$PWD/build/gtest-install" >>"$OUT/gtest.log" 2>&1; then
+    prefix=(-DCMAKE_PREFIX_PATH="$PWD/build/gtest-install")
+  else
+    result "GoogleTest build FAILED (see $OUT/gtest.log)"; exit 1
+  fi
+fi
+
+step "configure and build (POLYQUANT_CUDA=ON, architectures $arch, $jobs jobs)"
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+if ! cmake -S . -B build/gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPOLYQUANT_BUILD_TESTS=ON \
+       -DPOLYQUANT_CUDA=ON -DPOLYQUANT_CUDA_ARCHITECTURES="$arch" "${prefix[@]}" >"$OUT/build.log" 2>&1 ||
+   ! cmake --build build/gpu -j "$jobs" --target polyquant_cuda_tests polyquant_formulas_on_device >>"$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"
+  result "build FAILED (see $OUT/build.log)"; exit 1
+fi
+tests=build/gpu/tests/cuda/polyquant_cuda_tests
+result "built: $(ls -la build/gpu/src/backends/cuda/libpolyquant_cuda.so | awk '{print $5}') bytes of libpolyquant_cuda.so"
+
+step "polyquant_cuda_tests (every per-element op on the GPU against the CPU reference)"
+"$tests" --gtest_output="xml:$OUT/cuda_tests.xml" >"$OUT/cuda_tests.log" 2>&1
+rc=$?
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\] .* ran" "$OUT/cuda_tests.log" | tee -a "$OUT/summary.txt"
+if [ $rc -ne 0 ]; then status=1; grep -B2 -A12 "Failure" "$OUT/cuda_tests.log" | head -80; fi
+if grep -q "SKIPPED" "$OUT/cuda_tests.log"; then
+  result "some tests SKIPPED: on a GPU machine that means no usable device (see $OUT/cuda_tests.log)"; status=1
+fi
+
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    step "compute-sanitizer --tool $tool (the device tests)"
+    compute-sanitizer --tool "$tool" --error-exitcode 9 "$tests" --gtest_filter='RowsOnDevice.*' \
+      >"$OUT/sanitizer_$tool.log" 2>&1
+    rc=$?
+    tail -3 "$OUT/sanitizer_$tool.log" | tee -a "$OUT/summary.txt"
+    [ $rc -eq 0 ] || { result "$tool: exit status $rc"; status=1; }
+  done
+else
+  result "compute-sanitizer not found: skipped"
+fi
+
+step "done: $([ $status -eq 0 ] && echo 'every check passed' || echo 'FAILURES above')"
+exit $status
