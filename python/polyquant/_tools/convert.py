@@ -621,6 +621,18 @@ def _refusal(outcome: CheckOutcome, what: str = "qonnx") -> str:
     return f"the emitted subgraph differs from {what}: {_differing_text(outcome.differing, outcome.checked, outcome.kinds, outcome.example)}"
 
 
+def _record_check(report: "NodeReport", outcome: CheckOutcome, allow_inexact: bool, what: str = "qonnx") -> None:
+    """A node's check into its report: the inputs checked and, where some differ from `what`, the
+    refusal (a _Refused naming the counts) or, with allow_inexact, the INEXACT status with the counts,
+    the kinds and an example."""
+    report.checked = outcome.checked
+    if outcome.differing:
+        if not allow_inexact:
+            raise _Refused(_refusal(outcome, what))
+        report.status, report.differing = "inexact", outcome.differing
+        report.kinds, report.example, report.reason = outcome.kinds, outcome.example, outcome.on_weight
+
+
 # ---- the conversion ------------------------------------------------------------------------------------
 
 def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 0,
@@ -684,12 +696,7 @@ def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 
             report = NodeReport(name, node.op_type, form, "exact")
             if static and check != "none":
                 outcome = _check_node(b, node, static, graph, opset, check, rng)
-                report.checked = outcome.checked
-                if outcome.differing:
-                    if not allow_inexact:
-                        raise _Refused(_refusal(outcome))
-                    report.status, report.differing = "inexact", outcome.differing
-                    report.kinds, report.example, report.reason = outcome.kinds, outcome.example, outcome.on_weight
+                _record_check(report, outcome, allow_inexact)
             elif qdq:  # Q/DQ is never exact (NaN, -0.0); unchecked, the counts are unknown
                 report.status, report.reason = "inexact", "not checked (check=none): differs at least on NaN and -0.0"
             result.nodes.append(report)

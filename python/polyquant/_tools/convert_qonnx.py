@@ -53,7 +53,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .convert import (CheckOutcome, ConvertResult, NodeReport, _Builder, _compare, _initializer, _node_model,
-                      _refusal, _sample_inputs, _Refused, exact_session_options)
+                      _record_check, _sample_inputs, _Refused, exact_session_options)
 
 QONNX_DOMAIN = "qonnx.custom_op.general"
 # The float8 types whose format FloatQuant holds: (exponent bits, mantissa bits, bias, max, has_inf).
@@ -503,13 +503,8 @@ def to_qonnx(m, *, check: str, rng, allow_inexact: bool) -> ConvertResult:
                 report = NodeReport(label, "QuantizeLinear/DequantizeLinear", form, "exact")
                 if check != "none":
                     outcome = _check_pair(graph, q, dq, b, p, opset, check, rng)
-                    report.checked = outcome.checked
-                    if outcome.differing:
-                        if not allow_inexact:
-                            raise _Refused(_refusal(outcome, "the Q/DQ pair"))
-                        report.status, report.differing = "inexact", outcome.differing
-                        report.kinds, report.example, report.reason = outcome.kinds, outcome.example, outcome.on_weight
-                    elif allow_inexact:
+                    _record_check(report, outcome, allow_inexact, "the Q/DQ pair")
+                    if not outcome.differing and allow_inexact:
                         # The bare QONNX node (no fix-ups): what FINN-style flows expect, INEXACT with its counts.
                         bare = _Builder(graph, (dq.name or dq.output[0]) + "_bare", used)
                         bare_form, _, _ = _emit(graph, q, dq, bare, p, fixups=False)

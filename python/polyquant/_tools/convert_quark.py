@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .convert import CheckOutcome, NodeReport, _Builder, _initializer, _refusal, _sample_inputs, _Refused, \
+from .convert import CheckOutcome, NodeReport, _Builder, _initializer, _record_check, _sample_inputs, _Refused, \
     exact_session_options
 
 QUARK_DOMAINS = ("com.amd.quark", "com.vai.quantize")
@@ -285,12 +285,7 @@ def convert_quark(m, result, *, check: str, rng, allow_inexact: bool) -> None:
             form, outcome = convert_quark_node(graph, node, b, opset, ranks, check, rng)
             report = NodeReport(name, node.op_type, form, "exact")
             if outcome is not None:
-                report.checked = outcome.checked
-                if outcome.differing:
-                    if not allow_inexact:
-                        raise _Refused(_refusal(outcome, "Quark's kernel"))
-                    report.status, report.differing = "inexact", outcome.differing
-                    report.kinds, report.example, report.reason = outcome.kinds, outcome.example, outcome.on_weight
+                _record_check(report, outcome, allow_inexact, "Quark's kernel")
             result.nodes.append(report)
             new_nodes += b.nodes
             new_inits += b.inits
