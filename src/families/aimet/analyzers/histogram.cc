@@ -241,6 +241,28 @@ bool slices_contiguous(const ReducedView& rv) {
   return true;
 }
 
+// Each encoding element's slice of x: the contiguous run [k * size, (k + 1) * size) when
+// `contiguous` (slices_contiguous), else the flat indices slice_index lists for it.
+struct ElementSlices {
+  SliceIndex index;  // the grouped layout; offsets only when not contiguous
+  bool contiguous = false;
+  Slice of(const Data& data, std::int64_t k) const {
+    Slice sl;
+    sl.data = &data;
+    sl.n = index.L.group_size;
+    if (contiguous) sl.first = k * sl.n;
+    else sl.idx = index.offsets.data() + k * sl.n;
+    return sl;
+  }
+};
+ElementSlices element_slices(const ReducedView& rv, std::int64_t numel, bool contiguous) {
+  ElementSlices es;
+  es.contiguous = contiguous;
+  if (contiguous) es.index.L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
+  else es.index = slice_index(rv, numel);
+  return es;
+}
+
 // Runs body(k) for k in [0, h), across threads when `parallel`; an error is that of the lowest k
 // that failed, as a loop in order would report (later histograms may have run).
 void for_each_histogram(std::int64_t h, bool parallel, const std::function<void(std::int64_t)>& body) {
@@ -282,11 +304,8 @@ HistogramState HistogramEncodingAnalyzer::batch_stats_impl(const TensorView& x, 
   const ReducedView rv = reduced_view(x.shape, shape_, true);
   check_not_empty(x);
   const Data data = read_data(x);
-  const bool contiguous = data.n > 0 && slices_contiguous(rv);
-  SliceIndex si;
-  if (contiguous) si.L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
-  else si = slice_index(rv, data.n);
-  const std::int64_t h = si.L.num_groups, size = si.L.group_size, bins = options_.num_bins;
+  const ElementSlices slices = element_slices(rv, data.n, data.n > 0 && slices_contiguous(rv));
+  const std::int64_t h = slices.index.L.num_groups, bins = options_.num_bins;
   HistogramState s;
   s.dtype = x.dtype;
   s.num_bins = bins;
@@ -296,11 +315,7 @@ HistogramState HistogramEncodingAnalyzer::batch_stats_impl(const TensorView& x, 
   s.max.resize(static_cast<std::size_t>(h));
   const bool across = histograms_in_parallel(h, data.n);
   for_each_histogram(h, across, [&](std::int64_t k) {
-    Slice sl;
-    sl.data = &data;
-    sl.n = size;
-    if (contiguous) sl.first = k * size;
-    else sl.idx = si.offsets.data() + k * size;
+    const Slice sl = slices.of(data, k);
     const MinMaxPart r = finite_min_max(sl, data.dtype, !across);
     float* edges = s.edges.data() + k * (bins + 1);
     create_edges(data.dtype, r.mn, r.mx, bins, edges);
@@ -495,20 +510,13 @@ void HistogramEncodingAnalyzer::update_fixed_range_locked(const TensorView& x) {
   const ReducedView rv = reduced_view(x.shape, shape_, true);
   check_not_empty(x);
   const Data data = read_data(x);
-  const bool contiguous = slices_contiguous(rv);
-  SliceIndex si;
-  if (contiguous) si.L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
-  else si = slice_index(rv, data.n);
-  const std::int64_t h = si.L.num_groups, size = si.L.group_size, bins = options_.num_bins;
+  const ElementSlices slices = element_slices(rv, data.n, slices_contiguous(rv));
+  const std::int64_t h = slices.index.L.num_groups, bins = options_.num_bins;
   std::vector<float> fresh(static_cast<std::size_t>(h * bins), 0.0f);
   const bool across = histograms_in_parallel(h, data.n);
   for_each_histogram(h, across, [&](std::int64_t k) {
     const auto u = static_cast<std::size_t>(k);
-    Slice sl;
-    sl.data = &data;
-    sl.n = size;
-    if (contiguous) sl.first = k * size;
-    else sl.idx = si.offsets.data() + k * size;
+    const Slice sl = slices.of(data, k);
     const MinMaxPart r = finite_min_max(sl, data.dtype, !across);
     if (r.mn < state_.min[u] || r.mx > state_.max[u]) {
       std::ostringstream os;
