@@ -277,18 +277,6 @@ def ray_cluster():
         ray.shutdown()
 
 
-@pytest.fixture(scope="module")
-def dask_cluster():
-    distributed = pytest.importorskip("distributed")
-    with engines._quiet_dask():
-        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-    try:
-        yield cluster.scheduler_address
-    finally:
-        with engines._quiet_dask():
-            cluster.close()
-
-
 @pytest.mark.parametrize("analyzer", ["minmax", "percentile"])  # ~6 s each (two passes of actors); Dask runs all four
 def test_ray_two_workers_equal_the_local_engine(ray_cluster, data_dir, local_results, analyzer):
     r = polyquant.calibrate(small_model(), data_dir, analyzer, per_channel=True, engine="ray", workers=2)

@@ -209,21 +209,8 @@ def test_the_bundled_examples_calibrate_through_their_float_network(example, tmp
     assert y_qdq.shape == y_float.shape and np.all(np.isfinite(y_qdq))
 
 
-@pytest.fixture(scope="module")
-def dask_address():
-    distributed = pytest.importorskip("distributed")
-    from polyquant._tools import engines
-    with engines._quiet_dask():
-        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-    try:
-        yield cluster.scheduler_address
-    finally:
-        with engines._quiet_dask():
-            cluster.close()
-
-
 @pytest.mark.parametrize("analyzer", ["minmax", "sqnr"])
-def test_a_two_worker_dask_cluster_equals_one_process(network, dask_address, analyzer):
+def test_a_two_worker_dask_cluster_equals_one_process(network, dask_cluster, analyzer):
     """The engines' contract on this network: a 2-worker Dask LocalCluster gives the single process's
     encodings and statistics bit for bit (test_calibrate_engines.py does Ray and Dask on a smaller model)."""
     def bits(r):
@@ -232,7 +219,7 @@ def test_a_two_worker_dask_cluster_equals_one_process(network, dask_address, ana
 
     local = polyquant.calibrate(network, data(), analyzer, per_channel=True, show_progress=False)
     remote = polyquant.calibrate(network, data(), analyzer, per_channel=True, show_progress=False, engine="dask",
-                                 address=dask_address)
+                                 address=dask_cluster)
     assert bits(remote) == bits(local) and remote.batches == local.batches
 
 
