@@ -136,14 +136,18 @@ def _quiet_ray():
 
 
 @contextmanager
-def _ignored_warnings():
+def _ignoring(*categories):
+    """Warnings of these categories ignored inside the block (the cluster libraries' own)."""
     with warnings.catch_warnings():
-        # Ray's import and its Data library raise DeprecationWarnings / FutureWarnings of their own
-        # dependencies, which are not the caller's to fix.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        for category in categories:
+            warnings.simplefilter("ignore", category)
         yield
+
+
+def _ignored_warnings():
+    # Ray's import and its Data library raise DeprecationWarnings / FutureWarnings of their own
+    # dependencies, which are not the caller's to fix.
+    return _ignoring(DeprecationWarning, FutureWarning, PendingDeprecationWarning)
 
 
 def _ray(tasks, worker_factory, merge, workers, address, on_done):
@@ -221,15 +225,9 @@ def _dask_run(key, worker_factory, task):
     return _DASK_WORKER[1](task)
 
 
-@contextmanager
 def _quiet_dask():
-    with warnings.catch_warnings():
-        # distributed warns about ports in use, large graphs and the like: not the caller's to fix
-        warnings.simplefilter("ignore", UserWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", ResourceWarning)
-        yield
+    # distributed warns about ports in use, large graphs and the like: not the caller's to fix
+    return _ignoring(UserWarning, DeprecationWarning, FutureWarning, ResourceWarning)
 
 
 def _dask(tasks, worker_factory, merge, workers, address, on_done):
