@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA backend's device checks (issue 20), as one script for a machine with an NVIDIA GPU:
-# builds the CUDA library and its tests, runs them (every per-element op on the GPU against the CPU
-# reference, bit for bit), then again under compute-sanitizer (memcheck, racecheck). Logs and a
-# summary go to $OUT (default build/gpu-check).
+# builds the CUDA library, its tests and its benchmark, runs the tests (every per-element op on the
+# GPU against the CPU reference, bit for bit), the benchmark (every op beside a device copy, 256 MiB
+# of float32) and torch's peers of it (scripts/gpu_bench_torch.py, when torch sees the GPU), then the
+# tests again under compute-sanitizer (memcheck, racecheck). Logs and a summary go to $OUT (default
+# build/gpu-check).
 #
 #   scripts/gpu_check.sh --prepare   here, before: copies GoogleTest's sources (Debian's libgtest-dev,
 #                                    /usr/src/googletest) into .gtest-src/ (ignored by git), for a
@@ -51,7 +53,7 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 if ! cmake -S . -B build/gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPOLYQUANT_BUILD_TESTS=ON \
        -DPOLYQUANT_CUDA=ON -DPOLYQUANT_CUDA_ARCHITECTURES="$arch" "${prefix[@]}" >"$OUT/build.log" 2>&1 ||
-   ! cmake --build build/gpu -j "$jobs" --target polyquant_cuda_tests polyquant_formulas_on_device >>"$OUT/build.log" 2>&1; then
+   ! cmake --build build/gpu -j "$jobs" --target polyquant_cuda_tests polyquant_cuda_bench polyquant_formulas_on_device >>"$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"
   result "build FAILED (see $OUT/build.log)"; exit 1
 fi
@@ -65,6 +67,18 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\] .* ran" "$OUT/cuda_tests.
 if [ $rc -ne 0 ]; then status=1; grep -B2 -A12 "Failure" "$OUT/cuda_tests.log" | head -80; fi
 if grep -q "SKIPPED" "$OUT/cuda_tests.log"; then
   result "some tests SKIPPED: on a GPU machine that means no usable device (see $OUT/cuda_tests.log)"; status=1
+fi
+
+step "device benchmark (polyquant_cuda_bench: every op beside cudaMemcpyAsync, 256 MiB of float32)"
+build/gpu/bench/cuda/polyquant_cuda_bench --json "$OUT/bench_polyquant.json" >"$OUT/bench_polyquant.txt" 2>&1
+rc=$?
+cat "$OUT/bench_polyquant.txt" | tee -a "$OUT/summary.txt" >/dev/null
+[ $rc -eq 0 ] || { result "polyquant_cuda_bench: exit status $rc"; status=1; }
+if [ $rc -eq 0 ]; then
+  step "torch's peers (scripts/gpu_bench_torch.py)"
+  python3 scripts/gpu_bench_torch.py --polyquant "$OUT/bench_polyquant.json" --json "$OUT/bench_torch.json" \
+    >"$OUT/bench_torch.txt" 2>&1
+  cat "$OUT/bench_torch.txt" >>"$OUT/summary.txt"
 fi
 
 if command -v compute-sanitizer >/dev/null; then

@@ -82,16 +82,17 @@ class BenchRow {
   struct Input {
     const void* data;
     bool broadcast;
+    std::size_t element_size;  // bytes of one value
   };
-  Input x() const { return {x_, false}; }
-  Input x_int8() const { return {x_int8_, false}; }
+  Input x() const { return {x_, false, sizeof(float)}; }
+  Input x_int8() const { return {x_int8_, false, 1}; }
   // One value every element of the row sees (a per-tensor parameter).
   template <class T>
   Input value(T v) {
     auto& slot = values_.emplace_back();
     static_assert(sizeof(T) <= sizeof(slot));
     std::memcpy(slot.data(), &v, sizeof(T));
-    return {slot.data(), true};
+    return {slot.data(), true, sizeof(T)};
   }
   void* out_row() const { return out_; }
   double* sums() const { return sums_; }  // 2 n doubles
@@ -103,13 +104,17 @@ class BenchRow {
     for (const Input& in : inputs) {
       args_.in[static_cast<std::size_t>(k)] = in.data;
       if (in.broadcast) args_.broadcast_mask |= 1u << k;
+      element_sizes_[static_cast<std::size_t>(k)] = in.element_size;
       ++k;
     }
+    operand_count_ = k;
     args_.out = out ? out : out_;
     args_.n = n_;
   }
   const void* params() const { return params_; }
   RowArgs& args() { return args_; }
+  int operand_count() const { return operand_count_; }
+  std::size_t element_size(int k) const { return element_sizes_[static_cast<std::size_t>(k)]; }
 
  private:
   std::int64_t n_;
@@ -120,6 +125,8 @@ class BenchRow {
   std::deque<std::array<unsigned char, 8>> values_;  // stable addresses
   const void* params_ = nullptr;
   RowArgs args_;
+  int operand_count_ = 0;
+  std::array<std::size_t, detail::kMaxOperands> element_sizes_{};
 };
 
 struct KernelCases {
