@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/target.h"
+#include "core/x86_nan.h"
 
 #include <bit>
 #include <cmath>
@@ -80,10 +81,10 @@ struct Half {
   POLYQUANT_HD explicit operator float() const { return half_bits_to_float(bits); }
   POLYQUANT_HD explicit operator double() const { return half_bits_to_float(bits); }
 
-  POLYQUANT_HD friend Half operator+(Half a, Half b) { return Half(float(a) + float(b)); }
-  POLYQUANT_HD friend Half operator-(Half a, Half b) { return Half(float(a) - float(b)); }
-  POLYQUANT_HD friend Half operator*(Half a, Half b) { return Half(float(a) * float(b)); }
-  POLYQUANT_HD friend Half operator/(Half a, Half b) { return Half(float(a) / float(b)); }
+  POLYQUANT_HD friend Half operator+(Half a, Half b) { return Half(x86_add(float(a), float(b))); }
+  POLYQUANT_HD friend Half operator-(Half a, Half b) { return Half(x86_sub(float(a), float(b))); }
+  POLYQUANT_HD friend Half operator*(Half a, Half b) { return Half(x86_mul(float(a), float(b))); }
+  POLYQUANT_HD friend Half operator/(Half a, Half b) { return Half(x86_div(float(a), float(b))); }
   POLYQUANT_HD friend Half operator-(Half a) { return from_bits(static_cast<std::uint16_t>(a.bits ^ 0x8000u)); }
   POLYQUANT_HD friend bool operator>(Half a, Half b) { return float(a) > float(b); }
   POLYQUANT_HD friend bool operator<(Half a, Half b) { return float(a) < float(b); }

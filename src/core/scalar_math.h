@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "core/half.h"
+#include "core/x86_nan.h"
 #include "polyquant/rounding.h"
 
 namespace polyquant::detail {
@@ -20,14 +21,14 @@ inline namespace POLYQUANT_TARGET_NAMESPACE {
 
 // ---- elementary functions in T --------------------------------------------------------------
 // numpy evaluates float16 ufuncs in float32 and rounds the result back to half.
-POLYQUANT_HD inline float floor_t(float x) { return std::floor(x); }
-POLYQUANT_HD inline double floor_t(double x) { return std::floor(x); }
+POLYQUANT_HD inline float floor_t(float x) { return POLYQUANT_X86_UNARY(std::floor, x); }
+POLYQUANT_HD inline double floor_t(double x) { return POLYQUANT_X86_UNARY(std::floor, x); }
 POLYQUANT_HD inline Half floor_t(Half x) { return Half(std::floor(float(x))); }
-POLYQUANT_HD inline float ceil_t(float x) { return std::ceil(x); }
-POLYQUANT_HD inline double ceil_t(double x) { return std::ceil(x); }
+POLYQUANT_HD inline float ceil_t(float x) { return POLYQUANT_X86_UNARY(std::ceil, x); }
+POLYQUANT_HD inline double ceil_t(double x) { return POLYQUANT_X86_UNARY(std::ceil, x); }
 POLYQUANT_HD inline Half ceil_t(Half x) { return Half(std::ceil(float(x))); }
-POLYQUANT_HD inline float trunc_t(float x) { return std::trunc(x); }
-POLYQUANT_HD inline double trunc_t(double x) { return std::trunc(x); }
+POLYQUANT_HD inline float trunc_t(float x) { return POLYQUANT_X86_UNARY(std::trunc, x); }
+POLYQUANT_HD inline double trunc_t(double x) { return POLYQUANT_X86_UNARY(std::trunc, x); }
 POLYQUANT_HD inline Half trunc_t(Half x) { return Half(std::trunc(float(x))); }
 
 // Ties-to-even rounding to an integer without consulting the floating-point environment:
@@ -38,7 +39,7 @@ POLYQUANT_HD inline float rint_t(float x) {
   constexpr float kBig = 8388608.0f;  // 2^23
   const float a = std::fabs(x);
   if (!(a < kBig)) return x;  // integers, inf, NaN
-  const float r = (a + kBig) - kBig;
+  const float r = (a + kBig) - kBig;  // a finite: no NaN
   return std::copysign(r, x);
 }
 POLYQUANT_HD inline double rint_t(double x) {
@@ -72,25 +73,29 @@ POLYQUANT_HD inline T sign_t(T x) {
 
 // numpy's log2/exp2. float32 goes to the C library's log2f/exp2f (what numpy calls on x86-64
 // without AVX-512); float16 is computed in float32 and rounded.
-POLYQUANT_HD inline float log2_t(float x) { return std::log2(x); }
-POLYQUANT_HD inline double log2_t(double x) { return std::log2(x); }
+// log2 of a negative number: glibc returns the default NaN (0 / 0).
+POLYQUANT_HD inline float log2_t(float x) { return POLYQUANT_SPELL_OUT_X86_NANS && x < 0.0f ? x86_default_nan<float>() : POLYQUANT_X86_UNARY(std::log2, x); }
+POLYQUANT_HD inline double log2_t(double x) { return POLYQUANT_SPELL_OUT_X86_NANS && x < 0.0 ? x86_default_nan<double>() : POLYQUANT_X86_UNARY(std::log2, x); }
 POLYQUANT_HD inline Half log2_t(Half x) { return Half(std::log2(float(x))); }
-POLYQUANT_HD inline float exp2_t(float x) { return std::exp2(x); }
-POLYQUANT_HD inline double exp2_t(double x) { return std::exp2(x); }
+POLYQUANT_HD inline float exp2_t(float x) { return POLYQUANT_X86_UNARY(std::exp2, x); }
+POLYQUANT_HD inline double exp2_t(double x) { return POLYQUANT_X86_UNARY(std::exp2, x); }
 POLYQUANT_HD inline Half exp2_t(Half x) { return Half(std::exp2(float(x))); }
 
 // Value conversions as numpy's astype does them (round to nearest even, overflow to inf).
 template <class T>
 POLYQUANT_HD inline T from_double(double v);
 template <>
-POLYQUANT_HD inline float from_double<float>(double v) { return static_cast<float>(v); }
+POLYQUANT_HD inline float from_double<float>(double v) { return x86_to_float(v); }
 template <>
 POLYQUANT_HD inline double from_double<double>(double v) { return v; }
 template <>
 POLYQUANT_HD inline Half from_double<Half>(double v) { return half_from_double(v); }
 
 template <class T>
-POLYQUANT_HD inline double to_double(T v) { return static_cast<double>(v); }
+POLYQUANT_HD inline double to_double(T v) {
+  if constexpr (std::is_same_v<T, float>) return x86_to_double(v);
+  else return static_cast<double>(v);
+}
 
 // Smallest positive normal number of T (numpy's finfo(T).tiny).
 template <class T>
@@ -108,7 +113,7 @@ POLYQUANT_HD inline Half tiny<Half>() { return Half::from_bits(0x0400u); }
 // the rule is spelled out instead (qonnx: UP of -NaN is -NaN).
 template <class T>
 POLYQUANT_HD inline T mul_sign_first_nan(T sign, T magnitude) {
-  return isnan_t(sign) ? sign + sign : sign * magnitude;  // NaN + itself: the same NaN, quieted
+  return isnan_t(sign) ? x86_add(sign, sign) : x86_mul(sign, magnitude);  // NaN + itself: the same NaN, quieted
 }
 
 // a * b with x86's (and so numpy's) rule for two NaN operands: the first one, quieted, with its
@@ -117,7 +122,7 @@ POLYQUANT_HD inline T mul_sign_first_nan(T sign, T magnitude) {
 // where numpy and the vector kernels return 2^e's +NaN); the rule is spelled out instead.
 template <class T>
 POLYQUANT_HD inline T mul_first_nan(T a, T b) {
-  return isnan_t(a) ? a + a : a * b;  // NaN + itself: the same NaN, quieted
+  return isnan_t(a) ? x86_add(a, a) : x86_mul(a, b);  // NaN + itself: the same NaN, quieted
 }
 
 // a + b with x86's rule for two NaN operands: the first one, quieted (a NaN b alone comes back
@@ -125,7 +130,7 @@ POLYQUANT_HD inline T mul_first_nan(T a, T b) {
 // -O1 and -O3 in AIMET's gradient sums; the rule is spelled out wherever both can be NaN.
 template <class T>
 POLYQUANT_HD inline T add_first_nan(T a, T b) {
-  return isnan_t(a) ? a + a : a + b;  // NaN + itself: the same NaN, quieted
+  return isnan_t(a) ? x86_add(a, a) : x86_add(a, b);  // NaN + itself: the same NaN, quieted
 }
 
 // ---- rounding modes -------------------------------------------------------------------------
@@ -142,10 +147,10 @@ POLYQUANT_HD inline T round_t(T x) {
   } else if constexpr (kMode == RoundingMode::kDown) {
     return trunc_t(x);
   } else if constexpr (kMode == RoundingMode::kHalfUp) {
-    return mul_sign_first_nan(sign_t(x), floor_t(abs_t(x) + T(0.5f)));
+    return mul_sign_first_nan(sign_t(x), floor_t(x86_add(abs_t(x), T(0.5f))));
   } else {
     static_assert(kMode == RoundingMode::kHalfDown);
-    return mul_sign_first_nan(sign_t(x), ceil_t(abs_t(x) - T(0.5f)));
+    return mul_sign_first_nan(sign_t(x), ceil_t(x86_sub(abs_t(x), T(0.5f))));
   }
 }
 

@@ -15,7 +15,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <limits>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -38,6 +41,7 @@ constexpr unsigned char kUntouched = 0xA5;      // fills both outputs: bytes a k
 // One operand's bytes on the host (as the kernel reads them) and its copy on the device.
 struct HostOperand {
   std::vector<unsigned char> bytes;
+  std::uint8_t element_size = 4;  // bytes of one value
 };
 
 HostOperand host_bytes(const Operand& o) {
@@ -46,6 +50,7 @@ HostOperand host_bytes(const Operand& o) {
     h.bytes.resize(o.f32.size() * sizeof(float));
     std::memcpy(h.bytes.data(), o.f32.data(), h.bytes.size());
   } else {
+    h.element_size = 8;
     h.bytes.resize(o.f64.size() * sizeof(double));
     std::memcpy(h.bytes.data(), o.f64.data(), h.bytes.size());
   }
@@ -95,40 +100,70 @@ class RowsOnDevice : public ::testing::Test {
     if (!status_.available()) GTEST_SKIP() << "CUDA unavailable: " << status_.reason;
   }
 
-  // Runs op on one row of n elements, on the device and with the CPU reference, and compares every
-  // output byte. `args` holds the row's masks; its pointers are filled here.
+  // Runs op on one row of n elements with the CPU reference and on the device, twice: element by
+  // element (no element sizes given) and staged through shared memory (every size given; the
+  // output's is the extent the reference wrote), and compares every output byte of both. `args`
+  // holds the row's masks; its pointers are filled here.
   ::testing::AssertionResult same_on_device(KernelOp op, const void* params, const std::vector<HostOperand>& operands,
-                                            RowArgs args) const {
-    const PolyquantCudaLaunch launch = status_.table->launch[static_cast<int>(op)][static_cast<int>(WorkType::kF32)];
-    if (launch == nullptr) return ::testing::AssertionFailure() << "no float32 launcher";
+                                            RowArgs args, WorkType work = WorkType::kF32) const {
+    const PolyquantCudaLaunch launch = status_.table->launch[static_cast<int>(op)][static_cast<int>(work)];
+    if (launch == nullptr) return ::testing::AssertionFailure() << "no launcher in this working precision";
     const std::size_t out_bytes = static_cast<std::size_t>(args.n) * kOutBytesPerElement;
     std::vector<std::unique_ptr<DeviceBuffer>> device;
     RowArgs on_device = args, on_host = args;
+    PolyquantCudaElementBytes sizes{};
     for (std::size_t k = 0; k < operands.size(); ++k) {
       device.push_back(std::make_unique<DeviceBuffer>(operands[k].bytes.size()));
       cudaMemcpy(device.back()->get(), operands[k].bytes.data(), operands[k].bytes.size(), cudaMemcpyHostToDevice);
       on_device.in[k] = device.back()->get();
       on_host.in[k] = operands[k].bytes.data();
+      sizes.in[k] = operands[k].element_size;
     }
-    DeviceBuffer out(out_bytes);
-    cudaMemset(out.get(), kUntouched, out_bytes);
-    on_device.out = out.get();
-    const int launched = launch(params, &on_device, nullptr);
-    if (launched != 0) return ::testing::AssertionFailure() << "launch: " << status_.table->error_string(launched);
-    const cudaError_t done = cudaDeviceSynchronize();
-    if (done != cudaSuccess) return ::testing::AssertionFailure() << "kernel: " << cudaGetErrorString(done);
-    std::vector<unsigned char> got(out_bytes), want(out_bytes, kUntouched);
-    cudaMemcpy(got.data(), out.get(), out_bytes, cudaMemcpyDeviceToHost);
+    std::vector<unsigned char> want(out_bytes, kUntouched);
     on_host.out = want.data();
-    reference_kernel(op, WorkType::kF32)(params, on_host);
+    reference_kernel(op, work)(params, on_host);
+    std::size_t extent = 0;
+    for (std::size_t b = 0; b < out_bytes; ++b) {
+      if (want[b] != kUntouched) extent = b + 1;
+    }
+    for (std::uint8_t size : {1, 2, 4, 8}) {
+      if (sizes.out == 0 && extent <= static_cast<std::size_t>(size) * static_cast<std::size_t>(args.n)) sizes.out = size;
+    }
+    for (const PolyquantCudaElementBytes* given : {static_cast<const PolyquantCudaElementBytes*>(nullptr), static_cast<const PolyquantCudaElementBytes*>(&sizes)}) {
+      const char* path = given == nullptr ? "element by element" : "staged";
+      DeviceBuffer out(out_bytes);
+      cudaMemset(out.get(), kUntouched, out_bytes);
+      on_device.out = out.get();
+      const int launched = launch(params, &on_device, given, nullptr);
+      if (launched != 0) return ::testing::AssertionFailure() << path << " launch: " << status_.table->error_string(launched);
+      const cudaError_t done = cudaDeviceSynchronize();
+      if (done != cudaSuccess) return ::testing::AssertionFailure() << path << " kernel: " << cudaGetErrorString(done);
+      std::vector<unsigned char> got(out_bytes);
+      cudaMemcpy(got.data(), out.get(), out_bytes, cudaMemcpyDeviceToHost);
+      ::testing::AssertionResult same = same_bytes(got, want);
+      if (!same) return same << " (" << path << ")";
+    }
+    auto& [rows, elements] = checked_[std::string(op_name(op)) + (work == WorkType::kF16 ? " (float16 work)" : "")];
+    ++rows;
+    elements += args.n;
+    return ::testing::AssertionSuccess();
+  }
+
+  static ::testing::AssertionResult same_bytes(const std::vector<unsigned char>& got, const std::vector<unsigned char>& want) {
+    const std::size_t out_bytes = got.size();
     for (std::size_t b = 0; b < out_bytes; ++b) {
       if (got[b] != want[b]) {
-        const std::size_t i = b / kOutBytesPerElement;
-        float x0 = 0.0f;
-        if (operands[0].bytes.size() >= (i + 1) * sizeof(float)) std::memcpy(&x0, operands[0].bytes.data() + i * sizeof(float), sizeof(float));
-        return ::testing::AssertionFailure() << "byte " << b << " (element about " << b / 4 << ", x[" << i
-                                             << "] read as float32 = " << x0 << "): device 0x" << std::hex
-                                             << int(got[b]) << ", CPU 0x" << int(want[b]);
+        // The 8 bytes around the first difference, as little-endian words (gtest streams each item
+        // of a message separately, so the hex is formatted here).
+        const std::size_t start = b - b % 8;
+        const auto word = [&](const std::vector<unsigned char>& v) {
+          std::ostringstream s;
+          s << "0x" << std::hex;
+          for (std::size_t k = start + 8; k-- > start;) s << (v[k] < 16 ? "0" : "") << int(v[k]);
+          return s.str();
+        };
+        return ::testing::AssertionFailure() << "output byte " << b << ": device " << word(got) << ", CPU " << word(want)
+                                             << " (bytes " << start << ".." << start + 7 << ")";
       }
     }
     return ::testing::AssertionSuccess();
@@ -164,7 +199,7 @@ class RowsOnDevice : public ::testing::Test {
   void check_per_row(KernelOp op, const KernelCheck& check) const {
     std::vector<HostOperand> operands;
     for (const Operand& o : *check.operands) operands.push_back(host_bytes(o));
-    for (std::int64_t row_len : {1, 17, 100}) {
+    for (std::int64_t row_len : {1, 17, 32, 100, 4096}) {
       RowArgs a;
       a.row_len = row_len;
       a.n = (kRowLength / row_len) * row_len;
@@ -173,7 +208,15 @@ class RowsOnDevice : public ::testing::Test {
     }
   }
 
+  // The rows (and elements) compared per op, printed after each test: the GPU suite's summary.
+  void TearDown() override {
+    for (const auto& [op, count] : checked_) {
+      std::cout << "  " << op << ": " << count.first << " rows, " << count.second << " elements compared\n";
+    }
+  }
+
   CudaBackendStatus status_;
+  mutable std::map<std::string, std::pair<int, std::int64_t>> checked_;
 };
 
 // Every op with a per-element row and a float32 launcher, over its kernel cases.
@@ -191,6 +234,52 @@ TEST_F(RowsOnDevice, EveryKernelCaseEqualsTheCpuReferenceBitForBit) {
       }
     }
     ops_checked += !cases.checks.empty();
+  }
+  EXPECT_GT(ops_checked, 0);
+}
+
+// The float16 working precision (QONNX's ops on float16 tensors): every one of the 65536 float16
+// values as x, with each kernel case's parameters rounded to float16, contiguous and broadcast.
+TEST_F(RowsOnDevice, EveryFloat16XInTheFloat16WorkingPrecision) {
+  constexpr std::int64_t kAllHalves = 65536;
+  int ops_checked = 0;
+  for (int k = 0; k < kNumKernelOps; ++k) {
+    const auto op = static_cast<KernelOp>(k);
+    if (status_.table->launch[k][static_cast<int>(WorkType::kF16)] == nullptr) continue;
+    const test::KernelCases cases = test::kernel_cases(op);
+    for (const KernelCheck& check : cases.checks) {
+      if (check.kind != KernelCheck::Kind::kRows) continue;
+      std::vector<HostOperand> operands;
+      std::uint32_t params_mask = 0;
+      for (std::size_t i = 0; i < check.operands->size(); ++i) {
+        const Operand& o = check.operands->at(i);
+        HostOperand h;
+        if (!o.f64.empty()) {  // float64 operands (FloatQuant's bound) stay float64
+          h = host_bytes(o);
+          h.bytes.resize(kAllHalves * 8);
+          for (std::int64_t j = static_cast<std::int64_t>(o.f64.size()); j < kAllHalves; ++j) {
+            std::memcpy(h.bytes.data() + j * 8, o.f64.data() + j % o.f64.size(), 8);
+          }
+        } else {
+          h.element_size = 2;
+          h.bytes.resize(kAllHalves * 2);
+          for (std::int64_t j = 0; j < kAllHalves; ++j) {
+            const std::uint16_t v = i == 0 ? static_cast<std::uint16_t>(j) : float_to_half_bits(o.f32[j % o.f32.size()]);
+            std::memcpy(h.bytes.data() + j * 2, &v, 2);
+          }
+        }
+        if (i > 0 && o.param) params_mask |= 1u << i;
+        operands.push_back(std::move(h));
+      }
+      for (std::uint32_t mask : {0u, params_mask}) {
+        RowArgs a;
+        a.n = kAllHalves;
+        a.broadcast_mask = mask;
+        EXPECT_TRUE(same_on_device(op, check.params.get(), operands, a, WorkType::kF16))
+            << op_name(op) << " " << check.what << " (every float16 x) mask=" << mask;
+      }
+    }
+    ++ops_checked;
   }
   EXPECT_GT(ops_checked, 0);
 }
@@ -244,11 +333,13 @@ TEST_F(RowsOnDevice, QuantizeLinearEqualsTheCpuReferenceBitForBit) {
 TEST_F(RowsOnDevice, DequantizeLinearEqualsTheCpuReferenceBitForBit) {
   HostOperand codes, scale, zero_point;
   codes.bytes.resize(kRowLength);
+  codes.element_size = 1;
   for (std::size_t i = 0; i < codes.bytes.size(); ++i) codes.bytes[i] = static_cast<unsigned char>(i * 37);
   Operand s;
   s.f32 = test::fill(0.1f);
   scale = host_bytes(s);
   zero_point.bytes.assign(kRowLength, 3);
+  zero_point.element_size = 1;
   for (DType t : {DType::kUInt8, DType::kInt8, DType::kInt4, DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
     DequantizeLinearParams p;
     p.x_dtype = t;

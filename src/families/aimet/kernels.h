@@ -87,7 +87,7 @@ POLYQUANT_HD inline W torch_clamp(W v, W lo, W hi) {
 // round(x / s) - o before the clamp: the value AIMET's mask is computed from.
 template <class W>
 POLYQUANT_HD inline W affine_unclamped(const AffineParams& p, W x, W s, W o) {
-  return narrow_to<W>(std::nearbyint(narrow_to<W>(x / s, p.narrow)) - o, p.narrow);
+  return narrow_to<W>(x86_sub(x86_nearbyint(narrow_to<W>(x86_div(x, s), p.narrow)), o), p.narrow);
 }
 
 template <class W>
@@ -96,10 +96,10 @@ POLYQUANT_HD inline W affine_value(const AffineParams& p, W x, W s, W o) {
     s = narrow_to<W>(s, p.narrow);
     o = narrow_to<W>(o, p.narrow);
   }
-  if (p.kind == AffineKind::kDequantize) return narrow_to<W>(narrow_to<W>(x + o, p.narrow) * s, p.narrow);
+  if (p.kind == AffineKind::kDequantize) return narrow_to<W>(x86_mul(narrow_to<W>(x86_add(x, o), p.narrow), s), p.narrow);
   const W q = torch_clamp(affine_unclamped(p, x, s, o), static_cast<W>(p.qmin), static_cast<W>(p.qmax));
   if (p.kind == AffineKind::kQuantize) return q;
-  return narrow_to<W>(narrow_to<W>(q + o, p.narrow) * s, p.narrow);
+  return narrow_to<W>(x86_mul(narrow_to<W>(x86_add(q, o), p.narrow), s), p.narrow);
 }
 template <class W>
 POLYQUANT_HD inline W affine_element(const AffineParams& p, W x, W s, W o) {
@@ -117,18 +117,18 @@ POLYQUANT_HD inline std::int64_t x86_int64(W v) {
 // kernel, double for the float64 one).
 template <class W>
 POLYQUANT_HD inline W fake_quantize_value(const FakeQuantizeParams& p, W x, float s, double zp) {
-  const float inv_scale = 1.0f / s;
+  const float inv_scale = x86_div(1.0f, s);
   const auto z = static_cast<std::int64_t>(zp);
-  const W qf = static_cast<W>(z) + std::nearbyint(x * static_cast<W>(inv_scale));
+  const W qf = x86_add(static_cast<W>(z), x86_nearbyint(x86_mul(x, x86_cast<W>(inv_scale))));
   const double lo = static_cast<double>(p.qmin), hi = static_cast<double>(p.qmax);
   if (!p.per_channel) {
     const double c = std::fmin(std::fmax(static_cast<double>(qf), lo), hi);  // fmax(NaN, lo) = lo
-    return static_cast<W>(static_cast<float>(static_cast<std::int64_t>(c) - z) * s);
+    return x86_cast<W>(x86_mul(static_cast<float>(static_cast<std::int64_t>(c) - z), s));
   }
   const double t = static_cast<double>(x86_int64(qf));
   const double c = std::fmin(std::fmax(t, lo), hi);
-  const double y = (c - static_cast<double>(z)) * static_cast<double>(s);
-  return static_cast<W>(y);  // float32 kernel: the double rounded to float (then to 16 bits)
+  const double y = x86_mul(c - static_cast<double>(z), x86_to_double(s));
+  return x86_cast<W>(y);  // float32 kernel: the double rounded to float (then to 16 bits)
 }
 template <class W>
 POLYQUANT_HD inline W fake_quantize_element(const FakeQuantizeParams& p, W x, float s, double zp) {
@@ -139,9 +139,9 @@ POLYQUANT_HD inline W fake_quantize_element(const FakeQuantizeParams& p, W x, fl
 // gradient, NaN for a NaN one).
 template <class W>
 POLYQUANT_HD inline W fake_quantize_grad_element(const FakeQuantizeParams& p, W dy, W x, float s, double zp) {
-  const float inv_scale = 1.0f / s;
+  const float inv_scale = x86_div(1.0f, s);
   const auto z = static_cast<std::int64_t>(zp);
-  const W qf = static_cast<W>(z) + std::nearbyint(x * static_cast<W>(inv_scale));
+  const W qf = x86_add(static_cast<W>(z), x86_nearbyint(x86_mul(x, x86_cast<W>(inv_scale))));
   bool in_range;
   if (!p.per_channel) {
     in_range = static_cast<W>(p.qmin) <= qf && qf <= static_cast<W>(p.qmax);
@@ -149,7 +149,7 @@ POLYQUANT_HD inline W fake_quantize_grad_element(const FakeQuantizeParams& p, W 
     const std::int64_t q = x86_int64(qf);
     in_range = p.qmin <= q && q <= p.qmax;
   }
-  return dy * (in_range ? W(1) : W(0));
+  return x86_mul(dy, in_range ? W(1) : W(0));
 }
 
 // One per-element gradient of the training path.
@@ -175,7 +175,7 @@ POLYQUANT_HD inline W affine_grad_element(const AffineGradParams& g, W dy, W x, 
   switch (p.kind) {
     case AffineKind::kDequantize:  // d/dx = d/do = g * s; d/ds = g * (x + o)
       if (g.of == AffineGradOf::kScale) {
-        const W shifted = std::isnan(x) ? x + x : x + o;
+        const W shifted = std::isnan(x) ? x86_add(x, x) : x86_add(x, o);
         return narrow_to<W>(mul_first_nan(narrow_to<W>(shifted, r), dy), r);
       }
       return narrow_to<W>(mul_first_nan(s, dy), r);
@@ -184,11 +184,11 @@ POLYQUANT_HD inline W affine_grad_element(const AffineGradParams& g, W dy, W x, 
       // d/dx = masked / s; d/ds = -(masked / s) * (x / s); d/do = -masked.
       const W v = affine_unclamped(p, x, s, o);
       const bool in_range = v >= static_cast<W>(p.qmin) && v <= static_cast<W>(p.qmax);
-      const W masked = narrow_to<W>(in_range ? dy : dy * zero, r);
+      const W masked = narrow_to<W>(in_range ? dy : x86_mul(dy, zero), r);
       if (g.of == AffineGradOf::kOffset) return -masked;
-      const W dx = narrow_to<W>(masked / s, r);
+      const W dx = narrow_to<W>(x86_div(masked, s), r);
       if (g.of == AffineGradOf::kX) return dx;
-      return narrow_to<W>(mul_first_nan(narrow_to<W>(x / s, r), -dx), r);
+      return narrow_to<W>(mul_first_nan(narrow_to<W>(x86_div(x, s), r), -dx), r);
     }
     default: {
       // d/dx = where(mask, g, 0); d/ds = g * where(mask, round(x/s) - x/s, clamp(round(x/s),
@@ -197,13 +197,13 @@ POLYQUANT_HD inline W affine_grad_element(const AffineGradParams& g, W dy, W x, 
       const bool in_range = static_cast<W>(p.qmin) <= v && v <= static_cast<W>(p.qmax);
       if (g.of == AffineGradOf::kX) return in_range ? dy : zero;
       if (g.of == AffineGradOf::kOffset) return in_range ? zero : narrow_to<W>(mul_first_nan(dy, s), r);
-      const W scaled = narrow_to<W>(x / s, r);
-      const W rounded = std::nearbyint(scaled);
+      const W scaled = narrow_to<W>(x86_div(x, s), r);
+      const W rounded = x86_nearbyint(scaled);
       W factor;
       if (in_range) {
-        factor = narrow_to<W>(rounded - scaled, r);
+        factor = narrow_to<W>(x86_sub(rounded, scaled), r);
       } else {
-        const W lo = narrow_to<W>(o + static_cast<W>(p.qmin), r), hi = narrow_to<W>(o + static_cast<W>(p.qmax), r);
+        const W lo = narrow_to<W>(x86_add(o, static_cast<W>(p.qmin)), r), hi = narrow_to<W>(x86_add(o, static_cast<W>(p.qmax)), r);
         factor = torch_clamp(rounded, lo, hi);
       }
       return narrow_to<W>(mul_first_nan(dy, factor), r);
@@ -229,7 +229,7 @@ POLYQUANT_HD inline void affine_row_element(const AffineParams& p, const RowArgs
 // arrives as float32 or float64 (FakeQuantizeParams::zero_point_f32).
 template <class W>
 POLYQUANT_HD inline void fake_quantize_row_element(const FakeQuantizeParams& p, const RowArgs& a, std::int64_t j) {
-  const double zp = p.zero_point_f32 ? static_cast<double>(a.at<float>(2, j)) : a.at<double>(2, j);
+  const double zp = p.zero_point_f32 ? x86_to_double(a.at<float>(2, j)) : a.at<double>(2, j);
   auto* out = static_cast<W*>(a.out);
   if (p.gradient) out[j] = fake_quantize_grad_element<W>(p, a.at<W>(3, j), a.at<W>(0, j), a.at<float>(1, j), zp);
   else out[j] = fake_quantize_element<W>(p, a.at<W>(0, j), a.at<float>(1, j), zp);

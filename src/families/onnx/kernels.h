@@ -104,7 +104,7 @@ POLYQUANT_HD inline float quotient_f32(float x, float s, QuotientRounding r, boo
     x = round_to_quotient_dtype(x, r);
     s = round_to_quotient_dtype(s, r);
   }
-  return round_to_quotient_dtype(x / s, r);
+  return round_to_quotient_dtype(x86_div(x, s), r);
 }
 
 // clamp(rint(q) + zp, qmin, qmax) for an integer zero point zp, under `policy`. W is float or double.
@@ -160,35 +160,35 @@ POLYQUANT_HD inline std::uint16_t float16_clamped_bits(float x) {
 template <class W>
 POLYQUANT_HD inline void quantize_linear_element(const QuantizeLinearParams& p, W x, W s, double zp, void* out, std::int64_t j) {
   if (p.target == QuantTarget::kFloat16Clamp) {
-    static_cast<std::uint16_t*>(out)[j] = float16_clamped_bits(static_cast<float>(x));
+    static_cast<std::uint16_t*>(out)[j] = float16_clamped_bits(x86_cast<float>(x));
     return;
   }
   W q;
   if constexpr (std::is_same_v<W, float>) q = quotient_f32(x, s, p.quotient, p.round_operands);
-  else q = x / s;
+  else q = x86_div(x, s);
   switch (p.target) {
     case QuantTarget::kInteger:
       store_integer(out, j, p.out_dtype, quantize_integer(q, zp, p.qmin, p.qmax, p.non_finite));
       return;
     case QuantTarget::kMinifloat: {
       W v = q;
-      if (p.add_zero_point && p.has_zero_point) v = v + static_cast<W>(zp);  // no zero point: -0 stays -0
+      if (p.add_zero_point && p.has_zero_point) v = x86_add(v, x86_cast<W>(zp));  // no zero point: -0 stays -0
       // A float64 value is clipped (saturate) in float64, then converted through float32.
       if (p.saturate && !std::isnan(v)) {
         const W m = static_cast<W>(p.format.max_value);
         v = v > m ? m : (v < -m ? -m : v);
       }
-      static_cast<std::uint8_t*>(out)[j] = minifloat_from_float(p.format, static_cast<float>(v), p.saturate);
+      static_cast<std::uint8_t*>(out)[j] = minifloat_from_float(p.format, x86_cast<float>(v), p.saturate);
       return;
     }
     case QuantTarget::kBFloat16: {
-      const float v = static_cast<float>(p.has_zero_point ? q + static_cast<W>(zp) : q);
+      const float v = x86_cast<float>(p.has_zero_point ? x86_add(q, x86_cast<W>(zp)) : q);
       static_cast<std::uint16_t*>(out)[j] =
           std::isnan(v) ? (p.bf16_nan ? p.bf16_nan : float_to_bfloat16_bits(v)) : bfloat16_round_bits(v);
       return;
     }
     case QuantTarget::kFloat16:
-      static_cast<std::uint16_t*>(out)[j] = float_to_half_bits(static_cast<float>(p.has_zero_point ? q + static_cast<W>(zp) : q));
+      static_cast<std::uint16_t*>(out)[j] = float_to_half_bits(x86_cast<float>(p.has_zero_point ? x86_add(q, x86_cast<W>(zp)) : q));
       return;
     default:
       return;
@@ -198,7 +198,7 @@ POLYQUANT_HD inline void quantize_linear_element(const QuantizeLinearParams& p, 
 // The value of a dequantize operand (x, the zero point) read in its storage dtype t.
 POLYQUANT_HD inline double read_dequantize_operand(const void* p, std::int64_t j, DType t) {
   const auto byte = [&] { return static_cast<const std::uint8_t*>(p)[j]; };
-  if (has_minifloat_format(t)) return minifloat_to_float(minifloat_format(t), byte());
+  if (has_minifloat_format(t)) return x86_to_double(minifloat_to_float(minifloat_format(t), byte()));
   switch (t) {
     // Sub-byte integers: the low bits of their byte, two's complement when signed.
     case DType::kInt4: return static_cast<std::int8_t>(static_cast<std::uint8_t>(byte() << 4)) >> 4;
@@ -211,7 +211,7 @@ POLYQUANT_HD inline double read_dequantize_operand(const void* p, std::int64_t j
     case DType::kUInt16: return static_cast<const std::uint16_t*>(p)[j];
     case DType::kInt32: return static_cast<const std::int32_t*>(p)[j];
     case DType::kUInt32: return static_cast<const std::uint32_t*>(p)[j];
-    default: return static_cast<const float*>(p)[j];  // float32 (float16, bfloat16)
+    default: return x86_to_double(static_cast<const float*>(p)[j]);  // float32 (float16, bfloat16)
   }
 }
 
@@ -224,16 +224,16 @@ POLYQUANT_HD inline float canonical_nan_f32(float v) {
 POLYQUANT_HD inline double dequantize_linear_element(const DequantizeLinearParams& p, double x, float s, double zp) {
   switch (p.difference) {
     case DequantDifference::kFloat64:  // onnx: float64(float32(x)) - zp, times the scale in float64
-      return (static_cast<double>(static_cast<float>(x)) - zp) * static_cast<double>(s);
-    case DequantDifference::kRounded: return static_cast<double>(static_cast<float>(x - zp) * s);
+      return x86_mul(x86_sub(x86_to_double(x86_to_float(x)), zp), x86_to_double(s));
+    case DequantDifference::kRounded: return x86_to_double(x86_mul(x86_to_float(x86_sub(x, zp)), s));
     default: {
-      float xf = static_cast<float>(x), zf = static_cast<float>(zp);
+      float xf = x86_to_float(x), zf = x86_to_float(zp);
       if (p.canonical_nan) {
         xf = canonical_nan_f32(xf);
         zf = canonical_nan_f32(zf);
       }
-      if (p.ignore_scale) return static_cast<double>(xf);
-      return static_cast<double>((xf - zf) * s);
+      if (p.ignore_scale) return x86_to_double(xf);
+      return x86_to_double(x86_mul(x86_sub(xf, zf), s));
     }
   }
 }
@@ -250,7 +250,7 @@ template <class W>
 POLYQUANT_HD inline void quantize_linear_row_element(const QuantizeLinearParams& p, const RowArgs& a, std::int64_t j) {
   const bool zp_f64 = std::is_same_v<W, double> || p.zero_point_f64;
   double zp = 0.0;
-  if (p.has_zero_point) zp = zp_f64 ? a.at<double>(2, j) : static_cast<double>(a.at<float>(2, j));
+  if (p.has_zero_point) zp = zp_f64 ? a.at<double>(2, j) : x86_to_double(a.at<float>(2, j));
   quantize_linear_element<W>(p, a.at<W>(0, j), a.at<W>(1, j), zp, a.out, j);
 }
 
@@ -259,7 +259,7 @@ template <class Out>
 POLYQUANT_HD inline void dequantize_linear_row_element(const DequantizeLinearParams& p, const RowArgs& a, std::int64_t j) {
   const double x = read_dequantize_operand(a.in[0], a.index_of(0, j), p.x_dtype);
   const double zp = p.has_zero_point ? read_dequantize_operand(a.in[2], a.index_of(2, j), p.x_dtype) : 0.0;
-  static_cast<Out*>(a.out)[j] = static_cast<Out>(dequantize_linear_element(p, x, a.at<float>(1, j), zp));
+  static_cast<Out*>(a.out)[j] = x86_cast<Out>(dequantize_linear_element(p, x, a.at<float>(1, j), zp));
 }
 
 template <class W>

@@ -22,16 +22,16 @@ constexpr WorkType work_type_v = std::is_same_v<T, Half> ? WorkType::kF16
 // a op b evaluated in precision w (operands are exact in w: they come from narrower dtypes).
 POLYQUANT_HD inline double divide_in(WorkType w, double a, double b) {
   switch (w) {
-    case WorkType::kF16: return to_double(Half(static_cast<float>(a)) / Half(static_cast<float>(b)));
-    case WorkType::kF32: return static_cast<double>(static_cast<float>(a) / static_cast<float>(b));
-    default: return a / b;
+    case WorkType::kF16: return to_double(Half(x86_to_float(a)) / Half(x86_to_float(b)));
+    case WorkType::kF32: return x86_to_double(x86_div(x86_to_float(a), x86_to_float(b)));
+    default: return x86_div(a, b);
   }
 }
 POLYQUANT_HD inline double add_in(WorkType w, double a, double b) {
   switch (w) {
-    case WorkType::kF16: return to_double(Half(static_cast<float>(a)) + Half(static_cast<float>(b)));
-    case WorkType::kF32: return static_cast<double>(static_cast<float>(a) + static_cast<float>(b));
-    default: return a + b;
+    case WorkType::kF16: return to_double(Half(x86_to_float(a)) + Half(x86_to_float(b)));
+    case WorkType::kF32: return x86_to_double(x86_add(x86_to_float(a), x86_to_float(b)));
+    default: return x86_add(a, b);
   }
 }
 
@@ -39,7 +39,7 @@ POLYQUANT_HD inline double add_in(WorkType w, double a, double b) {
 // promote(x, s, z), each possibly narrower than the op's working type T.
 template <class T>
 POLYQUANT_HD inline T scaled_offset(T x, T s, T z, WorkType divide_as, WorkType add_as) {
-  if (divide_as == work_type_v<T> && add_as == work_type_v<T>) return x / s + z;
+  if (divide_as == work_type_v<T> && add_as == work_type_v<T>) return x86_add(x86_div(x, s), z);
   const double q = divide_in(divide_as, to_double(x), to_double(s));
   return from_double<T>(add_in(add_as, q, to_double(z)));
 }
@@ -66,7 +66,7 @@ POLYQUANT_HD inline T int_quant_element(T x, T s, T z, bool bipolar, T lo, T hi,
     y = (y < lo) ? lo : y;
     y = round_t<kMode>(y);
   }
-  return mul_first_nan(y - z, s);
+  return mul_first_nan(x86_sub(y, z), s);
 }
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
@@ -76,7 +76,7 @@ struct BipolarQuantParams {};
 inline namespace POLYQUANT_TARGET_NAMESPACE {
 template <class T>
 POLYQUANT_HD inline T bipolar_quant_element(T x, T s) {
-  return ((x >= T(0.0f)) ? T(1.0f) : T(-1.0f)) * s;
+  return x86_mul((x >= T(0.0f)) ? T(1.0f) : T(-1.0f), s);
 }
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
@@ -91,8 +91,8 @@ inline namespace POLYQUANT_TARGET_NAMESPACE {
 template <RoundingMode kMode, class T>
 POLYQUANT_HD inline T trunc_v1_element(T x, T s, T z, T t, WorkType divide_as, WorkType add_as) {
   T y = rint_t(scaled_offset(x, s, z, divide_as, add_as));
-  y = round_t<kMode>(y / t);
-  return mul_first_nan(y - z, s);
+  y = round_t<kMode>(x86_div(y, t));
+  return mul_first_nan(x86_sub(y, z), s);
 }
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
@@ -102,11 +102,11 @@ inline namespace POLYQUANT_TARGET_NAMESPACE {
 template <RoundingMode kMode, class T>
 POLYQUANT_HD inline T trunc_v2_element(T x, T s, T z, T t, T out_scale, T lo, T hi, T zt, WorkType divide_as, WorkType add_as) {
   T y = rint_t(scaled_offset(x, s, z, divide_as, add_as));
-  y = y / t;
+  y = x86_div(y, t);
   y = (y > hi) ? hi : y;
   y = (y < lo) ? lo : y;
   y = round_t<kMode>(y);
-  return mul_first_nan(y - zt, out_scale);
+  return mul_first_nan(x86_sub(y, zt), out_scale);
 }
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
@@ -140,11 +140,11 @@ inline namespace POLYQUANT_TARGET_NAMESPACE {
 POLYQUANT_HD inline double floor_log2_in(WorkType w, double xs) {
   switch (w) {
     case WorkType::kF16: {
-      const Half v(static_cast<float>(xs));
+      const Half v(x86_to_float(xs));
       return to_double(floor_t(log2_t(abs_t(v) + tiny<Half>())));
     }
-    case WorkType::kF32: return floor_t(log2_t(abs_t(static_cast<float>(xs)) + tiny<float>()));
-    default: return floor_t(log2_t(abs_t(xs) + tiny<double>()));
+    case WorkType::kF32: return x86_to_double(floor_t(log2_t(x86_add(abs_t(x86_to_float(xs)), tiny<float>()))));
+    default: return floor_t(log2_t(x86_add(abs_t(xs), tiny<double>())));
   }
 }
 
@@ -164,17 +164,17 @@ template <RoundingMode kMode, class T>
 POLYQUANT_HD inline double float_quant_clipped(T x, T s, T min_exp, double max_value, const FloatQuantParams& p) {
   T xs, e;
   if (p.xs_as == work_type_v<T>) {
-    xs = x / s;
-    e = floor_t(log2_t(abs_t(xs) + tiny<T>()));
+    xs = x86_div(x, s);
+    e = floor_t(log2_t(x86_add(abs_t(xs), tiny<T>())));
   } else {  // X / scale and its log2 in the narrower promote(X, scale); the rest in T
     const double q = divide_in(p.xs_as, to_double(x), to_double(s));
     xs = from_double<T>(q);
     e = from_double<T>(floor_log2_in(p.xs_as, q));
   }
-  e = e - from_double<T>(p.mantissa_bits);
+  e = x86_sub(e, from_double<T>(p.mantissa_bits));
   if (!isnan_t(e) && !(e > min_exp)) e = min_exp;  // np.maximum, NaN propagating
   const T internal_scale = exp2_t(e);
-  const T q = mul_first_nan(internal_scale, round_t<kMode>(xs / internal_scale));
+  const T q = mul_first_nan(internal_scale, round_t<kMode>(x86_div(xs, internal_scale)));
   const double qd = to_double(q);
   const double lo = p.is_signed ? -max_value : 0.0;
   double clipped = numpy_clip(qd, lo, max_value);
@@ -247,7 +247,7 @@ template <class T, RoundingMode kMode>
 POLYQUANT_HD inline void float_quant_row_element(const FloatQuantParams& p, const RowArgs& a, std::int64_t j) {
   const double v = float_quant_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), a.at<double>(3, j), p);
   if (p.double_output) static_cast<double*>(a.out)[j] = v;
-  else static_cast<float*>(a.out)[j] = static_cast<float>(v);
+  else static_cast<float*>(a.out)[j] = x86_to_float(v);
 }
 
 template <class T>
