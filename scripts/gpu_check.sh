@@ -10,6 +10,13 @@
 #                                    /usr/src/googletest) into .gtest-src/ (ignored by git), for a
 #                                    machine without GoogleTest; carry .gtest-src with the tree
 #   scripts/gpu_check.sh             on the GPU machine
+#   scripts/gpu_check.sh --prebuilt DIR
+#                                    on the GPU machine, with the tests, the benchmark and the library
+#                                    already built here in the build tree DIR (a Release tree with
+#                                    POLYQUANT_CUDA on, e.g. build/release: carry its
+#                                    tests/cuda/polyquant_cuda_tests, bench/cuda/polyquant_cuda_bench and
+#                                    src/backends/cuda/libpolyquant_cuda.so); skips the build (about 3 of
+#                                    the 5 minutes), for short device slots
 #
 # Environment: POLYQUANT_CUDA_ARCHITECTURES (default 90: H100 / H200 machine code only, the fastest
 # build; CI and wheels build 80;90), OUT, JOBS (default: every core).
@@ -22,7 +29,12 @@ if [ "${1:-}" = "--prepare" ]; then
   rm -rf .gtest-src && cp -r "$src" .gtest-src && echo "gpu_check: GoogleTest sources in .gtest-src ($(du -sh .gtest-src | cut -f1))"
   exit 0
 fi
-[ $# -eq 0 ] || { echo "gpu_check: unknown argument '$1' (usage: scripts/gpu_check.sh [--prepare])" >&2; exit 2; }
+prebuilt=""
+if [ "${1:-}" = "--prebuilt" ]; then
+  prebuilt=${2:?"gpu_check: --prebuilt needs the build tree (e.g. build/release)"}
+  shift 2
+fi
+[ $# -eq 0 ] || { echo "gpu_check: unknown argument '$1' (usage: scripts/gpu_check.sh [--prepare | --prebuilt DIR])" >&2; exit 2; }
 
 OUT=${OUT:-build/gpu-check}
 # $OUT keeps few files (the device tool returns only a handful): summary.txt, the benchmark's JSON
@@ -40,29 +52,38 @@ result() { echo "   $*" | tee -a "$OUT/summary.txt"; }
 step "machine"
 { nvidia-smi -L; nvcc --version | tail -2; ${CXX:-c++} --version | head -1; cmake --version | head -1; } 2>&1 | tee "$LOG/machine.txt"
 
-prefix=()
-if [ -f .gtest-src/CMakeLists.txt ]; then
-  step "GoogleTest from .gtest-src"
-  if cmake -S .gtest-src -B build/gtest -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF >"$LOG/gtest.log" 2>&1 &&
-     cmake --build build/gtest -j "$jobs" >>"$LOG/gtest.log" 2>&1 &&
-     cmake --install build/gtest --prefix "$PWD/build/gtest-install" >>"$LOG/gtest.log" 2>&1; then
-    prefix=(-DCMAKE_PREFIX_PATH="$PWD/build/gtest-install")
-  else
-    result "GoogleTest build FAILED (see $LOG/gtest.log)"; exit 1
+build_tree=build/gpu
+if [ -n "$prebuilt" ]; then
+  build_tree=$prebuilt
+  step "prebuilt: $build_tree"
+  for f in tests/cuda/polyquant_cuda_tests bench/cuda/polyquant_cuda_bench src/backends/cuda/libpolyquant_cuda.so; do
+    [ -f "$build_tree/$f" ] || { result "missing $build_tree/$f"; exit 1; }
+  done
+else
+  prefix=()
+  if [ -f .gtest-src/CMakeLists.txt ]; then
+    step "GoogleTest from .gtest-src"
+    if cmake -S .gtest-src -B build/gtest -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF >"$LOG/gtest.log" 2>&1 &&
+       cmake --build build/gtest -j "$jobs" >>"$LOG/gtest.log" 2>&1 &&
+       cmake --install build/gtest --prefix "$PWD/build/gtest-install" >>"$LOG/gtest.log" 2>&1; then
+      prefix=(-DCMAKE_PREFIX_PATH="$PWD/build/gtest-install")
+    else
+      result "GoogleTest build FAILED (see $LOG/gtest.log)"; exit 1
+    fi
   fi
-fi
 
-step "configure and build (POLYQUANT_CUDA=ON, architectures $arch, $jobs jobs)"
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-if ! cmake -S . -B build/gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPOLYQUANT_BUILD_TESTS=ON \
-       -DPOLYQUANT_CUDA=ON -DPOLYQUANT_CUDA_ARCHITECTURES="$arch" "${prefix[@]}" >"$LOG/build.log" 2>&1 ||
-   ! cmake --build build/gpu -j "$jobs" --target polyquant_cuda_tests polyquant_cuda_bench polyquant_formulas_on_device >>"$LOG/build.log" 2>&1; then
-  tail -40 "$LOG/build.log"
-  result "build FAILED (see $LOG/build.log)"; exit 1
+  step "configure and build (POLYQUANT_CUDA=ON, architectures $arch, $jobs jobs)"
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  if ! cmake -S . -B build/gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPOLYQUANT_BUILD_TESTS=ON \
+         -DPOLYQUANT_CUDA=ON -DPOLYQUANT_CUDA_ARCHITECTURES="$arch" "${prefix[@]}" >"$LOG/build.log" 2>&1 ||
+     ! cmake --build build/gpu -j "$jobs" --target polyquant_cuda_tests polyquant_cuda_bench polyquant_formulas_on_device >>"$LOG/build.log" 2>&1; then
+    tail -40 "$LOG/build.log"
+    result "build FAILED (see $LOG/build.log)"; exit 1
+  fi
+  result "built: $(ls -la $build_tree/src/backends/cuda/libpolyquant_cuda.so | awk '{print $5}') bytes of libpolyquant_cuda.so"
 fi
-tests=build/gpu/tests/cuda/polyquant_cuda_tests
-result "built: $(ls -la build/gpu/src/backends/cuda/libpolyquant_cuda.so | awk '{print $5}') bytes of libpolyquant_cuda.so"
+tests=$build_tree/tests/cuda/polyquant_cuda_tests
 
 step "polyquant_cuda_tests (every per-element op on the GPU against the CPU reference)"
 "$tests" --gtest_output="xml:$LOG/cuda_tests.xml" >"$LOG/cuda_tests.log" 2>&1
@@ -80,7 +101,7 @@ if grep -q "SKIPPED" "$LOG/cuda_tests.log"; then
 fi
 
 step "device benchmark (polyquant_cuda_bench: every op beside cudaMemcpyAsync, 256 MiB of float32)"
-build/gpu/bench/cuda/polyquant_cuda_bench --json "$OUT/bench_polyquant.json" >"$LOG/bench_polyquant.txt" 2>&1
+"$build_tree/bench/cuda/polyquant_cuda_bench" --json "$OUT/bench_polyquant.json" >"$LOG/bench_polyquant.txt" 2>&1
 rc=$?
 cat "$LOG/bench_polyquant.txt" | tee -a "$OUT/summary.txt" >/dev/null
 [ $rc -eq 0 ] || { result "polyquant_cuda_bench: exit status $rc"; status=1; }

@@ -23,6 +23,7 @@
 #include <limits>
 
 #include "core/target.h"
+#include "core/x86_nan.h"
 #include "polyquant/tensor.h"
 
 namespace polyquant::detail {
@@ -92,7 +93,7 @@ POLYQUANT_HD inline float minifloat_to_float(const MinifloatFormat& fmt, std::ui
     case MinifloatKind::kIeee:
       if (exp_field == (1u << fmt.exp_bits) - 1) {
         const float v = man == 0 ? std::numeric_limits<float>::infinity() : nan;
-        return negative ? -v : v;
+        return negative ? x86_neg(v) : v;
       }
       break;
     default:
@@ -101,7 +102,7 @@ POLYQUANT_HD inline float minifloat_to_float(const MinifloatFormat& fmt, std::ui
   const float v = exp_field == 0 ? std::ldexp(static_cast<float>(man), 1 - fmt.bias - fmt.man_bits)
                                  : std::ldexp(static_cast<float>((1u << fmt.man_bits) | man),
                                               static_cast<int>(exp_field) - fmt.bias - fmt.man_bits);
-  return negative ? -v : v;
+  return negative ? x86_neg(v) : v;
 }
 
 // float32 -> minifloat bits, as ml_dtypes' astype. `saturate`: onnx's saturate_cast, which first

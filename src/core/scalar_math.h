@@ -23,13 +23,13 @@ inline namespace POLYQUANT_TARGET_NAMESPACE {
 // numpy evaluates float16 ufuncs in float32 and rounds the result back to half.
 POLYQUANT_HD inline float floor_t(float x) { return POLYQUANT_X86_UNARY(std::floor, x); }
 POLYQUANT_HD inline double floor_t(double x) { return POLYQUANT_X86_UNARY(std::floor, x); }
-POLYQUANT_HD inline Half floor_t(Half x) { return Half(std::floor(float(x))); }
+POLYQUANT_HD inline Half floor_t(Half x) { return Half(floor_t(float(x))); }
 POLYQUANT_HD inline float ceil_t(float x) { return POLYQUANT_X86_UNARY(std::ceil, x); }
 POLYQUANT_HD inline double ceil_t(double x) { return POLYQUANT_X86_UNARY(std::ceil, x); }
-POLYQUANT_HD inline Half ceil_t(Half x) { return Half(std::ceil(float(x))); }
+POLYQUANT_HD inline Half ceil_t(Half x) { return Half(ceil_t(float(x))); }
 POLYQUANT_HD inline float trunc_t(float x) { return POLYQUANT_X86_UNARY(std::trunc, x); }
 POLYQUANT_HD inline double trunc_t(double x) { return POLYQUANT_X86_UNARY(std::trunc, x); }
-POLYQUANT_HD inline Half trunc_t(Half x) { return Half(std::trunc(float(x))); }
+POLYQUANT_HD inline Half trunc_t(Half x) { return Half(trunc_t(float(x))); }
 
 // Ties-to-even rounding to an integer without consulting the floating-point environment:
 // adding and subtracting 2^(p-1) performs the rounding in the default mode of the hardware, which
@@ -51,8 +51,8 @@ POLYQUANT_HD inline double rint_t(double x) {
 }
 POLYQUANT_HD inline Half rint_t(Half x) { return Half(rint_t(float(x))); }
 
-POLYQUANT_HD inline float abs_t(float x) { return std::fabs(x); }
-POLYQUANT_HD inline double abs_t(double x) { return std::fabs(x); }
+POLYQUANT_HD inline float abs_t(float x) { return x86_abs(x); }
+POLYQUANT_HD inline double abs_t(double x) { return x86_abs(x); }
 POLYQUANT_HD inline Half abs_t(Half x) { return Half::from_bits(static_cast<std::uint16_t>(x.bits & 0x7fffu)); }
 
 POLYQUANT_HD inline bool isnan_t(float x) { return std::isnan(x); }
@@ -76,10 +76,10 @@ POLYQUANT_HD inline T sign_t(T x) {
 // log2 of a negative number: glibc returns the default NaN (0 / 0).
 POLYQUANT_HD inline float log2_t(float x) { return POLYQUANT_SPELL_OUT_X86_NANS && x < 0.0f ? x86_default_nan<float>() : POLYQUANT_X86_UNARY(std::log2, x); }
 POLYQUANT_HD inline double log2_t(double x) { return POLYQUANT_SPELL_OUT_X86_NANS && x < 0.0 ? x86_default_nan<double>() : POLYQUANT_X86_UNARY(std::log2, x); }
-POLYQUANT_HD inline Half log2_t(Half x) { return Half(std::log2(float(x))); }
+POLYQUANT_HD inline Half log2_t(Half x) { return Half(log2_t(float(x))); }
 POLYQUANT_HD inline float exp2_t(float x) { return POLYQUANT_X86_UNARY(std::exp2, x); }
 POLYQUANT_HD inline double exp2_t(double x) { return POLYQUANT_X86_UNARY(std::exp2, x); }
-POLYQUANT_HD inline Half exp2_t(Half x) { return Half(std::exp2(float(x))); }
+POLYQUANT_HD inline Half exp2_t(Half x) { return Half(exp2_t(float(x))); }
 
 // Value conversions as numpy's astype does them (round to nearest even, overflow to inf).
 template <class T>

@@ -97,6 +97,28 @@ POLYQUANT_HD inline T x86_div(T a, T b) {
 #endif
   return r;
 }
+// -x and |x|: sign-bit operations on x86, which keep a NaN's bits. The device may compile them as
+// an addition with a negated or absolute operand, which returns its canonical NaN, so device code
+// flips or clears the sign bit itself.
+template <class T>
+POLYQUANT_HD inline T x86_neg(T x) {
+#if POLYQUANT_SPELL_OUT_X86_NANS
+  if constexpr (sizeof(T) == 4) return std::bit_cast<T>(std::bit_cast<std::uint32_t>(x) ^ 0x80000000u);
+  else return std::bit_cast<T>(std::bit_cast<std::uint64_t>(x) ^ 0x8000000000000000ull);
+#else
+  return -x;
+#endif
+}
+template <class T>
+POLYQUANT_HD inline T x86_abs(T x) {
+#if POLYQUANT_SPELL_OUT_X86_NANS
+  if constexpr (sizeof(T) == 4) return std::bit_cast<T>(std::bit_cast<std::uint32_t>(x) & 0x7FFFFFFFu);
+  else return std::bit_cast<T>(std::bit_cast<std::uint64_t>(x) & 0x7FFFFFFFFFFFFFFFull);
+#else
+  return std::fabs(x);
+#endif
+}
+
 // std::nearbyint, std::floor, ...: a NaN comes back quieted.
 template <class T>
 POLYQUANT_HD inline T x86_nearbyint(T x) {

@@ -12,6 +12,9 @@
 #include "families/qkeras/kernels.h"
 #include "families/qonnx/kernels.h"
 
+// FloatQuant's floor(log2) table, which device code reads (core/floor_log2.h); never filled here.
+POLYQUANT_DEFINE_FLOOR_LOG2_TABLE()
+
 namespace polyquant::detail {
 
 struct DeviceParams {

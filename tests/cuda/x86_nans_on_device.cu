@@ -29,6 +29,10 @@ __global__ void pair_kernel(const T* a, const T* b, int n, T* out) {
   o[kDeviceDiv] = x / y;
   o[kX86Nearbyint] = x86_nearbyint(x);
   o[kDeviceNearbyint] = std::nearbyint(x);
+  o[kX86Neg] = x86_neg(x);
+  o[kDeviceNeg] = -x;
+  o[kX86Abs] = x86_abs(x);
+  o[kDeviceAbs] = std::fabs(x);
   o[kFloorT] = floor_t(x);
   o[kDeviceFloor] = std::floor(x);
   o[kMulFirstNan] = mul_first_nan(x, y);

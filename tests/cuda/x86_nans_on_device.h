@@ -8,9 +8,10 @@ enum PairResult {
   kX86Add, kX86Sub, kX86Mul, kX86Div,              // core/x86_nan.h
   kDeviceAdd, kDeviceSub, kDeviceMul, kDeviceDiv,  // the device's own operators
   kX86Nearbyint, kDeviceNearbyint,                 // of a
-  kFloorT, kDeviceFloor,                           // of a
+  kX86Neg, kDeviceNeg, kX86Abs, kDeviceAbs,        // of a
+  kFloorT, kDeviceFloor,                           // of a (reported, not checked: see the test)
   kMulFirstNan,                                    // core/scalar_math.h
-  kLog2T,                                          // of a
+  kLog2T,                                          // of a (reported, not checked: see the test)
   kConvertX86, kConvertDevice,                     // a through the other precision and back
   kPairResults
 };

@@ -19,18 +19,43 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
 
 #include "backends/cuda/backend_abi.h"
 #include "backends/cuda/row_elements.cuh"
+#include "core/floor_log2.h"
 
 #if !defined(POLYQUANT_CUDA_FLUSH_DENORMALS) || !defined(POLYQUANT_CUDA_FLAVOUR) || !defined(POLYQUANT_CUDA_WORK)
 #error "compile with -DPOLYQUANT_CUDA_FLUSH_DENORMALS=0 -DPOLYQUANT_CUDA_FLAVOUR=ieee (nvcc -ftz=false) or =1 and flushing (-ftz=true), and -DPOLYQUANT_CUDA_WORK=kF16|kF32|kF64"
 #endif
 
+// This unit's device copy of FloatQuant's floor(log2) table (core/floor_log2.h).
+POLYQUANT_DEFINE_FLOOR_LOG2_TABLE()
+
 namespace polyquant::detail::cuda {
+// The build's own namespace as well (core/target.h): nvcc names this file's anonymous namespace
+// after the file, the same in all six builds, and its non-template functions would collide.
+inline namespace POLYQUANT_TARGET_NAMESPACE {
 namespace {
 
 constexpr int kThreadsPerBlock = 256;
+
+// Fills this unit's device copy of the floor(log2) table on the current device, once per device:
+// measured on the host from the C library the CPU reference calls, in this process.
+[[maybe_unused]] int upload_floor_log2_table() {
+  static const FloorLog2RoundUp measured = measure_floor_log2_round_up();
+  static std::mutex mutex;
+  static bool uploaded[256] = {};
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (device >= 0 && device < 256 && uploaded[device]) return 0;
+  e = cudaMemcpyToSymbol(floor_log2_round_up_on_device, &measured, sizeof measured);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();  // once: the copy is complete before any launch reads it
+  if (e == cudaSuccess && device >= 0 && device < 256) uploaded[device] = true;
+  return static_cast<int>(e);
+}
 
 // Output elements [0, a.n) of one row, element by element from global memory; `p` and `a` arrive by
 // value in the kernel's parameter space. Element j is independent of every other, so any thread
@@ -87,6 +112,7 @@ __global__ void staged_row_kernel(P p, RowArgs a, StagedPlan plan) {
     RowArgs tile = a;
     tile.n = len;
     tile.index = a.index + base;
+#pragma unroll  // constant operand indices keep `tile` in registers, not in local memory
     for (int i = 0; i < kMaxOperands; ++i) {
       const auto* from = static_cast<const unsigned char*>(a.in[i]);
       const std::int64_t size = plan.bytes.in[i];
@@ -101,6 +127,7 @@ __global__ void staged_row_kernel(P p, RowArgs a, StagedPlan plan) {
     }
     tile.out = shared + plan.out_offset;
     __syncthreads();
+#pragma unroll 4
     for (std::int64_t j = threadIdx.x; j < len; j += blockDim.x) Row::template element<T, kMode>(p, tile, j);
     __syncthreads();
     copy_tile(static_cast<unsigned char*>(a.out) + base * plan.bytes.out, shared + plan.out_offset, len * plan.bytes.out);
@@ -161,6 +188,9 @@ int launch_row(const void* params, const RowArgs* args, const PolyquantCudaEleme
   const RowArgs& a = *args;
   if (a.n <= 0) return 0;
   const auto s = static_cast<cudaStream_t>(stream);
+  if constexpr (kOp == KernelOp::kFloatQuant) {
+    if (const int e = upload_floor_log2_table(); e != 0) return e;
+  }
   StagedPlan plan;
   if (staged_plan(a, bytes, plan)) {
     const std::int64_t tiles = (a.n + plan.tile - 1) / plan.tile;
@@ -177,6 +207,7 @@ int launch_row(const void* params, const RowArgs* args, const PolyquantCudaEleme
 }
 
 }  // namespace
+}  // namespace POLYQUANT_TARGET_NAMESPACE
 
 // Fills the table entries this build holds: the ops of its flavour (see the file comment) in its
 // working precision, POLYQUANT_CUDA_WORK.

@@ -185,10 +185,10 @@ POLYQUANT_HD inline W affine_grad_element(const AffineGradParams& g, W dy, W x, 
       const W v = affine_unclamped(p, x, s, o);
       const bool in_range = v >= static_cast<W>(p.qmin) && v <= static_cast<W>(p.qmax);
       const W masked = narrow_to<W>(in_range ? dy : x86_mul(dy, zero), r);
-      if (g.of == AffineGradOf::kOffset) return -masked;
+      if (g.of == AffineGradOf::kOffset) return x86_neg(masked);
       const W dx = narrow_to<W>(x86_div(masked, s), r);
       if (g.of == AffineGradOf::kX) return dx;
-      return narrow_to<W>(mul_first_nan(narrow_to<W>(x86_div(x, s), r), -dx), r);
+      return narrow_to<W>(mul_first_nan(narrow_to<W>(x86_div(x, s), r), x86_neg(dx)), r);
     }
     default: {
       // d/dx = where(mask, g, 0); d/ds = g * where(mask, round(x/s) - x/s, clamp(round(x/s),

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/floor_log2.h"
 #include "core/scalar_math.h"
 #include "core/target.h"
 #include "kernels/ops.h"
@@ -141,10 +142,10 @@ POLYQUANT_HD inline double floor_log2_in(WorkType w, double xs) {
   switch (w) {
     case WorkType::kF16: {
       const Half v(x86_to_float(xs));
-      return to_double(floor_t(log2_t(abs_t(v) + tiny<Half>())));
+      return to_double(floor_log2_t(abs_t(v) + tiny<Half>()));
     }
-    case WorkType::kF32: return x86_to_double(floor_t(log2_t(x86_add(abs_t(x86_to_float(xs)), tiny<float>()))));
-    default: return floor_t(log2_t(x86_add(abs_t(xs), tiny<double>())));
+    case WorkType::kF32: return x86_to_double(floor_log2_t(x86_add(abs_t(x86_to_float(xs)), tiny<float>())));
+    default: return floor_log2_t(x86_add(abs_t(xs), tiny<double>()));
   }
 }
 
@@ -165,7 +166,7 @@ POLYQUANT_HD inline double float_quant_clipped(T x, T s, T min_exp, double max_v
   T xs, e;
   if (p.xs_as == work_type_v<T>) {
     xs = x86_div(x, s);
-    e = floor_t(log2_t(x86_add(abs_t(xs), tiny<T>())));
+    e = floor_log2_t(x86_add(abs_t(xs), tiny<T>()));
   } else {  // X / scale and its log2 in the narrower promote(X, scale); the rest in T
     const double q = divide_in(p.xs_as, to_double(x), to_double(s));
     xs = from_double<T>(q);
