@@ -7,9 +7,6 @@
 // row, per_row_mask). A few extra calls mirror torch's fused ops for the comparison in
 // scripts/gpu_bench_torch.py: AIMET's fake quantization per channel and ONNX's FP8 quantize.
 //
-// Each call runs twice: staged (the element sizes given, so the kernel stages tiles through shared
-// memory) and element by element (none given).
-//
 // Bytes counted: every operand read (x, and the parameter arrays of the layout) plus the output
 // written, at its real width (measured: the bytes the kernel writes on a short row). "of copy" is
 // the op's bytes per second over the copy's (cudaMemcpyAsync of x, read + write).
@@ -82,7 +79,7 @@ const char* layout_name(Layout l) {
 }
 
 struct Result {
-  std::string op, layout, path;
+  std::string op, layout;
   double ms, bytes, of_copy;
 };
 
@@ -104,7 +101,7 @@ class Bench {
     const std::size_t copy_bytes = static_cast<std::size_t>(n) * 4;
     const double ms = median_ms(reps_, [&] { cudaMemcpyAsync(out_, x_, copy_bytes, cudaMemcpyDeviceToDevice); });
     copy_bytes_per_ms_ = 2.0 * static_cast<double>(copy_bytes) / ms;
-    results_.push_back({"copy (cudaMemcpyAsync)", "", "", ms, 2.0 * static_cast<double>(copy_bytes), 1.0});
+    results_.push_back({"copy (cudaMemcpyAsync)", "", ms, 2.0 * static_cast<double>(copy_bytes), 1.0});
   }
 
   // One op's benchmark call (`setup` fills a BenchRow) in `layout`. `label` names it in the table.
@@ -117,10 +114,8 @@ class Bench {
     std::vector<void*> owned;
     double read_bytes = 0;
     bool has_parameter = false;
-    PolyquantCudaElementBytes sizes{};
     for (int k = 0; k < row.operand_count(); ++k) {
       const std::size_t size = row.element_size(k);
-      sizes.in[k] = static_cast<std::uint8_t>(size);
       if (!a.is_broadcast(k)) {
         read_bytes += static_cast<double>(size) * static_cast<double>(n_);
         continue;
@@ -147,24 +142,18 @@ class Bench {
       for (void* d : owned) cudaFree(d);
       return;
     }
-    const double out_size = written_bytes_per_element(launch, row.params(), a);
-    sizes.out = static_cast<std::uint8_t>(out_size < 1 ? 0 : out_size);  // packed outputs: element by element only
-    const double bytes = read_bytes + out_size * static_cast<double>(n_);
-    const PolyquantCudaElementBytes* const paths[] = {&sizes, nullptr};
-    for (const PolyquantCudaElementBytes* given : paths) {
-      const double ms = median_ms(reps_, [&] { launch(row.params(), &a, given, nullptr); });
-      check(cudaGetLastError(), label.c_str());
-      results_.push_back({label, layout_name(layout), given ? "staged" : "element by element", ms, bytes,
-                          bytes / ms / copy_bytes_per_ms_});
-    }
+    const double bytes = read_bytes + written_bytes_per_element(launch, row.params(), a) * static_cast<double>(n_);
+    const double ms = median_ms(reps_, [&] { launch(row.params(), &a, nullptr); });
+    check(cudaGetLastError(), label.c_str());
+    results_.push_back({label, layout_name(layout), ms, bytes, bytes / ms / copy_bytes_per_ms_});
     for (void* d : owned) cudaFree(d);
   }
 
   void print(const char* json_path) const {
-    std::printf("%-32s %-22s %-19s %8s %8s %8s\n", "op", "parameters", "path", "ms", "GB/s", "of copy");
+    std::printf("%-32s %-22s %8s %8s %8s\n", "op", "parameters", "ms", "GB/s", "of copy");
     for (const Result& r : results_) {
-      std::printf("%-32s %-22s %-19s %8.3f %8.1f %7.1f%%\n", r.op.c_str(), r.layout.c_str(), r.path.c_str(), r.ms,
-                  r.bytes / r.ms / 1e6, 100.0 * r.of_copy);
+      std::printf("%-32s %-22s %8.3f %8.1f %7.1f%%\n", r.op.c_str(), r.layout.c_str(), r.ms, r.bytes / r.ms / 1e6,
+                  100.0 * r.of_copy);
     }
     if (json_path == nullptr) return;
     FILE* f = std::fopen(json_path, "w");
@@ -172,8 +161,8 @@ class Bench {
     std::fprintf(f, "{\"elements\": %lld, \"reps\": %d, \"results\": [\n", static_cast<long long>(n_), reps_);
     for (std::size_t i = 0; i < results_.size(); ++i) {
       const Result& r = results_[i];
-      std::fprintf(f, "  {\"op\": \"%s\", \"parameters\": \"%s\", \"path\": \"%s\", \"ms\": %.6f, \"bytes\": %.0f, \"of_copy\": %.4f}%s\n",
-                   r.op.c_str(), r.layout.c_str(), r.path.c_str(), r.ms, r.bytes, r.of_copy, i + 1 < results_.size() ? "," : "");
+      std::fprintf(f, "  {\"op\": \"%s\", \"parameters\": \"%s\", \"ms\": %.6f, \"bytes\": %.0f, \"of_copy\": %.4f}%s\n",
+                   r.op.c_str(), r.layout.c_str(), r.ms, r.bytes, r.of_copy, i + 1 < results_.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);
@@ -187,7 +176,7 @@ class Bench {
     constexpr unsigned char kUntouched = 0xA5;
     a.n = kProbe;
     check(cudaMemset(a.out, kUntouched, kProbe * 8), "probe");
-    check(static_cast<cudaError_t>(launch(params, &a, nullptr, nullptr)), "probe launch");
+    check(static_cast<cudaError_t>(launch(params, &a, nullptr)), "probe launch");
     std::vector<unsigned char> got(kProbe * 8);
     check(cudaMemcpy(got.data(), a.out, got.size(), cudaMemcpyDeviceToHost), "probe copy");
     std::size_t last = 0;

@@ -41,7 +41,6 @@ constexpr unsigned char kUntouched = 0xA5;      // fills both outputs: bytes a k
 // One operand's bytes on the host (as the kernel reads them) and its copy on the device.
 struct HostOperand {
   std::vector<unsigned char> bytes;
-  std::uint8_t element_size = 4;  // bytes of one value
 };
 
 HostOperand host_bytes(const Operand& o) {
@@ -50,7 +49,6 @@ HostOperand host_bytes(const Operand& o) {
     h.bytes.resize(o.f32.size() * sizeof(float));
     std::memcpy(h.bytes.data(), o.f32.data(), h.bytes.size());
   } else {
-    h.element_size = 8;
     h.bytes.resize(o.f64.size() * sizeof(double));
     std::memcpy(h.bytes.data(), o.f64.data(), h.bytes.size());
   }
@@ -100,10 +98,8 @@ class RowsOnDevice : public ::testing::Test {
     if (!status_.available()) GTEST_SKIP() << "CUDA unavailable: " << status_.reason;
   }
 
-  // Runs op on one row of n elements with the CPU reference and on the device, twice: element by
-  // element (no element sizes given) and staged through shared memory (every size given; the
-  // output's is the extent the reference wrote), and compares every output byte of both. `args`
-  // holds the row's masks; its pointers are filled here.
+  // Runs op on one row of n elements with the CPU reference and on the device and compares every
+  // output byte. `args` holds the row's masks; its pointers are filled here.
   ::testing::AssertionResult same_on_device(KernelOp op, const void* params, const std::vector<HostOperand>& operands,
                                             RowArgs args, WorkType work = WorkType::kF32) const {
     const PolyquantCudaLaunch launch = status_.table->launch[static_cast<int>(op)][static_cast<int>(work)];
@@ -111,38 +107,26 @@ class RowsOnDevice : public ::testing::Test {
     const std::size_t out_bytes = static_cast<std::size_t>(args.n) * kOutBytesPerElement;
     std::vector<std::unique_ptr<DeviceBuffer>> device;
     RowArgs on_device = args, on_host = args;
-    PolyquantCudaElementBytes sizes{};
     for (std::size_t k = 0; k < operands.size(); ++k) {
       device.push_back(std::make_unique<DeviceBuffer>(operands[k].bytes.size()));
       cudaMemcpy(device.back()->get(), operands[k].bytes.data(), operands[k].bytes.size(), cudaMemcpyHostToDevice);
       on_device.in[k] = device.back()->get();
       on_host.in[k] = operands[k].bytes.data();
-      sizes.in[k] = operands[k].element_size;
     }
     std::vector<unsigned char> want(out_bytes, kUntouched);
     on_host.out = want.data();
     reference_kernel(op, work)(params, on_host);
-    std::size_t extent = 0;
-    for (std::size_t b = 0; b < out_bytes; ++b) {
-      if (want[b] != kUntouched) extent = b + 1;
-    }
-    for (std::uint8_t size : {1, 2, 4, 8}) {
-      if (sizes.out == 0 && extent <= static_cast<std::size_t>(size) * static_cast<std::size_t>(args.n)) sizes.out = size;
-    }
-    for (const PolyquantCudaElementBytes* given : {static_cast<const PolyquantCudaElementBytes*>(nullptr), static_cast<const PolyquantCudaElementBytes*>(&sizes)}) {
-      const char* path = given == nullptr ? "element by element" : "staged";
-      DeviceBuffer out(out_bytes);
-      cudaMemset(out.get(), kUntouched, out_bytes);
-      on_device.out = out.get();
-      const int launched = launch(params, &on_device, given, nullptr);
-      if (launched != 0) return ::testing::AssertionFailure() << path << " launch: " << status_.table->error_string(launched);
-      const cudaError_t done = cudaDeviceSynchronize();
-      if (done != cudaSuccess) return ::testing::AssertionFailure() << path << " kernel: " << cudaGetErrorString(done);
-      std::vector<unsigned char> got(out_bytes);
-      cudaMemcpy(got.data(), out.get(), out_bytes, cudaMemcpyDeviceToHost);
-      ::testing::AssertionResult same = same_bytes(got, want);
-      if (!same) return same << " (" << path << ")";
-    }
+    DeviceBuffer out(out_bytes);
+    cudaMemset(out.get(), kUntouched, out_bytes);
+    on_device.out = out.get();
+    const int launched = launch(params, &on_device, nullptr);
+    if (launched != 0) return ::testing::AssertionFailure() << "launch: " << status_.table->error_string(launched);
+    const cudaError_t done = cudaDeviceSynchronize();
+    if (done != cudaSuccess) return ::testing::AssertionFailure() << "kernel: " << cudaGetErrorString(done);
+    std::vector<unsigned char> got(out_bytes);
+    cudaMemcpy(got.data(), out.get(), out_bytes, cudaMemcpyDeviceToHost);
+    ::testing::AssertionResult same = same_bytes(got, want);
+    if (!same) return same;
     auto& [rows, elements] = checked_[std::string(op_name(op)) + (work == WorkType::kF16 ? " (float16 work)" : "")];
     ++rows;
     elements += args.n;
@@ -261,7 +245,6 @@ TEST_F(RowsOnDevice, EveryFloat16XInTheFloat16WorkingPrecision) {
             std::memcpy(h.bytes.data() + j * 8, o.f64.data() + j % o.f64.size(), 8);
           }
         } else {
-          h.element_size = 2;
           h.bytes.resize(kAllHalves * 2);
           for (std::int64_t j = 0; j < kAllHalves; ++j) {
             const std::uint16_t v = i == 0 ? static_cast<std::uint16_t>(j) : float_to_half_bits(o.f32[j % o.f32.size()]);
@@ -333,13 +316,11 @@ TEST_F(RowsOnDevice, QuantizeLinearEqualsTheCpuReferenceBitForBit) {
 TEST_F(RowsOnDevice, DequantizeLinearEqualsTheCpuReferenceBitForBit) {
   HostOperand codes, scale, zero_point;
   codes.bytes.resize(kRowLength);
-  codes.element_size = 1;
   for (std::size_t i = 0; i < codes.bytes.size(); ++i) codes.bytes[i] = static_cast<unsigned char>(i * 37);
   Operand s;
   s.f32 = test::fill(0.1f);
   scale = host_bytes(s);
   zero_point.bytes.assign(kRowLength, 3);
-  zero_point.element_size = 1;
   for (DType t : {DType::kUInt8, DType::kInt8, DType::kInt4, DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
     DequantizeLinearParams p;
     p.x_dtype = t;

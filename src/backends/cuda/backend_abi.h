@@ -17,7 +17,7 @@
 #include "kernels/row.h"
 
 // Bumped whenever PolyquantCudaBackend, RowArgs' meaning or a launcher's contract changes.
-#define POLYQUANT_CUDA_ABI_VERSION 2u
+#define POLYQUANT_CUDA_ABI_VERSION 1u
 #define POLYQUANT_CUDA_ENTRY_POINT "polyquant_cuda_backend_v1"
 
 // The function of row_kernels.cu's build for a flavour (ieee, flushing) and a working precision
@@ -27,24 +27,11 @@
 
 extern "C" {
 
-// The bytes of one element of each operand and of the output, when the caller knows them: a launch
-// that has them for every operand it uses (and for the output) stages its contiguous operands and
-// its output through shared memory, tile by tile, so that each thread has several wide loads in
-// flight (a per-element row alone has one: its loads cannot pass the previous element's store, as
-// the output may alias an input); without them the row runs element by element from global memory.
-// Both give the same bits.
-struct PolyquantCudaElementBytes {
-  std::uint8_t in[polyquant::detail::kMaxOperands];  // 1, 2, 4 or 8; 0: unknown (or operand unused)
-  std::uint8_t out;                                  // 1, 2, 4 or 8; 0: unknown
-};
-
 // Runs one row (RowArgs with device pointers: in[i], out) on the device, asynchronously on
 // `stream` (a cudaStream_t; nullptr: the legacy default stream). `params` is a host pointer to the
-// op's parameter struct (RowElementTraits<op>::Params), copied into the launch; `bytes` may be
-// nullptr (see PolyquantCudaElementBytes). Returns 0, or the cudaError_t of the failed launch
-// (PolyquantCudaBackend::error_string names it).
-typedef int (*PolyquantCudaLaunch)(const void* params, const polyquant::detail::RowArgs* args,
-                                   const PolyquantCudaElementBytes* bytes, void* stream);
+// op's parameter struct (RowElementTraits<op>::Params), copied into the launch. Returns 0, or the
+// cudaError_t of the failed launch (PolyquantCudaBackend::error_string names it).
+typedef int (*PolyquantCudaLaunch)(const void* params, const polyquant::detail::RowArgs* args, void* stream);
 
 struct PolyquantCudaBackend {
   std::uint32_t abi_version;     // POLYQUANT_CUDA_ABI_VERSION the library was built with

@@ -38,8 +38,6 @@ namespace polyquant::detail::cuda {
 inline namespace POLYQUANT_TARGET_NAMESPACE {
 namespace {
 
-constexpr int kThreadsPerBlock = 256;
-
 // Fills this unit's device copy of the floor(log2) table on the current device, once per device:
 // measured on the host from the C library the CPU reference calls, in this process.
 [[maybe_unused]] int upload_floor_log2_table() {
@@ -57,118 +55,14 @@ constexpr int kThreadsPerBlock = 256;
   return static_cast<int>(e);
 }
 
-// Output elements [0, a.n) of one row, element by element from global memory; `p` and `a` arrive by
-// value in the kernel's parameter space. Element j is independent of every other, so any thread
-// order gives the CPU's bits.
+// Output elements [0, a.n) of one row; `p` and `a` arrive by value in the kernel's parameter space.
+// Element j is independent of every other, so any thread order gives the CPU's bits.
 template <class Row, class T, RoundingMode kMode, class P>
 __global__ void row_kernel(P p, RowArgs a) {
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < a.n; j += stride) {
     Row::template element<T, kMode>(p, a, j);
   }
-}
-
-// How a staged launch lays a tile out in shared memory (planned on the host, staged_plan).
-struct StagedPlan {
-  std::int64_t tile = 0;                      // elements per tile
-  std::uint32_t staged_mask = 0;              // contiguous operands copied into shared memory
-  std::uint32_t in_offset[kMaxOperands] = {};  // their place in shared memory (bytes)
-  std::uint32_t out_offset = 0;
-  std::uint32_t shared_bytes = 0;
-  PolyquantCudaElementBytes bytes{};
-};
-
-// Copies `count` bytes with every thread of the block, 16 bytes at a time where both ends allow.
-[[maybe_unused]] __device__ inline void copy_tile(unsigned char* __restrict__ to, const unsigned char* __restrict__ from, std::int64_t count) {
-  const auto aligned = [&](unsigned mask) {
-    return ((reinterpret_cast<std::uintptr_t>(to) | reinterpret_cast<std::uintptr_t>(from) |
-             static_cast<std::uintptr_t>(count)) & mask) == 0;
-  };
-  if (aligned(15u)) {
-    auto* t = reinterpret_cast<uint4*>(to);
-    const auto* f = reinterpret_cast<const uint4*>(from);
-    for (std::int64_t k = threadIdx.x; k < count / 16; k += blockDim.x) t[k] = f[k];
-  } else if (aligned(3u)) {
-    auto* t = reinterpret_cast<std::uint32_t*>(to);
-    const auto* f = reinterpret_cast<const std::uint32_t*>(from);
-    for (std::int64_t k = threadIdx.x; k < count / 4; k += blockDim.x) t[k] = f[k];
-  } else {
-    for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) to[k] = from[k];
-  }
-}
-
-// The same row, tile by tile: the block copies each tile's contiguous operands into shared memory
-// (wide loads, all in flight together), runs the per-element row on the tile with a RowArgs that
-// points there (per-row and repeated-row operands offset to the tile's first element, broadcast
-// operands unchanged, `index` advanced), and copies the tile's output out. The element computed is
-// the very same function on the same values, so the bits equal row_kernel's.
-template <class Row, class T, RoundingMode kMode, class P>
-__global__ void staged_row_kernel(P p, RowArgs a, StagedPlan plan) {
-  extern __shared__ __align__(16) unsigned char shared[];
-  const std::int64_t tiles = (a.n + plan.tile - 1) / plan.tile;
-  for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const std::int64_t base = t * plan.tile;
-    const std::int64_t len = a.n - base < plan.tile ? a.n - base : plan.tile;
-    RowArgs tile = a;
-    tile.n = len;
-    tile.index = a.index + base;
-#pragma unroll  // constant operand indices keep `tile` in registers, not in local memory
-    for (int i = 0; i < kMaxOperands; ++i) {
-      const auto* from = static_cast<const unsigned char*>(a.in[i]);
-      const std::int64_t size = plan.bytes.in[i];
-      if ((plan.staged_mask >> i) & 1u) {
-        copy_tile(shared + plan.in_offset[i], from + base * size, len * size);
-        tile.in[i] = shared + plan.in_offset[i];
-      } else if (a.is_per_row(i)) {
-        tile.in[i] = from + (base / a.row_len) * size;
-      } else if (a.is_repeated_row(i)) {
-        tile.in[i] = from + (base % a.row_len) * size;
-      }
-    }
-    tile.out = shared + plan.out_offset;
-    __syncthreads();
-#pragma unroll 4
-    for (std::int64_t j = threadIdx.x; j < len; j += blockDim.x) Row::template element<T, kMode>(p, tile, j);
-    __syncthreads();
-    copy_tile(static_cast<unsigned char*>(a.out) + base * plan.bytes.out, shared + plan.out_offset, len * plan.bytes.out);
-    __syncthreads();
-  }
-}
-
-[[maybe_unused]] bool is_element_size(unsigned b) { return b == 1 || b == 2 || b == 4 || b == 8; }
-
-// Plans a staged launch, or returns false (run element by element): every operand the row uses
-// needs its element size; per-row and repeated-row operands need rows that tiles do not straddle
-// (a tile of whole rows, or rows of whole tiles); and the tile's bytes must fit the shared memory.
-[[maybe_unused]] bool staged_plan(const RowArgs& a, const PolyquantCudaElementBytes* bytes, StagedPlan& plan) {
-  if (bytes == nullptr || !is_element_size(bytes->out)) return false;
-  plan.bytes = *bytes;
-  std::int64_t per_element = bytes->out;
-  for (int i = 0; i < kMaxOperands; ++i) {
-    if (a.in[i] == nullptr || a.is_broadcast(i)) continue;
-    if (!is_element_size(bytes->in[i])) return false;
-    if (a.is_per_row(i) || a.is_repeated_row(i)) continue;
-    plan.staged_mask |= 1u << i;
-    per_element += bytes->in[i];
-  }
-  // Tiles of 2048 elements (8 per thread: several 16-byte loads in flight) within 48 KiB, at least 256.
-  constexpr std::int64_t kSharedBudget = 48 * 1024;
-  std::int64_t tile = 2048;
-  while (tile > kThreadsPerBlock && tile * per_element > kSharedBudget) tile /= 2;
-  if (tile * per_element > kSharedBudget) return false;
-  if ((a.per_row_mask | a.repeated_row_mask) != 0) {
-    if (a.row_len <= 0 || !(tile % a.row_len == 0 || a.row_len % tile == 0)) return false;
-  }
-  plan.tile = tile;
-  std::uint32_t offset = 0;
-  for (int i = 0; i < kMaxOperands; ++i) {
-    if (!((plan.staged_mask >> i) & 1u)) continue;
-    plan.in_offset[i] = offset;
-    offset += static_cast<std::uint32_t>((tile * bytes->in[i] + 15) / 16 * 16);
-  }
-  plan.out_offset = offset;
-  plan.shared_bytes = offset + static_cast<std::uint32_t>((tile * bytes->out + 15) / 16 * 16);
-  return true;
 }
 
 // f.template operator()<kMode>() with the op's rounding mode (ops whose parameters carry one: a
@@ -180,7 +74,8 @@ void with_mode_of(const P& p, F&& f) {
 }
 
 template <KernelOp kOp, class Row, WorkType kWork>
-int launch_row(const void* params, const RowArgs* args, const PolyquantCudaElementBytes* bytes, void* stream) {
+int launch_row(const void* params, const RowArgs* args, void* stream) {
+  constexpr int kThreadsPerBlock = 256;
   constexpr std::int64_t kMaxBlocks = 65536;  // fills an H100 many times over; longer rows loop (grid-stride)
   using P = typename RowElementTraits<kOp>::Params;
   using T = WorkT<kWork>;
@@ -190,15 +85,6 @@ int launch_row(const void* params, const RowArgs* args, const PolyquantCudaEleme
   const auto s = static_cast<cudaStream_t>(stream);
   if constexpr (kOp == KernelOp::kFloatQuant) {
     if (const int e = upload_floor_log2_table(); e != 0) return e;
-  }
-  StagedPlan plan;
-  if (staged_plan(a, bytes, plan)) {
-    const std::int64_t tiles = (a.n + plan.tile - 1) / plan.tile;
-    const dim3 grid(static_cast<unsigned>(tiles < kMaxBlocks ? tiles : kMaxBlocks));
-    with_mode_of(p, [&]<RoundingMode kMode>() {
-      staged_row_kernel<Row, T, kMode, P><<<grid, kThreadsPerBlock, plan.shared_bytes, s>>>(p, a, plan);
-    });
-    return static_cast<int>(cudaGetLastError());
   }
   const std::int64_t wanted = (a.n + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks));
