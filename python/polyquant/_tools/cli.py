@@ -2,7 +2,8 @@
 family (QONNX, QKeras, AIMET, ONNX Q/DQ, Quark), show what was detected.
 
     polyquant info
-    polyquant run MODEL.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--reference] [--repeat N] [--seed S]
+    polyquant run MODEL.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--reference | --reference-model ORIGINAL.onnx]
+                             [--repeat N] [--seed S]
     polyquant bench [--size N] [--repeat R] [--json] [--ops OP ...] [--no-peers] [--qkeras-timings FILE]
     polyquant diff SPEC_A SPEC_B [--dtype float32|float16|bfloat16] [--json]
     polyquant convert IN.onnx -o OUT.onnx [--to onnx] [--check sample|exhaustive|none]
@@ -182,6 +183,11 @@ def build_parser():
                      help="also run the reference (qonnx, amd-quark's op or onnx's evaluator) and check the outputs are bit-exact (from a session with "
                           "qonnx's standard-op numerics); report the speedup, and on a mismatch the first "
                           "differing node")
+    run.add_argument("--reference-model", metavar="ORIGINAL.onnx",
+                     help="compare MODEL with another model on the same inputs instead of with a reference "
+                          "framework, bit for bit: for a model written by `polyquant convert`, its original "
+                          "(both run in sessions with qonnx's standard-op numerics, the original with polyquant's "
+                          "ops); a mismatch gives exit status 1")
     run.add_argument("--repeat", "-n", type=_positive_int, default=10, metavar="N",
                      help="timed runs after one warm-up; the median is reported (default: %(default)s)")
     run.add_argument("--reference-repeat", type=_positive_int, default=3, metavar="N",

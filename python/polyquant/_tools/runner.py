@@ -558,9 +558,45 @@ def _describe(value):
     return f"{value.dtype}{list(value.shape)}"
 
 
+def _compare_with_model(model, original, inputs, outputs, out_dir, args, say):
+    """`polyquant run MODEL --reference-model ORIGINAL`: both models on the same inputs, each in a
+    session with qonnx's standard-op numerics (so that onnxruntime's fusions cannot make two equal
+    graphs differ), every output of MODEL compared bit for bit with ORIGINAL's output of the same name.
+    Returns the exit status (0 every output equal, 1 otherwise)."""
+    checked_session = make_session(model, reference_numerics=True)
+    checked, _ = run_session(checked_session, inputs, 1, show_progress=False)
+    ref_session = make_session(original, reference_numerics=True)
+    wanted = [arg.name for arg in ref_session.get_inputs()]
+    missing = [name for name in wanted if name not in inputs]
+    if missing:
+        raise CommandError(f"--reference-model: {original} takes inputs {missing} that {model} does not "
+                           f"(it takes {list(inputs)}); the two models must have the same inputs")
+    ref_repeat = min(args.repeat, args.reference_repeat)
+    expected, ref_times = run_session(ref_session, {name: inputs[name] for name in wanted}, ref_repeat,
+                                      show_progress=False)
+    _save({k: v for k, v in expected.items() if k in outputs}, out_dir / "reference")
+    say(f"reference  {_ms(statistics.median(ref_times))} per run ({original} with polyquant's ops, median of "
+        f"{len(ref_times)} runs)")
+    failed = 0
+    for name, value in checked.items():
+        result = (compare(value, expected[name]) if name in expected
+                  else Comparison(False, problem=f"no output {name!r} in {original}"))
+        failed += not result.exact
+        say(f"check      {name}: {result.describe()}")
+    verdict = "bit-exact" if not failed else f"MISMATCH in {failed} of {len(checked)} outputs"
+    say(f"result     {verdict} against {original}")
+    return 1 if failed else 0
+
+
 def run_command(args, out=sys.stdout):
     """`polyquant run`: returns the exit status (0 ok, 1 reference mismatch)."""
     load_model(args.model, load_external_data=False)  # a clear error for a file that is no model
+    reference_model = getattr(args, "reference_model", None)
+    if reference_model is not None:
+        if args.reference:
+            raise CommandError("--reference and --reference-model: give one (the first checks MODEL against its "
+                               "framework, the second against another model)")
+        load_model(reference_model, load_external_data=False)
     kind = reference_kind(args.model) if args.reference else None
     reason = args.reference and (reference_unavailable() if kind == "qonnx" else
                                  quark_reference_unavailable() if kind == "quark" else None)
@@ -592,6 +628,8 @@ def run_command(args, out=sys.stdout):
         say(f"output     {name}: {_describe(value)}  -> {paths[name]}")
     pq_time = statistics.median(times)
     say(f"polyquant  {_ms(pq_time)} per run (onnxruntime + polyquant ops, median of {len(times)} runs)")
+    if reference_model is not None:
+        return _compare_with_model(args.model, reference_model, inputs, outputs, out_dir, args, say)
     if not args.reference:
         return 0
 

@@ -304,6 +304,55 @@ def test_cli_writes_a_model_that_runs_without_polyquant(tmp_path):
     assert status == 2
 
 
+# ---- polyquant run --reference-model: a converted model against its original ---------------------------
+
+def test_run_reference_model_checks_a_converted_model_against_its_original(tmp_path):
+    original = BREVITAS / "conv_perchannel.onnx"
+    converted = tmp_path / "standard.onnx"
+    assert run_cli("convert", str(original), "-o", str(converted))[0] == 0
+    for given in ([], ["--input", str(BREVITAS / "conv_perchannel.input.npy")]):
+        status, text = run_cli("run", str(converted), "--reference-model", str(original), "-n", "1",
+                               "-o", str(tmp_path / "run"), *given)
+        assert status == 0, text
+        assert "result     bit-exact against" in text and "check      " in text
+    assert (tmp_path / "run" / "reference").is_dir()
+
+
+def test_run_reference_model_reports_a_mismatch(tmp_path):
+    original = BREVITAS / "conv_perchannel.onnx"
+    converted = tmp_path / "standard.onnx"
+    assert run_cli("convert", str(original), "-o", str(converted))[0] == 0
+    model = onnx.load(str(converted))
+    # Nudge the first float initializer with more than one element (a weight or a per-channel scale).
+    init = next(i for i in model.graph.initializer
+                if i.data_type == TensorProto.FLOAT and np.prod(i.dims, dtype=np.int64) > 1)
+    value = numpy_helper.to_array(init).copy()
+    value.flat[0] = np.nextafter(value.flat[0], np.float32(np.inf)) * np.float32(1.5) + np.float32(1.0)
+    init.CopyFrom(numpy_helper.from_array(value, init.name))
+    wrong = tmp_path / "wrong.onnx"
+    onnx.save(model, str(wrong))
+    status, text = run_cli("run", str(wrong), "--reference-model", str(original), "-n", "1", "-o", str(tmp_path / "run"))
+    assert status == 1 and "MISMATCH in 1 of 1 outputs" in text and "elements differ" in text
+
+
+def test_run_reference_model_refuses_other_inputs_and_both_flags(tmp_path, capsys):
+    original = BREVITAS / "conv_perchannel.onnx"
+    model = onnx.load(str(original))
+    old = model.graph.input[0].name
+    model.graph.input[0].name = "renamed"
+    for node in model.graph.node:
+        node.input[:] = ["renamed" if n == old else n for n in node.input]
+    other = tmp_path / "other.onnx"
+    onnx.save(model, str(other))
+    status, _ = run_cli("run", str(other), "--reference-model", str(original), "-n", "1", "-o", str(tmp_path / "run"))
+    error = capsys.readouterr().err
+    assert status == 2 and "must have the same inputs" in error and repr(old) in error
+    status, _ = run_cli("run", str(original), "--reference", "--reference-model", str(original), "-o", str(tmp_path / "r"))
+    assert status == 2 and "give one" in capsys.readouterr().err
+    status, _ = run_cli("run", str(original), "--reference-model", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "r"))
+    assert status == 2 and "missing.onnx" in capsys.readouterr().err
+
+
 # ---- --allow-inexact ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("zeropt,per_channel", [(0.0, False), (0.0, True), (3.0, False), (-2.0, True)])
