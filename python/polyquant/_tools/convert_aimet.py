@@ -16,9 +16,10 @@ differ; `check="exhaustive"` sweeps all 2^32 float32 inputs per distinct (scale,
 polyquant diff's sweep. Each tensor's row gives the two `polyquant diff` specs compared.
 
 Encodings 2.0.0 / 2.1.0 (AIMET's ONNX-aligned layout: a list of {name, output_dtype, y_scale,
-y_zero_point, axis}) are converted, per tensor and per channel; blockwise (block_size) and LPBQ
-encodings, 1.0.0 / 0.6.1 files and names that are no tensor of the model are refused by name (then
-nothing is written).
+y_zero_point, axis}) and 1.0.0 / 0.6.1 files (activation_encodings and param_encodings with AIMET's
+scale and offset, read by polyquant.aimet's reader of AIMET's export; see _legacy_entries) are
+converted, per tensor and per channel; blockwise (block_size) and LPBQ encodings and names that are
+no tensor of the model are refused by name (then nothing is written).
 
 Back (`--to aimet`, to_encodings): a QDQ model's Q/DQ parameters as AIMET 2.1.0 encodings, bit for bit.
 """
@@ -36,6 +37,7 @@ import numpy as np
 from .runner import CommandError
 
 SUPPORTED_VERSIONS = ("2.0.0", "2.1.0")
+LEGACY_VERSIONS = ("1.0.0", "0.6.1")
 INTEGER_DTYPES = {"int8": (8, True), "uint8": (8, False), "int16": (16, True), "uint16": (16, False),
                   "int4": (4, True), "uint4": (4, False)}
 INTEGER_NUMPY = {(8, True): np.int8, (8, False): np.uint8, (16, True): np.int16, (16, False): np.uint16,
@@ -184,13 +186,15 @@ def convert_aimet(model: Any, encodings: Any, *, check: str = "sample") -> Aimet
     m = _load_model(model, copy=True)
     enc = _load_encodings(encodings)
     version = str(enc.get("version", "")) if isinstance(enc, dict) else ""
-    if version not in SUPPORTED_VERSIONS:
-        raise CommandError(f"encodings: version {version or '(none)'!r} is not converted yet; expected one of "
-                           f"{', '.join(SUPPORTED_VERSIONS)} (AIMET's ONNX-aligned layout; export with "
-                           f"encoding_version='2.1.0')")
-    entries = enc.get("encodings")
-    if not isinstance(entries, list):
-        raise CommandError("encodings: a 2.x file holds a list 'encodings' of {name, output_dtype, y_scale, ...}")
+    if version in LEGACY_VERSIONS:
+        entries = _legacy_entries(enc, version, m.graph)
+    elif version in SUPPORTED_VERSIONS:
+        entries = enc.get("encodings")
+        if not isinstance(entries, list):
+            raise CommandError("encodings: a 2.x file holds a list 'encodings' of {name, output_dtype, y_scale, ...}")
+    else:
+        raise CommandError(f"encodings: version {version or '(none)'!r} is not converted; expected one of "
+                           f"{', '.join(SUPPORTED_VERSIONS + LEGACY_VERSIONS)} (AIMET's encodings file)")
     g = m.graph
     params = {t.name for t in g.initializer}
     tensors = params | {v.name for v in g.input} | {o for n in g.node for o in n.output}
@@ -203,6 +207,9 @@ def convert_aimet(model: Any, encodings: Any, *, check: str = "sample") -> Aimet
         result.tensors.append(report)
         if name not in tensors:
             report.reason = f"no tensor named {name!r} in the model"
+            continue
+        if "refused" in e:  # a 1.0.0 / 0.6.1 encoding that has no Q/DQ form (_legacy_entries)
+            report.reason = e["refused"]
             continue
         if "block_size" in e or "per_block_int_scale" in e or isinstance(e.get("y_scale"), dict):
             report.reason = "blockwise / LPBQ encoding: not converted yet (per-tensor and per-channel are)"
@@ -248,6 +255,97 @@ def convert_aimet(model: Any, encodings: Any, *, check: str = "sample") -> Aimet
     if not result.refused:
         result.model = _qdq_model(m, accepted)
     return result
+
+
+# ---- 1.0.0 / 0.6.1 files ----------------------------------------------------------------------------------
+
+def _legacy_entries(enc: dict, version: str, graph) -> list:
+    """The encodings of a 1.0.0 or 0.6.1 file as the 2.x entries the converter reads: each encoding
+    (1.0.0: {name, dtype, bw, is_sym, scale, offset, enc_type}; 0.6.1: one {bitwidth, is_symmetric,
+    scale, offset, min, max} per channel) read by polyquant.aimet.encodings.encoding_from_qnn_dict,
+    the reader of what AIMET exports, which gives the scale, AIMET's offset and the integer grid; the
+    grid is the output dtype and -offset the zero point, the same parameters AIMET's 2.x export of
+    that quantizer holds. Blockwise / LPBQ encodings keep their block_size (refused below), and any
+    other encoding without a Q/DQ form gets a `refused` reason."""
+    from ..aimet.encodings import encoding_from_qnn_dict
+    entries = []
+    for key in ("activation_encodings", "param_encodings"):
+        section = enc.get(key, [] if version == "1.0.0" else {})
+        if version == "1.0.0":
+            if not isinstance(section, list):
+                raise CommandError(f"encodings: a 1.0.0 file's {key!r} is a list of {{name, bw, scale, offset, ...}}")
+            items = [(e.get("name") if isinstance(e, dict) else None, e) for e in section]
+        else:
+            if not isinstance(section, dict):
+                raise CommandError(f"encodings: a 0.6.1 file's {key!r} maps tensor names to lists of "
+                                   "{bitwidth, scale, offset, ...}")
+            items = list(section.items())
+        for name, d in items:
+            entries.append(_legacy_entry(name, d, version, graph, encoding_from_qnn_dict))
+    return entries
+
+
+def _legacy_entry(name, d, version: str, graph, read) -> dict:
+    if version == "1.0.0" and isinstance(d, dict) and d.get("enc_type") in ("PER_BLOCK", "LPBQ"):
+        return {"name": name, "block_size": d.get("block_size")}
+    if version == "0.6.1":
+        count = len(d) if isinstance(d, list) else 1
+    else:
+        scale = d.get("scale") if isinstance(d, dict) else None
+        count = len(scale) if isinstance(scale, list) else 1
+    try:
+        p = read(d, version, (count,))
+    except (TypeError, ValueError) as exc:
+        return {"name": name, "refused": f"{version} encoding: {exc}"}
+    qmin, qmax = int(p["qmin"]), int(p["qmax"])
+    bits = (qmax - qmin + 1).bit_length() - 1
+    zps = -np.asarray(p["offset"], np.float64)
+    if not np.all(zps == np.round(zps)):
+        return {"name": name, "refused": f"{version} encoding: offset {(-zps).tolist()!r:.60} is not an integer"}
+    entry = {"name": name, "output_dtype": f"{'int' if qmin < 0 else 'uint'}{bits}",
+             "y_scale": np.asarray(p["scale"], np.float32).tolist(), "y_zero_point": zps.astype(np.int64).tolist()}
+    if count > 1:
+        axis = _channel_axis(graph, name, count, version)
+        if isinstance(axis, str):
+            return {"name": name, "refused": axis}
+        entry["axis"] = axis
+    return entry
+
+
+# The weight's channel axis by its consumer, where the weight's shape alone does not tell: AIMET's
+# output channels (Conv: 0; ConvTranspose: 1; Gemm: 0 with transB, else 1; MatMul: the last).
+def _consumer_channel_axis(graph, name: str, rank: int):
+    for node in graph.node:
+        if len(node.input) > 1 and node.input[1] == name:
+            if node.op_type == "Conv":
+                return 0
+            if node.op_type == "ConvTranspose":
+                return 1
+            if node.op_type == "Gemm":
+                trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+                return 0 if trans_b else 1
+            if node.op_type == "MatMul":
+                return rank - 1
+    return None
+
+
+def _channel_axis(graph, name: str, count: int, version: str):
+    """The axis of a per-channel encoding with `count` channels on tensor `name`, which 1.0.0 / 0.6.1
+    files do not record, or the reason it cannot be told."""
+    init = next((t for t in graph.initializer if t.name == name), None)
+    if init is None:
+        return (f"{version} encoding with {count} channels on an activation: the file does not record the "
+                f"axis (per-tensor activations and per-channel weights are converted)")
+    dims = list(init.dims)
+    axes = [i for i, n in enumerate(dims) if n == count]
+    if len(axes) == 1:
+        return axes[0]
+    axis = _consumer_channel_axis(graph, name, len(dims))
+    if axis in axes:
+        return axis
+    return (f"{version} encoding with {count} channels on a weight of shape {dims}: no axis of that length"
+            if not axes else f"{version} encoding with {count} channels on a weight of shape {dims}: the axis is "
+                             f"one of {axes} and its consumer does not tell which")
 
 
 # ---- back: a QDQ model -> AIMET encodings (2.1.0) --------------------------------------------------------

@@ -142,8 +142,10 @@ def test_refusals_name_the_encoding(change, reason):
 
 
 def test_bad_files():
-    with pytest.raises(CommandError, match="version '1.0.0' is not converted yet"):
-        conv.convert(float_model(), encodings={"version": "1.0.0", "activation_encodings": []})
+    with pytest.raises(CommandError, match="version '3.0.0' is not converted"):
+        conv.convert(float_model(), encodings={"version": "3.0.0", "encodings": []})
+    with pytest.raises(CommandError, match="'param_encodings' is a list"):
+        conv.convert(float_model(), encodings={"version": "1.0.0", "param_encodings": {}})
     with pytest.raises(CommandError, match="cannot read"):
         conv.convert(float_model(), encodings="/nonexistent/enc.json")
     with pytest.raises(CommandError, match="to='onnx'"):
@@ -207,3 +209,62 @@ def test_to_aimet_refuses_a_clip_it_cannot_hold():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
     r = to_encodings(m)
     assert [t.status for t in r.tensors] == ["refused"] and "Clip" in r.tensors[0].reason
+
+
+# ---- 1.0.0 / 0.6.1 files -------------------------------------------------------------------------------
+
+def qdq_parameters(model):
+    """Each DequantizeLinear's output -> its scale, zero point (values and dtype) and axis (of a
+    per-channel weight, counted from the front: 2.x files may say -1 for the last)."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    out = {}
+    for n in model.graph.node:
+        if n.op_type == "DequantizeLinear":
+            s, z = inits[n.input[1]], inits[n.input[2]]
+            axis = None
+            if np.asarray(s).size > 1:
+                axis = next((a.i for a in n.attribute if a.name == "axis"), 1) % inits[n.input[0]].ndim
+            out[n.output[0]] = (np.asarray(s).reshape(-1).tolist(), str(z.dtype), np.asarray(z).reshape(-1).tolist(), axis)
+    return out
+
+
+@pytest.mark.parametrize("version", ["1.0.0", "0.6.1"])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_legacy_files_convert_as_their_2_1_0_export(version, symmetric):
+    import polyquant
+    from .test_calibrate import batches, small_model
+    model, data = small_model(), batches(2)
+    modern = polyquant.calibrate(model, data, per_channel=True, symmetric=symmetric).encodings
+    legacy = polyquant.calibrate(model, data, per_channel=True, symmetric=symmetric, encoding_version=version).encodings
+    a, b = conv.convert(model, encodings=modern), conv.convert(model, encodings=legacy)
+    assert not a.refused and not b.refused
+    assert sorted(t.name for t in b.tensors) == ["conv.w", "f", "fc.w", "x", "y"]
+    params = qdq_parameters(b.model)
+    assert params == qdq_parameters(a.model) and len(params) == 5
+    x = data[0]["x"]
+    np.testing.assert_array_equal(bits(plain(b.model).run(None, {"x": x})[0]), bits(plain(a.model).run(None, {"x": x})[0]))
+
+
+def test_legacy_encodings_without_a_qdq_form_are_refused_by_name():
+    enc = {"version": "1.0.0", "activation_encodings": [
+        {"name": "x", "dtype": "INT", "bw": 8, "is_sym": False, "scale": [0.1, 0.2, 0.3, 0.4], "offset": [0, 0, 0, 0],
+         "enc_type": "PER_CHANNEL"},
+        {"name": "h", "dtype": "FLOAT", "bw": 16, "is_sym": False, "scale": [0.1], "offset": [0], "enc_type": "PER_TENSOR"}],
+        "param_encodings": [
+        {"name": "w", "dtype": "INT", "bw": 4, "is_sym": True, "scale": [0.1, 0.2], "offset": [-8, -8],
+         "enc_type": "PER_BLOCK", "block_size": 2}]}
+    r = conv.convert(float_model(), encodings=enc)
+    reasons = {t.name: t.reason for t in r.refused}
+    assert "does not record the axis" in reasons["x"]
+    assert "'dtype'" in reasons["h"] and "blockwise / LPBQ" in reasons["w"]
+    # A square weight: the consumer (MatMul) tells the axis; 0.6.1 per-channel lists, one dict per channel.
+    w = np.random.default_rng(0).standard_normal((3, 3)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])], [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    channel = [{"bitwidth": 8, "dtype": "int", "is_symmetric": "True", "min": -1.0, "max": 1.0, "offset": -128,
+                "scale": s} for s in (0.01, 0.02, 0.03)]
+    r = conv.convert(m, encodings={"version": "0.6.1", "activation_encodings": {}, "param_encodings": {"w": channel}})
+    assert not r.refused and qdq_parameters(r.model)["w__dequantized"][3] == 1
