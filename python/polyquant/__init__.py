@@ -84,19 +84,20 @@ def report(model: Any, data: Any, analyzer: str = "minmax", bits: int = 8, per_c
 
 
 def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 0, allow_inexact: bool = False,
-            encodings: Any = None) -> Any:
+            encodings: Any = None, encoding_version: str = "2.1.0") -> Any:
     """`model` (an onnx.ModelProto, a path or serialized bytes) converted exactly, each converted node
     checked in onnxruntime against the original (``check``: "sample", "exhaustive" or "none"):
     ``to="onnx"`` replaces QONNX IntQuant / Quant, BipolarQuant, Trunc (and float8-format FloatQuant)
     and Quark's Extended Q/DQ by standard ONNX ops with the original's bits; ``to="qonnx"`` replaces
     standard QuantizeLinear / DequantizeLinear pairs by QONNX Quant / FloatQuant on the same grid;
-    ``encodings=`` (an AIMET 2.0.0 / 2.1.0 file or dict) writes a float model's QDQ form with those
-    parameters and reports where ONNX's division differs from AIMET's reciprocal; ``to="aimet"``
-    gives a QDQ model's encodings. ``allow_inexact=True`` emits nodes that are not exact, with their
+    ``encodings=`` (an AIMET 2.0.0 / 2.1.0 / 1.0.0 / 0.6.1 file or dict) writes a float model's QDQ form
+    with those parameters and reports where ONNX's division differs from AIMET's reciprocal;
+    ``to="aimet"`` gives a QDQ model's encodings (``encoding_version`` "2.1.0", "1.0.0" or "0.6.1"). ``allow_inexact=True`` emits nodes that are not exact, with their
     differing inputs counted. Returns a result with the converted ``model`` and a report per node
     (``nodes``; ``refused`` with the reasons); docs/convert.md."""
     from ._tools.convert import convert as _convert
-    return _convert(model, to, check=check, seed=seed, allow_inexact=allow_inexact, encodings=encodings)
+    return _convert(model, to, check=check, seed=seed, allow_inexact=allow_inexact, encodings=encodings,
+                    encoding_version=encoding_version)
 
 
 def __getattr__(name: str) -> Any:

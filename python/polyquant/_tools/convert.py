@@ -636,7 +636,7 @@ def _record_check(report: "NodeReport", outcome: CheckOutcome, allow_inexact: bo
 # ---- the conversion ------------------------------------------------------------------------------------
 
 def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 0,
-            allow_inexact: bool = False, encodings: Any = None) -> ConvertResult:
+            allow_inexact: bool = False, encodings: Any = None, encoding_version: str = "2.1.0") -> ConvertResult:
     """Converts `model` (an onnx.ModelProto, a path or serialized bytes; not modified) to `to`:
     returns a ConvertResult with the converted ``model`` and a report per QONNX node (``nodes``;
     ``refused`` lists those not converted, with the reason). `allow_inexact=True` writes IntQuant /
@@ -645,7 +645,8 @@ def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 
     counted by kind (``inexact`` lists them). `encodings` (an AIMET encodings file's path or dict, with a
     float `model`) writes a QDQ model with the encodings' parameters instead and returns
     convert_aimet's AimetResult, which reports per tensor where ONNX's division differs from AIMET's
-    reciprocal multiplication. See the module documentation."""
+    reciprocal multiplication. `encoding_version` ("2.1.0", "1.0.0" or "0.6.1") is the layout of the
+    encodings `to="aimet"` writes. See the module documentation."""
     from ..onnx.models import _load_model
     if to not in ("onnx", "qonnx", "aimet"):
         raise CommandError(f"to: expected 'onnx' (QONNX -> standard ONNX) or 'qonnx' (standard Q/DQ -> QONNX) or "
@@ -660,7 +661,7 @@ def convert(model: Any, to: str = "onnx", *, check: str = "sample", seed: int = 
         return convert_aimet(model, encodings, check=check)
     if to == "aimet":
         from .convert_aimet import to_encodings
-        return to_encodings(model)
+        return to_encodings(model, encoding_version)
     m = _load_model(model, copy=True)
     if to == "qonnx":
         from .convert_qonnx import to_qonnx
@@ -729,7 +730,8 @@ def convert_command(args, out=sys.stdout) -> int:
         model = _load_model(args.model, copy=False)
     except (OSError, ValueError, TypeError) as exc:
         raise CommandError(str(exc)) from None
-    r = convert(model, args.to, check=args.check, allow_inexact=args.allow_inexact, encodings=args.encodings)
+    r = convert(model, args.to, check=args.check, allow_inexact=args.allow_inexact, encodings=args.encodings,
+                encoding_version=args.encoding_version)
     print(r, file=out)
     if r.refused:
         print(f"not written: {len(r.refused)} node(s) refused", file=out)
@@ -768,9 +770,12 @@ def add_parser(sub, epilog: str) -> None:
                         "rounding tie and random values (sample, default) or on all 2^32 float32 inputs (exhaustive, "
                         "per-tensor parameters; about a minute per node)")
     p.add_argument("--encodings", metavar="ENC.json", default=None,
-                   help="an AIMET encodings file (2.0.0 / 2.1.0) for the float model IN.onnx: write the QDQ model with "
+                   help="an AIMET encodings file (2.0.0 / 2.1.0 / 1.0.0 / 0.6.1) for the float model IN.onnx: write the QDQ model with "
                         "its parameters and report, per tensor, where ONNX's division differs from AIMET's reciprocal "
                         "multiplication (--check exhaustive: all 2^32 float32 inputs per parameter tuple)")
+    p.add_argument("--encoding-version", choices=["2.1.0", "1.0.0", "0.6.1"], default="2.1.0",
+                   help="--to aimet: the layout of the encodings written (default: %(default)s; 1.0.0 and 0.6.1 hold "
+                        "per-tensor and per-channel encodings, not blocked ones)")
     p.add_argument("--allow-inexact", action="store_true",
                    help="write IntQuant / Quant nodes that QuantizeLinear / DequantizeLinear can hold as Q/DQ (the form "
                         "other runtimes recognize; it differs from qonnx on NaN, -0.0 and, with a zero point, some "

@@ -387,19 +387,47 @@ def _float_name(name: str) -> str:
     return name
 
 
-def to_encodings(model: Any) -> EncodingsResult:
-    """AIMET 2.1.0 encodings of a QDQ model's QuantizeLinear -> DequantizeLinear pairs and its
-    DequantizeLinears of integer weight initializers: y_scale, y_zero_point, axis, block_size and the
-    output dtype, copied bit for bit (a float32 scale's shortest repr reads back as the same float32),
-    named after the float tensor each quantizes (module constants: the layouts' suffixes are removed)."""
+def _legacy_encoding(entry: dict, version: str, rank: int, axis) -> Any:
+    """A 2.1.0 entry as a 1.0.0 (dict) or 0.6.1 (list of dicts) encoding, written by polyquant.aimet's
+    AffineEncoding, AIMET's own export: the dtype's grid, offset -zero point, symmetric when every zero
+    point is the grid's centroid (as AIMET's 2.x export writes a symmetric quantizer), the scale shaped
+    as AIMET's quantizer (per channel: one axis of the tensor's rank)."""
+    import math
+    from ..aimet.encodings import AffineEncoding
+    bits, signed = INTEGER_DTYPES[entry["output_dtype"]]
+    qmin, qmax = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    scale = np.asarray(entry["y_scale"], np.float32).reshape(-1)
+    zp = np.broadcast_to(np.asarray(entry.get("y_zero_point", 0), np.int64).reshape(-1), scale.shape)
+    shape = ()
+    if scale.size > 1:
+        shape = [1] * rank
+        shape[axis % rank] = scale.size
+    symmetric = bool(np.all(zp == math.ceil((qmin + qmax) / 2)))
+    encoding = AffineEncoding(scale.reshape(shape), (-zp).astype(np.float32).reshape(shape), qmin, qmax, symmetric)
+    return encoding.to_qnn_encoding_dict(version)
+
+
+def to_encodings(model: Any, version: str = "2.1.0") -> EncodingsResult:
+    """AIMET encodings of a QDQ model's QuantizeLinear -> DequantizeLinear pairs and its
+    DequantizeLinears of integer weight initializers, named after the float tensor each quantizes
+    (module constants: the layouts' suffixes are removed). 2.1.0 (the default): y_scale, y_zero_point,
+    axis, block_size and the output dtype, copied bit for bit (a float32 scale's shortest repr reads
+    back as the same float32). 1.0.0 / 0.6.1: the same quantizers in AIMET's older layouts
+    (_legacy_encoding), per tensor and per channel (a blocked pair is refused: those files hold no
+    blocks); a symmetric unsigned pair (zero point 128 on uint8) reads back as int8 with zero point 0,
+    the same values."""
     from onnx import helper, numpy_helper
     from ..onnx.models import _load_model
     from .. import __version__
+    if version not in SUPPORTED_VERSIONS[1:] + LEGACY_VERSIONS:
+        raise CommandError(f"encoding_version: expected 2.1.0, 1.0.0 or 0.6.1, got {version!r}")
     m = _load_model(model, copy=False)
     g = m.graph
     inits = {t.name: t for t in g.initializer}
     result = EncodingsResult({"producer": {"package": "polyquant", "version": __version__}, "version": "2.1.0",
                               "encodings": []})
+    legacy = {"activation_encodings": [] if version == "1.0.0" else {},
+              "param_encodings": [] if version == "1.0.0" else {}}
     seen = set()
 
     def attr(node, name, default):
@@ -448,8 +476,26 @@ def to_encodings(model: Any) -> EncodingsResult:
             entry["axis"] = int(attr(node, "axis", 1))
         if attr(node, "block_size", 0):
             entry["block_size"] = int(attr(node, "block_size", 0))
-        result.encodings["encodings"].append(entry)
+        if version in LEGACY_VERSIONS:
+            if "block_size" in entry:
+                report.reason = f"blocked: a {version} file holds no blockwise encodings (2.1.0 does)"
+                continue
+            rank = len(inits[node.input[0]].dims) if kind == "param" else 1
+            if scale.size > 1 and kind == "activation":
+                report.reason = f"per-channel activation: a {version} file does not record its axis (2.1.0 does)"
+                continue
+            d = _legacy_encoding(entry, version, rank, entry.get("axis", 0))
+            section = legacy["param_encodings" if kind == "param" else "activation_encodings"]
+            if version == "1.0.0":
+                section.append({"name": name, **d})
+            else:
+                section[name] = d
+        else:
+            result.encodings["encodings"].append(entry)
         report.status = "written"
         report.params = (f"{entry['output_dtype']}, " + (f"scale {scale.reshape(-1)[0]:.9g}" if scale.size == 1 else
                          f"axis {entry['axis']}, {scale.size} scales") + (", blocked" if "block_size" in entry else ""))
+    if version in LEGACY_VERSIONS:
+        result.encodings = {"producer": result.encodings["producer"], "version": version, **legacy,
+                            "excluded_layers": []}
     return result

@@ -268,3 +268,40 @@ def test_legacy_encodings_without_a_qdq_form_are_refused_by_name():
                 "scale": s} for s in (0.01, 0.02, 0.03)]
     r = conv.convert(m, encodings={"version": "0.6.1", "activation_encodings": {}, "param_encodings": {"w": channel}})
     assert not r.refused and qdq_parameters(r.model)["w__dequantized"][3] == 1
+
+
+@pytest.mark.parametrize("version", ["1.0.0", "0.6.1"])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_to_aimet_writes_the_older_layouts_as_aimet_exports_them(version, symmetric):
+    """A QDQ model's encodings in 1.0.0 / 0.6.1 equal polyquant calibrate's export of the same
+    quantizers in that version (AIMET's own writer), and read back to the same Q/DQ model."""
+    import polyquant
+    from .test_calibrate import batches, small_model
+    model, data = small_model(), batches(2)
+    calibrated = polyquant.calibrate(model, data, per_channel=True, symmetric=symmetric, encoding_version=version)
+    qdq = conv.convert(model, encodings=calibrated.encodings).model
+    r = polyquant.convert(qdq, to="aimet", encoding_version=version)
+    assert not r.refused and r.encodings["version"] == version
+    want = calibrated.encodings
+    for key in ("activation_encodings", "param_encodings"):
+        got = r.encodings[key]
+        if version == "1.0.0":
+            assert sorted(got, key=lambda e: e["name"]) == sorted(want[key], key=lambda e: e["name"])
+        else:
+            assert got == want[key]
+    again = conv.convert(model, encodings=r.encodings).model
+    assert qdq_parameters(again) == qdq_parameters(qdq)
+
+
+def test_to_aimet_older_layouts_from_the_cli_and_bad_versions(tmp_path):
+    import onnx
+    with pytest.raises(CommandError, match="encoding_version"):
+        conv.convert(float_model(), to="aimet", encoding_version="2.0.0")
+    qdq = conv.convert(float_model(), encodings=encodings()).model
+    path, out = tmp_path / "qdq.onnx", tmp_path / "enc.json"
+    onnx.save(qdq, path)
+    o = io.StringIO()
+    assert cli.main(["convert", str(path), "--to", "aimet", "--encoding-version", "0.6.1", "-o", str(out)], out=o) == 0
+    written = json.loads(out.read_text())
+    assert written["version"] == "0.6.1" and set(written["param_encodings"]) == {"w"}
+    assert len(written["param_encodings"]["w"]) == 3 and set(written["activation_encodings"]) == {"x", "h"}
