@@ -12,17 +12,19 @@ both; per tensor or per axis) becomes one QONNX node computing the same grid:
       (round(x / scale + zeropt)) where QuantizeLinear adds it after (round(x / scale) + zp), and the
       float32 sum x / scale + zeropt makes ties that x / scale is not on: the check finds them and the
       pair is refused (--allow-inexact emits it, with the counts).
-  float8 e4m3fn / e5m2 (saturate = 1)
+  float8 e4m3fn / e5m2 / e4m3fnuz / e5m2fnuz (saturate = 1)
       FloatQuant(x, scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias, max_val; has_inf,
-      has_nan, has_subnormal, saturation = 1, rounding_mode = ROUND): the minifloat's own format.
+      has_nan, has_subnormal, saturation = 1, rounding_mode = ROUND): the minifloat's own grid (the
+      fnuz types: bias 8 / 16, max 240 / 57344, no infinities; their lack of a negative zero is the
+      -0.0 fix-up below).
 
 Where the two still differ on a whole class of inputs, standard ops after the QONNX node give
 DequantizeLinear's value there (exact fix-ups, computed at conversion time per channel):
   NaN / +inf / -inf inputs  Where(IsNaN(x) / IsInf(x), DQ(Q(that input)), y), only where DQ(Q(.))
                             differs from the QONNX node's output for it (integer Q turns NaN into an
                             integer; FloatQuant turns +-inf into NaN where saturating Q gives +-max)
-  zeros                     Where(y == 0, +0.0, y) for integer types: DequantizeLinear's (q - zp) * scale
-                            is +0.0 where qonnx keeps the sign of a negative input rounding to zero.
+  zeros                     Where(y == 0, +0.0, y) for integer and fnuz types: DequantizeLinear's value is
+                            +0.0 where qonnx keeps the sign of a negative input rounding to zero.
 --allow-inexact leaves the fix-ups out (a bare QONNX node, as FINN-style flows expect): INEXACT, with
 the differing inputs counted.
 
@@ -33,8 +35,8 @@ a blocked one gets the blocks' parameters expanded to the weight's shape (QONNX 
 Refused, with the reason: a QuantizeLinear whose output reaches anything but DequantizeLinears (QONNX has
 no integer-output op), a DequantizeLinear of a computed integer tensor, parameters that are not
 initializers or differ between Q and DQ, a blocked pair, a per-axis pair whose input rank is unknown,
-saturate = 0 and the fnuz float8 types (no FloatQuant format: no negative zero, NaN at -0), types
-without a QONNX grid (float4, int4 with output_dtype ...), non-float32 inputs.
+saturate = 0, a nonzero float8 zero point, types without a QONNX grid (float4, int4 with output_dtype
+...), non-float32 inputs.
 
 Every converted pair whose parameters are initializers is checked: the emitted nodes run in onnxruntime with
 polyquant's custom-op library (bit-exact with qonnx) against the original pair in plain onnxruntime, on
@@ -56,9 +58,12 @@ from .convert import (CheckOutcome, ConvertResult, NodeReport, _Builder, _compar
                       _record_check, _sample_inputs, _Refused, exact_session_options)
 
 QONNX_DOMAIN = "qonnx.custom_op.general"
-# The float8 types whose format FloatQuant holds: (exponent bits, mantissa bits, bias, max, has_inf).
-# Both have NaN, subnormals and a negative zero, as FloatQuant's formats do.
-FLOAT8_FORMATS = {TensorProto.FLOAT8E4M3FN: (4, 3, 7, 448.0, 0), TensorProto.FLOAT8E5M2: (5, 2, 15, 57344.0, 1)}
+# The float8 types whose grid FloatQuant holds: (exponent bits, mantissa bits, bias, max, has_inf).
+# FloatQuant's formats have NaN, subnormals and a negative zero; the fnuz types have no negative zero
+# (their code 0x80 is the NaN), so their pairs get the -0.0 fix-up of the integer types (FNUZ_TYPES).
+FLOAT8_FORMATS = {TensorProto.FLOAT8E4M3FN: (4, 3, 7, 448.0, 0), TensorProto.FLOAT8E5M2: (5, 2, 15, 57344.0, 1),
+                  TensorProto.FLOAT8E4M3FNUZ: (4, 3, 8, 240.0, 0), TensorProto.FLOAT8E5M2FNUZ: (5, 2, 16, 57344.0, 0)}
+FNUZ_TYPES = (TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2FNUZ)
 INTEGER_TYPES = {TensorProto.INT8: (8, True), TensorProto.UINT8: (8, False), TensorProto.INT16: (16, True),
                  TensorProto.UINT16: (16, False), TensorProto.INT4: (4, True), TensorProto.UINT4: (4, False),
                  TensorProto.INT32: (32, True), TensorProto.UINT32: (32, False)}
@@ -207,7 +212,7 @@ def _emit(graph, q, dq, b: _Builder, p: dict, fixups: bool) -> tuple[str, dict, 
             return qonnx.float_quant(v, p["scale"].reshape(-1), np.float32(e), np.float32(m), np.float32(bias), 1,
                                      np.float32(mx), has_inf, 1, 1, "ROUND", 1)
         form = f"FloatQuant (e{e}m{m}, bias {bias}, max {mx:g}, ROUND)"
-        zero_fix = False
+        zero_fix = ztype in FNUZ_TYPES  # no negative zero: DequantizeLinear gives +0.0
     elif ztype in INTEGER_TYPES:
         g = p["grid"]
         bits, signed, narrow, z = g["bitwidth"], g["signed"], g["narrow"], g["zeropt"]
@@ -225,7 +230,7 @@ def _emit(graph, q, dq, b: _Builder, p: dict, fixups: bool) -> tuple[str, dict, 
         zero_fix = True
     else:
         raise _Refused(f"QuantizeLinear to {TensorProto.DataType.Name(ztype).lower()}: QONNX has no grid for it "
-                       f"(integer types and float8 e4m3fn / e5m2 are converted)")
+                       f"(integer types and float8 e4m3fn / e5m2 / e4m3fnuz / e5m2fnuz are converted)")
     fixed = []
     if fixups:
         y, fixed = _specials_fixups(b, x, y, p, qonnx_at)
@@ -275,7 +280,8 @@ def _integer_grid(p: dict, clip: tuple[int, int] | None) -> dict:
 
 
 def _numpy_type(ztype: int):
-    return {TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn, TensorProto.FLOAT8E5M2: ml_dtypes.float8_e5m2}[ztype]
+    return {TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn, TensorProto.FLOAT8E5M2: ml_dtypes.float8_e5m2,
+            TensorProto.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz, TensorProto.FLOAT8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz}[ztype]
 
 
 def _grid_sample(p: dict, rng) -> np.ndarray:

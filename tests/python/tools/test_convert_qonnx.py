@@ -88,6 +88,9 @@ CASES = {
     "float8 e4m3fn": (np.float32(0.5), np.zeros((), ml_dtypes.float8_e4m3fn), ["n"], None, None),
     "float8 e5m2": (np.float32(0.01), np.zeros((), ml_dtypes.float8_e5m2), ["n"], None, None),
     "float8 e4m3fn per axis": (np.float32([0.5, 1e-3, 7.0]), np.zeros(3, ml_dtypes.float8_e4m3fn), ["n", 3], 1, None),
+    "float8 e4m3fnuz": (np.float32(0.5), np.zeros((), ml_dtypes.float8_e4m3fnuz), ["n"], None, None),
+    "float8 e5m2fnuz": (np.float32(0.01), np.zeros((), ml_dtypes.float8_e5m2fnuz), ["n"], None, None),
+    "float8 e4m3fnuz per axis": (np.float32([0.5, 1e-3, 7.0]), np.zeros(3, ml_dtypes.float8_e4m3fnuz), ["n", 3], 1, None),
 }
 
 
@@ -142,7 +145,7 @@ def test_qonnx_execute_onnx_agrees():
     ("zero point 3", "differs from the Q/DQ pair"),
     ("saturate 0", "saturate = 0"),
     ("blocked", "blocked pair"),
-    ("fnuz", "float8e4m3fnuz"),
+    ("float8 zero point", "a nonzero float8 zero point"),
     ("Q alone", "QuantizeLinear without its DequantizeLinear"),
     ("DQ of a computed tensor", "is not an integer initializer"),
     ("scale input", "is not an initializer"),
@@ -156,8 +159,8 @@ def test_refusals_name_the_reason(case, reason):
     elif case == "blocked":
         m = qdq_model(np.ones((2, 2), np.float32), np.zeros((2, 2), np.int8), [2, 4], axis=1,
                       q_attrs={"block_size": 2}, dq_attrs={"block_size": 2})
-    elif case == "fnuz":
-        m = qdq_model(np.float32(0.5), np.zeros((), ml_dtypes.float8_e4m3fnuz), ["n"])
+    elif case == "float8 zero point":
+        m = qdq_model(np.float32(0.5), np.full((), 1.0, ml_dtypes.float8_e4m3fnuz), ["n"])
     elif case == "Q alone":
         m = qdq_model(np.float32(0.02), np.int8(0), ["n"])
         m.graph.output.append(helper.make_tensor_value_info("q", TensorProto.INT8, None))
