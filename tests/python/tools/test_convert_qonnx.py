@@ -128,14 +128,17 @@ def test_quant_parameters_are_the_grid():
     assert quant_of("int16") == (16, 1, 0, 0.0, b"ROUND")
 
 
-def test_qonnx_execute_onnx_agrees():
-    """The converted model in qonnx's own execute_onnx (its Quant and onnxruntime for the standard fix-ups)."""
+@pytest.mark.parametrize("scale,zp", [(np.float32(0.02), np.uint8(128)),
+                                      (np.float32(0.5), np.zeros((), ml_dtypes.float8_e4m3fnuz))])
+def test_qonnx_execute_onnx_agrees(scale, zp):
+    """The converted model in qonnx's own execute_onnx (its Quant / FloatQuant and onnxruntime for the
+    standard fix-ups)."""
     from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.core.onnx_exec import execute_onnx
     from qonnx.transformation.infer_shapes import InferShapes
-    m = qdq_model(np.float32(0.02), np.uint8(128), [8])
+    m = qdq_model(scale, zp, [8])
     r = conv.convert(m, to="qonnx")
-    x = np.array([np.nan, -0.0, -0.001, 0.01, 0.03, 2.55, -2.57, 1e30], np.float32)
+    x = np.array([np.nan, -0.0, -0.001, 0.01, 0.03, 2.55, -2.57, 1e30], np.float32) * np.float32(scale / 0.02)
     with np.errstate(invalid="ignore", over="ignore"):
         got = execute_onnx(ModelWrapper(r.model).transform(InferShapes()), {"x": x})["y"]
     np.testing.assert_array_equal(bits(got), bits(plain(m).run(None, {"x": x})[0]))
