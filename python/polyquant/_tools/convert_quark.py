@@ -14,6 +14,9 @@ where they agree, and its check finds where they do not:
       Or(IsNaN(x), Not(Abs(x / scale) < 2^63)) (true for NaN and infinities too) and the sentinel is
       -inf (QuantizeLinear's lowest) or +inf (its highest) for a negative zero point: the standard ops
       compute Quark's value there, and QuantizeLinear's own everywhere else.
+  ExtendedDequantizeLinear, int32 / uint32      Mul(Cast(Cast(x, float64) - zp, float32), scale): Quark's
+                                               float32(x - zp) * scale with the difference exact (onnxruntime's
+                                               DequantizeLinear subtracts in int32 and wraps).
   float16 / bfloat16 zero points               refused: ONNX's Q/DQ have no such quantized type (and
                                                Quark's float16 Q is a cast that ignores scale and zero
                                                point); int32 / uint32 Q: refused (no 32-bit Q output).
@@ -245,7 +248,19 @@ def convert_quark_node(graph, node, b: _Builder, opset: int, ranks: dict, check:
             outcome.add(on_weight)
             outcome.on_weight = f"its weight tensor: {on_weight.differing} of {on_weight.checked} differ"
         return form, outcome
-    b.op("DequantizeLinear", [node.input[0]] + inputs, "out", output=node.output[0], **attrs)
+    if ztype in (TensorProto.INT32, TensorProto.UINT32):
+        # Quark's kernel: float32(x - zp) * scale, the difference exact in int64 and rounded once to
+        # float32. onnxruntime's DequantizeLinear subtracts in int32 and wraps near the type's ends, so
+        # the difference is taken in float64 instead (exact: |x - zp| < 2^33), then rounded to float32.
+        zp_wide = np.asarray(zp, np.float64)
+        zp_c = b.typed_const(zp_wide.reshape(shape) if per_axis else zp_wide.reshape(()), "zero_point_f64")
+        s_c = b.const(scale.reshape(shape) if per_axis else scale.reshape(()), "scale_shaped")
+        wide = b.op("Cast", [node.input[0]], "x_f64", to=TensorProto.DOUBLE)
+        diff = b.op("Cast", [b.op("Sub", [wide, zp_c], "difference")], "difference_f32", to=TensorProto.FLOAT)
+        b.op("Mul", [diff, s_c], "out", output=node.output[0])
+        form = "Mul(Cast(Cast(x, float64) - zp, float32), scale)"
+    else:
+        b.op("DequantizeLinear", [node.input[0]] + inputs, "out", output=node.output[0], **attrs)
     form += f" ({TensorProto.DataType.Name(ztype).lower()}{', per axis' if per_axis else ''})"
     if check == "none":
         return form, None

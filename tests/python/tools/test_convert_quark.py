@@ -130,14 +130,57 @@ def test_refusals_name_the_reason(case, reason):
     assert any(n.domain == "com.amd.quark" for n in r.model.graph.node)
 
 
-def test_int32_dequantize_wraps_in_onnxruntime_not_in_quark():
-    """ExtendedDequantizeLinear of int32 computes x - zp without wrapping; onnxruntime's DequantizeLinear
-    wraps it in int32: the check finds the inputs near INT32_MIN, and the node is refused with them."""
-    m = quark_model(np.float32(0.02), np.int32(7), ["n"])
-    dq = next(n for n in conv.convert(m).nodes if n.op == "ExtendedDequantizeLinear")
-    assert dq.status == "refused" and "saturation edge" in dq.reason
-    dq = next(n for n in conv.convert(m, allow_inexact=True).nodes if n.op == "ExtendedDequantizeLinear")
-    assert dq.status == "inexact" and dq.differing == sum(dq.kinds.values()) > 0
+def dq_model(scale, zp, shape, axis=None):
+    """x (zp's integer type) -> ExtendedDequantizeLinear -> y."""
+    inits = [numpy_helper.from_array(np.asarray(scale, np.float32), "s"), numpy_helper.from_array(np.asarray(zp), "z")]
+    kw = {"axis": axis} if axis is not None else {}
+    x_type = helper.np_dtype_to_tensor_dtype(np.asarray(zp).dtype)
+    g = helper.make_graph([helper.make_node("ExtendedDequantizeLinear", ["x", "s", "z"], ["y"], name="DQ",
+                                            domain="com.amd.quark", **kw)], "g",
+                          [helper.make_tensor_value_info("x", x_type, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.amd.quark", 1)])
+    m.ir_version = 10
+    return m
+
+
+@pytest.mark.parametrize("scale,zp,shape,axis", [
+    (np.float32(0.02), np.int32(7), ["n"], None),
+    (np.float32(3e-5), np.int32(-2147483000), ["n"], None),
+    (np.float32(0.5), np.uint32(4000000000), ["n"], None),
+    (np.float32([0.1, 0.2, 3.0]), np.int32([0, -5, 2147483647]), ["n", 3], 1),
+])
+def test_int32_dequantize_becomes_a_float64_difference_equal_to_quark(scale, zp, shape, axis):
+    """ExtendedDequantizeLinear of int32 / uint32 computes float32(x - zp) * scale without wrapping;
+    onnxruntime's DequantizeLinear wraps x - zp in int32, so the node becomes Cast / Sub in float64 / Cast
+    / Mul, exact on every input: the type's ends and their neighbours, small and random values."""
+    m = dq_model(scale, zp, shape, axis)
+    r = conv.convert(m)
+    assert [n.status for n in r.nodes] == ["exact"], [n.reason for n in r.nodes]
+    assert "DequantizeLinear" not in {n.op_type for n in r.model.graph.node}
+    dtype = np.asarray(zp).dtype
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(5)
+    x = np.concatenate([np.array([info.min, info.min + 1, info.max, info.max - 1, 0, 1, 7], np.int64),
+                        np.arange(-3000, 3000) if info.min < 0 else np.arange(6000),
+                        rng.integers(info.min, info.max, 30000, dtype=np.int64, endpoint=True)]).astype(dtype)
+    if len(shape) > 1:
+        x = np.resize(x, (x.size // 3 + 1) * 3).reshape(-1, 3)
+    plain = ort.InferenceSession(r.model.SerializeToString(), conv.exact_session_options(), providers=["CPUExecutionProvider"])
+    original = ort.InferenceSession(m.SerializeToString(), reference_session_options(), providers=["CPUExecutionProvider"])
+    got, want = plain.run(None, {"x": x})[0], original.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(bits(got), bits(want))
+    # The standard DequantizeLinear would not be: it wraps x - zp in int32 near the type's ends.
+    if dtype == np.int32 and np.size(zp) == 1:
+        std = helper.make_model(helper.make_graph(
+            [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])], "g",
+            [helper.make_tensor_value_info("x", TensorProto.INT32, ["n"])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(np.asarray(scale, np.float32), "s"), numpy_helper.from_array(np.asarray(zp), "z")]),
+            opset_imports=[helper.make_opsetid("", 21)])
+        std.ir_version = 10
+        wrapped = ort.InferenceSession(std.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        assert (bits(wrapped) != bits(want)).any()
 
 
 def test_cli_converts_a_quark_model(tmp_path):
