@@ -19,7 +19,11 @@ where they agree, and its check finds where they do not:
                                                DequantizeLinear subtracts in int32 and wraps).
   float16 / bfloat16 zero points               refused: ONNX's Q/DQ have no such quantized type (and
                                                Quark's float16 Q is a cast that ignores scale and zero
-                                               point); int32 / uint32 Q: refused (no 32-bit Q output).
+                                               point).
+  ExtendedQuantizeLinear, int32 / uint32        Quark's kernel in standard ops (QuantizeLinear has no 32-bit
+                                               output): Round(x / scale) cast to int64, plus the zero point,
+                                               Clip to the type, Cast; Quark's edge value where |x / scale|
+                                               >= 2^63 or NaN.
 
 Each converted node is checked: the standard nodes in plain onnxruntime against the Quark node in
 onnxruntime with polyquant's custom-op library (bit-exact with Quark's CPU kernel), bit for bit, on
@@ -80,6 +84,10 @@ def _q_sample(scale: np.ndarray, zp: np.ndarray, ztype: int, shape: tuple, rng) 
                            "signed": int(info.min < 0), "narrow": 0}, rng)
     edge = (np.array([1.0, -1.0, 2.0, -2.0, 0.5, -0.5]).reshape((-1,) + (1,) * len(shape)) * 2.0 ** 63
             * np.asarray(sc, np.float64)).astype(np.float32)
+    if bits > 30:  # the type's own ends, beyond the sample's 30-bit grid
+        ends = np.array([info.min, info.max, info.min - 1.0, info.max + 1.0, info.max - 255.0, info.max + 257.0],
+                        np.float64) - np.asarray(z, np.float64).reshape(-1)[0]
+        edge = np.concatenate([edge, (ends.reshape((-1,) + (1,) * len(shape)) * np.asarray(sc, np.float64)).astype(np.float32)])
     parts = [base, edge, np.nextafter(edge, np.float32(np.inf)), np.nextafter(edge, np.float32(-np.inf))]
     return np.concatenate([np.broadcast_to(a, a.shape[:1] + shape) for a in parts]).astype(np.float32)
 
@@ -211,10 +219,35 @@ def convert_quark_node(graph, node, b: _Builder, opset: int, ranks: dict, check:
     shape = ((scale.size,) + (1,) * (rank - 1 - (axis % rank))) if per_axis else ()
     attrs = {"axis": axis} if per_axis else {}
     check_axis = -len(shape) if per_axis else None
-    if target == "QuantizeLinear" and ztype in (TensorProto.INT32, TensorProto.UINT32):
-        raise _Refused(f"{TensorProto.DataType.Name(ztype).lower()} output: QuantizeLinear has no 32-bit integer output")
     inputs = [node.input[1]] + ([zp_name] if zp_name else [])
     form = target
+    if target == "QuantizeLinear" and ztype in (TensorProto.INT32, TensorProto.UINT32):
+        # QuantizeLinear has no 32-bit output, so standard ops compute Quark's kernel itself: the quotient
+        # x / scale in float32, rounded half to even (Round, Quark's rint), cast to int64, plus the zero
+        # point in int64, saturated to the type (Clip on int64), cast to it. Where x / scale is NaN, +-inf
+        # or |x / scale| >= 2^63 Quark's cast gives INT64_MIN, plus the zero point (wrapping): that constant,
+        # saturated, is selected instead (the arithmetic runs on 0 there).
+        info = np.iinfo(INTEGER[ztype])
+        zp64 = np.asarray(zp, np.int64).reshape(shape) if per_axis else np.asarray(zp, np.int64).reshape(())
+        with np.errstate(over="ignore"):
+            edge = np.clip(np.int64(np.iinfo(np.int64).min) + zp64, info.min, info.max).astype(INTEGER[ztype])
+        s_shaped = b.const(scale.reshape(shape) if per_axis else scale.reshape(()), "scale_shaped")
+        ratio = b.op("Div", [node.input[0], s_shaped], "ratio")
+        inside = b.op("Less", [b.op("Abs", [ratio], "abs_ratio"), b.const(CAST_RANGE, "int64_range")], "inside")
+        safe = b.op("Where", [inside, ratio, b.const(0.0, "zero")], "safe_ratio")
+        wide = b.op("Cast", [b.op("Round", [safe], "rounded")], "as_int64", to=TensorProto.INT64)
+        summed = b.op("Add", [wide, b.typed_const(zp64, "zero_point_i64")], "with_zero_point")
+        clipped = b.op("Clip", [summed, b.typed_const(np.int64(info.min), "type_min"),
+                                b.typed_const(np.int64(info.max), "type_max")], "saturated")
+        narrow = b.op("Cast", [clipped], "as_type", to=ztype)
+        b.op("Where", [inside, narrow, b.typed_const(edge, "quark_edge")], "out", output=node.output[0])
+        form = "Cast(Clip(int64(Round(x / scale)) + zp)), Quark's edge where |x / scale| >= 2^63 or NaN"
+        form += f" ({TensorProto.DataType.Name(ztype).lower()}{', per axis' if per_axis else ''})"
+        if check == "none":
+            return form, None
+        xs = _q_sample(scale, zp, ztype, shape, rng)
+        steps = [float(v) for v in np.unique(scale) if v > 0]
+        return form, _check(node, b, graph, xs, TensorProto.FLOAT, ztype, opset, check, steps, check_axis)
     if target == "QuantizeLinear":
         x = node.input[0]
         if ztype in INTEGER and guard:

@@ -106,16 +106,13 @@ def test_without_the_guard_the_check_finds_quarks_edges(monkeypatch):
 
 
 @pytest.mark.parametrize("case,reason", [
-    ("int32", "QuantizeLinear has no 32-bit integer output"),
     ("float16", "float16 zero point"),
     ("bfloat16", "bfloat16 zero point"),
     ("opset 17 int16", "needs opset 21"),
     ("scale input", "is not an initializer"),
 ])
 def test_refusals_name_the_reason(case, reason):
-    if case == "int32":
-        m = quark_model(np.float32(0.02), np.int32(7), ["n"])
-    elif case == "float16":
+    if case == "float16":
         m = quark_model(np.float32(1.0), np.float16(0), ["n"])
     elif case == "bfloat16":
         m = quark_model(np.float32(1.0), np.zeros((), ml_dtypes.bfloat16), ["n"])
@@ -128,6 +125,34 @@ def test_refusals_name_the_reason(case, reason):
     r = conv.convert(m)
     assert r.refused and reason in r.refused[0].reason, [n.reason for n in r.nodes]
     assert any(n.domain == "com.amd.quark" for n in r.model.graph.node)
+
+
+@pytest.mark.parametrize("scale,zp,shape,axis", [
+    (np.float32(0.02), np.int32(7), ["n"], None),
+    (np.float32(1e-6), np.int32(-5), ["n"], None),
+    (np.float32(0.5), np.uint32(100), ["n"], None),
+    (np.float32([0.1, 0.2, 3.0]), np.int32([0, -5, 3]), ["n", 3, 2], 1),
+])
+def test_int32_quantize_becomes_quarks_kernel_in_standard_ops(scale, zp, shape, axis):
+    """QuantizeLinear has no 32-bit output: Round / Cast to int64 / Add / Clip / Cast, with Quark's edge
+    value where |x / scale| >= 2^63 or NaN. The integers themselves (the Q node's output) and the
+    dequantized values equal Quark's on ties, neighbours, the type's and the int64 cast's edges, specials."""
+    m = quark_model(scale, zp, shape, axis)
+    r = conv.convert(m)
+    assert [n.status for n in r.nodes] == ["exact", "exact"], [n.reason for n in r.nodes]
+    ops = {n.op_type for n in r.model.graph.node}
+    assert "QuantizeLinear" not in ops and "DequantizeLinear" not in ops and "Round" in ops
+    x = inputs(scale, zp, shape, np.random.default_rng(4))
+    ztype = helper.np_dtype_to_tensor_dtype(np.asarray(zp).dtype)
+    for model in (m, r.model):
+        model.graph.output.append(helper.make_tensor_value_info("q", ztype, None))
+    plain = ort.InferenceSession(r.model.SerializeToString(), conv.exact_session_options(), providers=["CPUExecutionProvider"])
+    original = ort.InferenceSession(m.SerializeToString(), reference_session_options(), providers=["CPUExecutionProvider"])
+    (got_y, got_q), (want_y, want_q) = plain.run(None, {"x": x}), original.run(None, {"x": x})
+    np.testing.assert_array_equal(got_q, want_q)
+    np.testing.assert_array_equal(bits(got_y), bits(want_y))
+    info = np.iinfo(np.asarray(zp).dtype)
+    assert {info.min, info.max} <= set(np.unique(want_q).tolist())  # the edges are reached
 
 
 def dq_model(scale, zp, shape, axis=None):
