@@ -129,7 +129,7 @@ def test_the_weight_tensor_itself_is_counted():
 
 @pytest.mark.parametrize("change,reason", [
     (lambda e: e["encodings"].append({"name": "nope", "output_dtype": "int8", "y_scale": [0.1]}), "no tensor named"),
-    (lambda e: e["encodings"][1].update(block_size=2), "blockwise / LPBQ"),
+    (lambda e: e["encodings"][1].update(block_size=2), "block_size 2 does not divide the weight's axis 1 (length 3)"),
     (lambda e: e["encodings"][0].update(output_dtype="float8"), "output_dtype 'float8'"),
     (lambda e: e["encodings"][0].update(y_zero_point=[300]), "outside uint8's range"),
     (lambda e: e["encodings"][0].update(y_scale=[0.0]), "positive finite"),
@@ -256,7 +256,8 @@ def test_legacy_encodings_without_a_qdq_form_are_refused_by_name():
     r = conv.convert(float_model(), encodings=enc)
     reasons = {t.name: t.reason for t in r.refused}
     assert "does not record the axis" in reasons["x"]
-    assert "'dtype'" in reasons["h"] and "blockwise / LPBQ" in reasons["w"]
+    assert "'dtype'" in reasons["h"] and "w" not in reasons  # 1.0.0 PER_BLOCK converts (blockwise section below)
+    assert next(t for t in r.tensors if t.name == "w").params == "int4, axis 0, block_size 2, 2 blocks"
     # A square weight: the consumer (MatMul) tells the axis; 0.6.1 per-channel lists, one dict per channel.
     w = np.random.default_rng(0).standard_normal((3, 3)).astype(np.float32)
     g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
@@ -305,3 +306,368 @@ def test_to_aimet_older_layouts_from_the_cli_and_bad_versions(tmp_path):
     written = json.loads(out.read_text())
     assert written["version"] == "0.6.1" and set(written["param_encodings"]) == {"w"}
     assert len(written["param_encodings"]["w"]) == 3 and set(written["activation_encodings"]) == {"x", "h"}
+
+
+# ---- blockwise and LPBQ weights ----------------------------------------------------------------------------
+# The expected values come from polyquant.aimet (bit-exact with AIMET on the committed golden data): its
+# quantizers calibrated on the weight, their own exports (to_qnn_encoding_dict) as the encodings, and their own
+# forward (q(w): AIMET's no-grad blockwise quantize_dequantize) as what the written model must compute.
+
+from polyquant.aimet import GroupedBlockQuantizeDequantize, QuantizeDequantize  # noqa: E402
+from polyquant._tools.convert_aimet import _tie_sample, to_encodings  # noqa: E402
+
+
+def weight_model(w, op="Gemm", opset=21):
+    """x -> op(x, w) -> y, and w itself as a second output (Identity): the written model's dequantized weight
+    comes out of plain onnxruntime. Gemm: transB (w is (N, K), torch's Linear layout); MatMul: w is (K, N);
+    Conv: w is (C_out, C_in, kH, kW); Identity: w's only consumer is the Identity."""
+    nodes = [helper.make_node("Identity", ["w"], ["w_seen"])]
+    if op == "Gemm":
+        nodes.append(helper.make_node("Gemm", ["x", "w"], ["y"], transB=1))
+        x_shape = ["n", w.shape[1]]
+    elif op == "MatMul":
+        nodes.append(helper.make_node("MatMul", ["x", "w"], ["y"]))
+        x_shape = ["n", w.shape[0]]
+    elif op == "Conv":
+        nodes.append(helper.make_node("Conv", ["x", "w"], ["y"]))
+        x_shape = [1, w.shape[1], w.shape[2], w.shape[3]]
+    else:
+        x_shape = ["n"]
+        nodes.append(helper.make_node("Identity", ["x"], ["y"]))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("w_seen", TensorProto.FLOAT, list(w.shape))],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10 if opset >= 21 else 7
+    return m
+
+
+def seen_weight(model, w):
+    """The weight as the written model computes it (its DequantizeLinear), run in plain onnxruntime."""
+    inputs = model.graph.input[0].type.tensor_type.shape.dim
+    x = np.zeros([d.dim_value or 1 for d in inputs], np.float32)
+    return plain(model).run(["w_seen"], {"x": x})[0]
+
+
+def file_of(entry, name="w", version="2.1.0"):
+    if version == "1.0.0":
+        return {"version": "1.0.0", "activation_encodings": [], "param_encodings": [{"name": name, **entry}]}
+    return {"version": version, "encodings": [{"name": name, **entry}]}
+
+
+def calibrated(quantizer, w):
+    with quantizer.compute_encodings():
+        quantizer(w)
+    return quantizer
+
+
+def blocked_dq(model):
+    """The one DequantizeLinear of the written model: (its attributes, scale, zero point) as arrays."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    (n,) = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
+    return {a.name: a.i for a in n.attribute}, inits[n.input[1]], inits[n.input[2]], inits[n.input[0]]
+
+
+RNG = np.random.default_rng(7)
+W_GEMM = RNG.standard_normal((4, 32)).astype(np.float32)   # (N, K): blocks along K, axis -1
+
+
+@pytest.mark.parametrize("bitwidth,symmetric,block", [(4, True, 8), (4, True, 16), (8, True, 8), (8, False, 16)])
+def test_blockwise_weight_is_a_blocked_dequantize_equal_to_aimet(bitwidth, symmetric, block):
+    """AIMET's 2.1.0 export of a blockwise weight quantizer (int4 / int8 symmetric, uint8 asymmetric) becomes
+    the weight's integers and one DequantizeLinear with axis and block_size; its y_scale and y_zero_point
+    are the file's bit for bit, and the weight the model computes equals AIMET's blockwise quantize_dequantize
+    of it bit for bit (the report says its 64 elements do not differ)."""
+    n, k = W_GEMM.shape
+    q = calibrated(QuantizeDequantize((n, k // block), bitwidth, symmetric, block_size=(1, block)), W_GEMM)
+    entry = q.get_encodings().to_qnn_encoding_dict("2.1.0", input_shape=(n, k))
+    assert entry["block_size"] == block and entry["axis"] == -1
+    r = conv.convert(weight_model(W_GEMM), encodings=file_of(entry))
+    assert not r.refused
+    attrs, scale, zero, ints = blocked_dq(r.model)
+    assert attrs == {"axis": -1, "block_size": block}
+    np.testing.assert_array_equal(bits_of(scale), bits_of(np.float32(entry["y_scale"])))
+    assert zero.dtype.name == entry["output_dtype"] and ints.dtype.name == entry["output_dtype"]
+    want_zero = np.broadcast_to(np.asarray(entry.get("y_zero_point", 0)), scale.shape)
+    np.testing.assert_array_equal(zero.astype(np.int64), want_zero)
+    assert "w" not in {t.name for t in r.model.graph.initializer}  # stored as integers only
+    row = r.tensors[0]
+    assert row.params == f"{entry['output_dtype']}, axis -1, block_size {block}, {n * k // block} blocks"
+    assert row.reason == f"its weight tensor: 0 of {W_GEMM.size} elements differ"
+    np.testing.assert_array_equal(bits(seen_weight(r.model, W_GEMM)), bits(q(W_GEMM)))
+
+
+def bits_of(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def test_blockwise_report_counts_are_brute_force_counts_and_ties_go_as_aimet_divides():
+    """Each block of the weight holds the report's whole sample for that block's (scale, zero point): every
+    rounding tie of its grid with 8 float32 neighbours each side, NaN, infinities and zeros. Run through the
+    written model in plain onnxruntime and through AIMET's blockwise quantizer loaded from the same
+    encodings, the elements that differ are exactly the report's count, of the kinds it names: only the
+    NaNs (AIMET's formula keeps NaN, QuantizeLinear gives an integer). The ties do not differ: with a
+    block_size AIMET never takes its reciprocal shortcut and divides as QuantizeLinear does; AIMET's
+    per-channel shortcut on the same samples differs on ties (x = 0.09 at scale 0.02: 4 for x * (1 / 0.02),
+    5 for 0.09 / 0.02), which the per-channel encoding's report counts."""
+    scales = np.float32([[0.02, 0.03], [0.05, 0.07]])
+    zero_points = np.array([[0, 3], [-2, 1]])
+    samples = [[_tie_sample(float(s), int(z), -128, 127) for s, z in zip(rs, rz)] for rs, rz in zip(scales, zero_points)]
+    block = max(x.size for row in samples for x in row)
+    # pad each block's sample to one block size with zeros (already in every sample: counted once more)
+    w = np.stack([np.concatenate([np.pad(x, (0, block - x.size)) for x in row]) for row in samples]).astype(np.float32)
+    entry = {"output_dtype": "int8", "y_scale": scales.tolist(), "y_zero_point": zero_points.tolist(), "axis": 1,
+             "block_size": block}
+    r = conv.convert(weight_model(w, op="Identity"), encodings=file_of(entry))
+    row = r.tensors[0]
+    assert row.status == "differs" and row.kinds == {"nan": 4} and row.differing == 4
+    assert row.checked == sum(x.size for rs in samples for x in rs)
+    aimet_q = QuantizeDequantize((2, 2), 8, False, block_size=(1, block))
+    aimet_q.set_qnn_encoding_dict({"name": "w", **entry, "axis": -1}, "2.1.0")
+    got, want = seen_weight(r.model, w), aimet_q(w)
+    differ = bits(got) != bits(want)
+    assert int(differ.sum()) == 4 and np.all(np.isnan(w[differ])) and np.all(np.isnan(want[differ]))
+    assert row.reason == f"its weight tensor: 4 of {w.size} elements differ"
+    assert "path=training" in row.specs[0]
+    # The same weights per channel: AIMET's shortcut (reciprocal) rounds ties apart from ONNX's division.
+    x = np.float32([[0.09], [0.09]])
+    one = conv.convert(weight_model(x, op="Identity"),
+                       encodings=file_of({"output_dtype": "int8", "y_scale": [0.02, 0.02], "axis": 0}))
+    assert one.tensors[0].reason == "its weight tensor: 2 of 2 elements differ"
+    blocked = conv.convert(weight_model(x, op="Identity"),
+                           encodings=file_of({"output_dtype": "int8", "y_scale": [[0.02], [0.02]], "axis": 1,
+                                              "block_size": 1}))
+    assert blocked.tensors[0].reason == "its weight tensor: 0 of 2 elements differ"
+    assert seen_weight(blocked.model, x).tolist() == [[np.float32(5) * np.float32(0.02)]] * 2
+    per_block = functional.quantize_dequantize(x, np.float32([[0.02], [0.02]]), np.zeros((2, 1), np.float32), 8, True,
+                                               block_size=(1, 1))
+    np.testing.assert_array_equal(bits(seen_weight(blocked.model, x)), bits(per_block))
+
+
+@pytest.mark.parametrize("version", ["2.1.0", "2.0.0", "1.0.0"])
+@pytest.mark.parametrize("grouping", [(1, -1), (1, 2)])
+def test_lpbq_scale_is_aimets_float32_product(version, grouping):
+    """LPBQ (AIMET's GroupedBlockQuantizeDequantize: int4 blocks of 4, decompressed 8 bits) in each layout
+    AIMET exports (2.1.0's y_scale {x, x_scale, axis}, 2.0.0's per_block_int_scale / per_channel_float_scale,
+    1.0.0's enc_type LPBQ): the Q/DQ's y_scale is AIMET's own block scale (its encoding's scale, what its
+    forward uses) bit for bit, which is the float32 product per_block_int_scale * per_channel_float_scale,
+    and the model's weight is AIMET's LPBQ quantize_dequantize of it bit for bit."""
+    n, k, block = 4, 32, 4
+    g = calibrated(GroupedBlockQuantizeDequantize((n, k // block), 4, True, 8, block_size=(1, block),
+                                                  block_grouping=grouping), W_GEMM)
+    enc = g.get_encodings()
+    assert np.all(enc.per_block_int_scale.max(axis=1) == 16) and enc.per_block_int_scale.min() < 16  # really LPBQ
+    entry = enc.to_qnn_encoding_dict(version, input_shape=(n, k))
+    r = conv.convert(weight_model(W_GEMM), encodings=file_of(entry, version=version))
+    assert not r.refused and r.tensors[0].params.endswith(", LPBQ")
+    attrs, scale, zero, ints = blocked_dq(r.model)
+    assert attrs["block_size"] == block and attrs["axis"] % 2 == 1 and zero.dtype.name == "int4" and not zero.any()
+    np.testing.assert_array_equal(bits_of(scale), bits_of(enc.scale))
+    pc = np.repeat(enc.per_channel_scale, (k // block) // enc.per_channel_scale.shape[1], axis=1)
+    np.testing.assert_array_equal(bits_of(scale), bits_of(enc.per_block_int_scale.astype(np.float32) * pc))
+    assert "LPBQ: y_scale = float32(per_block_int_scale * per_channel_float_scale)" in r.tensors[0].reason
+    assert r.tensors[0].reason.endswith(f"its weight tensor: 0 of {W_GEMM.size} elements differ")
+    np.testing.assert_array_equal(bits(seen_weight(r.model, W_GEMM)), bits(g(W_GEMM)))
+
+
+def test_lpbq_at_aimets_float64_working_precision_and_beyond_float32_integers():
+    """decompressed_bw - bitwidth = 22 (integer scales up to 2^22): AIMET forms the block scale in float64
+    (its working-precision rule) and casts it to float32; the converter's float32 product is the same bits.
+    At 26, AIMET's float32 array of integer scales rounds those above 2^24: the exported integers are not
+    the ones it multiplied with, so the encoding is refused, saying so."""
+    g = calibrated(GroupedBlockQuantizeDequantize((4, 8), 4, True, 26, block_size=(1, 4), block_grouping=(1, -1)),
+                   W_GEMM)
+    enc = g.get_encodings()
+    assert enc.per_block_int_scale.max() == 2**22 and enc.per_block_int_scale.min() < 2**21
+    r = conv.convert(weight_model(W_GEMM), encodings=file_of(enc.to_qnn_encoding_dict("2.1.0", input_shape=(4, 32))))
+    assert not r.refused
+    np.testing.assert_array_equal(bits_of(blocked_dq(r.model)[1]), bits_of(enc.scale))
+    np.testing.assert_array_equal(bits(seen_weight(r.model, W_GEMM)), bits(g(W_GEMM)))
+    g = calibrated(GroupedBlockQuantizeDequantize((4, 8), 4, True, 30, block_size=(1, 4), block_grouping=(1, -1)),
+                   W_GEMM)
+    r = conv.convert(weight_model(W_GEMM), encodings=file_of(g.get_encodings().to_qnn_encoding_dict("2.1.0",
+                                                                                                  input_shape=(4, 32))))
+    assert r.refused and "y_scale.x: integers up to 16777216 (2^24) are converted" in r.refused[0].reason
+
+
+def test_conv_weight_blocks_and_the_round_trip_back_to_aimet():
+    """A Conv weight (C_out, C_in, 3, 3) in blocks of 4 input channels: AIMET's scale (C_out, C_in / 4, 1, 1)
+    is repeated over the kernel for ONNX (its blocked y_scale has the weight's shape but the block axis), the
+    weight equals AIMET's, and --to aimet gives back the file's y_scale shape, values, axis and block_size
+    bit for bit (and AIMET's own 1.0.0 PER_BLOCK export of the quantizer with --encoding-version 1.0.0)."""
+    w = RNG.standard_normal((3, 8, 3, 3)).astype(np.float32)
+    q = calibrated(QuantizeDequantize((3, 2, 1, 1), 8, False, block_size=(1, 4, 3, 3)), w)
+    entry = q.get_encodings().to_qnn_encoding_dict("2.1.0", input_shape=w.shape)
+    assert entry["axis"] == -3 and entry["block_size"] == 4 and "y_zero_point" in entry
+    r = conv.convert(weight_model(w, op="Conv"), encodings=file_of(entry))
+    assert not r.refused and r.tensors[0].params == "uint8, axis -3, block_size 4, 6 blocks"
+    _, scale, zero, _ = blocked_dq(r.model)
+    assert scale.shape == (3, 2, 3, 3) and zero.shape == (3, 2, 3, 3)
+    np.testing.assert_array_equal(bits(seen_weight(r.model, w)), bits(q(w)))
+    back = to_encodings(r.model)
+    assert not back.refused
+    (got,) = back.encodings["encodings"]
+    assert {k: got[k] for k in ("name", "output_dtype", "axis", "block_size")} == {
+        "name": "w", "output_dtype": "uint8", "axis": -3, "block_size": 4}
+    np.testing.assert_array_equal(bits_of(got["y_scale"]), bits_of(entry["y_scale"]))
+    assert np.asarray(got["y_scale"]).shape == (3, 2, 1, 1) and got["y_zero_point"] == entry["y_zero_point"]
+    legacy = to_encodings(r.model, "1.0.0")
+    assert not legacy.refused
+    assert legacy.encodings["param_encodings"] == [
+        {"name": "w", **q.get_encodings().to_qnn_encoding_dict("1.0.0", input_shape=w.shape)}]
+    again = conv.convert(weight_model(w, op="Conv"), encodings=legacy.encodings)
+    assert not again.refused
+    np.testing.assert_array_equal(bits(seen_weight(again.model, w)), bits(q(w)))
+    assert "0.6.1 file holds no blockwise" in to_encodings(r.model, "0.6.1").refused[0].reason
+    # blocks of 1 on a (2, 1) weight: no block axis, which AIMET's 1.0.0 PER_BLOCK export needs (it fails there)
+    x = np.float32([[0.5], [0.25]])
+    ones = conv.convert(weight_model(x, op="Identity"), check="none",
+                        encodings=file_of({"output_dtype": "int8", "y_scale": [[0.02], [0.03]], "axis": 1, "block_size": 1}))
+    assert "AIMET's 1.0.0 export of these parameters fails" in to_encodings(ones.model, "1.0.0").refused[0].reason
+
+
+def test_round_trip_encodings_qdq_encodings():
+    """2.1.0 encodings -> QDQ model -> 2.1.0 encodings: blockwise entries come back with their block_size,
+    axis, y_scale (nested, bit for bit) and y_zero_point; an LPBQ entry comes back as the blockwise entry of
+    its block scales (a Q/DQ pair holds the products, not the integer / per-channel split), which converts
+    to the same model again."""
+    n, k = W_GEMM.shape
+    w2 = RNG.standard_normal((4, 32)).astype(np.float32)
+    q4 = calibrated(QuantizeDequantize((n, k // 8), 4, True, block_size=(1, 8)), W_GEMM)
+    q8 = calibrated(QuantizeDequantize((n, k // 16), 8, False, block_size=(1, 16)), w2)
+    g = calibrated(GroupedBlockQuantizeDequantize((n, k // 4), 4, True, 8, block_size=(1, 4), block_grouping=(1, -1)),
+                   W_GEMM)
+    entries = [{"name": "w", **q4.get_encodings().to_qnn_encoding_dict("2.1.0", input_shape=(n, k))},
+               {"name": "w2", **q8.get_encodings().to_qnn_encoding_dict("2.1.0", input_shape=(n, k))},
+               {"name": "w3", **g.get_encodings().to_qnn_encoding_dict("2.1.0", input_shape=(n, k))}]
+    model = weight_model(W_GEMM)
+    model.graph.initializer.extend([numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(W_GEMM, "w3")])
+    model.graph.node.extend([helper.make_node("Gemm", ["x", "w2"], ["y2"], transB=1),
+                             helper.make_node("Gemm", ["x", "w3"], ["y3"], transB=1)])
+    model.graph.output.extend([helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y2", "y3")])
+    r = conv.convert(model, encodings={"version": "2.1.0", "encodings": entries}, check="none")
+    assert not r.refused
+    back = to_encodings(r.model)
+    got = {e["name"]: e for e in back.encodings["encodings"]}
+    for e in entries[:2]:
+        b = got[e["name"]]
+        assert (b["axis"], b["block_size"], b["output_dtype"]) == (e["axis"], e["block_size"], e["output_dtype"])
+        np.testing.assert_array_equal(bits_of(b["y_scale"]), bits_of(e["y_scale"]))
+        assert b.get("y_zero_point") == e.get("y_zero_point")
+    lpbq = got["w3"]
+    assert "per_block_int_scale" not in lpbq and not isinstance(lpbq["y_scale"], dict)
+    np.testing.assert_array_equal(bits_of(lpbq["y_scale"]), bits_of(g.get_encodings().scale))
+    again = conv.convert(model, encodings=back.encodings, check="none")
+    x = RNG.standard_normal((2, k)).astype(np.float32)
+    for a, b in zip(plain(again.model).run(None, {"x": x}), plain(r.model).run(None, {"x": x})):
+        np.testing.assert_array_equal(bits(a), bits(b))
+
+
+def test_1_0_0_per_block_reads_as_its_2_1_0_export():
+    """AIMET's 1.0.0 PER_BLOCK export (flat scales, block_size only) converts to the Q/DQ of its 2.1.0 export
+    of the same quantizer: the blocks' layout from the weight's shape; on a square MatMul weight both axes
+    fit and the consumer's output channel axis (MatMul: the last) tells which; with no such consumer the
+    encoding is refused by name."""
+    w = RNG.standard_normal((16, 16)).astype(np.float32)   # MatMul (K, N): blocks along K, axis 0
+    q = calibrated(QuantizeDequantize((2, 16), 4, True, block_size=(8, 1)), w)
+    modern = conv.convert(weight_model(w, op="MatMul"),
+                          encodings=file_of(q.get_encodings().to_qnn_encoding_dict("2.1.0", input_shape=w.shape)))
+    legacy_entry = q.get_encodings().to_qnn_encoding_dict("1.0.0", input_shape=w.shape)
+    assert legacy_entry["enc_type"] == "PER_BLOCK" and legacy_entry["block_size"] == 8
+    legacy = conv.convert(weight_model(w, op="MatMul"), encodings=file_of(legacy_entry, version="1.0.0"))
+    assert not modern.refused and not legacy.refused
+    (ma, ms, mz, _), (la, ls, lz, _) = blocked_dq(modern.model), blocked_dq(legacy.model)
+    assert (ma["axis"] % 2, ma["block_size"]) == (la["axis"], la["block_size"]) == (0, 8)
+    np.testing.assert_array_equal(bits_of(ms), bits_of(ls))
+    np.testing.assert_array_equal(mz, lz)
+    np.testing.assert_array_equal(bits(seen_weight(legacy.model, w)), bits(q(w)))
+    unclear = conv.convert(weight_model(w, op="Identity"), encodings=file_of(legacy_entry, version="1.0.0"))
+    assert "several layouts of the blocks fit and the weight's consumer does not tell which" in unclear.refused[0].reason
+
+
+def test_blocked_qdq_raises_the_opset_or_refuses_by_name():
+    """Blocked Q/DQ needs the standard opset 21: an opset 13 model is raised by onnx's version converter
+    (said in the report) and runs; a model the converter cannot raise (an operator it has no schema for)
+    has its blockwise encodings refused, saying why."""
+    n, k = W_GEMM.shape
+    q = calibrated(QuantizeDequantize((n, k // 8), 4, True, block_size=(1, 8)), W_GEMM)
+    enc = file_of(q.get_encodings().to_qnn_encoding_dict("2.1.0", input_shape=(n, k)))
+    r = conv.convert(weight_model(W_GEMM, opset=13), encodings=enc)
+    assert not r.refused
+    assert [o.version for o in r.model.opset_import if o.domain == ""] == [21] and r.model.ir_version >= 10
+    assert "standard opset was raised from 13 to 21" in str(r)
+    np.testing.assert_array_equal(bits(seen_weight(r.model, W_GEMM)), bits(q(W_GEMM)))
+    m = weight_model(W_GEMM, opset=13)
+    m.graph.node.append(helper.make_node("NoSuchOp", ["y"], ["z"]))
+    r = conv.convert(m, encodings=enc)
+    assert r.refused and "the model imports opset 13 and onnx's version converter cannot raise it" in r.refused[0].reason
+
+
+def _lpbq_entry():
+    return {"output_dtype": "int4", "y_scale": {"x": [[16, 3], [8, 16], [16, 1], [2, 16]], "x_scale": [0.01, 0.02, 0.03, 0.04],
+                                              "axis": -2}, "axis": -1, "block_size": 16}
+
+
+@pytest.mark.parametrize("change,reason", [
+    (lambda e: e.update(block_size=3), "block_size 3 does not divide the weight's axis -1 (length 32)"),
+    (lambda e: e.update(block_size="8"), "block_size '8': expected a positive integer"),
+    (lambda e: e.pop("axis"), "axis None: expected the block axis, an integer in -2..1"),
+    (lambda e: e.update(y_scale=[[0.1] * 3] * 4), "y_scale has 3 blocks along axis -1 (shape [4, 3])"),
+    (lambda e: e.update(y_scale=[[0.1] * 4] * 3), "y_scale has shape [3, 4]: along axis -2 it has 3 entries"),
+    (lambda e: e.update(y_scale=[[[0.1] * 4] * 4]), "more axes than the weight"),
+    (lambda e: e.update(y_zero_point=[[9] * 4] * 4), "y_zero_point outside int4's range -8..7"),
+    (lambda e: e.update(y_zero_point=[1, 2]), "y_zero_point: 2 values for the 16 blocks"),
+    (lambda e: e.update(y_scale=[[0.1, -0.1, 0.1, 0.1]] * 4), "expected positive finite numbers"),
+])
+def test_blockwise_refusals_name_the_field(change, reason):
+    e = {"output_dtype": "int4", "y_scale": [[0.1] * 4] * 4, "axis": -1, "block_size": 8}
+    change(e)
+    r = conv.convert(weight_model(W_GEMM), encodings=file_of(e))
+    assert r.refused and reason in r.refused[0].reason, r.refused[0].reason
+
+
+@pytest.mark.parametrize("change,reason", [
+    (lambda e: e["y_scale"].update(x=[[16, 2.5]] * 4), "y_scale.x: expected positive integers"),
+    (lambda e: e["y_scale"].update(x=[[16, 0]] * 4), "y_scale.x: expected positive integers"),
+    (lambda e: e["y_scale"].update(x_scale=[0.01, 0.02, 0.03]), "y_scale.x_scale: 3 per-channel scales for the 8 blocks"),
+    (lambda e: e["y_scale"].update(x_scale=[0.01, 0.02, float("inf"), 0.04]), "y_scale.x_scale"),
+    (lambda e: e["y_scale"].update(x_scale=[3e38] * 4), "overflow float32"),
+    (lambda e: e["y_scale"].update(axis="0"), "y_scale.axis '0': expected the channel axis"),
+    (lambda e: e.update(y_zero_point=[[1, 1]] * 4), "LPBQ is symmetric"),
+    (lambda e: e.update(per_block_int_scale=[[1, 1]] * 4, per_channel_float_scale=[[0.1]] * 3, y_scale=None),
+     "per_channel_float_scale has shape [3, 1]"),
+])
+def test_lpbq_refusals_name_the_field(change, reason):
+    e = _lpbq_entry()
+    change(e)
+    r = conv.convert(weight_model(W_GEMM), encodings=file_of(e))
+    assert r.refused and reason in r.refused[0].reason, r.refused[0].reason
+
+
+def test_lpbq_literal_entry_and_1_0_0_refusals():
+    """A hand-written 2.1.0 LPBQ entry converts to the float32 products; 1.0.0 blockwise entries with no Q/DQ
+    form are refused by name (integer scales beyond 2^(bw - compressed_bw), no layout that fits, a missing
+    block_size, an activation)."""
+    r = conv.convert(weight_model(W_GEMM), encodings=file_of(_lpbq_entry()))
+    assert not r.refused
+    _, scale, _, _ = blocked_dq(r.model)
+    want = np.float32([[16, 3], [8, 16], [16, 1], [2, 16]]) * np.float32([[0.01], [0.02], [0.03], [0.04]])
+    np.testing.assert_array_equal(bits_of(scale), bits_of(want))
+    lpbq = {"dtype": "INT", "bw": 8, "compressed_bw": 4, "is_sym": True, "enc_type": "LPBQ", "block_size": 16,
+            "scale": [0.01, 0.02, 0.03, 0.04], "offset": [-128] * 4, "per_block_int_scale": [16, 17, 1, 16, 16, 2, 3, 16]}
+    blocks = {"dtype": "INT", "bw": 8, "is_sym": True, "enc_type": "PER_BLOCK", "block_size": 16, "scale": [0.1] * 5,
+              "offset": [-128] * 5}
+    cases = [(lpbq, "w", "per_block_int_scale must hold integers in 1..2^(bw - compressed_bw) = 1..16"),
+             (blocks, "w", "1.0.0 PER_BLOCK encoding of 5 blocks of 16 on a weight of shape [4, 32]: no layout fits"),
+             ({**blocks, "block_size": None}, "w", "block_size None: expected a positive integer"),
+             ({**blocks, "scale": [0.1] * 8, "offset": [-128] * 8}, "x", "encoding of an activation")]
+    for entry, name, reason in cases:
+        r = conv.convert(weight_model(W_GEMM), encodings=file_of(entry, name=name, version="1.0.0"))
+        assert r.refused and reason in r.refused[0].reason, r.refused[0].reason
+
+
+def test_blockwise_activation_is_refused_by_name():
+    e = {"output_dtype": "int8", "y_scale": [[0.1] * 4], "axis": 1, "block_size": 8}
+    r = conv.convert(weight_model(W_GEMM), encodings=file_of(e, name="x"))
+    assert r.refused and "blockwise / LPBQ encoding of an activation" in r.refused[0].reason
