@@ -108,11 +108,16 @@ template <>
 POLYQUANT_HD inline Half tiny<Half>() { return Half::from_bits(0x0400u); }
 
 // numpy's product of sign(x) and a magnitude, as the sign-magnitude rounding modes compute it: x86
-// (and so numpy) returns the first operand when both are NaN, quieted, with its sign and payload.
-// C++ treats `*` as commutative and may swap the operands, which turned a -NaN input into +NaN;
-// the rule is spelled out instead (qonnx: UP of -NaN is -NaN).
+// (and so numpy's float32 / float64 loops) returns the first operand when both are NaN, quieted, with
+// its sign and payload. C++ treats `*` as commutative and may swap the operands, which turned a -NaN
+// input into +NaN; the rule is spelled out instead (qonnx: UP of -NaN is -NaN). numpy's float16
+// loop multiplies in float with the operands the other way round and returns the second NaN, the
+// magnitude's: UP of a float16 -NaN is +NaN (measured against qonnx, tests/python/qonnx/test_specials.py).
 template <class T>
-POLYQUANT_HD inline T mul_sign_first_nan(T sign, T magnitude) {
+POLYQUANT_HD inline T numpy_sign_times_magnitude(T sign, T magnitude) {
+  if constexpr (std::is_same_v<T, Half>) {
+    if (isnan_t(magnitude)) return x86_add(magnitude, magnitude);
+  }
   return isnan_t(sign) ? x86_add(sign, sign) : x86_mul(sign, magnitude);  // NaN + itself: the same NaN, quieted
 }
 
@@ -143,14 +148,14 @@ POLYQUANT_HD inline T round_t(T x) {
   } else if constexpr (kMode == RoundingMode::kFloor) {
     return floor_t(x);
   } else if constexpr (kMode == RoundingMode::kUp) {
-    return mul_sign_first_nan(sign_t(x), ceil_t(abs_t(x)));
+    return numpy_sign_times_magnitude(sign_t(x), ceil_t(abs_t(x)));
   } else if constexpr (kMode == RoundingMode::kDown) {
     return trunc_t(x);
   } else if constexpr (kMode == RoundingMode::kHalfUp) {
-    return mul_sign_first_nan(sign_t(x), floor_t(x86_add(abs_t(x), T(0.5f))));
+    return numpy_sign_times_magnitude(sign_t(x), floor_t(x86_add(abs_t(x), T(0.5f))));
   } else {
     static_assert(kMode == RoundingMode::kHalfDown);
-    return mul_sign_first_nan(sign_t(x), ceil_t(x86_sub(abs_t(x), T(0.5f))));
+    return numpy_sign_times_magnitude(sign_t(x), ceil_t(x86_sub(abs_t(x), T(0.5f))));
   }
 }
 

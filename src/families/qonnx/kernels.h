@@ -133,6 +133,13 @@ struct FloatQuantParams {
   // result by the Python float itself, this value.
   bool has_product_scale = false;
   double product_scale = 0;
+  // Which NaN the product 2^e * R(xs / 2^e) carries when both are NaN (a NaN x: 2^e's NaN has the
+  // sign cleared by |xs|, R's keeps x's sign). numpy multiplies float32 and float64 as written, the
+  // first NaN winning, except that its temporary elision computes the product in R's buffer, operands
+  // swapped, when R holds 256 KiB or more; its float16 loop returns the second NaN, and elision swaps
+  // that too. setup_float_quant decides from R's size and dtype (qonnx calls the function on the
+  // whole tensor, so its FloatQuant node's NaN signs depend on the tensor's size).
+  bool nan_product_from_rounded = false;
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
@@ -175,7 +182,8 @@ POLYQUANT_HD inline double float_quant_clipped(T x, T s, T min_exp, double max_v
   e = x86_sub(e, from_double<T>(p.mantissa_bits));
   if (!isnan_t(e) && !(e > min_exp)) e = min_exp;  // np.maximum, NaN propagating
   const T internal_scale = exp2_t(e);
-  const T q = mul_first_nan(internal_scale, round_t<kMode>(x86_div(xs, internal_scale)));
+  const T rounded = round_t<kMode>(x86_div(xs, internal_scale));
+  const T q = p.nan_product_from_rounded ? mul_first_nan(rounded, internal_scale) : mul_first_nan(internal_scale, rounded);
   const double qd = to_double(q);
   const double lo = p.is_signed ? -max_value : 0.0;
   double clipped = numpy_clip(qd, lo, max_value);

@@ -200,6 +200,17 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
   s.params.has_nan = attrs.has_nan;
   s.params.is_signed = attrs.is_signed;
   s.params.xs_as = detail::work_type_of(xs_dtype);
+  // numpy's temporary elision (see FloatQuantParams::nan_product_from_rounded): R = R(X / 2^e) has
+  // the shape of (x, scale, exponent_bias, mantissa_bitwidth) broadcast and the working dtype;
+  // numpy reuses a temporary of at least 256 KiB (NPY_MIN_ELIDE_BYTES) for the product.
+  {
+    const std::array<Dims, 4> rounded_shapes{x.shape, scale.shape, exponent_bias.shape, mantissa_bitwidth.shape};
+    static constexpr const char* kRoundedNames[] = {"x", "scale", "exponent_bias", "mantissa_bitwidth"};
+    const Dims rounded_shape = broadcast_shapes(rounded_shapes, "FloatQuant", kRoundedNames);
+    const double rounded_bytes = static_cast<double>(rounded_shape.numel()) * static_cast<double>(dtype_size(s.work));
+    const bool elided = rounded_bytes >= 256.0 * 1024.0;
+    s.params.nan_product_from_rounded = (s.work == DType::kFloat16) ? !elided : elided;
+  }
   if (detail::round_to(s.work, m) != m) {
     throw Error(ErrorKind::kValue, "mantissa_bitwidth: " + std::to_string(m) + " is not exact in the working dtype " +
                                        dtype_name(s.work));

@@ -18,7 +18,7 @@ inline Vec::F sign_v(Vec::F x) {
   return Vec::select(Vec::gt(x, zero), Vec::splat(1.0f), s);
 }
 
-// mul_sign_first_nan of scalar_math.h: a NaN sign (NaN x) comes back as itself, quieted.
+// numpy_sign_times_magnitude of scalar_math.h for float32: a NaN sign (NaN x) comes back as itself, quieted.
 inline Vec::F mul_sign_first_nan_v(Vec::F sign, Vec::F magnitude) {
   return Vec::select(Vec::isnan(sign), Vec::add(sign, sign), Vec::mul(sign, magnitude));
 }
