@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/half.h"
 #include "core/scalar_math.h"
@@ -42,29 +43,53 @@ struct FloorLog2RoundUp {
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
 
-// floor(log2(v)) from the table, for positive v (FloatQuant's |x / s| + tiny); NaN and +inf as
-// floor(log2(v)) gives them (the NaN quieted, +inf).
-POLYQUANT_HD inline float floor_log2_by_table(const FloorLog2RoundUp& t, float v) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(v);
-  const std::uint32_t biased = (bits >> 23) & 0xFFu;
-  if (biased == 0xFFu) return std::isnan(v) ? quieted(v) : v;
-  const std::uint32_t mantissa = bits & 0x7FFFFFu;
-  return static_cast<float>(static_cast<int>(biased) - 127 + (mantissa >= t.f32[biased] ? 1 : 0));
-}
-POLYQUANT_HD inline double floor_log2_by_table(const FloorLog2RoundUp& t, double v) {
-  const std::uint64_t bits = std::bit_cast<std::uint64_t>(v);
-  const std::uint64_t biased = (bits >> 52) & 0x7FFu;
-  if (biased == 0x7FFu) return std::isnan(v) ? quieted(v) : v;
-  const std::uint64_t mantissa = bits & 0xFFFFFFFFFFFFFull;
-  return static_cast<double>(static_cast<int>(biased) - 1023 + (mantissa >= t.f64[biased] ? 1 : 0));
-}
-POLYQUANT_HD inline Half floor_log2_by_table(const FloorLog2RoundUp& t, Half v) {
-  const unsigned biased = (v.bits >> 10) & 0x1Fu;
-  if (biased == 0x1Fu) {  // float16(log2f(float(v))): NaN quieted, +inf
-    return (v.bits & 0x3FFu) != 0 ? Half::from_bits(static_cast<std::uint16_t>(v.bits | 0x0200u)) : v;
+// The bit layout of each type the table covers: its bits' integer type, the widths of exponent and
+// significand, the bias, and the table's row for it.
+template <class T>
+struct FloorLog2Layout;
+template <>
+struct FloorLog2Layout<float> {
+  using Bits = std::uint32_t;
+  static constexpr int kMantissaBits = 23, kExponentMask = 0xFF, kBias = 127;
+  POLYQUANT_HD static const std::uint32_t* row(const FloorLog2RoundUp& t) { return t.f32; }
+  POLYQUANT_HD static Bits bits(float v) { return std::bit_cast<Bits>(v); }
+  POLYQUANT_HD static float from_int(int k) { return static_cast<float>(k); }
+};
+template <>
+struct FloorLog2Layout<double> {
+  using Bits = std::uint64_t;
+  static constexpr int kMantissaBits = 52, kExponentMask = 0x7FF, kBias = 1023;
+  POLYQUANT_HD static const std::uint64_t* row(const FloorLog2RoundUp& t) { return t.f64; }
+  POLYQUANT_HD static Bits bits(double v) { return std::bit_cast<Bits>(v); }
+  POLYQUANT_HD static double from_int(int k) { return static_cast<double>(k); }
+};
+template <>
+struct FloorLog2Layout<Half> {
+  using Bits = std::uint16_t;
+  static constexpr int kMantissaBits = 10, kExponentMask = 0x1F, kBias = 15;
+  POLYQUANT_HD static const std::uint16_t* row(const FloorLog2RoundUp& t) { return t.f16; }
+  POLYQUANT_HD static Bits bits(Half v) { return v.bits; }
+  POLYQUANT_HD static Half from_int(int k) { return Half(static_cast<float>(k)); }
+};
+
+// floor(log2(v)) from the table, for positive v (FloatQuant's |x / s| + tiny): the exponent, plus one
+// from the binade's round-up significand on. NaN and +inf as floor(log2(v)) gives them: +inf, and
+// the NaN quieted (float16's log2 is float16(log2f(float(v))): the same).
+template <class T>
+POLYQUANT_HD inline T floor_log2_by_table(const FloorLog2RoundUp& t, T v) {
+  using L = FloorLog2Layout<T>;
+  using Bits = typename L::Bits;
+  const Bits bits = L::bits(v);
+  const Bits mantissa_mask = static_cast<Bits>((Bits{1} << L::kMantissaBits) - 1);
+  const int biased = static_cast<int>((bits >> L::kMantissaBits) & L::kExponentMask);
+  const Bits mantissa = static_cast<Bits>(bits & mantissa_mask);
+  if (biased == L::kExponentMask) {
+    if (mantissa == 0) return v;  // +inf
+    const Bits quiet_bit = static_cast<Bits>(Bits{1} << (L::kMantissaBits - 1));
+    if constexpr (std::is_same_v<T, Half>) return Half::from_bits(static_cast<std::uint16_t>(bits | quiet_bit));
+    else return std::bit_cast<T>(static_cast<Bits>(bits | quiet_bit));
   }
-  const unsigned mantissa = v.bits & 0x3FFu;
-  return Half(static_cast<float>(static_cast<int>(biased) - 15 + (mantissa >= t.f16[biased] ? 1 : 0)));
+  return L::from_int(biased - L::kBias + (mantissa >= L::row(t)[biased] ? 1 : 0));
 }
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE

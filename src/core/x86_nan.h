@@ -56,10 +56,11 @@ POLYQUANT_HD inline T x86_nan(T a) {
   return std::isnan(a) ? quieted(a) : x86_default_nan<T>();
 }
 
-// Half (core/half.h) computes in float with these, so for it they are its plain operators.
+// The IEEE result r of a binary operation on a and b, with x86's NaN where r is NaN (on the device;
+// on the host r as it is). Half (core/half.h) computes in float with these, so for it they are its
+// plain operators.
 template <class T>
-POLYQUANT_HD inline T x86_add(T a, T b) {
-  const T r = a + b;
+POLYQUANT_HD inline T x86_checked(T r, [[maybe_unused]] T a, [[maybe_unused]] T b) {
 #if POLYQUANT_SPELL_OUT_X86_NANS
   if constexpr (std::is_floating_point_v<T>) {
     if (std::isnan(r)) return x86_nan(a, b);
@@ -68,35 +69,13 @@ POLYQUANT_HD inline T x86_add(T a, T b) {
   return r;
 }
 template <class T>
-POLYQUANT_HD inline T x86_sub(T a, T b) {
-  const T r = a - b;
-#if POLYQUANT_SPELL_OUT_X86_NANS
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(r)) return x86_nan(a, b);
-  }
-#endif
-  return r;
-}
+POLYQUANT_HD inline T x86_add(T a, T b) { return x86_checked<T>(a + b, a, b); }
 template <class T>
-POLYQUANT_HD inline T x86_mul(T a, T b) {
-  const T r = a * b;
-#if POLYQUANT_SPELL_OUT_X86_NANS
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(r)) return x86_nan(a, b);
-  }
-#endif
-  return r;
-}
+POLYQUANT_HD inline T x86_sub(T a, T b) { return x86_checked<T>(a - b, a, b); }
 template <class T>
-POLYQUANT_HD inline T x86_div(T a, T b) {
-  const T r = a / b;
-#if POLYQUANT_SPELL_OUT_X86_NANS
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(r)) return x86_nan(a, b);
-  }
-#endif
-  return r;
-}
+POLYQUANT_HD inline T x86_mul(T a, T b) { return x86_checked<T>(a * b, a, b); }
+template <class T>
+POLYQUANT_HD inline T x86_div(T a, T b) { return x86_checked<T>(a / b, a, b); }
 // -x and |x|: sign-bit operations on x86, which keep a NaN's bits. The device may compile them as
 // an addition with a negated or absolute operand, which returns its canonical NaN, so device code
 // flips or clears the sign bit itself.
