@@ -12,6 +12,9 @@ without polyquant's custom-op library:
   Trunc v1           round(x / scale + zeropt) / 2^(in_bw - out_bw), rounded by the mode, (y - zeropt) * scale
   Trunc v2           round(x / scale + zeropt) / t with t = 2^round(log2(out_scale / scale)), clamped to
                      out_bitwidth's grid, rounded by the mode, (y - zeropt / t) * out_scale
+  FloatQuant         float8 e4m3fn / e5m2 formats at opset 19+: float8 Q/DQ plus fix-ups; any other
+                     format, mode or opset: qonnx's algorithm in elementwise ops, the exponent from Log
+                     and threshold tables (_float_quant_decomposed)
 
 Rounding modes: ROUND / HALF_EVEN -> Round (half to even); CEIL -> Ceil; FLOOR -> Floor;
 UP -> Sign(y) * Ceil(Abs(y)); DOWN -> Where(y > 0, Floor(y), Ceil(y)) (numpy's fix); HALF_UP ->
@@ -29,10 +32,9 @@ Every converted node whose parameters are initializers is checked: the standard 
 onnxruntime alone, against polyquant.qonnx (bit-exact with qonnx) on NaN, infinities, zeros,
 subnormals, every rounding tie of the grid and its float32 neighbours, and random values
 (`check="sample"`), or on all 2^32 float32 inputs for per-tensor parameters (`check="exhaustive"`).
-A node is refused, with the reason, where the decomposition would not be exact or is not built yet
-(FloatQuant outside float8 e4m3fn / e5m2 at opset 19+, which become float8 Q/DQ with fix-ups; a bit
-width, or Trunc's scales, that are not initializers; tensors that are not float32); a model with a
-refused node is not written.
+A node is refused, with the reason, where the decomposition would not be exact (a bit width, Trunc's
+scales or FloatQuant's format that are not initializers; tensors that are not float32; a FloatQuant
+format outside E 1..8, m 0..23); a model with a refused node is not written.
 """
 
 from __future__ import annotations
@@ -289,37 +291,56 @@ _DEFAULT_NAN = np.array([0xFFC00000], np.uint32).view(np.float32).reshape(())
 
 
 def _convert_float_quant(graph, node, b: _Builder, attrs: dict, opset: int) -> tuple[str, dict]:
+    """FloatQuant: float8 Q/DQ with fix-ups where that is exact (_float_quant_as_qdq), else qonnx's
+    algorithm as standard elementwise ops (_float_quant_decomposed). Either way the format's
+    parameters (exponent_bitwidth, mantissa_bitwidth, exponent_bias, max_val: one value each) and the
+    scale must be initializers: the tables and bounds are computed at conversion time."""
+    mode = _mode(attrs, "ROUND")
+    values = [_initializer(graph, node.input[i]) if i < len(node.input) and node.input[i] else None for i in range(1, 6)]
+    if any(v is None or (i > 0 and v.size != 1) for i, v in enumerate(values)):
+        raise _Refused("FloatQuant's scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias and max_val must be "
+                       "initializers (one value each but the scale): the format is fixed at conversion time")
+    scale, e, m, bias, mx = values
+    fmt = (float(e), float(m), float(bias), float(mx), int(attrs.get("has_inf", 0)))
+    flags = (int(attrs.get("has_nan", 0)), int(attrs.get("has_subnormal", 0)), int(attrs.get("saturation", 1)))
+    static = {"kind": "float", "scale": scale, "format": fmt, "flags": flags, "rounding_mode": mode}
+    ztype = _FLOAT8_OF_FORMAT.get(fmt) if flags == (1, 1, 1) and mode in ("ROUND", "HALF_EVEN") else None
+    axes = [i for i, d in enumerate(scale.shape) if d != 1]
+    if ztype is not None and opset >= 19 and len(axes) <= 1 and np.all(np.isfinite(scale)) and np.all(scale > 0):
+        return _float_quant_as_qdq(node, b, scale, axes, ztype), {**static, "ztype": ztype}
+    return _float_quant_decomposed(node, b, static), static
+
+
+# numpy's temporary elision reuses a temporary of at least this many bytes (NPY_MIN_ELIDE_BYTES) for
+# the next operation's result; FloatQuant's float32 R(x / 2^e) of this many elements or more is one.
+_ELIDED_FLOAT32_ELEMENTS = 256 * 1024 // 4
+
+
+def _float_quant_nan_fixup(b: _Builder, xs: str, y: str, output: str) -> None:
+    """FloatQuant's output where xs = x / scale is NaN: the NaN of the reference's product
+    2^e * R(xs / 2^e), quieted, which is 2^e's (|xs|: sign cleared) for a tensor under 256 KiB and
+    R's (xs itself, sign kept) from 256 KiB on, where numpy's temporary elision swaps the operands
+    (polyquant.qonnx: FloatQuantParams::nan_product_from_rounded). The tensor's size is known only
+    at run time: Size(xs) decides. The additions quiet a signalling NaN and keep the payload (they
+    need NoopElimination off, as exact_session_options() has it)."""
+    zero = b.const(0.0, "zero")
+    cleared = b.op("Add", [b.op("Abs", [xs], "abs_xs"), zero], "nan_sign_cleared")
+    kept = b.op("Add", [xs, zero], "nan_sign_kept")
+    limit = b.typed_const(np.asarray(_ELIDED_FLOAT32_ELEMENTS, np.int64), "elision_limit")
+    elided = b.op("Not", [b.op("Less", [b.op("Size", [xs], "size"), limit], "under_elision_limit")], "elided")
+    nan = b.op("Where", [elided, kept, cleared], "nan_output")
+    b.op("Where", [b.op("IsNaN", [xs], "xs_is_nan"), nan, y], "out", output=output)
+
+
+def _float_quant_as_qdq(node, b: _Builder, scale: np.ndarray, axes: list, ztype: int) -> str:
     """FloatQuant whose format is float8 e4m3fn / e5m2 (with NaN and subnormals, saturation = 1, ROUND),
     on a standard opset of 19 or later: y = DequantizeLinear(QuantizeLinear(x, scale, float8 zero)),
     which rounds x / scale to the float8 grid half to even and saturates to +-max as FloatQuant does,
     then two fix-ups for where the two differ (polyquant diff: NaN outputs only):
       x / scale = +-inf (x infinite or the division overflowing): FloatQuant's NaN 0xFFC00000, where Q
         saturates -> Where(IsInf(x / scale), 0xFFC00000, y);
-      NaN x: FloatQuant returns x quieted with its sign cleared, Q the canonical NaN of x's sign ->
-        Where(IsNaN(x), Abs(x) + 0.0, y) (the addition quiets a signalling NaN and keeps the payload;
-        it needs NoopElimination off, as exact_session_options() has it)."""
-    if _mode(attrs, "ROUND") not in ("ROUND", "HALF_EVEN"):
-        raise _Refused(f"FloatQuant is not converted yet with rounding_mode {_mode(attrs, 'ROUND')}: QuantizeLinear "
-                       f"rounds half to even; the exact elementwise decomposition is not built")
-    values = [_initializer(graph, node.input[i]) if i < len(node.input) and node.input[i] else None for i in range(1, 6)]
-    if any(v is None or (i > 0 and v.size != 1) for i, v in enumerate(values)):
-        raise _Refused("FloatQuant's scale, exponent_bitwidth, mantissa_bitwidth, exponent_bias and max_val must be "
-                       "initializers (one value each but the scale): the format is matched at conversion time")
-    scale, e, m, bias, mx = values
-    fmt = (float(e), float(m), float(bias), float(mx), int(attrs.get("has_inf", 0)))
-    flags = (int(attrs.get("has_nan", 0)), int(attrs.get("has_subnormal", 0)), int(attrs.get("saturation", 1)))
-    ztype = _FLOAT8_OF_FORMAT.get(fmt) if flags == (1, 1, 1) else None
-    if ztype is None:
-        raise _Refused(f"FloatQuant is not converted yet for its format (exponent {fmt[0]:g}, mantissa {fmt[1]:g}, bias "
-                       f"{fmt[2]:g}, max {fmt[3]:g}, has_inf {fmt[4]}, has_nan / has_subnormal / saturation {flags}): "
-                       f"only float8 e4m3fn / e5m2 are (as Q/DQ); the exact elementwise decomposition is not built")
-    if opset < 19:
-        raise _Refused(f"FloatQuant is not converted yet below opset 19: its float8 QuantizeLinear needs opset 19 and the "
-                       f"model imports {opset} (re-export at opset 19 or later; the exact elementwise decomposition "
-                       f"is not built)")
-    axes = [i for i, d in enumerate(scale.shape) if d != 1]
-    if len(axes) > 1 or not np.all(np.isfinite(scale)) or not np.all(scale > 0):
-        raise _Refused("FloatQuant's scale must be positive, finite and vary along at most one axis for QuantizeLinear")
+      NaN x: FloatQuant returns x quieted, its sign cleared under 256 KiB and kept from there on, Q
+        the canonical NaN of x's sign -> _float_quant_nan_fixup."""
     per_axis = bool(axes)
     f8 = {TensorProto.FLOAT8E4M3FN: "float8_e4m3fn", TensorProto.FLOAT8E5M2: "float8_e5m2"}[ztype]
     import ml_dtypes
@@ -329,12 +350,120 @@ def _convert_float_quant(graph, node, b: _Builder, attrs: dict, opset: int) -> t
     axis = {"axis": axes[0] - scale.ndim} if per_axis else {}
     x = node.input[0]
     y = b.op("DequantizeLinear", [b.op("QuantizeLinear", [x, s_c, z_c], "quantized", **axis), s_c, z_c], "qdq", **axis)
-    overflow = b.op("IsInf", [b.op("Div", [x, node.input[1]], "ratio")], "overflow")
-    y = b.op("Where", [overflow, b.const(_DEFAULT_NAN, "default_nan"), y], "fix_overflow")
-    quiet = b.op("Add", [b.op("Abs", [x], "abs"), b.const(0.0, "zero")], "quiet_abs")
-    b.op("Where", [b.op("IsNaN", [x], "is_nan"), quiet, y], "out", output=node.output[0])
-    form = f"QuantizeLinear / DequantizeLinear ({f8}{', per axis' if per_axis else ''}), Where fix-ups for overflow, NaN"
-    return form, {"kind": "float", "scale": scale, "ztype": ztype, "format": fmt, "flags": flags}
+    xs = b.op("Div", [x, node.input[1]], "scaled")
+    y = b.op("Where", [b.op("IsInf", [xs], "overflow"), b.const(_DEFAULT_NAN, "default_nan"), y], "fix_overflow")
+    _float_quant_nan_fixup(b, xs, y, node.output[0])
+    return f"QuantizeLinear / DequantizeLinear ({f8}{', per axis' if per_axis else ''}), Where fix-ups for overflow, NaN"
+
+
+def float_exponent_thresholds(first: int, last: int) -> np.ndarray:
+    """T(k) for k = first..last: the smallest float32 a with floor(log2(a)) >= k, log2 in float32 as
+    numpy computes it (qonnx's FloatQuant exponent; it rounds up to k for the top few dozen
+    significands below 2^k, so T(k) is a little under 2^k there). 0 below float32's normal range (every
+    a = |x / s| + FLT_MIN qualifies), +inf above it. Only the top 2^12 significands of each binade are
+    searched: below them log2's float32 result is under k (floor_log2.h relies on the same bound)."""
+    out = np.empty(last - first + 1, np.float32)
+    window = np.arange((1 << 23) - (1 << 12), 1 << 23, dtype=np.uint32)
+    for i, k in enumerate(range(first, last + 1)):
+        if k - 1 < -126:
+            out[i] = 0.0
+        elif k - 1 > 127:
+            out[i] = np.inf
+        else:
+            v = (np.float32(2.0 ** (k - 1)).view(np.uint32) + window).view(np.float32)
+            with np.errstate(over="ignore"):
+                up = np.flatnonzero(np.floor(np.log2(v)) >= k)
+                out[i] = v[up[0]] if up.size else np.float32(2.0 ** k)
+    return out
+
+
+def _float_quant_decomposed(node, b: _Builder, p: dict) -> str:
+    """qonnx's FloatQuant in standard ops, in its operation order and float32 precision:
+      xs = x / s;  a = |xs| + FLT_MIN;  e = max(floor(log2(a)) - m, 1 - bias - m);  i = 2^e;
+      q = i * R(xs / i);  clipped to [-M, M] (saturation) or overflow -> +-inf / NaN, judged on the
+      rounded q;  y = q * s;  M = min((2 - 2^-m) * 2^(2^E - 1 - bias), max_val).
+    Standard ONNX has no log2 and no bit casts, so g = floor(log2(a)), clamped to [1 - bias, 2^E - bias]
+    (the clamp changes nothing: below, max() takes 1 - bias - m anyway; above, |xs| >= 2^(2^E - bias)
+    rounds to a q beyond M on either exponent, and the result depends only on q's sign), is found by
+    comparing a with the thresholds T(k) (float_exponent_thresholds) around a first guess
+    c = clamp(Floor(Log(a) / ln 2)), which is within one of g: g = c - 1 + [a >= T(c)] + [a >= T(c + 1)]
+    with T(1 - bias) = 0 and T(2^E - bias + 1) = +inf. The scale i = 2^(g - m) is gathered from a table
+    of numpy's float32 exp2 (exact powers of two). The clip and the product run in float32: M is a float32
+    value (qonnx computes 2^max_exponent in float32, so a format wider than float32 has M = +inf or
+    max_val; a format whose M is no float32 value reaches below float32's subnormals and is refused),
+    and then the reference's float64 comparisons and product give the same bits. Fix-ups as for the Q/DQ form: xs = +-inf gives the
+    default NaN 0xFFC00000 (inf / inf in the reference), a NaN xs gives |xs| quieted (the NaN of the
+    reference's exp2 chain)."""
+    e, m, bias, mx, has_inf = p["format"]
+    has_nan, _, saturation = p["flags"]
+    mode = p["rounding_mode"]
+    scale = p["scale"]
+    if not np.all(np.isfinite(scale)):
+        raise _Refused("FloatQuant's scale must be finite: the conversion's NaN fix-ups assume x / scale is NaN only "
+                       "for a NaN x or 0 / 0")
+    if e != int(e) or m != int(m) or bias != int(bias) or not 1 <= e <= 8 or not 0 <= m <= 23:
+        raise _Refused(f"FloatQuant's format (exponent_bitwidth {e:g}, mantissa_bitwidth {m:g}, exponent_bias {bias:g}) "
+                       f"is converted for integer widths E in 1..8 and m in 0..23 and an integer bias")
+    if np.isnan(mx):
+        raise _Refused("FloatQuant's max_val is NaN (every output is NaN in qonnx): not converted")
+    if not saturation and not (has_inf or has_nan):
+        raise _Refused("saturation = 0 with has_inf = has_nan = 0: qonnx raises (\"Clamping is not saturating, but "
+                       "neither inf nor nan are supported\"), so there is nothing to convert to")
+    from ..qonnx.ops import compute_max_val
+    with np.errstate(over="ignore"):  # qonnx's 2^max_exponent in float32 overflows to inf for wide formats
+        big_m = float(np.minimum(compute_max_val(np.float32(e), np.float32(m), np.float32(bias)), np.float64(mx)))
+        big_m_is_float32 = float(np.float32(big_m)) == big_m
+    if not big_m_is_float32:
+        raise _Refused(f"FloatQuant's largest value M = {big_m!r} is no float32 value (the format's grid reaches "
+                       f"below float32's subnormals, where its internal scales underflow): not converted")
+    e, m, bias = int(e), int(m), int(bias)
+    first, last = 1 - bias, 2 ** e - bias            # g's clamp: [1 - bias, max exponent + 1]
+    thresholds = float_exponent_thresholds(first, last + 1)
+    thresholds[0] = 0.0                              # T(first) = 0: c - 1 + [a >= T(c)] >= first
+    thresholds[-1] = np.inf                          # T(last + 1) = +inf: the count stays <= last
+    with np.errstate(over="ignore", under="ignore"):
+        powers = np.exp2(np.arange(first, last + 1, dtype=np.float32) - np.float32(m))
+    x, s = node.input[0], node.input[1]
+    xs = b.op("Div", [x, s], "scaled")
+    a = b.op("Add", [b.op("Abs", [xs], "abs"), b.const(np.finfo(np.float32).tiny, "tiny")], "magnitude")
+    # A NaN or infinite a (xs NaN or +-inf, fixed up below) is replaced by 1 for the index: Cast has no
+    # integer for a NaN guess, and a = +inf would reach T(last + 1) = +inf.
+    a_safe = b.op("Where", [b.op("Less", [a, b.const(np.inf, "inf")], "a_is_finite"), a, b.const(1.0, "one")],
+                  "magnitude_or_one")
+    guess = b.op("Floor", [b.op("Mul", [b.op("Log", [a_safe], "ln"), b.const(1 / np.log(2), "inv_ln2")], "log2")],
+                 "guess")
+    c = b.op("Clip", [guess, b.const(first, "first_exponent"), b.const(last, "last_exponent")], "guess_clamped")
+    c_index = b.op("Cast", [b.op("Sub", [c, b.const(first, "first_exponent")], "guess_offset")], "guess_index",
+                   to=TensorProto.INT64)
+
+    def at_least(table, what):  # [a >= table[c - first]] as 0.0 / 1.0
+        t = b.op("Gather", [b.const(table, what), c_index], what + "_at_guess")
+        return b.op("Cast", [b.op("Not", [b.op("Less", [a_safe, t], "below_" + what)], "reaches_" + what)],
+                    "count_" + what, to=TensorProto.FLOAT)
+
+    offset = b.op("Add", [at_least(thresholds[:-1], "threshold"), at_least(thresholds[1:], "next_threshold")], "counted")
+    g_index = b.op("Cast", [b.op("Add", [b.op("Sub", [c, b.const(first + 1, "first_exponent_plus_one")], "below_guess"),
+                                         offset], "exponent_offset")], "exponent_index", to=TensorProto.INT64)
+    internal = b.op("Gather", [b.const(powers, "internal_scales"), g_index], "internal_scale")
+    q = b.op("Mul", [internal, _round(b, b.op("Div", [xs, internal], "on_grid"), mode)], "quantized")
+    const = b.const
+    hi, lo = const(big_m, "max_value"), const(-big_m, "min_value")
+    above, below = b.op("Greater", [q, hi], "above"), b.op("Less", [q, lo], "below")
+    if saturation:
+        y = b.op("Where", [above, hi, b.op("Where", [below, lo, q], "clipped_low")], "clipped")
+    elif has_inf:
+        y = b.op("Where", [above, const(np.inf, "inf"), b.op("Where", [below, const(-np.inf, "minus_inf"), q],
+                                                                    "overflow_low")], "overflowed")
+    else:
+        out_of_range = b.op("Or", [b.op("Or", [above, below], "out_of_range"), b.op("IsInf", [q], "is_inf")],
+                            "overflow")
+        y = b.op("Where", [out_of_range, const(np.nan, "nan"), q], "overflowed")
+    y = b.op("Mul", [y, s], "scaled_back")
+    y = b.op("Where", [b.op("IsInf", [xs], "xs_is_inf"), b.const(_DEFAULT_NAN, "default_nan"), y], "fix_overflow")
+    _float_quant_nan_fixup(b, xs, y, node.output[0])
+    return (f"Div, exponent by Log and threshold tables (Gather), {mode} rounding on the 2^(e - m) grid, "
+            f"{'clip' if saturation else 'overflow to inf' if has_inf else 'overflow to NaN'}, Mul, "
+            f"Where fix-ups for inf, NaN")
 
 
 def _convert_node(graph, node, b: _Builder, inferred: dict, version: int = 1, opset: int = 0) -> tuple[str, dict]:
@@ -449,7 +578,7 @@ def _reference(p: dict, x: np.ndarray) -> np.ndarray:
         e, m, bias, mx, has_inf = p["format"]
         has_nan, has_subnormal, saturation = p["flags"]
         return qonnx.float_quant(x, p["scale"], np.float32(e), np.float32(m), np.float32(bias), 1, np.float32(mx),
-                                 has_inf, has_nan, has_subnormal, "ROUND", saturation)
+                                 has_inf, has_nan, has_subnormal, p.get("rounding_mode", "ROUND"), saturation)
     if p["kind"] == "bipolar":
         return qonnx.bipolar_quant(x, p["scale"])
     if p["kind"] == "trunc_v1":
@@ -465,11 +594,8 @@ def _sample_inputs(p: dict, rng) -> np.ndarray:
     (of a grid wider than 2^13 steps: those at both ends and around zero) and its float32 neighbours;
     random values over the grid's range. Shape
     (N,) + the parameters' broadcast shape, so each channel sees every value."""
-    if p["kind"] == "float":  # every float8 value and midpoint times the scale (convert_qonnx's minifloat sample)
-        from .convert_qonnx import _grid_sample
-        per_axis = np.size(p["scale"]) > 1
-        return _grid_sample({"ztype": p["ztype"], "scale": np.asarray(p["scale"], np.float32),
-                             "qshape": np.shape(p["scale"]), "axis": 0 if per_axis else None}, rng)
+    if p["kind"] == "float":
+        return _minifloat_sample(p, rng)
     pshape = np.broadcast_shapes(*(np.shape(p[k]) for k in ("scale", "zeropt", "out_scale") if p.get(k) is not None))
     scale = np.broadcast_to(np.asarray(p["scale"], np.float32), pshape)
     zero = np.broadcast_to(np.asarray(p.get("zeropt", 0), np.float32), pshape)
@@ -509,6 +635,56 @@ def _sample_inputs(p: dict, rng) -> np.ndarray:
         span = 2 * in_hi * np.abs(scale).max(initial=1.0)
     parts.append((rng.standard_normal((4096,) + pshape) * span).astype(np.float32))
     return np.concatenate([np.broadcast_to(a, a.shape) for a in parts]).astype(np.float32)
+
+
+def _minifloat_sample(p: dict, rng) -> np.ndarray:
+    """FloatQuant's check inputs, shaped (N,) + the scale's shape: every value of the minifloat grid
+    (per binade from the subnormals to two binades past the largest; 512 significands at each end of a
+    binade and 512 random ones where m > 10) and every midpoint of two neighbours, times the scale, with
+    their float32 neighbours; the exponent thresholds T(k) (float_exponent_thresholds) and 4 float32
+    neighbours on each side, times the scale; NaNs with payloads of both signs, infinities, zeros,
+    subnormals, the largest floats; random values on the grid's range and log-uniform over every
+    float32 binade."""
+    e, m, bias, mx, _ = p["format"]
+    e, m, bias = int(e), int(m), int(bias)
+    scale = np.asarray(p["scale"], np.float64)
+    pshape = scale.shape
+    column = (-1,) + (1,) * len(pshape)
+    if m <= 10:
+        significands = np.arange(1 << m, dtype=np.float64)
+    else:
+        top = float(1 << m)
+        significands = np.unique(np.concatenate([np.arange(512.0), top - 1 - np.arange(512.0),
+                                                 np.floor(rng.uniform(0, top, 512))]))
+    first = 1 - bias
+    binades = np.arange(first, min(2 ** e - bias + 2, 129), dtype=np.float64)
+    normal = ((1 + significands / 2.0 ** m)[None, :] * np.exp2(binades)[:, None]).reshape(-1)
+    subnormal = significands * 2.0 ** (first - m)
+    values = np.unique(np.concatenate([subnormal, normal]))
+    points = np.concatenate([values, (values[1:] + values[:-1]) / 2])
+    with np.errstate(over="ignore"):
+        grid = (points.reshape(column) * scale).astype(np.float32)
+        low, high = max(first, -126), min(2 ** e - bias + 1, 128)   # the thresholds inside float32's normal range
+        thresholds = (float_exponent_thresholds(low, high) if high >= low else np.empty(0, np.float32)).astype(np.float64)
+        thresholds = thresholds[(thresholds > 0) & np.isfinite(thresholds)]
+        near = (thresholds.reshape(column) * scale).astype(np.float32)
+    parts = [grid, np.nextafter(grid, np.float32(np.inf)), np.nextafter(grid, np.float32(-np.inf))]
+    for v in (near, -near):
+        up = down = v
+        parts.append(v)
+        for _ in range(4):
+            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+            parts += [up, down]
+    specials = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FC12345, 0xFFA00001, 0x7F800000,
+                         0xFF800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F000000, 0, 0x80000000, 1, 0x80000001, 0x00800000,
+                         0x807FFFFF], np.uint32).view(np.float32)
+    parts.append(np.broadcast_to(specials.reshape(column), (specials.size,) + pshape))
+    span = min(float(mx) if np.isfinite(mx) else 3e38, 3e38) * float(np.abs(scale).max(initial=1.0))
+    with np.errstate(over="ignore"):
+        parts.append((rng.standard_normal((4096,) + pshape) * span).astype(np.float32))
+        parts.append((np.exp2(rng.uniform(-150, 128, (4096,) + pshape)) * rng.choice([-1.0, 1.0], (4096,) + pshape))
+                     .astype(np.float32))
+    return np.concatenate([np.broadcast_to(a, a.shape[:1] + pshape) for a in parts]).astype(np.float32)
 
 
 def exact_session_options() -> Any:
@@ -561,7 +737,11 @@ def _check_node(b: _Builder, node, p: dict, graph, opset: int, how: str, rng, re
     for per-tensor parameters, then a weight's own tensor) and compares it with `reference(x)` (default:
     polyquant.qonnx on `p`) bit for bit; returns what it found (the caller refuses or reports)."""
     import onnxruntime as ort
-    reference = reference or (lambda v: np.asarray(_reference(p, v), np.float32))
+    def qonnx_reference(v):
+        with np.errstate(over="ignore"):  # the float64 result rounds to +-inf in float32, as the node's cast does
+            return np.asarray(_reference(p, v), np.float32)
+
+    reference = reference or qonnx_reference
     needed = {i for n in b.nodes for i in n.input} - {t.name for t in b.inits} - {o for n in b.nodes for o in n.output}
     needed.discard(node.input[0])  # x is fed: the sample, then a weight's own tensor
     inits = list(b.inits) + [t for t in graph.initializer if t.name in needed]
@@ -749,8 +929,8 @@ def convert_command(args, out=sys.stdout) -> int:
 def add_parser(sub, epilog: str) -> None:
     p = sub.add_parser(
         "convert", epilog=epilog, help="convert QONNX / Quark / AIMET encodings to standard ONNX, or Q/DQ to QONNX, exactly",
-        description="--to onnx (default): replace each QONNX quantizer (IntQuant / Quant, BipolarQuant, Trunc; FloatQuant "
-                    "in float8 formats) and each Quark Extended Q/DQ node by "
+        description="--to onnx (default): replace each QONNX quantizer (IntQuant / Quant, BipolarQuant, Trunc, "
+                    "FloatQuant) and each Quark Extended Q/DQ node by "
                     "standard ONNX ops that compute the original's result bit for bit, so the model runs in any onnxruntime "
                     "without polyquant. --to qonnx: replace each standard QuantizeLinear / DequantizeLinear pair "
                     "(Q, Clip, DQ too) by a QONNX Quant or FloatQuant node on the same grid, with standard fix-ups "

@@ -1,7 +1,7 @@
 """`polyquant convert --to qonnx`: standard ONNX QuantizeLinear / DequantizeLinear pairs to QONNX, exactly.
 
 Each pair x -> QuantizeLinear(scale, zp) -> DequantizeLinear(scale, zp) -> y (the same parameters on
-both; per tensor or per axis) becomes one QONNX node computing the same grid:
+both; per tensor, per axis or blocked) becomes one QONNX node computing the same grid:
 
   integer types (int2 .. int16, uint2 .. uint16, int32 / uint32)
       Quant(x, scale, zeropt, bitwidth = the type's bits, signed, narrow = 0, rounding_mode = ROUND)
@@ -28,13 +28,26 @@ DequantizeLinear's value there (exact fix-ups, computed at conversion time per c
 --allow-inexact leaves the fix-ups out (a bare QONNX node, as FINN-style flows expect): INEXACT, with
 the differing inputs counted.
 
+A blocked pair (opset 21+, block_size B along axis a; element i of a takes block i // B's scale and
+zero point, and the final block may hold fewer than B elements) has a scale that does not broadcast
+against x, and QONNX has no blocks. It becomes the per-axis node above, its channels being the blocks,
+on x reshaped to one block per row:
+      [Pad a to S B, S = ceil(D_a / B)] -> Reshape (M, B, P) -> Quant / FloatQuant (+ fix-ups) with the
+      scale and zero point as (M, 1, P) -> Reshape -> [Slice a back to D_a]
+M = the blocks times the axes before a, P = the axes after it (left out where 1). The moves keep every
+bit and the QONNX node and fix-ups are elementwise, so each element meets its own block's parameters
+and the padding is dropped unread: exact, for the integer and float8 types above. The Reshape's target
+is static: x's length along a must be known (shape inference or value_info), the other dimensions are
+the scale's.
+
 A DequantizeLinear of an integer weight initializer (how QDQ models store weights) becomes the float
 weight DQ(w_q), computed at conversion time, feeding Quant on the same grid, checked over the tensor;
 a blocked one gets the blocks' parameters expanded to the weight's shape (QONNX has no blocks).
 
 Refused, with the reason: a QuantizeLinear whose output reaches anything but DequantizeLinears (QONNX has
 no integer-output op), a DequantizeLinear of a computed integer tensor, parameters that are not
-initializers or differ between Q and DQ, a blocked pair, a per-axis pair whose input rank is unknown,
+initializers or differ between Q and DQ, a per-axis pair whose input rank is unknown, a blocked pair
+whose input's length along the block axis is unknown (or whose scale does not tile the input),
 saturate = 0, a nonzero float8 zero point, types without a QONNX grid (float4, int4 with output_dtype
 ...), non-float32 inputs.
 
@@ -42,7 +55,9 @@ Every converted pair whose parameters are initializers is checked: the emitted n
 polyquant's custom-op library (bit-exact with qonnx) against the original pair in plain onnxruntime, on
 NaN, infinities, zeros, subnormals, every rounding tie of the grid (every minifloat value and midpoint)
 and its float32 neighbours and random values, or on every float32 input (check="exhaustive", per
-tensor), and a weight's pair on the weight tensor itself.
+tensor), and a weight's pair on the weight tensor itself. A blocked pair takes x of its own shape
+only: the sample (one value per block and row) is laid out as inputs of that shape, run one by one,
+every row reaching every block.
 """
 
 from __future__ import annotations
@@ -78,9 +93,10 @@ def _attr(node, name: str, default):
     return default
 
 
-def _pair_parameters(graph, q, dq, rank: int | None) -> dict:
+def _pair_parameters(graph, q, dq, rank: int | None, shape: list | None = None) -> dict:
     """The pair's parameters, checked to agree between Q and DQ: scale, zero point (its ONNX type),
-    axis, the QONNX-shaped (broadcasting against x from the right) scale / zero point."""
+    axis, the QONNX-shaped (broadcasting against x from the right) scale / zero point. `shape` is x's
+    static shape where known (None for a symbolic dimension): a blocked pair needs its block axis."""
     scale = _initializer(graph, q.input[1])
     if scale is None:
         raise _Refused(f"y_scale {q.input[1]!r} is not an initializer: the grid is fixed at conversion time")
@@ -104,11 +120,10 @@ def _pair_parameters(graph, q, dq, rank: int | None) -> dict:
                        f"point initializers: not one quantizer")
     if scale.dtype != np.float32:
         raise _Refused(f"y_scale is {scale.dtype}; the conversion is built for float32 scales")
-    if _attr(q, "block_size", 0) or _attr(dq, "block_size", 0):
-        raise _Refused("a blocked pair (block_size > 0): not converted yet (QONNX would need the scale expanded to "
-                       "the tensor's shape)")
     if not np.all(np.isfinite(scale)) or not np.all(scale > 0):
         raise _Refused("a scale that is not positive and finite: QONNX's grid is not defined for it")
+    if _attr(q, "block_size", 0) or _attr(dq, "block_size", 0):
+        return _blocked_pair_parameters(q, dq, scale, zp, ztype, shape)
     axis_q, axis_dq = _attr(q, "axis", 1), _attr(dq, "axis", 1)
     per_axis = scale.ndim == 1 and scale.size > 1
     shape = ()
@@ -124,6 +139,59 @@ def _pair_parameters(graph, q, dq, rank: int | None) -> dict:
         raise _Refused(f"y_scale has shape {scale.shape}: neither per tensor nor per axis")
     return {"scale": scale, "zp": zp, "ztype": ztype, "axis": axis_q if per_axis else None, "qshape": shape,
             "saturate": _attr(q, "saturate", 1)}
+
+
+def _blocked_pair_parameters(q, dq, scale: np.ndarray, zp: np.ndarray, ztype: int, x_shape: list | None) -> dict:
+    """A blocked pair (opset 21+: block_size B > 0 along `axis` a). ONNX's definition: x has shape
+    (D_0, ..., D_a, ..., D_n-1), the scale (and zero point) (D_0, ..., S, ..., D_n-1) with S = ceil(D_a / B),
+    and element i of axis a takes the parameters of block i // B; the final block holds D_a - (S - 1) B
+    elements (fewer than B where B does not divide D_a). onnxruntime enforces both shapes.
+
+    QONNX's parameters broadcast against x from the right, which a blocked scale does not (S against
+    D_a). The conversion splits the block axis instead. In row-major order, x (padded to S B along a,
+    see _emit_blocked) is the same elements as (M, B, P) with M = D_0 ... D_a-1 S (the blocks, one per
+    row) and P = D_a+1 ... D_n-1 (the axes after a; left out where P = 1), and the scale is the same
+    values as (M, 1, P): element (m, j, r) of the one is element j of block m at trailing position r,
+    and (m, 0, r) of the other is that block's scale. So Quant on x reshaped to (M, B, P) with the
+    scale reshaped to (M, 1, P) broadcasts exactly. The reshape's target is static: M and P are the
+    scale's own dimensions, and D_a must be known (shape inference or value_info), else the pair is
+    refused. Merging the leading axes (rather than splitting a in place) leaves the scale varying
+    along one axis when a is the last axis (int4 / float8 activations in LLMs): a per-channel QONNX
+    node whose channels are the blocks, the form QONNX tools and --to onnx's per-axis Q/DQ take.
+    The parameters keep the blocks' size (not expanded B times to x's shape, as a weight's are): they
+    are the per-channel parameters of the per-axis path, so its grid, fix-ups and sample are reused
+    unchanged on the reshaped tensor."""
+    block, block_dq = _attr(q, "block_size", 0), _attr(dq, "block_size", 0)
+    axis_q, axis_dq = _attr(q, "axis", 1), _attr(dq, "axis", 1)
+    if block != block_dq or axis_q != axis_dq:
+        raise _Refused(f"QuantizeLinear's block_size {block} / axis {axis_q} and DequantizeLinear's {block_dq} / "
+                       f"{axis_dq} differ: not one quantizer")
+    if block < 0:
+        raise _Refused(f"block_size {block}: not a block size")
+    rank = scale.ndim
+    if not -rank <= axis_q < rank:
+        raise _Refused(f"axis {axis_q} is outside the blocked scale's rank {rank}")
+    axis = axis_q % rank
+    if x_shape is None or len(x_shape) != rank or x_shape[axis] is None:
+        raise _Refused(f"a blocked pair whose input's shape is unknown along its block axis {axis} (no static "
+                       f"dimension from shape inference or value_info): QONNX's scale broadcasts from the right, so "
+                       f"the blocks are split off by a Reshape whose target needs that length")
+    length, blocks = int(x_shape[axis]), scale.shape[axis]
+    if -(-length // block) != blocks:
+        raise _Refused(f"a blocked scale with {blocks} blocks along axis {axis}, where ceil({length} / {block}) "
+                       f"blocks cover the input")
+    mismatched = [i for i, d in enumerate(x_shape) if i != axis and d is not None and d != scale.shape[i]]
+    if mismatched:
+        raise _Refused(f"the input's shape {x_shape} and the blocked scale's {scale.shape} differ on axes {mismatched}")
+    before, after = scale.shape[:axis], scale.shape[axis + 1:]
+    rows, trailing = int(np.prod(before, dtype=np.int64)) * blocks, int(np.prod(after, dtype=np.int64))
+    tail = (trailing,) if trailing > 1 else ()
+    return {"scale": scale, "zp": zp, "ztype": ztype, "axis": "blocked", "qshape": (rows, 1) + tail,
+            "saturate": _attr(q, "saturate", 1),
+            "blocks": {"axis": axis, "block_size": block, "length": length, "count": blocks,
+                       "shape": before + (length,) + after,                # x's own (static) shape
+                       "padded_shape": before + (blocks * block,) + after,  # the whole final block
+                       "split_shape": (rows, block) + tail}}                # (M, B, P): a block per row
 
 
 _NAN_INPUTS = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFC00001, 0x7FC12345], np.uint32).view(np.float32)
@@ -200,7 +268,7 @@ def _emit(graph, q, dq, b: _Builder, p: dict, fixups: bool) -> tuple[str, dict, 
         if np.any(np.asarray(p["zp"], np.float32) != 0):
             raise _Refused("a nonzero float8 zero point: FloatQuant has none")
         e, m, bias, mx, has_inf = FLOAT8_FORMATS[ztype]
-        p["zp_typed"] = np.zeros(p["scale"].shape if p["axis"] is not None else (), _numpy_type(ztype))
+        p["zp_typed"] = np.zeros((p["scale"].size,) if p["axis"] is not None else (), _numpy_type(ztype))
         consts = [b.const(scale, "scale"), b.const(e, "exponent_bitwidth"), b.const(m, "mantissa_bitwidth"),
                   b.const(bias, "exponent_bias"), b.const(mx, "max_val")]
         y = b.name("floatquant")
@@ -242,6 +310,54 @@ def _emit(graph, q, dq, b: _Builder, p: dict, fixups: bool) -> tuple[str, dict, 
     if fixed:
         form += ", Where fix-ups for " + ", ".join(fixed)
     return form, {"qshape": qshape}, fixed
+
+
+def _emit_blocked(graph, q, dq, b: _Builder, p: dict, fixups: bool) -> tuple[str, dict, list]:
+    """A blocked pair (_blocked_pair_parameters) into b: the per-axis QONNX node and its fix-ups (_emit)
+    on x reshaped to one block per row, between two Reshapes:
+
+        x (D_0, .., D_a, .., D_n-1)
+          -> Pad (only where B does not divide D_a: zeros after the end of axis a, up to S B)
+          -> Reshape (M, B, P)            M = D_0 .. D_a-1 S blocks, P = D_a+1 .. D_n-1 (absent where 1)
+          -> Quant / FloatQuant with scale, zeropt (M, 1, P), and the fix-ups
+          -> Reshape (D_0, .., S B, .., D_n-1)
+          -> Slice [0, D_a) along a (only after a Pad) -> y
+
+    Exact: Pad, Reshape and Slice move float32 values without arithmetic (bits kept, NaN payloads
+    included), and Quant, FloatQuant and the fix-ups are elementwise, so element i of axis a meets the
+    parameters of block i // B, as in the pair, and the padded elements (whose values do not matter)
+    are dropped before anything reads them. The partial final block is the full block's computation
+    restricted to the elements it has."""
+    blk = p["blocks"]
+    axis, rank = blk["axis"], len(blk["shape"])
+    padding = blk["padded_shape"][axis] - blk["length"]
+    x = q.input[0]
+    if padding:
+        pads = np.zeros(2 * rank, np.int64)
+        pads[rank + axis] = padding  # ONNX's pads: all the begins, then all the ends
+        x = b.op("Pad", [x, b.typed_const(pads, "block_padding"), b.const(0.0, "padding_value")], "padded",
+                 mode="constant")
+    split = b.op("Reshape", [x, b.typed_const(np.asarray(blk["split_shape"], np.int64), "block_shape")], "blocks")
+    quantized = b.name("quantized_blocks")
+    form, reference, fixed = _emit(graph, SimpleNamespace(input=[split]), SimpleNamespace(output=[quantized]), b, p,
+                                   fixups)
+    unsplit = b.op("Reshape", [quantized, b.typed_const(np.asarray(blk["padded_shape"], np.int64), "padded_shape")],
+                   "unblocked", output=None if padding else dq.output[0])
+    if padding:
+        b.op("Slice", [unsplit, b.typed_const(np.array([0], np.int64), "slice_start"),
+                       b.typed_const(np.array([blk["length"]], np.int64), "slice_end"),
+                       b.typed_const(np.array([axis], np.int64), "slice_axis")], "unpadded", output=dq.output[0])
+    blocks = blk["count"]
+    layout = f"{blocks} block{'s' if blocks > 1 else ''} of {blk['block_size']} along axis {axis}"
+    if padding:
+        layout += f", the last of {blk['length'] - (blocks - 1) * blk['block_size']}"
+    form = f"Reshape to {blk['split_shape']} ({layout}), {form}, Reshape"
+    return (f"Pad, {form}, Slice" if padding else form), reference, fixed
+
+
+def _emit_pair(graph, q, dq, b: _Builder, p: dict, fixups: bool) -> tuple[str, dict, list]:
+    """The pair's QONNX nodes into b: blocked (_emit_blocked) or per tensor / per axis (_emit)."""
+    return (_emit_blocked if p.get("blocks") else _emit)(graph, q, dq, b, p, fixups)
 
 
 def _grid_of(lo: int, hi: int) -> tuple[int, bool, bool] | None:
@@ -309,6 +425,35 @@ def _grid_sample(p: dict, rng) -> np.ndarray:
     return np.concatenate([np.broadcast_to(a, a.shape[:1] + np.shape(scale)) for a in parts]).astype(np.float32)
 
 
+def _blocked_inputs(sample: np.ndarray, blk: dict) -> np.ndarray:
+    """The check's sample for a blocked pair, rows (N,) + the QONNX shape (M, 1, P), as T inputs of x's
+    own shape: (T,) + (D_0, .., D_a, .., D_n-1). Each row is one value per block (per channel), and a
+    block has B element slots per input (the final block: D_a - (S - 1) B, the fewest): input t puts
+    row (t k + j) mod N in slot j of every block, k = the final block's slots, so over T = ceil(N / k)
+    inputs every row reaches every block, the final one included, as every row reaches every channel
+    in the per-axis check."""
+    axis, block, length = blk["axis"], blk["block_size"], blk["length"]
+    per_input = min(block, length - (blk["count"] - 1) * block)
+    n = sample.shape[0]
+    rows = (np.arange(-(-n // per_input))[:, None] * per_input + np.arange(block)) % n   # (T, B): each slot's row
+    slotted = np.squeeze(sample[rows], axis=3)      # (T, B, M, P)
+    slotted = np.moveaxis(slotted, 1, 2)            # (T, M, B, P): x reshaped, padded, for each input
+    padded = slotted.reshape((len(rows),) + tuple(blk["padded_shape"]))
+    return np.ascontiguousarray(np.take(padded, np.arange(length), axis=1 + axis), np.float32)
+
+
+class _OneInputAtATime:
+    """A session whose input has one static shape (a blocked pair's), fed a stack (T,) + that shape:
+    T runs, their outputs stacked, so _compare takes it as it takes a batched session."""
+
+    def __init__(self, session):
+        self.session = session
+
+    def run(self, outputs, feeds: dict) -> list:
+        (name, stack), = feeds.items()
+        return [np.stack([self.session.run(outputs, {name: x})[0] for x in stack])]
+
+
 def _check_pair(graph, q, dq, b: _Builder, p: dict, opset: int, how: str, rng) -> CheckOutcome:
     """The emitted nodes (onnxruntime with polyquant's custom-op library, qonnx's numerics) against the
     original pair (plain onnxruntime, the settings that keep its bits) on the check's inputs."""
@@ -316,9 +461,13 @@ def _check_pair(graph, q, dq, b: _Builder, p: dict, opset: int, how: str, rng) -
     from ..qonnx.execute import reference_session_options
     x_name = q.input[0]
     per_tensor = p["axis"] is None
+    blocked = p.get("blocks")
     exhaustive = how == "exhaustive" and per_tensor
     x = None if exhaustive else _grid_sample(p, rng)
-    # The original pair, axis counted from the end (the check's x has the rank of the QONNX shape + 1).
+    if blocked:  # the sample laid out as inputs of x's own shape: the blocked pair takes no other
+        x = _blocked_inputs(x, blocked)
+    # The original pair, axis counted from the end (the check's x has the rank of the QONNX shape + 1);
+    # a blocked pair as it is (its x has its own shape).
     pair = []
     for original_node in [q] + ([p["clip_node"]] if p.get("clip_node") is not None else []) + [dq]:
         pair.append(onnx.NodeProto())
@@ -326,7 +475,7 @@ def _check_pair(graph, q, dq, b: _Builder, p: dict, opset: int, how: str, rng) -
     for n in pair:
         if n.op_type == "Clip":
             continue
-        if p["axis"] is not None:
+        if p["axis"] is not None and not blocked:
             for a in n.attribute:
                 if a.name == "axis":
                     a.i = -1 - len(p["qshape"][1:])
@@ -344,6 +493,8 @@ def _check_pair(graph, q, dq, b: _Builder, p: dict, opset: int, how: str, rng) -
                                      providers=["CPUExecutionProvider"])
         with_library = ort.InferenceSession(emitted.SerializeToString(), reference_session_options(),
                                             providers=["CPUExecutionProvider"])
+        if blocked:  # a stack of inputs of x's static shape, run one at a time
+            return _OneInputAtATime(with_library), (lambda v: _OneInputAtATime(plain).run(None, {x_name: v})[0])
         return with_library, (lambda v: plain.run(None, {x_name: v})[0])
 
     node = SimpleNamespace(input=[x_name], name=dq.name)
@@ -357,12 +508,12 @@ def _check_pair(graph, q, dq, b: _Builder, p: dict, opset: int, how: str, rng) -
             kind, e = next(iter(r.examples.items()))
             outcome.example = f"x = {e.x!r} ({e.x_bits}, {kind}): {e.a!r} instead of {e.b!r}"
     else:
-        emitted, original = sessions(x.ndim)
+        emitted, original = sessions(x.ndim - 1 if blocked else x.ndim)
         outcome = _compare(emitted, node, x, original, p["scale"])
     weight = _initializer(graph, x_name)
     if weight is not None and weight.dtype == np.float32:
         emitted, original = sessions(weight.ndim)
-        on_weight = _compare(emitted, node, weight, original, p["scale"])
+        on_weight = _compare(emitted, node, weight[None] if blocked else weight, original, p["scale"])
         outcome.add(on_weight)
         outcome.on_weight = f"its weight tensor: {on_weight.differing} of {on_weight.checked} differ"
     return outcome
@@ -449,12 +600,15 @@ def to_qonnx(m, *, check: str, rng, allow_inexact: bool) -> ConvertResult:
     try:
         inferred = onnx.shape_inference.infer_shapes(m)
         infos = list(inferred.graph.value_info) + list(graph.input) + list(graph.output)
-    except Exception:  # noqa: BLE001 - an unknown domain may stop inference: ranks from the inputs only
-        infos = list(graph.input)
-    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in infos if v.type.tensor_type.HasField("shape")}
+    except Exception:  # noqa: BLE001 - an unknown domain may stop inference: shapes as the model declares them
+        infos = list(graph.value_info) + list(graph.input)
+    # Static dimensions (None where symbolic or unknown): the ranks, and a blocked pair's block axis.
+    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+              for v in infos if v.type.tensor_type.HasField("shape")}
     types = {v.name: v.type.tensor_type.elem_type for v in infos}
     for t in graph.initializer:
-        ranks[t.name], types[t.name] = len(t.dims), t.data_type
+        shapes[t.name], types[t.name] = list(t.dims), t.data_type
+    ranks = {name: len(dims) for name, dims in shapes.items()}
     consumers: dict[str, list] = {}
     for n in graph.node:
         for i in n.input:
@@ -499,13 +653,13 @@ def to_qonnx(m, *, check: str, rng, allow_inexact: bool) -> ConvertResult:
                 if types.get(q.input[0]) not in (None, TensorProto.FLOAT):
                     raise _Refused(f"input {q.input[0]!r} is {TensorProto.DataType.Name(types[q.input[0]]).lower()}; "
                                    f"the conversion is built for float32")
-                p = _pair_parameters(graph, q, dq, ranks.get(q.input[0]))
+                p = _pair_parameters(graph, q, dq, ranks.get(q.input[0]), shapes.get(q.input[0]))
                 p["clip_node"], p["clip"] = clip_node, clip
                 if p["ztype"] in INTEGER_TYPES:
                     p["grid"] = _integer_grid(p, clip)
                 elif clip_node is not None:
                     raise _Refused("a Clip between a float8 QuantizeLinear and its DequantizeLinear: not converted")
-                form, _, _ = _emit(graph, q, dq, b, p, fixups=True)
+                form, _, _ = _emit_pair(graph, q, dq, b, p, fixups=True)
                 report = NodeReport(label, "QuantizeLinear/DequantizeLinear", form, "exact")
                 if check != "none":
                     outcome = _check_pair(graph, q, dq, b, p, opset, check, rng)
@@ -513,7 +667,7 @@ def to_qonnx(m, *, check: str, rng, allow_inexact: bool) -> ConvertResult:
                     if not outcome.differing and allow_inexact:
                         # The bare QONNX node (no fix-ups): what FINN-style flows expect, INEXACT with its counts.
                         bare = _Builder(graph, (dq.name or dq.output[0]) + "_bare", used)
-                        bare_form, _, _ = _emit(graph, q, dq, bare, p, fixups=False)
+                        bare_form, _, _ = _emit_pair(graph, q, dq, bare, p, fixups=False)
                         bare_outcome = _check_pair(graph, q, dq, bare, p, opset, check, rng)
                         if bare_outcome.differing:
                             b, report = bare, NodeReport(label, "QuantizeLinear/DequantizeLinear", bare_form, "inexact",
