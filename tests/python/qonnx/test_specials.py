@@ -107,6 +107,15 @@ _NAN_BITS_OF = {np.float32: (np.uint32, [0x7FC00000, 0xFFC00000, 0xFFC12345, 0x7
                 np.float16: (np.uint16, [0x7E00, 0xFE00, 0xFE12, 0xFC01])}
 
 
+def _numpy_elides_temporaries() -> bool:
+    """Whether numpy reuses a large temporary in this process: a * (b + 0) with a = +NaN, b = -NaN
+    returns the temporary's -NaN where the product ran in its buffer, operands swapped. numpy elides
+    only when its check of the C call stack (backtrace) succeeds, which fails under ASan, for one."""
+    a = np.full(65536, np.uint32(0x7FC00000)).view(np.float32)
+    b = np.full(65536, np.uint32(0xFFC00000)).view(np.float32)
+    return bool(np.signbit((a * (b + np.float32(0)))[0]))
+
+
 def _numpy_returns_second_nan(n: int, dtype) -> np.ndarray:
     """Where numpy's product of two contiguous arrays of n NaNs returns the second operand's NaN."""
     ints, _ = _NAN_BITS_OF[dtype]
@@ -123,6 +132,9 @@ def _numpy_returns_second_nan(n: int, dtype) -> np.ndarray:
 @pytest.mark.parametrize("shape_of", ["flat", "broadcast scale"])
 @pytest.mark.parametrize("mode", ["ROUND", "UP", "DOWN"])
 def test_float_quant_nan_sign_follows_numpys_temporary_elision(dtype, side, shape_of, mode):
+    if side == 0 and not _numpy_elides_temporaries():
+        pytest.skip("numpy does not elide temporaries in this process (its call-stack check fails, as under ASan), "
+                    "so qonnx's large tensors take the small-tensor NaN here; polyquant models a normal process")
     n = _ELISION_LIMITS[dtype] + side
     ints, nan_bits = _NAN_BITS_OF[dtype]
     x = np.linspace(-500, 500, n).astype(dtype)
