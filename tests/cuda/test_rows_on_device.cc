@@ -153,8 +153,24 @@ class RowsOnDevice : public ::testing::Test {
     return ::testing::AssertionSuccess();
   }
 
-  // The row checks of one kernel case: as given and with x stratified; parameters contiguous and
-  // all broadcast.
+  // One row of n elements of a kernel case on the given operands, twice: parameters contiguous, and
+  // every parameter operand broadcast (one value).
+  void check_both_layouts(KernelOp op, const KernelCheck& check, const std::vector<HostOperand>& operands,
+                          std::int64_t n, WorkType work, const char* what) const {
+    std::uint32_t params_mask = 0;
+    for (std::size_t k = 1; k < check.operands->size(); ++k) {
+      if (check.operands->at(k).param) params_mask |= 1u << k;
+    }
+    for (std::uint32_t mask : {0u, params_mask}) {
+      RowArgs a;
+      a.n = n;
+      a.broadcast_mask = mask;
+      EXPECT_TRUE(same_on_device(op, check.params.get(), operands, a, work))
+          << op_name(op) << " " << check.what << " " << what << " mask=" << mask;
+    }
+  }
+
+  // The row checks of one kernel case: as given and with x stratified.
   void check_rows(KernelOp op, const KernelCheck& check) const {
     std::vector<HostOperand> given;
     for (const Operand& o : *check.operands) given.push_back(host_bytes(o));
@@ -164,19 +180,8 @@ class RowsOnDevice : public ::testing::Test {
       x.f32 = stratified_float32();
       stratified[0] = host_bytes(x);
     }
-    std::uint32_t params_mask = 0;
-    for (std::size_t k = 1; k < check.operands->size(); ++k) {
-      if (check.operands->at(k).param) params_mask |= 1u << k;
-    }
-    for (const auto* operands : {&given, &stratified}) {
-      for (std::uint32_t mask : {0u, params_mask}) {
-        RowArgs a;
-        a.n = kRowLength;
-        a.broadcast_mask = mask;
-        EXPECT_TRUE(same_on_device(op, check.params.get(), *operands, a))
-            << op_name(op) << " " << check.what << (operands == &given ? " (case x)" : " (stratified x)") << " mask=" << mask;
-      }
-    }
+    check_both_layouts(op, check, given, kRowLength, WorkType::kF32, "(case x)");
+    check_both_layouts(op, check, stratified, kRowLength, WorkType::kF32, "(stratified x)");
   }
 
   // Blocked parameters: operands 1 and 2 one value per row.
@@ -234,7 +239,6 @@ TEST_F(RowsOnDevice, EveryFloat16XInTheFloat16WorkingPrecision) {
     for (const KernelCheck& check : cases.checks) {
       if (check.kind != KernelCheck::Kind::kRows) continue;
       std::vector<HostOperand> operands;
-      std::uint32_t params_mask = 0;
       for (std::size_t i = 0; i < check.operands->size(); ++i) {
         const Operand& o = check.operands->at(i);
         HostOperand h;
@@ -251,16 +255,9 @@ TEST_F(RowsOnDevice, EveryFloat16XInTheFloat16WorkingPrecision) {
             std::memcpy(h.bytes.data() + j * 2, &v, 2);
           }
         }
-        if (i > 0 && o.param) params_mask |= 1u << i;
         operands.push_back(std::move(h));
       }
-      for (std::uint32_t mask : {0u, params_mask}) {
-        RowArgs a;
-        a.n = kAllHalves;
-        a.broadcast_mask = mask;
-        EXPECT_TRUE(same_on_device(op, check.params.get(), operands, a, WorkType::kF16))
-            << op_name(op) << " " << check.what << " (every float16 x) mask=" << mask;
-      }
+      check_both_layouts(op, check, operands, kAllHalves, WorkType::kF16, "(every float16 x)");
     }
     ++ops_checked;
   }
