@@ -20,6 +20,10 @@ y_zero_point, axis, block_size}) and 1.0.0 / 0.6.1 files (activation_encodings a
 with AIMET's scale and offset, read by polyquant.aimet's reader of AIMET's export; see
 _legacy_entries) are converted per tensor, per channel, blockwise and LPBQ.
 
+A model below the standard opset 21 is raised to 21 by onnx's version converter where an encoding
+needs it (blocked Q/DQ, and the int4 / uint4 / int16 / uint16 Q/DQ types), and the report says so;
+where the converter cannot raise it, those encodings are refused by name.
+
 Blockwise and LPBQ weights (2.x block_size; 1.0.0 enc_type PER_BLOCK / LPBQ) become ONNX's blocked
 DequantizeLinear (axis, block_size; opset 21, to which the model's standard opset is raised by onnx's
 version converter where it is lower, or the encodings are refused by name where it cannot be):
@@ -246,6 +250,7 @@ def convert_aimet(model: Any, encodings: Any, *, check: str = "sample") -> Aimet
     tensors = params | {v.name for v in g.input} | {o for n in g.node for o in n.output}
     result = AimetResult(m, check=check)
     accepted, blocked_weights = [], []
+    needs_opset_21 = []   # (report, what needs it): blocked pairs, and 4- / 16-bit Q/DQ types
     for e in entries:
         name = e.get("name") if isinstance(e, dict) else None
         kind = "param" if name in params else "activation"
@@ -313,8 +318,12 @@ def convert_aimet(model: Any, encodings: Any, *, check: str = "sample") -> Aimet
             blocked_weights.append((name, blocked, dtype, report))
         else:
             accepted.append((SimpleNamespace(name=name, kind=kind), e))
-    if blocked_weights:
-        m = _with_blocked_opset(m, [r for *_, r in blocked_weights], result)
+        if blocked is not None:
+            needs_opset_21.append((report, "blocked Q/DQ"))
+        elif bits in (4, 16):
+            needs_opset_21.append((report, f"{dtype} Q/DQ"))
+    if needs_opset_21:
+        m = _with_opset_21(m, needs_opset_21, result)
     if not result.refused:
         result.model = _insert_blocked_weights(_qdq_model(m, accepted), blocked_weights)
     return result
@@ -530,10 +539,11 @@ def _channel_scale_per_block(pc: np.ndarray, shape: tuple, a: int, pc_field: str
     return np.repeat(pc.reshape(grouped), group, axis=a)
 
 
-def _with_blocked_opset(m, reports: list, result: AimetResult):
-    """The model with a standard opset import of at least 21 (blocked Q/DQ): raised by onnx's version
-    converter, which rewrites the nodes whose operators changed on the way; where it cannot, the blocked
-    tensors are refused by name (and nothing is written)."""
+def _with_opset_21(m, needing: list, result: AimetResult):
+    """The model with a standard opset import of at least 21, which blocked Q/DQ and the 4- and 16-bit
+    Q/DQ types need: raised by onnx's version converter, which rewrites the nodes whose operators
+    changed on the way; where it cannot, the tensors that need it (`needing`: (report, what needs it))
+    are refused by name (and nothing is written)."""
     from onnx import version_converter
     opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset >= BLOCKED_OPSET:
@@ -542,14 +552,15 @@ def _with_blocked_opset(m, reports: list, result: AimetResult):
         raised = version_converter.convert_version(m, BLOCKED_OPSET)
     except Exception as exc:  # the converter raises RuntimeError / ValueError / its own errors
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        for r in reports:
+        for r, what in needing:
             r.status = "refused"
-            r.reason = (f"blocked Q/DQ needs the standard opset {BLOCKED_OPSET}; the model imports opset {opset} and "
+            r.reason = (f"{what} needs the standard opset {BLOCKED_OPSET}; the model imports opset {opset} and "
                         f"onnx's version converter cannot raise it ({first:.160})")
         return m
     raised.ir_version = max(raised.ir_version, BLOCKED_IR_VERSION)
+    whats = ", ".join(dict.fromkeys(what for _, what in needing))
     result.notes.append(f"the model's standard opset was raised from {opset} to {BLOCKED_OPSET} (onnx's version "
-                        f"converter) for the blocked Q/DQ")
+                        f"converter) for the {whats}")
     return raised
 
 

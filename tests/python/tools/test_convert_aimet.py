@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import polyquant.onnx as pqo
 from polyquant._tools import cli, convert as conv
+from polyquant._tools.convert_aimet import INTEGER_DTYPES, INTEGER_NUMPY
 from polyquant._tools.runner import CommandError
 from polyquant.aimet import functional
 
@@ -602,6 +603,27 @@ def test_blocked_qdq_raises_the_opset_or_refuses_by_name():
     m.graph.node.append(helper.make_node("NoSuchOp", ["y"], ["z"]))
     r = conv.convert(m, encodings=enc)
     assert r.refused and "the model imports opset 13 and onnx's version converter cannot raise it" in r.refused[0].reason
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint16", "int4", "uint4"])
+def test_4_and_16_bit_types_raise_the_opset_too(dtype):
+    """int4 / uint4 / int16 / uint16 Q/DQ need the standard opset 21 as blocked Q/DQ does: an opset 13
+    model is raised (said in the report) and equals polyquant.onnx's DQ(Q(x)) on h."""
+    m = float_model()
+    m.opset_import[0].version, m.ir_version = 13, 8
+    enc = {"version": "2.1.0", "encodings": [{"name": "h", "output_dtype": dtype, "y_scale": [0.05]}]}
+    r = conv.convert(m, encodings=enc)
+    assert not r.refused, r.refused[0].reason if r.refused else ""
+    assert [o.version for o in r.model.opset_import if o.domain == ""] == [21]
+    assert f"standard opset was raised from 13 to 21 (onnx's version converter) for the {dtype} Q/DQ" in str(r)
+    x = (np.random.default_rng(2).standard_normal((32, 4)) * 3).astype(np.float32)
+    h = plain(_matmul_model(numpy_helper.to_array(m.graph.initializer[0]))).run(None, {"x": x})[0]
+    zp = np.zeros((), INTEGER_NUMPY[INTEGER_DTYPES[dtype]])
+    want = np.maximum(pqo.dequantize_linear(pqo.quantize_linear(h, np.float32(0.05), zp), np.float32(0.05), zp), 0)
+    np.testing.assert_array_equal(bits(plain(r.model).run(None, {"x": x})[0]), bits(want))
+    m.graph.node.append(helper.make_node("NoSuchOp", ["y"], ["z"]))
+    refused = conv.convert(m, encodings=enc)
+    assert refused.refused and f"{dtype} Q/DQ needs the standard opset 21" in refused.refused[0].reason
 
 
 def _lpbq_entry():
