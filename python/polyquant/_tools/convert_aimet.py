@@ -337,10 +337,10 @@ def _compare_parameters(report: TensorReport, scale: np.ndarray, zps: np.ndarray
     fake quantization, x * (1 / scale)); with a block_size AIMET never takes that shortcut (aimet.md
     section 10: its eligibility excludes block_size) and runs its formula
     (clamp(round(x / scale) - offset, qmin, qmax) + offset) * scale, which polyquant diff's spec names
-    path=training."""
+    path=formula (an alias of path=training)."""
     bits, signed = INTEGER_DTYPES[dtype]
     qmin, qmax = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-    path = ", path=training" if blockwise else ""
+    path = ", path=formula" if blockwise else ""
     for s, z in sorted(set(zip(scale.reshape(-1).tolist(), zps.reshape(-1).tolist()))):
         a_spec = (f"aimet:quantize_dequantize(scale={float(np.float32(s))!r}, offset={-int(z)}, bitwidth={bits}, "
                   f"signed={signed}{path})")

@@ -188,10 +188,12 @@ def _aimet(spec: Spec, p: dict | None = None):
     s, o, bits, signed = _f32(p["scale"]), _f32(p["offset"]), p["bitwidth"], bool(p["signed"])
     if op == "quantize":
         return lambda x: aimet.quantize(x, s, o, bits, signed)
-    if p["path"] not in ("no_grad", "training"):
+    if p["path"] not in ("no_grad", "training", "formula"):
         raise SpecError(f"{spec.text!r}: path must be no_grad (AIMET without grad: its fake-quantization shortcut "
-                        f"where it takes it) or training (scale / offset requiring grad); got {p['path']!r}")
-    training = p["path"] == "training"
+                        f"where it takes it), training (scale / offset requiring grad) or formula (the same: AIMET's "
+                        f"formula, which its no-grad path also runs where the shortcut does not apply, as with a "
+                        f"block_size); got {p['path']!r}")
+    training = p["path"] in ("training", "formula")
     return lambda x: functional._qdq_forward(x, s, o, (bits, signed), {}, training=training)
 
 

@@ -430,7 +430,7 @@ def test_blockwise_report_counts_are_brute_force_counts_and_ties_go_as_aimet_div
     differ = bits(got) != bits(want)
     assert int(differ.sum()) == 4 and np.all(np.isnan(w[differ])) and np.all(np.isnan(want[differ]))
     assert row.reason == f"its weight tensor: 4 of {w.size} elements differ"
-    assert "path=training" in row.specs[0]
+    assert "path=formula" in row.specs[0]
     # The same weights per channel: AIMET's shortcut (reciprocal) rounds ties apart from ONNX's division.
     x = np.float32([[0.09], [0.09]])
     one = conv.convert(weight_model(x, op="Identity"),

@@ -108,6 +108,10 @@ def test_aimet_paths():
     r = polyquant.diff(no_grad, no_grad.replace(")", ", path=training)"), dtype="float16")
     assert r.differing > 0 and r.kinds["rounding tie"] > 0  # float16 x: the training path divides in float16
     assert sum(r.kinds.values()) == r.differing
+    # path=formula names the same computation as path=training: identical on every input.
+    same = polyquant.diff(no_grad.replace(")", ", path=formula)"), no_grad.replace(")", ", path=training)"),
+                          dtype="float16")
+    assert same.differing == 0 and same.inputs == 65536
 
 
 @pytest.mark.parametrize("spec,match", [
