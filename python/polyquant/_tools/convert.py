@@ -316,13 +316,15 @@ def _convert_float_quant(graph, node, b: _Builder, attrs: dict, opset: int) -> t
 _ELIDED_FLOAT32_ELEMENTS = 256 * 1024 // 4
 
 
-def _float_quant_nan_fixup(b: _Builder, xs: str, y: str, output: str) -> None:
-    """FloatQuant's output where xs = x / scale is NaN: the NaN of the reference's product
+def _float_quant_fixups(b: _Builder, xs: str, y: str, output: str) -> None:
+    """FloatQuant's output where xs = x / scale is +-inf: x86's default NaN 0xFFC00000 (the reference's
+    inf / inf), where the forms saturate or overflow. Where xs is NaN: the NaN of the reference's product
     2^e * R(xs / 2^e), quieted, which is 2^e's (|xs|: sign cleared) for a tensor under 256 KiB and
     R's (xs itself, sign kept) from 256 KiB on, where numpy's temporary elision swaps the operands
     (polyquant.qonnx: FloatQuantParams::nan_product_from_rounded). The tensor's size is known only
     at run time: Size(xs) decides. The additions quiet a signalling NaN and keep the payload (they
     need NoopElimination off, as exact_session_options() has it)."""
+    y = b.op("Where", [b.op("IsInf", [xs], "xs_is_inf"), b.const(_DEFAULT_NAN, "default_nan"), y], "fix_overflow")
     zero = b.const(0.0, "zero")
     cleared = b.op("Add", [b.op("Abs", [xs], "abs_xs"), zero], "nan_sign_cleared")
     kept = b.op("Add", [xs, zero], "nan_sign_kept")
@@ -340,7 +342,7 @@ def _float_quant_as_qdq(node, b: _Builder, scale: np.ndarray, axes: list, ztype:
       x / scale = +-inf (x infinite or the division overflowing): FloatQuant's NaN 0xFFC00000, where Q
         saturates -> Where(IsInf(x / scale), 0xFFC00000, y);
       NaN x: FloatQuant returns x quieted, its sign cleared under 256 KiB and kept from there on, Q
-        the canonical NaN of x's sign -> _float_quant_nan_fixup."""
+        the canonical NaN of x's sign -> _float_quant_fixups."""
     per_axis = bool(axes)
     f8 = {TensorProto.FLOAT8E4M3FN: "float8_e4m3fn", TensorProto.FLOAT8E5M2: "float8_e5m2"}[ztype]
     import ml_dtypes
@@ -350,9 +352,7 @@ def _float_quant_as_qdq(node, b: _Builder, scale: np.ndarray, axes: list, ztype:
     axis = {"axis": axes[0] - scale.ndim} if per_axis else {}
     x = node.input[0]
     y = b.op("DequantizeLinear", [b.op("QuantizeLinear", [x, s_c, z_c], "quantized", **axis), s_c, z_c], "qdq", **axis)
-    xs = b.op("Div", [x, node.input[1]], "scaled")
-    y = b.op("Where", [b.op("IsInf", [xs], "overflow"), b.const(_DEFAULT_NAN, "default_nan"), y], "fix_overflow")
-    _float_quant_nan_fixup(b, xs, y, node.output[0])
+    _float_quant_fixups(b, b.op("Div", [x, node.input[1]], "scaled"), y, node.output[0])
     return f"QuantizeLinear / DequantizeLinear ({f8}{', per axis' if per_axis else ''}), Where fix-ups for overflow, NaN"
 
 
@@ -391,9 +391,8 @@ def _float_quant_decomposed(node, b: _Builder, p: dict) -> str:
     of numpy's float32 exp2 (exact powers of two). The clip and the product run in float32: M is a float32
     value (qonnx computes 2^max_exponent in float32, so a format wider than float32 has M = +inf or
     max_val; a format whose M is no float32 value reaches below float32's subnormals and is refused),
-    and then the reference's float64 comparisons and product give the same bits. Fix-ups as for the Q/DQ form: xs = +-inf gives the
-    default NaN 0xFFC00000 (inf / inf in the reference), a NaN xs gives |xs| quieted (the NaN of the
-    reference's exp2 chain)."""
+    and then the reference's float64 comparisons and product give the same bits. The fix-ups for xs =
+    +-inf and NaN are the Q/DQ form's (_float_quant_fixups)."""
     e, m, bias, mx, has_inf = p["format"]
     has_nan, _, saturation = p["flags"]
     mode = p["rounding_mode"]
@@ -446,21 +445,19 @@ def _float_quant_decomposed(node, b: _Builder, p: dict) -> str:
                                          offset], "exponent_offset")], "exponent_index", to=TensorProto.INT64)
     internal = b.op("Gather", [b.const(powers, "internal_scales"), g_index], "internal_scale")
     q = b.op("Mul", [internal, _round(b, b.op("Div", [xs, internal], "on_grid"), mode)], "quantized")
-    const = b.const
-    hi, lo = const(big_m, "max_value"), const(-big_m, "min_value")
+    hi, lo = b.const(big_m, "max_value"), b.const(-big_m, "min_value")
     above, below = b.op("Greater", [q, hi], "above"), b.op("Less", [q, lo], "below")
     if saturation:
         y = b.op("Where", [above, hi, b.op("Where", [below, lo, q], "clipped_low")], "clipped")
     elif has_inf:
-        y = b.op("Where", [above, const(np.inf, "inf"), b.op("Where", [below, const(-np.inf, "minus_inf"), q],
+        y = b.op("Where", [above, b.const(np.inf, "inf"), b.op("Where", [below, b.const(-np.inf, "minus_inf"), q],
                                                                     "overflow_low")], "overflowed")
     else:
         out_of_range = b.op("Or", [b.op("Or", [above, below], "out_of_range"), b.op("IsInf", [q], "is_inf")],
                             "overflow")
-        y = b.op("Where", [out_of_range, const(np.nan, "nan"), q], "overflowed")
+        y = b.op("Where", [out_of_range, b.const(np.nan, "nan"), q], "overflowed")
     y = b.op("Mul", [y, s], "scaled_back")
-    y = b.op("Where", [b.op("IsInf", [xs], "xs_is_inf"), b.const(_DEFAULT_NAN, "default_nan"), y], "fix_overflow")
-    _float_quant_nan_fixup(b, xs, y, node.output[0])
+    _float_quant_fixups(b, xs, y, node.output[0])
     return (f"Div, exponent by Log and threshold tables (Gather), {mode} rounding on the 2^(e - m) grid, "
             f"{'clip' if saturation else 'overflow to inf' if has_inf else 'overflow to NaN'}, Mul, "
             f"Where fix-ups for inf, NaN")
