@@ -86,8 +86,10 @@ POLYQUANT_API PlannedCall dequantize_plan(const TensorView& x, const TensorView&
 // autograd Functions element by element in the working precision, then summed over the elements
 // that share a scale / offset value. Outputs: grad_x of x's shape and dtype, grad_scale and
 // grad_offset of the parameters' shapes and dtypes; any of the three may be skipped (data null).
-// The sums are accumulated in float64 and rounded once (torch sums in the working precision in
-// its own order, so reduced gradients can differ from AIMET's in the last bits).
+// Each sum is exact and rounded once, to float32 for float32 terms (then to float16 / bfloat16 for
+// those working precisions) or float64 for float64 ones; so any thread count and kernel set gives
+// the same bits. A zero sum is +0, a NaN sum the quiet NaN. torch sums in the working precision in
+// its own order, so reduced gradients can differ from AIMET's in the last bits.
 // kQuantizeDequantizeNoGrad: quantize_dequantize where only x requires grad, so AIMET's forward is
 // its no-grad path; where that path is torch's fake quantization, grad_x is that op's gradient
 // (grad * mask of its own rounding), else the formula's. grad_scale / grad_offset are not computed.

@@ -237,6 +237,19 @@ class ExactSum {
 
 // Every float32 term, exactly: units of 2^-149, 11 limbs (352 bits).
 using ExactSumFloat32 = ExactSum<-149, 11>;
+// Every float64 term, exactly: units of 2^-1074 (the smallest subnormal), 67 limbs (2144 bits).
+// Round it with to_double() only.
+using ExactSumFloat64 = ExactSum<-1074, 67>;
+
+// s = a + t, and whether that float64 add was exact (no rounding, no overflow). By Fast2Sum, with
+// |u| >= |v| and round to nearest, fl(u + v) - u is computed exactly and equals v exactly when the
+// add did not round; testing both operand orders covers either magnitude order. Any NaN or
+// infinite operand or sum fails the test (inf - inf is NaN, and comparisons with NaN are false).
+// So a float64 accumulator that only takes the adds this accepts holds its terms' exact sum.
+POLYQUANT_HD inline bool exact_float64_add(double a, double t, double& s) {
+  s = a + t;
+  return s - a == t && s - t == a;
+}
 
 // True when any float64 summation order of n float32 terms gives their exact sum: all are multiples
 // of 2^(min_field - 150) (min_field: the smallest biased exponent field among the nonzero terms,

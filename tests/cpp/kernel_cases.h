@@ -96,6 +96,7 @@ class BenchRow {
   }
   void* out_row() const { return out_; }
   double* sums() const { return sums_; }  // 2 n doubles
+  std::int64_t n() const { return n_; }
 
   // The call: the parameters (alive as long as the case), the operands in order, and the output.
   void call(const void* params, std::initializer_list<Input> inputs, void* out = nullptr) {

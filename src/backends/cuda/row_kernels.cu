@@ -6,7 +6,7 @@
 // kernel, a host launcher with the table's signature (backend_abi.h).
 //
 // Ops without a per-element row (RowElementTraits unspecialised: the grouped reductions group_max,
-// product_sums and group_min_max, and convert) have no CUDA kernel yet; their table entries stay
+// product_sums, group_min_max and exact_sums, and convert) have no CUDA kernel yet; their table entries stay
 // null.
 //
 // This file is compiled once per flavour and working precision (backends/cuda/CMakeLists.txt).

@@ -9,15 +9,15 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "core/elementwise.h"
+#include "core/exact_sums.h"
 #include "core/parallel.h"
 #include "core/scalar_math.h"
 #include "kernels/registry.h"
@@ -455,48 +455,94 @@ void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView
 }
 
 // ---- gradients ---------------------------------------------------------------------------------
-// The sums in the working precision (torch's sum_to runs there, before the cast back), then the
-// parameter's dtype through a float64 tensor of its shape.
-void write_sums(std::vector<double>& acc, DType g_dtype, QuotientRounding narrow, const TensorView& param,
-                const MutableTensorView& out) {
-  if (g_dtype == DType::kFloat32) {
-    for (double& a : acc) a = static_cast<double>(detail::narrow_to<float>(static_cast<float>(a), narrow));
-  }
-  detail::convert_into(TensorView(acc.data(), DType::kFloat64, param.shape), out);
-}
-
-// Sums per-element values `g` (contiguous over layout.shape, dtype float32 or float64) into the
-// parameter's elements, in float64, then writes them rounded to `out`'s dtype.
+// grad_scale and grad_offset sum per-element terms over the elements that share a parameter
+// element. Each sum is exact and rounded once: to float32 where the terms are float32 (the float32
+// kernel: float32, float16 and bfloat16 working precision; the result is then rounded to float16 /
+// bfloat16 as torch's cast back does), to float64 for float64 terms. An exact sum does not depend
+// on the order of its terms, so the threads, the vector lanes and (later) the GPU may split it
+// any way and still give the same bits; it is also the most accurate value any order could give.
+// torch sums in the working precision in an order of its own, which no other implementation
+// reproduces (docs/aimet.md: departures).
 //
 // The sign of a zero follows torch's autograd: the per-element gradient has x's shape (split into
 // blocks) and is reduced to the parameter's with sum_to, which sums only when the shapes differ.
-// A sum starts from +0.0 (so -0.0 + -0.0, a sum over one element of a size-1 leading dimension and
-// an empty sum all give +0.0); with equal shapes and no blocks (`no_reduction`: per-element
-// parameters) there is no sum and each element keeps its own value, -0.0 included. Blocks of one
-// are summed (+0.0), as aimet-torch does.
-void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRounding narrow, const AffineLayout& L,
-                 int which, const TensorView& param, bool no_reduction, const MutableTensorView& out) {
-  std::vector<double> acc(static_cast<std::size_t>(std::max<std::int64_t>(param.numel(), 1)), 0.0);
-  const Dims& shape = L.shape;
-  const Dims& st = L.acc_strides[static_cast<std::size_t>(which)];
+// An exact zero sum is +0.0 (as torch's sum from +0.0 gives it: -0.0 + -0.0, a sum over one
+// element of a size-1 leading dimension and an empty sum all give +0.0); with equal shapes and no
+// blocks (`no_reduction`: per-element parameters) there is no sum and each element keeps its own
+// value, -0.0 and a NaN's bits included. Blocks of one are summed (+0.0), as aimet-torch does. A
+// NaN sum (a NaN term, or +inf and -inf) is the quiet NaN 0x7FC00000 / 0x7FF8000000000000.
+
+// The parameters' values in the working precision, through a float64 tensor of the parameter's
+// shape, into `out` (float16 / bfloat16 working precision: the float32 sum rounded once more).
+void write_sums(std::vector<double>& sums, DType g_dtype, QuotientRounding narrow, const TensorView& param,
+                const MutableTensorView& out) {
+  if (g_dtype == DType::kFloat32) {
+    for (double& a : sums) a = static_cast<double>(detail::narrow_to<float>(static_cast<float>(a), narrow));
+  }
+  detail::convert_into(TensorView(sums.data(), DType::kFloat64, param.shape), out);
+}
+
+// Visits every element of the engine's shape in C order with the index of its parameter element
+// (`strides`: the parameter's element strides over the engine's shape).
+template <class F>
+void for_each_target(const Dims& shape, const Dims& strides, F&& visit) {
   const std::int64_t n = shape.numel();
   std::array<std::int64_t, kMaxRank> idx{};
   std::int64_t target = 0;
   for (std::int64_t e = 0; e < n; ++e) {
-    const double v = g_dtype == DType::kFloat32 ? static_cast<double>(reinterpret_cast<const float*>(g.data())[e])
-                                                : reinterpret_cast<const double*>(g.data())[e];
-    double& a = acc[static_cast<std::size_t>(target)];
-    a = no_reduction ? v : detail::add_first_nan(a, v);  // both may be NaN: x86's first-operand rule
+    visit(e, target);
     for (int k = shape.rank - 1; k >= 0; --k) {  // odometer over the engine's shape
       if (++idx[static_cast<std::size_t>(k)] < shape[k]) {
-        target += st[k];
+        target += strides[k];
         break;
       }
-      target -= st[k] * (shape[k] - 1);
+      target -= strides[k] * (shape[k] - 1);
       idx[static_cast<std::size_t>(k)] = 0;
     }
   }
-  write_sums(acc, g_dtype, narrow, param, out);
+}
+
+// The exact sums of per-element values `g` (contiguous over layout.shape, T = float or double)
+// per parameter element: the values sorted by parameter element (a counting sort), then each
+// element's run summed exactly and rounded once. Any layout (transposed parameters, strided x,
+// float64 working precision); the fused walk below is the fast path.
+template <class T>
+std::vector<double> exact_sums_per_target(const T* g, const AffineLayout& L, int which, std::int64_t targets) {
+  using Acc = std::conditional_t<sizeof(T) == 4, detail::ExactSumFloat32, detail::ExactSumFloat64>;
+  const Dims& strides = L.acc_strides[static_cast<std::size_t>(which)];
+  std::vector<std::int64_t> first(static_cast<std::size_t>(targets) + 1, 0);
+  for_each_target(L.shape, strides, [&](std::int64_t, std::int64_t t) { ++first[static_cast<std::size_t>(t) + 1]; });
+  for (std::size_t t = 0; t < static_cast<std::size_t>(targets); ++t) first[t + 1] += first[t];
+  std::vector<T> sorted(static_cast<std::size_t>(L.shape.numel()));
+  std::vector<std::int64_t> next(first.begin(), first.end() - 1);
+  for_each_target(L.shape, strides, [&](std::int64_t e, std::int64_t t) {
+    sorted[static_cast<std::size_t>(next[static_cast<std::size_t>(t)]++)] = g[e];
+  });
+  std::vector<double> sums(static_cast<std::size_t>(targets));
+  for (std::size_t t = 0; t < sums.size(); ++t) {
+    sums[t] = static_cast<double>(detail::ExactSums<Acc>::template sum_of<T>(sorted.data() + first[t], first[t + 1] - first[t]));
+  }
+  return sums;
+}
+
+// Sums per-element values `g` (contiguous over layout.shape, dtype float32 or float64) into the
+// parameter's elements, then writes them rounded to `out`'s dtype.
+void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRounding narrow, const AffineLayout& L,
+                 int which, const TensorView& param, bool no_reduction, const MutableTensorView& out) {
+  const std::int64_t targets = std::max<std::int64_t>(param.numel(), 1);
+  std::vector<double> sums;
+  if (no_reduction) {  // each parameter element has its one term: the term itself
+    sums.assign(static_cast<std::size_t>(targets), 0.0);
+    for_each_target(L.shape, L.acc_strides[static_cast<std::size_t>(which)], [&](std::int64_t e, std::int64_t t) {
+      sums[static_cast<std::size_t>(t)] = g_dtype == DType::kFloat32 ? static_cast<double>(reinterpret_cast<const float*>(g.data())[e])
+                                                                     : reinterpret_cast<const double*>(g.data())[e];
+    });
+  } else if (g_dtype == DType::kFloat32) {
+    sums = exact_sums_per_target(reinterpret_cast<const float*>(g.data()), L, which, targets);
+  } else {
+    sums = exact_sums_per_target(reinterpret_cast<const double*>(g.data()), L, which, targets);
+  }
+  write_sums(sums, g_dtype, narrow, param, out);
 }
 
 // ---- the backward in one pass ------------------------------------------------------------------
@@ -504,10 +550,11 @@ void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRou
 // C-contiguous and the working precision runs in the float32 kernel, x is walked once, in chunks
 // of the engine's shape's innermost run. Each chunk's operands are read from memory once (and
 // converted to float32 once, for float16 / bfloat16 / float64 tensors); the kernel's three calls
-// on it (scale terms, offset terms, then grad_x) and the sums of the terms work out of the L1
-// cache. Every sum adds the same float32 terms in the same order as reduce_into (the C order of
-// the engine's shape, one float64 accumulator per parameter element, starting from +0.0), so the
-// results are those of reduce_into bit for bit.
+// on it (scale terms, offset terms, then grad_x) and the exact-sums kernel (kernels/reduce:
+// float64 accumulators that take a term only where the add is exact, spilling otherwise) work
+// out of the L1 cache. The accumulators and spills become contributions (parameter element, exact
+// float64 value), which core/exact_sums.h adds and rounds once: the result is reduce_into's, bit
+// for bit, for any split between threads.
 
 // Elements per chunk: the chunk's operands, terms and conversions stay in the L1 cache.
 constexpr std::int64_t kGradChunk = 2048;
@@ -549,125 +596,28 @@ bool make_walk(const AffineLayout& L, GradWalk& w) {
   return true;
 }
 
-// Sums of one accumulator over consecutive terms, each term added to the float64 sum in order
-// (reduce_into's chain: each add waits for the previous one). Where a block's adds are provably
-// exact, the block is summed in any order instead, which gives the same value:
-//   every float32 term is a multiple of its ulp, and the sum `a` so far of its lowest set bit, so every partial
-//   sum a + t_0 + ... + t_k (in any order, of any subset) is a multiple of G, the smallest of those
-//   ulps; a multiple of G below 2^53 G in magnitude is a float64, so when |a| + sum |t| < 2^53 G no
-//   add of the chain rounds and the chain's result is the exact sum, whatever the order. sum |t|
-//   is computed in float64 (relative error below n 2^-53, covered by a 2^-40 margin); NaN or
-//   infinite terms, and blocks the bound does not clear, take the chain. The sum is never -0 (it starts at +0 and
-//   rounds to nearest), so an exact block sum of -0 added to it changes nothing, as the chain's
-//   adds of -0 do not.
-constexpr std::int64_t kExactBlock = 256;
+// Exact float64 values owed to parameter elements: what one task of the walk leaves for the final
+// sums.
+using Contributions = std::vector<std::pair<std::int64_t, double>>;
 
-[[gnu::noinline]] double chain_sum(double a, const float* t, std::int64_t n) {
-  for (std::int64_t j = 0; j < n; ++j) a = detail::add_first_nan(a, static_cast<double>(t[j]));
-  return a;
-}
-// The block's facts for the proof: float32 exponent fields of its largest term and of its least
-// nonzero one (0xFF: none), sum |t| (a bound, float64) and the float64 sum of the terms in some
-// order (the value, once proved exact).
-struct BlockFacts {
-  std::uint32_t e_min = 0xFFu, e_max = 0u;
-  double abs_sum = 0.0, sum = 0.0;
-};
-void add_facts_scalar(BlockFacts& f, const float* t, std::int64_t n) {
-  for (std::int64_t j = 0; j < n; ++j) {
-    std::uint32_t bits;
-    std::memcpy(&bits, t + j, sizeof bits);
-    const std::uint32_t e = (bits >> 23) & 0xFFu;
-    f.e_max = std::max(f.e_max, e);
-    f.e_min = std::min(f.e_min, (bits << 1) == 0 ? 0xFFu : e);  // zeros: no constraint
-    f.abs_sum += std::fabs(static_cast<double>(t[j]));
-    f.sum += static_cast<double>(t[j]);
+// The 32 lane accumulators of a run (ExactSumsParams' whole-run mode) as contributions to `target`:
+// folded pairwise where the adds are exact (the common case leaves one value), each add that would
+// round contributing its left operand instead. The lanes are cleared.
+void contribute_lanes(double* lanes, std::int64_t target, Contributions& out) {
+  for (int width = detail::kExactSumVirtualLanes / 2; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) {
+      double s;
+      if (detail::exact_float64_add(lanes[l], lanes[l + width], s)) {
+        lanes[l] = s;
+      } else {
+        out.emplace_back(target, lanes[l]);
+        lanes[l] = lanes[l + width];
+      }
+      lanes[l + width] = 0.0;
+    }
   }
-}
-BlockFacts block_facts(const float* t, std::int64_t n) {
-  BlockFacts f;
-#if defined(__SSE2__)
-  // Four terms a step (SSE2, every x86-64): exponent fields as 32-bit lanes below 256, so the
-  // 16-bit min / max see them whole; the sums as two float64 pairs each.
-  const __m128i zero = _mm_setzero_si128(), all_ff = _mm_set1_epi32(0xFF);
-  const __m128d magnitude = _mm_castsi128_pd(_mm_set1_epi64x(0x7FFFFFFFFFFFFFFFLL));
-  __m128i lane_min = all_ff, lane_max = zero;
-  __m128d sum_lo = _mm_setzero_pd(), sum_hi = _mm_setzero_pd(), abs_lo = _mm_setzero_pd(), abs_hi = _mm_setzero_pd();
-  std::int64_t j = 0;
-  for (; j + 4 <= n; j += 4) {
-    const __m128 v = _mm_loadu_ps(t + j);
-    const __m128i doubled = _mm_slli_epi32(_mm_castps_si128(v), 1);  // sign out
-    const __m128i e = _mm_srli_epi32(doubled, 24);
-    lane_max = _mm_max_epi16(lane_max, e);
-    lane_min = _mm_min_epi16(lane_min, _mm_or_si128(e, _mm_and_si128(_mm_cmpeq_epi32(doubled, zero), all_ff)));
-    const __m128d lo = _mm_cvtps_pd(v), hi = _mm_cvtps_pd(_mm_movehl_ps(v, v));
-    sum_lo = _mm_add_pd(sum_lo, lo);
-    sum_hi = _mm_add_pd(sum_hi, hi);
-    abs_lo = _mm_add_pd(abs_lo, _mm_and_pd(lo, magnitude));
-    abs_hi = _mm_add_pd(abs_hi, _mm_and_pd(hi, magnitude));
-  }
-  alignas(16) std::uint32_t mins[4], maxs[4];
-  alignas(16) double sums[4], abss[4];
-  _mm_store_si128(reinterpret_cast<__m128i*>(mins), lane_min);
-  _mm_store_si128(reinterpret_cast<__m128i*>(maxs), lane_max);
-  _mm_store_pd(sums, sum_lo);
-  _mm_store_pd(sums + 2, sum_hi);
-  _mm_store_pd(abss, abs_lo);
-  _mm_store_pd(abss + 2, abs_hi);
-  for (int k = 0; k < 4; ++k) {
-    f.e_min = std::min(f.e_min, mins[k]);
-    f.e_max = std::max(f.e_max, maxs[k]);
-    f.sum += sums[k];
-    f.abs_sum += abss[k];
-  }
-  add_facts_scalar(f, t + j, n - j);
-#else
-  add_facts_scalar(f, t, n);
-#endif
-  return f;
-}
-// a + the block's terms when the proof above holds for the block's facts (`proved` set), else a
-// unchanged (`proved` cleared: the caller adds the terms one after the other).
-double proved_sum(double a, const BlockFacts& f, bool& proved) {
-  proved = false;
-  if (f.e_max == 0xFFu || !std::isfinite(a)) return a;  // NaN / infinite terms or sum: the chain
-  proved = true;
-  if (f.e_min == 0xFFu) return a;  // every term +-0
-  // log2 G: a float32 of exponent field e has ulp 2^(max(e, 1) - 150); the float64 sum with field
-  // E and significand m (implicit bit included) is a multiple of 2^(max(E, 1) - 1075 + ctz(m)).
-  int g = static_cast<int>(std::max(f.e_min, 1u)) - 150;
-  if (a != 0.0) {
-    std::uint64_t abits;
-    std::memcpy(&abits, &a, sizeof abits);
-    const std::uint64_t field = (abits >> 52) & 0x7FFu;
-    const std::uint64_t significand = (abits & ((std::uint64_t{1} << 52) - 1)) | (field != 0 ? std::uint64_t{1} << 52 : 0);
-    g = std::min(g, static_cast<int>(std::max<std::uint64_t>(field, 1u)) - 1075 + std::countr_zero(significand));
-  }
-  const double bound = (std::fabs(a) + f.abs_sum) * (1.0 + 0x1p-40);
-  proved = bound < std::ldexp(1.0, 53 + g);
-  return proved ? a + f.sum : a;  // exact: the order of the sum did not matter
-}
-double ordered_sum(double a, const float* t, std::int64_t n) {
-  for (std::int64_t j = 0; j < n; j += kExactBlock) {
-    const std::int64_t m = std::min(kExactBlock, n - j);
-    bool proved;
-    a = proved_sum(a, block_facts(t + j, m), proved);
-    if (!proved) a = chain_sum(a, t + j, m);
-  }
-  return a;
-}
-
-// One chunk's terms into the sums. stride 0: every term into acc[0], in order (ordered_sum).
-// stride 1: term j into acc[j]. `assign`: no reduction (per-element parameters), each sum is its
-// one term.
-void add_terms(double* acc, std::int64_t stride, const float* t, std::int64_t n, bool assign) {
-  if (assign) {
-    for (std::int64_t j = 0; j < n; ++j) acc[j * stride] = static_cast<double>(t[j]);
-  } else if (stride == 0) {
-    acc[0] = ordered_sum(acc[0], t, n);
-  } else {
-    for (std::int64_t j = 0; j < n; ++j) acc[j] = detail::add_first_nan(acc[j], static_cast<double>(t[j]));
-  }
+  if (lanes[0] != 0.0) out.emplace_back(target, lanes[0]);  // an exact zero adds nothing
+  lanes[0] = 0.0;
 }
 
 bool byte_ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
@@ -705,42 +655,44 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     params[k].resize(static_cast<std::size_t>(std::max<std::int64_t>(views[k]->numel(), 1)));
     detail::convert_into(*views[k], MutableTensorView(params[k].data(), DType::kFloat32, views[k]->shape));
   }
-  std::array<std::vector<double>, 2> acc;
+  // no_reduction: each parameter element's one term, written during the walk (no sum, no task
+  // shares an element).
+  std::array<std::vector<double>, 2> terms_kept;
   for (std::size_t k = 0; k < 2; ++k) {
-    if (want[k]) acc[k].assign(params[k].size(), 0.0);
+    if (want[k] && no_reduction) terms_kept[k].assign(params[k].size(), 0.0);
   }
-  // A sum over a run (stride 0) is deferred: the walk records each block's facts, and a second,
-  // sequential pass adds the blocks to the sums in order (the proved ones at once, the others term
-  // by term, their terms computed again).
-  std::array<bool, 2> deferred{};
-  for (std::size_t k = 0; k < 2; ++k) deferred[k] = want[k] && walk.run_stride[k] == 0 && !no_reduction;
-  const std::int64_t runs = n / walk.run, blocks_per_run = (walk.run + kExactBlock - 1) / kExactBlock;
-  std::array<std::vector<BlockFacts>, 2> facts;
-  for (std::size_t k = 0; k < 2; ++k) {
-    if (deferred[k]) facts[k].resize(static_cast<std::size_t>(runs * blocks_per_run));
-  }
+  std::array<Contributions, 2> contributions;
+  std::mutex contributions_mutex;
 
   const detail::RowKernel kernel = detail::best_kernel(detail::KernelOp::kAffineGrad, w.work);
-  alignas(64) static thread_local float chunk_dy[kGradChunk], chunk_x[kGradChunk], terms[2][kGradChunk], chunk_gx[kGradChunk];
+  const detail::RowKernel sum_kernel = detail::best_kernel(detail::KernelOp::kExactSums, detail::WorkType::kF32);
   const bool convert_dy = grad_output.dtype != DType::kFloat32, convert_x = x.dtype != DType::kFloat32;
   const bool convert_gx = want_x && grad_x.dtype != DType::kFloat32;
   const bool stream = static_cast<std::size_t>(n) * sizeof(float) > (std::size_t{8} << 20);  // far beyond the caches
 
+  // One task's buffers (each task runs on one thread).
+  struct TaskBuffers {
+    alignas(64) float dy[kGradChunk], x[kGradChunk], terms[2][kGradChunk], gx[kGradChunk];
+    alignas(64) double lanes[2][detail::kExactSumVirtualLanes];
+    double spill_value[kGradChunk];
+    std::int32_t spill_index[kGradChunk];
+  };
+
   // The kernel's operands for elements [e, e + cn) of the run whose parameter indices start at
   // `base`, c0 elements into it.
-  auto operands = [&](detail::RowArgs& a, const std::array<std::int64_t, 2>& base, std::int64_t e, std::int64_t c0,
-                      std::int64_t cn, std::array<std::int64_t, 2>& at) {
+  auto operands = [&](TaskBuffers& b, detail::RowArgs& a, const std::array<std::int64_t, 2>& base, std::int64_t e,
+                      std::int64_t c0, std::int64_t cn, std::array<std::int64_t, 2>& at) {
     const float* dy = static_cast<const float*>(grad_output.data) + e;
     if (convert_dy) {
       detail::convert_values(static_cast<const unsigned char*>(grad_output.data) + e * dtype_size(grad_output.dtype),
-                             grad_output.dtype, 1, chunk_dy, DType::kFloat32, 1, cn);
-      dy = chunk_dy;
+                             grad_output.dtype, 1, b.dy, DType::kFloat32, 1, cn);
+      dy = b.dy;
     }
     const float* xs = static_cast<const float*>(x.data) + e;
     if (convert_x) {
-      detail::convert_values(static_cast<const unsigned char*>(x.data) + e * dtype_size(x.dtype), x.dtype, 1, chunk_x,
+      detail::convert_values(static_cast<const unsigned char*>(x.data) + e * dtype_size(x.dtype), x.dtype, 1, b.x,
                              DType::kFloat32, 1, cn);
-      xs = chunk_x;
+      xs = b.x;
     }
     a.in[0] = dy;
     a.in[1] = xs;
@@ -775,52 +727,102 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   };
 
   // Elements [c_begin, c_end) of runs [r_begin, r_end), in order, with a copy of the kernel's
-  // parameters (one per thread). c_begin is a multiple of kGradChunk.
+  // parameters (one per task). c_begin is a multiple of kGradChunk. A sum along the run (stride 0)
+  // gathers in 32 lane accumulators, contributed at the end of each run; sums across runs (stride
+  // 1: element j of the run feeds parameter element base + j) gather in one accumulator per
+  // element of [c_begin, c_end), contributed whenever the run's base moves and at the end.
   auto walk_runs = [&](std::int64_t r_begin, std::int64_t r_end, std::int64_t c_begin, std::int64_t c_end,
                        detail::AffineGradParams gp) {
+    auto buffers = std::make_unique<TaskBuffers>();
+    TaskBuffers& b = *buffers;
+    std::array<Contributions, 2> mine;
+    std::array<std::vector<double>, 2> columns;
+    std::array<std::int64_t, 2> column_base{-1, -1};
+    for (std::size_t k = 0; k < 2; ++k) {
+      std::fill(std::begin(b.lanes[k]), std::end(b.lanes[k]), 0.0);
+      if (want[k] && !no_reduction && walk.run_stride[k] == 1) columns[k].assign(static_cast<std::size_t>(c_end - c_begin), 0.0);
+    }
+    auto contribute_columns = [&](std::size_t k) {
+      for (std::size_t j = 0; j < columns[k].size(); ++j) {
+        if (columns[k][j] != 0.0) mine[k].emplace_back(column_base[k] + c_begin + static_cast<std::int64_t>(j), columns[k][j]);
+        columns[k][j] = 0.0;
+      }
+    };
+    std::int64_t spill_count = 0;
+    detail::ExactSumsParams sp;
+    sp.spill_value = b.spill_value;
+    sp.spill_index = b.spill_index;
+    sp.spill_count = &spill_count;
+
     std::array<std::int64_t, kMaxRank> idx{};
     std::array<std::int64_t, 2> base{};
     run_base(r_begin, idx, base);
     for (std::int64_t r = r_begin; r < r_end; ++r, next_run(idx, base)) {
+      for (std::size_t k = 0; k < 2; ++k) {
+        if (columns[k].empty() || base[k] == column_base[k]) continue;
+        if (column_base[k] >= 0) contribute_columns(k);
+        column_base[k] = base[k];
+      }
       for (std::int64_t c0 = c_begin; c0 < c_end; c0 += kGradChunk) {
         const std::int64_t cn = std::min(kGradChunk, c_end - c0), e = r * walk.run + c0;
         detail::RowArgs a;
         std::array<std::int64_t, 2> at{};
-        operands(a, base, e, c0, cn, at);
+        operands(b, a, base, e, c0, cn, at);
         for (std::size_t k = 0; k < 2; ++k) {
           if (!want[k]) continue;
           gp.of = k == 0 ? detail::AffineGradOf::kScale : detail::AffineGradOf::kOffset;
-          a.out = terms[k];
+          a.out = b.terms[k];
           kernel(&gp, a);
-          if (deferred[k]) {
-            BlockFacts* f = facts[k].data() + r * blocks_per_run + c0 / kExactBlock;
-            for (std::int64_t b0 = 0; b0 < cn; b0 += kExactBlock) *f++ = block_facts(terms[k] + b0, std::min(kExactBlock, cn - b0));
-          } else {
-            add_terms(acc[k].data() + at[k], walk.run_stride[k], terms[k], cn, no_reduction);
+          if (no_reduction) {
+            for (std::int64_t j = 0; j < cn; ++j) terms_kept[k][static_cast<std::size_t>(at[k] + walk.run_stride[k] * j)] = b.terms[k][j];
+            continue;
+          }
+          detail::RowArgs s;
+          s.in[0] = b.terms[k];
+          s.n = cn;
+          sp.per_element = walk.run_stride[k] == 1;
+          s.out = sp.per_element ? static_cast<void*>(columns[k].data() + (c0 - c_begin)) : static_cast<void*>(b.lanes[k]);
+          spill_count = 0;
+          sum_kernel(&sp, s);
+          // A spilled accumulator's value is owed to its parameter element.
+          for (std::int64_t i = 0; i < spill_count; ++i) {
+            const std::int64_t target = sp.per_element ? at[k] + b.spill_index[i] : base[k];
+            mine[k].emplace_back(target, b.spill_value[i]);
           }
         }
         if (want_x) {
           gp.of = detail::AffineGradOf::kX;
-          a.out = convert_gx ? static_cast<void*>(chunk_gx) : static_cast<void*>(static_cast<float*>(grad_x.data) + e);
+          a.out = convert_gx ? static_cast<void*>(b.gx) : static_cast<void*>(static_cast<float*>(grad_x.data) + e);
           a.stream = stream && !convert_gx;
           kernel(&gp, a);
           if (convert_gx) {
-            detail::convert_values(chunk_gx, DType::kFloat32, 1, static_cast<unsigned char*>(grad_x.data) + e * dtype_size(grad_x.dtype),
+            detail::convert_values(b.gx, DType::kFloat32, 1, static_cast<unsigned char*>(grad_x.data) + e * dtype_size(grad_x.dtype),
                                    grad_x.dtype, 1, cn);
           }
         }
       }
+      for (std::size_t k = 0; k < 2; ++k) {
+        if (want[k] && !no_reduction && walk.run_stride[k] == 0) contribute_lanes(b.lanes[k], base[k], mine[k]);
+      }
     }
+    for (std::size_t k = 0; k < 2; ++k) {
+      if (!columns[k].empty() && column_base[k] >= 0) contribute_columns(k);
+    }
+    const std::lock_guard<std::mutex> lock(contributions_mutex);
+    for (std::size_t k = 0; k < 2; ++k) contributions[k].insert(contributions[k].end(), mine[k].begin(), mine[k].end());
   };
-  // Threads take runs of their own unless a sum added during the walk spans runs (channels last:
-  // every run adds into the same row of sums); then they take chunks of the run of their own
-  // across all runs (each sum is still one thread's, in order). The deferred sums are added in
-  // order afterwards.
+  // Threads take runs of their own where every run's parameter elements along it are its own
+  // (no_reduction writes each element once) or the sums gather along the run; with sums across runs
+  // (channels last: every run adds into the same row of sums) they take chunks of the run across
+  // all runs, so each column's accumulator stays one thread's. The sums are exact, so the split
+  // does not change them.
   bool split = true;
   for (std::size_t k = 0; k < 2; ++k) {
-    if (!want[k] || deferred[k]) continue;
-    for (int d = 0; d < walk.outer_rank; ++d) split = split && walk.outer_stride[k][static_cast<std::size_t>(d)] != 0;
+    if (want[k] && !no_reduction && walk.run_stride[k] == 1) split = false;
   }
+  // Few long runs (per tensor: one) split by chunks of the run instead, so every thread has work.
+  const std::int64_t runs = n / walk.run;
+  if (split && walk.run >= 2 * kGradChunk && runs < 4 * detail::num_threads()) split = false;
   if (split && runs * walk.run >= 2 * kGradChunk) {
     const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / walk.run);
     detail::parallel_for(runs, grain, [&](std::int64_t b, std::int64_t e) { walk_runs(b, e, 0, walk.run, p); });
@@ -833,35 +835,19 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     walk_runs(0, runs, 0, walk.run, p);
   }
 
-  // The deferred sums, block by block in the C order of x.
-  if (deferred[0] || deferred[1]) {
-    std::array<std::int64_t, kMaxRank> idx{};
-    std::array<std::int64_t, 2> base{};
-    for (std::int64_t r = 0; r < runs; ++r, next_run(idx, base)) {
-      for (std::size_t k = 0; k < 2; ++k) {
-        if (!deferred[k]) continue;
-        double sum = acc[k][static_cast<std::size_t>(base[k])];
-        const BlockFacts* f = facts[k].data() + r * blocks_per_run;
-        for (std::int64_t b0 = 0; b0 < walk.run; b0 += kExactBlock, ++f) {
-          bool proved;
-          sum = proved_sum(sum, *f, proved);
-          if (proved) continue;
-          // The block's terms again (the same kernel on the same operands), one after the other.
-          const std::int64_t m = std::min(kExactBlock, walk.run - b0);
-          detail::RowArgs a;
-          std::array<std::int64_t, 2> at{};
-          operands(a, base, r * walk.run + b0, b0, m, at);
-          p.of = k == 0 ? detail::AffineGradOf::kScale : detail::AffineGradOf::kOffset;
-          a.out = terms[k];
-          kernel(&p, a);
-          sum = chain_sum(sum, terms[k], m);
-        }
-        acc[k][static_cast<std::size_t>(base[k])] = sum;
-      }
+  for (std::size_t k = 0; k < 2; ++k) {
+    if (!want[k]) continue;
+    std::vector<double> sums;
+    if (no_reduction) {
+      sums = std::move(terms_kept[k]);
+    } else {
+      detail::ExactSums<detail::ExactSumFloat32> exact(static_cast<std::int64_t>(params[k].size()));
+      for (const auto& [target, value] : contributions[k]) exact.add(target, value);
+      sums.resize(params[k].size());
+      for (std::size_t t = 0; t < sums.size(); ++t) sums[t] = static_cast<double>(exact.to_float(static_cast<std::int64_t>(t)));
     }
+    write_sums(sums, DType::kFloat32, w.narrow, k == 0 ? scale : offset, k == 0 ? grad_scale : grad_offset);
   }
-  if (want[0]) write_sums(acc[0], DType::kFloat32, w.narrow, scale, grad_scale);
-  if (want[1]) write_sums(acc[1], DType::kFloat32, w.narrow, offset, grad_offset);
   return true;
 }
 

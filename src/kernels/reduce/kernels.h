@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/exact_sum.h"
 #include "core/target.h"
 #include "kernels/row.h"
 #include <type_traits>
@@ -83,6 +84,31 @@ struct GroupMinMaxParams {
 };
 inline constexpr int kMinMaxVirtualLanes = 16;
 
+// ---- exact sums: float32 terms into float64 accumulators whose adds never round ---------------
+// A term t joins its accumulator a only where a + t is exact in float64 (exact_float64_add,
+// core/exact_sum.h); otherwise a is spilled (appended to the spill list with its accumulator's
+// index) and the accumulator restarts at t. So the accumulators and the spills always hold the
+// exact sum of every term; callers add them into core/exact_sums.h's per-target sums and round
+// once, which gives the same bits for any split or order (AIMET's gradient sums). NaN and infinite
+// terms always spill (the check fails on them), so they reach the exact sums' flags.
+//   per_element: acc[j] takes t_rj for rows r = 0 .. rows - 1 (row r at x + r * x_row_stride),
+//                row by row, each row in column order;
+//   otherwise:   acc[k mod 32] takes the run's k-th term, k in order (32 virtual lanes: enough
+//                independent chains to hide the add-and-check latency).
+// Spills are appended in that same order, so every kernel set writes the same accumulators and
+// the same spill list. Runs in the caller's floating-point environment (AIMET's never flushes).
+struct ExactSumsParams {
+  bool per_element = false;
+  std::int64_t rows = 1;
+  std::int64_t x_row_stride = 0;
+  // The spill list: spill_value[i] left accumulator spill_index[i]; *spill_count entries so far.
+  // Room for one spill per term (rows * n) past *spill_count.
+  double* spill_value = nullptr;
+  std::int32_t* spill_index = nullptr;
+  std::int64_t* spill_count = nullptr;
+};
+inline constexpr int kExactSumVirtualLanes = 32;
+
 inline namespace POLYQUANT_TARGET_NAMESPACE {
 
 // A NaN, once folded in, stays (v < NaN is false); ties keep the accumulator.
@@ -96,6 +122,20 @@ POLYQUANT_HD inline float group_max_value(float x, bool absolute) {
 }
 // a NaN, once folded in, stays.
 POLYQUANT_HD inline float group_max_fold(float acc, float v) { return (v > acc || v != v) ? v : acc; }
+
+// Term t into accumulator acc[i] (ExactSumsParams): joined where exact, else a spill and a restart.
+POLYQUANT_HD inline void exact_sums_add(double* acc, std::int64_t i, float t, const ExactSumsParams& p) {
+  const double v = static_cast<double>(t);
+  double s;
+  if (exact_float64_add(acc[i], v, s)) {
+    acc[i] = s;
+    return;
+  }
+  const std::int64_t c = (*p.spill_count)++;
+  p.spill_value[c] = acc[i];
+  p.spill_index[c] = static_cast<std::int32_t>(i);
+  acc[i] = v;
+}
 
 POLYQUANT_HD inline float product_sums_v(float x, const ProductSumsParams& p) {
   if (!p.divide) return x;
@@ -169,6 +209,21 @@ inline void group_min_max_reference_row(const void* params, const RowArgs& a) {
   mn[0] = m0;
   mx[0] = m1;
   if (p.negative_zero != nullptr && negative_zero) p.negative_zero[0] = 1;
+}
+
+template <class W>
+inline void exact_sums_reference_row(const void* params, const RowArgs& a) {
+  static_assert(std::is_same_v<W, float>);
+  const auto& p = *static_cast<const ExactSumsParams*>(params);
+  const float* x = a.input<float>(0);
+  auto* acc = static_cast<double*>(a.out);
+  if (p.per_element) {
+    for (std::int64_t r = 0; r < p.rows; ++r) {
+      for (std::int64_t j = 0; j < a.n; ++j) exact_sums_add(acc, j, x[r * p.x_row_stride + j], p);
+    }
+    return;
+  }
+  for (std::int64_t k = 0; k < a.n; ++k) exact_sums_add(acc, k % kExactSumVirtualLanes, x[k], p);
 }
 
 template <class W>

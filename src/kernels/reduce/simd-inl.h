@@ -242,3 +242,45 @@ void group_min_max_f32(const void* params, const RowArgs& a) {
   mx[0] = m1;
   if (seen != nullptr && any_negative_zero) seen[0] = 1;
 }
+
+// Exact sums (ExactSumsParams): each vector's lanes join their accumulators where the add is exact;
+// the rare lanes that would round spill in lane order, which is the scalar spec's term order.
+void exact_sums_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const ExactSumsParams*>(params);
+  constexpr int L = Vec::kLanes;
+  constexpr int V = kExactSumVirtualLanes;
+  static_assert(V % L == 0, "the virtual lanes are whole vectors");
+  const float* x = a.input<float>(0);
+  auto* acc = static_cast<double*>(a.out);
+  // The lanes of t (accumulators acc[first + l]) that add_exact_f64 refused: spilled, restarted.
+  auto spill = [&](std::int64_t first, Vec::F t, unsigned rounded) {
+    alignas(64) float terms[L];
+    Vec::storeu(terms, t);
+    for (int l = 0; l < L; ++l) {
+      if (((rounded >> l) & 1u) == 0) continue;
+      const std::int64_t c = (*p.spill_count)++;
+      p.spill_value[c] = acc[first + l];
+      p.spill_index[c] = static_cast<std::int32_t>(first + l);
+      acc[first + l] = static_cast<double>(terms[l]);
+    }
+  };
+  auto add = [&](std::int64_t first, Vec::F t) POLYQUANT_ALWAYS_INLINE {
+    const unsigned rounded = Vec::add_exact_f64(acc + first, t);
+    if (rounded != 0) [[unlikely]] spill(first, t, rounded);
+  };
+  if (p.per_element) {
+    for (std::int64_t r = 0; r < p.rows; ++r) {
+      const float* row = x + r * p.x_row_stride;
+      std::int64_t j = 0;
+      for (; j + L <= a.n; j += L) add(j, Vec::loadu(row + j));
+      for (; j < a.n; ++j) exact_sums_add(acc, j, row[j], p);
+    }
+    return;
+  }
+  const std::int64_t body = a.n - a.n % V;
+  std::int64_t k = 0;
+  for (; k < body; k += V) {
+    for (int v = 0; v < V; v += L) add(v, Vec::loadu(x + k + v));
+  }
+  for (; k < a.n; ++k) exact_sums_add(acc, k % V, x[k], p);
+}

@@ -110,6 +110,22 @@ struct Vec {
     _mm256_storeu_pd(acc + 4, _mm256_add_pd(_mm256_loadu_pd(acc + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1))));
   }
 
+  // acc[l] += double(a_l) for every lane l whose add is exact (exact_float64_add); lanes whose add
+  // would round, or meets a NaN or infinity, keep acc[l] and are set in the returned mask.
+  static unsigned add_exact_f64(double* acc, F a) {
+    unsigned rounded = 0;
+    for (int h = 0; h < 2; ++h) {
+      const __m256d t = _mm256_cvtps_pd(h ? _mm256_extractf128_ps(a, 1) : _mm256_castps256_ps128(a));
+      const __m256d old = _mm256_loadu_pd(acc + 4 * h);
+      const __m256d s = _mm256_add_pd(old, t);
+      const __m256d exact = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s, old), t, _CMP_EQ_OQ),
+                                          _mm256_cmp_pd(_mm256_sub_pd(s, t), old, _CMP_EQ_OQ));
+      _mm256_storeu_pd(acc + 4 * h, _mm256_blendv_pd(old, s, exact));
+      rounded |= (~static_cast<unsigned>(_mm256_movemask_pd(exact)) & 0xFu) << (4 * h);
+    }
+    return rounded;
+  }
+
   // p[0..7] = double(a) * b, rounded once to float64 (store_scaled_f64) or, from that double,
   // to float32 (store_scaled_f32): a float32 vector times a float64 factor, as numpy multiplies
   // a float64 array by a Python float (and casts the product into a float32 output).

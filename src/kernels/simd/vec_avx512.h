@@ -117,6 +117,22 @@ struct Vec {
     _mm512_storeu_pd(acc, s);
   }
 
+  // acc[l] += double(a_l) for every lane l whose add is exact (exact_float64_add); lanes whose add
+  // would round, or meets a NaN or infinity, keep acc[l] and are set in the returned mask.
+  static unsigned add_exact_f64(double* acc, F a) {
+    unsigned rounded = 0;
+    for (int h = 0; h < 2; ++h) {
+      const __m512d t = _mm512_cvtps_pd(h ? _mm512_extractf32x8_ps(a, 1) : _mm512_castps512_ps256(a));
+      const __m512d old = _mm512_loadu_pd(acc + 8 * h);
+      const __m512d s = _mm512_add_pd(old, t);
+      const __mmask8 exact = _mm512_cmp_pd_mask(_mm512_sub_pd(s, old), t, _CMP_EQ_OQ) &
+                             _mm512_cmp_pd_mask(_mm512_sub_pd(s, t), old, _CMP_EQ_OQ);
+      _mm512_mask_storeu_pd(acc + 8 * h, exact, s);
+      rounded |= (~static_cast<unsigned>(exact) & 0xFFu) << (8 * h);
+    }
+    return rounded;
+  }
+
   // Lanes holding integers within the destination type's range, stored narrowed (16 elements).
   static void store_as_i8(std::int8_t* p, F a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(a))); }
   static void store_as_u8(std::uint8_t* p, F a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(a))); }

@@ -4,6 +4,7 @@
 // working-precision choice, the no-grad shortcut's eligibility, gradients, and errors.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/exact_sum.h"
+#include "core/parallel.h"
 #include "families/aimet/kernels.h"
 #include "polyquant/aimet.h"
 #include "polyquant/error.h"
@@ -210,13 +213,14 @@ TEST(Aimet, GradientsSumOverSharedParameters) {
   EXPECT_EQ(gx[2], 0.0f);  // 100 / 0.1 - (-5) is far above 15: masked
 }
 
-// The backward walks x once and sums the scale and offset terms block by block, adding a block at
-// once where the adds are provably exact (families/aimet/affine_ops.cc). Its sums must equal the
-// plain chain: every element's term from the spec, added in float64 in the C order of x, one
-// after the other, from +0. Gradients spanning many binades (and tiny and huge ones, which make
-// the chain round) on every layout: per tensor, per channel along either axis, blocks along either
-// axis; runs that are not multiples of the blocks; with and without a NaN.
-TEST(Aimet, GradientSumsEqualTheChainInOrder) {
+// The gradient sums are exact sums rounded once to float32: for every parameter element, the
+// terms of the spec (affine_grad_element) summed in an ExactSumFloat32 and rounded once. The fused
+// walk (contiguous x) on one thread and on two, and the general path (x a transposed view, whose
+// terms are sorted per element), must all give those bits. Gradients spanning many binades (tiny
+// and huge ones, so that float64 accumulators must spill) on every layout: per tensor, per channel
+// along either axis, blocks along either axis; runs that are not multiples of the chunks; with and
+// without a NaN, and with +inf and -inf (a NaN sum).
+TEST(Aimet, GradientSumsAreExactSumsRoundedOnce) {
   constexpr std::int64_t R = 13, C = 4500, B = 125;  // runs of 4500: chunks split between threads
   const std::int64_t n = R * C;
   auto rng = test::make_rng(91);
@@ -225,8 +229,10 @@ TEST(Aimet, GradientSumsEqualTheChainInOrder) {
     const auto u = [&] { return static_cast<float>(static_cast<double>(rng() % 2000001) / 1000000.0 - 1.0); };
     x[static_cast<std::size_t>(i)] = 40.0f * u();
     const std::uint64_t pick = rng() % 100;
-    g[static_cast<std::size_t>(i)] = pick == 0 ? 1e-9f * u() : pick == 1 ? 1e6f * u() : pick < 10 ? std::ldexp(u(), -20) : u();
+    g[static_cast<std::size_t>(i)] = pick == 0 ? 1e-30f * u() : pick == 1 ? 1e30f * u() : pick < 10 ? std::ldexp(u(), -20) : u();
   }
+  // x transposed in memory: the same logical (R, C) tensor, strides (1, R), for the general path.
+  std::vector<float> xt(static_cast<std::size_t>(n)), gt(static_cast<std::size_t>(n));
   struct Layout {
     const char* name;
     std::vector<std::int64_t> param_shape, block;
@@ -239,8 +245,18 @@ TEST(Aimet, GradientSumsEqualTheChainInOrder) {
       {"blocks along rows", {R, C / B}, {1, B}, [](std::int64_t i, std::int64_t j) { return i * (C / B) + j / B; }},
       {"blocks along columns", {1, C}, {R, 1}, [](std::int64_t, std::int64_t j) { return j; }},
   };
-  for (bool with_nan : {false, true}) {
-    if (with_nan) g[static_cast<std::size_t>(n / 2)] = NAN;
+  for (int specials = 0; specials < 3; ++specials) {
+    if (specials == 1) g[static_cast<std::size_t>(n / 2)] = NAN;
+    if (specials == 2) {
+      g[static_cast<std::size_t>(n / 2)] = INFINITY;
+      g[static_cast<std::size_t>(n / 2 + C)] = -INFINITY;  // the same column, the next row
+    }
+    for (std::int64_t i = 0; i < R; ++i) {
+      for (std::int64_t j = 0; j < C; ++j) {
+        xt[static_cast<std::size_t>(j * R + i)] = x[static_cast<std::size_t>(i * C + j)];
+        gt[static_cast<std::size_t>(j * R + i)] = g[static_cast<std::size_t>(i * C + j)];
+      }
+    }
     for (const Layout& l : layouts) {
       const Dims pshape(std::span<const std::int64_t>(l.param_shape));
       const std::int64_t np = pshape.numel();
@@ -249,14 +265,10 @@ TEST(Aimet, GradientSumsEqualTheChainInOrder) {
         s[static_cast<std::size_t>(k)] = 0.05f + 0.01f * static_cast<float>(k % 7);
         o[static_cast<std::size_t>(k)] = -128.0f + static_cast<float>(k % 5);
       }
-      std::vector<float> gx(static_cast<std::size_t>(n)), gs(static_cast<std::size_t>(np)), go(static_cast<std::size_t>(np));
       const AffineArgs args{{0, 255}, l.block};
-      aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, TensorView(g.data(), DType::kFloat32, Dims{R, C}),
-                             TensorView(x.data(), DType::kFloat32, Dims{R, C}), TensorView(s.data(), DType::kFloat32, pshape),
-                             TensorView(o.data(), DType::kFloat32, pshape), args,
-                             MutableTensorView(gx.data(), DType::kFloat32, Dims{R, C}),
-                             MutableTensorView(gs.data(), DType::kFloat32, pshape), MutableTensorView(go.data(), DType::kFloat32, pshape));
-      std::vector<double> want_s(static_cast<std::size_t>(np), 0.0), want_o(static_cast<std::size_t>(np), 0.0);
+      // The spec: every term, exactly, per parameter element.
+      std::vector<detail::ExactSumFloat32> want_s(static_cast<std::size_t>(np)), want_o(static_cast<std::size_t>(np));
+      std::vector<float> want_x(static_cast<std::size_t>(n));
       detail::AffineGradParams p;
       p.op.qmax = 255;
       for (std::int64_t i = 0; i < R; ++i) {
@@ -264,19 +276,79 @@ TEST(Aimet, GradientSumsEqualTheChainInOrder) {
           const auto e = static_cast<std::size_t>(i * C + j);
           const auto t = static_cast<std::size_t>(l.target(i, j));
           p.of = detail::AffineGradOf::kScale;
-          want_s[t] += static_cast<double>(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
+          want_s[t].add(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
           p.of = detail::AffineGradOf::kOffset;
-          want_o[t] += static_cast<double>(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
+          want_o[t].add(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
           p.of = detail::AffineGradOf::kX;
-          ASSERT_TRUE(test::same_value(gx[e], detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]))) << l.name << " element " << e;
+          want_x[e] = detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]);
         }
       }
-      for (std::int64_t k = 0; k < np; ++k) {
-        ASSERT_TRUE(test::same_value(gs[static_cast<std::size_t>(k)], static_cast<float>(want_s[static_cast<std::size_t>(k)])))
-            << l.name << " grad_scale[" << k << "] nan=" << with_nan;
-        ASSERT_TRUE(test::same_value(go[static_cast<std::size_t>(k)], static_cast<float>(want_o[static_cast<std::size_t>(k)])))
-            << l.name << " grad_offset[" << k << "] nan=" << with_nan;
+      struct Run {
+        const char* how;
+        int threads;
+        bool transposed;
+      };
+      for (const Run& run : {Run{"fused, 1 thread", 1, false}, Run{"fused, 2 threads", 2, false}, Run{"general path", 2, true}}) {
+        detail::set_thread_limit(run.threads);
+        std::vector<float> gx(static_cast<std::size_t>(n)), gs(static_cast<std::size_t>(np)), go(static_cast<std::size_t>(np));
+        TensorView xv(x.data(), DType::kFloat32, Dims{R, C}), gv(g.data(), DType::kFloat32, Dims{R, C});
+        if (run.transposed) {
+          xv = TensorView(xt.data(), DType::kFloat32, Dims{R, C}, Dims{1, R});
+          gv = TensorView(gt.data(), DType::kFloat32, Dims{R, C}, Dims{1, R});
+        }
+        aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, gv, xv, TensorView(s.data(), DType::kFloat32, pshape),
+                               TensorView(o.data(), DType::kFloat32, pshape), args,
+                               MutableTensorView(gx.data(), DType::kFloat32, Dims{R, C}),
+                               MutableTensorView(gs.data(), DType::kFloat32, pshape), MutableTensorView(go.data(), DType::kFloat32, pshape));
+        detail::set_thread_limit(256);
+        for (std::int64_t e = 0; e < n; ++e) {
+          ASSERT_TRUE(test::same_value(gx[static_cast<std::size_t>(e)], want_x[static_cast<std::size_t>(e)])) << l.name << " " << run.how << " element " << e;
+        }
+        for (std::int64_t k = 0; k < np; ++k) {
+          const auto kk = static_cast<std::size_t>(k);
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(gs[kk]), std::bit_cast<std::uint32_t>(want_s[kk].to_float()))
+              << l.name << " " << run.how << " grad_scale[" << k << "] specials=" << specials << ": " << gs[kk] << " vs " << want_s[kk].to_float();
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(go[kk]), std::bit_cast<std::uint32_t>(want_o[kk].to_float()))
+              << l.name << " " << run.how << " grad_offset[" << k << "] specials=" << specials;
+        }
       }
+    }
+  }
+}
+
+// The float64 working precision (float64 x) sums its float64 terms exactly too (ExactSumFloat64),
+// rounded once to float64: per tensor and per channel, against the spec's terms.
+TEST(Aimet, Float64GradientSumsAreExact) {
+  constexpr std::int64_t R = 7, C = 300;
+  auto rng = test::make_rng(17);
+  std::vector<double> x(static_cast<std::size_t>(R * C)), g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<double>(rng() % 2000001) / 50000.0 - 20.0;
+    g[i] = std::ldexp(static_cast<double>(rng() % 2000001) / 1000000.0 - 1.0, static_cast<int>(rng() % 120) - 60);
+  }
+  for (const bool per_channel : {false, true}) {
+    const Dims pshape = per_channel ? Dims{R, 1} : Dims{};
+    const std::int64_t np = pshape.numel();
+    std::vector<double> s(static_cast<std::size_t>(np), 0.0625), o(static_cast<std::size_t>(np), -3.0);
+    std::vector<double> gs(static_cast<std::size_t>(np)), go(static_cast<std::size_t>(np));
+    aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, TensorView(g.data(), DType::kFloat64, Dims{R, C}),
+                           TensorView(x.data(), DType::kFloat64, Dims{R, C}), TensorView(s.data(), DType::kFloat64, pshape),
+                           TensorView(o.data(), DType::kFloat64, pshape), AffineArgs{{0, 255}, {}}, MutableTensorView(),
+                           MutableTensorView(gs.data(), DType::kFloat64, pshape), MutableTensorView(go.data(), DType::kFloat64, pshape));
+    std::vector<detail::ExactSumFloat64> want_s(static_cast<std::size_t>(np)), want_o(static_cast<std::size_t>(np));
+    detail::AffineGradParams p;
+    p.op.qmax = 255;
+    for (std::int64_t i = 0; i < R * C; ++i) {
+      const auto t = static_cast<std::size_t>(per_channel ? i / C : 0);
+      const auto e = static_cast<std::size_t>(i);
+      p.of = detail::AffineGradOf::kScale;
+      want_s[t].add(detail::affine_grad_element<double>(p, g[e], x[e], s[t], o[t]));
+      p.of = detail::AffineGradOf::kOffset;
+      want_o[t].add(detail::affine_grad_element<double>(p, g[e], x[e], s[t], o[t]));
+    }
+    for (std::size_t t = 0; t < static_cast<std::size_t>(np); ++t) {
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(gs[t]), std::bit_cast<std::uint64_t>(want_s[t].to_double())) << per_channel << " " << t;
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(go[t]), std::bit_cast<std::uint64_t>(want_o[t].to_double())) << per_channel << " " << t;
     }
   }
 }

@@ -13,6 +13,7 @@
 
 #include "core/fpenv.h"
 #include "kernel_cases.h"
+#include "core/exact_sum.h"
 #include "kernels/registry.h"
 #include "test_util.h"
 
@@ -259,6 +260,73 @@ std::vector<float> reduction_values(std::size_t n, std::uint64_t salt) {
 // every kernel set). Per-element kernels (KernelTest) compare every bit, NaN sign and payload included.
 class ReductionKernelTest : public ::testing::TestWithParam<KernelEntry> {};
 
+// The exact sums (ExactSumsParams) on one row: the accumulators and the spill list (values, indices,
+// order) equal the scalar kernel's bit for bit, and accumulators plus spills hold exactly what the
+// accumulators held before plus every term (compared as ExactSumFloat32 values, non-finite flags
+// included). The accumulators start from earlier rows' sums, some far above or below the terms
+// (their adds must spill) and some non-finite.
+void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std::vector<float>& x, std::int64_t n,
+                      std::int64_t offset, bool flush) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool per_element = variant > 0;
+    const std::int64_t rows = variant == 2 ? 3 : 1;
+    if (rows * (n + 5) + offset > static_cast<std::int64_t>(kLen)) continue;
+    const std::size_t m = per_element ? static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) : kExactSumVirtualLanes;
+    std::vector<double> start(m);
+    for (std::size_t i = 0; i < m; ++i) {
+      const double v = static_cast<double>(x[(i * 31 + 7) % kLen]);
+      start[i] = i % 9 == 0 ? 0.0 : i % 9 == 1 ? v * 0x1p30 : i % 9 == 2 ? std::ldexp(1.0, -149) : i % 9 == 3 ? v + 0x1p-40 : v;
+      if (i % 29 == 5) start[i] = INFINITY;
+      if (i % 31 == 6) start[i] = NAN;
+    }
+    const std::size_t terms = static_cast<std::size_t>(rows * n);
+    struct Run {
+      std::vector<double> acc, spill_value;
+      std::vector<std::int32_t> spill_index;
+      std::int64_t count = 3;  // spills go after entries already there
+    };
+    Run got{start, std::vector<double>(terms + 3, -1.0), std::vector<std::int32_t>(terms + 3, -1)};
+    Run want = got;
+    for (Run* run : {&got, &want}) {
+      ExactSumsParams p;
+      p.per_element = per_element;
+      p.rows = rows;
+      p.x_row_stride = n + 5;
+      p.spill_value = run->spill_value.data();
+      p.spill_index = run->spill_index.data();
+      p.spill_count = &run->count;
+      a.out = run->acc.data();
+      (run == &got ? e.fn : ref)(&p, a);
+    }
+    const std::string where = std::string(e.name) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset) +
+                              " per_element=" + std::to_string(per_element) + " rows=" + std::to_string(rows) +
+                              " flush=" + std::to_string(flush);
+    ASSERT_EQ(got.count, want.count) << where;
+    ASSERT_EQ(0, std::memcmp(got.acc.data(), want.acc.data(), m * sizeof(double))) << where << " accumulators";
+    ASSERT_EQ(0, std::memcmp(got.spill_value.data(), want.spill_value.data(), terms * sizeof(double))) << where << " spills";
+    ASSERT_EQ(got.spill_index, want.spill_index) << where << " spill indices";
+    if (flush) continue;  // flushed terms are not the terms
+    // Exactness, per accumulator: before + its terms == after + its spills.
+    std::vector<ExactSumFloat32> before(m), after(m);
+    for (std::size_t i = 0; i < m; ++i) {
+      before[i].add(start[i]);
+      after[i].add(got.acc[i]);
+    }
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::size_t i = per_element ? static_cast<std::size_t>(j) : static_cast<std::size_t>(j % kExactSumVirtualLanes);
+        before[i].add(x[static_cast<std::size_t>(offset + r * (n + 5) + j)]);
+      }
+    }
+    for (std::int64_t c = 3; c < got.count; ++c) after[static_cast<std::size_t>(got.spill_index[static_cast<std::size_t>(c)])].add(got.spill_value[static_cast<std::size_t>(c)]);
+    for (std::size_t i = 0; i < m; ++i) {
+      ASSERT_EQ(before[i].is_nan(), after[i].is_nan()) << where << " at " << i;
+      ASSERT_EQ(before[i].is_infinite(), after[i].is_infinite()) << where << " at " << i;
+      for (int l = 0; l < ExactSumFloat32::kLimbCount; ++l) ASSERT_EQ(before[i].limb(l), after[i].limb(l)) << where << " at " << i;
+    }
+  }
+}
+
 TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
   const KernelEntry& e = GetParam();
   if (!isa_available(e.isa)) GTEST_SKIP() << isa_name(e.isa) << " not supported by this CPU";
@@ -278,7 +346,10 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
         a.n = n;
         std::unique_ptr<ScopedFlushDenormals> env;
         if (flush) env = std::make_unique<ScopedFlushDenormals>();
-        if (e.op == KernelOp::kGroupMinMax) {
+        if (e.op == KernelOp::kExactSums) {
+          check_exact_sums(e, ref, a, x, n, offset, flush);
+          if (HasFailure()) return;
+        } else if (e.op == KernelOp::kGroupMinMax) {
           // AIMET's statistics never run in flush-to-zero mode (torch does not set it); under DAZ
           // the vector min/max return flushed operands, which the scalar fold does not.
           for (int variant = 0; variant < 3 && !flush; ++variant) {
@@ -382,7 +453,8 @@ std::vector<KernelEntry> optimized_reduction_kernels() {
   std::vector<KernelEntry> v;
   for (const auto& e : all_kernels()) {
     if (e.isa != Isa::kScalar &&
-        (e.op == KernelOp::kGroupMax || e.op == KernelOp::kProductSums || e.op == KernelOp::kGroupMinMax)) {
+        (e.op == KernelOp::kGroupMax || e.op == KernelOp::kProductSums || e.op == KernelOp::kGroupMinMax ||
+         e.op == KernelOp::kExactSums)) {
       v.push_back(e);
     }
   }

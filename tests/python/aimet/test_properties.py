@@ -6,7 +6,7 @@ float64) and values (+-0, +-inf, NaN, subnormals, huge, exact k + 0.5 ties of x 
 neighbours), and every memory layout of x (strided, reversed, Fortran, zero-stride), every kernel
 set with one thread and all equals the scalar kernel set on contiguous copies with one thread; a
 blockwise call equals the same call with the parameters expanded to one value per element; the
-gradients' per-element parts agree across kernel sets too. The encoding analyzers (MinMax,
+gradients agree across kernel sets, thread counts and layouts too, the exact sums included. The encoding analyzers (MinMax,
 Percentile, SQNR) over per-tensor / per-channel / blockwise shapes, every dtype, signed-zero
 extremes and specials: statistics and encodings on every layout and kernel set equal the scalar
 set's on contiguous copies, errors alike.
@@ -108,7 +108,10 @@ def _call(op: str, x, s, o, grid, block):
     if op == "quantize_dequantize":
         return pa.quantize_dequantize(x, s, o, *grid, **kw)
     if op == "training":
-        return pa.quantize_dequantize_grad(np.ones(x.shape, x.dtype), x, s, o, *grid, **kw)[:2]
+        # every output: the gradient sums are exact, so they too equal the scalar set's on any
+        # layout, kernel set and thread count (upstream gradients of many magnitudes and signs)
+        g = (np.cos(np.arange(x.size, dtype=np.float64) * 0.7) * 2.0 ** (np.arange(x.size) % 23 - 11)).reshape(x.shape)
+        return pa.quantize_dequantize_grad(g.astype(x.dtype), x, s, o, *grid, **kw)
     return pa.dequantize(x, s, o, **kw)
 
 
