@@ -18,10 +18,19 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/registry.h"
 #include "polyquant/error.h"
 #include "test_values.h"
 
 namespace polyquant::test {
+
+// Whether this CPU runs kernel set `isa` (the tests of a kernel the CPU lacks skip).
+inline bool isa_available(detail::Isa isa) {
+  for (detail::Isa s : detail::supported_isas()) {
+    if (s == isa) return true;
+  }
+  return false;
+}
 
 // Same bits, or both NaN (any payload). The sign of zero is significant.
 inline bool same_value(float a, float b) {

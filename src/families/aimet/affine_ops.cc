@@ -768,14 +768,11 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
         detail::RowArgs a;
         std::array<std::int64_t, 2> at{};
         operands(b, a, base, e, c0, cn, at);
-        for (std::size_t k = 0; k < 2; ++k) {
-          if (!want[k]) continue;
-          gp.of = k == 0 ? detail::AffineGradOf::kScale : detail::AffineGradOf::kOffset;
-          a.out = b.terms[k];
-          kernel(&gp, a);
+        // The scale or offset terms of the chunk (b.terms[k]) into the sums.
+        auto take_terms = [&](std::size_t k) {
           if (no_reduction) {
             for (std::int64_t j = 0; j < cn; ++j) terms_kept[k][static_cast<std::size_t>(at[k] + walk.run_stride[k] * j)] = b.terms[k][j];
-            continue;
+            return;
           }
           detail::RowArgs s;
           s.in[0] = b.terms[k];
@@ -789,16 +786,40 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
             const std::int64_t target = sp.per_element ? at[k] + b.spill_index[i] : base[k];
             mine[k].emplace_back(target, b.spill_value[i]);
           }
-        }
-        if (want_x) {
-          gp.of = detail::AffineGradOf::kX;
+        };
+        auto x_out = [&] {
           a.out = convert_gx ? static_cast<void*>(b.gx) : static_cast<void*>(static_cast<float*>(grad_x.data) + e);
           a.stream = stream && !convert_gx;
-          kernel(&gp, a);
+        };
+        auto x_done = [&] {
           if (convert_gx) {
             detail::convert_values(b.gx, DType::kFloat32, 1, static_cast<unsigned char*>(grad_x.data) + e * dtype_size(grad_x.dtype),
                                    grad_x.dtype, 1, cn);
           }
+        };
+        if (want_x && want[0] && want[1]) {  // the usual call: all three in one kernel pass
+          gp.of = detail::AffineGradOf::kAll;
+          gp.scale_terms = b.terms[0];
+          gp.offset_terms = b.terms[1];
+          x_out();
+          kernel(&gp, a);
+          x_done();
+          take_terms(0);
+          take_terms(1);
+          continue;
+        }
+        for (std::size_t k = 0; k < 2; ++k) {
+          if (!want[k]) continue;
+          gp.of = k == 0 ? detail::AffineGradOf::kScale : detail::AffineGradOf::kOffset;
+          a.out = b.terms[k];
+          kernel(&gp, a);
+          take_terms(k);
+        }
+        if (want_x) {
+          gp.of = detail::AffineGradOf::kX;
+          x_out();
+          kernel(&gp, a);
+          x_done();
         }
       }
       for (std::size_t k = 0; k < 2; ++k) {

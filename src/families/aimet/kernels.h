@@ -55,10 +55,15 @@ struct FakeQuantizeParams {
 
 // Gradients of the training path (the autograd Functions of torch_builtins), per element, before
 // the reduction to the parameter's shape. Operands: grad_output, x, scale, offset, in W.
-enum class AffineGradOf : std::uint8_t { kX, kScale, kOffset };
+// kAll: all three in one pass (the quotient, its rounding and the mask computed once): the
+// gradient of x at the row's output, the scale and offset terms at element j of scale_terms and
+// offset_terms (W arrays of the row's length; host memory: the CPU backward's chunk buffers).
+enum class AffineGradOf : std::uint8_t { kX, kScale, kOffset, kAll };
 struct AffineGradParams {
   AffineParams op;
   AffineGradOf of = AffineGradOf::kX;
+  void* scale_terms = nullptr;   // kAll only
+  void* offset_terms = nullptr;  // kAll only
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
@@ -237,7 +242,18 @@ POLYQUANT_HD inline void fake_quantize_row_element(const FakeQuantizeParams& p, 
 
 template <class W>
 POLYQUANT_HD inline void affine_grad_row_element(const AffineGradParams& p, const RowArgs& a, std::int64_t j) {
-  static_cast<W*>(a.out)[j] = affine_grad_element<W>(p, a.at<W>(0, j), a.at<W>(1, j), a.at<W>(2, j), a.at<W>(3, j));
+  const W dy = a.at<W>(0, j), x = a.at<W>(1, j), s = a.at<W>(2, j), o = a.at<W>(3, j);
+  if (p.of != AffineGradOf::kAll) {
+    static_cast<W*>(a.out)[j] = affine_grad_element<W>(p, dy, x, s, o);
+    return;
+  }
+  AffineGradParams one = p;
+  one.of = AffineGradOf::kScale;
+  static_cast<W*>(p.scale_terms)[j] = affine_grad_element<W>(one, dy, x, s, o);
+  one.of = AffineGradOf::kOffset;
+  static_cast<W*>(p.offset_terms)[j] = affine_grad_element<W>(one, dy, x, s, o);
+  one.of = AffineGradOf::kX;
+  static_cast<W*>(a.out)[j] = affine_grad_element<W>(one, dy, x, s, o);
 }
 
 template <class W>

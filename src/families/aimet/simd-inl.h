@@ -151,6 +151,22 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
     ref::affine_grad_f32(params, a);
     return;
   }
+  if (g.of == AffineGradOf::kAll && p.kind != AffineKind::kQuantizeDequantize) {
+    // quantize / dequantize: the three single-gradient passes (the training path's hot one,
+    // quantize_dequantize, has its own below).
+    AffineGradParams one = g;
+    RowArgs b = a;
+    b.stream = false;
+    one.of = AffineGradOf::kScale;
+    b.out = g.scale_terms;
+    affine_grad_f32(&one, b);
+    one.of = AffineGradOf::kOffset;
+    b.out = g.offset_terms;
+    affine_grad_f32(&one, b);
+    one.of = AffineGradOf::kX;
+    affine_grad_f32(&one, a);
+    return;
+  }
   const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
   const Vec::F zero = Vec::zero();
   // v = rint(x / s) - o, the level before the clamp; `then` where lo <= v <= hi, else `otherwise`.
@@ -208,6 +224,20 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
             const Vec::F level = Vec::sub(Vec::rint(Vec::div(v[1], v[2])), v[3]);
             return if_in_range(level, zero, mul_first_nan_v(v[0], v[2]));
           });
+          return;
+        case AffineGradOf::kAll:  // each of the three as its own case computes it
+          for_each_vector<4, FloatOut3>(
+              a,
+              [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+                const Vec::F scaled = Vec::div(v[1], v[2]);
+                const Vec::F rounded = Vec::rint(scaled);
+                const Vec::F level = Vec::sub(rounded, v[3]);
+                const Vec::F clamped = torch_clamp_v(rounded, Vec::add(v[3], lo), Vec::add(v[3], hi));
+                return Float3{if_in_range(level, v[0], zero),
+                              mul_first_nan_v(v[0], if_in_range(level, Vec::sub(rounded, scaled), clamped)),
+                              if_in_range(level, zero, mul_first_nan_v(v[0], v[2]))};
+              },
+              FloatOut3{static_cast<const float*>(a.out), static_cast<float*>(g.scale_terms), static_cast<float*>(g.offset_terms)});
           return;
         default:
           for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {

@@ -78,6 +78,46 @@ struct ScaledOut {
   void stream(T* p, const Result& r) const { store(p, r); }
 };
 
+// FloatOut3: the body returns three float32 vectors: the first stored at the row's output (as
+// FloatOut, streamed where the call asks), the second and third at the same element of `second`
+// and `third` (buffers beside the row: the AIMET backward's scale and offset terms, in L1).
+struct Float3 {
+  Vec::F first, second, third;
+};
+struct FloatOut3 {
+  using T = float;
+  using Result = Float3;
+  static constexpr bool kCanStream = true;
+  const float* row;  // the row's output: element j of a store at p is p - row
+  float* second;
+  float* third;
+  void store(float* p, const Result& r) const {
+    const std::ptrdiff_t j = p - row;
+    Vec::storeu(p, r.first);
+    Vec::storeu(second + j, r.second);
+    Vec::storeu(third + j, r.third);
+  }
+  void stream(float* p, const Result& r) const {
+    const std::ptrdiff_t j = p - row;
+    Vec::stream(p, r.first);
+    Vec::storeu(second + j, r.second);
+    Vec::storeu(third + j, r.third);
+  }
+  // Elements [j, j + count) of a partial vector.
+  void store_partial(std::int64_t j, std::int64_t count, const Result& r) const {
+    alignas(64) float lanes[3][Vec::kLanes];
+    Vec::storeu(lanes[0], r.first);
+    Vec::storeu(lanes[1], r.second);
+    Vec::storeu(lanes[2], r.third);
+    float* out = const_cast<float*>(row);
+    for (std::int64_t l = 0; l < count; ++l) {
+      out[j + l] = lanes[0][l];
+      second[j + l] = lanes[1][l];
+      third[j + l] = lanes[2][l];
+    }
+  }
+};
+
 // Drives a row: loads kN operands (contiguous, broadcast or repeated-row), applies `body` to whole
 // vectors and stores. Partial vectors (the tail, and the head peeled for aligned streaming stores)
 // go through the same body on a zero-padded copy, so every element sees identical arithmetic. Any
@@ -111,8 +151,12 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
       for (int l = 0; l < L; ++l) buf[k][l] = l < count ? from[l] : 0.0f;
       v[k] = Vec::loadu(buf[k]);
     }
-    policy.store(res, body(v));
-    for (std::int64_t l = 0; l < count; ++l) out[j + l] = res[l];
+    if constexpr (requires { policy.store_partial(j, count, body(v)); }) {
+      policy.store_partial(j, count, body(v));  // several outputs: the policy knows where
+    } else {
+      policy.store(res, body(v));
+      for (std::int64_t l = 0; l < count; ++l) out[j + l] = res[l];
+    }
   };
 
   std::int64_t j = 0;

@@ -487,5 +487,65 @@ TEST(Aimet, PlansValidateWhenMade) {
                "tensor has dtype int32");
 }
 
+
+// AffineGradOf::kAll (the backward's one-pass call) writes, on every kernel set, exactly what the
+// scalar kernel's three single-gradient calls write: grad_x at the row's output, the scale and
+// offset terms beside it. Every kind, per tensor (broadcast parameters) and per element, rows of
+// every length around the vector widths, streamed or not, with specials, ties and clamped values.
+TEST(Aimet, AllGradientsInOnePassEqualTheSingleCalls) {
+  constexpr std::size_t kMax = 1100;
+  const std::vector<float> x = test::mixed_values(kMax + 8, 5, 30.0f), dy = test::mixed_values(kMax + 8, 6);
+  std::vector<float> s(kMax + 8), o(kMax + 8);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    s[i] = 0.05f + 0.01f * static_cast<float>(i % 5);
+    o[i] = -128.0f + static_cast<float>(i % 3);
+  }
+  for (const detail::KernelEntry& e : detail::all_kernels()) {
+    if (e.op != detail::KernelOp::kAffineGrad || e.work != detail::WorkType::kF32 || !test::isa_available(e.isa)) continue;
+    const detail::RowKernel ref = detail::reference_kernel(e.op, e.work);
+    for (const detail::AffineKind kind : {detail::AffineKind::kQuantize, detail::AffineKind::kQuantizeDequantize, detail::AffineKind::kDequantize}) {
+      for (const bool broadcast : {true, false}) {
+        for (std::int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 70, 1000, 1037}) {
+          for (const bool stream : {false, true}) {
+            alignas(64) static float got[3][kMax + 16], want[3][kMax + 16];
+            detail::RowArgs a;
+            a.in[0] = dy.data() + 1;  // misaligned output heads below: the streamed head is partial
+            a.in[1] = x.data() + 3;
+            a.in[2] = s.data();
+            a.in[3] = o.data();
+            if (broadcast) a.broadcast_mask = (1u << 2) | (1u << 3);
+            a.n = n;
+            a.stream = stream;
+            detail::AffineGradParams p;
+            p.op.kind = kind;
+            p.op.qmin = 0;
+            p.op.qmax = 255;
+            p.of = detail::AffineGradOf::kAll;
+            p.scale_terms = got[1];
+            p.offset_terms = got[2];
+            a.out = got[0] + 1;
+            p.scale_terms = got[1] + 1;
+            p.offset_terms = got[2] + 1;
+            e.fn(&p, a);
+            a.stream = false;
+            const detail::AffineGradOf ofs[3] = {detail::AffineGradOf::kX, detail::AffineGradOf::kScale, detail::AffineGradOf::kOffset};
+            for (int k = 0; k < 3; ++k) {
+              detail::AffineGradParams one = p;
+              one.of = ofs[k];
+              a.out = want[k] + 1;
+              ref(&one, a);
+            }
+            for (int k = 0; k < 3; ++k) {
+              ASSERT_EQ(0, std::memcmp(got[k] + 1, want[k] + 1, static_cast<std::size_t>(n) * sizeof(float)))
+                  << e.name << " kind " << static_cast<int>(kind) << " output " << k << " n=" << n << " broadcast=" << broadcast
+                  << " stream=" << stream;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace polyquant

@@ -24,12 +24,7 @@ inline void PrintTo(const KernelEntry& e, std::ostream* os) { *os << e.name; }
 
 namespace {
 
-bool isa_available(Isa isa) {
-  for (Isa s : supported_isas()) {
-    if (s == isa) return true;
-  }
-  return false;
-}
+using test::isa_available;
 
 // Converts `n` elements with the kernel and with the spec (from a misaligned `offset`) and returns
 // the first differing element, or -1. Output bytes past the run must stay untouched.

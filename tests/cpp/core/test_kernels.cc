@@ -26,12 +26,7 @@ namespace {
 
 using test::mixed_values;
 
-bool isa_available(Isa isa) {
-  for (Isa s : supported_isas()) {
-    if (s == isa) return true;
-  }
-  return false;
-}
+using test::isa_available;
 
 using test::KernelCases;
 using test::KernelCheck;

@@ -18,12 +18,7 @@ namespace {
 using test::mixed_values;
 using test::expect_error;
 
-bool isa_available(Isa isa) {
-  for (Isa s : supported_isas()) {
-    if (s == isa) return true;
-  }
-  return false;
-}
+using test::isa_available;
 
 constexpr std::size_t kLen = 4099 + 16;
 
