@@ -600,24 +600,21 @@ bool make_walk(const AffineLayout& L, GradWalk& w) {
 // sums.
 using Contributions = std::vector<std::pair<std::int64_t, double>>;
 
-// The 32 lane accumulators of a run (ExactSumsParams' whole-run mode) as contributions to `target`:
-// folded pairwise where the adds are exact (the common case leaves one value), each add that would
-// round contributing its left operand instead. The lanes are cleared.
+// The 32 lane accumulators of a run (ExactSumsParams' whole-run mode) as contributions to
+// `target`: folded pairwise where the adds are exact (exact_sums_fold_lanes; the common case leaves
+// one value), each add that would round contributing its left operand instead. Clears the lanes.
 void contribute_lanes(double* lanes, std::int64_t target, Contributions& out) {
-  for (int width = detail::kExactSumVirtualLanes / 2; width >= 1; width /= 2) {
-    for (int l = 0; l < width; ++l) {
-      double s;
-      if (detail::exact_float64_add(lanes[l], lanes[l + width], s)) {
-        lanes[l] = s;
-      } else {
-        out.emplace_back(target, lanes[l]);
-        lanes[l] = lanes[l + width];
-      }
-      lanes[l + width] = 0.0;
-    }
-  }
-  if (lanes[0] != 0.0) out.emplace_back(target, lanes[0]);  // an exact zero adds nothing
-  lanes[0] = 0.0;
+  double spill_value[detail::kExactSumVirtualLanes];
+  std::int32_t spill_index[detail::kExactSumVirtualLanes];
+  std::int64_t spills = 0;
+  detail::ExactSumsParams p;
+  p.spill_value = spill_value;
+  p.spill_index = spill_index;
+  p.spill_count = &spills;
+  const double folded = detail::exact_sums_fold_lanes(lanes, 0, p);
+  for (std::int64_t i = 0; i < spills; ++i) out.emplace_back(target, spill_value[i]);
+  if (folded != 0.0) out.emplace_back(target, folded);  // an exact zero adds nothing
+  std::fill(lanes, lanes + detail::kExactSumVirtualLanes, 0.0);
 }
 
 bool byte_ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
@@ -676,6 +673,10 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     alignas(64) double lanes[2][detail::kExactSumVirtualLanes];
     double spill_value[kGradChunk];
     std::int32_t spill_index[kGradChunk];
+    // batched short runs: each run's parameters, parameter elements and sum
+    float row_param[2][kGradChunk];
+    std::int64_t row_target[2][kGradChunk];
+    double segment_acc[kGradChunk];
   };
 
   // The kernel's operands for elements [e, e + cn) of the run whose parameter indices start at
@@ -731,6 +732,19 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   // gathers in 32 lane accumulators, contributed at the end of each run; sums across runs (stride
   // 1: element j of the run feeds parameter element base + j) gather in one accumulator per
   // element of [c_begin, c_end), contributed whenever the run's base moves and at the end.
+  // Short runs whose sums gather along the run (AIMET's blocks: one parameter element per run) go
+  // `batch` runs to a kernel call: the parameters per run (RowArgs' per-row operands), the sums one
+  // segment per run (ExactSumsParams::segment).
+  bool short_runs = !no_reduction && walk.run <= kGradChunk / 2;
+  for (std::size_t k = 0; k < 2; ++k) short_runs = short_runs && (!want[k] || walk.run_stride[k] == 0);
+  const std::int64_t batch = short_runs ? kGradChunk / walk.run : 1;
+
+  // Elements [c_begin, c_end) of runs [r_begin, r_end), in order, with a copy of the kernel's
+  // parameters (one per task). c_begin is a multiple of kGradChunk. A sum along the run (stride 0)
+  // gathers in 32 lane accumulators, contributed at the end of each run (batched short runs: one
+  // segment each); sums across runs (stride 1: element j of the run feeds parameter element
+  // base + j) gather in one accumulator per element of [c_begin, c_end), contributed whenever the
+  // run's base moves and at the end.
   auto walk_runs = [&](std::int64_t r_begin, std::int64_t r_end, std::int64_t c_begin, std::int64_t c_end,
                        detail::AffineGradParams gp) {
     auto buffers = std::make_unique<TaskBuffers>();
@@ -754,76 +768,114 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     sp.spill_index = b.spill_index;
     sp.spill_count = &spill_count;
 
+    // The gradients of the chunk `a` (elements [e, e + cn)): grad_x written, then take(k) for each
+    // wanted sum with its terms in b.terms[k].
+    auto gradients = [&](detail::RowArgs& a, std::int64_t e, std::int64_t cn, auto&& take) {
+      auto x_out = [&] {
+        a.out = convert_gx ? static_cast<void*>(b.gx) : static_cast<void*>(static_cast<float*>(grad_x.data) + e);
+        a.stream = stream && !convert_gx;
+      };
+      auto x_done = [&] {
+        if (convert_gx) {
+          detail::convert_values(b.gx, DType::kFloat32, 1, static_cast<unsigned char*>(grad_x.data) + e * dtype_size(grad_x.dtype),
+                                 grad_x.dtype, 1, cn);
+        }
+      };
+      if (want_x && want[0] && want[1]) {  // the usual call: all three in one kernel pass
+        gp.of = detail::AffineGradOf::kAll;
+        gp.scale_terms = b.terms[0];
+        gp.offset_terms = b.terms[1];
+        x_out();
+        kernel(&gp, a);
+        x_done();
+        take(0);
+        take(1);
+        return;
+      }
+      for (std::size_t k = 0; k < 2; ++k) {
+        if (!want[k]) continue;
+        gp.of = k == 0 ? detail::AffineGradOf::kScale : detail::AffineGradOf::kOffset;
+        a.out = b.terms[k];
+        a.stream = false;
+        kernel(&gp, a);
+        take(k);
+      }
+      if (want_x) {
+        gp.of = detail::AffineGradOf::kX;
+        x_out();
+        kernel(&gp, a);
+        x_done();
+      }
+    };
+    // The exact-sums kernel over cn terms of b.terms[k] into `acc` (32 lanes, columns, or one per
+    // segment), its spills owed to target(index).
+    auto sum_terms = [&](std::size_t k, std::int64_t cn, void* acc, auto&& target) {
+      detail::RowArgs s;
+      s.in[0] = b.terms[k];
+      s.n = cn;
+      s.out = acc;
+      spill_count = 0;
+      sum_kernel(&sp, s);
+      for (std::int64_t i = 0; i < spill_count; ++i) mine[k].emplace_back(target(b.spill_index[i]), b.spill_value[i]);
+    };
+
     std::array<std::int64_t, kMaxRank> idx{};
     std::array<std::int64_t, 2> base{};
     run_base(r_begin, idx, base);
-    for (std::int64_t r = r_begin; r < r_end; ++r, next_run(idx, base)) {
-      for (std::size_t k = 0; k < 2; ++k) {
-        if (columns[k].empty() || base[k] == column_base[k]) continue;
-        if (column_base[k] >= 0) contribute_columns(k);
-        column_base[k] = base[k];
-      }
-      for (std::int64_t c0 = c_begin; c0 < c_end; c0 += kGradChunk) {
-        const std::int64_t cn = std::min(kGradChunk, c_end - c0), e = r * walk.run + c0;
+    if (batch > 1) {
+      sp.segment = walk.run;
+      for (std::int64_t r0 = r_begin; r0 < r_end; r0 += batch) {
+        const std::int64_t rows = std::min(batch, r_end - r0), e = r0 * walk.run, cn = rows * walk.run;
+        for (std::int64_t i = 0; i < rows; ++i, next_run(idx, base)) {
+          for (std::size_t k = 0; k < 2; ++k) {
+            b.row_param[k][i] = params[k][static_cast<std::size_t>(base[k])];
+            b.row_target[k][i] = base[k];
+          }
+        }
         detail::RowArgs a;
         std::array<std::int64_t, 2> at{};
-        operands(b, a, base, e, c0, cn, at);
-        // The scale or offset terms of the chunk (b.terms[k]) into the sums.
-        auto take_terms = [&](std::size_t k) {
-          if (no_reduction) {
-            for (std::int64_t j = 0; j < cn; ++j) terms_kept[k][static_cast<std::size_t>(at[k] + walk.run_stride[k] * j)] = b.terms[k][j];
-            return;
+        operands(b, a, base, e, 0, cn, at);
+        a.in[2] = b.row_param[0];
+        a.in[3] = b.row_param[1];
+        a.broadcast_mask = 0;
+        a.per_row_mask = 0b1100u;
+        a.row_len = walk.run;
+        gradients(a, e, cn, [&](std::size_t k) {
+          std::fill(b.segment_acc, b.segment_acc + rows, 0.0);
+          sum_terms(k, cn, b.segment_acc, [&](std::int32_t i) { return b.row_target[k][i]; });
+          for (std::int64_t i = 0; i < rows; ++i) {
+            if (b.segment_acc[i] != 0.0) mine[k].emplace_back(b.row_target[k][i], b.segment_acc[i]);
           }
-          detail::RowArgs s;
-          s.in[0] = b.terms[k];
-          s.n = cn;
-          sp.per_element = walk.run_stride[k] == 1;
-          s.out = sp.per_element ? static_cast<void*>(columns[k].data() + (c0 - c_begin)) : static_cast<void*>(b.lanes[k]);
-          spill_count = 0;
-          sum_kernel(&sp, s);
-          // A spilled accumulator's value is owed to its parameter element.
-          for (std::int64_t i = 0; i < spill_count; ++i) {
-            const std::int64_t target = sp.per_element ? at[k] + b.spill_index[i] : base[k];
-            mine[k].emplace_back(target, b.spill_value[i]);
-          }
-        };
-        auto x_out = [&] {
-          a.out = convert_gx ? static_cast<void*>(b.gx) : static_cast<void*>(static_cast<float*>(grad_x.data) + e);
-          a.stream = stream && !convert_gx;
-        };
-        auto x_done = [&] {
-          if (convert_gx) {
-            detail::convert_values(b.gx, DType::kFloat32, 1, static_cast<unsigned char*>(grad_x.data) + e * dtype_size(grad_x.dtype),
-                                   grad_x.dtype, 1, cn);
-          }
-        };
-        if (want_x && want[0] && want[1]) {  // the usual call: all three in one kernel pass
-          gp.of = detail::AffineGradOf::kAll;
-          gp.scale_terms = b.terms[0];
-          gp.offset_terms = b.terms[1];
-          x_out();
-          kernel(&gp, a);
-          x_done();
-          take_terms(0);
-          take_terms(1);
-          continue;
+        });
+      }
+    } else {
+      for (std::int64_t r = r_begin; r < r_end; ++r, next_run(idx, base)) {
+        for (std::size_t k = 0; k < 2; ++k) {
+          if (columns[k].empty() || base[k] == column_base[k]) continue;
+          if (column_base[k] >= 0) contribute_columns(k);
+          column_base[k] = base[k];
+        }
+        for (std::int64_t c0 = c_begin; c0 < c_end; c0 += kGradChunk) {
+          const std::int64_t cn = std::min(kGradChunk, c_end - c0), e = r * walk.run + c0;
+          detail::RowArgs a;
+          std::array<std::int64_t, 2> at{};
+          operands(b, a, base, e, c0, cn, at);
+          gradients(a, e, cn, [&](std::size_t k) {
+            if (no_reduction) {  // each term is its parameter element's value
+              for (std::int64_t j = 0; j < cn; ++j) terms_kept[k][static_cast<std::size_t>(at[k] + walk.run_stride[k] * j)] = b.terms[k][j];
+              return;
+            }
+            sp.per_element = walk.run_stride[k] == 1;
+            if (sp.per_element) {
+              sum_terms(k, cn, columns[k].data() + (c0 - c_begin), [&](std::int32_t j) { return at[k] + j; });
+            } else {
+              sum_terms(k, cn, b.lanes[k], [&](std::int32_t) { return base[k]; });
+            }
+          });
         }
         for (std::size_t k = 0; k < 2; ++k) {
-          if (!want[k]) continue;
-          gp.of = k == 0 ? detail::AffineGradOf::kScale : detail::AffineGradOf::kOffset;
-          a.out = b.terms[k];
-          kernel(&gp, a);
-          take_terms(k);
+          if (want[k] && !no_reduction && walk.run_stride[k] == 0) contribute_lanes(b.lanes[k], base[k], mine[k]);
         }
-        if (want_x) {
-          gp.of = detail::AffineGradOf::kX;
-          x_out();
-          kernel(&gp, a);
-          x_done();
-        }
-      }
-      for (std::size_t k = 0; k < 2; ++k) {
-        if (want[k] && !no_reduction && walk.run_stride[k] == 0) contribute_lanes(b.lanes[k], base[k], mine[k]);
       }
     }
     for (std::size_t k = 0; k < 2; ++k) {

@@ -94,13 +94,18 @@ inline constexpr int kMinMaxVirtualLanes = 16;
 //   per_element: acc[j] takes t_rj for rows r = 0 .. rows - 1 (row r at x + r * x_row_stride),
 //                row by row, each row in column order;
 //   otherwise:   acc[k mod 32] takes the run's k-th term, k in order (32 virtual lanes: enough
-//                independent chains to hide the add-and-check latency).
+//                independent chains to hide the add-and-check latency);
+//   segment > 0: the run is n / segment consecutive segments (n a multiple: many short runs, e.g.
+//                AIMET's blocks, in one call); segment s's k-th term goes to lane k mod 32 of 32
+//                fresh lanes (+0), the lanes are folded pairwise (exact_sums_fold_lanes) and the
+//                folded value joins acc[s] by the same rule; every spill of segment s has index s.
 // Spills are appended in that same order, so every kernel set writes the same accumulators and
 // the same spill list. Runs in the caller's floating-point environment (AIMET's never flushes).
 struct ExactSumsParams {
   bool per_element = false;
   std::int64_t rows = 1;
   std::int64_t x_row_stride = 0;
+  std::int64_t segment = 0;
   // The spill list: spill_value[i] left accumulator spill_index[i]; *spill_count entries so far.
   // Room for one spill per term (rows * n) past *spill_count.
   double* spill_value = nullptr;
@@ -126,6 +131,39 @@ POLYQUANT_HD inline float group_max_fold(float acc, float v) { return (v > acc |
 // Term t into accumulator acc[i] (ExactSumsParams): joined where exact, else a spill and a restart.
 POLYQUANT_HD inline void exact_sums_add(double* acc, std::int64_t i, float t, const ExactSumsParams& p) {
   const double v = static_cast<double>(t);
+  double s;
+  if (exact_float64_add(acc[i], v, s)) {
+    acc[i] = s;
+    return;
+  }
+  const std::int64_t c = (*p.spill_count)++;
+  p.spill_value[c] = acc[i];
+  p.spill_index[c] = static_cast<std::int32_t>(i);
+  acc[i] = v;
+}
+
+// Folds 32 lanes into lanes[0], pairwise (lane l + width into lane l for width 16, 8, .., 1): a
+// pair whose add would round spills the left value with `index` and keeps the right one. Returns
+// the folded value; the lanes are left undefined.
+POLYQUANT_HD inline double exact_sums_fold_lanes(double* lanes, std::int64_t index, const ExactSumsParams& p) {
+  for (int width = kExactSumVirtualLanes / 2; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) {
+      double s;
+      if (exact_float64_add(lanes[l], lanes[l + width], s)) {
+        lanes[l] = s;
+        continue;
+      }
+      const std::int64_t c = (*p.spill_count)++;
+      p.spill_value[c] = lanes[l];
+      p.spill_index[c] = static_cast<std::int32_t>(index);
+      lanes[l] = lanes[l + width];
+    }
+  }
+  return lanes[0];
+}
+
+// One value (already an exact sum) into acc[i] by exact_sums_add's rule.
+POLYQUANT_HD inline void exact_sums_join(double* acc, std::int64_t i, double v, const ExactSumsParams& p) {
   double s;
   if (exact_float64_add(acc[i], v, s)) {
     acc[i] = s;
@@ -220,6 +258,19 @@ inline void exact_sums_reference_row(const void* params, const RowArgs& a) {
   if (p.per_element) {
     for (std::int64_t r = 0; r < p.rows; ++r) {
       for (std::int64_t j = 0; j < a.n; ++j) exact_sums_add(acc, j, x[r * p.x_row_stride + j], p);
+    }
+    return;
+  }
+  if (p.segment > 0) {
+    constexpr int V = kExactSumVirtualLanes;
+    for (std::int64_t s = 0; s * p.segment < a.n; ++s) {
+      double lanes[V] = {};
+      // the segment's spills carry its index: run its terms through lanes indexed from 0, then
+      // relabel what they spilled
+      const std::int64_t first = *p.spill_count;
+      for (std::int64_t k = 0; k < p.segment; ++k) exact_sums_add(lanes, k % V, x[s * p.segment + k], p);
+      for (std::int64_t c = first; c < *p.spill_count; ++c) p.spill_index[c] = static_cast<std::int32_t>(s);
+      exact_sums_join(acc, s, exact_sums_fold_lanes(lanes, s, p), p);
     }
     return;
   }

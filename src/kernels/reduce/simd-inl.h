@@ -277,10 +277,67 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
     }
     return;
   }
-  const std::int64_t body = a.n - a.n % V;
-  std::int64_t k = 0;
-  for (; k < body; k += V) {
-    for (int v = 0; v < V; v += L) add(v, Vec::loadu(x + k + v));
+  // The 32 lanes stay in registers; a group with a refused add goes through memory, its refused
+  // lanes spilled in lane order (= term order within the group), with index `label` (-1: the lane).
+  static_assert(V == 32, "Lanes32 holds the virtual lanes");
+  auto run_lanes = [&](double* lane_mem, const float* t, std::int64_t n, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
+    const std::int64_t body = n - n % V;
+    std::int64_t k = 0;
+    Vec::Lanes32 lanes = Vec::load_lanes32(lane_mem);
+    for (; k < body; k += V) {
+      const std::uint32_t refused = Vec::add_exact_lanes32(lanes, t + k);
+      if (refused != 0) [[unlikely]] {
+        Vec::store_lanes32(lane_mem, lanes);
+        for (int l = 0; l < V; ++l) {
+          if (((refused >> l) & 1u) == 0) continue;
+          const std::int64_t c = (*p.spill_count)++;
+          p.spill_value[c] = lane_mem[l];
+          p.spill_index[c] = static_cast<std::int32_t>(label < 0 ? l : label);
+          lane_mem[l] = static_cast<double>(t[k + l]);
+        }
+        lanes = Vec::load_lanes32(lane_mem);
+      }
+    }
+    Vec::store_lanes32(lane_mem, lanes);
+    const std::int64_t first = *p.spill_count;
+    for (; k < n; ++k) exact_sums_add(lane_mem, k % V, t[k], p);
+    if (label >= 0) {
+      for (std::int64_t c = first; c < *p.spill_count; ++c) p.spill_index[c] = static_cast<std::int32_t>(label);
+    }
+  };
+  if (p.segment > 0) {
+    const std::int64_t seg = p.segment, body = seg - seg % V;
+    for (std::int64_t s = 0; s * seg < a.n; ++s) {
+      const float* t = x + s * seg;
+      alignas(64) double memory[V];
+      Vec::Lanes32 lanes = Vec::zero_lanes32();
+      for (std::int64_t k = 0; k < body; k += V) {
+        const std::uint32_t refused = Vec::add_exact_lanes32(lanes, t + k);
+        if (refused != 0) [[unlikely]] {
+          Vec::store_lanes32(memory, lanes);
+          for (int l = 0; l < V; ++l) {
+            if (((refused >> l) & 1u) == 0) continue;
+            const std::int64_t c = (*p.spill_count)++;
+            p.spill_value[c] = memory[l];
+            p.spill_index[c] = static_cast<std::int32_t>(s);
+            memory[l] = static_cast<double>(t[k + l]);
+          }
+          lanes = Vec::load_lanes32(memory);
+        }
+      }
+      double folded;
+      if (body == seg && Vec::fold_lanes32(lanes, folded)) {
+        exact_sums_join(acc, s, folded, p);
+        continue;
+      }
+      // a tail, or a fold that would round: the spec's scalar steps from here
+      Vec::store_lanes32(memory, lanes);
+      const std::int64_t first = *p.spill_count;
+      for (std::int64_t k = body; k < seg; ++k) exact_sums_add(memory, k % V, t[k], p);
+      for (std::int64_t c = first; c < *p.spill_count; ++c) p.spill_index[c] = static_cast<std::int32_t>(s);
+      exact_sums_join(acc, s, exact_sums_fold_lanes(memory, s, p), p);
+    }
+    return;
   }
-  for (; k < a.n; ++k) exact_sums_add(acc, k % V, x[k], p);
+  run_lanes(acc, x, a.n, -1);
 }

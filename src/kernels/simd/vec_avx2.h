@@ -126,6 +126,64 @@ struct Vec {
     return rounded;
   }
 
+  // 32 float64 accumulators held in registers (exact_sums' whole-run lanes), and the exact add of 32
+  // float32 terms into them: lane l takes double(t[l]) where that add is exact (add_exact_f64's
+  // rule); the returned mask has bit l set where it is not (that lane unchanged).
+  struct Lanes32 {
+    __m256d v[8];
+  };
+  static Lanes32 load_lanes32(const double* p) {
+    Lanes32 a;
+    for (int i = 0; i < 8; ++i) a.v[i] = _mm256_loadu_pd(p + 4 * i);
+    return a;
+  }
+  static void store_lanes32(double* p, const Lanes32& a) {
+    for (int i = 0; i < 8; ++i) _mm256_storeu_pd(p + 4 * i, a.v[i]);
+  }
+  static Lanes32 zero_lanes32() {
+    Lanes32 a;
+    for (int i = 0; i < 8; ++i) a.v[i] = _mm256_setzero_pd();
+    return a;
+  }
+  // The pairwise fold of exact_sums_fold_lanes (lane l + width into lane l, width 16, 8, .., 1)
+  // when every one of its adds is exact: true and the folded value; false where any is not (the
+  // caller then folds in scalar, spilling as the spec says).
+  static bool fold_lanes32(const Lanes32& a, double& folded) {
+    auto exact = [](__m256d x, __m256d y, __m256d s) {
+      return _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s, x), y, _CMP_EQ_OQ), _mm256_cmp_pd(_mm256_sub_pd(s, y), x, _CMP_EQ_OQ));
+    };
+    __m256d ok = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
+    __m256d w16[4], w8[2];
+    for (int i = 0; i < 4; ++i) {  // width 16: lanes 4i.. + lanes 16 + 4i..
+      w16[i] = _mm256_add_pd(a.v[i], a.v[i + 4]);
+      ok = _mm256_and_pd(ok, exact(a.v[i], a.v[i + 4], w16[i]));
+    }
+    for (int i = 0; i < 2; ++i) {  // width 8
+      w8[i] = _mm256_add_pd(w16[i], w16[i + 2]);
+      ok = _mm256_and_pd(ok, exact(w16[i], w16[i + 2], w8[i]));
+    }
+    const __m256d w4 = _mm256_add_pd(w8[0], w8[1]);  // width 4
+    ok = _mm256_and_pd(ok, exact(w8[0], w8[1], w4));
+    const __m128d l2 = _mm256_castpd256_pd128(w4), h2 = _mm256_extractf128_pd(w4, 1);
+    const __m128d s4 = _mm_add_pd(l2, h2);  // width 2
+    const __m128d ok4 = _mm_and_pd(_mm_cmpeq_pd(_mm_sub_pd(s4, l2), h2), _mm_cmpeq_pd(_mm_sub_pd(s4, h2), l2));
+    const double x0 = _mm_cvtsd_f64(s4), x1 = _mm_cvtsd_f64(_mm_unpackhi_pd(s4, s4));
+    folded = x0 + x1;  // width 1
+    return _mm256_movemask_pd(ok) == 0xF && _mm_movemask_pd(ok4) == 3 && folded - x0 == x1 && folded - x1 == x0;
+  }
+  static std::uint32_t add_exact_lanes32(Lanes32& acc, const float* t) {
+    std::uint32_t refused = 0;
+    for (int i = 0; i < 8; ++i) {
+      const __m256d w = _mm256_cvtps_pd(_mm_loadu_ps(t + 4 * i));
+      const __m256d s = _mm256_add_pd(acc.v[i], w);
+      const __m256d exact = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s, acc.v[i]), w, _CMP_EQ_OQ),
+                                          _mm256_cmp_pd(_mm256_sub_pd(s, w), acc.v[i], _CMP_EQ_OQ));
+      acc.v[i] = _mm256_blendv_pd(acc.v[i], s, exact);
+      refused |= (~static_cast<std::uint32_t>(_mm256_movemask_pd(exact)) & 0xFu) << (4 * i);
+    }
+    return refused;
+  }
+
   // p[0..7] = double(a) * b, rounded once to float64 (store_scaled_f64) or, from that double,
   // to float32 (store_scaled_f32): a float32 vector times a float64 factor, as numpy multiplies
   // a float64 array by a Python float (and casts the product into a float32 output).

@@ -133,6 +133,54 @@ struct Vec {
     return rounded;
   }
 
+  // 32 float64 accumulators held in registers (exact_sums' whole-run lanes), and the exact add of 32
+  // float32 terms into them: lane l takes double(t[l]) where that add is exact (add_exact_f64's
+  // rule); the returned mask has bit l set where it is not (that lane unchanged).
+  struct Lanes32 {
+    __m512d v[4];
+  };
+  static Lanes32 load_lanes32(const double* p) {
+    return {{_mm512_loadu_pd(p), _mm512_loadu_pd(p + 8), _mm512_loadu_pd(p + 16), _mm512_loadu_pd(p + 24)}};
+  }
+  static void store_lanes32(double* p, const Lanes32& a) {
+    for (int i = 0; i < 4; ++i) _mm512_storeu_pd(p + 8 * i, a.v[i]);
+  }
+  static Lanes32 zero_lanes32() { return {{_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()}}; }
+  // The pairwise fold of exact_sums_fold_lanes (lane l + width into lane l, width 16, 8, .., 1)
+  // when every one of its adds is exact: true and the folded value; false where any is not (the
+  // caller then folds in scalar, spilling as the spec says).
+  static bool fold_lanes32(const Lanes32& a, double& folded) {
+    auto exact = [](__m512d x, __m512d y, __m512d s) {
+      return _mm512_mask_cmp_pd_mask(_mm512_cmp_pd_mask(_mm512_sub_pd(s, x), y, _CMP_EQ_OQ), _mm512_sub_pd(s, y), x, _CMP_EQ_OQ);
+    };
+    const __m512d s0 = _mm512_add_pd(a.v[0], a.v[2]), s1 = _mm512_add_pd(a.v[1], a.v[3]);  // width 16
+    const __m512d s2 = _mm512_add_pd(s0, s1);                                                  // width 8
+    const __m256d lo = _mm512_castpd512_pd256(s2), hi = _mm512_extractf64x4_pd(s2, 1);
+    const __m256d s3 = _mm256_add_pd(lo, hi);  // width 4
+    const __m128d l2 = _mm256_castpd256_pd128(s3), h2 = _mm256_extractf128_pd(s3, 1);
+    const __m128d s4 = _mm_add_pd(l2, h2);  // width 2
+    const double x0 = _mm_cvtsd_f64(s4), x1 = _mm_cvtsd_f64(_mm_unpackhi_pd(s4, s4));
+    const __mmask8 ok = exact(a.v[0], a.v[2], s0) & exact(a.v[1], a.v[3], s1) & exact(s0, s1, s2);
+    const __m256d ok3 = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s3, lo), hi, _CMP_EQ_OQ), _mm256_cmp_pd(_mm256_sub_pd(s3, hi), lo, _CMP_EQ_OQ));
+    const __m128d ok4 = _mm_and_pd(_mm_cmpeq_pd(_mm_sub_pd(s4, l2), h2), _mm_cmpeq_pd(_mm_sub_pd(s4, h2), l2));
+    folded = x0 + x1;  // width 1
+    return ok == 0xFF && _mm256_movemask_pd(ok3) == 0xF && _mm_movemask_pd(ok4) == 3 && folded - x0 == x1 && folded - x1 == x0;
+  }
+  static std::uint32_t add_exact_lanes32(Lanes32& acc, const float* t) {
+    const __m512 a = _mm512_loadu_ps(t), b = _mm512_loadu_ps(t + 16);
+    const __m512d w[4] = {_mm512_cvtps_pd(_mm512_castps512_ps256(a)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)),
+                          _mm512_cvtps_pd(_mm512_castps512_ps256(b)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1))};
+    std::uint32_t refused = 0;
+    for (int i = 0; i < 4; ++i) {
+      const __m512d s = _mm512_add_pd(acc.v[i], w[i]);
+      const __mmask8 exact = _mm512_mask_cmp_pd_mask(_mm512_cmp_pd_mask(_mm512_sub_pd(s, acc.v[i]), w[i], _CMP_EQ_OQ),
+                                                     _mm512_sub_pd(s, w[i]), acc.v[i], _CMP_EQ_OQ);
+      acc.v[i] = _mm512_mask_mov_pd(acc.v[i], exact, s);
+      refused |= (~static_cast<std::uint32_t>(exact) & 0xFFu) << (8 * i);
+    }
+    return refused;
+  }
+
   // Lanes holding integers within the destination type's range, stored narrowed (16 elements).
   static void store_as_i8(std::int8_t* p, F a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(a))); }
   static void store_as_u8(std::uint8_t* p, F a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(a))); }

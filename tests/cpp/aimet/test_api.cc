@@ -221,7 +221,9 @@ TEST(Aimet, GradientsSumOverSharedParameters) {
 // along either axis, blocks along either axis; runs that are not multiples of the chunks; with and
 // without a NaN, and with +inf and -inf (a NaN sum).
 TEST(Aimet, GradientSumsAreExactSumsRoundedOnce) {
-  constexpr std::int64_t R = 13, C = 4500, B = 125;  // runs of 4500: chunks split between threads
+  // runs of 4608: chunks split between threads; blocks of 72 (batched runs with a scalar tail) and
+  // of 64 (the vector fold of the exact-sums kernel's segments)
+  constexpr std::int64_t R = 13, C = 4608, B = 72, B64 = 64;
   const std::int64_t n = R * C;
   auto rng = test::make_rng(91);
   std::vector<float> x(static_cast<std::size_t>(n)), g(static_cast<std::size_t>(n));
@@ -243,6 +245,7 @@ TEST(Aimet, GradientSumsAreExactSumsRoundedOnce) {
       {"rows", {R, 1}, {}, [](std::int64_t i, std::int64_t) { return i; }},
       {"columns", {1, C}, {}, [](std::int64_t, std::int64_t j) { return j; }},
       {"blocks along rows", {R, C / B}, {1, B}, [](std::int64_t i, std::int64_t j) { return i * (C / B) + j / B; }},
+      {"blocks of 64 along rows", {R, C / B64}, {1, B64}, [](std::int64_t i, std::int64_t j) { return i * (C / B64) + j / B64; }},
       {"blocks along columns", {1, C}, {R, 1}, [](std::int64_t, std::int64_t j) { return j; }},
   };
   for (int specials = 0; specials < 3; ++specials) {

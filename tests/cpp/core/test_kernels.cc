@@ -262,11 +262,20 @@ class ReductionKernelTest : public ::testing::TestWithParam<KernelEntry> {};
 // (their adds must spill) and some non-finite.
 void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std::vector<float>& x, std::int64_t n,
                       std::int64_t offset, bool flush) {
-  for (int variant = 0; variant < 3; ++variant) {
-    const bool per_element = variant > 0;
+  const std::int64_t full_n = n;
+  for (int variant = 0; variant < 8; ++variant) {
+    // whole run; per element; per element over 3 rows; segments of 1, 7, 32, 64, 96 (n cut to a
+    // multiple; 32 and 64 take the vector fold, 7 and 96 a scalar tail)
+    const std::int64_t segments[] = {0, 0, 0, 1, 7, 32, 64, 96};
+    const std::int64_t segment = segments[variant];
+    const bool per_element = variant == 1 || variant == 2;
     const std::int64_t rows = variant == 2 ? 3 : 1;
+    n = segment > 0 ? full_n - full_n % segment : full_n;
+    a.n = n;
     if (rows * (n + 5) + offset > static_cast<std::int64_t>(kLen)) continue;
-    const std::size_t m = per_element ? static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) : kExactSumVirtualLanes;
+    const std::size_t m = per_element ? static_cast<std::size_t>(std::max<std::int64_t>(n, 1))
+                          : segment > 0 ? static_cast<std::size_t>(std::max<std::int64_t>(n / segment, 1))
+                                        : kExactSumVirtualLanes;
     std::vector<double> start(m);
     for (std::size_t i = 0; i < m; ++i) {
       const double v = static_cast<double>(x[(i * 31 + 7) % kLen]);
@@ -287,6 +296,7 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
       p.per_element = per_element;
       p.rows = rows;
       p.x_row_stride = n + 5;
+      p.segment = segment;
       p.spill_value = run->spill_value.data();
       p.spill_index = run->spill_index.data();
       p.spill_count = &run->count;
@@ -295,6 +305,7 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
     }
     const std::string where = std::string(e.name) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset) +
                               " per_element=" + std::to_string(per_element) + " rows=" + std::to_string(rows) +
+                              " segment=" + std::to_string(segment) +
                               " flush=" + std::to_string(flush);
     ASSERT_EQ(got.count, want.count) << where;
     ASSERT_EQ(0, std::memcmp(got.acc.data(), want.acc.data(), m * sizeof(double))) << where << " accumulators";
@@ -309,7 +320,9 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
     }
     for (std::int64_t r = 0; r < rows; ++r) {
       for (std::int64_t j = 0; j < n; ++j) {
-        const std::size_t i = per_element ? static_cast<std::size_t>(j) : static_cast<std::size_t>(j % kExactSumVirtualLanes);
+        const std::size_t i = per_element   ? static_cast<std::size_t>(j)
+                              : segment > 0 ? static_cast<std::size_t>(j / segment)
+                                            : static_cast<std::size_t>(j % kExactSumVirtualLanes);
         before[i].add(x[static_cast<std::size_t>(offset + r * (n + 5) + j)]);
       }
     }
