@@ -93,10 +93,14 @@ POLYQUANT_API PlannedCall dequantize_plan(const TensorView& x, const TensorView&
 // kQuantizeDequantizeNoGrad: quantize_dequantize where only x requires grad, so AIMET's forward is
 // its no-grad path; where that path is torch's fake quantization, grad_x is that op's gradient
 // (grad * mask of its own rounding), else the formula's. grad_scale / grad_offset are not computed.
+// `output` (optional, x's shape and dtype): the op's forward result as well (quantize, the
+// training path of quantize_dequantize or its no-grad path, dequantize), the same bits as the op;
+// with the three gradients of quantize_dequantize it comes from the same pass over x. It must not
+// overlap grad_x, grad_scale or grad_offset (it may be x itself).
 enum class AffineOp : std::uint8_t { kQuantize, kQuantizeDequantize, kDequantize, kQuantizeDequantizeNoGrad };
 POLYQUANT_API void affine_backward(AffineOp op, const TensorView& grad_output, const TensorView& x,
                                    const TensorView& scale, const TensorView& offset, const AffineArgs& args,
                                    const MutableTensorView& grad_x, const MutableTensorView& grad_scale,
-                                   const MutableTensorView& grad_offset);
+                                   const MutableTensorView& grad_offset, const MutableTensorView& output = MutableTensorView());
 
 }  // namespace polyquant::aimet

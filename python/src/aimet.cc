@@ -57,23 +57,23 @@ nb::object aimet_dequantize(const InArray& x, int x_dtype, const InArray& scale,
 // Gradients of the training path: (grad_tensor, grad_scale, grad_offset), each None unless asked.
 nb::tuple aimet_backward(pq::aimet::AffineOp affine_op, const InArray& grad_output, int grad_dtype, const InArray& x,
                          int x_dtype, const InArray& scale, int scale_dtype, const InArray& offset, int offset_dtype,
-                         const AffineArgsOwner& owner, bool want_x, bool want_scale, bool want_offset) {
+                         const AffineArgsOwner& owner, bool want_x, bool want_scale, bool want_offset, bool want_output) {
   const pq::TensorView gv = qdq_view(grad_output, "grad_output", grad_dtype), xv = qdq_view(x, "tensor", x_dtype),
                        sv = qdq_view(scale, "scale", scale_dtype), ov = qdq_view(offset, "offset", offset_dtype);
   const pq::aimet::AffineArgs args = owner.view();
-  nb::object arrays[3] = {nb::none(), nb::none(), nb::none()};
-  pq::MutableTensorView views[3];
-  const pq::TensorView* like[3] = {&xv, &sv, &ov};
-  const bool wanted[3] = {want_x, want_scale, want_offset};
-  for (int k = 0; k < 3; ++k) {
+  nb::object arrays[4] = {nb::none(), nb::none(), nb::none(), nb::none()};
+  pq::MutableTensorView views[4];
+  const pq::TensorView* like[4] = {&xv, &sv, &ov, &xv};
+  const bool wanted[4] = {want_x, want_scale, want_offset, want_output};
+  for (int k = 0; k < 4; ++k) {
     if (!wanted[k]) continue;
     arrays[k] = allocate(pq::TensorSpec{storage_dtype(like[k]->dtype), like[k]->shape});
     OutArray a = nb::cast<OutArray>(arrays[k]);
     views[k] = mutable_view(a);
     views[k].dtype = like[k]->dtype;
   }
-  without_gil([&] { pq::aimet::affine_backward(affine_op, gv, xv, sv, ov, args, views[0], views[1], views[2]); });
-  return nb::make_tuple(arrays[0], arrays[1], arrays[2]);
+  without_gil([&] { pq::aimet::affine_backward(affine_op, gv, xv, sv, ov, args, views[0], views[1], views[2], views[3]); });
+  return nb::make_tuple(arrays[0], arrays[1], arrays[2], arrays[3]);
 }
 
 }  // namespace
@@ -118,8 +118,9 @@ void bind_aimet(nb::module_& m) {
         "AIMET dequantize (see polyquant.aimet.dequantize); block_size empty for no blocks. Returns (array, dtype name).");
   m.def("backward", &aimet_backward, nb::arg("op"), tensor("grad_output"), nb::arg("grad_dtype"), tensor("tensor"),
         nb::arg("tensor_dtype"), tensor("scale"), nb::arg("scale_dtype"), tensor("offset"), nb::arg("offset_dtype"),
-        nb::arg("args"), nb::arg("want_tensor"), nb::arg("want_scale"), nb::arg("want_offset"),
-        "Gradients of AIMET's affine ops: (grad_tensor, grad_scale, grad_offset), None where not asked.");
+        nb::arg("args"), nb::arg("want_tensor"), nb::arg("want_scale"), nb::arg("want_offset"), nb::arg("want_output") = false,
+        "Gradients of AIMET's affine ops: (grad_tensor, grad_scale, grad_offset, output), None where not asked; "
+        "output is the op's forward result, from the same pass where it can.");
 }
 
 }  // namespace polyquant::python

@@ -204,12 +204,20 @@ def quantize(tensor, scale, offset, *args, out=None, **kwargs):
         _no_out_with_tensors(out)
         return _torch.call(
             lambda x, s, o, training: _quantize(x, s, o, args, kwargs),
-            lambda g, x, s, o, training: quantize_grad(g, x, s, o, *args, **kwargs),
+            lambda g, x, s, o, training: _gradients_only(_ext.aimet.AffineOp.quantize, g, x, s, o, args, kwargs),
             tensor, scale, offset, training_if=lambda s_rg, o_rg: True)
     return _quantize(tensor, scale, offset, args, kwargs, out)
 
 
-def _quantize(tensor, scale, offset, args, kwargs, out=None):
+def _gradients_only(op: Any, grad_output, tensor, scale, offset, args, kwargs):
+    """The autograd backward: (None, grad_tensor, grad_scale, grad_offset); the forward ran (and
+    checked the arguments) in the forward pass."""
+    qmin, qmax, block_size, _ = _parse_args(args, kwargs)
+    return (None, *_grads(op, grad_output, tensor, scale, offset, qmin, qmax, _block_size(block_size)))
+
+
+def _quantize_checked(tensor, scale, offset, args, kwargs):
+    """quantize's argument checks: (qmin, qmax, block, operands, dtype)."""
     qmin, qmax, block_size, zero_point_shift = _parse_args(args, kwargs)
     if zero_point_shift:
         raise RuntimeError("Nonzero zero_point_shift not supported for quantize()")
@@ -218,6 +226,11 @@ def _quantize(tensor, scale, offset, args, kwargs, out=None):
     problem = _grid_problem("quantize", qmin, qmax, ops, block)
     if problem is not None:
         raise problem
+    return qmin, qmax, block, ops, dtype
+
+
+def _quantize(tensor, scale, offset, args, kwargs, out=None):
+    qmin, qmax, block, ops, dtype = _quantize_checked(tensor, scale, offset, args, kwargs)
     affine = _affine_args(qmin, qmax, block)
     return _run_into(lambda o: _ext.aimet.quantize(*ops, affine, o), out, dtype)
 
@@ -232,13 +245,14 @@ def quantize_dequantize(tensor, scale, offset, *args, out=None, **kwargs):
         _no_out_with_tensors(out)
         return _torch.call(
             lambda x, s, o, training: _qdq_forward(x, s, o, args, kwargs, training),
-            lambda g, x, s, o, training: (quantize_dequantize_grad(g, x, s, o, *args, **kwargs) if training
-                                          else _qdq_no_grad_backward(g, x, s, o, args, kwargs)),
+            lambda g, x, s, o, training: (_gradients_only(_ext.aimet.AffineOp.quantize_dequantize, g, x, s, o, args, kwargs)
+                                          if training else _qdq_no_grad_backward(g, x, s, o, args, kwargs)),
             tensor, scale, offset, training_if=lambda s_rg, o_rg: s_rg or o_rg)
     return _qdq_forward(tensor, scale, offset, args, kwargs, training=False, out=out)
 
 
-def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool, out=None):
+def _qdq_checked(tensor, scale, offset, args, kwargs):
+    """quantize_dequantize's argument checks: (qmin, qmax, block, operands, dtype)."""
     qmin, qmax, block_size, zero_point_shift = _parse_args(args, kwargs)
     if zero_point_shift:
         raise ValueError(f"zero_point_shift: only 0 is supported (got {zero_point_shift!r})")
@@ -247,6 +261,11 @@ def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool, out=None):
     problem = _grid_problem("quantize_dequantize", qmin, qmax, ops, block)
     if problem is not None:
         raise problem
+    return qmin, qmax, block, ops, dtype
+
+
+def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool, out=None):
+    qmin, qmax, block, ops, dtype = _qdq_checked(tensor, scale, offset, args, kwargs)
     affine = _affine_args(qmin, qmax, block)
     path = _ext.aimet.QdqPath.training if training else _ext.aimet.QdqPath.no_grad
     return _run_into(lambda o: _ext.aimet.quantize_dequantize(*ops, affine, path, o), out, dtype)
@@ -258,7 +277,7 @@ def dequantize(tensor, scale, offset, block_size=None, *, out=None):
         _no_out_with_tensors(out)
         return _torch.call(
             lambda x, s, o, training: _dequantize(x, s, o, block_size),
-            lambda g, x, s, o, training: dequantize_grad(g, x, s, o, block_size),
+            lambda g, x, s, o, training: (None, *_grads(_ext.aimet.AffineOp.dequantize, g, x, s, o, 0, 0, _block_size(block_size))),
             tensor, scale, offset, training_if=lambda s_rg, o_rg: True)
     return _dequantize(tensor, scale, offset, block_size, out)
 
@@ -269,12 +288,15 @@ def _dequantize(tensor, scale, offset, block_size, out=None):
     return _run_into(lambda o: _ext.aimet.dequantize(*ops, block or [], o), out, dtype)
 
 
-def _grads(op: Any, grad_output, tensor, scale, offset, qmin, qmax, block):
+def _grads(op: Any, grad_output, tensor, scale, offset, qmin, qmax, block, with_output: bool = False):
+    """(grad_tensor, grad_scale, grad_offset), preceded by the op's forward output with
+    `with_output` (computed in the same pass over the tensor)."""
     g, gc, _ = _as_tensor(grad_output, "grad_output")
     ops, dtype = _prepared(tensor, scale, offset)
-    gx, gs, go = _ext.aimet.backward(op, g, gc, *ops, _affine_args(qmin, qmax, block), True, True, True)
-    return (operands.result((gx, _dtype_of(*ops[0:2]))), operands.result((gs, _dtype_of(*ops[2:4]))),
-            operands.result((go, _dtype_of(*ops[4:6]))))
+    gx, gs, go, out = _ext.aimet.backward(op, g, gc, *ops, _affine_args(qmin, qmax, block), True, True, True, with_output)
+    grads = (operands.result((gx, _dtype_of(*ops[0:2]))), operands.result((gs, _dtype_of(*ops[2:4]))),
+             operands.result((go, _dtype_of(*ops[4:6]))))
+    return ((operands.result((out, _dtype_of(*ops[0:2]))),) + grads) if with_output else grads
 
 
 def _qdq_no_grad_backward(grad_output, tensor, scale, offset, args, kwargs):
@@ -283,8 +305,8 @@ def _qdq_no_grad_backward(grad_output, tensor, scale, offset, args, kwargs):
     qmin, qmax, block_size, _ = _parse_args(args, kwargs)
     g, gc, _ = _as_tensor(grad_output, "grad_output")
     ops, _ = _prepared(tensor, scale, offset)
-    gx, _, _ = _ext.aimet.backward(_ext.aimet.AffineOp.quantize_dequantize_no_grad, g, gc, *ops,
-                                   _affine_args(qmin, qmax, _block_size(block_size)), True, False, False)
+    gx, _, _, _ = _ext.aimet.backward(_ext.aimet.AffineOp.quantize_dequantize_no_grad, g, gc, *ops,
+                                      _affine_args(qmin, qmax, _block_size(block_size)), True, False, False)
     return None, operands.result((gx, _dtype_of(*ops[0:2]))), None, None
 
 
@@ -294,9 +316,9 @@ def quantize_dequantize_grad(grad_output, tensor, scale, offset, *args, **kwargs
     _check_keywords("quantize_dequantize_grad", kwargs)
     tensor, scale, offset, grad_output = (_torch.to_numpy(v, n) for v, n in (
         (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
-    output = _qdq_forward(tensor, scale, offset, args, kwargs, training=True)
-    qmin, qmax, block_size, _ = _parse_args(args, kwargs)
-    return (output, *_grads(_ext.aimet.AffineOp.quantize_dequantize, grad_output, tensor, scale, offset, qmin, qmax, _block_size(block_size)))
+    qmin, qmax, block, _, _ = _qdq_checked(tensor, scale, offset, args, kwargs)
+    # the training forward and the three gradients from one pass over the tensor
+    return _grads(_ext.aimet.AffineOp.quantize_dequantize, grad_output, tensor, scale, offset, qmin, qmax, block, with_output=True)
 
 
 def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
@@ -305,9 +327,8 @@ def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
     _check_keywords("quantize_grad", kwargs)
     tensor, scale, offset, grad_output = (_torch.to_numpy(v, n) for v, n in (
         (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
-    output = _quantize(tensor, scale, offset, args, kwargs)
-    qmin, qmax, block_size, _ = _parse_args(args, kwargs)
-    return (output, *_grads(_ext.aimet.AffineOp.quantize, grad_output, tensor, scale, offset, qmin, qmax, _block_size(block_size)))
+    qmin, qmax, block, _, _ = _quantize_checked(tensor, scale, offset, args, kwargs)
+    return _grads(_ext.aimet.AffineOp.quantize, grad_output, tensor, scale, offset, qmin, qmax, block, with_output=True)
 
 
 def dequantize_grad(grad_output, tensor, scale, offset, block_size=None):
@@ -315,5 +336,4 @@ def dequantize_grad(grad_output, tensor, scale, offset, block_size=None):
     (output, grad_tensor, grad_scale, grad_offset)."""
     tensor, scale, offset, grad_output = (_torch.to_numpy(v, n) for v, n in (
         (tensor, "tensor"), (scale, "scale"), (offset, "offset"), (grad_output, "grad_output")))
-    output = _dequantize(tensor, scale, offset, block_size)
-    return (output, *_grads(_ext.aimet.AffineOp.dequantize, grad_output, tensor, scale, offset, 0, 0, _block_size(block_size)))
+    return _grads(_ext.aimet.AffineOp.dequantize, grad_output, tensor, scale, offset, 0, 0, _block_size(block_size), with_output=True)

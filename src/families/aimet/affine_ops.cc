@@ -627,17 +627,20 @@ bool byte_ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std:
 bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradParams p, const TensorView& grad_output,
                     const TensorView& x, const TensorView& scale, const TensorView& offset, bool no_reduction,
                     const MutableTensorView& grad_x, const MutableTensorView& grad_scale,
-                    const MutableTensorView& grad_offset) {
+                    const MutableTensorView& grad_offset, const MutableTensorView& output) {
   if (w.kernel_dtype != DType::kFloat32 || !x.is_contiguous() || !grad_output.is_contiguous()) return false;
-  const bool want_x = grad_x.data != nullptr;
+  const bool want_x = grad_x.data != nullptr, want_value = output.data != nullptr;
   const std::array<bool, 2> want{grad_scale.data != nullptr, grad_offset.data != nullptr};
   const std::int64_t n = x.numel();
   if (n == 0) return false;
-  if (want_x) {
-    if (!grad_x.is_contiguous()) return false;
-    const std::size_t gx_bytes = static_cast<std::size_t>(n) * dtype_size(grad_x.dtype);
-    if (byte_ranges_overlap(grad_x.data, gx_bytes, x.data, static_cast<std::size_t>(n) * dtype_size(x.dtype)) ||
-        byte_ranges_overlap(grad_x.data, gx_bytes, grad_output.data, static_cast<std::size_t>(n) * dtype_size(grad_output.dtype))) {
+  if (want_value && !(want_x && want[0] && want[1])) return false;  // the forward rides on the all-gradients pass
+  // Outputs written chunk by chunk must be contiguous and clear of the inputs they would overwrite.
+  for (const MutableTensorView* o : {&grad_x, &output}) {
+    if (o->data == nullptr) continue;
+    if (!o->is_contiguous()) return false;
+    const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(o->dtype);
+    if (byte_ranges_overlap(o->data, bytes, x.data, static_cast<std::size_t>(n) * dtype_size(x.dtype)) ||
+        byte_ranges_overlap(o->data, bytes, grad_output.data, static_cast<std::size_t>(n) * dtype_size(grad_output.dtype))) {
       return false;
     }
   }
@@ -665,11 +668,12 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   const detail::RowKernel sum_kernel = detail::best_kernel(detail::KernelOp::kExactSums, detail::WorkType::kF32);
   const bool convert_dy = grad_output.dtype != DType::kFloat32, convert_x = x.dtype != DType::kFloat32;
   const bool convert_gx = want_x && grad_x.dtype != DType::kFloat32;
+  const bool convert_value = want_value && output.dtype != DType::kFloat32;
   const bool stream = static_cast<std::size_t>(n) * sizeof(float) > (std::size_t{8} << 20);  // far beyond the caches
 
   // One task's buffers (each task runs on one thread).
   struct TaskBuffers {
-    alignas(64) float dy[kGradChunk], x[kGradChunk], terms[2][kGradChunk], gx[kGradChunk];
+    alignas(64) float dy[kGradChunk], x[kGradChunk], terms[2][kGradChunk], gx[kGradChunk], value[kGradChunk];
     alignas(64) double lanes[2][detail::kExactSumVirtualLanes];
     double spill_value[kGradChunk];
     std::int32_t spill_index[kGradChunk];
@@ -781,13 +785,20 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
                                  grad_x.dtype, 1, cn);
         }
       };
-      if (want_x && want[0] && want[1]) {  // the usual call: all three in one kernel pass
+      if (want_x && want[0] && want[1]) {  // the usual call: all three (and the forward) in one kernel pass
         gp.of = detail::AffineGradOf::kAll;
         gp.scale_terms = b.terms[0];
         gp.offset_terms = b.terms[1];
+        if (want_value) {
+          gp.value_out = convert_value ? static_cast<void*>(b.value) : static_cast<void*>(static_cast<float*>(output.data) + e);
+        }
         x_out();
         kernel(&gp, a);
         x_done();
+        if (convert_value) {
+          detail::convert_values(b.value, DType::kFloat32, 1, static_cast<unsigned char*>(output.data) + e * dtype_size(output.dtype),
+                                 output.dtype, 1, cn);
+        }
         take(0);
         take(1);
         return;
@@ -1096,9 +1107,30 @@ PlannedCall dequantize_plan(const TensorView& x, const TensorView& scale, const 
 
 void affine_backward(AffineOp op, const TensorView& grad_output, const TensorView& x, const TensorView& scale,
                      const TensorView& offset, const AffineArgs& args, const MutableTensorView& grad_x,
-                     const MutableTensorView& grad_scale, const MutableTensorView& grad_offset) {
+                     const MutableTensorView& grad_scale, const MutableTensorView& grad_offset,
+                     const MutableTensorView& output) {
   const char* name = op == AffineOp::kQuantize ? "quantize" : op == AffineOp::kDequantize ? "dequantize" : "quantize_dequantize";
   check_common(name, x, scale, offset);
+  if (output.data != nullptr) {
+    require_output(output, {x.dtype, x.shape}, name, "output");
+    const std::pair<const MutableTensorView*, const char*> others[] = {
+        {&grad_x, "grad_x"}, {&grad_scale, "grad_scale"}, {&grad_offset, "grad_offset"}};
+    for (const auto& [g, what] : others) {
+      if (g->data != nullptr && detail::views_overlap(output.data, output, g->data, *g)) {
+        throw Error(ErrorKind::kValue, std::string(name) + ": output must not overlap " + what);
+      }
+    }
+  }
+  // The forward into `output`, after the gradients have read x (output may be x itself).
+  auto forward_into_output = [&] {
+    if (output.data == nullptr) return;
+    switch (op) {
+      case AffineOp::kQuantize: quantize(x, scale, offset, args, output); return;
+      case AffineOp::kDequantize: dequantize(x, scale, offset, args.block_size, output); return;
+      case AffineOp::kQuantizeDequantize: quantize_dequantize(x, scale, offset, args, QdqPath::kTraining, output); return;
+      case AffineOp::kQuantizeDequantizeNoGrad: quantize_dequantize(x, scale, offset, args, QdqPath::kNoGrad, output); return;
+    }
+  };
   const auto check_grad_output = [&] {
     require_float(grad_output, name, "grad_output");
     if (!(grad_output.shape == x.shape)) {
@@ -1113,6 +1145,7 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
     if (!s.taken) {
       affine_backward(AffineOp::kQuantizeDequantize, grad_output, x, scale, offset, args, grad_x, MutableTensorView(),
                       MutableTensorView());
+      forward_into_output();
       return;
     }
     check_grad_output();
@@ -1120,6 +1153,7 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
       require_output(grad_x, {x.dtype, x.shape}, name, "grad_x");
       run_shortcut(x, scale, offset, args.grid, s, zero_points, grad_x, &grad_output);
     }
+    forward_into_output();
     return;
   }
   check_grad_output();
@@ -1164,7 +1198,7 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
   // one element (its golden data: +0.0 for a lone -0.0 term with blocks of one)
   const auto no_reduction = [&](const TensorView& param) { return param.shape == x.shape && args.block_size.empty(); };
   if (no_reduction(scale) == no_reduction(offset) &&
-      fused_backward(L, w, p, grad_output, x, scale, offset, no_reduction(scale), grad_x, grad_scale, grad_offset)) {
+      fused_backward(L, w, p, grad_output, x, scale, offset, no_reduction(scale), grad_x, grad_scale, grad_offset, output)) {
     return;
   }
   if (grad_x.data != nullptr) run(detail::AffineGradOf::kX, out_view(grad_x, L));
@@ -1177,6 +1211,7 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
   };
   if (grad_scale.data != nullptr) reduced(detail::AffineGradOf::kScale, 0, scale, grad_scale);
   if (grad_offset.data != nullptr) reduced(detail::AffineGradOf::kOffset, 1, offset, grad_offset);
+  forward_into_output();
 }
 
 }  // namespace polyquant::aimet

@@ -57,13 +57,15 @@ struct FakeQuantizeParams {
 // the reduction to the parameter's shape. Operands: grad_output, x, scale, offset, in W.
 // kAll: all three in one pass (the quotient, its rounding and the mask computed once): the
 // gradient of x at the row's output, the scale and offset terms at element j of scale_terms and
-// offset_terms (W arrays of the row's length; host memory: the CPU backward's chunk buffers).
+// offset_terms, and where value_out is set the op's forward value (affine_element) at element j
+// of it (W arrays of the row's length; host memory: the CPU backward's chunk buffers or output).
 enum class AffineGradOf : std::uint8_t { kX, kScale, kOffset, kAll };
 struct AffineGradParams {
   AffineParams op;
   AffineGradOf of = AffineGradOf::kX;
   void* scale_terms = nullptr;   // kAll only
   void* offset_terms = nullptr;  // kAll only
+  void* value_out = nullptr;     // kAll only, optional
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
@@ -254,6 +256,7 @@ POLYQUANT_HD inline void affine_grad_row_element(const AffineGradParams& p, cons
   static_cast<W*>(p.offset_terms)[j] = affine_grad_element<W>(one, dy, x, s, o);
   one.of = AffineGradOf::kX;
   static_cast<W*>(a.out)[j] = affine_grad_element<W>(one, dy, x, s, o);
+  if (p.value_out != nullptr) static_cast<W*>(p.value_out)[j] = affine_element<W>(p.op, x, s, o);
 }
 
 template <class W>

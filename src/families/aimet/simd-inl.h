@@ -171,6 +171,7 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
       if (g.of == AffineGradOf::kAll) {
         row.scale_terms = static_cast<float*>(g.scale_terms) + r * len;
         row.offset_terms = static_cast<float*>(g.offset_terms) + r * len;
+        if (g.value_out != nullptr) row.value_out = static_cast<float*>(g.value_out) + r * len;
       }
       affine_grad_f32(&row, b);
     }
@@ -181,11 +182,23 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
     return;
   }
   if (g.of == AffineGradOf::kAll && p.kind != AffineKind::kQuantizeDequantize) {
-    // quantize / dequantize: the three single-gradient passes (the training path's hot one,
-    // quantize_dequantize, has its own below).
+    // quantize / dequantize: the forward and the three single-gradient passes (the training path's
+    // hot one, quantize_dequantize, has its own below).
     AffineGradParams one = g;
     RowArgs b = a;
     b.stream = false;
+    if (g.value_out != nullptr) {
+      RowArgs f = a;
+      f.in[0] = a.in[1];
+      f.in[1] = a.in[2];
+      f.in[2] = a.in[3];
+      f.broadcast_mask = a.broadcast_mask >> 1;
+      f.per_row_mask = a.per_row_mask >> 1;
+      f.repeated_row_mask = a.repeated_row_mask >> 1;
+      f.out = g.value_out;
+      f.stream = false;
+      affine_f32(&p, f);
+    }
     one.of = AffineGradOf::kScale;
     b.out = g.scale_terms;
     affine_grad_f32(&one, b);
@@ -254,20 +267,43 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
             return if_in_range(level, zero, mul_first_nan_v(v[0], v[2]));
           });
           return;
-        case AffineGradOf::kAll:  // each of the three as its own case computes it
-          for_each_vector<4, FloatOut3>(
+        case AffineGradOf::kAll: {  // each as its own case (and the forward, affine_rows) computes it
+          auto grads = [&](const Vec::F* v, Vec::F& level, Vec::F& d_scale, Vec::F& d_offset) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F scaled = Vec::div(v[1], v[2]);
+            const Vec::F rounded = Vec::rint(scaled);
+            level = Vec::sub(rounded, v[3]);
+            const Vec::F clamped = torch_clamp_v(rounded, Vec::add(v[3], lo), Vec::add(v[3], hi));
+            d_scale = mul_first_nan_v(v[0], if_in_range(level, Vec::sub(rounded, scaled), clamped));
+            d_offset = if_in_range(level, zero, mul_first_nan_v(v[0], v[2]));
+            return if_in_range(level, v[0], zero);
+          };
+          auto* terms_s = static_cast<float*>(g.scale_terms);
+          auto* terms_o = static_cast<float*>(g.offset_terms);
+          if (g.value_out == nullptr) {
+            for_each_vector<4, FloatOuts<3>>(
+                a,
+                [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+                  Vec::F level, d_scale, d_offset;
+                  const Vec::F dx = grads(v, level, d_scale, d_offset);
+                  return std::array<Vec::F, 3>{dx, d_scale, d_offset};
+                },
+                FloatOuts<3>{static_cast<const float*>(a.out), {terms_s, terms_o}});
+            return;
+          }
+          const Vec::F quiet_nan = Vec::splat(std::numeric_limits<float>::quiet_NaN());
+          const bool canonical = p.canonical_nan;
+          for_each_vector<4, FloatOuts<4>>(
               a,
               [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-                const Vec::F scaled = Vec::div(v[1], v[2]);
-                const Vec::F rounded = Vec::rint(scaled);
-                const Vec::F level = Vec::sub(rounded, v[3]);
-                const Vec::F clamped = torch_clamp_v(rounded, Vec::add(v[3], lo), Vec::add(v[3], hi));
-                return Float3{if_in_range(level, v[0], zero),
-                              mul_first_nan_v(v[0], if_in_range(level, Vec::sub(rounded, scaled), clamped)),
-                              if_in_range(level, zero, mul_first_nan_v(v[0], v[2]))};
+                Vec::F level, d_scale, d_offset;
+                const Vec::F dx = grads(v, level, d_scale, d_offset);
+                Vec::F value = Vec::mul(Vec::add(torch_clamp_v(level, lo, hi), v[3]), v[2]);
+                if (canonical) value = Vec::select(Vec::isnan(value), quiet_nan, value);
+                return std::array<Vec::F, 4>{dx, value, d_scale, d_offset};
               },
-              FloatOut3{static_cast<const float*>(a.out), static_cast<float*>(g.scale_terms), static_cast<float*>(g.offset_terms)});
+              FloatOuts<4>{static_cast<const float*>(a.out), {static_cast<float*>(g.value_out), terms_s, terms_o}, {true, false, false}});
           return;
+        }
         default:
           for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
             const Vec::F scaled = Vec::div(v[1], v[2]);

@@ -294,16 +294,21 @@ TEST(Aimet, GradientSumsAreExactSumsRoundedOnce) {
       for (const Run& run : {Run{"fused, 1 thread", 1, false}, Run{"fused, 2 threads", 2, false}, Run{"general path", 2, true}}) {
         detail::set_thread_limit(run.threads);
         std::vector<float> gx(static_cast<std::size_t>(n)), gs(static_cast<std::size_t>(np)), go(static_cast<std::size_t>(np));
+        std::vector<float> value(static_cast<std::size_t>(n)), forward(static_cast<std::size_t>(n));
         TensorView xv(x.data(), DType::kFloat32, Dims{R, C}), gv(g.data(), DType::kFloat32, Dims{R, C});
         if (run.transposed) {
           xv = TensorView(xt.data(), DType::kFloat32, Dims{R, C}, Dims{1, R});
           gv = TensorView(gt.data(), DType::kFloat32, Dims{R, C}, Dims{1, R});
         }
-        aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, gv, xv, TensorView(s.data(), DType::kFloat32, pshape),
-                               TensorView(o.data(), DType::kFloat32, pshape), args,
+        const TensorView sv(s.data(), DType::kFloat32, pshape), ov(o.data(), DType::kFloat32, pshape);
+        aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, gv, xv, sv, ov, args,
                                MutableTensorView(gx.data(), DType::kFloat32, Dims{R, C}),
-                               MutableTensorView(gs.data(), DType::kFloat32, pshape), MutableTensorView(go.data(), DType::kFloat32, pshape));
+                               MutableTensorView(gs.data(), DType::kFloat32, pshape), MutableTensorView(go.data(), DType::kFloat32, pshape),
+                               MutableTensorView(value.data(), DType::kFloat32, Dims{R, C}));
         detail::set_thread_limit(256);
+        // the forward output from the same pass is the training forward's, bit for bit
+        aimet::quantize_dequantize(xv, sv, ov, args, aimet::QdqPath::kTraining, MutableTensorView(forward.data(), DType::kFloat32, Dims{R, C}));
+        ASSERT_EQ(0, std::memcmp(value.data(), forward.data(), value.size() * sizeof(float))) << l.name << " " << run.how << " output";
         for (std::int64_t e = 0; e < n; ++e) {
           ASSERT_TRUE(test::same_value(gx[static_cast<std::size_t>(e)], want_x[static_cast<std::size_t>(e)])) << l.name << " " << run.how << " element " << e;
         }
@@ -548,6 +553,67 @@ TEST(Aimet, AllGradientsInOnePassEqualTheSingleCalls) {
       }
     }
   }
+}
+
+// affine_backward's optional forward output equals each op's forward on every path: float32 and
+// bfloat16 / float64 tensors, per tensor and blockwise, quantize / dequantize / both quantize_dequantize
+// paths, x itself as the output (in place: computed after the gradients read x), and an output
+// that overlaps a gradient is refused by name.
+TEST(Aimet, BackwardWritesTheForwardOutput) {
+  constexpr std::int64_t R = 6, C = 256;
+  const std::vector<float> xf = test::mixed_values(R * C, 3, 20.0f), gf = test::mixed_values(R * C, 4);
+  std::vector<float> s(R * 4, 0.07f), o(R * 4, -100.0f);
+  const std::int64_t block[] = {1, 64};
+  for (const aimet::AffineOp op : {aimet::AffineOp::kQuantize, aimet::AffineOp::kQuantizeDequantize, aimet::AffineOp::kDequantize,
+                                   aimet::AffineOp::kQuantizeDequantizeNoGrad}) {
+    for (const bool blocked : {false, true}) {
+      const Dims ps = blocked ? Dims{R, 4} : Dims{};
+      const AffineArgs args{{0, 255}, blocked ? std::span<const std::int64_t>(block) : std::span<const std::int64_t>()};
+      const TensorView xv(xf.data(), DType::kFloat32, Dims{R, C}), gv(gf.data(), DType::kFloat32, Dims{R, C});
+      const TensorView sv(s.data(), DType::kFloat32, ps), ov(o.data(), DType::kFloat32, ps);
+      std::vector<float> out(R * C), want(R * C), gx(R * C), gs(s.size()), go(s.size());
+      const MutableTensorView outv(want.data(), DType::kFloat32, Dims{R, C});
+      switch (op) {
+        case aimet::AffineOp::kQuantize: aimet::quantize(xv, sv, ov, args, outv); break;
+        case aimet::AffineOp::kDequantize: aimet::dequantize(xv, sv, ov, args.block_size, outv); break;
+        case aimet::AffineOp::kQuantizeDequantize: aimet::quantize_dequantize(xv, sv, ov, args, aimet::QdqPath::kTraining, outv); break;
+        default: aimet::quantize_dequantize(xv, sv, ov, args, aimet::QdqPath::kNoGrad, outv); break;
+      }
+      const bool sums = op != aimet::AffineOp::kQuantizeDequantizeNoGrad;
+      aimet::affine_backward(op, gv, xv, sv, ov, args, MutableTensorView(gx.data(), DType::kFloat32, Dims{R, C}),
+                             sums ? MutableTensorView(gs.data(), DType::kFloat32, ps) : MutableTensorView(),
+                             sums ? MutableTensorView(go.data(), DType::kFloat32, ps) : MutableTensorView(),
+                             MutableTensorView(out.data(), DType::kFloat32, Dims{R, C}));
+      ASSERT_EQ(0, std::memcmp(out.data(), want.data(), out.size() * sizeof(float))) << static_cast<int>(op) << " " << blocked;
+      // in place: x is the output
+      std::vector<float> x_in_place = xf, gx2(R * C);
+      aimet::affine_backward(op, gv, TensorView(x_in_place.data(), DType::kFloat32, Dims{R, C}), sv, ov, args,
+                             MutableTensorView(gx2.data(), DType::kFloat32, Dims{R, C}), MutableTensorView(), MutableTensorView(),
+                             MutableTensorView(x_in_place.data(), DType::kFloat32, Dims{R, C}));
+      ASSERT_EQ(0, std::memcmp(x_in_place.data(), want.data(), out.size() * sizeof(float))) << "in place " << static_cast<int>(op);
+      ASSERT_EQ(0, std::memcmp(gx2.data(), gx.data(), gx.size() * sizeof(float))) << "in place grad_x " << static_cast<int>(op);
+    }
+  }
+  // bfloat16 x: the output converted as the forward converts it
+  std::vector<std::uint16_t> xb(R * C), outb(R * C), wantb(R * C), gxb(R * C);
+  for (std::size_t i = 0; i < xb.size(); ++i) xb[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(xf[i]) >> 16);
+  const TensorView xbv(xb.data(), DType::kBFloat16, Dims{R, C}), gbv(xb.data(), DType::kBFloat16, Dims{R, C});
+  const TensorView sv(s.data(), DType::kFloat32, Dims{}), ov(o.data(), DType::kFloat32, Dims{});
+  const AffineArgs args{{0, 255}, {}};
+  float gs = 0, go = 0;
+  aimet::quantize_dequantize(xbv, sv, ov, args, aimet::QdqPath::kTraining, MutableTensorView(wantb.data(), DType::kBFloat16, Dims{R, C}));
+  aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, gbv, xbv, sv, ov, args, MutableTensorView(gxb.data(), DType::kBFloat16, Dims{R, C}),
+                         MutableTensorView(&gs, DType::kFloat32, Dims{}), MutableTensorView(&go, DType::kFloat32, Dims{}),
+                         MutableTensorView(outb.data(), DType::kBFloat16, Dims{R, C}));
+  EXPECT_EQ(outb, wantb);
+  // an output overlapping a gradient
+  std::vector<float> shared(R * C);
+  expect_error([&] {
+    aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, TensorView(gf.data(), DType::kFloat32, Dims{R, C}),
+                           TensorView(xf.data(), DType::kFloat32, Dims{R, C}), sv, ov, args,
+                           MutableTensorView(shared.data(), DType::kFloat32, Dims{R, C}), MutableTensorView(), MutableTensorView(),
+                           MutableTensorView(shared.data(), DType::kFloat32, Dims{R, C}));
+  }, ErrorKind::kValue, "output must not overlap grad_x");
 }
 
 }  // namespace
