@@ -93,9 +93,9 @@ def dequantize(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], t
     AIMET dequantize (see polyquant.aimet.dequantize); block_size empty for no blocks. Returns (array, dtype name).
     """
 
-def backward(op: AffineOp, grad_output: Annotated[NDArray, dict(device='cpu', writable=False)], grad_dtype: int, tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, args: AffineArgs, want_tensor: bool, want_scale: bool, want_offset: bool) -> tuple:
+def backward(op: AffineOp, grad_output: Annotated[NDArray, dict(device='cpu', writable=False)], grad_dtype: int, tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, args: AffineArgs, want_tensor: bool, want_scale: bool, want_offset: bool, want_output: bool = False) -> tuple:
     """
-    Gradients of AIMET's affine ops: (grad_tensor, grad_scale, grad_offset), None where not asked.
+    Gradients of AIMET's affine ops: (grad_tensor, grad_scale, grad_offset, output), None where not asked; output is the op's forward result, from the same pass where it can.
     """
 
 def minimum_scale(num_steps: int) -> float:
