@@ -285,7 +285,7 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
                 [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
                   Vec::F level, d_scale, d_offset;
                   const Vec::F dx = grads(v, level, d_scale, d_offset);
-                  return std::array<Vec::F, 3>{dx, d_scale, d_offset};
+                  return Vectors<3>{{dx, d_scale, d_offset}};
                 },
                 FloatOuts<3>{static_cast<const float*>(a.out), {terms_s, terms_o}});
             return;
@@ -299,7 +299,7 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
                 const Vec::F dx = grads(v, level, d_scale, d_offset);
                 Vec::F value = Vec::mul(Vec::add(torch_clamp_v(level, lo, hi), v[3]), v[2]);
                 if (canonical) value = Vec::select(Vec::isnan(value), quiet_nan, value);
-                return std::array<Vec::F, 4>{dx, value, d_scale, d_offset};
+                return Vectors<4>{{dx, value, d_scale, d_offset}};
               },
               FloatOuts<4>{static_cast<const float*>(a.out), {static_cast<float*>(g.value_out), terms_s, terms_o}, {true, false, false}});
           return;

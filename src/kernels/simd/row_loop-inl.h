@@ -78,37 +78,41 @@ struct ScaledOut {
   void stream(T* p, const Result& r) const { store(p, r); }
 };
 
-// FloatOuts<N>: the body returns N float32 vectors (a std::array): the first stored at the row's
+// FloatOuts<N>: the body returns N float32 vectors (Vectors<N>): the first stored at the row's
 // output (as FloatOut, streamed where the call asks), the others at the same element of their own
 // arrays (`extra`; the AIMET backward's forward value, scale and offset terms). An extra marked
 // `big` is streamed with the row's output where its own address is aligned; the others (buffers
 // read again at once, in L1) are always stored.
 template <int N>
+struct Vectors {
+  Vec::F v[N];  // a plain array: std::array<__m512, N> drops the vector type's alignment attribute
+};
+template <int N>
 struct FloatOuts {
   using T = float;
-  using Result = std::array<Vec::F, N>;
+  using Result = Vectors<N>;
   static constexpr bool kCanStream = true;
   const float* row;  // the row's output: element j of a store at p is p - row
   std::array<float*, N - 1> extra;
   std::array<bool, N - 1> big{};
   void store(float* p, const Result& r) const {
     const std::ptrdiff_t j = p - row;
-    Vec::storeu(p, r[0]);
-    for (int i = 0; i + 1 < N; ++i) Vec::storeu(extra[i] + j, r[i + 1]);
+    Vec::storeu(p, r.v[0]);
+    for (int i = 0; i + 1 < N; ++i) Vec::storeu(extra[i] + j, r.v[i + 1]);
   }
   void stream(float* p, const Result& r) const {
     const std::ptrdiff_t j = p - row;
-    Vec::stream(p, r[0]);
+    Vec::stream(p, r.v[0]);
     for (int i = 0; i + 1 < N; ++i) {
       float* q = extra[i] + j;
-      if (big[i] && reinterpret_cast<std::uintptr_t>(q) % (Vec::kLanes * sizeof(float)) == 0) Vec::stream(q, r[i + 1]);
-      else Vec::storeu(q, r[i + 1]);
+      if (big[i] && reinterpret_cast<std::uintptr_t>(q) % (Vec::kLanes * sizeof(float)) == 0) Vec::stream(q, r.v[i + 1]);
+      else Vec::storeu(q, r.v[i + 1]);
     }
   }
   // Elements [j, j + count) of a partial vector.
   void store_partial(std::int64_t j, std::int64_t count, const Result& r) const {
     alignas(64) float lanes[N][Vec::kLanes];
-    for (int i = 0; i < N; ++i) Vec::storeu(lanes[i], r[i]);
+    for (int i = 0; i < N; ++i) Vec::storeu(lanes[i], r.v[i]);
     float* out = const_cast<float*>(row);
     for (std::int64_t l = 0; l < count; ++l) out[j + l] = lanes[0][l];
     for (int i = 0; i + 1 < N; ++i) {
