@@ -558,6 +558,9 @@ void reduce_into(const std::vector<unsigned char>& g, DType g_dtype, QuotientRou
 
 // Elements per chunk: the chunk's operands, terms and conversions stay in the L1 cache.
 constexpr std::int64_t kGradChunk = 2048;
+// Short runs batched into one chunk: at most this many (each an exact-sums segment, whose spills
+// need room: detail::exact_sums_spill_room).
+constexpr std::int64_t kMaxSegments = 128;
 
 // The engine's shape for the walk: the innermost run (the trailing dimensions along which both
 // parameters' element indices advance by a fixed 0 or 1 per element, merged) and the dimensions
@@ -675,8 +678,8 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   struct TaskBuffers {
     alignas(64) float dy[kGradChunk], x[kGradChunk], terms[2][kGradChunk], gx[kGradChunk], value[kGradChunk];
     alignas(64) double lanes[2][detail::kExactSumVirtualLanes];
-    double spill_value[kGradChunk];
-    std::int32_t spill_index[kGradChunk];
+    double spill_value[detail::exact_sums_spill_room(kGradChunk, kMaxSegments)];
+    std::int32_t spill_index[detail::exact_sums_spill_room(kGradChunk, kMaxSegments)];
     // batched short runs: each run's parameters, parameter elements and sum
     float row_param[2][kGradChunk];
     std::int64_t row_target[2][kGradChunk];
@@ -739,9 +742,9 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   // Short runs whose sums gather along the run (AIMET's blocks: one parameter element per run) go
   // `batch` runs to a kernel call: the parameters per run (RowArgs' per-row operands), the sums one
   // segment per run (ExactSumsParams::segment).
-  bool short_runs = !no_reduction && walk.run <= kGradChunk / 2;
-  for (std::size_t k = 0; k < 2; ++k) short_runs = short_runs && (!want[k] || walk.run_stride[k] == 0);
-  const std::int64_t batch = short_runs ? kGradChunk / walk.run : 1;
+  // Both parameters must be one value per run (the kernel reads them per row), wanted or not.
+  const bool short_runs = !no_reduction && walk.run <= kGradChunk / 2 && walk.run_stride[0] == 0 && walk.run_stride[1] == 0;
+  const std::int64_t batch = short_runs ? std::min(kGradChunk / walk.run, kMaxSegments) : 1;
 
   // Elements [c_begin, c_end) of runs [r_begin, r_end), in order, with a copy of the kernel's
   // parameters (one per task). c_begin is a multiple of kGradChunk. A sum along the run (stride 0)

@@ -107,12 +107,17 @@ struct ExactSumsParams {
   std::int64_t x_row_stride = 0;
   std::int64_t segment = 0;
   // The spill list: spill_value[i] left accumulator spill_index[i]; *spill_count entries so far.
-  // Room for one spill per term (rows * n) past *spill_count.
+  // Room past *spill_count for one spill per term (rows * n), and with segments 32 more per segment
+  // (its fold's 31 pairs and the join): exact_sums_spill_room.
   double* spill_value = nullptr;
   std::int32_t* spill_index = nullptr;
   std::int64_t* spill_count = nullptr;
 };
 inline constexpr int kExactSumVirtualLanes = 32;
+// The most spills one exact-sums call can append (terms: rows * n; segments: n / segment or 0).
+constexpr std::int64_t exact_sums_spill_room(std::int64_t terms, std::int64_t segments) {
+  return terms + static_cast<std::int64_t>(kExactSumVirtualLanes) * segments;
+}
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
 

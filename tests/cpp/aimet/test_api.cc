@@ -616,5 +616,35 @@ TEST(Aimet, BackwardWritesTheForwardOutput) {
   }, ErrorKind::kValue, "output must not overlap grad_x");
 }
 
+// grad_x alone (no sums wanted) with short runs whose parameters vary along the run (a scale per
+// channel on the last axis, a per-tensor offset): each element meets its own channel's scale, as
+// in the call that also asks for the sums, and as on a strided x (the general path). Found by
+// fuzz_aimet: the batched short-run walk once took such runs, reading one scale per run.
+TEST(Aimet, GradXAloneWithChannelsLastScale) {
+  constexpr std::int64_t R = 33, C = 8;
+  const std::vector<float> x = test::mixed_values(R * C, 11, 20.0f), g = test::mixed_values(R * C, 12);
+  std::vector<float> s(C), o(1, -100.0f);
+  for (std::int64_t j = 0; j < C; ++j) s[static_cast<std::size_t>(j)] = 0.05f * static_cast<float>(j + 1);
+  const TensorView xv(x.data(), DType::kFloat32, Dims{R, C}), gv(g.data(), DType::kFloat32, Dims{R, C});
+  const TensorView sv(s.data(), DType::kFloat32, Dims{1, C}), ov(o.data(), DType::kFloat32, Dims{});
+  const AffineArgs args{{0, 255}, {}};
+  std::vector<float> alone(R * C), with_sums(R * C), gs(C), go(1);
+  for (const aimet::AffineOp op : {aimet::AffineOp::kQuantizeDequantize, aimet::AffineOp::kQuantizeDequantizeNoGrad}) {
+    aimet::affine_backward(op, gv, xv, sv, ov, args, MutableTensorView(alone.data(), DType::kFloat32, Dims{R, C}),
+                           MutableTensorView(), MutableTensorView());
+    aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, gv, xv, sv, ov, args,
+                           MutableTensorView(with_sums.data(), DType::kFloat32, Dims{R, C}),
+                           MutableTensorView(gs.data(), DType::kFloat32, Dims{1, C}), MutableTensorView(go.data(), DType::kFloat32, Dims{}));
+    detail::AffineGradParams p;
+    p.op.qmax = 255;
+    for (std::int64_t e = 0; e < R * C; ++e) {
+      const auto i = static_cast<std::size_t>(e);
+      const float want = detail::affine_grad_element<float>(p, g[i], x[i], s[static_cast<std::size_t>(e % C)], o[0]);
+      ASSERT_TRUE(test::same_value(alone[i], want)) << static_cast<int>(op) << " element " << e;
+      ASSERT_TRUE(test::same_value(with_sums[i], want)) << "with sums, element " << e;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace polyquant
