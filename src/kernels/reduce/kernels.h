@@ -133,18 +133,27 @@ POLYQUANT_HD inline float group_max_value(float x, bool absolute) {
 // a NaN, once folded in, stays.
 POLYQUANT_HD inline float group_max_fold(float acc, float v) { return (v > acc || v != v) ? v : acc; }
 
-// Term t into accumulator acc[i] (ExactSumsParams): joined where exact, else a spill and a restart.
-POLYQUANT_HD inline void exact_sums_add(double* acc, std::int64_t i, float t, const ExactSumsParams& p) {
-  const double v = static_cast<double>(t);
+// Appends `value`, owed to accumulator `index`, to the spill list.
+POLYQUANT_HD inline void exact_sums_spill(const ExactSumsParams& p, double value, std::int64_t index) {
+  const std::int64_t c = (*p.spill_count)++;
+  p.spill_value[c] = value;
+  p.spill_index[c] = static_cast<std::int32_t>(index);
+}
+
+// Value v (a term, or an exact sum) into accumulator acc[i]: joined where the add is exact, else
+// acc[i] spills and restarts at v.
+POLYQUANT_HD inline void exact_sums_join(double* acc, std::int64_t i, double v, const ExactSumsParams& p) {
   double s;
   if (exact_float64_add(acc[i], v, s)) {
     acc[i] = s;
     return;
   }
-  const std::int64_t c = (*p.spill_count)++;
-  p.spill_value[c] = acc[i];
-  p.spill_index[c] = static_cast<std::int32_t>(i);
+  exact_sums_spill(p, acc[i], i);
   acc[i] = v;
+}
+// Term t into acc[i] (ExactSumsParams).
+POLYQUANT_HD inline void exact_sums_add(double* acc, std::int64_t i, float t, const ExactSumsParams& p) {
+  exact_sums_join(acc, i, static_cast<double>(t), p);
 }
 
 // Folds 32 lanes into lanes[0], pairwise (lane l + width into lane l for width 16, 8, .., 1): a
@@ -158,26 +167,11 @@ POLYQUANT_HD inline double exact_sums_fold_lanes(double* lanes, std::int64_t ind
         lanes[l] = s;
         continue;
       }
-      const std::int64_t c = (*p.spill_count)++;
-      p.spill_value[c] = lanes[l];
-      p.spill_index[c] = static_cast<std::int32_t>(index);
+      exact_sums_spill(p, lanes[l], index);
       lanes[l] = lanes[l + width];
     }
   }
   return lanes[0];
-}
-
-// One value (already an exact sum) into acc[i] by exact_sums_add's rule.
-POLYQUANT_HD inline void exact_sums_join(double* acc, std::int64_t i, double v, const ExactSumsParams& p) {
-  double s;
-  if (exact_float64_add(acc[i], v, s)) {
-    acc[i] = s;
-    return;
-  }
-  const std::int64_t c = (*p.spill_count)++;
-  p.spill_value[c] = acc[i];
-  p.spill_index[c] = static_cast<std::int32_t>(i);
-  acc[i] = v;
 }
 
 POLYQUANT_HD inline float product_sums_v(float x, const ProductSumsParams& p) {

@@ -258,9 +258,7 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
     Vec::storeu(terms, t);
     for (int l = 0; l < L; ++l) {
       if (((rounded >> l) & 1u) == 0) continue;
-      const std::int64_t c = (*p.spill_count)++;
-      p.spill_value[c] = acc[first + l];
-      p.spill_index[c] = static_cast<std::int32_t>(first + l);
+      exact_sums_spill(p, acc[first + l], first + l);
       acc[first + l] = static_cast<double>(terms[l]);
     }
   };
@@ -280,6 +278,15 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
   // The 32 lanes stay in registers; a group with a refused add goes through memory, its refused
   // lanes spilled in lane order (= term order within the group), with index `label` (-1: the lane).
   static_assert(V == 32, "Lanes32 holds the virtual lanes");
+  // The lanes of a group whose adds were refused: spilled (index `label`, or the lane where
+  // label < 0) and restarted at their terms, in lane order; `memory` holds the lanes.
+  auto spill_refused = [&](double* memory, const float* t, std::uint32_t refused, std::int64_t label) {
+    for (int l = 0; l < V; ++l) {
+      if (((refused >> l) & 1u) == 0) continue;
+      exact_sums_spill(p, memory[l], label < 0 ? l : label);
+      memory[l] = static_cast<double>(t[l]);
+    }
+  };
   auto run_lanes = [&](double* lane_mem, const float* t, std::int64_t n, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
     const std::int64_t body = n - n % V;
     std::int64_t k = 0;
@@ -288,13 +295,7 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
       const std::uint32_t refused = Vec::add_exact_lanes32(lanes, t + k);
       if (refused != 0) [[unlikely]] {
         Vec::store_lanes32(lane_mem, lanes);
-        for (int l = 0; l < V; ++l) {
-          if (((refused >> l) & 1u) == 0) continue;
-          const std::int64_t c = (*p.spill_count)++;
-          p.spill_value[c] = lane_mem[l];
-          p.spill_index[c] = static_cast<std::int32_t>(label < 0 ? l : label);
-          lane_mem[l] = static_cast<double>(t[k + l]);
-        }
+        spill_refused(lane_mem, t + k, refused, label);
         lanes = Vec::load_lanes32(lane_mem);
       }
     }
@@ -315,13 +316,7 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
         const std::uint32_t refused = Vec::add_exact_lanes32(lanes, t + k);
         if (refused != 0) [[unlikely]] {
           Vec::store_lanes32(memory, lanes);
-          for (int l = 0; l < V; ++l) {
-            if (((refused >> l) & 1u) == 0) continue;
-            const std::int64_t c = (*p.spill_count)++;
-            p.spill_value[c] = memory[l];
-            p.spill_index[c] = static_cast<std::int32_t>(s);
-            memory[l] = static_cast<double>(t[k + l]);
-          }
+          spill_refused(memory, t + k, refused, s);
           lanes = Vec::load_lanes32(memory);
         }
       }
