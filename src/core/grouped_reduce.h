@@ -11,9 +11,9 @@
 // Determinism: no result depends on the thread count. When some outer dimension is kept, threads
 // split the first kept dimension (groups are disjoint across threads, each accumulated in the C
 // order of its elements by one thread); when only the innermost dimension is kept (channels last)
-// or everything is reduced into one group, the rows (or the outermost dimension) are cut into
-// chunks whose size depends only on the shape, and the chunks' partial results are combined in
-// chunk order.
+// or everything is reduced into one group, the rows (or, for one group, x as one flat run) are cut
+// into chunks whose size depends only on the shape, and the chunks' partial results are combined
+// in chunk order.
 #pragma once
 
 #include <algorithm>
@@ -249,8 +249,27 @@ void grouped_reduce(const float* x, const float* aux, const GroupedLayout& L, co
     });
     return;
   }
-  // One group (or kept dimensions of length 1): chunks of the outermost dimension, sized from the
-  // shape alone, each folded into its own partial, combined in chunk order.
+  std::int64_t aux_strides = 0;
+  for (int d = 0; d < r; ++d) aux_strides |= L.aux_stride[static_cast<std::size_t>(d)];
+  if (L.num_groups == 1 && aux_strides == 0) {
+    // One group and one auxiliary value: x is one contiguous run of numel elements, cut into
+    // chunks of 64 Ki elements (so a (1, n) or (2, n) tensor still splits across threads), each
+    // folded by one row() call into its own partial, combined in chunk order.
+    constexpr std::int64_t kChunk = std::int64_t{1} << 16;
+    const std::int64_t chunks = (L.numel + kChunk - 1) / kChunk;
+    std::vector<Acc> partials(static_cast<std::size_t>(chunks), acc[0]);
+    parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+      const typename Reducer::ThreadEnv env;
+      for (std::int64_t c = c0; c < c1; ++c) {
+        const std::int64_t lo = c * kChunk;
+        reducer.row(partials.data() + c, 0, x + lo, aux, 0, std::min(L.numel, lo + kChunk) - lo);
+      }
+    });
+    for (const Acc& part : partials) reducer.merge(acc[0], part);
+    return;
+  }
+  // One group whose auxiliary operand varies over the reduced dimensions: chunks of the outermost
+  // dimension, sized from the shape alone, each folded into its own partial, combined in chunk order.
   const std::int64_t outer = L.shape[0];
   const std::int64_t per_index = L.numel / std::max<std::int64_t>(outer, 1);
   const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(per_index, 1));

@@ -201,19 +201,23 @@ struct LeastSquaresReducer {
       acc[0].zz += szz;
     }
   }
-  // Short contiguous rows (few channels): blocks of whole rows, the scale row tiled over the block,
-  // so each kernel call covers up to 1024 elements. Every pair still takes its rows in order.
+  // Short contiguous rows (few channels): blocks of `tile` whole rows (up to 1024 elements), the
+  // scale row tiled over the block. Each position of the block (row i of the tile, column c) has
+  // its own pair in `lanes`, which takes that position's terms block by block; at the end each
+  // column's `tile` pairs are added to its accumulator in row order. A fixed order (it depends on
+  // n alone), and no chain of dependent adds: a column of a (n / 4, 4) array would otherwise be
+  // one add after another, tile rows at a time.
   void short_rows(Acc* acc, const float* x, const float* aux, std::int64_t aux_stride, std::int64_t n, std::int64_t rows) const {
     constexpr std::int64_t kBlock = 1024;
     const std::int64_t tile = std::max<std::int64_t>(1, kBlock / n);
     alignas(64) float z[kBlock];
     alignas(64) float scale[kBlock];
+    alignas(64) Acc lanes[kBlock];
     if (aux_stride == 1) {
       for (std::int64_t r = 0; r < tile; ++r) std::memcpy(scale + r * n, aux, static_cast<std::size_t>(n) * sizeof(float));
     }
-    detail::ProductSumsParams sp = sums_params(true);
-    sp.x_row_stride = n;
-    sp.z_row_stride = n;
+    std::fill(lanes, lanes + tile * n, Acc{});
+    const detail::ProductSumsParams sp = sums_params(true);
     for (std::int64_t r = 0; r < rows; r += tile) {
       const std::int64_t t = std::min(tile, rows - r);
       const float* xr = x + r * n;
@@ -226,13 +230,15 @@ struct LeastSquaresReducer {
       a.index = xr - base;
       level_kernel(level_params, a);
       write_output(a);
-      sp.rows = t;
       detail::RowArgs s;
       s.in[0] = xr;
       s.in[1] = z;
-      s.out = acc;
-      s.n = n;
+      s.out = lanes;
+      s.n = t * n;
       sums_kernel(&sp, s);
+    }
+    for (std::int64_t i = 0; i < tile; ++i) {
+      for (std::int64_t c = 0; c < n; ++c) merge(acc[c], lanes[i * n + c]);
     }
   }
   // Rows of n elements, x_row_stride apart, into the same n accumulator pairs (channels last):
