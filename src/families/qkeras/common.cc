@@ -59,6 +59,7 @@ void run_kernel(KernelOp op, const TensorView* inputs, int count, const MutableT
   call.kernel = detail::best_kernel(op, WorkType::kF32);
   call.params = params;
   call.repeated_row_operands = true;  // a per-channel scale (alpha), channels last
+  call.per_row_operands = true;       // a scale per short row (scale_axis=0 on a tall, narrow x)
   detail::run_elementwise(call);
 }
 

@@ -180,9 +180,9 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
     if (scale_reported != nullptr) *scale_reported = speculative_out != nullptr && scale_report != nullptr;
     return next;
   }
+  LeastSquaresSums sums;
   for (int round = 0; round < 5; ++round) {
     const detail::GroupedLayout L = detail::make_grouped_layout(shape, ls.keep, ls.block, s.shape);
-    std::vector<LeastSquaresAcc> sums(static_cast<std::size_t>(L.num_groups));
     detail::QkBitsAutoParams level_params;
     level_params.m = c.m;
     level_params.m_i = m_i;
@@ -204,9 +204,9 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
       reducer.out_params = &round_output;
       reducer.out_base = speculative_out;
     }
-    detail::grouped_reduce(x, s.values.data(), L, reducer, sums.data());
+    detail::grouped_reduce(x, s.values.data(), L, reducer, sums.zeroed(L.num_groups));
     ++info.least_squares_rounds;
-    ScaleArray next = least_squares_po2(sums, L, shape, ls.keep, ls.block, eps, clip);
+    ScaleArray next = least_squares_po2(sums.view(), L, shape, ls.keep, ls.block, eps, clip);
     const bool converged = next.same_bits(s);
     s = std::move(next);
     if (converged) {

@@ -107,6 +107,7 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
   ScaleArray last;
   last.shape = s.shape;
   last.values.assign(s.values.size(), -1.0f);
+  LeastSquaresSums sums;
   for (int round = 0; round < max_rounds; ++round) {
     bool any_differs = last.shape != s.shape;
     for (std::size_t i = 0; !any_differs && i < s.values.size(); ++i) any_differs = last.values[i] != s.values[i];
@@ -115,7 +116,6 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
     level_params.stochastic = make_stochastic(a.use_stochastic_rounding, training, 1.0f);
     level_params.stochastic.stream = static_cast<std::uint32_t>(round + 1);
     const detail::GroupedLayout L = detail::make_grouped_layout(x.shape, ls.keep, ls.block, s.shape);
-    std::vector<LeastSquaresAcc> sums(static_cast<std::size_t>(L.num_groups));
     // Stochastic levels (training) are keyed by the element's flat index and the round.
     LeastSquaresReducer reducer;
     reducer.level_kernel = detail::best_kernel(KernelOp::kQkLinear, WorkType::kF32);
@@ -131,9 +131,9 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
       reducer.out_params = &round_output;
       reducer.out_base = speculative_out;
     }
-    detail::grouped_reduce(xf, s.values.data(), L, reducer, sums.data());
+    detail::grouped_reduce(xf, s.values.data(), L, reducer, sums.zeroed(L.num_groups));
     ++info.least_squares_rounds;
-    ScaleArray next = least_squares_po2(sums, L, x.shape, ls.keep, ls.block, eps, Po2Clip{});
+    ScaleArray next = least_squares_po2(sums.view(), L, x.shape, ls.keep, ls.block, eps, Po2Clip{});
     last = std::move(s);
     s = std::move(next);
     // This round's output used `last`: final when the search stops here with the same scale.

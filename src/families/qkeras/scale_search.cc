@@ -50,10 +50,7 @@ Dims kept_shape(const Dims& shape, const std::vector<bool>& keep) {
 }
 
 bool exact_reciprocals(const ScaleArray& s) {
-  for (float v : s.values) {
-    if (detail::exact_reciprocal(v) == 0.0f) return false;
-  }
-  return true;
+  return all_exact_reciprocals(s.values.data(), static_cast<std::int64_t>(s.values.size()));
 }
 
 void copy_scale_into(const ScaleArray& s, const MutableTensorView& out, const char* what) {
@@ -160,15 +157,33 @@ struct MaxReducer {
 };
 }  // namespace
 
-ScaleArray least_squares_po2(const std::vector<LeastSquaresAcc>& sums, const detail::GroupedLayout& L, const Dims& x_shape,
+ScaleArray least_squares_po2(std::span<const LeastSquaresAcc> sums, const detail::GroupedLayout& L, const Dims& x_shape,
                              const std::vector<bool>& keep, const std::vector<std::int64_t>& block, float eps, const Po2Clip& clip) {
   const float count = static_cast<float>(L.group_size);
   std::vector<float> per_group(sums.size());
-  // One value per group, independently: threads for the many groups of per-element scales.
+  // One value per group, independently: threads for the many groups of per-element scales, and
+  // least_squares_po2_scale's steps as passes over blocks of groups (the quotients, po2_round's
+  // fast path, the rare inputs it leaves to the reference, the rest), which vectorize.
   detail::parallel_for(static_cast<std::int64_t>(sums.size()), 1 << 14, [&](std::int64_t g0, std::int64_t g1) {
     const detail::ScopedFlushDenormals flush;
-    for (auto g = static_cast<std::size_t>(g0); g < static_cast<std::size_t>(g1); ++g) {
-      per_group[g] = least_squares_po2_scale(sums[g], count, eps, clip);
+    constexpr std::int64_t kBlock = 1024;
+    alignas(64) std::uint32_t po2_bits[kBlock];
+    for (std::int64_t b = g0; b < g1; b += kBlock) {
+      const std::int64_t m = std::min(kBlock, g1 - b);
+      float* q = per_group.data() + b;
+      const LeastSquaresAcc* sb = sums.data() + b;
+      for (std::int64_t i = 0; i < m; ++i) q[i] = least_squares_quotient(sb[i], count, eps);
+      std::uint32_t any_slow = 0;
+      for (std::int64_t i = 0; i < m; ++i) {
+        po2_bits[i] = po2_round_fast_bits(q[i] + eps);
+        any_slow |= po2_bits[i] == 0 ? 1u : 0u;
+      }
+      if (any_slow != 0) {
+        for (std::int64_t i = 0; i < m; ++i) {
+          if (po2_bits[i] == 0) po2_bits[i] = std::bit_cast<std::uint32_t>(po2_round_reference(q[i], eps));
+        }
+      }
+      for (std::int64_t i = 0; i < m; ++i) q[i] = least_squares_finish(std::bit_cast<float>(po2_bits[i]), clip);
     }
   });
   ScaleArray out;

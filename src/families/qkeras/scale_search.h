@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/fpenv.h"
@@ -81,6 +83,16 @@ struct ScaleArray {
 
 // Whether every scale is a power of two with an exact float32 reciprocal: the kernels may then
 // multiply by 1/s where QKeras divides by s (see QkBitsParams).
+// detail::exact_reciprocal(v) != 0 for every v (a zero fraction field, biased exponent in
+// [1, 253]), as integer bit tests without an early exit, so the loop vectorizes.
+inline bool all_exact_reciprocals(const float* v, std::int64_t m) {
+  std::uint32_t bad = 0;
+  for (std::int64_t k = 0; k < m; ++k) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(v[k]);
+    bad |= (bits & 0x7FFFFFu) | static_cast<std::uint32_t>((bits >> 23) - 1u > 252u);
+  }
+  return bad == 0;
+}
 bool exact_reciprocals(const ScaleArray& s);
 
 // Writes a scale array into a caller's view of its shape (any strides).
@@ -110,10 +122,32 @@ ScaleArray group_max(const float* x, const Dims& shape, const std::vector<bool>&
 // z of a run comes from the quantizer's own kernel in level mode, a block at a time, and the sums
 // from the product-sums kernel (both the dispatched kernel set); a run's flat index (for
 // stochastic levels) is its offset from `base`.
+// (No member initializers: a search's buffer of them is zeroed by every thread, LeastSquaresSums.)
 struct LeastSquaresAcc {
-  double xz = 0, zz = 0;
+  double xz, zz;
 };
 static_assert(sizeof(LeastSquaresAcc) == 2 * sizeof(double), "the product-sums kernel writes {xz, zz} pairs");
+
+// The sum pairs of every group of a search: allocated once, zeroed before each round by all
+// threads (so the first touch of a large buffer, one pair per row of a tall array, is split too).
+class LeastSquaresSums {
+ public:
+  LeastSquaresAcc* zeroed(std::int64_t n) {
+    if (n != size_) {
+      buffer_.reset(new LeastSquaresAcc[static_cast<std::size_t>(n)]);
+      size_ = n;
+    }
+    detail::parallel_for(n, std::int64_t{1} << 15, [&](std::int64_t g0, std::int64_t g1) {
+      std::fill(buffer_.get() + g0, buffer_.get() + g1, LeastSquaresAcc{0.0, 0.0});
+    });
+    return buffer_.get();
+  }
+  std::span<const LeastSquaresAcc> view() const { return {buffer_.get(), static_cast<std::size_t>(size_)}; }
+
+ private:
+  std::unique_ptr<LeastSquaresAcc[]> buffer_;
+  std::int64_t size_ = -1;
+};
 // Defined here: each quantizer's search loop configures one and runs detail::grouped_reduce over it.
 struct LeastSquaresReducer {
   using Acc = LeastSquaresAcc;
@@ -287,8 +321,8 @@ struct LeastSquaresReducer {
   // Runs of n elements (the innermost dimension, reduced), x_stride apart, into acc + r *
   // group_stride, the scale of run r at aux + r * aux_stride stepping aux_inner_stride (0 or 1):
   // short contiguous runs go a block of whole runs at a time (levels of ~1024 elements per
-  // kernel call, each run's 16 partial sums from the product-sums kernel's segments), then each
-  // run's partials are combined in index order and added to its group: row()'s order, run by run.
+  // kernel call, each run's sum pair from the product-sums kernel's segments: its 16 partials
+  // combined in index order), each added to its group: row()'s order, run by run.
   void runs(Acc* acc, std::int64_t group_stride, const float* x, std::int64_t x_stride, const float* aux, std::int64_t aux_stride,
             std::int64_t aux_inner_stride, std::int64_t n, std::int64_t count) const {
     constexpr std::int64_t kBlock = 1024;
@@ -301,46 +335,45 @@ struct LeastSquaresReducer {
     const std::int64_t tile = kBlock / n;
     alignas(64) float z[kBlock];
     alignas(64) float scale[kBlock];
-    alignas(64) double partials[16 * kBlock];
+    alignas(64) Acc pairs[kBlock];
     detail::ProductSumsParams sp = sums_params(false);
     sp.segment = n;
     const bool one_scale = aux_stride == 0 && aux_inner_stride == 0;
+    // One scale per run, adjacent: passed compact to the kernels (RowArgs::per_row_mask).
+    const bool per_run_scale = aux_stride == 1 && aux_inner_stride == 0;
     for (std::int64_t r = 0; r < count; r += tile) {
       const std::int64_t t = std::min(tile, count - r);
       const float* xr = x + r * n;
-      if (!one_scale) {
+      if (!one_scale && !per_run_scale) {
         for (std::int64_t i = 0; i < t; ++i) {
           const float* ai = aux + (r + i) * aux_stride;
-          for (std::int64_t k = 0; k < n; ++k) scale[i * n + k] = aux_inner_stride == 0 ? ai[0] : ai[k];
+          if (aux_inner_stride == 0) {
+            std::fill(scale + i * n, scale + (i + 1) * n, ai[0]);
+          } else {
+            std::memcpy(scale + i * n, ai, static_cast<std::size_t>(n) * sizeof(float));
+          }
         }
       }
       detail::RowArgs a;
       a.in[0] = xr;
-      a.in[1] = one_scale ? aux : scale;
+      a.in[1] = one_scale ? aux : per_run_scale ? aux + r : scale;
       a.broadcast_mask = one_scale ? 2u : 0u;
+      if (per_run_scale) {
+        a.per_row_mask = 2u;
+        a.row_len = n;
+      }
       a.out = z;
       a.n = t * n;
       a.index = xr - base;
       level_kernel(level_params, a);
       write_output(a);
-      std::fill(partials, partials + 16 * t, 0.0);
       detail::RowArgs s;
       s.in[0] = xr;
       s.in[1] = z;
-      s.out = partials;
+      s.out = pairs;
       s.n = t * n;
       sums_kernel(&sp, s);
-      for (std::int64_t i = 0; i < t; ++i) {
-        const double* part = partials + 16 * i;
-        double sxz = 0, szz = 0;
-        for (int k = 0; k < 8; ++k) {
-          sxz += part[k];
-          szz += part[8 + k];
-        }
-        Acc& g = acc[(r + i) * group_stride];
-        g.xz += sxz;
-        g.zz += szz;
-      }
+      for (std::int64_t i = 0; i < t; ++i) merge(acc[(r + i) * group_stride], pairs[i]);
     }
   }
   void merge(Acc& into, const Acc& from) const {
@@ -377,7 +410,7 @@ inline float least_squares_po2_scale(const LeastSquaresAcc& sums, float count, f
   return least_squares_finish(po2_round(least_squares_quotient(sums, count, eps), eps), clip);
 }
 
-ScaleArray least_squares_po2(const std::vector<LeastSquaresAcc>& sums, const detail::GroupedLayout& L, const Dims& x_shape,
+ScaleArray least_squares_po2(std::span<const LeastSquaresAcc> sums, const detail::GroupedLayout& L, const Dims& x_shape,
                              const std::vector<bool>& keep, const std::vector<std::int64_t>& block, float eps, const Po2Clip& clip);
 
 // ---- the least-squares rounds when every group is one element -------------------------------
@@ -519,16 +552,6 @@ struct ElementwiseRounds {
     return res;
   }
 
-  static bool all_exact_reciprocals(const float* v, std::int64_t m) {
-    // detail::exact_reciprocal(v) != 0 for every v (a zero fraction field, biased exponent in
-    // [1, 253]), as integer bit tests without an early exit, so the loop vectorizes.
-    std::uint32_t bad = 0;
-    for (std::int64_t k = 0; k < m; ++k) {
-      const std::uint32_t bits = std::bit_cast<std::uint32_t>(v[k]);
-      bad |= (bits & 0x7FFFFFu) | static_cast<std::uint32_t>((bits >> 23) - 1u > 252u);
-    }
-    return bad == 0;
-  }
 };
 
 // Reduction layout of the least-squares rounds: kept dims and blocks (elements_per_scale).

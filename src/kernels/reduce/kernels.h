@@ -50,9 +50,11 @@ struct GroupMaxParams {
 //                (acc: n {sum_p, sum_q} pairs)
 //   otherwise:   acc[k mod 8] += p_k, acc[8 + k mod 8] += q_k for the run's k-th element
 //                (acc: 16 partial sums the caller combines in index order)
-//   segment > 0: the run is n / segment consecutive segments (n a multiple), each as a run of its
-//                own: acc[16 s + k mod 8] += p, acc[16 s + 8 + k mod 8] += q for the k-th element
-//                of segment s (many short groups in one call)
+//   segment > 0: the run is n / segment consecutive segments (n a multiple: many short groups in
+//                one call), each as a run of its own into 16 partials starting at 0.0, folded in
+//                index order: acc[2 s] = part[0] + .. + part[7], acc[2 s + 1] = part[8] + ..
+//                + part[15] (written, not added to): the sums a caller would combine from a
+//                separate run, without 16 partials per segment in memory
 struct ProductSumsParams {
   bool per_element = false;
   bool divide = false;
@@ -132,6 +134,17 @@ POLYQUANT_HD inline float group_max_value(float x, bool absolute) {
 }
 // a NaN, once folded in, stays.
 POLYQUANT_HD inline float group_max_fold(float acc, float v) { return (v > acc || v != v) ? v : acc; }
+
+// A segment's 16 partials folded in index order into its {sum_p, sum_q} pair (ProductSumsParams).
+POLYQUANT_HD inline void product_sums_fold_segment(const double* part, double* pair) {
+  double sp = 0.0, sq = 0.0;
+  for (int k = 0; k < 8; ++k) {
+    sp += part[k];
+    sq += part[8 + k];
+  }
+  pair[0] = sp;
+  pair[1] = sq;
+}
 
 // Appends `value`, owed to accumulator `index`, to the spill list.
 POLYQUANT_HD inline void exact_sums_spill(const ExactSumsParams& p, double value, std::int64_t index) {
@@ -295,13 +308,15 @@ inline void product_sums_reference_row(const void* params, const RowArgs& a) {
   }
   const std::int64_t segment = p.segment > 0 ? p.segment : a.n;
   for (std::int64_t s = 0; s * segment < a.n; ++s) {
-    double* part = acc + 16 * s;
+    double local[16] = {};
+    double* part = p.segment > 0 ? local : acc;
     for (std::int64_t k = 0; k < segment; ++k) {
       const std::int64_t j = s * segment + k;
       const float v = product_sums_v(x[j], p);
       part[k & 7] += static_cast<double>(v * z[j]);
       part[8 + (k & 7)] += static_cast<double>(z[j] * z[j]);
     }
+    if (p.segment > 0) product_sums_fold_segment(local, acc + 2 * s);
   }
 }
 

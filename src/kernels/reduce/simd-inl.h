@@ -61,20 +61,20 @@ void group_max_f32(const void* params, const RowArgs& a) {
     };
     alignas(64) float lanes[L];
     if (absolute && seg >= L) {
-      // |x| values are +0, positive or +NaN: as int32 their bits order them with every NaN above
-      // +inf, so a plain integer maximum (a reduction the compiler vectorizes) finds the maximum
-      // or a NaN.
-      alignas(64) std::int32_t bits[L];
+      // |x| is +0, positive or +NaN: as int32 its bits order the values with every NaN above +inf,
+      // so an integer maximum over the segment's vectors, across the lanes and over the tail
+      // finds the maximum or a NaN. The flush (a subnormal maximum is +0) comes after: it keeps
+      // the order, so the maximum of flushed values is the flushed maximum.
+      const Vec::I magnitude = Vec::splat_i(0x7FFFFFFF);
       for (std::int64_t s = 0; s * seg < a.n; ++s) {
         const float* xs = x + s * seg;
         const float m0 = acc[s * p.acc_stride];
-        Vec::F mv = value(Vec::loadu(xs));
+        Vec::I mv = Vec::and_i(Vec::bits(Vec::loadu(xs)), magnitude);
         std::int64_t k = L;
-        for (; k + L <= seg; k += L) mv = fold(mv, value(Vec::loadu(xs + k)));
-        Vec::storeu(reinterpret_cast<float*>(bits), mv);
-        std::int32_t best = 0;
-        for (int l = 0; l < L; ++l) best = std::max(best, bits[l]);
-        for (; k < seg; ++k) best = std::max(best, std::bit_cast<std::int32_t>(group_max_value(xs[k], true)));
+        for (; k + L <= seg; k += L) mv = Vec::max_i(mv, Vec::and_i(Vec::bits(Vec::loadu(xs + k)), magnitude));
+        std::int32_t best = Vec::reduce_max_i(mv);
+        for (; k < seg; ++k) best = std::max(best, std::bit_cast<std::int32_t>(xs[k]) & 0x7FFFFFFF);
+        if (best < 0x00800000) best = 0;  // below FLT_MIN: +0 (group_max_value)
         const float m = std::bit_cast<float>(best);
         acc[s * p.acc_stride] = (m != m || m0 != m0) ? std::numeric_limits<float>::quiet_NaN() : group_max_fold(m0, m);
       }
@@ -150,13 +150,14 @@ void product_sums_f32(const void* params, const RowArgs& a) {
     }
     return;
   }
-  // One run, or (segment) many short ones each with its own 16 partials; a segment's k-th
-  // element is lane k mod L of its vectors (L a multiple of 8), so k mod 8 holds.
+  // One run, or (segment) many short ones each with its own 16 partials, folded into its pair; a
+  // segment's k-th element is lane k mod L of its vectors (L a multiple of 8), so k mod 8 holds.
   const std::int64_t segment = p.segment > 0 ? p.segment : a.n;
   for (std::int64_t s = 0; s * segment < a.n; ++s) {
     const float* xs = x + s * segment;
     const float* zs = z + s * segment;
-    double* part = acc + 16 * s;
+    alignas(64) double local[16] = {};
+    double* part = p.segment > 0 ? local : acc;
     std::int64_t k = 0;
     for (; k + L <= segment; k += L) {
       const Vec::F zv = Vec::loadu(zs + k);
@@ -168,6 +169,7 @@ void product_sums_f32(const void* params, const RowArgs& a) {
       part[k & 7] += static_cast<double>(v * zs[k]);
       part[8 + (k & 7)] += static_cast<double>(zs[k] * zs[k]);
     }
+    if (p.segment > 0) product_sums_fold_segment(local, acc + 2 * s);
   }
 }
 

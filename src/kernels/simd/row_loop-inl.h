@@ -121,12 +121,16 @@ struct FloatOuts {
   }
 };
 
-// Drives a row: loads kN operands (contiguous, broadcast or repeated-row), applies `body` to whole
-// vectors and stores. Partial vectors (the tail, and the head peeled for aligned streaming stores)
-// go through the same body on a zero-padded copy, so every element sees identical arithmetic. Any
-// operand may be broadcast, x included (a zero-stride x: every element is the same value). A
-// repeated-row operand (RowArgs::repeated_row_mask) is loaded at the element's offset within its
-// row, which the loop carries along instead of dividing.
+// Drives a row: loads kN operands (contiguous, broadcast, repeated-row or per-row), applies `body`
+// to whole vectors and stores. Partial vectors (the tail, and the head peeled for aligned
+// streaming stores) go through the same body on a zero-padded copy, so every element sees
+// identical arithmetic. Any operand may be broadcast, x included (a zero-stride x: every element
+// is the same value). A repeated-row operand (RowArgs::repeated_row_mask) is loaded at the
+// element's offset within its row, which the loop carries along instead of dividing. With
+// per-row operands (RowArgs::per_row_mask: one value per row of row_len elements) the row is
+// walked row by row, each per-row operand a splat of its row's value, each row's tail a partial
+// vector; a kernel whose vector path is for_each_vector may so declare
+// ElementwiseCall::per_row_operands.
 template <int kN, class Out = FloatOut, class Body>
 POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& body, const Out& policy = Out{}) {
   using T = typename Out::T;
@@ -146,7 +150,7 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
     alignas(64) T res[L];
     Vec::F v[kN];
     for (int k = 0; k < kN; ++k) {
-      if (a.is_broadcast(k)) {
+      if (a.is_broadcast(k) || a.is_per_row(k)) {  // per-row: splats[k] holds the row's value
         v[k] = splats[k];
         continue;
       }
@@ -162,6 +166,59 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
     }
   };
 
+  Vec::F v[kN];
+  constexpr std::uint32_t kAllMask = (1u << kN) - 1u;
+  constexpr std::uint32_t kParamsMask = kAllMask & ~1u;
+  if (a.per_row_mask != 0) {
+    // Row by row: whole vectors of the row, then the row's tail as a partial vector. Streamed
+    // when every row's vectors are aligned (aligned output, rows a whole number of vectors).
+    const std::int64_t len = a.row_len;
+    const bool stream = Out::kCanStream && a.stream && len % L == 0 &&
+                        reinterpret_cast<std::uintptr_t>(out) % (L * sizeof(T)) == 0;
+    const std::uint32_t per_row = a.per_row_mask & kAllMask;
+    if ((per_row & 1u) == 0 && ((per_row | a.broadcast_mask) & kParamsMask) == kParamsMask && a.repeated_row_mask == 0) {
+      // x runs on; every parameter is one value or one per row (a scale per short row).
+      for (std::int64_t row = 0, start = 0; start < n; ++row, start += len) {
+        for (int k = 1; k < kN; ++k) {
+          if ((per_row >> k) & 1u) splats[k] = Vec::splat(src[k][row]);
+          v[k] = splats[k];
+        }
+        std::int64_t j = start;
+        if (stream) {
+          for (; j + L <= start + len; j += L) {
+            v[0] = Vec::loadu(src[0] + j);
+            policy.stream(out + j, body(v));
+          }
+        } else {
+          for (; j + L <= start + len; j += L) {
+            v[0] = Vec::loadu(src[0] + j);
+            policy.store(out + j, body(v));
+          }
+        }
+        if (j < start + len) partial(j, start + len - j);
+      }
+    } else {
+      // Any mix; repeated-row operands are read at the offset within the row.
+      for (std::int64_t row = 0, start = 0; start < n; ++row, start += len) {
+        for (int k = 0; k < kN; ++k) {
+          if (a.is_per_row(k)) splats[k] = Vec::splat(src[k][row]);
+        }
+        std::int64_t j = start;
+        for (; j + L <= start + len; j += L) {
+          for (int k = 0; k < kN; ++k) {
+            if (a.is_broadcast(k) || a.is_per_row(k)) v[k] = splats[k];
+            else v[k] = Vec::loadu(src[k] + (a.is_repeated_row(k) ? j - start : j));
+          }
+          const typename Out::Result r = body(v);
+          if (stream) policy.stream(out + j, r);
+          else policy.store(out + j, r);
+        }
+        if (j < start + len) partial(j, start + len - j);
+      }
+    }
+    if (stream) Vec::fence();
+    return;
+  }
   std::int64_t j = 0;
   const bool stream = Out::kCanStream && a.stream && (reinterpret_cast<std::uintptr_t>(out) % sizeof(T)) == 0;
   if (stream) {
@@ -172,9 +229,6 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
       j = head;
     }
   }
-  Vec::F v[kN];
-  constexpr std::uint32_t kAllMask = (1u << kN) - 1u;
-  constexpr std::uint32_t kParamsMask = kAllMask & ~1u;
   if ((a.broadcast_mask & kAllMask) == kAllMask) {
     // Every operand, x included, is one value (a zero-stride x: np.broadcast_to, torch expand(),
     // a 0-d x against zero-stride parameters): one result fills the row.

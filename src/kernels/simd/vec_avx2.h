@@ -56,6 +56,12 @@ struct Vec {
   static I add_i(I a, I b) { return _mm256_add_epi32(a, b); }
   static I sub_i(I a, I b) { return _mm256_sub_epi32(a, b); }
   static I max_i(I a, I b) { return _mm256_max_epi32(a, b); }
+  static std::int32_t reduce_max_i(I a) {  // the largest lane: halves folded onto each other
+    __m128i m = _mm_max_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(m);
+  }
   static I and_i(I a, I b) { return _mm256_and_si256(a, b); }
   template <int kShift>
   static I shr_i(I a) { return _mm256_srli_epi32(a, kShift); }

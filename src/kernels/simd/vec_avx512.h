@@ -54,6 +54,7 @@ struct Vec {
   static I add_i(I a, I b) { return _mm512_add_epi32(a, b); }
   static I sub_i(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I max_i(I a, I b) { return _mm512_max_epi32(a, b); }
+  static std::int32_t reduce_max_i(I a) { return _mm512_reduce_max_epi32(a); }  // the largest lane
   static I and_i(I a, I b) { return _mm512_and_si512(a, b); }
   template <int kShift>
   static I shr_i(I a) { return _mm512_srli_epi32(a, kShift); }

@@ -1903,6 +1903,8 @@ TEST(QKerasLayouts, SegmentKernelsMatchTheReference) {
     if (i % 41 == 7) x[i] = 1e-40f;
     if (i % 43 == 9) x[i] = -kInf;
   }
+  // A stretch of subnormals and zeros: whole segments whose maximum flushes to +0.
+  for (std::size_t i = 300; i < 600; ++i) x[i] = i % 3 == 0 ? -0.0f : (i % 3 == 1 ? 1e-40f : -3e-39f);
   std::vector<float> z(x.size());
   for (std::size_t i = 0; i < z.size(); ++i) z[i] = std::isfinite(x[i]) ? std::nearbyint(x[i] * 30.0f) : x[i];
   std::vector<std::int64_t> segments;
@@ -1964,8 +1966,8 @@ TEST(QKerasLayouts, SegmentKernelsMatchTheReference) {
           p.divide = divide > 0;
           p.divisor = divide == 2 ? 3.0f : 0.25f;
           p.inv_divisor = divide == 1 ? 4.0f : 0.0f;
-          std::vector<double> got(static_cast<std::size_t>(16 * count), 0.0), want = got;
-          for (std::size_t i = 0; i < got.size(); i += 7) got[i] = want[i] = 0.125;
+          // Each segment's pair is written, not added to: different prior contents, same result.
+          std::vector<double> got(static_cast<std::size_t>(2 * count), 0.125), want(got.size(), -7.0);
           a.out = got.data();
           sums_kernel(&p, a);
           a.out = want.data();
