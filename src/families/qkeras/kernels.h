@@ -75,6 +75,12 @@ struct QkBitsAutoParams {
   // qk_bits_ls_quotient(xs, z, eps) (the rounds of a rank-1 search, scale_search.h).
   bool ls_quotient = false;
   float eps = 0;
+  // With ls_quotient: write po2_round's fast path of that quotient instead, the bits
+  // po2_round_fast_bits(q + eps) as a float (a power of two, or +0 where the reference decides).
+  bool ls_po2 = false;
+  // The quantizing pass (not level_only) also writes the reported scale s * m of element j at
+  // scale_out[j] (float32, under the flush rule), where not null: the rank-1 rounds' report.
+  float* scale_out = nullptr;
 };
 
 // ---- quantized_relu: operand x ---------------------------------------------------------------
@@ -200,6 +206,32 @@ POLYQUANT_HD inline float qk_bits_auto_level(float xs, float s, float half_level
   return tf_sign(xs) * (v < half_levels ? v : half_levels);
 }
 
+// The mantissa fields (y = 2^k * (1 + f / 2^23)) between which po2_round defers to the reference:
+// sqrt(2) * (1 -+ 2^-9.5), about 1.4E-3 around the rounding boundary log2(y) = k + 1/2.
+inline constexpr std::uint32_t kPo2SlowLo = 3462675;  // floor((sqrt(2) - 1) * 2^23) - 12000
+inline constexpr std::uint32_t kPo2SlowHi = 3486676;  // ceil((sqrt(2) - 1) * 2^23) + 12000
+
+// po2_round_reference (scale_search.h), bit for bit, without the logarithm for almost every
+// y = s + eps.
+// For a positive normal y = 2^k * m (1 <= m < 2), log2(y) = k + log2(m) lies in [k, k + 1), so
+// the rounded exponent is k when m < sqrt(2) and k + 1 when m > sqrt(2). The reference computes
+// log2(y) as float32 logf(y) / float32(ln 2): logf is within 1 ulp, the division and float32(ln 2)
+// add 1/2 ulp and 3e-9 relative, so for |log2(y)| < 128 the computed quotient is within 1e-4 of
+// log2(y), while a mantissa outside [kPo2SlowLo, kPo2SlowHi] puts log2(y) more than 1.4e-3 from
+// k + 1/2: both round alike. Inside that window, and for y outside the normal exponents 2 .. 252
+// (zero, subnormal, negative, huge, inf, NaN), the reference runs. Pinned by Po2Round tests (every
+// exponent's window edges, strided mantissas; and once exhaustively over every float32 y).
+// The bits of po2_round(s, eps) from y = s + eps where the fast path settles it, else 0 (no
+// power of two has those bits). Branch-free, so a loop over it vectorizes.
+POLYQUANT_HD inline std::uint32_t po2_round_fast_bits(float y) {
+  const std::uint32_t b = std::bit_cast<std::uint32_t>(y);
+  const std::uint32_t field = b >> 23;  // sign and exponent: 2 .. 252 for a positive normal y
+  const std::uint32_t mantissa = b & 0x7fffffu;
+  const bool settled = field >= 2 && field <= 252 && (mantissa < kPo2SlowLo || mantissa > kPo2SlowHi);
+  const std::uint32_t k = field + (mantissa > kPo2SlowHi ? 1u : 0u);  // biased exponent of the result
+  return settled ? k << 23 : 0u;
+}
+
 // The least-squares quotient mean(v * z) / (mean(z * z) + eps) of a group holding one element:
 // its sums are 0.0 + double(v * z) and 0.0 + double(z * z) (products rounded to float32, as the
 // product-sums kernel adds them), its count 1. A NaN quotient is the quiet +NaN (only NaN-ness
@@ -216,7 +248,11 @@ POLYQUANT_HD inline float qk_bits_auto_element(float x, float s, const QkBitsAut
   if (p.gradient) return p.blend.use_ste ? 1.0f : p.blend.one_minus_q;
   const float xs = x / p.m_i;
   const float z = qk_bits_auto_level(xs, s, p.half_levels);
-  if (p.level_only) return p.ls_quotient ? qk_bits_ls_quotient(xs, z, p.eps) : qk_nan_result(z, x);
+  if (p.level_only && p.ls_quotient) {
+    const float q = qk_bits_ls_quotient(xs, z, p.eps);
+    return p.ls_po2 ? std::bit_cast<float>(po2_round_fast_bits(q + p.eps)) : q;
+  }
+  if (p.level_only) return qk_nan_result(z, x);
   const float scale = s * p.m;
   const float full = p.m_i * xs;
   const float xq = scale * ((p.m_i * z) / p.m);
@@ -310,6 +346,7 @@ template <class W>
 POLYQUANT_HD inline void qk_bits_auto_row_element(const QkBitsAutoParams& p, const RowArgs& a, std::int64_t j) {
   static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
   static_cast<float*>(a.out)[j] = qk_bits_auto_element(a.at<float>(0, j), a.at<float>(1, j), p);
+  if (p.scale_out != nullptr && !p.level_only && !p.gradient) p.scale_out[j] = a.at<float>(1, j) * p.m;
 }
 
 template <class W>

@@ -174,7 +174,7 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
     rounds.clip = clip;
     ScaleArray next;
     next.shape = shape;
-    const auto result = rounds.run(x, shape.numel(), s.values, s.shape == shape, next.values, speculative_out, scale_report, c.m);
+    const auto result = rounds.run(x, shape.numel(), s.values, s.shape == shape, next.values, speculative_out, scale_report);
     info.least_squares_rounds += result.rounds;
     output_written = speculative_out != nullptr;
     if (scale_reported != nullptr) *scale_reported = speculative_out != nullptr && scale_report != nullptr;

@@ -32,30 +32,11 @@ inline float po2_round_reference(float s, float eps) {
                                         : pow2_float32(e);
 }
 
-// The mantissa fields (y = 2^k * (1 + f / 2^23)) between which po2_round defers to the reference:
-// sqrt(2) * (1 -+ 2^-9.5), about 1.4E-3 around the rounding boundary log2(y) = k + 1/2.
-inline constexpr std::uint32_t kPo2SlowLo = 3462675;  // floor((sqrt(2) - 1) * 2^23) - 12000
-inline constexpr std::uint32_t kPo2SlowHi = 3486676;  // ceil((sqrt(2) - 1) * 2^23) + 12000
-
-// po2_round_reference, bit for bit, without the logarithm for almost every y = s + eps.
-// For a positive normal y = 2^k * m (1 <= m < 2), log2(y) = k + log2(m) lies in [k, k + 1), so
-// the rounded exponent is k when m < sqrt(2) and k + 1 when m > sqrt(2). The reference computes
-// log2(y) as float32 logf(y) / float32(ln 2): logf is within 1 ulp, the division and float32(ln 2)
-// add 1/2 ulp and 3e-9 relative, so for |log2(y)| < 128 the computed quotient is within 1e-4 of
-// log2(y), while a mantissa outside [kPo2SlowLo, kPo2SlowHi] puts log2(y) more than 1.4e-3 from
-// k + 1/2: both round alike. Inside that window, and for y outside the normal exponents 2 .. 252
-// (zero, subnormal, negative, huge, inf, NaN), the reference runs. Pinned by Po2Round tests (every
-// exponent's window edges, strided mantissas; and once exhaustively over every float32 y).
-// The bits of po2_round(s, eps) from y = s + eps where the fast path settles it, else 0 (no
-// power of two has those bits). Branch-free, so a loop over it vectorizes.
-inline std::uint32_t po2_round_fast_bits(float y) {
-  const std::uint32_t b = std::bit_cast<std::uint32_t>(y);
-  const std::uint32_t field = b >> 23;  // sign and exponent: 2 .. 252 for a positive normal y
-  const std::uint32_t mantissa = b & 0x7fffffu;
-  const bool settled = field >= 2 && field <= 252 && (mantissa < kPo2SlowLo || mantissa > kPo2SlowHi);
-  const std::uint32_t k = field + (mantissa > kPo2SlowHi ? 1u : 0u);  // biased exponent of the result
-  return settled ? k << 23 : 0u;
-}
+// po2_round_fast_bits, kPo2SlowLo / kPo2SlowHi: the fast path of po2_round, in the kernel
+// formulas (families/qkeras/kernels.h) so the rank-1 rounds' kernel can run it.
+using detail::kPo2SlowHi;
+using detail::kPo2SlowLo;
+using detail::po2_round_fast_bits;
 
 inline float po2_round(float s, float eps) {
   const std::uint32_t fast = po2_round_fast_bits(s + eps);
@@ -432,7 +413,7 @@ ScaleArray least_squares_po2(std::span<const LeastSquaresAcc> sums, const detail
 template <class P>
 struct ElementwiseRounds {
   detail::RowKernel kernel = nullptr;  // the quantizer's kernel: level mode and output mode
-  P level_params;                      // level_only set (run() sets ls_quotient and eps)
+  P level_params;                      // level_only set (run() sets ls_quotient, ls_po2 and eps)
   P out_params;                        // the final pass's parameters, or unused when out is null
   float eps = 0;
   Po2Clip clip;
@@ -442,84 +423,137 @@ struct ElementwiseRounds {
     int rounds = 0;  // rounds the global loop runs
   };
 
+  // po2_round by the reference for an element the kernel's fast path left (its quotient from the
+  // element's own formula), a NaN made the quiet NaN: the scale before the clip.
+  float reference_scale(float x, float s, const P& ls_params) const {
+    P qp = ls_params;
+    qp.ls_po2 = false;
+    const float po2 = po2_round_reference(detail::qk_bits_auto_element(x, s, qp), eps);
+    return std::isnan(po2) ? std::numeric_limits<float>::quiet_NaN() : po2;
+  }
+
   // s0: one value (broadcast) or n values. Writes the final scales into `s` (n values) and, when
   // `out` is not null, the quantizer's output with them (the final pass). With `report` (and
-  // `out`), the scales are written there times `report_factor` (float32, the flush rule) instead,
-  // and `s` stays empty: nothing else needs them.
+  // `out`), the final pass writes the reported scales there instead, s * out_params.m (float32,
+  // the flush rule; P::scale_out), and `s` stays empty: nothing else needs them.
   Result run(const float* x, std::int64_t n, const std::vector<float>& s0, bool s0_full, std::vector<float>& s, float* out,
-             float* report = nullptr, float report_factor = 1.0f) const {
+             float* report = nullptr) const {
     if (out == nullptr) report = nullptr;
     if (report == nullptr) s.resize(static_cast<std::size_t>(n));
     const int first_fixed_round = s0_full ? 1 : 2;
     constexpr std::int64_t kBlock = 1024, kChunk = std::int64_t{1} << 14;
     const std::int64_t chunks = (n + kChunk - 1) / kChunk;
     std::vector<int> chunk_rounds(static_cast<std::size_t>(chunks), 0);
+    const bool clipped = clip.lo.has_value() || clip.hi.has_value();
     detail::parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
       const detail::ScopedFlushDenormals flush;
-      alignas(64) float cur[kBlock], xs[kBlock], ss[kBlock], quotient[kBlock];
-      alignas(64) std::uint32_t po2_bits[kBlock];
-      std::int32_t active[kBlock];  // the block's elements not yet at their fixed point
+      alignas(64) float cur[kBlock], next[kBlock], xs[kBlock], ss[kBlock];
+      std::int32_t active[kBlock];  // the block's elements whose scale moved in the last round
+      std::int32_t slow[kBlock];    // this round's elements the reference decides
+      alignas(64) std::uint8_t moved[kBlock];
       for (std::int64_t c = c0; c < c1; ++c) {
         int rounds = 0;
         for (std::int64_t b = c * kChunk, end = std::min(n, (c + 1) * kChunk); b < end; b += kBlock) {
           const std::int64_t m = std::min(kBlock, end - b);
-          for (std::int64_t k = 0; k < m; ++k) cur[k] = s0_full ? s0[static_cast<std::size_t>(b + k)] : s0[0];
-          for (std::int64_t k = 0; k < m; ++k) active[k] = static_cast<std::int32_t>(k);
-          std::int64_t live = m;
+          if (s0_full) {
+            std::memcpy(cur, s0.data() + b, static_cast<std::size_t>(m) * sizeof(float));
+          } else {
+            std::fill(cur, cur + m, s0[0]);
+          }
+          std::int64_t live = m;  // round 1 takes the whole block in place, later rounds the moved ones
+          // exact: the round's input scales all have exact reciprocals; all_exact: so do the
+          // block's scales (a scale changes only by moving, and every moved one is tested).
+          bool exact = s0_full ? all_exact_reciprocals(cur, m) : all_exact_reciprocals(cur, 1);
+          bool all_exact = exact;
           int block_rounds = max_rounds;
           for (int r = 1; r <= max_rounds; ++r) {
-            // The live elements, gathered (an element at its fixed point stays there: f(s) == s).
+            const bool whole = r == 1;
             const float* xr = x + b;
             const float* sr = cur;
-            if (live < m) {
+            if (!whole) {
               for (std::int64_t i = 0; i < live; ++i) xs[i] = x[b + active[i]], ss[i] = cur[active[i]];
               xr = xs;
               sr = ss;
             }
-            // The round's f in passes: the kernel's one-element quotient (P::ls_quotient), po2_round's
-            // fast path, the rare inputs it leaves to the reference, the clip, the comparison.
+            // The kernel writes po2_round's fast path of each one-element quotient (P::ls_quotient,
+            // P::ls_po2): the scale f(x, s) before the clip, or +0 where the reference decides.
             P lp = level_params;
-            lp.pow2_scales = all_exact_reciprocals(sr, live);
+            lp.pow2_scales = exact;
             lp.ls_quotient = true;
+            lp.ls_po2 = true;
             lp.eps = eps;
             detail::RowArgs a;
             a.in[0] = xr;
             a.in[1] = sr;
-            a.out = quotient;
+            a.out = next;
             a.n = live;
             a.index = b;  // no stochastic levels in the searches: the index is unused
             kernel(&lp, a);
-            // po2_round's fast path (vectorizes); 0 marks the rare inputs the reference decides
-            // (NaN among them: the fast path only returns positive normal powers of two).
-            std::uint32_t any_slow = 0;
-            for (std::int64_t i = 0; i < live; ++i) {
-              po2_bits[i] = po2_round_fast_bits(quotient[i] + eps);
-              any_slow |= po2_bits[i] == 0 ? 1u : 0u;
-            }
-            if (any_slow != 0) {
+            std::int64_t still = 0, slow_count = 0;
+            std::uint32_t bad = 0;
+            auto not_exact = [](std::uint32_t bits) { return (bits & 0x7FFFFFu) | static_cast<std::uint32_t>((bits >> 23) - 1u > 252u); };
+            if (whole) {
+              // The whole block in passes that vectorize: the ones the reference decides (rare),
+              // the clip, then the comparison (as bits, as ScaleArray::same_bits does) into byte
+              // flags, from which the moved ones (a few percent) are listed eight flags at a time.
+              std::uint32_t any_slow = 0;
+              for (std::int64_t i = 0; i < m; ++i) any_slow |= std::bit_cast<std::uint32_t>(next[i]) == 0 ? 1u : 0u;
+              if (any_slow != 0) {
+                for (std::int64_t i = 0; i < m; ++i) {
+                  if (std::bit_cast<std::uint32_t>(next[i]) == 0) next[i] = reference_scale(x[b + i], cur[i], lp);
+                }
+              }
+              if (clipped) {
+                for (std::int64_t i = 0; i < m; ++i) next[i] = least_squares_finish(next[i], clip);
+              }
+              for (std::int64_t i = 0; i < m; ++i) {
+                moved[i] = std::bit_cast<std::uint32_t>(next[i]) != std::bit_cast<std::uint32_t>(cur[i]) ? 1 : 0;
+                cur[i] = next[i];
+              }
+              for (std::int64_t i = 0; i < m; i += 8) {
+                std::uint64_t flags;
+                std::memcpy(&flags, moved + i, sizeof(flags));
+                if (flags == 0) continue;
+                for (std::int64_t t = i; t < std::min(m, i + 8); ++t) {
+                  if (moved[t] == 0) continue;
+                  active[still++] = static_cast<std::int32_t>(t);
+                  bad |= not_exact(std::bit_cast<std::uint32_t>(cur[t]));
+                }
+              }
+            } else {
+              // The few moved ones, branch-free: each new scale (clipped) replaces the old one and
+              // the moved ones form the next list; the ones the reference decides keep their old
+              // scale for now and are listed apart.
               for (std::int64_t i = 0; i < live; ++i) {
-                if (po2_bits[i] != 0) continue;
-                const float po2 = po2_round_reference(quotient[i], eps);
-                po2_bits[i] = std::bit_cast<std::uint32_t>(std::isnan(po2) ? std::numeric_limits<float>::quiet_NaN() : po2);
+                const std::int32_t k = active[i];
+                float v = next[i];
+                const bool is_slow = std::bit_cast<std::uint32_t>(v) == 0;
+                if (clipped) v = least_squares_finish(v, clip);
+                const std::uint32_t bits = std::bit_cast<std::uint32_t>(v);
+                const bool moved_k = !is_slow && bits != std::bit_cast<std::uint32_t>(sr[i]);
+                cur[k] = is_slow ? sr[i] : v;
+                active[still] = k;  // still <= i: active[i] is read above before any later write
+                still += moved_k ? 1 : 0;
+                slow[slow_count] = k;
+                slow_count += is_slow ? 1 : 0;
+                bad |= moved_k ? not_exact(bits) : 0u;
               }
             }
-            if (clip.lo || clip.hi) {
-              for (std::int64_t i = 0; i < live; ++i) {
-                po2_bits[i] = std::bit_cast<std::uint32_t>(least_squares_finish(std::bit_cast<float>(po2_bits[i]), clip));
-              }
-            }
-            // Keep the elements whose scale moved, compared as bits as ScaleArray::same_bits does
-            // (branch-free: every element is stored, the count advances for the moved ones).
-            std::int64_t still = 0;
-            for (std::int64_t i = 0; i < live; ++i) {
-              const std::uint32_t next = po2_bits[i];
-              const bool moved = next != std::bit_cast<std::uint32_t>(sr[i]);  // read before cur[k] (sr may be cur)
-              const std::int32_t k = active[i];
-              cur[k] = std::bit_cast<float>(next);
-              active[still] = k;
-              still += moved ? 1 : 0;
+            // The listed ones the reference decides (NaN among them: the fast path only returns
+            // positive normal powers of two).
+            for (std::int64_t j = 0; j < slow_count; ++j) {
+              const std::int32_t k = slow[j];
+              const float v = least_squares_finish(reference_scale(x[b + k], cur[k], lp), clip);
+              const std::uint32_t bits = std::bit_cast<std::uint32_t>(v);
+              if (bits == std::bit_cast<std::uint32_t>(cur[k])) continue;
+              cur[k] = v;
+              active[still++] = k;
+              bad |= not_exact(bits);
             }
             live = still;
+            // The next round's scales are the moved ones; the settled ones are not read again.
+            exact = bad == 0;
+            all_exact = all_exact && exact;
             if (live == 0) {
               block_rounds = std::max(r, first_fixed_round);
               break;
@@ -527,20 +561,19 @@ struct ElementwiseRounds {
           }
           // A block that found no fixed point ran every round: the global loop runs them all.
           rounds = std::max(rounds, block_rounds);
-          if (report != nullptr) {
-            for (std::int64_t k = 0; k < m; ++k) report[b + k] = cur[k] * report_factor;
-          } else {
-            std::memcpy(s.data() + b, cur, static_cast<std::size_t>(m) * sizeof(float));
-          }
+          if (report == nullptr) std::memcpy(s.data() + b, cur, static_cast<std::size_t>(m) * sizeof(float));
           if (out != nullptr) {
+            // With `report`, the quantizing pass writes the reported scales too (P::scale_out).
             P op = out_params;
-            op.pow2_scales = all_exact_reciprocals(cur, m);
+            op.scale_out = report == nullptr ? nullptr : report + b;
+            op.pow2_scales = all_exact;
             detail::RowArgs a;
             a.in[0] = x + b;
             a.in[1] = cur;
             a.out = out + b;
             a.n = m;
             a.index = b;
+            a.stream = true;  // the output (and report) are written once, not read again here
             kernel(&op, a);
           }
         }
@@ -551,7 +584,6 @@ struct ElementwiseRounds {
     for (int r : chunk_rounds) res.rounds = std::max(res.rounds, r);
     return res;
   }
-
 };
 
 // Reduction layout of the least-squares rounds: kept dims and blocks (elements_per_scale).

@@ -116,19 +116,37 @@ void qk_bits_auto_f32(const void* params, const RowArgs& a) {
   const Vec::F m = Vec::splat(p.m), m_i = Vec::splat(p.m_i), half_levels = Vec::splat(p.half_levels);
   const Vec::F inv_m = Vec::splat(p.inv_m), inv_m_i = Vec::splat(p.inv_m_i);
   const Vec::F half = Vec::splat(0.5f);
-  const bool level_only = p.level_only, ls_quotient = p.ls_quotient;
+  const bool level_only = p.level_only, ls_quotient = p.ls_quotient, ls_po2 = p.ls_po2;
   with_flags(p.inv_m != 0.0f, p.inv_m_i != 0.0f, p.pow2_scales,
              [&](auto has_inv_m, auto has_inv_m_i, auto pow2_scales) POLYQUANT_ALWAYS_INLINE {
     if (level_only && ls_quotient) {
       // qk_bits_ls_quotient: float(0.0 + double(p)) is p + 0.0f, and z * z + 0.0f is z * z.
       const Vec::F zero = Vec::zero(), eps = Vec::splat(p.eps), nan = Vec::splat(std::numeric_limits<float>::quiet_NaN());
-      for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      auto quotient = [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
         const Vec::F xs = div_by(v[0], m_i, has_inv_m_i, inv_m_i);
         const Vec::F level = Vec::floor(Vec::add(div_by_scale(Vec::abs(xs), v[1], pow2_scales), half));
         const Vec::F z = Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
         const Vec::F q = Vec::div(Vec::add(Vec::mul(xs, z), zero), Vec::add(Vec::mul(z, z), eps));
         return Vec::select(Vec::isnan(q), nan, q);
-      });
+      };
+      if (ls_po2) {
+        // po2_round_fast_bits(q + eps) on the bits: exponent field k (sign included) in 2 .. 252
+        // and the mantissa outside the window give k << 23 (k + 1 above it), else 0.
+        const Vec::I mantissa_mask = Vec::splat_i(0x7FFFFF), one_i = Vec::splat_i(1), zero_i = Vec::splat_i(0);
+        const Vec::I two = Vec::splat_i(2), top = Vec::splat_i(252);
+        const Vec::I lo = Vec::splat_i(static_cast<std::int32_t>(kPo2SlowLo)), hi = Vec::splat_i(static_cast<std::int32_t>(kPo2SlowHi));
+        for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+          const Vec::I b = Vec::bits(Vec::add(quotient(v), eps));
+          const Vec::I field = Vec::shr_i<23>(b), mantissa = Vec::and_i(b, mantissa_mask);
+          const Vec::M above = Vec::gt_i(mantissa, hi);
+          Vec::I r = Vec::shl_i<23>(Vec::add_i(field, Vec::select_i(above, one_i, zero_i)));
+          r = Vec::select_i(Vec::mask_or(Vec::gt_i(lo, mantissa), above), r, zero_i);
+          r = Vec::select_i(Vec::mask_or(Vec::gt_i(two, field), Vec::gt_i(field, top)), zero_i, r);
+          return Vec::from_bits(r);
+        });
+        return;
+      }
+      for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return quotient(v); });
       return;
     }
     if (level_only) {
@@ -139,13 +157,29 @@ void qk_bits_auto_f32(const void* params, const RowArgs& a) {
       });
       return;
     }
-    for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    auto quantized = [&](const Vec::F* v, Vec::F& scale) POLYQUANT_ALWAYS_INLINE {
       const Vec::F xs = div_by(v[0], m_i, has_inv_m_i, inv_m_i);
       const Vec::F level = Vec::floor(Vec::add(div_by_scale(Vec::abs(xs), v[1], pow2_scales), half));
       const Vec::F z = Vec::mul(tf_sign_v(xs), Vec::select(Vec::lt(level, half_levels), level, half_levels));
-      const Vec::F scale = Vec::mul(v[1], m);
+      scale = Vec::mul(v[1], m);
       const Vec::F full = Vec::mul(m_i, xs);
       return nan_result_v(blend(full, Vec::mul(scale, div_by(Vec::mul(m_i, z), m, has_inv_m, inv_m))), v[0]);
+    };
+    if (p.scale_out != nullptr) {
+      // The reported scale s * m is the kernel's own `scale`: a second output, streamed with the first.
+      for_each_vector<2, FloatOuts<2>>(
+          a,
+          [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            Vec::F scale;
+            const Vec::F q = quantized(v, scale);
+            return Vectors<2>{{q, scale}};
+          },
+          FloatOuts<2>{static_cast<const float*>(a.out), {p.scale_out}, {true}});
+      return;
+    }
+    for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+      Vec::F scale;
+      return quantized(v, scale);
     });
   });
 }

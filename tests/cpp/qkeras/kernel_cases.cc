@@ -100,6 +100,13 @@ KernelCases kernel_cases_qk_bits_auto() {
             c.checks.push_back({Kind::kRows, wq, Params::of(q), ops});
             q.inv_m = q.inv_m_i = 0.0f;
             c.checks.push_back({Kind::kRows, wq + " no reciprocals", Params::of(q), ops});
+            // po2_round's fast path of that quotient (ls_po2).
+            q.ls_po2 = true;
+            c.checks.push_back({Kind::kRows, wq + " ls_po2", Params::of(q), ops});
+            q.pow2_scales = true;
+            q.inv_m = p.inv_m;
+            q.inv_m_i = p.inv_m_i;
+            c.checks.push_back({Kind::kRows, wq + " ls_po2 pow2_scales", Params::of(q), pow2_ops});
           }
         }
       }

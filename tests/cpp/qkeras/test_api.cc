@@ -1845,6 +1845,125 @@ std::vector<float> rank1_data(std::size_t n, std::uint64_t salt, bool specials) 
 // The element-by-element rounds of a rank-1 auto_po2 search give the global loop's scales,
 // output and round count, bit for bit, for every kernel set and 1 and 2 threads: odd sizes (one
 // element, a partial block, blocks and chunks and their edges), specials, clips, bits.
+// The rank-1 rounds' kernel mode (QkBitsAutoParams::ls_po2: po2_round's fast path of the
+// one-element quotient, +0 where the reference decides) on every kernel set equals the scalar
+// element, and, where z = 1 and eps = 0 make the quotient x itself, po2_round_fast_bits(x): every
+// exponent at the window edges +-2 ulp, and zeros, negatives, subnormals, huge values, NaN.
+TEST(QKerasPo2Round, KernelFastPathOnEveryKernelSet) {
+  using internal::kPo2SlowHi;
+  using internal::kPo2SlowLo;
+  std::vector<float> x, s;
+  std::vector<bool> quotient_is_x;
+  std::vector<int> exponents{-126, -125, -124, 123, 124, 125, 126, 127};  // fields 1 .. 3 and 250 .. 254
+  for (int e = -120; e <= 120; e += 7) exponents.push_back(e);
+  for (int e : exponents) {
+    // x in [2^e, 2^(e+1)) with the scale 2^e: |x| / s + 0.5 floors to 1 (x < 1.5 * 2^e), z = 1.
+    for (std::uint32_t edge : {kPo2SlowLo, kPo2SlowHi}) {
+      for (int d = -2; d <= 2; ++d) {
+        x.push_back(std::ldexp(1.0f + static_cast<float>(static_cast<std::int64_t>(edge) + d) / 8388608.0f, e));
+        s.push_back(std::ldexp(1.0f, e));
+        quotient_is_x.push_back(true);
+      }
+    }
+    x.push_back(std::ldexp(1.25f, e)), s.push_back(std::ldexp(1.0f, e)), quotient_is_x.push_back(true);
+  }
+  for (float v : {0.0f, -0.0f, -1.0f, 1e-40f, -3e-39f, 3e38f, kInf, -kInf, kNaN, 7.0f, 1e-30f}) {
+    for (float sc : {1.0f, 0x1p-23f, 0.0f, 3.0f, kNaN, 0x1p100f}) x.push_back(v), s.push_back(sc), quotient_is_x.push_back(false);
+  }
+  const auto n = static_cast<std::int64_t>(x.size());
+  detail::QkBitsAutoParams p;
+  p.m = 128.0f;
+  p.m_i = 1.0f;
+  p.inv_m_i = 1.0f;
+  p.half_levels = 127.0f;
+  p.level_only = true;
+  p.ls_quotient = true;
+  p.ls_po2 = true;
+  for (float eps : {0.0f, 1e-7f}) {
+    p.eps = eps;
+    std::vector<float> want(static_cast<std::size_t>(n));
+    detail::RowArgs a;
+    a.in[0] = x.data();
+    a.in[1] = s.data();
+    a.n = n;
+    a.out = want.data();
+    detail::qk_bits_auto_reference_row<float>(&p, a);
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (eps != 0.0f || !quotient_is_x[static_cast<std::size_t>(i)]) continue;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(want[static_cast<std::size_t>(i)]), internal::po2_round_fast_bits(x[static_cast<std::size_t>(i)]))
+          << "x " << x[static_cast<std::size_t>(i)];
+    }
+    for (const detail::Isa isa : detail::supported_isas()) {
+      const detail::RowKernel kernel = detail::kernel_for(detail::KernelOp::kQkBitsAuto, detail::WorkType::kF32, isa);
+      for (bool pow2 : {false, true}) {
+        p.pow2_scales = pow2;
+        std::vector<float> got(static_cast<std::size_t>(n), 12345.0f), scales = s;
+        if (pow2) {  // the reciprocal path only for powers of two
+          for (float& v : scales) v = detail::exact_reciprocal(v) != 0.0f ? v : 1.0f;
+          a.in[1] = scales.data();
+          a.out = want.data();
+          detail::qk_bits_auto_reference_row<float>(&p, a);
+        }
+        a.out = got.data();
+        kernel(&p, a);
+        EXPECT_TRUE(same_floats(got, want)) << "eps " << eps << " pow2 " << pow2;
+        a.in[1] = s.data();
+        a.out = want.data();
+        detail::qk_bits_auto_reference_row<float>(&p, a);
+      }
+    }
+  }
+}
+
+// The quantizing pass's second output (QkBitsAutoParams::scale_out, the rank-1 report s * m) on
+// every kernel set equals the scalar rows': lengths with tails, unaligned outputs, streamed or
+// not, scales per element, one for all, or one per row.
+TEST(QKerasLayouts, ReportedScaleOutputOnEveryKernelSet) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> x(600), s(600);
+  for (float& v : x) v = normal(rng);
+  for (std::size_t i = 0; i < s.size(); ++i) s[i] = i % 5 == 0 ? 0.3f : std::ldexp(1.0f, static_cast<int>(i % 9) - 6);
+  x[3] = kNaN, x[40] = -0.0f, x[77] = 1e-40f, s[9] = kNaN, s[12] = 1e-39f;
+  detail::QkBitsAutoParams p;
+  p.m = 128.0f;
+  p.m_i = 2.0f;
+  p.inv_m = 1.0f / 128.0f;
+  p.inv_m_i = 0.5f;
+  p.half_levels = 127.0f;
+  p.blend = {true, 1.0f, 0.0f};
+  for (const detail::Isa isa : detail::supported_isas()) {
+    const detail::RowKernel kernel = detail::kernel_for(detail::KernelOp::kQkBitsAuto, detail::WorkType::kF32, isa);
+    for (std::int64_t n : {1, 15, 16, 17, 64, 100, 513}) {
+      for (std::int64_t offset : {0, 1, 16}) {
+        for (int scale_kind = 0; scale_kind < 3; ++scale_kind) {  // per element, broadcast, per row of 8
+          for (bool stream : {false, true}) {
+            const std::string what = "n " + std::to_string(n) + " offset " + std::to_string(offset) + " scales " +
+                                     std::to_string(scale_kind) + " stream " + std::to_string(stream);
+            if (scale_kind == 2 && n % 8 != 0) continue;
+            std::vector<float> out(700, 1.0f), report(700, 2.0f), want_out(700, 1.0f), want_report(700, 2.0f);
+            detail::RowArgs a;
+            a.in[0] = x.data();
+            a.in[1] = s.data();
+            a.broadcast_mask = scale_kind == 1 ? 2u : 0u;
+            if (scale_kind == 2) a.per_row_mask = 2u, a.row_len = 8;
+            a.n = n;
+            a.stream = stream;
+            a.out = want_out.data() + offset;
+            p.scale_out = want_report.data() + offset;
+            detail::qk_bits_auto_reference_row<float>(&p, a);
+            a.out = out.data() + offset;
+            p.scale_out = report.data() + offset;
+            kernel(&p, a);
+            EXPECT_TRUE(same_floats(out, want_out)) << what;
+            EXPECT_TRUE(same_floats(report, want_report)) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(QKerasLayouts, Rank1RoundsEqualTheGlobalLoop) {
   const RuntimeGuard guard;
   struct Case {
