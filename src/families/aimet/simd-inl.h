@@ -142,42 +142,13 @@ inline Vec::F mul_first_nan_v(Vec::F a, Vec::F b) { return Vec::select(Vec::isna
 // The training path's per-element gradients (affine_grad_element), float32 working precision,
 // operation for operation, with the spec's spelled-out NaN choices. Operands: grad_output, x,
 // scale, offset. The mask "v in [qmin, qmax]" is two ordered comparisons (false for NaN), spelled
-// as nested selects. float16 / bfloat16 working precisions and blocked parameters run the scalar
-// spec.
+// as nested selects. float16 / bfloat16 working precisions run the scalar spec.
 void affine_grad_f32(const void* params, const RowArgs& a) {
   const auto& g = *static_cast<const AffineGradParams*>(params);
   const AffineParams& p = g.op;
-  const std::uint32_t plain_mask = 0b0011u;  // grad_output and x: neither broadcast nor per row
-  if (p.narrow == QuotientRounding::kNone && a.per_row_mask != 0 && a.repeated_row_mask == 0 &&
-      ((a.per_row_mask | a.broadcast_mask) & plain_mask) == 0) {
-    // Blocked parameters (many short runs in one call): each row of row_len elements is a row of
-    // its own with that row's scale and offset broadcast.
-    const std::int64_t len = a.row_len;
-    AffineGradParams row = g;
-    for (std::int64_t r = 0; r * len < a.n; ++r) {
-      RowArgs b = a;
-      b.per_row_mask = 0;
-      b.row_len = 0;
-      b.n = len;
-      b.index = a.index + r * len;
-      b.in[0] = a.input<float>(0) + r * len;
-      b.in[1] = a.input<float>(1) + r * len;
-      for (int k = 2; k < 4; ++k) {
-        b.in[static_cast<std::size_t>(k)] = a.input<float>(k) + (a.is_per_row(k) ? r : a.is_broadcast(k) ? 0 : r * len);
-        if (a.is_per_row(k)) b.broadcast_mask |= 1u << k;
-      }
-      b.out = static_cast<float*>(a.out) + r * len;
-      b.stream = false;  // short rows: a store fence per row would cost more than the cache saves
-      if (g.of == AffineGradOf::kAll) {
-        row.scale_terms = static_cast<float*>(g.scale_terms) + r * len;
-        row.offset_terms = static_cast<float*>(g.offset_terms) + r * len;
-        if (g.value_out != nullptr) row.value_out = static_cast<float*>(g.value_out) + r * len;
-      }
-      affine_grad_f32(&row, b);
-    }
-    return;
-  }
-  if (p.narrow != QuotientRounding::kNone || a.per_row_mask != 0) {
+  // Blocked parameters (many short runs in one call, one scale and offset per run) go through the
+  // vector paths below: for_each_vector walks them row by row with that row's parameters splat.
+  if (p.narrow != QuotientRounding::kNone || (a.per_row_mask & 0b0011u) != 0) {
     ref::affine_grad_f32(params, a);
     return;
   }

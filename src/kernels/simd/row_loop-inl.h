@@ -198,16 +198,19 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
         if (j < start + len) partial(j, start + len - j);
       }
     } else {
-      // Any mix; repeated-row operands are read at the offset within the row.
+      // Any mix (several operands run on, e.g. a gradient and x); repeated-row operands are read at
+      // the offset within the row.
+      const std::uint32_t splat_mask = per_row | (a.broadcast_mask & kAllMask);
+      const std::uint32_t repeated = a.repeated_row_mask & kAllMask;
       for (std::int64_t row = 0, start = 0; start < n; ++row, start += len) {
         for (int k = 0; k < kN; ++k) {
-          if (a.is_per_row(k)) splats[k] = Vec::splat(src[k][row]);
+          if ((per_row >> k) & 1u) splats[k] = Vec::splat(src[k][row]);
         }
         std::int64_t j = start;
         for (; j + L <= start + len; j += L) {
           for (int k = 0; k < kN; ++k) {
-            if (a.is_broadcast(k) || a.is_per_row(k)) v[k] = splats[k];
-            else v[k] = Vec::loadu(src[k] + (a.is_repeated_row(k) ? j - start : j));
+            if ((splat_mask >> k) & 1u) v[k] = splats[k];
+            else v[k] = Vec::loadu(src[k] + (((repeated >> k) & 1u) ? j - start : j));
           }
           const typename Out::Result r = body(v);
           if (stream) policy.stream(out + j, r);
