@@ -12,28 +12,6 @@ inline Vec::F torch_clamp_v(Vec::F v, Vec::F lo, Vec::F hi) {
   return Vec::select(Vec::lt(v, lo), lo, Vec::select(Vec::gt(v, hi), hi, v));
 }
 
-// Blocked parameters: rows of row_len elements with one scale / offset per row (RowArgs::per_row_mask)
-// or one for all; x and the output run on. Each row is the per-tensor loop with that row's
-// parameters in registers; a row's tail goes through the scalar element function (the spec).
-template <class Body>
-POLYQUANT_ALWAYS_INLINE inline void affine_blocks(const AffineParams& p, const RowArgs& a, Body&& body) {
-  constexpr int L = Vec::kLanes;
-  const float* x = a.input<float>(0);
-  const float* s = a.input<float>(1);
-  const float* o = a.input<float>(2);
-  float* out = static_cast<float*>(a.out);
-  const std::int64_t len = a.row_len, rows = a.n / a.row_len;
-  const bool s_rows = a.is_per_row(1), o_rows = a.is_per_row(2);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float sr = s[s_rows ? r : 0], orow = o[o_rows ? r : 0];
-    const Vec::F sv = Vec::splat(sr), ov = Vec::splat(orow);
-    const std::int64_t base = r * len;
-    std::int64_t j = 0;
-    for (; j + L <= len; j += L) Vec::storeu(out + base + j, body(Vec::loadu(x + base + j), sv, ov));
-    for (; j < len; ++j) out[base + j] = affine_element<float>(p, x[base + j], sr, orow);
-  }
-}
-
 // The rows of affine_f32. kCanonicalNan (bfloat16 results, AffineParams::canonical_nan): every
 // NaN result becomes the default quiet NaN, as canonical_if does in the spec.
 template <bool kCanonicalNan>
@@ -44,24 +22,8 @@ void affine_rows(const AffineParams& p, const RowArgs& a) {
     if constexpr (kCanonicalNan) return Vec::select(Vec::isnan(r), quiet_nan, r);
     else return r;
   };
-  if (a.per_row_mask != 0) {
-    switch (p.kind) {
-      case AffineKind::kDequantize:
-        affine_blocks(p, a, [&](Vec::F x, Vec::F s, Vec::F o) POLYQUANT_ALWAYS_INLINE { return canonical(Vec::mul(Vec::add(x, o), s)); });
-        return;
-      case AffineKind::kQuantize:
-        affine_blocks(p, a, [&](Vec::F x, Vec::F s, Vec::F o) POLYQUANT_ALWAYS_INLINE {
-          return canonical(torch_clamp_v(Vec::sub(Vec::rint(Vec::div(x, s)), o), lo, hi));
-        });
-        return;
-      default:
-        affine_blocks(p, a, [&](Vec::F x, Vec::F s, Vec::F o) POLYQUANT_ALWAYS_INLINE {
-          const Vec::F q = torch_clamp_v(Vec::sub(Vec::rint(Vec::div(x, s)), o), lo, hi);
-          return canonical(Vec::mul(Vec::add(q, o), s));
-        });
-        return;
-    }
-  }
+  // Blocked parameters (RowArgs::per_row_mask): for_each_vector walks the rows, each with its own
+  // scale and offset splat.
   switch (p.kind) {
     case AffineKind::kDequantize:
       for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return canonical(Vec::mul(Vec::add(v[0], v[2]), v[1])); });

@@ -105,40 +105,7 @@ void quantize_rows(const QuantizeLinearParams& p, const RowArgs& a, const Formul
   }
 }
 
-// Blocked parameters: rows of row_len elements, the scale and zero point one value per row
-// (RowArgs::per_row_mask) or one for all; x and the output run on. Each row is the per-tensor
-// loop with that row's parameters in registers; a row's tail goes through the scalar element
-// function (the spec), so every element gets exactly the reference's arithmetic.
-template <class Out, class Formula>
-void quantize_blocks(const QuantizeLinearParams& p, const RowArgs& a, const Formula& formula) {
-  using T = typename Out::T;
-  constexpr int L = Vec::kLanes;
-  const Out policy{};
-  const float* x = a.input<float>(0);
-  const float* s = a.input<float>(1);
-  const float* z = p.has_zero_point ? a.input<float>(2) : nullptr;
-  T* out = static_cast<T*>(a.out);
-  const std::int64_t len = a.row_len, rows = a.n / a.row_len;
-  const bool s_rows = a.is_per_row(1), z_rows = z && a.is_per_row(2);
-  const bool stream = Out::kCanStream && a.stream;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float sr = s[s_rows ? r : 0], zr = z ? z[z_rows ? r : 0] : 0.0f;
-    const Vec::F sv = Vec::splat(sr), zv = Vec::splat(zr);
-    const std::int64_t base = r * len;
-    std::int64_t j = 0;
-    for (; j + L <= len; j += L) {
-      const Vec::F y = formula(Vec::div(Vec::loadu(x + base + j), sv), zv);
-      // Large outputs: non-temporal stores where the vector's destination is aligned to its width.
-      T* dst = out + base + j;
-      if (stream && reinterpret_cast<std::uintptr_t>(dst) % (L * sizeof(T)) == 0) policy.stream(dst, y);
-      else policy.store(dst, y);
-    }
-    for (; j < len; ++j) quantize_linear_element<float>(p, x[base + j], sr, zr, a.out, base + j);
-  }
-  if (stream) Vec::fence();
-}
-
-// Whether a call with per-row operands is the blocked layout the *_blocks loops run: x running on,
+// Whether a call with per-row operands is the blocked layout the vector loops run: x running on,
 // the scale and zero point one value per row or one for all. Anything else (x per row, broadcast or
 // repeating a row, a parameter running on per element or repeating a row) goes to the reference.
 inline bool blocked_parameters(const RowArgs& a, bool has_zero_point) {
@@ -149,8 +116,8 @@ inline bool blocked_parameters(const RowArgs& a, bool has_zero_point) {
 template <class Out, class Formula>
 void quantize_with(const QuantizeLinearParams& p, const RowArgs& a, const Formula& formula) {
   if (a.per_row_mask != 0) {
+    // Blocked parameters: for_each_vector walks the rows, each with its own scale and zero point.
     if (!blocked_parameters(a, p.has_zero_point)) return ref::quantize_linear_f32(&p, a);
-    return quantize_blocks<Out>(p, a, formula);
   }
   quantize_rows<Out>(p, a, formula);
 }
@@ -192,7 +159,9 @@ struct SubByteReader {
                                                                                            : (kBits == 4 ? DType::kUInt4 : DType::kUInt2))); }
 };
 
-// DQ with blocked parameters (see quantize_blocks).
+// DQ with blocked parameters: rows of row_len elements, the scale and zero point one value per row
+// (RowArgs::per_row_mask) or one for all; x and the output run on. A row's tail goes through the
+// scalar formula (the spec).
 template <class Reader>
 void dequantize_blocks(const DequantizeLinearParams& p, const RowArgs& a) {
   using T = typename Reader::T;
