@@ -226,11 +226,7 @@ ScaleArray group_max(const float* x, const Dims& shape, const std::vector<bool>&
   MaxReducer reducer;
   reducer.params.absolute = absolute;
   detail::grouped_reduce(x, nullptr, L, reducer, out.values.data());
-  const detail::ScopedFlushDenormals flush;
-  for (float& v : out.values) {
-    if (std::isnan(v)) v = std::numeric_limits<float>::quiet_NaN();
-    else if (divide) v = v / divisor;
-  }
+  map_scale(out, [&](float v) { return std::isnan(v) ? std::numeric_limits<float>::quiet_NaN() : divide ? v / divisor : v; });
   return out;
 }
 

@@ -87,11 +87,14 @@ void report_scale(ScaleArray& s, float factor, const MutableTensorView& out, con
 // (C-contiguous, x's shape, not overlapping the x they read), or null.
 float* speculative_output(const MutableTensorView& out, const Dims& shape, const float* x);
 
-// Elementwise float32 map of a scale array under the flush rule.
+// Elementwise float32 map of a scale array under the flush rule (on every thread: one scale per
+// row of a tall array is a million of them).
 template <class F>
 void map_scale(ScaleArray& s, F&& f) {
-  const detail::ScopedFlushDenormals flush;
-  for (float& v : s.values) v = f(v);
+  detail::parallel_for(static_cast<std::int64_t>(s.values.size()), std::int64_t{1} << 15, [&](std::int64_t i0, std::int64_t i1) {
+    const detail::ScopedFlushDenormals flush;
+    for (std::int64_t i = i0; i < i1; ++i) s.values[static_cast<std::size_t>(i)] = f(s.values[static_cast<std::size_t>(i)]);
+  });
 }
 
 // ---- reductions ------------------------------------------------------------------------------
