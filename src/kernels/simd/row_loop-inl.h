@@ -176,7 +176,8 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
     const bool stream = Out::kCanStream && a.stream && len % L == 0 &&
                         reinterpret_cast<std::uintptr_t>(out) % (L * sizeof(T)) == 0;
     const std::uint32_t per_row = a.per_row_mask & kAllMask;
-    if ((per_row & 1u) == 0 && ((per_row | a.broadcast_mask) & kParamsMask) == kParamsMask && a.repeated_row_mask == 0) {
+    if (((per_row | a.broadcast_mask) & 1u) == 0 && ((per_row | a.broadcast_mask) & kParamsMask) == kParamsMask &&
+        a.repeated_row_mask == 0) {
       // x runs on; every parameter is one value or one per row (a scale per short row).
       for (std::int64_t row = 0, start = 0; start < n; ++row, start += len) {
         for (int k = 1; k < kN; ++k) {

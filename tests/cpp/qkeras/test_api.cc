@@ -1964,6 +1964,53 @@ TEST(QKerasLayouts, ReportedScaleOutputOnEveryKernelSet) {
   }
 }
 
+// Per-row operands (RowArgs::per_row_mask: one value per row of row_len elements), read by the row
+// loop itself: every mix of x and the scale running on, one value, or one per row, row lengths
+// shorter, equal to and longer than a vector and not a multiple of it, on every kernel set, equal
+// to the scalar rows.
+TEST(QKerasLayouts, PerRowOperandsOnEveryKernelSet) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(512), s(512);
+  for (float& v : x) v = normal(rng);
+  for (std::size_t i = 0; i < s.size(); ++i) s[i] = std::ldexp(1.0f, static_cast<int>(i % 7) - 4) * (i % 3 == 0 ? 1.5f : 1.0f);
+  x[5] = kNaN, x[6] = -0.0f, s[2] = kNaN;
+  detail::QkBitsAutoParams p;
+  p.m = 128.0f;
+  p.m_i = 1.0f;
+  p.half_levels = 127.0f;
+  p.blend = {true, 1.0f, 0.0f};
+  enum class Kind { kRunsOn, kOne, kPerRow };
+  for (const detail::Isa isa : detail::supported_isas()) {
+    const detail::RowKernel kernel = detail::kernel_for(detail::KernelOp::kQkBitsAuto, detail::WorkType::kF32, isa);
+    for (std::int64_t len : {1, 5, 8, 16, 24, 40}) {
+      for (Kind xk : {Kind::kRunsOn, Kind::kOne, Kind::kPerRow}) {
+        for (Kind sk : {Kind::kRunsOn, Kind::kOne, Kind::kPerRow}) {
+          if (xk != Kind::kPerRow && sk != Kind::kPerRow) continue;
+          for (bool stream : {false, true}) {
+            const std::int64_t n = len * 9;
+            detail::RowArgs a;
+            a.in[0] = x.data();
+            a.in[1] = s.data();
+            a.n = n;
+            a.row_len = len;
+            a.stream = stream;
+            a.broadcast_mask = (xk == Kind::kOne ? 1u : 0u) | (sk == Kind::kOne ? 2u : 0u);
+            a.per_row_mask = (xk == Kind::kPerRow ? 1u : 0u) | (sk == Kind::kPerRow ? 2u : 0u);
+            std::vector<float> got(static_cast<std::size_t>(n) + 32, 7.0f), want = got;
+            a.out = got.data() + 16;
+            kernel(&p, a);
+            a.out = want.data() + 16;
+            detail::qk_bits_auto_reference_row<float>(&p, a);
+            EXPECT_TRUE(same_floats(got, want)) << "len " << len << " x " << static_cast<int>(xk) << " scale " << static_cast<int>(sk)
+                                                << " stream " << stream;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(QKerasLayouts, Rank1RoundsEqualTheGlobalLoop) {
   const RuntimeGuard guard;
   struct Case {
