@@ -404,17 +404,25 @@ class GeneratedBatches:
 def test_memory_does_not_grow_with_the_number_of_batches():
     """Peak Python-side allocations (numpy's included) for 10x the batches stay within 1.5x: one batch
     and the statistics are held, not the data."""
+    import gc
     import tracemalloc
     model = conv_net()
     polyquant.report(model, GeneratedBatches(2), show_progress=False)  # imports and caches warmed up
 
     def peak(n):
-        tracemalloc.start()
-        try:
-            r = polyquant.report(model, GeneratedBatches(n), show_progress=False)
-            return tracemalloc.get_traced_memory()[1], r
-        finally:
-            tracemalloc.stop()
+        # The smaller of two runs, each after a collection: tracemalloc counts every thread's
+        # allocations, so garbage or a helper thread left by an earlier test in the same worker
+        # can inflate one measurement (seen once in a full parallel run), not the property.
+        peaks = []
+        for _ in range(2):
+            gc.collect()
+            tracemalloc.start()
+            try:
+                r = polyquant.report(model, GeneratedBatches(n), show_progress=False)
+                peaks.append(tracemalloc.get_traced_memory()[1])
+            finally:
+                tracemalloc.stop()
+        return min(peaks), r
 
     small, r_small = peak(4)
     large, r_large = peak(40)
