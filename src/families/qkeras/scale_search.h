@@ -64,14 +64,15 @@ struct ScaleArray {
 
 // Whether every scale is a power of two with an exact float32 reciprocal: the kernels may then
 // multiply by 1/s where QKeras divides by s (see QkBitsParams).
-// detail::exact_reciprocal(v) != 0 for every v (a zero fraction field, biased exponent in
-// [1, 253]), as integer bit tests without an early exit, so the loop vectorizes.
+// Nonzero when the float of these bits has no exact reciprocal, detail::exact_reciprocal's rule
+// (a nonzero fraction field, or a biased exponent outside [1, 253]) as integer bit tests without
+// a branch, so loops over it vectorize.
+inline std::uint32_t lacks_exact_reciprocal(std::uint32_t bits) {
+  return (bits & 0x7FFFFFu) | static_cast<std::uint32_t>((bits >> 23) - 1u > 252u);
+}
 inline bool all_exact_reciprocals(const float* v, std::int64_t m) {
   std::uint32_t bad = 0;
-  for (std::int64_t k = 0; k < m; ++k) {
-    const std::uint32_t bits = std::bit_cast<std::uint32_t>(v[k]);
-    bad |= (bits & 0x7FFFFFu) | static_cast<std::uint32_t>((bits >> 23) - 1u > 252u);
-  }
+  for (std::int64_t k = 0; k < m; ++k) bad |= lacks_exact_reciprocal(std::bit_cast<std::uint32_t>(v[k]));
   return bad == 0;
 }
 bool exact_reciprocals(const ScaleArray& s);
@@ -374,7 +375,8 @@ struct Po2Clip {
 
 // One group's least-squares scale from its sums (count: its element count, as float32), under the
 // flush rule: po2(mean(xz) / (mean(zz) + eps)), clipped, a NaN made the quiet +NaN. In three steps
-// (the quotient, po2_round, the rest) so a loop over many groups can run each step as a pass.
+// (the quotient, po2_round, the rest), which least_squares_po2 runs as passes over many groups:
+// finish(po2_round(quotient(sums, count, eps), eps), clip).
 inline float least_squares_quotient(const LeastSquaresAcc& sums, float count, float eps) {
   const float qx = static_cast<float>(sums.xz) / count;
   const float qq = static_cast<float>(sums.zz) / count;
@@ -389,9 +391,6 @@ inline float least_squares_finish(float s, const Po2Clip& clip) {
   // A NaN scale is the quiet +NaN, as group_max's: the sums' NaN (and so its sign) depends on
   // the order in which a kernel set met NaNs of different signs.
   return std::isnan(s) ? std::numeric_limits<float>::quiet_NaN() : s;
-}
-inline float least_squares_po2_scale(const LeastSquaresAcc& sums, float count, float eps, const Po2Clip& clip) {
-  return least_squares_finish(po2_round(least_squares_quotient(sums, count, eps), eps), clip);
 }
 
 ScaleArray least_squares_po2(std::span<const LeastSquaresAcc> sums, const detail::GroupedLayout& L, const Dims& x_shape,
@@ -494,7 +493,6 @@ struct ElementwiseRounds {
             kernel(&lp, a);
             std::int64_t still = 0, slow_count = 0;
             std::uint32_t bad = 0;
-            auto not_exact = [](std::uint32_t bits) { return (bits & 0x7FFFFFu) | static_cast<std::uint32_t>((bits >> 23) - 1u > 252u); };
             if (whole) {
               // The whole block in passes that vectorize: the ones the reference decides (rare),
               // the clip, then the comparison (as bits, as ScaleArray::same_bits does) into byte
@@ -514,13 +512,15 @@ struct ElementwiseRounds {
                 cur[i] = next[i];
               }
               for (std::int64_t i = 0; i < m; i += 8) {
-                std::uint64_t flags;
-                std::memcpy(&flags, moved + i, sizeof(flags));
-                if (flags == 0) continue;
+                if (i + 8 <= m) {  // a whole word of this block's flags (none past m: they are stale)
+                  std::uint64_t flags;
+                  std::memcpy(&flags, moved + i, sizeof(flags));
+                  if (flags == 0) continue;
+                }
                 for (std::int64_t t = i; t < std::min(m, i + 8); ++t) {
                   if (moved[t] == 0) continue;
                   active[still++] = static_cast<std::int32_t>(t);
-                  bad |= not_exact(std::bit_cast<std::uint32_t>(cur[t]));
+                  bad |= lacks_exact_reciprocal(std::bit_cast<std::uint32_t>(cur[t]));
                 }
               }
             } else {
@@ -539,7 +539,7 @@ struct ElementwiseRounds {
                 still += moved_k ? 1 : 0;
                 slow[slow_count] = k;
                 slow_count += is_slow ? 1 : 0;
-                bad |= moved_k ? not_exact(bits) : 0u;
+                bad |= moved_k ? lacks_exact_reciprocal(bits) : 0u;
               }
             }
             // The listed ones the reference decides (NaN among them: the fast path only returns
@@ -551,7 +551,7 @@ struct ElementwiseRounds {
               if (bits == std::bit_cast<std::uint32_t>(cur[k])) continue;
               cur[k] = v;
               active[still++] = k;
-              bad |= not_exact(bits);
+              bad |= lacks_exact_reciprocal(bits);
             }
             live = still;
             // The next round's scales are the moved ones; the settled ones are not read again.
