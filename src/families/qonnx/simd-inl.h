@@ -23,12 +23,12 @@ void int_quant_f32(const void* params, const RowArgs& a) {
     });
     return;
   }
-  with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
+  with_vector_rounding(p.mode, [&](const auto& round) POLYQUANT_ALWAYS_INLINE {
     for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       Vec::F y = Vec::add(Vec::div(v[0], v[1]), v[2]);
       y = Vec::select(Vec::gt(y, hi), hi, y);
       y = Vec::select(Vec::lt(y, lo), lo, y);
-      y = round_v<kMode>(y);
+      y = round(y);
       return Vec::mul(Vec::sub(y, v[2]), v[1]);
     });
   });
@@ -55,12 +55,12 @@ inline bool exact_inverse_power_of_two(const RowArgs& a, int operand, float* inv
   return true;
 }
 
-template <RoundingMode kMode, bool kInverse>
-inline void trunc_v1_row(const RowArgs& a, float inverse) {
+template <bool kInverse, class Round>
+inline void trunc_v1_row(const RowArgs& a, float inverse, const Round& round) {
   const Vec::F inv = Vec::splat(inverse);
   for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
     Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
-    y = round_v<kMode>(kInverse ? Vec::mul(y, inv) : Vec::div(y, v[3]));
+    y = round(kInverse ? Vec::mul(y, inv) : Vec::div(y, v[3]));
     return Vec::mul(Vec::sub(y, v[2]), v[1]);
   });
 }
@@ -76,33 +76,33 @@ inline void trunc_dispatch(const void* params, const RowArgs& a, RowKernel refer
   }
   float inverse = 0.0f;
   const bool use_inverse = exact_inverse_power_of_two(a, 3, &inverse);
-  with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-    if (use_inverse) row.template operator()<kMode, true>(inverse);
-    else row.template operator()<kMode, false>(inverse);
+  with_vector_rounding(p.mode, [&](const auto& round) POLYQUANT_ALWAYS_INLINE {
+    if (use_inverse) row.template operator()<true>(inverse, round);
+    else row.template operator()<false>(inverse, round);
   });
 }
 
 void trunc_v1_f32(const void* params, const RowArgs& a) {
   trunc_dispatch(params, a, ref::trunc_v1_f32,
-                 [&]<RoundingMode kMode, bool kInverse>(float inverse) { trunc_v1_row<kMode, kInverse>(a, inverse); });
+                 [&]<bool kInverse>(float inverse, const auto& round) { trunc_v1_row<kInverse>(a, inverse, round); });
 }
 
-template <RoundingMode kMode, bool kInverse>
-inline void trunc_v2_row(const RowArgs& a, float inverse) {
+template <bool kInverse, class Round>
+inline void trunc_v2_row(const RowArgs& a, float inverse, const Round& round) {
   const Vec::F inv = Vec::splat(inverse);
   for_each_vector<8>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
     Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
     y = kInverse ? Vec::mul(y, inv) : Vec::div(y, v[3]);
     y = Vec::select(Vec::gt(y, v[6]), v[6], y);
     y = Vec::select(Vec::lt(y, v[5]), v[5], y);
-    y = round_v<kMode>(y);
+    y = round(y);
     return Vec::mul(Vec::sub(y, v[7]), v[4]);
   });
 }
 
 void trunc_v2_f32(const void* params, const RowArgs& a) {
   trunc_dispatch(params, a, ref::trunc_v2_f32,
-                 [&]<RoundingMode kMode, bool kInverse>(float inverse) { trunc_v2_row<kMode, kInverse>(a, inverse); });
+                 [&]<bool kInverse>(float inverse, const auto& round) { trunc_v2_row<kInverse>(a, inverse, round); });
 }
 
 // ---- FloatQuant ------------------------------------------------------------------------------
@@ -114,21 +114,37 @@ void trunc_v2_f32(const void* params, const RowArgs& a) {
 // (floor(log2) - m, the maximum with the subnormal floor, 2^e and 2^-e) is exact integer work.
 inline constexpr std::int32_t kLog2ExactMantissaLimit = (1 << 23) - (1 << 11);
 
+// The scalar spec's clipped value for the lanes in `lanes_mask`, written into `c` (the vector
+// row's rare lanes: see kLog2ExactMantissaLimit). Out of line: the row has hundreds of
+// instantiations (modes x outputs x overflow x layouts), and each carries a call, not a copy.
+__attribute__((noinline)) inline void float_quant_scalar_lanes(RoundingMode mode, unsigned lanes_mask, const float* x, const float* s,
+                                                        const float* min_exp, const float* max_value, bool per_element,
+                                                        double max_d, const FloatQuantParams& p, float* c) {
+  with_rounding_mode(mode, [&]<RoundingMode kMode>() {
+    for (int l = 0; l < Vec::kLanes; ++l) {
+      if ((lanes_mask >> l) & 1u) {
+        const double lane_max = per_element ? static_cast<double>(max_value[l]) : max_d;
+        c[l] = static_cast<float>(float_quant_clipped<kMode, float>(x[l], s[l], min_exp[l], lane_max, p));
+      }
+    }
+  });
+}
+
 // kCheckRange: the exponent e may leave [-126, 126] (a very small subnormal floor, a floor above
 // 126, or m = 0).
 // kScaleInverse: the scale is one power of two, so x / scale is x * (1 / scale) bit for bit.
-// kOverflow: saturate, or overflow to +-inf, or to NaN (a compile-time choice keeps the few
-// registers of AVX2 for the common saturating case).
+// kOverflow: saturate (the common case, its own instantiation), or go beyond the range: to +-inf
+// in a format with infinities, else to NaN (one instantiation for both, the choice per row in
+// splat constants; it costs two selects per vector on the rarer non-saturating formats).
 // Out: FloatOut writes float32(c * s); WideProductOut writes the reference's float64 c * s.
-enum class Overflow { kSaturate, kInf, kNan };
+enum class Overflow { kSaturate, kBeyondRange };
 
 // kPerElement: min_exp and M are vector operands 2 and 3 (float32, M exact in float32, min_exp
 // integral in [-1000, 1000]: float_quant_per_element checks) instead of the row's broadcast
 // min_exp and max_value; the math is the same.
-template <RoundingMode kMode, bool kCheckRange, bool kScaleInverse, Overflow kOverflow, class Out,
-          bool kPerElement = false>
+template <bool kCheckRange, bool kScaleInverse, Overflow kOverflow, class Out, bool kPerElement = false, class Round>
 inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::int32_t m, std::int32_t min_exp,
-                            float max_value, float scale_inverse, const Out& policy) {
+                            float max_value, float scale_inverse, const Out& policy, const Round& round) {
   static_assert(!kPerElement || kCheckRange);
   const Vec::F inv_s = Vec::splat(scale_inverse);
   const Vec::F tiny = Vec::splat(1.17549435e-38f);
@@ -140,8 +156,11 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
   const Vec::F max_splat = Vec::splat(max_value);
   const Vec::F minus_one = Vec::splat(-1.0f);
   const bool is_signed = p.is_signed;
-  const Vec::F inf = Vec::splat(__builtin_inff()), minus_inf = Vec::splat(-__builtin_inff());
+  // Beyond the range (non-saturating): +-inf where the format has infinities, NaN where not.
   const Vec::F nan = Vec::splat(__builtin_nanf(""));
+  const Vec::F above = p.has_inf ? Vec::splat(__builtin_inff()) : nan;
+  const Vec::F below = p.has_inf ? Vec::splat(-__builtin_inff()) : nan;
+  const Vec::M infinite_q_is_nan = p.has_inf ? Vec::lt(nan, nan) : Vec::isnan(nan);  // all false / all true
   const float min_exp_f = static_cast<float>(min_exp);
   const double max_d = static_cast<double>(max_value);
   for_each_vector<kPerElement ? 4 : 2, Out>(a, [=, &p](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
@@ -158,18 +177,16 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
     // xs / 2^e == xs * 2^-e bit for bit: both round the same real number once, and 2^-e is exact.
     const Vec::F internal_scale = Vec::from_bits(Vec::shl_i<23>(Vec::add_i(e, bias)));
     const Vec::F inverse_scale = Vec::from_bits(Vec::shl_i<23>(Vec::sub_i(bias, e)));
-    const Vec::F q = Vec::mul(internal_scale, round_v<kMode>(Vec::mul(xs, inverse_scale)));
+    const Vec::F q = Vec::mul(internal_scale, round(Vec::mul(xs, inverse_scale)));
     // np.clip(q, lo, M) = min(max(q, lo), M), keeping q on ties: max/min return their second
     // operand when the first is not strictly greater/less, and for NaN, so a NaN q passes through.
     // (NaN bounds never reach this path.)
     Vec::F c = Vec::min(max_v, Vec::max(min_v, q));
-    if constexpr (kOverflow == Overflow::kInf) {
-      // The reference assigns +inf to q > M, then -inf to q < lo: with lo > M (a negative M) both
-      // hold and -inf wins.
-      c = Vec::select(Vec::lt(q, min_v), minus_inf, Vec::select(Vec::gt(q, max_v), inf, c));
-    } else if constexpr (kOverflow == Overflow::kNan) {
-      const Vec::M out_of_range = Vec::mask_or(Vec::gt(q, max_v), Vec::lt(q, min_v));
-      c = Vec::select(Vec::mask_or(out_of_range, Vec::isinf(q)), nan, c);
+    if constexpr (kOverflow == Overflow::kBeyondRange) {
+      // The reference assigns `above` to q > M, then `below` to q < lo: with lo > M (a negative M)
+      // both hold and `below` wins. Without infinities an infinite q is NaN too.
+      c = Vec::select(Vec::lt(q, min_v), below, Vec::select(Vec::gt(q, max_v), above, c));
+      c = Vec::select(Vec::isinf(q), Vec::select(infinite_q_is_nan, nan, c), c);
     }
     if (const unsigned lanes_mask = Vec::mask_bits(scalar_lanes); lanes_mask != 0) [[unlikely]] {
       // The clipped value is a float32 (q, +-M with M a float32, +-inf or NaN), so the scalar
@@ -180,12 +197,7 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
       Vec::storeu(cv, c);
       Vec::storeu(ev, kPerElement ? v[2] : Vec::splat(min_exp_f));
       Vec::storeu(mv, max_v);
-      for (int l = 0; l < Vec::kLanes; ++l) {
-        if ((lanes_mask >> l) & 1u) {
-          const double lane_max = kPerElement ? static_cast<double>(mv[l]) : max_d;
-          cv[l] = static_cast<float>(float_quant_clipped<kMode, float>(xv[l], sv[l], ev[l], lane_max, p));
-        }
-      }
+      float_quant_scalar_lanes(round.mode, lanes_mask, xv, sv, ev, mv, kPerElement, max_d, p, cv);
       c = Vec::loadu(cv);
     }
     if constexpr (std::is_same_v<Out, WideProductOut>) {
@@ -237,13 +249,11 @@ inline void float_quant_per_element(const RowArgs& a, const FloatQuantParams& p,
       continue;
     }
     c.in[3] = limits;
-    with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
-      if (!p.saturation && p.has_inf) {
-        float_quant_row<kMode, true, false, Overflow::kInf, Out, true>(c, p, m, 0, 0.0f, 0.0f, policy);
-      } else if (!p.saturation) {
-        float_quant_row<kMode, true, false, Overflow::kNan, Out, true>(c, p, m, 0, 0.0f, 0.0f, policy);
+    with_vector_rounding(p.mode, [&](const auto& round) POLYQUANT_ALWAYS_INLINE {
+      if (!p.saturation) {
+        float_quant_row<true, false, Overflow::kBeyondRange, Out, true>(c, p, m, 0, 0.0f, 0.0f, policy, round);
       } else {
-        float_quant_row<kMode, true, false, Overflow::kSaturate, Out, true>(c, p, m, 0, 0.0f, 0.0f, policy);
+        float_quant_row<true, false, Overflow::kSaturate, Out, true>(c, p, m, 0, 0.0f, 0.0f, policy, round);
       }
     });
   }
@@ -279,29 +289,21 @@ void float_quant_f32(const void* params, const RowArgs& a) {
   const bool check_range = min_e < -126 || min_e > 126 || m < 1;
   float scale_inverse = 0.0f;
   const bool use_inverse = exact_inverse_power_of_two(a, 1, &scale_inverse);
-  const Overflow overflow = p.saturation ? Overflow::kSaturate : p.has_inf ? Overflow::kInf : Overflow::kNan;
   auto run_out = [&]<class Out>(const Out& policy) {
-    with_rounding_mode(p.mode, [&]<RoundingMode kMode>() {
+    with_vector_rounding(p.mode, [&](const auto& round) POLYQUANT_ALWAYS_INLINE {
       auto run = [&]<bool kCheckRange, bool kInverse>() {
-        switch (overflow) {
-          case Overflow::kSaturate:
-            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kSaturate, Out>(a, p, m, min_e, max_value, scale_inverse,
-                                                                                         policy);
-          case Overflow::kInf:
-            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kInf, Out>(a, p, m, min_e, max_value, scale_inverse,
-                                                                                         policy);
-          case Overflow::kNan:
-            return float_quant_row<kMode, kCheckRange, kInverse, Overflow::kNan, Out>(a, p, m, min_e, max_value, scale_inverse,
-                                                                                         policy);
+        if (p.saturation) {
+          float_quant_row<kCheckRange, kInverse, Overflow::kSaturate, Out>(a, p, m, min_e, max_value, scale_inverse, policy, round);
+        } else {
+          float_quant_row<kCheckRange, kInverse, Overflow::kBeyondRange, Out>(a, p, m, min_e, max_value, scale_inverse, policy,
+                                                                            round);
         }
       };
-      if (use_inverse) {
-        if (check_range) run.template operator()<true, true>();
-        else run.template operator()<false, true>();
-      } else {
-        if (check_range) run.template operator()<true, false>();
-        else run.template operator()<false, false>();
-      }
+      // An out-of-range exponent floor is rare: that row divides by the scale even where it could
+      // multiply by its inverse (the same bits), which spares an instantiation.
+      if (check_range) run.template operator()<true, false>();
+      else if (use_inverse) run.template operator()<false, true>();
+      else run.template operator()<false, false>();
     });
   };
   // A weak Python-float scale that float32 does not hold multiplies as a float64 factor.

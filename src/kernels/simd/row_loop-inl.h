@@ -23,23 +23,54 @@ inline Vec::F mul_sign_first_nan_v(Vec::F sign, Vec::F magnitude) {
   return Vec::select(Vec::isnan(sign), Vec::add(sign, sign), Vec::mul(sign, magnitude));
 }
 
+// A mask with every lane set (true) or none (false): a per-row choice inside a vector body.
+inline Vec::M all_lanes(bool set) {
+  const Vec::F zero = Vec::zero();
+  return set ? Vec::le(zero, zero) : Vec::lt(zero, zero);
+}
+
+// The rounding modes in vector form, as rounding functors. The two modes QONNX models use by
+// default have their own type, one instruction in their loops: half-even (Quant's ROUND, numpy's
+// round) and floor (Trunc's FLOOR). The five others share one type whose choice is in lane masks
+// set once per row,
+//   R(x) = sign(x) * F(|x| + offset)  (UP: ceil, no offset; HALF_UP: floor, +0.5; HALF_DOWN: ceil, -0.5)
+//   R(x) = F(x)                       (CEIL, DOWN: ceil, trunc),
+// so a kernel compiles three loops per rounding site instead of seven, for a few selects per vector
+// on the rarer modes. |x| - 0.5 and |x| + (-0.5) are the same IEEE operation, so the results equal
+// the per-mode forms bit for bit, the sign of zero and NaN's payload (taken from x) included.
 template <RoundingMode kMode>
-inline Vec::F round_v(Vec::F x) {
-  if constexpr (kMode == RoundingMode::kHalfEven) {
-    return Vec::rint(x);
-  } else if constexpr (kMode == RoundingMode::kCeil) {
-    return Vec::ceil(x);
-  } else if constexpr (kMode == RoundingMode::kFloor) {
-    return Vec::floor(x);
-  } else if constexpr (kMode == RoundingMode::kUp) {
-    return mul_sign_first_nan_v(sign_v(x), Vec::ceil(Vec::abs(x)));
-  } else if constexpr (kMode == RoundingMode::kDown) {
-    return Vec::trunc(x);
-  } else if constexpr (kMode == RoundingMode::kHalfUp) {
-    return mul_sign_first_nan_v(sign_v(x), Vec::floor(Vec::add(Vec::abs(x), Vec::splat(0.5f))));
-  } else {
-    return mul_sign_first_nan_v(sign_v(x), Vec::ceil(Vec::sub(Vec::abs(x), Vec::splat(0.5f))));
+struct FixedRoundingV {
+  static_assert(kMode == RoundingMode::kHalfEven || kMode == RoundingMode::kFloor);
+  RoundingMode mode = kMode;
+  POLYQUANT_ALWAYS_INLINE Vec::F operator()(Vec::F x) const {
+    if constexpr (kMode == RoundingMode::kHalfEven) return Vec::rint(x);
+    else return Vec::floor(x);
   }
+};
+struct AnyRoundingV {
+  RoundingMode mode;
+  Vec::M by_magnitude, with_offset, by_ceil, by_floor;  // neither ceil nor floor: trunc
+  Vec::F offset;
+  explicit AnyRoundingV(RoundingMode m)
+      : mode(m),
+        by_magnitude(all_lanes(m == RoundingMode::kUp || m == RoundingMode::kHalfUp || m == RoundingMode::kHalfDown)),
+        with_offset(all_lanes(m == RoundingMode::kHalfUp || m == RoundingMode::kHalfDown)),
+        by_ceil(all_lanes(m == RoundingMode::kCeil || m == RoundingMode::kUp || m == RoundingMode::kHalfDown)),
+        by_floor(all_lanes(m == RoundingMode::kFloor || m == RoundingMode::kHalfUp)),
+        offset(Vec::splat(m == RoundingMode::kHalfDown ? -0.5f : 0.5f)) {}
+  POLYQUANT_ALWAYS_INLINE Vec::F operator()(Vec::F x) const {
+    const Vec::F magnitude = Vec::abs(x);
+    const Vec::F y = Vec::select(by_magnitude, Vec::select(with_offset, Vec::add(magnitude, offset), magnitude), x);
+    const Vec::F r = Vec::select(by_ceil, Vec::ceil(y), Vec::select(by_floor, Vec::floor(y), Vec::trunc(y)));
+    return Vec::select(by_magnitude, mul_sign_first_nan_v(sign_v(x), r), r);
+  }
+};
+// f(rounding): the row's mode as one of the three functor types.
+template <class F>
+POLYQUANT_ALWAYS_INLINE inline void with_vector_rounding(RoundingMode mode, F&& f) {
+  if (mode == RoundingMode::kHalfEven) f(FixedRoundingV<RoundingMode::kHalfEven>{});
+  else if (mode == RoundingMode::kFloor) f(FixedRoundingV<RoundingMode::kFloor>{});
+  else f(AnyRoundingV(mode));
 }
 
 // How a row's results are stored. FloatOut: the body returns the float32 result vector.
