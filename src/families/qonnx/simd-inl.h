@@ -160,7 +160,7 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
   const Vec::F nan = Vec::splat(__builtin_nanf(""));
   const Vec::F above = p.has_inf ? Vec::splat(__builtin_inff()) : nan;
   const Vec::F below = p.has_inf ? Vec::splat(-__builtin_inff()) : nan;
-  const Vec::M infinite_q_is_nan = p.has_inf ? Vec::lt(nan, nan) : Vec::isnan(nan);  // all false / all true
+  const Vec::M infinite_q_is_nan = all_lanes(!p.has_inf);
   const float min_exp_f = static_cast<float>(min_exp);
   const double max_d = static_cast<double>(max_value);
   for_each_vector<kPerElement ? 4 : 2, Out>(a, [=, &p](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
