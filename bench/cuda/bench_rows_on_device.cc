@@ -143,7 +143,7 @@ class Bench {
       return;
     }
     const double bytes = read_bytes + written_bytes_per_element(launch, row.params(), a) * static_cast<double>(n_);
-    const double ms = median_ms(reps_, [&] { launch(row.params(), &a, nullptr); });
+    const double ms = median_ms(reps_, [&] { launch(row.params(), &a, nullptr, nullptr); });
     check(cudaGetLastError(), label.c_str());
     results_.push_back({label, layout_name(layout), ms, bytes, bytes / ms / copy_bytes_per_ms_});
     for (void* d : owned) cudaFree(d);
@@ -176,7 +176,7 @@ class Bench {
     constexpr unsigned char kUntouched = 0xA5;
     a.n = kProbe;
     check(cudaMemset(a.out, kUntouched, kProbe * 8), "probe");
-    check(static_cast<cudaError_t>(launch(params, &a, nullptr)), "probe launch");
+    check(static_cast<cudaError_t>(launch(params, &a, nullptr, nullptr)), "probe launch");
     std::vector<unsigned char> got(kProbe * 8);
     check(cudaMemcpy(got.data(), a.out, got.size(), cudaMemcpyDeviceToHost), "probe copy");
     std::size_t last = 0;

@@ -42,4 +42,24 @@ POLYQUANT_API RuntimeInfo runtime_info();
 POLYQUANT_API void set_kernel_set(std::string_view name);
 POLYQUANT_API void set_num_threads(int n);
 
+// CUDA streams. An op on device views (Device, tensor.h) is queued on the calling thread's current
+// stream and returns without waiting for the device, like a CUDA launch: the caller orders and
+// synchronises its work on that stream as it would its own kernels. The stream is a cudaStream_t
+// passed as void* (no CUDA type appears in polyquant's headers); nullptr, the default, is CUDA's
+// legacy default stream. A ScopedStream makes `cuda_stream` this thread's current stream until it
+// is destroyed (scopes nest; each thread has its own).
+class POLYQUANT_API ScopedStream {
+ public:
+  explicit ScopedStream(void* cuda_stream);
+  ~ScopedStream();
+  ScopedStream(const ScopedStream&) = delete;
+  ScopedStream& operator=(const ScopedStream&) = delete;
+
+ private:
+  void* previous_;
+};
+
+// This thread's current stream (nullptr: the legacy default stream).
+POLYQUANT_API void* current_stream();
+
 }  // namespace polyquant

@@ -82,14 +82,32 @@ struct Dims {
   std::string str() const;  // "(2, 3)"
 };
 
+// Where a tensor's memory lives. kCpu: host memory (the default). kCuda: memory of CUDA device
+// `index` (a pointer from cudaMalloc, a caching allocator, managed memory...): ops on such views run
+// on the CUDA backend (docs/cuda.md), asynchronously on this thread's stream (runtime.h,
+// ScopedStream), and never read the data on the host.
+enum class DeviceKind : std::uint8_t { kCpu, kCuda };
+
+struct Device {
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;  // the CUDA device ordinal; 0 for the host
+  bool is_cpu() const { return kind == DeviceKind::kCpu; }
+  bool operator==(const Device& o) const { return kind == o.kind && (kind == DeviceKind::kCpu || index == o.index); }
+  std::string str() const;  // "cpu", "cuda:0"
+};
+
+inline constexpr Device kCpuDevice{};
+inline Device cuda_device(int index) { return Device{DeviceKind::kCuda, index}; }
+
 // Row-major (C order) strides, in elements, of a contiguous tensor of `shape`.
 POLYQUANT_API Dims contiguous_strides(const Dims& shape);
 
-// Shape, dtype and strides (in elements, any sign, 0 allowed) of a tensor in host memory.
+// Shape, dtype, strides (in elements, any sign, 0 allowed) and device of a tensor.
 struct Layout {
   DType dtype = DType::kFloat32;
   Dims shape;
   Dims strides;
+  Device device;  // host memory unless set (see Device)
   std::int64_t numel() const { return shape.numel(); }
   bool is_contiguous() const;
 };

@@ -1,5 +1,7 @@
 // Broadcasting iteration over any number of operands, converting and packing only where needed.
 #include "core/elementwise.h"
+#include "core/elementwise_plan.h"
+#include "core/device_elementwise.h"
 
 #include <algorithm>
 #include <array>
@@ -11,6 +13,7 @@
 #include "core/half.h"
 #include "core/minifloat.h"
 #include "core/parallel.h"
+#include "kernels/convert/element.h"
 #include "kernels/registry.h"
 #include "polyquant/error.h"
 
@@ -25,43 +28,6 @@ constexpr std::int64_t kParallelGrain = 1 << 16;
 constexpr std::int64_t kMinVectorConvert = 16;
 // Output bytes above which stores bypass the cache (about the size of a large L3).
 constexpr std::int64_t kStreamBytes = std::int64_t{32} << 20;
-
-template <class T>
-T load_as(const void* p, DType t, std::int64_t i) {
-  switch (t) {
-    case DType::kFloat16: return static_cast<T>(half_bits_to_float(static_cast<const std::uint16_t*>(p)[i]));
-    case DType::kFloat32: return static_cast<T>(static_cast<const float*>(p)[i]);
-    case DType::kFloat64: return static_cast<T>(static_cast<const double*>(p)[i]);
-    case DType::kInt8: return static_cast<T>(static_cast<const std::int8_t*>(p)[i]);
-    case DType::kInt16: return static_cast<T>(static_cast<const std::int16_t*>(p)[i]);
-    case DType::kInt32: return static_cast<T>(static_cast<const std::int32_t*>(p)[i]);
-    case DType::kInt64: return static_cast<T>(static_cast<const std::int64_t*>(p)[i]);
-    case DType::kUInt8: return static_cast<T>(static_cast<const std::uint8_t*>(p)[i]);
-    case DType::kUInt16: return static_cast<T>(static_cast<const std::uint16_t*>(p)[i]);
-    case DType::kUInt32: return static_cast<T>(static_cast<const std::uint32_t*>(p)[i]);
-    case DType::kUInt64: return static_cast<T>(static_cast<const std::uint64_t*>(p)[i]);
-    case DType::kBool: return static_cast<T>(static_cast<const std::uint8_t*>(p)[i] != 0);
-    case DType::kBFloat16: return static_cast<T>(bfloat16_bits_to_float(static_cast<const std::uint16_t*>(p)[i]));
-    case DType::kInt4: return static_cast<T>(static_cast<std::int8_t>(static_cast<std::uint8_t>(static_cast<const std::uint8_t*>(p)[i] << 4)) >> 4);
-    case DType::kUInt4: return static_cast<T>(static_cast<const std::uint8_t*>(p)[i] & 0x0F);
-    case DType::kInt2: return static_cast<T>(static_cast<std::int8_t>(static_cast<std::uint8_t>(static_cast<const std::uint8_t*>(p)[i] << 6)) >> 6);
-    case DType::kUInt2: return static_cast<T>(static_cast<const std::uint8_t*>(p)[i] & 0x03);
-    default: return static_cast<T>(minifloat_to_float(minifloat_format(t), static_cast<const std::uint8_t*>(p)[i]));
-  }
-}
-
-// The bits ml_dtypes' astype gives for value v in an ONNX-only dtype t: minifloats round v to
-// float32 first (ml_dtypes converts through float), sub-byte integers keep v's low bits (the
-// integer part, as a C cast; NaN -> 0).
-std::uint16_t onnx_only_bits(DType t, double v) {
-  if (t == DType::kBFloat16) return float_to_bfloat16_bits(static_cast<float>(v));
-  if (is_minifloat(t)) return minifloat_from_float(minifloat_format(t), static_cast<float>(v), false);
-  const std::int64_t i = (std::isnan(v) || std::fabs(v) >= 9.2e18) ? 0 : static_cast<std::int64_t>(v);
-  const unsigned mask = (t == DType::kInt4 || t == DType::kUInt4) ? 0x0Fu : 0x03u;
-  return static_cast<std::uint16_t>(static_cast<std::uint64_t>(i) & mask);
-}
-
-bool is_integer_dtype(DType t) { return !is_floating(t); }
 
 }  // namespace
 
@@ -84,8 +50,10 @@ void convert_values(const void* src, DType st, std::int64_t ss, void* dst, DType
 
 void convert_values_scalar(const void* src, DType st, std::int64_t ss, void* dst, DType dt, std::int64_t ds,
                            std::int64_t n) {
-  const std::size_t esize = dtype_size(st);
+  // convert_element (kernels/convert/element.h) per element, the target's case hoisted out of the
+  // loops.
   if (st == dt) {
+    const std::size_t esize = dtype_size(st);
     for (std::int64_t i = 0; i < n; ++i) {
       std::memcpy(static_cast<char*>(dst) + i * ds * static_cast<std::int64_t>(esize),
                   static_cast<const char*>(src) + i * ss * static_cast<std::int64_t>(esize), esize);
@@ -95,43 +63,23 @@ void convert_values_scalar(const void* src, DType st, std::int64_t ss, void* dst
   switch (dt) {
     case DType::kFloat64: {
       auto* d = static_cast<double*>(dst);
-      for (std::int64_t i = 0; i < n; ++i) d[i * ds] = load_as<double>(src, st, i * ss);
+      for (std::int64_t i = 0; i < n; ++i) d[i * ds] = load_as_double(src, st, i * ss);
       return;
     }
     case DType::kFloat32: {
       auto* d = static_cast<float*>(dst);
-      if ((is_integer_dtype(st) && st != DType::kBFloat16) || st == DType::kFloat64) {
-        // One rounding from the exact value (64-bit integers included) to float32. bfloat16 widens
-        // directly: through float64 a signalling NaN would be quieted, and ml_dtypes keeps it.
-        for (std::int64_t i = 0; i < n; ++i) {
-          if (st == DType::kInt64) d[i * ds] = static_cast<float>(static_cast<const std::int64_t*>(src)[i * ss]);
-          else if (st == DType::kUInt64) d[i * ds] = static_cast<float>(static_cast<const std::uint64_t*>(src)[i * ss]);
-          else d[i * ds] = static_cast<float>(load_as<double>(src, st, i * ss));
-        }
-      } else {
-        for (std::int64_t i = 0; i < n; ++i) d[i * ds] = load_as<float>(src, st, i * ss);
-      }
+      for (std::int64_t i = 0; i < n; ++i) d[i * ds] = load_as_float32(src, st, i * ss);
       return;
     }
     case DType::kFloat16: {
       auto* d = static_cast<std::uint16_t*>(dst);
-      for (std::int64_t i = 0; i < n; ++i) {
-        double v;
-        if (st == DType::kInt64) v = static_cast<double>(static_cast<const std::int64_t*>(src)[i * ss]);
-        else if (st == DType::kUInt64) v = static_cast<double>(static_cast<const std::uint64_t*>(src)[i * ss]);
-        else v = load_as<double>(src, st, i * ss);
-        d[i * ds] = half_from_double(v).bits;  // |v| >= 65520 -> inf, so 64-bit rounding is moot
-      }
+      for (std::int64_t i = 0; i < n; ++i) d[i * ds] = half_from_double(load_as_double(src, st, i * ss)).bits;
       return;
     }
     default:
-      if (is_onnx_only(dt)) {
+      if (is_conversion_target(dt)) {
         for (std::int64_t i = 0; i < n; ++i) {
-          double v;
-          if (st == DType::kInt64) v = static_cast<double>(static_cast<const std::int64_t*>(src)[i * ss]);
-          else if (st == DType::kUInt64) v = static_cast<double>(static_cast<const std::uint64_t*>(src)[i * ss]);
-          else v = load_as<double>(src, st, i * ss);
-          const std::uint16_t bits = onnx_only_bits(dt, v);
+          const std::uint16_t bits = onnx_only_bits(dt, load_as_double(src, st, i * ss));
           if (dt == DType::kBFloat16) static_cast<std::uint16_t*>(dst)[i * ds] = bits;
           else static_cast<std::uint8_t*>(dst)[i * ds] = static_cast<std::uint8_t>(bits);
         }
@@ -142,6 +90,7 @@ void convert_values_scalar(const void* src, DType st, std::int64_t ss, void* dst
 }
 
 double read_as_double(const TensorView& view, std::int64_t index) {
+  if (!view.device.is_cpu()) return read_device_element_as_double(view, index);
   std::int64_t offset = 0;
   for (int d = view.shape.rank - 1; d >= 0; --d) {
     const std::int64_t extent = view.shape[d];
@@ -150,16 +99,6 @@ double read_as_double(const TensorView& view, std::int64_t index) {
   }
   return load_as<double>(view.data, view.dtype, offset);
 }
-
-namespace {
-
-struct Plan {
-  int rank = 0;  // after coalescing; the last dimension is the inner run
-  std::int64_t shape[kMaxRank] = {};
-  int num_inputs = 0;
-  std::int64_t in_strides[kMaxOperands][kMaxRank] = {};
-  std::int64_t out_strides[kMaxRank] = {};
-};
 
 Plan make_plan(const ElementwiseCall& call) {
   const Dims& os = call.out.shape;
@@ -206,6 +145,8 @@ Plan make_plan(const ElementwiseCall& call) {
   }
   return p;
 }
+
+namespace {
 
 // Per-thread scratch for packed operands and the output.
 struct Scratch {
@@ -548,8 +489,8 @@ bool same_elements(const TensorView& in, const MutableTensorView& out) {
   return true;
 }
 
-// Whether `out` shares memory with an input other than element for element (out = x[::-1],
-// out = x.T, out = a shifted window of x, ...). numpy ufuncs buffer such calls; so does the engine.
+}  // namespace
+
 bool output_overlaps_inputs(const ElementwiseCall& call) {
   const ByteRange o = byte_range(call.out.data, call.out);
   for (const TensorView& in : call.inputs) {
@@ -560,8 +501,6 @@ bool output_overlaps_inputs(const ElementwiseCall& call) {
   }
   return false;
 }
-
-}  // namespace
 
 void copy_into(const unsigned char* src, const MutableTensorView& out) {
   convert_into(TensorView(src, out.dtype, out.shape, contiguous_strides(out.shape)), out);
@@ -600,6 +539,17 @@ bool views_overlap(const void* a_data, const Layout& a, const void* b_data, cons
 void run_elementwise(const ElementwiseCall& call) {
   if (call.inputs.size() > static_cast<std::size_t>(kMaxOperands) || call.inputs.size() != call.kernel_dtypes.size()) {
     throw Error(ErrorKind::kValue, "internal: bad operand count");
+  }
+  if (!call.out.device.is_cpu() || std::any_of(call.inputs.begin(), call.inputs.end(), [](const TensorView& v) {
+        return !v.device.is_cpu();
+      })) {
+    std::vector<NamedLayout> operands;
+    for (const TensorView& v : call.inputs) operands.emplace_back(&v, "an operand");
+    const Device device = op_device(operands, &call.out, "the elementwise engine");
+    if (!device.is_cpu()) {
+      run_elementwise_on_device(call, device);
+      return;
+    }
   }
   const std::int64_t total = call.out.numel();
   if (total == 0) return;

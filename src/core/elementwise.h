@@ -4,6 +4,7 @@
 // contiguous or broadcast runs (kernels/row.h).
 #pragma once
 
+#include <optional>
 #include <span>
 
 #include "kernels/row.h"
@@ -18,6 +19,10 @@ struct ElementwiseCall {
   DType kernel_out_dtype = DType::kFloat32;  // dtype the kernel writes (converted to out.dtype)
   RowKernel kernel = nullptr;
   const void* params = nullptr;
+  // The op and working precision `kernel` computes: the device backend's launcher of the same
+  // per-element row (core/device_elementwise.h). A call without them runs on the host only.
+  std::optional<KernelOp> op;
+  WorkType work = WorkType::kF32;
   // The kernel reads per-row operands (RowArgs::per_row_mask): short rows whose operand holds one
   // value per row are then fused with that operand passed compact instead of expanded.
   bool per_row_operands = false;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_elementwise.h"
 #include "polyquant/error.h"
 
 namespace polyquant::detail {
@@ -186,6 +187,9 @@ void run_fused(const FusedCall& call) {
   auto bad = [](const std::string& what) { return Error(ErrorKind::kValue, "internal: fused call: " + what); };
   if (call.derived.size() > static_cast<std::size_t>(kMaxDerived)) throw bad("too many derived operands");
   if (call.kernel_operands.size() > static_cast<std::size_t>(kMaxOperands)) throw bad("too many kernel operands");
+  std::vector<NamedLayout> operands{{&call.out, "out"}};
+  for (const TensorView& v : call.inputs) operands.emplace_back(&v, "an operand");
+  require_host(operands, "this op");  // families name the op first; this guards the host loop
   const Job job{&call};
   const int nin = static_cast<int>(call.inputs.size());
   auto check_source = [&](int src, int d) {

@@ -96,7 +96,7 @@ struct Half {
 // float64 -> binary16 with a single rounding (numpy's astype). Going through float32 could
 // double-round, so the value is rounded on the half grid directly in double precision.
 POLYQUANT_HD inline Half half_from_double(double d) {
-  if (!std::isfinite(d)) return Half(static_cast<float>(d));
+  if (!std::isfinite(d)) return Half(x86_to_float(d));  // NaN quieted as x86 converts it
   const double a = std::fabs(d);
   if (a >= 65520.0) return Half(std::copysign(INFINITY, static_cast<float>(d)));
   int exp = 0;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "core/device_elementwise.h"
 #include "core/parallel.h"
 
 namespace polyquant::detail {
@@ -162,6 +163,11 @@ std::uint64_t int_range_bound(DType t, std::uint64_t bits, bool is_signed, bool 
 }
 
 ParamValue read_param_at(const TensorView& view, std::int64_t index) {
+  if (!view.device.is_cpu()) {  // a device value, copied to the host (waits for the stream)
+    alignas(8) unsigned char value[8] = {};
+    copy_device_element_to_host(view, index, value);
+    return read_param(view.dtype, value, 0);
+  }
   std::int64_t offset = 0;
   for (int d = view.shape.rank - 1; d >= 0; --d) {
     const std::int64_t extent = view.shape[d];

@@ -3,6 +3,7 @@
 #include <limits>
 #include <sstream>
 
+#include "kernels/convert/element.h"
 #include "polyquant/error.h"
 #include "polyquant/tensor.h"
 
@@ -64,6 +65,10 @@ Dims contiguous_strides(const Dims& shape) {
     s = saturating_mul(s, std::max<std::int64_t>(shape[i], 1));
   }
   return strides;
+}
+
+std::string Device::str() const {
+  return kind == DeviceKind::kCpu ? std::string("cpu") : "cuda:" + std::to_string(index);
 }
 
 bool Layout::is_contiguous() const {
@@ -134,36 +139,7 @@ const char* dtype_name(DType dtype) {
   return "unknown";
 }
 
-std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kBool:
-    case DType::kInt8:
-    case DType::kUInt8:
-    case DType::kInt4:
-    case DType::kUInt4:
-    case DType::kInt2:
-    case DType::kUInt2:
-    case DType::kFloat8E4M3FN:
-    case DType::kFloat8E4M3FNUZ:
-    case DType::kFloat8E5M2:
-    case DType::kFloat8E5M2FNUZ:
-    case DType::kFloat8E8M0:
-    case DType::kFloat6E2M3:
-    case DType::kFloat6E3M2:
-    case DType::kFloat4E2M1: return 1;
-    case DType::kBFloat16:
-    case DType::kFloat16:
-    case DType::kInt16:
-    case DType::kUInt16: return 2;
-    case DType::kFloat32:
-    case DType::kInt32:
-    case DType::kUInt32: return 4;
-    case DType::kFloat64:
-    case DType::kInt64:
-    case DType::kUInt64: return 8;
-  }
-  return 0;
-}
+std::size_t dtype_size(DType dtype) { return detail::element_size(dtype); }
 
 bool is_floating(DType dtype) {
   return dtype == DType::kFloat16 || dtype == DType::kFloat32 || dtype == DType::kFloat64;

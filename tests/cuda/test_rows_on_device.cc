@@ -119,7 +119,7 @@ class RowsOnDevice : public ::testing::Test {
     DeviceBuffer out(out_bytes);
     cudaMemset(out.get(), kUntouched, out_bytes);
     on_device.out = out.get();
-    const int launched = launch(params, &on_device, nullptr);
+    const int launched = launch(params, &on_device, nullptr, nullptr);
     if (launched != 0) return ::testing::AssertionFailure() << "launch: " << status_.table->error_string(launched);
     const cudaError_t done = cudaDeviceSynchronize();
     if (done != cudaSuccess) return ::testing::AssertionFailure() << "kernel: " << cudaGetErrorString(done);

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "backends/cuda/backend_abi.h"
+#include "kernels/convert/element.h"
 
 namespace polyquant::detail::cuda {
 
@@ -51,6 +52,58 @@ int device_description(int device, char* name, std::size_t name_size) {
 
 const char* error_string(int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); }
 
+int get_device(int* device) { return static_cast<int>(cudaGetDevice(device)); }
+int set_device(int device) { return static_cast<int>(cudaSetDevice(device)); }
+
+int pointer_device(const void* pointer, int* device) {
+  cudaPointerAttributes attributes{};
+  const cudaError_t e = cudaPointerGetAttributes(&attributes, pointer);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  const bool on_device = attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+  *device = on_device ? attributes.device : -1;
+  return 0;
+}
+
+int allocate(void** pointer, std::size_t bytes, void* stream) {
+  return static_cast<int>(cudaMallocAsync(pointer, bytes, static_cast<cudaStream_t>(stream)));
+}
+int release(void* pointer, void* stream) { return static_cast<int>(cudaFreeAsync(pointer, static_cast<cudaStream_t>(stream))); }
+
+int copy(void* dst, const void* src, std::size_t bytes, void* stream, int wait) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
+  if (e == cudaSuccess && wait != 0) e = cudaStreamSynchronize(s);
+  return static_cast<int>(e);
+}
+
+// One element per thread and step (grid-stride): the flat C-order index j decomposed into the
+// element's offsets in src and dst.
+__global__ void convert_kernel(PolyquantCudaConvert c, std::int64_t n) {
+  const std::int64_t step = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += step) {
+    std::int64_t rest = j, src_offset = 0, dst_offset = 0;
+    for (int d = c.rank - 1; d >= 0; --d) {
+      const std::int64_t i = rest % c.shape[d];
+      rest /= c.shape[d];
+      src_offset += i * c.src_strides[d];
+      dst_offset += i * c.dst_strides[d];
+    }
+    convert_element(c.src, c.src_dtype, src_offset, c.dst, c.dst_dtype, dst_offset);
+  }
+}
+
+int convert(const PolyquantCudaConvert* c, void* stream) {
+  std::int64_t n = 1;
+  for (int d = 0; d < c->rank; ++d) n *= c->shape[d];
+  if (n <= 0) return 0;
+  constexpr int kThreadsPerBlock = 256;
+  constexpr std::int64_t kMaxBlocks = 65536;
+  const std::int64_t wanted = (n + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks));
+  convert_kernel<<<grid, kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(*c, n);
+  return static_cast<int>(cudaGetLastError());
+}
+
 PolyquantCudaBackend make_backend() {
   PolyquantCudaBackend b{};
   b.abi_version = POLYQUANT_CUDA_ABI_VERSION;
@@ -62,6 +115,13 @@ PolyquantCudaBackend make_backend() {
   b.device_count = &device_count;
   b.device_description = &device_description;
   b.error_string = &error_string;
+  b.get_device = &get_device;
+  b.set_device = &set_device;
+  b.pointer_device = &pointer_device;
+  b.allocate = &allocate;
+  b.release = &release;
+  b.copy = &copy;
+  b.convert = &convert;
 #define POLYQUANT_CUDA_CALL_FILL(flavour, work) POLYQUANT_CUDA_FILL_FUNCTION(flavour, work)(b);
   POLYQUANT_CUDA_EVERY_PART(POLYQUANT_CUDA_CALL_FILL)
 #undef POLYQUANT_CUDA_CALL_FILL

@@ -15,9 +15,10 @@
 
 #include "kernels/ops.h"
 #include "kernels/row.h"
+#include "polyquant/tensor.h"
 
 // Bumped whenever PolyquantCudaBackend, RowArgs' meaning or a launcher's contract changes.
-#define POLYQUANT_CUDA_ABI_VERSION 1u
+#define POLYQUANT_CUDA_ABI_VERSION 2u
 #define POLYQUANT_CUDA_ENTRY_POINT "polyquant_cuda_backend_v1"
 
 // The function of row_kernels.cu's build for a flavour (ieee, flushing) and a working precision
@@ -27,11 +28,38 @@
 
 extern "C" {
 
-// Runs one row (RowArgs with device pointers: in[i], out) on the device, asynchronously on
+// Operand values that travel inside a launch instead of in device memory: a broadcast operand
+// held on the host (a Python scalar, a 0-d host array beside device tensors), already converted to
+// the dtype the kernel reads. Bit i of `mask` set: operand i is value[i] (its first bytes; the
+// engine marks it broadcast in RowArgs), and RowArgs::in[i] is ignored. No allocation, no copy, no
+// synchronisation.
+struct PolyquantCudaHostScalars {
+  std::uint32_t mask;
+  std::uint64_t value[polyquant::detail::kMaxOperands];  // the bytes of one element, at the start
+};
+
+// Runs one row (RowArgs with device pointers: in[i], out) on the current device, asynchronously on
 // `stream` (a cudaStream_t; nullptr: the legacy default stream). `params` is a host pointer to the
-// op's parameter struct (RowElementTraits<op>::Params), copied into the launch. Returns 0, or the
-// cudaError_t of the failed launch (PolyquantCudaBackend::error_string names it).
-typedef int (*PolyquantCudaLaunch)(const void* params, const polyquant::detail::RowArgs* args, void* stream);
+// op's parameter struct (RowElementTraits<op>::Params) and `scalars` (nullable) host values of
+// broadcast operands, both copied into the launch. Returns 0, or the cudaError_t of the failed
+// launch (PolyquantCudaBackend::error_string names it).
+typedef int (*PolyquantCudaLaunch)(const void* params, const polyquant::detail::RowArgs* args,
+                                   const PolyquantCudaHostScalars* scalars, void* stream);
+
+// A strided copy with dtype conversion (kernels/convert/element.h, convert_element): element
+// (i_0, ..., i_{rank-1}) of `src` (dtype src_dtype, strides in elements, any sign, 0 allowed) into
+// the same element of `dst`. Every element is written once (dst has no zero stride); src and dst
+// do not overlap. rank 0 is one element.
+struct PolyquantCudaConvert {
+  const void* src;
+  void* dst;
+  polyquant::DType src_dtype;
+  polyquant::DType dst_dtype;
+  int rank;
+  std::int64_t shape[polyquant::kMaxRank];
+  std::int64_t src_strides[polyquant::kMaxRank];
+  std::int64_t dst_strides[polyquant::kMaxRank];
+};
 
 struct PolyquantCudaBackend {
   std::uint32_t abi_version;     // POLYQUANT_CUDA_ABI_VERSION the library was built with
@@ -49,6 +77,22 @@ struct PolyquantCudaBackend {
   int (*device_description)(int device, char* name, std::size_t name_size);
   // The text of a cudaError_t a launcher or query returned.
   const char* (*error_string)(int error);
+  // The calling thread's current device (cudaGetDevice) and a switch to another (cudaSetDevice).
+  int (*get_device)(int* device);
+  int (*set_device)(int device);
+  // Where `pointer` lives: *device = the CUDA device of device (or managed) memory, -1 for host
+  // memory the device cannot address as its own (cudaPointerGetAttributes).
+  int (*pointer_device)(const void* pointer, int* device);
+  // Stream-ordered device memory on the current device (cudaMallocAsync / cudaFreeAsync): the
+  // engine's temporaries, freed on the stream after the launches that use them.
+  int (*allocate)(void** pointer, std::size_t bytes, void* stream);
+  int (*release)(void* pointer, void* stream);
+  // cudaMemcpyAsync with cudaMemcpyDefault (unified addressing: any direction), then, when
+  // `wait` is set, cudaStreamSynchronize: a host reading device values (a bit width that decides
+  // the kernel) waits for the copy.
+  int (*copy)(void* dst, const void* src, std::size_t bytes, void* stream, int wait);
+  // Runs a PolyquantCudaConvert asynchronously on `stream`.
+  int (*convert)(const PolyquantCudaConvert* c, void* stream);
   // launch[op][work]: the launcher of an op's per-element row in a working precision, nullptr
   // where there is none (the ops without a per-element row, RowElementTraits, and the working
   // precisions ops.inc does not list for the op).

@@ -57,8 +57,15 @@ namespace {
 
 // Output elements [0, a.n) of one row; `p` and `a` arrive by value in the kernel's parameter space.
 // Element j is independent of every other, so any thread order gives the CPU's bits.
+// Operands passed by value (PolyquantCudaHostScalars) are read from the kernel's own copy of the
+// launch parameters.
 template <class Row, class T, RoundingMode kMode, class P>
-__global__ void row_kernel(P p, RowArgs a) {
+__global__ void row_kernel(P p, RowArgs a, PolyquantCudaHostScalars scalars) {
+  if (scalars.mask != 0) {
+    for (int i = 0; i < kMaxOperands; ++i) {
+      if ((scalars.mask >> i) & 1u) a.in[static_cast<std::size_t>(i)] = &scalars.value[i];
+    }
+  }
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < a.n; j += stride) {
     Row::template element<T, kMode>(p, a, j);
@@ -74,7 +81,7 @@ void with_mode_of(const P& p, F&& f) {
 }
 
 template <KernelOp kOp, class Row, WorkType kWork>
-int launch_row(const void* params, const RowArgs* args, void* stream) {
+int launch_row(const void* params, const RowArgs* args, const PolyquantCudaHostScalars* scalars, void* stream) {
   constexpr int kThreadsPerBlock = 256;
   constexpr std::int64_t kMaxBlocks = 65536;  // fills an H100 many times over; longer rows loop (grid-stride)
   using P = typename RowElementTraits<kOp>::Params;
@@ -88,7 +95,8 @@ int launch_row(const void* params, const RowArgs* args, void* stream) {
   }
   const std::int64_t wanted = (a.n + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks));
-  with_mode_of(p, [&]<RoundingMode kMode>() { row_kernel<Row, T, kMode, P><<<grid, kThreadsPerBlock, 0, s>>>(p, a); });
+  const PolyquantCudaHostScalars by_value = scalars != nullptr ? *scalars : PolyquantCudaHostScalars{};
+  with_mode_of(p, [&]<RoundingMode kMode>() { row_kernel<Row, T, kMode, P><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value); });
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_elementwise.h"
 #include "core/elementwise.h"
 #include "core/exact_sums.h"
 #include "core/parallel.h"
@@ -323,6 +324,8 @@ void check_grid(const Grid& g) {
 }
 
 void check_common(const char* op, const TensorView& x, const TensorView& scale, const TensorView& offset) {
+  const detail::NamedLayout operands[] = {{&x, "tensor"}, {&scale, "scale"}, {&offset, "offset"}};
+  detail::require_host(operands, op);
   require_float(x, op, "tensor");
   require_float(scale, op, "scale");
   require_float(offset, op, "offset");
@@ -1114,6 +1117,9 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
                      const MutableTensorView& output) {
   const char* name = op == AffineOp::kQuantize ? "quantize" : op == AffineOp::kDequantize ? "dequantize" : "quantize_dequantize";
   check_common(name, x, scale, offset);
+  const detail::NamedLayout gradient_operands[] = {{&grad_output, "grad_output"}, {&grad_x, "grad_x"}, {&grad_scale, "grad_scale"},
+                                                   {&grad_offset, "grad_offset"}, {&output, "output"}};
+  detail::require_host(gradient_operands, name);
   if (output.data != nullptr) {
     require_output(output, {x.dtype, x.shape}, name, "output");
     const std::pair<const MutableTensorView*, const char*> others[] = {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/device_elementwise.h"
 #include "kernels/registry.h"
 #include "families/onnx/qdq_support.h"
 #include "polyquant/error.h"
@@ -142,6 +143,8 @@ namespace {
 detail::QdqPlan<detail::QuantizeLinearParams> plan_quantize_linear(const TensorView& x, const TensorView& y_scale,
                                                                    const TensorView* y_zero_point,
                                                                    const QuantizeLinearAttrs& attrs) {
+  const detail::NamedLayout operands[] = {{&x, "x"}, {&y_scale, "y_scale"}, {y_zero_point != nullptr ? y_zero_point : &x, "y_zero_point"}};
+  detail::require_host(operands, "QuantizeLinear");
   if (!one_of(x.dtype, kQuantizeInputs)) {
     type_error(std::string("QuantizeLinear: x has dtype ") + dtype_name(x.dtype) + "; allowed: " +
                list_names(kQuantizeInputs));
@@ -192,6 +195,8 @@ detail::QdqPlan<detail::QuantizeLinearParams> plan_quantize_linear(const TensorV
 detail::QdqPlan<detail::DequantizeLinearParams> plan_dequantize_linear(const TensorView& x, const TensorView& x_scale,
                                                                        const TensorView* x_zero_point,
                                                                        const DequantizeLinearAttrs& attrs) {
+  const detail::NamedLayout operands[] = {{&x, "x"}, {&x_scale, "x_scale"}, {x_zero_point != nullptr ? x_zero_point : &x, "x_zero_point"}};
+  detail::require_host(operands, "DequantizeLinear");
   if (!one_of(x.dtype, kDequantizeInputs)) {
     type_error(std::string("DequantizeLinear: x has dtype ") + dtype_name(x.dtype) + "; allowed: " +
                list_names(kDequantizeInputs));

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_elementwise.h"
 #include "core/fpenv.h"
 #include "core/grouped_reduce.h"
 #include "core/numpy_semantics.h"
@@ -35,6 +36,8 @@ BitsConstants bits_constants(const QuantizedBitsAttrs& a) {
 
 // Validates the call's attributes and x (not the settings nor the search's axes) and returns QKeras' constants.
 BitsConstants validate_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& a) {
+  const detail::NamedLayout operands[] = {{&x, "x"}, {&alpha, "alpha"}};
+  detail::require_host(operands, "quantized_bits");
   require_x(x);
   const BitsConstants c = bits_constants(a);
   require_finite(a.qnoise.factor, "qnoise_factor");

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_elementwise.h"
 #include "core/fpenv.h"
 #include "core/grouped_reduce.h"
 #include "core/numpy_semantics.h"
@@ -151,6 +152,8 @@ struct LinearPlan {
 };
 
 LinearPlan plan_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs, const Settings& settings) {
+  const detail::NamedLayout operands[] = {{&x, "x"}, {&alpha, "alpha"}};
+  detail::require_host(operands, "quantized_linear");
   require_x(x);
   LinearPlan plan{TensorSpec{DType::kFloat32, x.shape}, linear_constants(attrs), {}};
   require_finite(attrs.qnoise.factor, "qnoise_factor");

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "core/device_elementwise.h"
 #include "core/fpenv.h"
 #include "core/numpy_semantics.h"
 #include "families/qkeras/common.h"
@@ -76,6 +77,8 @@ struct ReluPlan {
 };
 
 ReluPlan plan_relu(const TensorView& x, const QuantizedReluAttrs& attrs) {
+  const detail::NamedLayout operands[] = {{&x, "x"}};
+  detail::require_host(operands, "quantized_relu");
   require_x(x);
   return {TensorSpec{DType::kFloat32, x.shape}, relu_params(attrs)};
 }

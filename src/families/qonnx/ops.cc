@@ -5,7 +5,9 @@
 #include <cmath>
 #include <limits>
 #include <new>
+#include <vector>
 
+#include "core/device_elementwise.h"
 #include "core/numpy_semantics.h"
 #include "polyquant/qonnx.h"
 
@@ -16,7 +18,15 @@ using detail::KernelOp;
 
 namespace {
 
-void check_operands(std::initializer_list<std::pair<const TensorView*, const char*>> operands) {
+// Whether an op runs on CUDA devices as well (docs/cuda.md lists the ops that do).
+enum class Devices { kHostOnly, kHostOrCuda };
+
+void check_operands(std::initializer_list<std::pair<const TensorView*, const char*>> operands, const char* op,
+                    Devices devices) {
+  std::vector<detail::NamedLayout> named;
+  for (const auto& [view, name] : operands) named.emplace_back(view, name);
+  if (devices == Devices::kHostOrCuda) detail::op_device(named, nullptr, op);
+  else detail::require_host(named, op);
   for (const auto& [view, name] : operands) {
     if (view->numel() > 0 && view->data == nullptr) {
       throw Error(ErrorKind::kValue, std::string(name) + ": tensor has no data");
@@ -28,10 +38,17 @@ void check_operands(std::initializer_list<std::pair<const TensorView*, const cha
   }
 }
 
-// Runs kernel `op` over `inputs` (converted to `kernel_dtypes`) into `out`.
-void run(KernelOp op, detail::WorkType work, std::span<const TensorView> inputs,
-         std::span<const DType> kernel_dtypes, DType kernel_out, const MutableTensorView& out, const void* params) {
+// Runs kernel `op` over `inputs` (named `names` in errors; converted to `kernel_dtypes`) into `out`,
+// on the inputs' device.
+void run(const char* what, KernelOp op, detail::WorkType work, std::span<const TensorView> inputs,
+         std::span<const char* const> names, std::span<const DType> kernel_dtypes, DType kernel_out,
+         const MutableTensorView& out, const void* params) {
+  std::vector<detail::NamedLayout> named;
+  for (std::size_t i = 0; i < inputs.size(); ++i) named.emplace_back(&inputs[i], names[i]);
+  detail::op_device(named, &out, what);
   ElementwiseCall call;
+  call.op = op;
+  call.work = work;
   call.inputs = inputs;
   call.kernel_dtypes = kernel_dtypes;
   call.out = out;
@@ -72,7 +89,8 @@ struct IntQuantSetup {
 
 IntQuantSetup setup_int_quant(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
                               const TensorView& bitwidth, const IntQuantAttrs& attrs) {
-  check_operands({{&x, "x"}, {&scale, "scale"}, {&zeropt, "zeropt"}, {&bitwidth, "bitwidth"}});
+  check_operands({{&x, "x"}, {&scale, "scale"}, {&zeropt, "zeropt"}, {&bitwidth, "bitwidth"}}, "IntQuant",
+                 Devices::kHostOrCuda);
   detail::require_floating(x, "x");
   const double bits = detail::single_value(bitwidth, "bitwidth", "the reference compares it with 1");
   if (!std::isfinite(bits)) {
@@ -160,7 +178,8 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
                                   const TensorView& mantissa_bitwidth, const TensorView& exponent_bias,
                                   const TensorView& max_val, const FloatQuantAttrs& attrs, bool with_values = true) {
   check_operands({{&x, "x"}, {&scale, "scale"}, {&exponent_bitwidth, "exponent_bitwidth"},
-                  {&mantissa_bitwidth, "mantissa_bitwidth"}, {&exponent_bias, "exponent_bias"}, {&max_val, "max_val"}});
+                  {&mantissa_bitwidth, "mantissa_bitwidth"}, {&exponent_bias, "exponent_bias"}, {&max_val, "max_val"}},
+                 "FloatQuant", Devices::kHostOnly);
   detail::require_floating(x, "x");
   const double m = detail::single_value(mantissa_bitwidth, "mantissa_bitwidth",
                                         "the reference builds its mantissa series from it");
@@ -352,7 +371,8 @@ PlannedCall int_quant_plan(const TensorView& x, const TensorView& scale, const T
   return PlannedCall(s.spec, [s, inputs = std::array<TensorView, 3>{x, scale, zeropt}](const MutableTensorView& out) {
     detail::require_output(out, s.spec, "IntQuant");
     const std::array<DType, 3> kd{s.work, s.work, s.work};
-    run(KernelOp::kIntQuant, detail::work_type_of(s.work), inputs, kd, s.work, out, &s.params);
+    static constexpr const char* kNames[] = {"x", "scale", "zeropt"};
+    run("IntQuant", KernelOp::kIntQuant, detail::work_type_of(s.work), inputs, kNames, kd, s.work, out, &s.params);
   });
 }
 
@@ -362,7 +382,7 @@ void int_quant(const TensorView& x, const TensorView& scale, const TensorView& z
 }
 
 TensorSpec bipolar_quant_spec(const TensorView& x, const TensorView& scale) {
-  check_operands({{&x, "x"}, {&scale, "scale"}});
+  check_operands({{&x, "x"}, {&scale, "scale"}}, "BipolarQuant", Devices::kHostOrCuda);
   detail::require_floating(x, "x");
   const std::array<Dims, 2> shapes{x.shape, scale.shape};
   TensorSpec spec;
@@ -378,7 +398,8 @@ PlannedCall bipolar_quant_plan(const TensorView& x, const TensorView& scale) {
     detail::require_output(out, spec, "BipolarQuant");
     const std::array<DType, 2> kd{spec.dtype, spec.dtype};
     const detail::BipolarQuantParams params;
-    run(KernelOp::kBipolarQuant, detail::work_type_of(spec.dtype), inputs, kd, spec.dtype, out, &params);
+    static constexpr const char* kNames[] = {"x", "scale"};
+    run("BipolarQuant", KernelOp::kBipolarQuant, detail::work_type_of(spec.dtype), inputs, kNames, kd, spec.dtype, out, &params);
   });
 }
 
@@ -406,7 +427,7 @@ struct TruncV1Types {
 TruncV1Types trunc_v1_types(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
                             const TensorView& in_bitwidth, const TensorView& out_bitwidth) {
   check_operands({{&x, "x"}, {&scale, "scale"}, {&zeropt, "zeropt"}, {&in_bitwidth, "in_bitwidth"},
-                  {&out_bitwidth, "out_bitwidth"}});
+                  {&out_bitwidth, "out_bitwidth"}}, "Trunc", Devices::kHostOnly);
   detail::require_floating(x, "x");
   if (in_bitwidth.dtype == DType::kBool && out_bitwidth.dtype == DType::kBool) {
     throw Error(ErrorKind::kType, "in_bitwidth, out_bitwidth: both bool, and the reference's in_bitwidth - "
@@ -483,7 +504,7 @@ TruncV2Types trunc_v2_types(const TensorView& x, const TensorView& scale, const 
                             const TensorView& in_bitwidth, const TensorView& out_scale,
                             const TensorView& out_bitwidth) {
   check_operands({{&x, "x"}, {&scale, "scale"}, {&zeropt, "zeropt"}, {&in_bitwidth, "in_bitwidth"},
-                  {&out_scale, "out_scale"}, {&out_bitwidth, "out_bitwidth"}});
+                  {&out_scale, "out_scale"}, {&out_bitwidth, "out_bitwidth"}}, "Trunc", Devices::kHostOnly);
   detail::require_floating(x, "x");
   TruncV2Types t;
   using detail::promote;

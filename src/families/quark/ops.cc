@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "core/device_elementwise.h"
 #include "kernels/registry.h"
 #include "families/onnx/qdq_support.h"
 #include "polyquant/error.h"
@@ -59,6 +60,8 @@ namespace {
 detail::QdqPlan<detail::QuantizeLinearParams> plan_extended_quantize_linear(const TensorView& x, const TensorView& y_scale,
                                                                             const TensorView* y_zero_point,
                                                                             const ExtendedAttrs& attrs) {
+  const detail::NamedLayout operands[] = {{&x, "x"}, {&y_scale, "y_scale"}, {y_zero_point != nullptr ? y_zero_point : &x, "y_zero_point"}};
+  detail::require_host(operands, kQNames.op);
   require_float32(x, kQNames.op, "x");
   require_float32(y_scale, kQNames.op, "y_scale");
   const DType out = y_zero_point ? y_zero_point->dtype : DType::kUInt8;
@@ -102,6 +105,8 @@ detail::QdqPlan<detail::QuantizeLinearParams> plan_extended_quantize_linear(cons
 detail::QdqPlan<detail::DequantizeLinearParams> plan_extended_dequantize_linear(const TensorView& x, const TensorView& x_scale,
                                                                                 const TensorView* x_zero_point,
                                                                                 const ExtendedAttrs& attrs) {
+  const detail::NamedLayout operands[] = {{&x, "x"}, {&x_scale, "x_scale"}, {x_zero_point != nullptr ? x_zero_point : &x, "x_zero_point"}};
+  detail::require_host(operands, kDqNames.op);
   if (!supported(x.dtype)) {
     throw Error(ErrorKind::kType, std::string(kDqNames.op) + ": x has dtype " + dtype_name(x.dtype) + "; allowed: " + kTypeList);
   }

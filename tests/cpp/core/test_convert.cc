@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/convert/element.h"
 #include "kernels/registry.h"
 #include "polyquant/runtime.h"
 #include "test_util.h"
@@ -213,6 +214,55 @@ TEST(ConvertSpec, SignallingNaNsWidenUnquietedAsMlDtypes) {
   const std::uint16_t f16 = 0x7C01;
   convert_values_scalar(&f16, DType::kFloat16, 1, got, DType::kFloat32, 1, 1);
   EXPECT_EQ(got[0], 0x7F802000u);
+}
+
+// convert_element, the per-element form the CUDA conversion kernel runs (kernels/convert/
+// element.h), equals the host loop for every pair of dtypes over the stratified float32 values
+// converted into each source dtype and raw bytes of every code; integer targets are not
+// conversions (the op kernels write them) and report so.
+TEST(ConvertSpec, ConvertElementEqualsTheHostLoopForEveryPairOfDtypes) {
+  const std::vector<std::uint32_t> bits = stratified_floats();
+  const std::size_t n = bits.size() + 65536;
+  for (int s = 0; s <= static_cast<int>(DType::kFloat4E2M1); ++s) {
+    const auto st = static_cast<DType>(s);
+    const std::size_t ss = dtype_size(st);
+    // Source values: every 16-bit pattern (every code of the narrow types), then the float32 set
+    // rounded into st (or raw float32 bits where st is an integer type: any bytes are valid).
+    std::vector<unsigned char> src(n * ss);
+    for (std::size_t i = 0; i < 65536; ++i) {
+      const auto code = static_cast<std::uint16_t>(i);
+      std::memcpy(src.data() + i * ss, &code, std::min<std::size_t>(ss, 2));
+    }
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      unsigned char* dst = src.data() + (65536 + i) * ss;
+      if (is_floating(st) || is_onnx_only(st)) {
+        if (is_onnx_only(st) && !(st == DType::kBFloat16 || is_minifloat(st))) {
+          std::memcpy(dst, &bits[i], 1);  // sub-byte integers: one element per byte, low bits only
+          *dst &= (st == DType::kInt4 || st == DType::kUInt4) ? 0x0F : 0x03;
+        } else {
+          convert_values_scalar(&bits[i], DType::kFloat32, 1, dst, st, 1, 1);
+        }
+      } else {
+        std::memcpy(dst, &bits[i], std::min<std::size_t>(ss, 4));
+      }
+    }
+    for (int d = 0; d <= static_cast<int>(DType::kFloat4E2M1); ++d) {
+      const auto dt = static_cast<DType>(d);
+      if (!is_conversion_target(dt) && st != dt) {
+        unsigned char sink[8] = {};
+        EXPECT_FALSE(convert_element(src.data(), st, 0, sink, dt, 0)) << dtype_name(st) << " -> " << dtype_name(dt);
+        continue;
+      }
+      const std::size_t ds = dtype_size(dt);
+      std::vector<unsigned char> loop(n * ds), element(n * ds);
+      convert_values_scalar(src.data(), st, 1, loop.data(), dt, 1, static_cast<std::int64_t>(n));
+      for (std::size_t i = 0; i < n; ++i) ASSERT_TRUE(convert_element(src.data(), st, static_cast<std::int64_t>(i), element.data(), dt, static_cast<std::int64_t>(i)));
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::memcmp(loop.data() + i * ds, element.data() + i * ds, ds), 0)
+            << dtype_name(st) << " -> " << dtype_name(dt) << " element " << i;
+      }
+    }
+  }
 }
 
 std::vector<KernelEntry> conversion_kernels() {

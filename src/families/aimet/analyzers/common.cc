@@ -1,5 +1,6 @@
 // The AIMET analyzers' shared internals (common.h): dtype checks, the reduced view, x's data in C
 // order, the encoding range.
+#include "core/device_elementwise.h"
 #include "families/aimet/analyzers/common.h"
 
 #include <array>
@@ -125,11 +126,15 @@ ReducedView reduced_view(const Dims& x_shape, const AnalyzerShape& a, bool histo
 }
 
 void check_not_empty(const TensorView& x) {
+  const polyquant::detail::NamedLayout operands[] = {{&x, "x"}};
+  polyquant::detail::require_host(operands, "the AIMET encoding analyzers");
   if (x.numel() == 0)
     fail(ErrorKind::kValue, "x: the batch is empty (shape " + x.shape.str() + "); the analyzers need at least one value per batch");
 }
 
 Data read_data(const TensorView& x) {
+  const polyquant::detail::NamedLayout operands[] = {{&x, "x"}};
+  polyquant::detail::require_host(operands, "the AIMET encoding analyzers");
   check_dtype(x.dtype);
   Data data;
   data.dtype = x.dtype;

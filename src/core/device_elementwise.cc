@@ -1,0 +1,359 @@
+// The elementwise engine on a device (see device_elementwise.h).
+#include "core/device_elementwise.h"
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/backend_abi.h"
+#include "core/cuda_backend.h"
+#include "core/elementwise_plan.h"
+#include "kernels/convert/element.h"
+#include "polyquant/error.h"
+#include "polyquant/runtime.h"
+
+namespace polyquant {
+
+namespace {
+thread_local void* g_current_stream = nullptr;
+}  // namespace
+
+ScopedStream::ScopedStream(void* cuda_stream) : previous_(g_current_stream) { g_current_stream = cuda_stream; }
+ScopedStream::~ScopedStream() { g_current_stream = previous_; }
+void* current_stream() { return g_current_stream; }
+
+namespace detail {
+namespace {
+
+std::atomic<const PolyquantCudaBackend*> g_test_backend{nullptr};
+
+bool is_scalar_on_host(const Layout& v) { return v.device.is_cpu() && v.shape.rank == 0; }
+
+[[noreturn]] void fail(const PolyquantCudaBackend& b, int error, const std::string& what) {
+  throw Error(ErrorKind::kRuntime, "CUDA backend: " + what + " failed: " + b.error_string(error) + " (error " +
+                                       std::to_string(error) + ")");
+}
+
+void check(const PolyquantCudaBackend& b, int error, const char* what) {
+  if (error != 0) fail(b, error, what);
+}
+
+// Makes `index` the calling thread's current device for the scope (the launches, allocations and
+// copies of an op run on the device its tensors live on), then restores the caller's.
+class DeviceSelection {
+ public:
+  DeviceSelection(const PolyquantCudaBackend& b, int index) : b_(b) {
+    check(b, b.get_device(&previous_), "cudaGetDevice");
+    if (previous_ != index) check(b, b.set_device(index), "cudaSetDevice");
+  }
+  ~DeviceSelection() {
+    int now = previous_;
+    if (b_.get_device(&now) == 0 && now != previous_) b_.set_device(previous_);
+  }
+  DeviceSelection(const DeviceSelection&) = delete;
+  DeviceSelection& operator=(const DeviceSelection&) = delete;
+
+ private:
+  const PolyquantCudaBackend& b_;
+  int previous_ = 0;
+};
+
+// Stream-ordered temporaries of one call, released on the stream when the call returns (after
+// every launch that reads them was queued), or when it throws.
+class Temporaries {
+ public:
+  Temporaries(const PolyquantCudaBackend& b, void* stream) : b_(b), stream_(stream) {}
+  ~Temporaries() {
+    for (void* p : blocks_) b_.release(p, stream_);
+  }
+  Temporaries(const Temporaries&) = delete;
+  Temporaries& operator=(const Temporaries&) = delete;
+  void* allocate(std::int64_t count, DType dtype) {
+    void* p = nullptr;
+    const auto bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+    check(b_, b_.allocate(&p, bytes > 0 ? bytes : 1, stream_), "cudaMallocAsync");
+    blocks_.push_back(p);
+    return p;
+  }
+
+ private:
+  const PolyquantCudaBackend& b_;
+  void* stream_;
+  std::vector<void*> blocks_;
+};
+
+// The backend's conversion kernel over a strided block of `rank` dimensions.
+void convert_on_device(const PolyquantCudaBackend& b, void* stream, const void* src, DType src_dtype, void* dst,
+                       DType dst_dtype, int rank, const std::int64_t* shape, const std::int64_t* src_strides,
+                       const std::int64_t* dst_strides) {
+  if (src_dtype != dst_dtype && !is_conversion_target(dst_dtype)) {
+    throw Error(ErrorKind::kType, std::string("internal: the engine cannot convert ") + dtype_name(src_dtype) + " to " +
+                                      dtype_name(dst_dtype));
+  }
+  PolyquantCudaConvert c{};
+  c.src = src;
+  c.dst = dst;
+  c.src_dtype = src_dtype;
+  c.dst_dtype = dst_dtype;
+  c.rank = rank;
+  for (int d = 0; d < rank; ++d) {
+    c.shape[d] = shape[d];
+    c.src_strides[d] = src_strides[d];
+    c.dst_strides[d] = dst_strides[d];
+  }
+  check(b, b.convert(&c, stream), "the conversion kernel");
+}
+
+// How the launch reads one operand (see device_elementwise.h).
+enum class Read { kInPlace, kBroadcast, kRepeatedRow, kPerRow, kGatherAll, kHostScalar };
+
+struct OperandRead {
+  Read read = Read::kInPlace;
+  bool gathered = false;      // copied (and converted) into a temporary first
+  std::int64_t count = 0;     // elements of that temporary
+};
+
+// The row split `d` of the coalesced shape: rows of R = shape[d] * ... * shape[rank - 1] elements,
+// O = total / R of them. d == rank: no split (every operand is read in place, broadcast or
+// gathered whole).
+struct Split {
+  int d = 0;
+  std::int64_t row = 1, rows = 1;
+};
+
+OperandRead classify(const ElementwiseCall& call, const Plan& plan, const std::int64_t* cs, std::int64_t total,
+                     const Split& split, int k) {
+  const TensorView& v = call.inputs[static_cast<std::size_t>(k)];
+  const std::int64_t* st = plan.in_strides[k];
+  const int r = plan.rank;
+  const bool same = v.dtype == call.kernel_dtypes[static_cast<std::size_t>(k)];
+  if (is_scalar_on_host(v)) return {Read::kHostScalar, false, 0};
+  bool all_zero = true, all_contiguous = true, prefix_zero = true, suffix_zero = true, suffix_contiguous = true,
+       prefix_contiguous = true;
+  for (int d = 0; d < r; ++d) {
+    all_zero = all_zero && st[d] == 0;
+    all_contiguous = all_contiguous && st[d] == cs[d];
+    if (d < split.d) {
+      prefix_zero = prefix_zero && st[d] == 0;
+      prefix_contiguous = prefix_contiguous && st[d] == cs[d] / split.row;
+    } else {
+      suffix_zero = suffix_zero && st[d] == 0;
+      suffix_contiguous = suffix_contiguous && st[d] == cs[d];
+    }
+  }
+  if (all_zero) return {Read::kBroadcast, !same, 1};
+  if (all_contiguous) return {Read::kInPlace, !same, total};
+  if (split.d < r && prefix_zero) return {Read::kRepeatedRow, !same || !suffix_contiguous, split.row};
+  if (split.d < r && suffix_zero) return {Read::kPerRow, !same || !prefix_contiguous, split.rows};
+  return {Read::kGatherAll, true, total};
+}
+
+}  // namespace
+
+Device op_device(std::span<const NamedLayout> operands, const Layout* out, const char* op) {
+  const NamedLayout* first = nullptr;  // the first operand on a device
+  for (const NamedLayout& o : operands) {
+    if (!o.first->device.is_cpu()) {
+      first = &o;
+      break;
+    }
+  }
+  if (first == nullptr && (out == nullptr || out->device.is_cpu())) return kCpuDevice;
+  const Device device = first != nullptr ? first->first->device : out->device;
+  const char* device_name = first != nullptr ? first->second : "out";
+  for (const NamedLayout& o : operands) {
+    const Device d = o.first->device;
+    if (d == device || (d.is_cpu() && is_scalar_on_host(*o.first))) continue;
+    throw Error(ErrorKind::kValue, std::string(op) + ": " + o.second + " is on " + d.str() + " but " + device_name +
+                                       " is on " + device.str() +
+                                       " (the tensors of one call share a device; only 0-d host values, such as "
+                                       "Python scalars, may join device tensors)");
+  }
+  if (out != nullptr && !(out->device == device)) {
+    throw Error(ErrorKind::kValue, std::string(op) + ": out is on " + out->device.str() + " but " + device_name + " is on " +
+                                       device.str() + " (the output must be on the inputs' device)");
+  }
+  // Device pointers must be memory of that device: a host pointer labelled as device memory (or
+  // memory of another GPU) would fault inside a kernel, which poisons the whole CUDA context.
+  const PolyquantCudaBackend& b = device_backend(device);
+  auto check_pointer = [&](const void* data, const Layout& v, const char* name) {
+    if (v.device.is_cpu() || v.numel() == 0) return;
+    int where = -1;
+    const int e = b.pointer_device(data, &where);
+    if (e != 0 || where != device.index) {
+      throw Error(ErrorKind::kValue, std::string(op) + ": " + name + " is labelled " + device.str() +
+                                         " but its data is " + (e != 0 ? std::string("not device memory (") + b.error_string(e) + ")"
+                                                                       : where < 0 ? std::string("host memory")
+                                                                                   : "memory of cuda:" + std::to_string(where)));
+    }
+  };
+  for (const NamedLayout& o : operands) check_pointer(static_cast<const TensorView*>(o.first)->data, *o.first, o.second);
+  if (out != nullptr) check_pointer(static_cast<const MutableTensorView*>(out)->data, *out, "out");
+  return device;
+}
+
+void require_host(std::span<const NamedLayout> operands, const char* op, const char* why) {
+  for (const NamedLayout& o : operands) {
+    if (o.first->device.is_cpu()) continue;
+    throw Error(ErrorKind::kType, std::string(op) + ": " + o.second + " is on " + o.first->device.str() + ", but " + op +
+                                      " runs on the host only" + (why != nullptr ? std::string(" (") + why + ")" : std::string()) +
+                                      "; copy it to host memory first (the ops with a CUDA path are listed in docs/cuda.md)");
+  }
+}
+
+const PolyquantCudaBackend& device_backend(const Device& device) {
+  const PolyquantCudaBackend* table = g_test_backend.load();
+  std::string reason;
+  if (table == nullptr) {
+    const CudaBackendStatus& status = cuda_backend();
+    table = status.table;
+    reason = status.reason;
+  }
+  if (table == nullptr || !reason.empty()) {
+    throw Error(ErrorKind::kRuntime, "a tensor is on " + device.str() + " but the CUDA backend is unavailable: " + reason);
+  }
+  char why[512] = {};
+  const int count = table->device_count(why, sizeof why);
+  if (device.index < 0 || device.index >= count) {
+    throw Error(ErrorKind::kValue, "a tensor is on " + device.str() + ", which does not exist: this machine has " +
+                                       std::to_string(count < 0 ? 0 : count) + " CUDA device(s)");
+  }
+  return *table;
+}
+
+void set_device_backend_for_testing(const PolyquantCudaBackend* table) { g_test_backend.store(table); }
+
+void run_elementwise_on_device(const ElementwiseCall& call, const Device& device) {
+  if (!call.op.has_value()) {
+    throw Error(ErrorKind::kType, "internal: this operation has no CUDA path (docs/cuda.md lists those that have)");
+  }
+  const PolyquantCudaBackend& b = device_backend(device);
+  const PolyquantCudaLaunch launch = b.launch[static_cast<int>(*call.op)][static_cast<int>(call.work)];
+  if (launch == nullptr) {
+    throw Error(ErrorKind::kType, std::string("the CUDA backend has no kernel for ") + op_name(*call.op) + " in this working precision");
+  }
+  const std::int64_t total = call.out.numel();
+  if (total == 0) return;
+  const DeviceSelection selection(b, device.index);
+  void* const stream = current_stream();
+  Temporaries temporaries(b, stream);
+
+  const Plan plan = make_plan(call);
+  const int r = plan.rank;
+  std::int64_t cs[kMaxRank] = {};  // C-order strides of the coalesced shape
+  for (int d = r - 1; d >= 0; --d) cs[d] = d == r - 1 ? 1 : cs[d + 1] * plan.shape[d + 1];
+  const int nin = plan.num_inputs;
+
+  // The split whose temporaries are smallest (no split first: it wins ties).
+  Split best{r, 1, total};
+  std::int64_t best_cost = -1;
+  for (int d = r; d >= 1; --d) {
+    Split split{d, 1, 1};
+    for (int i = d; i < r; ++i) split.row *= plan.shape[i];
+    split.rows = total / split.row;
+    std::int64_t cost = 0;
+    for (int k = 0; k < nin; ++k) {
+      const OperandRead o = classify(call, plan, cs, total, split, k);
+      if (o.gathered) cost += o.count * static_cast<std::int64_t>(dtype_size(call.kernel_dtypes[static_cast<std::size_t>(k)]));
+    }
+    if (best_cost < 0 || cost < best_cost) {
+      best = split;
+      best_cost = cost;
+    }
+  }
+
+  RowArgs a;
+  PolyquantCudaHostScalars scalars{};
+  for (int k = 0; k < nin; ++k) {
+    const TensorView& v = call.inputs[static_cast<std::size_t>(k)];
+    const DType kd = call.kernel_dtypes[static_cast<std::size_t>(k)];
+    const OperandRead o = classify(call, plan, cs, total, best, k);
+    const std::int64_t* st = plan.in_strides[k];
+    const void* in = v.data;
+    switch (o.read) {
+      case Read::kHostScalar:
+        convert_values(v.data, v.dtype, 0, &scalars.value[k], kd, 1, 1);
+        scalars.mask |= 1u << k;
+        a.broadcast_mask |= 1u << k;
+        in = nullptr;  // the launch points it at its copy of the value
+        break;
+      case Read::kBroadcast:
+        a.broadcast_mask |= 1u << k;
+        if (o.gathered) {
+          void* t = temporaries.allocate(1, kd);
+          convert_on_device(b, stream, v.data, v.dtype, t, kd, 0, nullptr, nullptr, nullptr);
+          in = t;
+        }
+        break;
+      case Read::kRepeatedRow:
+        a.repeated_row_mask |= 1u << k;
+        a.row_len = best.row;
+        if (o.gathered) {
+          void* t = temporaries.allocate(best.row, kd);
+          convert_on_device(b, stream, v.data, v.dtype, t, kd, r - best.d, plan.shape + best.d, st + best.d, cs + best.d);
+          in = t;
+        }
+        break;
+      case Read::kPerRow:
+        a.per_row_mask |= 1u << k;
+        a.row_len = best.row;
+        if (o.gathered) {
+          std::int64_t prefix_strides[kMaxRank] = {};
+          for (int d = 0; d < best.d; ++d) prefix_strides[d] = cs[d] / best.row;
+          void* t = temporaries.allocate(best.rows, kd);
+          convert_on_device(b, stream, v.data, v.dtype, t, kd, best.d, plan.shape, st, prefix_strides);
+          in = t;
+        }
+        break;
+      case Read::kInPlace:
+      case Read::kGatherAll:
+        if (o.gathered) {
+          void* t = temporaries.allocate(total, kd);
+          convert_on_device(b, stream, v.data, v.dtype, t, kd, r, plan.shape, st, cs);
+          in = t;
+        }
+        break;
+    }
+    a.in[static_cast<std::size_t>(k)] = in;
+  }
+
+  // The output: in place when the kernel can write it as it is and it overlaps no input other than
+  // element for element; else a contiguous temporary converted into place afterwards.
+  bool out_direct = call.out.dtype == call.kernel_out_dtype;
+  for (int d = 0; d < r; ++d) out_direct = out_direct && plan.out_strides[d] == cs[d];
+  out_direct = out_direct && !output_overlaps_inputs(call);
+  void* const out = out_direct ? call.out.data : temporaries.allocate(total, call.kernel_out_dtype);
+  a.out = out;
+  a.n = total;
+  a.index = 0;
+  check(b, launch(call.params, &a, scalars.mask != 0 ? &scalars : nullptr, stream), op_name(*call.op));
+  if (!out_direct) {
+    convert_on_device(b, stream, out, call.kernel_out_dtype, call.out.data, call.out.dtype, r, plan.shape, cs,
+                      plan.out_strides);
+  }
+}
+
+void copy_device_element_to_host(const TensorView& view, std::int64_t index, void* value) {
+  const PolyquantCudaBackend& b = device_backend(view.device);
+  std::int64_t offset = 0;
+  for (int d = view.shape.rank - 1; d >= 0; --d) {
+    const std::int64_t extent = view.shape[d];
+    offset += (index % extent) * view.strides[d];
+    index /= extent;
+  }
+  const DeviceSelection selection(b, view.device.index);
+  const std::size_t size = dtype_size(view.dtype);
+  check(b, b.copy(value, static_cast<const unsigned char*>(view.data) + offset * static_cast<std::int64_t>(size), size,
+                  current_stream(), 1),
+        "reading a device value (cudaMemcpyAsync)");
+}
+
+double read_device_element_as_double(const TensorView& view, std::int64_t index) {
+  alignas(8) unsigned char value[8] = {};
+  copy_device_element_to_host(view, index, value);
+  return load_as_double(value, view.dtype, 0);
+}
+
+}  // namespace detail
+}  // namespace polyquant

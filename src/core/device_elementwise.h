@@ -1,0 +1,64 @@
+// The elementwise engine on a device: the same calls as run_elementwise (core/elementwise.h), with
+// operands and output in the memory of a CUDA device, run by the launchers of the CUDA backend
+// (backends/cuda/backend_abi.h) on the calling thread's stream, without synchronising.
+//
+// A call becomes one launch of the op's per-element row over the whole output (RowArgs with device
+// pointers), plus conversion launches only where an operand or the output cannot be used as it is:
+//   - an operand of the output's layout, or one value (a broadcast), is read in place;
+//   - a parameter that repeats along the leading dimensions (per channel, channels last) is read
+//     as one repeated row (RowArgs::repeated_row_mask), one that holds one value per trailing block
+//     (per channel on a leading axis, blockwise) as per-row values (RowArgs::per_row_mask): in
+//     place when its elements are laid out so, else gathered into a compact temporary;
+//   - anything else (another dtype than the kernel reads, a transposed or strided tensor) is
+//     gathered and converted by the backend's conversion kernel (kernels/convert/element.h) into a
+//     temporary of the size it needs;
+//   - a 0-d operand in host memory (a Python scalar) travels inside the launch
+//     (PolyquantCudaHostScalars): no allocation, no copy;
+//   - an output of another dtype or layout, or one that overlaps an input other than in place, is
+//     written to a temporary and converted into place.
+// Temporaries are stream-ordered allocations (cudaMallocAsync), released on the stream after the
+// launches that read them. Results are bit for bit those of the host engine: the same per-element
+// row runs on the same operand values, and the conversions follow the same spec.
+#pragma once
+
+#include <span>
+#include <string>
+#include <utility>
+
+#include "core/elementwise.h"
+#include "polyquant/tensor.h"
+
+struct PolyquantCudaBackend;
+
+namespace polyquant::detail {
+
+// An operand with the parameter name error messages use.
+using NamedLayout = std::pair<const Layout*, const char*>;
+
+// The device an op runs on: the device of its operands and output. Host memory everywhere: the
+// CPU. Every operand on one CUDA device, except 0-d host operands (scalars), which may join it:
+// that device. Anything else throws Error naming the parameters and their devices. `out` may be
+// null (ops that have not been given their output yet).
+Device op_device(std::span<const NamedLayout> operands, const Layout* out, const char* op);
+
+// For ops that run on the host only: throws Error naming `op` and the first operand on a device.
+void require_host(std::span<const NamedLayout> operands, const char* op, const char* why = nullptr);
+
+// The backend that runs device ops: the loaded CUDA library (core/cuda_backend.h), or the table a
+// test installed. Throws Error naming `device` and the reason when it is unavailable.
+const PolyquantCudaBackend& device_backend(const Device& device);
+
+// For tests: runs device ops on `table` (a host stand-in for the CUDA library) instead of the
+// loaded library; nullptr restores the library. Not to be called while an op runs.
+void set_device_backend_for_testing(const PolyquantCudaBackend* table);
+
+// run_elementwise of a call whose output lives on `device` (op_device's rules).
+void run_elementwise_on_device(const ElementwiseCall& call, const Device& device);
+
+// Element `index` (flat, row-major) of a view on a device, copied to the host: the copy waits for
+// the stream, so a parameter that decides the kernel (a bit width) can be read like a host one.
+double read_device_element_as_double(const TensorView& view, std::int64_t index);
+// The same element's bytes (dtype_size(view.dtype) of them) into `value`.
+void copy_device_element_to_host(const TensorView& view, std::int64_t index, void* value);
+
+}  // namespace polyquant::detail

@@ -1,0 +1,255 @@
+// The host stand-in for the CUDA library (see fake_device.h).
+#include "core/fake_device.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "backends/cuda/backend_abi.h"
+#include "core/device_elementwise.h"
+#include "kernels/convert/element.h"
+#include "kernels/registry.h"
+
+namespace polyquant::test {
+namespace {
+
+using detail::kNumKernelOps;
+using detail::kNumWorkTypes;
+using detail::KernelOp;
+using detail::WorkType;
+
+struct Block {
+  std::size_t bytes = 0;
+  int device = 0;
+  bool temporary = false;
+};
+
+struct State {
+  std::mutex mutex;
+  std::map<std::uintptr_t, Block> blocks;  // start address -> block
+  FakeDeviceStats stats;
+  int current = 0;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+// The device whose memory holds [p, p + bytes), or -1.
+int device_of(const void* p, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  State& s = state();
+  auto it = s.blocks.upper_bound(a);
+  if (it == s.blocks.begin()) return -1;
+  --it;
+  if (a + (bytes > 0 ? bytes : 1) > it->first + it->second.bytes) return -1;
+  return it->second.device;
+}
+
+void require_on_current_device(const void* p, std::size_t bytes, const char* what) {
+  State& s = state();
+  if (device_of(p, bytes) != s.current) {
+    s.stats.faults.push_back(std::string(what) + " at " + std::to_string(reinterpret_cast<std::uintptr_t>(p)) +
+                             " is not memory of device " + std::to_string(s.current));
+  }
+}
+
+int device_count(char*, std::size_t) { return FakeDevice::kDevices; }
+int device_description(int device, char* name, std::size_t size) {
+  std::snprintf(name, size, "polyquant fake device %d (host memory)", device);
+  return 0;
+}
+const char* error_string(int error) { return error == 0 ? "no error" : "fake device error"; }
+int get_device(int* device) {
+  *device = state().current;
+  return 0;
+}
+int set_device(int device) {
+  if (device < 0 || device >= FakeDevice::kDevices) return 101;  // cudaErrorInvalidDevice
+  state().current = device;
+  return 0;
+}
+int pointer_device(const void* p, int* device) {
+  const std::lock_guard<std::mutex> lock(state().mutex);
+  *device = device_of(p, 1);
+  return 0;
+}
+int allocate(void** p, std::size_t bytes, void* stream) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  *p = std::calloc(bytes, 1);
+  s.blocks[reinterpret_cast<std::uintptr_t>(*p)] = Block{bytes, s.current, true};
+  ++s.stats.allocations;
+  s.stats.last_stream = stream;
+  return 0;
+}
+int release(void* p, void*) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  s.blocks.erase(reinterpret_cast<std::uintptr_t>(p));
+  std::free(p);
+  return 0;
+}
+int copy(void* dst, const void* src, std::size_t bytes, void* stream, int wait) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  std::memcpy(dst, src, bytes);
+  s.stats.host_reads += wait != 0 && device_of(src, bytes) >= 0 && device_of(dst, bytes) < 0;
+  s.stats.last_stream = stream;
+  return 0;
+}
+int convert(const PolyquantCudaConvert* c, void* stream) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  ++s.stats.conversions;
+  s.stats.last_stream = stream;
+  std::int64_t n = 1;
+  for (int d = 0; d < c->rank; ++d) n *= c->shape[d];
+  for (std::int64_t j = 0; j < n; ++j) {
+    std::int64_t rest = j, so = 0, dof = 0;
+    for (int d = c->rank - 1; d >= 0; --d) {
+      const std::int64_t i = rest % c->shape[d];
+      rest /= c->shape[d];
+      so += i * c->src_strides[d];
+      dof += i * c->dst_strides[d];
+    }
+    const auto* src = static_cast<const unsigned char*>(c->src) + so * static_cast<std::int64_t>(dtype_size(c->src_dtype));
+    auto* dst = static_cast<unsigned char*>(c->dst) + dof * static_cast<std::int64_t>(dtype_size(c->dst_dtype));
+    require_on_current_device(src, dtype_size(c->src_dtype), "a conversion's source element");
+    require_on_current_device(dst, dtype_size(c->dst_dtype), "a conversion's destination element");
+    detail::convert_element(src, c->src_dtype, 0, dst, c->dst_dtype, 0);
+  }
+  return 0;
+}
+
+// Runs the registry's scalar reference row of (op, work): the spec the CUDA kernel equals.
+int launch(KernelOp op, WorkType work, const void* params, const detail::RowArgs* args,
+           const PolyquantCudaHostScalars* scalars, void* stream) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  ++s.stats.launches;
+  s.stats.last_stream = stream;
+  detail::RowArgs a = *args;
+  PolyquantCudaHostScalars values = scalars != nullptr ? *scalars : PolyquantCudaHostScalars{};
+  if (values.mask != 0) ++s.stats.host_scalar_launches;
+  for (int i = 0; i < detail::kMaxOperands; ++i) {
+    if ((values.mask >> i) & 1u) {
+      a.in[static_cast<std::size_t>(i)] = &values.value[i];
+    } else if (a.in[static_cast<std::size_t>(i)] != nullptr) {
+      const std::int64_t count = a.is_broadcast(i) ? 1 : a.is_per_row(i) ? a.n / a.row_len : a.is_repeated_row(i) ? a.row_len : a.n;
+      require_on_current_device(a.in[static_cast<std::size_t>(i)], static_cast<std::size_t>(count), "a launch operand");
+    }
+  }
+  require_on_current_device(a.out, static_cast<std::size_t>(a.n), "a launch output");
+  if (!s.stats.faults.empty()) return 700;  // cudaErrorIllegalAddress: do not touch the memory
+  detail::reference_kernel(op, work)(params, a);
+  return 0;
+}
+
+template <int kIndex>
+int launch_entry(const void* params, const detail::RowArgs* args, const PolyquantCudaHostScalars* scalars, void* stream) {
+  return launch(static_cast<KernelOp>(kIndex / kNumWorkTypes), static_cast<WorkType>(kIndex % kNumWorkTypes), params, args,
+                scalars, stream);
+}
+
+bool has_row_element(KernelOp op) {
+  switch (op) {
+#define POLYQUANT_OP(Enum, name, works, vector) \
+  case KernelOp::Enum: return detail::kHasRowElement<KernelOp::Enum>;
+#include "kernels/ops.inc"
+#undef POLYQUANT_OP
+  }
+  return false;
+}
+
+template <std::size_t... kIndex>
+void fill_launchers(PolyquantCudaBackend& b, std::index_sequence<kIndex...>) {
+  ((b.launch[kIndex / kNumWorkTypes][kIndex % kNumWorkTypes] =
+        has_row_element(static_cast<KernelOp>(kIndex / kNumWorkTypes)) &&
+                detail::reference_kernel(static_cast<KernelOp>(kIndex / kNumWorkTypes), static_cast<WorkType>(kIndex % kNumWorkTypes)) != nullptr
+            ? &launch_entry<static_cast<int>(kIndex)>
+            : nullptr),
+   ...);
+}
+
+PolyquantCudaBackend make_table() {
+  PolyquantCudaBackend b{};
+  b.abi_version = POLYQUANT_CUDA_ABI_VERSION;
+  b.num_kernel_ops = kNumKernelOps;
+  b.num_work_types = kNumWorkTypes;
+  b.row_args_size = sizeof(detail::RowArgs);
+  b.runtime_version = 13000;
+  b.device_count = &device_count;
+  b.device_description = &device_description;
+  b.error_string = &error_string;
+  b.get_device = &get_device;
+  b.set_device = &set_device;
+  b.pointer_device = &pointer_device;
+  b.allocate = &allocate;
+  b.release = &release;
+  b.copy = &copy;
+  b.convert = &convert;
+  fill_launchers(b, std::make_index_sequence<static_cast<std::size_t>(kNumKernelOps * kNumWorkTypes)>());
+  return b;
+}
+
+const PolyquantCudaBackend& fake_table() {
+  static const PolyquantCudaBackend table = make_table();
+  return table;
+}
+
+}  // namespace
+
+FakeDevice::FakeDevice() {
+  reset_stats();
+  state().current = 0;
+  detail::set_device_backend_for_testing(&fake_table());
+}
+
+FakeDevice::~FakeDevice() {
+  detail::set_device_backend_for_testing(nullptr);
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  for (auto it = s.blocks.begin(); it != s.blocks.end();) {
+    if (!it->second.temporary) {
+      std::free(reinterpret_cast<void*>(it->first));
+      it = s.blocks.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void* FakeDevice::allocate(std::size_t bytes, int device) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  void* p = std::calloc(bytes > 0 ? bytes : 1, 1);
+  s.blocks[reinterpret_cast<std::uintptr_t>(p)] = Block{bytes > 0 ? bytes : 1, device, false};
+  return p;
+}
+
+void* FakeDevice::upload(const void* host, std::size_t bytes, int device) {
+  void* p = allocate(bytes, device);
+  std::memcpy(p, host, bytes);
+  return p;
+}
+
+const FakeDeviceStats& FakeDevice::stats() const { return state().stats; }
+void FakeDevice::reset_stats() { state().stats = FakeDeviceStats{}; }
+
+int FakeDevice::outstanding_temporaries() const {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  int n = 0;
+  for (const auto& [start, block] : s.blocks) n += block.temporary;
+  return n;
+}
+
+int FakeDevice::current_device() const { return state().current; }
+const PolyquantCudaBackend& FakeDevice::table() const { return fake_table(); }
+
+}  // namespace polyquant::test

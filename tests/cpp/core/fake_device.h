@@ -1,0 +1,55 @@
+// A stand-in for the CUDA library that runs on the host, so the engine's device path (core/
+// device_elementwise.cc) is tested on every machine: its table has the real ABI, its "device
+// memory" is host memory registered per device, its launchers run the registry's scalar reference
+// row of the op (the spec the CUDA kernels equal), and its conversion kernel the same
+// convert_element the CUDA one calls. It checks what a GPU would fault on: every pointer a launch
+// or conversion dereferences must lie inside memory of the current device. It counts what the
+// engine asked for (launches, conversions, allocations, the stream), so tests can check the plan.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "polyquant/tensor.h"
+
+struct PolyquantCudaBackend;
+
+namespace polyquant::test {
+
+struct FakeDeviceStats {
+  int launches = 0;
+  int conversions = 0;
+  int allocations = 0;  // by the engine (stream-ordered temporaries)
+  int host_scalar_launches = 0;
+  int host_reads = 0;  // device -> host copies that waited for the stream
+  void* last_stream = nullptr;
+  std::vector<std::string> faults;  // pointers outside the current device's memory
+};
+
+class FakeDevice {
+ public:
+  static constexpr int kDevices = 2;
+
+  // Installs the fake as the engine's backend (set_device_backend_for_testing) for the object's
+  // lifetime; the current device starts at 0 and the statistics at zero.
+  FakeDevice();
+  ~FakeDevice();
+  FakeDevice(const FakeDevice&) = delete;
+  FakeDevice& operator=(const FakeDevice&) = delete;
+
+  // Device memory of `device`, zero-filled; freed with the FakeDevice.
+  void* allocate(std::size_t bytes, int device = 0);
+  // A device copy of host bytes.
+  void* upload(const void* host, std::size_t bytes, int device = 0);
+
+  const FakeDeviceStats& stats() const;
+  void reset_stats();
+  // Engine temporaries not yet released.
+  int outstanding_temporaries() const;
+  int current_device() const;
+  const PolyquantCudaBackend& table() const;
+};
+
+}  // namespace polyquant::test

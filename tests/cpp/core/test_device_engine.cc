@@ -1,0 +1,372 @@
+// The engine's device path (core/device_elementwise.cc) on the host stand-in for the CUDA library
+// (fake_device.h): every layout an op may be given on a device gives the bytes of the same call on
+// the host, with the launches, conversions and temporaries the plan promises, on the caller's
+// stream and device; bad device input is a clear error. The CUDA kernels themselves are checked
+// against the same reference rows on a GPU (tests/cuda).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/backend_abi.h"
+#include "core/cuda_backend.h"
+#include "core/device_elementwise.h"
+#include "core/fake_device.h"
+#include "polyquant/aimet.h"
+#include "polyquant/error.h"
+#include "polyquant/onnx_qdq.h"
+#include "polyquant/qkeras.h"
+#include "polyquant/qonnx.h"
+#include "polyquant/runtime.h"
+#include "test_values.h"
+
+namespace polyquant {
+namespace {
+
+using test::FakeDevice;
+
+// Host bytes of one tensor and a device copy of them.
+struct Array {
+  std::vector<unsigned char> host;
+  void* device = nullptr;
+  DType dtype = DType::kFloat32;
+
+  template <class T>
+  static Array of(FakeDevice& fake, const std::vector<T>& values, DType dtype, int device_index = 0) {
+    Array a;
+    a.dtype = dtype;
+    a.host.resize(values.size() * sizeof(T));
+    std::memcpy(a.host.data(), values.data(), a.host.size());
+    a.device = fake.upload(a.host.data(), a.host.size(), device_index);
+    return a;
+  }
+  static Array zeros(FakeDevice& fake, std::size_t bytes, DType dtype, int device_index = 0) {
+    Array a;
+    a.dtype = dtype;
+    a.host.assign(bytes, 0);
+    a.device = fake.allocate(bytes, device_index);
+    return a;
+  }
+  // Views at element `offset` with the given shape and strides, on the host and on device `index`.
+  TensorView host_view(const Dims& shape, const Dims& strides, std::int64_t offset = 0) const {
+    return TensorView(host.data() + offset * static_cast<std::int64_t>(dtype_size(dtype)), dtype, shape, strides);
+  }
+  TensorView device_view(const Dims& shape, const Dims& strides, std::int64_t offset = 0, int index = 0) const {
+    TensorView v(static_cast<const unsigned char*>(device) + offset * static_cast<std::int64_t>(dtype_size(dtype)), dtype, shape,
+                 strides);
+    v.device = cuda_device(index);
+    return v;
+  }
+  MutableTensorView host_out(const Dims& shape, const Dims& strides, std::int64_t offset = 0) {
+    return MutableTensorView(host.data() + offset * static_cast<std::int64_t>(dtype_size(dtype)), dtype, shape, strides);
+  }
+  MutableTensorView device_out(const Dims& shape, const Dims& strides, std::int64_t offset = 0, int index = 0) {
+    MutableTensorView v(static_cast<unsigned char*>(device) + offset * static_cast<std::int64_t>(dtype_size(dtype)), dtype, shape,
+                        strides);
+    v.device = cuda_device(index);
+    return v;
+  }
+  const unsigned char* device_bytes() const { return static_cast<const unsigned char*>(device); }
+};
+
+std::vector<float> x_values(std::size_t n, std::uint64_t salt) {
+  std::vector<float> v = test::mixed_values(n, salt, 4.0f);
+  const std::vector<float> specials = test::special_values();
+  const std::vector<float> ties = test::near_ties(0.25f, 40);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i % 7 == 3) v[i] = specials[(i / 7) % specials.size()];
+    if (i % 7 == 5) v[i] = ties[(i / 7) % ties.size()];
+  }
+  return v;
+}
+
+TensorView host_scalar(const float& value) { return TensorView(&value, DType::kFloat32, Dims{}); }
+
+class DeviceEngine : public ::testing::Test {
+ protected:
+  FakeDevice fake_;
+};
+
+// IntQuant over a (4, 6, 10) x, with `scale` of `scale_shape` in the given dtype.
+struct IntQuantCase {
+  const char* name;
+  Dims scale_shape;
+  DType scale_dtype;
+  int launches, conversions, allocations;  // what the device plan costs
+};
+
+TEST_F(DeviceEngine, IntQuantEqualsTheHostForEveryParameterLayout) {
+  const Dims shape{4, 6, 10};
+  const std::vector<float> xv = x_values(240, 1);
+  const IntQuantCase cases[] = {
+      {"per tensor", Dims{}, DType::kFloat32, 1, 0, 0},
+      {"per channel, last axis", Dims{10}, DType::kFloat32, 1, 0, 0},          // one repeated row, in place
+      {"per channel, axis 0", Dims{4, 1, 1}, DType::kFloat32, 1, 0, 0},        // one value per row, in place
+      {"per channel, middle axis", Dims{6, 1}, DType::kFloat32, 2, 1, 1},      // gathered: 24 per-row values
+      {"blockwise", Dims{4, 6, 1}, DType::kFloat32, 1, 0, 0},                  // one value per row of 10
+      {"full", Dims{4, 6, 10}, DType::kFloat32, 1, 0, 0},
+      {"per channel, float64 scale", Dims{10}, DType::kFloat64, 3, 2, 2},  // x and zeropt converted to float64
+  };
+  for (const IntQuantCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::int64_t n_scale = c.scale_shape.numel();
+    std::vector<double> sv(static_cast<std::size_t>(n_scale));
+    for (std::int64_t i = 0; i < n_scale; ++i) sv[static_cast<std::size_t>(i)] = 0.125 * static_cast<double>(1 + i % 5);
+    Array x = Array::of(fake_, xv, DType::kFloat32);
+    Array scale = c.scale_dtype == DType::kFloat64
+                      ? Array::of(fake_, sv, DType::kFloat64)
+                      : Array::of(fake_, std::vector<float>(sv.begin(), sv.end()), DType::kFloat32);
+    Array zp = Array::of(fake_, std::vector<float>{0.0f}, DType::kFloat32);
+    const float bits = 4.0f;
+    const Dims cs = contiguous_strides(shape), ss = contiguous_strides(c.scale_shape);
+    const TensorSpec spec = qonnx::int_quant_spec(x.host_view(shape, cs), scale.host_view(c.scale_shape, ss),
+                                                  zp.host_view(Dims{}, Dims{}), host_scalar(bits), {});
+    Array expected = Array::zeros(fake_, static_cast<std::size_t>(spec.shape.numel()) * dtype_size(spec.dtype), spec.dtype);
+    Array got = Array::zeros(fake_, expected.host.size(), spec.dtype);
+    qonnx::int_quant(x.host_view(shape, cs), scale.host_view(c.scale_shape, ss), zp.host_view(Dims{}, Dims{}), host_scalar(bits),
+                     {}, expected.host_out(spec.shape, contiguous_strides(spec.shape)));
+    fake_.reset_stats();
+    qonnx::int_quant(x.device_view(shape, cs), scale.device_view(c.scale_shape, ss), zp.device_view(Dims{}, Dims{}),
+                     host_scalar(bits), {}, got.device_out(spec.shape, contiguous_strides(spec.shape)));
+    EXPECT_TRUE(fake_.stats().faults.empty()) << fake_.stats().faults.front();
+    EXPECT_EQ(std::memcmp(got.device_bytes(), expected.host.data(), expected.host.size()), 0);
+    EXPECT_EQ(fake_.stats().launches + fake_.stats().conversions, c.launches) << "launches + conversions";
+    EXPECT_EQ(fake_.stats().conversions, c.conversions);
+    EXPECT_EQ(fake_.stats().allocations, c.allocations);
+    EXPECT_EQ(fake_.outstanding_temporaries(), 0);
+  }
+}
+
+// x in every memory layout the engine accepts: transposed, reversed, strided, broadcast (a zero
+// stride), an offset view; the output contiguous, transposed (converted into place), in place and
+// overlapping the input other than in place (buffered).
+TEST_F(DeviceEngine, EveryMemoryLayoutOfXAndTheOutput) {
+  const std::vector<float> xv = x_values(600, 2);
+  Array scale = Array::of(fake_, std::vector<float>{0.25f, 0.5f, 0.125f, 1.0f, 0.75f}, DType::kFloat32);
+  const float zp = 1.0f, bits = 5.0f;
+  struct Layout_ {
+    const char* name;
+    Dims shape, strides;
+    std::int64_t offset;
+  };
+  const Layout_ layouts[] = {
+      {"contiguous", Dims{12, 5}, Dims{5, 1}, 0},
+      {"transposed", Dims{12, 5}, Dims{1, 12}, 0},
+      {"reversed rows", Dims{12, 5}, Dims{-5, 1}, 55},
+      {"reversed everything", Dims{12, 5}, Dims{-5, -1}, 59},
+      {"every third row", Dims{12, 5}, Dims{15, 1}, 0},
+      {"odd strides", Dims{12, 5}, Dims{7, 3}, 1},
+      {"broadcast rows", Dims{12, 5}, Dims{0, 1}, 3},
+      {"one value everywhere", Dims{12, 5}, Dims{0, 0}, 11},
+  };
+  const Dims out_shape{12, 5};
+  for (const Layout_& l : layouts) {
+    SCOPED_TRACE(l.name);
+    Array x = Array::of(fake_, xv, DType::kFloat32);
+    const TensorView hx = x.host_view(l.shape, l.strides, l.offset), dx = x.device_view(l.shape, l.strides, l.offset);
+    Array expected = Array::zeros(fake_, 60 * 4, DType::kFloat32);
+    qonnx::int_quant(hx, scale.host_view(Dims{5}, Dims{1}), host_scalar(zp), host_scalar(bits), {},
+                     expected.host_out(out_shape, Dims{5, 1}));
+    // Contiguous output.
+    Array got = Array::zeros(fake_, 60 * 4, DType::kFloat32);
+    qonnx::int_quant(dx, scale.device_view(Dims{5}, Dims{1}), host_scalar(zp), host_scalar(bits), {},
+                     got.device_out(out_shape, Dims{5, 1}));
+    EXPECT_EQ(std::memcmp(got.device_bytes(), expected.host.data(), 240), 0) << "contiguous out";
+    // Transposed output: written through a temporary and converted into place.
+    Array transposed = Array::zeros(fake_, 60 * 4, DType::kFloat32);
+    qonnx::int_quant(dx, scale.device_view(Dims{5}, Dims{1}), host_scalar(zp), host_scalar(bits), {},
+                     transposed.device_out(out_shape, Dims{1, 12}));
+    for (int i = 0; i < 12; ++i) {
+      for (int j = 0; j < 5; ++j) {
+        EXPECT_EQ(std::memcmp(transposed.device_bytes() + (i + 12 * j) * 4, expected.host.data() + (i * 5 + j) * 4, 4), 0);
+      }
+    }
+    EXPECT_TRUE(fake_.stats().faults.empty());
+    EXPECT_EQ(fake_.outstanding_temporaries(), 0);
+  }
+  // In place, and overlapping other than in place (out = x reversed): numpy's buffered result.
+  for (const bool reversed : {false, true}) {
+    SCOPED_TRACE(reversed ? "out = x reversed" : "in place");
+    Array x = Array::of(fake_, std::vector<float>(xv.begin(), xv.begin() + 60), DType::kFloat32);
+    Array expected = Array::zeros(fake_, 240, DType::kFloat32);
+    qonnx::int_quant(x.host_view(out_shape, Dims{5, 1}), scale.host_view(Dims{5}, Dims{1}), host_scalar(zp), host_scalar(bits),
+                     {}, expected.host_out(out_shape, reversed ? Dims{-5, -1} : Dims{5, 1}, reversed ? 59 : 0));
+    qonnx::int_quant(x.device_view(out_shape, Dims{5, 1}), scale.device_view(Dims{5}, Dims{1}), host_scalar(zp),
+                     host_scalar(bits), {}, x.device_out(out_shape, reversed ? Dims{-5, -1} : Dims{5, 1}, reversed ? 59 : 0));
+    EXPECT_EQ(std::memcmp(x.device_bytes(), expected.host.data(), 240), 0);
+    EXPECT_EQ(fake_.outstanding_temporaries(), 0);
+  }
+}
+
+// Every rounding mode, signedness and narrow range, a 1-bit width (the bipolar path), an integer
+// bit width held on the device (read back to the host: it decides the bounds), and BipolarQuant.
+TEST_F(DeviceEngine, EveryIntQuantParameterPathAndBipolarQuant) {
+  const std::vector<float> xv = x_values(257, 3);
+  Array x = Array::of(fake_, xv, DType::kFloat32);
+  Array scale = Array::of(fake_, std::vector<float>{0.375f}, DType::kFloat32);
+  const Dims shape{257};
+  const RoundingMode modes[] = {RoundingMode::kHalfEven, RoundingMode::kFloor, RoundingMode::kCeil, RoundingMode::kUp,
+                                RoundingMode::kDown, RoundingMode::kHalfUp, RoundingMode::kHalfDown};
+  for (const RoundingMode mode : modes) {
+    for (const bool is_signed : {true, false}) {
+      for (const bool narrow : {false, true}) {
+        for (const std::int32_t bits : {1, 3, 8}) {
+          SCOPED_TRACE(std::to_string(static_cast<int>(mode)) + " signed " + std::to_string(is_signed) + " narrow " +
+                       std::to_string(narrow) + " bits " + std::to_string(bits));
+          Array bw = Array::of(fake_, std::vector<std::int32_t>{bits}, DType::kInt32);
+          const qonnx::IntQuantAttrs attrs{is_signed, narrow, mode};
+          Array expected = Array::zeros(fake_, 257 * 4, DType::kFloat32), got = Array::zeros(fake_, 257 * 4, DType::kFloat32);
+          const float zp = 0.0f;
+          qonnx::int_quant(x.host_view(shape, Dims{1}), scale.host_view(Dims{}, Dims{}), host_scalar(zp),
+                           bw.host_view(Dims{}, Dims{}), attrs, expected.host_out(shape, Dims{1}));
+          fake_.reset_stats();
+          qonnx::int_quant(x.device_view(shape, Dims{1}), scale.device_view(Dims{}, Dims{}), host_scalar(zp),
+                           bw.device_view(Dims{}, Dims{}), attrs, got.device_out(shape, Dims{1}));
+          EXPECT_EQ(std::memcmp(got.device_bytes(), expected.host.data(), 257 * 4), 0);
+          EXPECT_GE(fake_.stats().host_reads, 1) << "the device bit width is read back";
+          EXPECT_EQ(fake_.stats().launches, 1);
+        }
+      }
+    }
+  }
+  Array expected = Array::zeros(fake_, 257 * 4, DType::kFloat32), got = Array::zeros(fake_, 257 * 4, DType::kFloat32);
+  qonnx::bipolar_quant(x.host_view(shape, Dims{1}), scale.host_view(Dims{}, Dims{}), expected.host_out(shape, Dims{1}));
+  qonnx::bipolar_quant(x.device_view(shape, Dims{1}), scale.device_view(Dims{}, Dims{}), got.device_out(shape, Dims{1}));
+  EXPECT_EQ(std::memcmp(got.device_bytes(), expected.host.data(), 257 * 4), 0);
+}
+
+// float16 and float64 x run in their own working precision on the device as on the host.
+TEST_F(DeviceEngine, Float16AndFloat64WorkingPrecisions) {
+  std::vector<std::uint16_t> halves(65536);
+  for (std::size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<std::uint16_t>(i);
+  Array xh = Array::of(fake_, halves, DType::kFloat16);
+  Array sh = Array::of(fake_, std::vector<std::uint16_t>{0x3400}, DType::kFloat16);  // 0.25
+  Array expected = Array::zeros(fake_, 65536 * 2, DType::kFloat16), got = Array::zeros(fake_, 65536 * 2, DType::kFloat16);
+  const Dims shape{65536};
+  const float bits = 6.0f, zp = 0.0f;
+  const std::uint16_t zp16 = 0x3C00;  // 1.0 as float16: the working precision stays float16
+  const TensorView zp_half(&zp16, DType::kFloat16, Dims{});
+  qonnx::int_quant(xh.host_view(shape, Dims{1}), sh.host_view(Dims{}, Dims{}), zp_half, host_scalar(bits), {},
+                   expected.host_out(shape, Dims{1}));
+  qonnx::int_quant(xh.device_view(shape, Dims{1}), sh.device_view(Dims{}, Dims{}), zp_half, host_scalar(bits), {},
+                   got.device_out(shape, Dims{1}));
+  EXPECT_EQ(std::memcmp(got.device_bytes(), expected.host.data(), 65536 * 2), 0) << "every float16 x";
+
+  const std::vector<float> xf = x_values(500, 4);
+  std::vector<double> xd(500);
+  for (std::size_t i = 0; i < xd.size(); ++i) xd[i] = static_cast<double>(xf[i]) * (1.0 + 1e-12);
+  Array x64 = Array::of(fake_, xd, DType::kFloat64);
+  Array s64 = Array::of(fake_, std::vector<double>{0.1}, DType::kFloat64);
+  Array e64 = Array::zeros(fake_, 500 * 8, DType::kFloat64), g64 = Array::zeros(fake_, 500 * 8, DType::kFloat64);
+  qonnx::int_quant(x64.host_view(Dims{500}, Dims{1}), s64.host_view(Dims{}, Dims{}), host_scalar(zp), host_scalar(bits), {},
+                   e64.host_out(Dims{500}, Dims{1}));
+  qonnx::int_quant(x64.device_view(Dims{500}, Dims{1}), s64.device_view(Dims{}, Dims{}), host_scalar(zp), host_scalar(bits),
+                   {}, g64.device_out(Dims{500}, Dims{1}));
+  EXPECT_EQ(std::memcmp(g64.device_bytes(), e64.host.data(), 500 * 8), 0);
+}
+
+// Work goes to the caller's stream and device; the caller's current device is restored.
+TEST_F(DeviceEngine, RunsOnTheCallersStreamAndTheTensorsDevice) {
+  Array x = Array::of(fake_, x_values(64, 5), DType::kFloat32, 1);
+  Array out = Array::zeros(fake_, 64 * 4, DType::kFloat32, 1);
+  const float scale = 0.5f, zp = 0.0f, bits = 8.0f;
+  int marker = 0;
+  void* const stream = &marker;
+  {
+    const ScopedStream scoped(stream);
+    EXPECT_EQ(current_stream(), stream);
+    qonnx::int_quant(x.device_view(Dims{64}, Dims{1}, 0, 1), host_scalar(scale), host_scalar(zp), host_scalar(bits), {},
+                     out.device_out(Dims{64}, Dims{1}, 0, 1));
+  }
+  EXPECT_EQ(current_stream(), nullptr);
+  EXPECT_EQ(fake_.stats().last_stream, stream);
+  EXPECT_EQ(fake_.stats().host_scalar_launches, 1) << "host scalars travel inside the launch";
+  EXPECT_EQ(fake_.stats().allocations, 0);
+  EXPECT_TRUE(fake_.stats().faults.empty()) << "ran on cuda:1, where the tensors live";
+  EXPECT_EQ(fake_.current_device(), 0) << "the caller's device is restored";
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST_F(DeviceEngine, MixedDevicesAreErrorsNamingTheParameters) {
+  Array x = Array::of(fake_, x_values(16, 6), DType::kFloat32);
+  Array x1 = Array::of(fake_, x_values(16, 6), DType::kFloat32, 1);
+  Array s = Array::of(fake_, std::vector<float>(16, 0.5f), DType::kFloat32);
+  Array out = Array::zeros(fake_, 64, DType::kFloat32);
+  std::vector<float> host(16, 0.5f), host_out(16);
+  const float zp = 0.0f, bits = 4.0f;
+  const Dims shape{16};
+  auto run = [&](const TensorView& xv, const TensorView& sv, const MutableTensorView& ov) {
+    return error_of([&] { qonnx::int_quant(xv, sv, host_scalar(zp), host_scalar(bits), {}, ov); });
+  };
+  const TensorView host_scale(host.data(), DType::kFloat32, shape);
+  const MutableTensorView host_output(host_out.data(), DType::kFloat32, shape);
+  std::string e = run(x.device_view(shape, Dims{1}), host_scale, out.device_out(shape, Dims{1}));
+  EXPECT_NE(e.find("IntQuant: scale is on cpu but x is on cuda:0"), std::string::npos) << e;
+  e = run(x.device_view(shape, Dims{1}), s.device_view(shape, Dims{1}), host_output);
+  EXPECT_NE(e.find("out is on cpu but x is on cuda:0"), std::string::npos) << e;
+  e = run(x1.device_view(shape, Dims{1}, 0, 1), s.device_view(shape, Dims{1}), out.device_out(shape, Dims{1}));
+  EXPECT_NE(e.find("scale is on cuda:0 but x is on cuda:1"), std::string::npos) << e;
+  // A host pointer labelled as device memory, memory of the other device, a device that does not exist.
+  TensorView lying(host.data(), DType::kFloat32, shape);
+  lying.device = cuda_device(0);
+  e = run(lying, s.device_view(shape, Dims{1}), out.device_out(shape, Dims{1}));
+  EXPECT_NE(e.find("x is labelled cuda:0 but its data is host memory"), std::string::npos) << e;
+  e = run(x1.device_view(shape, Dims{1}, 0, 0), s.device_view(shape, Dims{1}), out.device_out(shape, Dims{1}));
+  EXPECT_NE(e.find("its data is memory of cuda:1"), std::string::npos) << e;
+  e = run(x.device_view(shape, Dims{1}, 0, 7), s.device_view(shape, Dims{1}, 0, 7), out.device_out(shape, Dims{1}, 0, 7));
+  EXPECT_NE(e.find("cuda:7, which does not exist: this machine has 2 CUDA device(s)"), std::string::npos) << e;
+  EXPECT_TRUE(fake_.stats().faults.empty());
+  EXPECT_EQ(fake_.stats().launches, 0);
+}
+
+// Ops without a device path yet refuse device tensors with the op's name, before touching them.
+TEST_F(DeviceEngine, HostOnlyOpsRefuseDeviceTensorsByName) {
+  Array x = Array::of(fake_, x_values(16, 7), DType::kFloat32);
+  Array out = Array::zeros(fake_, 64, DType::kFloat32);
+  const Dims shape{16};
+  const float one = 1.0f, zero = 0.0f, four = 4.0f, eight = 8.0f;
+  const TensorView dx = x.device_view(shape, Dims{1});
+  const MutableTensorView dout = out.device_out(shape, Dims{1});
+  std::string e = error_of([&] {
+    qonnx::trunc(dx, host_scalar(one), host_scalar(zero), host_scalar(eight), host_scalar(four), RoundingMode::kFloor, dout);
+  });
+  EXPECT_NE(e.find("Trunc: x is on cuda:0, but Trunc runs on the host only"), std::string::npos) << e;
+  e = error_of([&] {
+    qonnx::float_quant(dx, host_scalar(one), host_scalar(four), host_scalar(four), host_scalar(eight), host_scalar(eight), {},
+                       dout);
+  });
+  EXPECT_NE(e.find("FloatQuant: x is on cuda:0"), std::string::npos) << e;
+  e = error_of([&] { onnx::quantize_linear(dx, host_scalar(one), nullptr, {}, dout); });
+  EXPECT_NE(e.find("QuantizeLinear: x is on cuda:0"), std::string::npos) << e;
+  e = error_of([&] { qkeras::quantized_bits(dx, host_scalar(one), {}, {}, {}, dout); });
+  EXPECT_NE(e.find("quantized_bits: x is on cuda:0"), std::string::npos) << e;
+  EXPECT_EQ(fake_.stats().launches, 0);
+  EXPECT_TRUE(fake_.stats().faults.empty());
+}
+
+// Without the override, a device tensor on a machine without the CUDA library is an error with
+// the backend's reason, never a crash.
+TEST(DeviceEngineWithoutBackend, ADeviceTensorNamesTheMissingBackend) {
+  std::vector<float> data(4, 1.0f), out(4);
+  TensorView x(data.data(), DType::kFloat32, Dims{4});
+  x.device = cuda_device(0);
+  MutableTensorView o(out.data(), DType::kFloat32, Dims{4});
+  o.device = cuda_device(0);
+  const float scale = 1.0f, zp = 0.0f, bits = 4.0f;
+  if (detail::cuda_backend().available()) GTEST_SKIP() << "a CUDA device is present";
+  const std::string e = error_of([&] { qonnx::int_quant(x, host_scalar(scale), host_scalar(zp), host_scalar(bits), {}, o); });
+  EXPECT_NE(e.find("the CUDA backend is unavailable"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace polyquant
