@@ -253,3 +253,4 @@ int FakeDevice::current_device() const { return state().current; }
 const PolyquantCudaBackend& FakeDevice::table() const { return fake_table(); }
 
 }  // namespace polyquant::test
+
