@@ -349,6 +349,22 @@ void copy_device_element_to_host(const TensorView& view, std::int64_t index, voi
         "reading a device value (cudaMemcpyAsync)");
 }
 
+TensorView host_readable(const TensorView& view, std::vector<unsigned char>& storage) {
+  if (view.device.is_cpu()) return view;
+  const std::int64_t n = view.numel();
+  const std::size_t size = dtype_size(view.dtype);
+  storage.assign(static_cast<std::size_t>(n > 0 ? n : 1) * size, 0);
+  if (view.is_contiguous() && n > 0) {
+    const PolyquantCudaBackend& b = device_backend(view.device);
+    const DeviceSelection selection(b, view.device.index);
+    check(b, b.copy(storage.data(), view.data, static_cast<std::size_t>(n) * size, current_stream(), 1),
+          "reading device values (cudaMemcpyAsync)");
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) copy_device_element_to_host(view, i, storage.data() + static_cast<std::size_t>(i) * size);
+  }
+  return TensorView(storage.data(), view.dtype, view.shape);
+}
+
 double read_device_element_as_double(const TensorView& view, std::int64_t index) {
   alignas(8) unsigned char value[8] = {};
   copy_device_element_to_host(view, index, value);

@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/elementwise.h"
 #include "polyquant/tensor.h"
@@ -60,5 +61,9 @@ void run_elementwise_on_device(const ElementwiseCall& call, const Device& device
 double read_device_element_as_double(const TensorView& view, std::int64_t index);
 // The same element's bytes (dtype_size(view.dtype) of them) into `value`.
 void copy_device_element_to_host(const TensorView& view, std::int64_t index, void* value);
+
+// A view the host can read: `view` itself in host memory, else a C-contiguous copy of it in
+// `storage` (waits for the stream). For parameters whose values a family checks on the host.
+TensorView host_readable(const TensorView& view, std::vector<unsigned char>& storage);
 
 }  // namespace polyquant::detail

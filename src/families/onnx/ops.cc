@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/device_elementwise.h"
 #include "kernels/registry.h"
@@ -144,7 +145,7 @@ detail::QdqPlan<detail::QuantizeLinearParams> plan_quantize_linear(const TensorV
                                                                    const TensorView* y_zero_point,
                                                                    const QuantizeLinearAttrs& attrs) {
   const detail::NamedLayout operands[] = {{&x, "x"}, {&y_scale, "y_scale"}, {y_zero_point != nullptr ? y_zero_point : &x, "y_zero_point"}};
-  detail::require_host(operands, "QuantizeLinear");
+  detail::op_device(operands, nullptr, "QuantizeLinear");
   if (!one_of(x.dtype, kQuantizeInputs)) {
     type_error(std::string("QuantizeLinear: x has dtype ") + dtype_name(x.dtype) + "; allowed: " +
                list_names(kQuantizeInputs));
@@ -159,6 +160,8 @@ detail::QdqPlan<detail::QuantizeLinearParams> plan_quantize_linear(const TensorV
   }
   detail::QdqPlan<detail::QuantizeLinearParams> plan;
   plan.op = kQNames.op;
+  plan.scale_name = kQNames.scale;
+  plan.zero_point_name = kQNames.zero_point;
   plan.spec = {quantize_output_dtype(y_zero_point, attrs), x.shape};
   plan.layout = detail::check_param_layout(x, y_scale, y_zero_point, attrs.axis, attrs.block_size, kQNames, true);
 
@@ -186,7 +189,7 @@ detail::QdqPlan<detail::QuantizeLinearParams> plan_quantize_linear(const TensorV
   const DType work = wide ? DType::kFloat64 : DType::kFloat32;
   plan.kernel_dtypes = {work, work, work};
   plan.kernel_out_dtype = plan.spec.dtype;
-  plan.kernel = detail::best_kernel(detail::KernelOp::kQuantizeLinear, wide ? detail::WorkType::kF64 : detail::WorkType::kF32);
+  plan.use_kernel(detail::KernelOp::kQuantizeLinear, wide ? detail::WorkType::kF64 : detail::WorkType::kF32);
   return plan;
 }
 
@@ -196,7 +199,7 @@ detail::QdqPlan<detail::DequantizeLinearParams> plan_dequantize_linear(const Ten
                                                                        const TensorView* x_zero_point,
                                                                        const DequantizeLinearAttrs& attrs) {
   const detail::NamedLayout operands[] = {{&x, "x"}, {&x_scale, "x_scale"}, {x_zero_point != nullptr ? x_zero_point : &x, "x_zero_point"}};
-  detail::require_host(operands, "DequantizeLinear");
+  detail::op_device(operands, nullptr, "DequantizeLinear");
   if (!one_of(x.dtype, kDequantizeInputs)) {
     type_error(std::string("DequantizeLinear: x has dtype ") + dtype_name(x.dtype) + "; allowed: " +
                list_names(kDequantizeInputs));
@@ -215,12 +218,16 @@ detail::QdqPlan<detail::DequantizeLinearParams> plan_dequantize_linear(const Ten
   }
   detail::QdqPlan<detail::DequantizeLinearParams> plan;
   plan.op = kDqNames.op;
+  plan.scale_name = kDqNames.scale;
+  plan.zero_point_name = kDqNames.zero_point;
   plan.spec = {attrs.output_dtype ? *attrs.output_dtype : x_scale.dtype, x.shape};
   plan.layout = detail::check_param_layout(x, x_scale, x_zero_point, attrs.axis, attrs.block_size, kDqNames, true);
   if (x_zero_point != nullptr && is_float8(x.dtype)) {
     // The evaluator requires float8 zero points to be zero after a cast to uint8 (|v| < 1).
-    for (std::int64_t i = 0; i < x_zero_point->numel(); ++i) {
-      if (std::fabs(detail::read_as_double(*x_zero_point, i)) >= 1.0) {
+    std::vector<unsigned char> storage;
+    const TensorView zero_point = detail::host_readable(*x_zero_point, storage);  // a device one is copied
+    for (std::int64_t i = 0; i < zero_point.numel(); ++i) {
+      if (std::fabs(detail::read_as_double(zero_point, i)) >= 1.0) {
         throw Error(ErrorKind::kValue, "DequantizeLinear: x_zero_point must be zero for float8 types");
       }
     }
@@ -238,7 +245,7 @@ detail::QdqPlan<detail::DequantizeLinearParams> plan_dequantize_linear(const Ten
   p.difference = wide ? DequantDifference::kFloat64 : DequantDifference::kFloat32;
   plan.kernel_dtypes = {p.x_dtype, DType::kFloat32, p.x_dtype};
   plan.kernel_out_dtype = wide ? DType::kFloat64 : DType::kFloat32;
-  plan.kernel = detail::best_kernel(detail::KernelOp::kDequantizeLinear, wide ? detail::WorkType::kF64 : detail::WorkType::kF32);
+  plan.use_kernel(detail::KernelOp::kDequantizeLinear, wide ? detail::WorkType::kF64 : detail::WorkType::kF32);
   return plan;
 }
 

@@ -165,7 +165,8 @@ void run_with_layout(const ElementwiseCall& call, const TensorView& x, const Ten
   std::vector<unsigned char> storage[2];
   for (int k = 0; k < nparams; ++k) {
     const DType want = call.kernel_dtypes[static_cast<std::size_t>(1 + k)];
-    if (params[k].dtype != want && layout.granularity != ParamGranularity::kTensor) {
+    // On a device the engine converts parameters itself (core/device_elementwise.h).
+    if (params[k].dtype != want && layout.granularity != ParamGranularity::kTensor && params[k].device.is_cpu()) {
       params[k] = converted(params[k], want, storage[k]);
     }
   }
@@ -183,7 +184,10 @@ void run_with_layout(const ElementwiseCall& call, const TensorView& x, const Ten
   switch (layout.granularity) {
     case ParamGranularity::kTensor: {
       TensorView pv[2];
-      for (int k = 0; k < nparams; ++k) pv[k] = TensorView(params[k].data, params[k].dtype, Dims{});
+      for (int k = 0; k < nparams; ++k) {
+        pv[k] = TensorView(params[k].data, params[k].dtype, Dims{});
+        pv[k].device = params[k].device;
+      }
       return run(x, pv, call.out);
     }
     case ParamGranularity::kAxis: {
@@ -206,6 +210,10 @@ void run_with_layout(const ElementwiseCall& call, const TensorView& x, const Ten
   // Compute into a private buffer then, and copy it over the output once.
   bool shared = !in_place(x, call.out) && views_overlap(call.out.data, call.out, x.data, x);
   for (int k = 0; k < nparams; ++k) shared = shared || views_overlap(call.out.data, call.out, params[k].data, params[k]);
+  if (shared && !call.out.device.is_cpu()) {
+    throw Error(ErrorKind::kValue, "out: on a device, the output of a blocked quantize / dequantize may not overlap "
+                                   "its inputs other than in place; pass a separate output");
+  }
   if (shared) {
     std::vector<unsigned char> buffer(static_cast<std::size_t>(std::max<std::int64_t>(call.out.numel(), 1)) * dtype_size(call.out.dtype));
     ElementwiseCall private_call = call;

@@ -15,8 +15,10 @@
 #include <span>
 #include <vector>
 
+#include "core/device_elementwise.h"
 #include "core/elementwise.h"
 #include "families/onnx/kernels.h"
+#include "kernels/registry.h"
 #include "kernels/row.h"
 #include "polyquant/plan.h"
 #include "polyquant/tensor.h"
@@ -59,14 +61,26 @@ void require_exact_output(const MutableTensorView& out, const TensorSpec& spec, 
 // plan. `Params` is QuantizeLinearParams or DequantizeLinearParams.
 template <class Params>
 struct QdqPlan {
-  const char* op = "";               // for error messages
+  const char* op = "";               // for error messages, with the parameters' names
+  const char* scale_name = "scale";
+  const char* zero_point_name = "zero_point";
   TensorSpec spec;                   // the output's shape and dtype
   ParamLayout layout;                // per-tensor, per-axis or blocked
   Params params;                     // the kernel's parameters
   std::array<DType, 3> kernel_dtypes{};  // x, scale, zero point as the kernel reads them
   DType kernel_out_dtype = DType::kFloat32;
   RowKernel kernel = nullptr;
+  KernelOp kernel_op = KernelOp::kQuantizeLinear;  // the kernel's op and working precision: the
+  WorkType kernel_work = WorkType::kF32;            // CUDA backend's launcher of the same row
   bool with_zero_point = false;      // the zero point is an operand of the kernel
+
+  // The kernel of `op` in working precision `work` (dispatch's best kernel set, or on a device
+  // the CUDA backend's).
+  void use_kernel(KernelOp op, WorkType work) {
+    kernel = best_kernel(op, work);
+    kernel_op = op;
+    kernel_work = work;
+  }
 };
 
 // Runs `plan` over x and its parameters into `out` (which must match plan.spec exactly).
@@ -74,7 +88,11 @@ template <class Params>
 void run_plan(const QdqPlan<Params>& plan, const TensorView& x, const TensorView& scale, const TensorView* zero_point,
               const MutableTensorView& out) {
   require_exact_output(out, plan.spec, plan.op);
+  const NamedLayout operands[] = {{&x, "x"}, {&scale, plan.scale_name}, {zero_point != nullptr ? zero_point : &x, plan.zero_point_name}};
+  op_device(operands, &out, plan.op);
   ElementwiseCall call;
+  call.op = plan.kernel_op;
+  call.work = plan.kernel_work;
   call.kernel_dtypes = plan.kernel_dtypes;
   call.out = out;
   call.kernel_out_dtype = plan.kernel_out_dtype;

@@ -61,7 +61,7 @@ detail::QdqPlan<detail::QuantizeLinearParams> plan_extended_quantize_linear(cons
                                                                             const TensorView* y_zero_point,
                                                                             const ExtendedAttrs& attrs) {
   const detail::NamedLayout operands[] = {{&x, "x"}, {&y_scale, "y_scale"}, {y_zero_point != nullptr ? y_zero_point : &x, "y_zero_point"}};
-  detail::require_host(operands, kQNames.op);
+  detail::op_device(operands, nullptr, kQNames.op);
   require_float32(x, kQNames.op, "x");
   require_float32(y_scale, kQNames.op, "y_scale");
   const DType out = y_zero_point ? y_zero_point->dtype : DType::kUInt8;
@@ -71,6 +71,8 @@ detail::QdqPlan<detail::QuantizeLinearParams> plan_extended_quantize_linear(cons
   }
   detail::QdqPlan<detail::QuantizeLinearParams> plan;
   plan.op = kQNames.op;
+  plan.scale_name = kQNames.scale;
+  plan.zero_point_name = kQNames.zero_point;
   plan.spec = {out, x.shape};
   plan.layout = detail::check_param_layout(x, y_scale, y_zero_point, attrs.axis, 0, kQNames, false);
   const bool quark = attrs.semantics == Semantics::kQuarkCpu;
@@ -97,7 +99,7 @@ detail::QdqPlan<detail::QuantizeLinearParams> plan_extended_quantize_linear(cons
   plan.with_zero_point = p.has_zero_point;
   plan.kernel_dtypes = {DType::kFloat32, DType::kFloat32, p.zero_point_f64 ? DType::kFloat64 : DType::kFloat32};
   plan.kernel_out_dtype = out;
-  plan.kernel = detail::best_kernel(detail::KernelOp::kQuantizeLinear, detail::WorkType::kF32);
+  plan.use_kernel(detail::KernelOp::kQuantizeLinear, detail::WorkType::kF32);
   return plan;
 }
 
@@ -106,7 +108,7 @@ detail::QdqPlan<detail::DequantizeLinearParams> plan_extended_dequantize_linear(
                                                                                 const TensorView* x_zero_point,
                                                                                 const ExtendedAttrs& attrs) {
   const detail::NamedLayout operands[] = {{&x, "x"}, {&x_scale, "x_scale"}, {x_zero_point != nullptr ? x_zero_point : &x, "x_zero_point"}};
-  detail::require_host(operands, kDqNames.op);
+  detail::op_device(operands, nullptr, kDqNames.op);
   if (!supported(x.dtype)) {
     throw Error(ErrorKind::kType, std::string(kDqNames.op) + ": x has dtype " + dtype_name(x.dtype) + "; allowed: " + kTypeList);
   }
@@ -117,6 +119,8 @@ detail::QdqPlan<detail::DequantizeLinearParams> plan_extended_dequantize_linear(
   }
   detail::QdqPlan<detail::DequantizeLinearParams> plan;
   plan.op = kDqNames.op;
+  plan.scale_name = kDqNames.scale;
+  plan.zero_point_name = kDqNames.zero_point;
   plan.spec = {DType::kFloat32, x.shape};
   plan.layout = detail::check_param_layout(x, x_scale, x_zero_point, attrs.axis, 0, kDqNames, false);
   const bool quark = attrs.semantics == Semantics::kQuarkCpu;
@@ -137,7 +141,7 @@ detail::QdqPlan<detail::DequantizeLinearParams> plan_extended_dequantize_linear(
   plan.with_zero_point = p.has_zero_point;
   plan.kernel_dtypes = {p.x_dtype, DType::kFloat32, p.x_dtype};
   plan.kernel_out_dtype = DType::kFloat32;
-  plan.kernel = detail::best_kernel(detail::KernelOp::kDequantizeLinear, detail::WorkType::kF32);
+  plan.use_kernel(detail::KernelOp::kDequantizeLinear, detail::WorkType::kF32);
   return plan;
 }
 

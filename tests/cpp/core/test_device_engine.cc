@@ -21,6 +21,7 @@
 #include "polyquant/onnx_qdq.h"
 #include "polyquant/qkeras.h"
 #include "polyquant/qonnx.h"
+#include "polyquant/quark.h"
 #include "polyquant/runtime.h"
 #include "test_values.h"
 
@@ -286,6 +287,109 @@ TEST_F(DeviceEngine, Float16AndFloat64WorkingPrecisions) {
   EXPECT_EQ(g64.download(fake_), e64.host);
 }
 
+// ONNX QuantizeLinear and DequantizeLinear (and Quark's Extended ops, which share their plans)
+// for integer, sub-byte and minifloat targets, per tensor, per axis (first and last) and blocked
+// (with a last partial block), with and without a zero point: the host's bytes.
+struct QdqLayout {
+  const char* name;
+  Dims scale_shape;
+  std::int64_t axis, block_size;
+};
+
+TEST_F(DeviceEngine, QuantizeAndDequantizeLinearEqualTheHost) {
+  const Dims shape{4, 64};
+  const std::vector<float> xv = x_values(256, 8);
+  const QdqLayout layouts[] = {{"per tensor", Dims{}, 1, 0},
+                               {"axis 0", Dims{4}, 0, 0},
+                               {"axis 1", Dims{64}, 1, 0},
+                               {"blocked 16", Dims{4, 4}, 1, 16},
+                               {"blocked 24, a partial block", Dims{4, 3}, 1, 24}};
+  const DType targets[] = {DType::kInt8, DType::kUInt8, DType::kInt16, DType::kInt4, DType::kUInt2,
+                           DType::kFloat8E4M3FN, DType::kFloat8E5M2, DType::kFloat4E2M1};
+  for (const QdqLayout& l : layouts) {
+    const std::int64_t np = l.scale_shape.numel();
+    std::vector<float> sv(static_cast<std::size_t>(np));
+    for (std::int64_t i = 0; i < np; ++i) sv[static_cast<std::size_t>(i)] = 0.03125f * static_cast<float>(1 + i % 7);
+    Array x = Array::of(fake_, xv, DType::kFloat32);
+    Array scale = Array::of(fake_, sv, DType::kFloat32);
+    for (const DType target : targets) {
+      for (const bool with_zero_point : {false, true}) {
+        for (const bool saturate : {true, false}) {
+          if (!saturate && !(target == DType::kFloat8E4M3FN || target == DType::kFloat8E5M2)) continue;
+          SCOPED_TRACE(std::string(l.name) + " " + dtype_name(target) + (with_zero_point ? " with zero point" : "") +
+                       (saturate ? "" : " not saturating"));
+          // A zero point of the target type: small codes (zero for the minifloats).
+          std::vector<std::uint8_t> zb(static_cast<std::size_t>(np) * dtype_size(target), 0);
+          if (!is_minifloat(target)) {
+            for (std::size_t i = 0; i < zb.size(); i += dtype_size(target)) zb[i] = static_cast<std::uint8_t>(i % 3);
+          }
+          Array zp = Array::of(fake_, zb, target);
+          onnx::QuantizeLinearAttrs qa;
+          qa.axis = l.axis;
+          qa.block_size = l.block_size;
+          qa.saturate = saturate;
+          qa.output_dtype = target;
+          const Dims ss = contiguous_strides(l.scale_shape);
+          const TensorView hz = zp.host_view(l.scale_shape, ss), dz = zp.device_view(l.scale_shape, ss);
+          const std::size_t qbytes = 256 * dtype_size(target);
+          Array q_host = Array::zeros(fake_, qbytes, target), q_dev = Array::zeros(fake_, qbytes, target);
+          onnx::quantize_linear(x.host_view(shape, Dims{64, 1}), scale.host_view(l.scale_shape, ss), with_zero_point ? &hz : nullptr,
+                                qa, q_host.host_out(shape, Dims{64, 1}));
+          onnx::quantize_linear(x.device_view(shape, Dims{64, 1}), scale.device_view(l.scale_shape, ss),
+                                with_zero_point ? &dz : nullptr, qa, q_dev.device_out(shape, Dims{64, 1}));
+          EXPECT_EQ(q_dev.download(fake_), q_host.host) << "QuantizeLinear";
+          // And back, into float32 and (through the conversion kernel) bfloat16.
+          Array q = Array::of(fake_, q_host.host, target);
+          for (const DType out_dtype : {DType::kFloat32, DType::kBFloat16}) {
+            onnx::DequantizeLinearAttrs da;
+            da.axis = l.axis;
+            da.block_size = l.block_size;
+            if (out_dtype != DType::kFloat32) da.output_dtype = out_dtype;
+            const std::size_t dbytes = 256 * dtype_size(out_dtype);
+            Array d_host = Array::zeros(fake_, dbytes, out_dtype), d_dev = Array::zeros(fake_, dbytes, out_dtype);
+            onnx::dequantize_linear(q.host_view(shape, Dims{64, 1}), scale.host_view(l.scale_shape, ss),
+                                    with_zero_point ? &hz : nullptr, da, d_host.host_out(shape, Dims{64, 1}));
+            onnx::dequantize_linear(q.device_view(shape, Dims{64, 1}), scale.device_view(l.scale_shape, ss),
+                                    with_zero_point ? &dz : nullptr, da, d_dev.device_out(shape, Dims{64, 1}));
+            EXPECT_EQ(d_dev.download(fake_), d_host.host) << "DequantizeLinear to " << dtype_name(out_dtype);
+          }
+          if (FakeDevice* f = stand_in()) {
+            EXPECT_TRUE(f->stats().faults.empty()) << f->stats().faults.front();
+            EXPECT_EQ(f->outstanding_temporaries(), 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Quark's ExtendedQuantizeLinear / ExtendedDequantizeLinear (per tensor with a host scalar scale,
+// per channel), through the same plans.
+TEST_F(DeviceEngine, QuarkExtendedOpsEqualTheHost) {
+  const Dims shape{8, 32};
+  Array x = Array::of(fake_, x_values(256, 9), DType::kFloat32);
+  std::vector<float> sv(32);
+  for (std::size_t i = 0; i < sv.size(); ++i) sv[i] = 0.0625f * static_cast<float>(1 + i % 5);
+  Array scale = Array::of(fake_, sv, DType::kFloat32);
+  Array zp = Array::of(fake_, std::vector<std::int8_t>(32, 3), DType::kInt8);
+  quark::ExtendedAttrs attrs;
+  attrs.axis = 1;
+  const TensorView hz = zp.host_view(Dims{32}, Dims{1}), dz = zp.device_view(Dims{32}, Dims{1});
+  Array q_host = Array::zeros(fake_, 256, DType::kInt8), q_dev = Array::zeros(fake_, 256, DType::kInt8);
+  quark::extended_quantize_linear(x.host_view(shape, Dims{32, 1}), scale.host_view(Dims{32}, Dims{1}), &hz, attrs,
+                                  q_host.host_out(shape, Dims{32, 1}));
+  quark::extended_quantize_linear(x.device_view(shape, Dims{32, 1}), scale.device_view(Dims{32}, Dims{1}), &dz, attrs,
+                                  q_dev.device_out(shape, Dims{32, 1}));
+  EXPECT_EQ(q_dev.download(fake_), q_host.host);
+  Array q = Array::of(fake_, q_host.host, DType::kInt8);
+  Array d_host = Array::zeros(fake_, 1024, DType::kFloat32), d_dev = Array::zeros(fake_, 1024, DType::kFloat32);
+  quark::extended_dequantize_linear(q.host_view(shape, Dims{32, 1}), scale.host_view(Dims{32}, Dims{1}), &hz, attrs,
+                                    d_host.host_out(shape, Dims{32, 1}));
+  quark::extended_dequantize_linear(q.device_view(shape, Dims{32, 1}), scale.device_view(Dims{32}, Dims{1}), &dz, attrs,
+                                    d_dev.device_out(shape, Dims{32, 1}));
+  EXPECT_EQ(d_dev.download(fake_), d_host.host);
+}
+
 // Work goes to the caller's stream and device; the caller's current device is restored.
 TEST_F(DeviceEngine, RunsOnTheCallersStreamAndTheTensorsDevice) {
   const int device = fake_.device_count() > 1 ? 1 : 0;
@@ -381,8 +485,6 @@ TEST_F(DeviceEngine, HostOnlyOpsRefuseDeviceTensorsByName) {
                        dout);
   });
   EXPECT_NE(e.find("FloatQuant: x is on cuda:0"), std::string::npos) << e;
-  e = error_of([&] { onnx::quantize_linear(dx, host_scalar(one), nullptr, {}, dout); });
-  EXPECT_NE(e.find("QuantizeLinear: x is on cuda:0"), std::string::npos) << e;
   e = error_of([&] { qkeras::quantized_bits(dx, host_scalar(one), {}, {}, {}, dout); });
   EXPECT_NE(e.find("quantized_bits: x is on cuda:0"), std::string::npos) << e;
   if (FakeDevice* f = stand_in()) {
