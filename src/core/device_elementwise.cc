@@ -224,6 +224,11 @@ const PolyquantCudaBackend& device_backend(const Device& device) {
 
 void set_device_backend_for_testing(const PolyquantCudaBackend* table) { g_test_backend.store(table); }
 
+namespace {
+void run_launches(const PolyquantCudaBackend& b, const ElementwiseCall& call, PolyquantCudaLaunch launch, void* stream,
+                  Temporaries& temporaries);
+}  // namespace
+
 void run_elementwise_on_device(const ElementwiseCall& call, const Device& device) {
   if (!call.op.has_value()) {
     throw Error(ErrorKind::kType, "internal: this operation has no CUDA path (docs/cuda.md lists those that have)");
@@ -239,6 +244,37 @@ void run_elementwise_on_device(const ElementwiseCall& call, const Device& device
   void* const stream = current_stream();
   Temporaries temporaries(b, stream);
 
+  // Operands on the device, except 0-d host values (they travel inside the launch): another
+  // device is an error, host operands a family derived (AIMET's zero points, a parameter of another
+  // layout) are converted to the kernel's dtype on the host and copied over.
+  std::vector<TensorView> inputs(call.inputs.begin(), call.inputs.end());
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    TensorView& v = inputs[k];
+    if (v.device == device || is_scalar_on_host(v)) continue;
+    if (!v.device.is_cpu()) {
+      throw Error(ErrorKind::kValue, "an operand is on " + v.device.str() + " but out is on " + device.str() +
+                                         " (the tensors of one call share a device)");
+    }
+    const DType kd = call.kernel_dtypes[k];
+    const std::int64_t n = v.numel();
+    std::vector<unsigned char> staged(static_cast<std::size_t>(n > 0 ? n : 1) * dtype_size(kd));
+    convert_into(v, MutableTensorView(staged.data(), kd, v.shape));
+    void* t = temporaries.allocate(n, kd);
+    // From pageable host memory the copy is staged before it returns, so `staged` may go.
+    check(b, b.copy(t, staged.data(), static_cast<std::size_t>(n) * dtype_size(kd), stream, 0), "cudaMemcpyAsync");
+    v = TensorView(t, kd, v.shape);
+    v.device = device;
+  }
+  ElementwiseCall on_device = call;
+  on_device.inputs = inputs;
+  run_launches(b, on_device, launch, stream, temporaries);
+}
+
+namespace {
+
+void run_launches(const PolyquantCudaBackend& b, const ElementwiseCall& call, PolyquantCudaLaunch launch, void* stream,
+                  Temporaries& temporaries) {
+  const std::int64_t total = call.out.numel();
   const Plan plan = make_plan(call);
   const int r = plan.rank;
   std::int64_t cs[kMaxRank] = {};  // C-order strides of the coalesced shape
@@ -333,6 +369,8 @@ void run_elementwise_on_device(const ElementwiseCall& call, const Device& device
                       plan.out_strides);
   }
 }
+
+}  // namespace
 
 void copy_device_element_to_host(const TensorView& view, std::int64_t index, void* value) {
   const PolyquantCudaBackend& b = device_backend(view.device);

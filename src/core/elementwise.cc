@@ -540,15 +540,14 @@ void run_elementwise(const ElementwiseCall& call) {
   if (call.inputs.size() > static_cast<std::size_t>(kMaxOperands) || call.inputs.size() != call.kernel_dtypes.size()) {
     throw Error(ErrorKind::kValue, "internal: bad operand count");
   }
-  if (!call.out.device.is_cpu() || std::any_of(call.inputs.begin(), call.inputs.end(), [](const TensorView& v) {
-        return !v.device.is_cpu();
-      })) {
-    std::vector<NamedLayout> operands;
-    for (const TensorView& v : call.inputs) operands.emplace_back(&v, "an operand");
-    const Device device = op_device(operands, &call.out, "the elementwise engine");
-    if (!device.is_cpu()) {
-      run_elementwise_on_device(call, device);
-      return;
+  if (!call.out.device.is_cpu()) {  // families have checked their operands' devices (op_device)
+    run_elementwise_on_device(call, call.out.device);
+    return;
+  }
+  for (const TensorView& v : call.inputs) {
+    if (!v.device.is_cpu()) {
+      throw Error(ErrorKind::kValue, "out is on cpu but an operand is on " + v.device.str() +
+                                         " (the output must be on the inputs' device)");
     }
   }
   const std::int64_t total = call.out.numel();

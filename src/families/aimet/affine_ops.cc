@@ -323,9 +323,14 @@ void check_grid(const Grid& g) {
   }
 }
 
-void check_common(const char* op, const TensorView& x, const TensorView& scale, const TensorView& offset) {
+// Whether an op runs on CUDA devices as well (docs/cuda.md lists the ops that do).
+enum class Devices { kHostOnly, kHostOrCuda };
+
+void check_common(const char* op, const TensorView& x, const TensorView& scale, const TensorView& offset,
+                  Devices devices = Devices::kHostOrCuda) {
   const detail::NamedLayout operands[] = {{&x, "tensor"}, {&scale, "scale"}, {&offset, "offset"}};
-  detail::require_host(operands, op);
+  if (devices == Devices::kHostOrCuda) detail::op_device(operands, nullptr, op);
+  else detail::require_host(operands, op);
   require_float(x, op, "tensor");
   require_float(scale, op, "scale");
   require_float(offset, op, "offset");
@@ -345,6 +350,8 @@ void run_affine(const AffineLayout& L, const TensorView& x, const MutableTensorV
   call.out = out_view(out, L);
   call.kernel_out_dtype = w.kernel_dtype;
   call.kernel = detail::best_kernel(op, w.work);
+  call.op = op;
+  call.work = w.work;
   call.params = params;
   call.per_row_operands = op == detail::KernelOp::kAffine;  // blocked parameters passed compact
   call.repeated_row_operands = true;                        // per-channel parameters, channels last
@@ -372,10 +379,14 @@ Shortcut shortcut_for(const TensorView& x, const TensorView& scale, const Tensor
                       std::vector<double>* zero_points) {
   Shortcut s;
   if (!args.block_size.empty()) return s;
+  // The zero points decide the path: offsets on a device are copied back once (torch's own check
+  // of them synchronises too).
+  std::vector<unsigned char> storage;
+  const TensorView offset_values = detail::host_readable(offset, storage);
   const auto fill = [&] {
     if (zero_points == nullptr) return;
     zero_points->resize(static_cast<std::size_t>(offset.numel()));
-    for (std::int64_t i = 0; i < offset.numel(); ++i) (*zero_points)[static_cast<std::size_t>(i)] = zero_point_of(detail::read_as_double(offset, i));
+    for (std::int64_t i = 0; i < offset.numel(); ++i) (*zero_points)[static_cast<std::size_t>(i)] = zero_point_of(detail::read_as_double(offset_values, i));
   };
   if (scale.numel() == 1 && offset.numel() == 1) {
     s.taken = true;
@@ -401,7 +412,7 @@ Shortcut shortcut_for(const TensorView& x, const TensorView& scale, const Tensor
   // then falls back to the formula.
   std::vector<double> zp(static_cast<std::size_t>(offset.numel()));
   for (std::int64_t i = 0; i < offset.numel(); ++i) {
-    zp[static_cast<std::size_t>(i)] = zero_point_of(detail::read_as_double(offset, i));
+    zp[static_cast<std::size_t>(i)] = zero_point_of(detail::read_as_double(offset_values, i));
     if (zp[static_cast<std::size_t>(i)] < static_cast<double>(args.grid.qmin) ||
         zp[static_cast<std::size_t>(i)] > static_cast<double>(args.grid.qmax)) {
       return s;
@@ -1030,6 +1041,8 @@ AffinePlan plan_dequantize(const TensorView& x, const TensorView& scale, const T
 void run_plan(const AffinePlan& plan, const TensorView& x, const TensorView& scale, const TensorView& offset,
               const MutableTensorView& out) {
   require_output(out, plan.spec, plan.op);
+  const detail::NamedLayout operands[] = {{&x, "tensor"}, {&scale, "scale"}, {&offset, "offset"}};
+  detail::op_device(operands, &out, plan.op);
   if (plan.shortcut.taken) {
     run_shortcut(x, scale, offset, plan.grid, plan.shortcut, plan.zero_points, out);
     return;
@@ -1116,7 +1129,7 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
                      const MutableTensorView& grad_scale, const MutableTensorView& grad_offset,
                      const MutableTensorView& output) {
   const char* name = op == AffineOp::kQuantize ? "quantize" : op == AffineOp::kDequantize ? "dequantize" : "quantize_dequantize";
-  check_common(name, x, scale, offset);
+  check_common(name, x, scale, offset, Devices::kHostOnly);
   const detail::NamedLayout gradient_operands[] = {{&grad_output, "grad_output"}, {&grad_x, "grad_x"}, {&grad_scale, "grad_scale"},
                                                    {&grad_offset, "grad_offset"}, {&output, "output"}};
   detail::require_host(gradient_operands, name);

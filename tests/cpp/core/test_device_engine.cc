@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cuda/backend_abi.h"
+#include "kernels/convert/kernels.h"
 #include "core/cuda_backend.h"
 #include "core/device_elementwise.h"
 #include "core/device_under_test.h"
@@ -388,6 +389,73 @@ TEST_F(DeviceEngine, QuarkExtendedOpsEqualTheHost) {
   quark::extended_dequantize_linear(q.device_view(shape, Dims{32, 1}), scale.device_view(Dims{32}, Dims{1}), &dz, attrs,
                                     d_dev.device_out(shape, Dims{32, 1}));
   EXPECT_EQ(d_dev.download(fake_), d_host.host);
+}
+
+// AIMET's quantize, quantize_dequantize (the no-grad path, which runs torch's fake quantization
+// with zero points read from offset, and the training formula) and dequantize: per tensor, per
+// channel on the first and the last axis, blockwise; float32, float16 and bfloat16 x.
+struct AimetLayout {
+  const char* name;
+  Dims param_shape;
+  std::vector<std::int64_t> block_size;
+};
+
+TEST_F(DeviceEngine, AimetAffineOpsEqualTheHost) {
+  const Dims shape{8, 48};
+  const std::vector<float> xv = x_values(384, 10);
+  const AimetLayout layouts[] = {{"per tensor", Dims{1}, {}},
+                                 {"per channel, axis 0", Dims{8, 1}, {}},
+                                 {"per channel, last axis", Dims{48}, {}},
+                                 {"blockwise 16", Dims{8, 3}, {1, 16}}};
+  for (const DType x_dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    // x in its dtype: float32 values converted by the spec (convert_values_scalar).
+    std::vector<unsigned char> xb(384 * dtype_size(x_dtype));
+    detail::convert_values_scalar(xv.data(), DType::kFloat32, 1, xb.data(), x_dtype, 1, 384);
+    Array x = Array::of(fake_, xb, x_dtype);
+    for (const AimetLayout& l : layouts) {
+      const std::int64_t np = l.param_shape.numel();
+      std::vector<float> sv(static_cast<std::size_t>(np)), ov(static_cast<std::size_t>(np));
+      for (std::int64_t i = 0; i < np; ++i) {
+        sv[static_cast<std::size_t>(i)] = 0.02f * static_cast<float>(1 + i % 6);
+        ov[static_cast<std::size_t>(i)] = -static_cast<float>(i % 4) - (i % 5 == 0 ? 0.5f : 0.0f);  // a fractional offset too
+      }
+      std::vector<unsigned char> sb(static_cast<std::size_t>(np) * dtype_size(x_dtype)), ob(sb.size());
+      detail::convert_values_scalar(sv.data(), DType::kFloat32, 1, sb.data(), x_dtype, 1, np);
+      detail::convert_values_scalar(ov.data(), DType::kFloat32, 1, ob.data(), x_dtype, 1, np);
+      Array scale = Array::of(fake_, sb, x_dtype), offset = Array::of(fake_, ob, x_dtype);
+      const Dims ps = contiguous_strides(l.param_shape), xs = contiguous_strides(shape);
+      aimet::AffineArgs args;
+      args.grid = aimet::grid_from_bitwidth(4, true);
+      args.block_size = l.block_size;
+      const std::size_t bytes = 384 * dtype_size(x_dtype);
+      auto check = [&](const char* what, const std::function<void(const TensorView&, const TensorView&, const TensorView&,
+                                                                  const MutableTensorView&)>& op) {
+        SCOPED_TRACE(std::string(dtype_name(x_dtype)) + " " + l.name + " " + what);
+        Array expected = Array::zeros(fake_, bytes, x_dtype), got = Array::zeros(fake_, bytes, x_dtype);
+        op(x.host_view(shape, xs), scale.host_view(l.param_shape, ps), offset.host_view(l.param_shape, ps),
+           expected.host_out(shape, xs));
+        op(x.device_view(shape, xs), scale.device_view(l.param_shape, ps), offset.device_view(l.param_shape, ps),
+           got.device_out(shape, xs));
+        EXPECT_EQ(got.download(fake_), expected.host);
+        if (FakeDevice* f = stand_in()) {
+          EXPECT_TRUE(f->stats().faults.empty()) << f->stats().faults.front();
+          EXPECT_EQ(f->outstanding_temporaries(), 0);
+        }
+      };
+      check("quantize", [&](const TensorView& a, const TensorView& b, const TensorView& c, const MutableTensorView& o) {
+        aimet::quantize(a, b, c, args, o);
+      });
+      for (const aimet::QdqPath path : {aimet::QdqPath::kNoGrad, aimet::QdqPath::kTraining}) {
+        check(path == aimet::QdqPath::kNoGrad ? "quantize_dequantize, no grad" : "quantize_dequantize, training",
+              [&](const TensorView& a, const TensorView& b, const TensorView& c, const MutableTensorView& o) {
+                aimet::quantize_dequantize(a, b, c, args, path, o);
+              });
+      }
+      check("dequantize", [&](const TensorView& a, const TensorView& b, const TensorView& c, const MutableTensorView& o) {
+        aimet::dequantize(a, b, c, l.block_size, o);
+      });
+    }
+  }
 }
 
 // Work goes to the caller's stream and device; the caller's current device is restored.
