@@ -387,6 +387,46 @@ void copy_device_element_to_host(const TensorView& view, std::int64_t index, voi
         "reading a device value (cudaMemcpyAsync)");
 }
 
+void convert_into_on_device(const TensorView& from, const MutableTensorView& out) {
+  const PolyquantCudaBackend& b = device_backend(out.device);
+  const std::int64_t n = out.numel();
+  if (n == 0) return;
+  if (!from.device.is_cpu() && !(from.device == out.device)) {
+    throw Error(ErrorKind::kValue, "a tensor on " + from.device.str() + " cannot be written into one on " + out.device.str());
+  }
+  const DeviceSelection selection(b, out.device.index);
+  void* const stream = current_stream();
+  Temporaries temporaries(b, stream);
+  const int r = out.shape.rank;
+  std::int64_t src_strides[kMaxRank] = {};
+  const void* src = from.data;
+  DType src_dtype = from.dtype;
+  if (from.device.is_cpu()) {
+    // Staged on the host in out's dtype and shape (the host spec converts), then copied over.
+    std::vector<unsigned char> staged(static_cast<std::size_t>(n) * dtype_size(out.dtype));
+    convert_into(from, MutableTensorView(staged.data(), out.dtype, out.shape));
+    void* t = temporaries.allocate(n, out.dtype);
+    check(b, b.copy(t, staged.data(), staged.size(), stream, 0), "cudaMemcpyAsync");
+    src = t;
+    src_dtype = out.dtype;
+    const Dims cs = contiguous_strides(out.shape);
+    for (int d = 0; d < r; ++d) src_strides[d] = cs[d];
+  } else {
+    for (int d = 0; d < from.shape.rank; ++d) {
+      const int o = r - from.shape.rank + d;
+      src_strides[o] = from.shape[d] == 1 ? 0 : from.strides[d];
+    }
+    if (views_overlap(from.data, from, out.data, out)) {  // through a contiguous copy of `from`
+      void* t = temporaries.allocate(n, from.dtype);
+      const Dims cs = contiguous_strides(out.shape);
+      convert_on_device(b, stream, from.data, from.dtype, t, from.dtype, r, out.shape.v.data(), src_strides, cs.v.data());
+      src = t;
+      for (int d = 0; d < r; ++d) src_strides[d] = cs[d];
+    }
+  }
+  convert_on_device(b, stream, src, src_dtype, out.data, out.dtype, r, out.shape.v.data(), src_strides, out.strides.v.data());
+}
+
 TensorView host_readable(const TensorView& view, std::vector<unsigned char>& storage) {
   if (view.device.is_cpu()) return view;
   const std::int64_t n = view.numel();

@@ -56,6 +56,11 @@ void set_device_backend_for_testing(const PolyquantCudaBackend* table);
 // run_elementwise of a call whose output lives on `device` (op_device's rules).
 void run_elementwise_on_device(const ElementwiseCall& call, const Device& device);
 
+// convert_into (core/elementwise.h) for an output on a device: `from` (on that device, or in host
+// memory: staged and copied over) broadcast to out's shape and converted by the backend's
+// conversion kernel.
+void convert_into_on_device(const TensorView& from, const MutableTensorView& out);
+
 // Element `index` (flat, row-major) of a view on a device, copied to the host: the copy waits for
 // the stream, so a parameter that decides the kernel (a bit width) can be read like a host one.
 double read_device_element_as_double(const TensorView& view, std::int64_t index);

@@ -507,6 +507,10 @@ void copy_into(const unsigned char* src, const MutableTensorView& out) {
 }
 
 void convert_into(const TensorView& from, const MutableTensorView& out) {
+  if (!out.device.is_cpu()) {
+    convert_into_on_device(from, out);
+    return;
+  }
   // The engine converts `from` to out's dtype on the way in; the kernel only moves bytes.
   const std::array<TensorView, 1> inputs{from};
   const std::array<DType, 1> kernel_dtypes{out.dtype};

@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 
+#include "core/device_elementwise.h"
 #include "core/elementwise.h"
 #include "polyquant/error.h"
 
@@ -50,6 +51,9 @@ void require_x(const TensorView& x) {
 }
 
 void run_kernel(KernelOp op, const TensorView* inputs, int count, const MutableTensorView& out, const void* params) {
+  // x and the output (the scale may be one the family derived on the host: the engine copies it).
+  const detail::NamedLayout operands[] = {{&inputs[0], "x"}};
+  detail::op_device(operands, &out, detail::op_name(op));
   std::array<DType, 2> kd{DType::kFloat32, DType::kFloat32};
   detail::ElementwiseCall call;
   call.inputs = std::span<const TensorView>(inputs, static_cast<std::size_t>(count));
@@ -57,6 +61,8 @@ void run_kernel(KernelOp op, const TensorView* inputs, int count, const MutableT
   call.out = out;
   call.kernel_out_dtype = DType::kFloat32;
   call.kernel = detail::best_kernel(op, WorkType::kF32);
+  call.op = op;
+  call.work = WorkType::kF32;
   call.params = params;
   call.repeated_row_operands = true;  // a per-channel scale (alpha), channels last
   call.per_row_operands = true;       // a scale per short row (scale_axis=0 on a tall, narrow x)
@@ -83,6 +89,14 @@ detail::QkStochastic make_stochastic(bool requested, const Training& training, f
 
 ContiguousF32 contiguous_f32(const TensorView& x) {
   ContiguousF32 c;
+  if (!x.device.is_cpu()) {  // a parameter on a device (alpha), read on the host: copied back
+    std::vector<unsigned char> storage;
+    const TensorView host = detail::host_readable(x, storage);
+    c.storage.resize(static_cast<std::size_t>(x.numel()));
+    detail::convert_into(host, MutableTensorView(c.storage.data(), DType::kFloat32, x.shape));
+    c.data = c.storage.data();
+    return c;
+  }
   if (x.dtype == DType::kFloat32 && x.is_contiguous()) {
     c.data = static_cast<const float*>(x.data);
     return c;

@@ -37,7 +37,11 @@ BitsConstants bits_constants(const QuantizedBitsAttrs& a) {
 // Validates the call's attributes and x (not the settings nor the search's axes) and returns QKeras' constants.
 BitsConstants validate_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& a) {
   const detail::NamedLayout operands[] = {{&x, "x"}, {&alpha, "alpha"}};
-  detail::require_host(operands, "quantized_bits");
+  if (a.alpha == Alpha::kAuto || a.alpha == Alpha::kAutoPo2) {
+    detail::require_host(operands, "quantized_bits", "alpha='auto' and 'auto_po2' search the scale on the host");
+  } else {
+    detail::op_device(operands, nullptr, "quantized_bits");
+  }
   require_x(x);
   const BitsConstants c = bits_constants(a);
   require_finite(a.qnoise.factor, "qnoise_factor");

@@ -153,7 +153,11 @@ struct LinearPlan {
 
 LinearPlan plan_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs, const Settings& settings) {
   const detail::NamedLayout operands[] = {{&x, "x"}, {&alpha, "alpha"}};
-  detail::require_host(operands, "quantized_linear");
+  if (attrs.alpha == Alpha::kAuto || attrs.alpha == Alpha::kAutoPo2) {
+    detail::require_host(operands, "quantized_linear", "alpha='auto' and 'auto_po2' search the scale on the host");
+  } else {
+    detail::op_device(operands, nullptr, "quantized_linear");
+  }
   require_x(x);
   LinearPlan plan{TensorSpec{DType::kFloat32, x.shape}, linear_constants(attrs), {}};
   require_finite(attrs.qnoise.factor, "qnoise_factor");

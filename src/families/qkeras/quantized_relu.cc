@@ -78,7 +78,7 @@ struct ReluPlan {
 
 ReluPlan plan_relu(const TensorView& x, const QuantizedReluAttrs& attrs) {
   const detail::NamedLayout operands[] = {{&x, "x"}};
-  detail::require_host(operands, "quantized_relu");
+  detail::op_device(operands, nullptr, "quantized_relu");
   require_x(x);
   return {TensorSpec{DType::kFloat32, x.shape}, relu_params(attrs)};
 }
