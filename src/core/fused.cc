@@ -183,13 +183,97 @@ void fused_row(const void* p, const RowArgs& a) {
 
 }  // namespace
 
+// On a device: every derived operand is computed on the host over the broadcast shape of its
+// sources (parameters: bit widths, scales; a few values, or one per channel), with the same
+// derivation functions and rounding into the kernel's dtype as the host rows, and the call becomes
+// one elementwise call whose kernel operands are the inputs and these host tensors (the device
+// engine copies them over). A device source is read back first (it decides values, as a bit width
+// read by the reference does). Per-row parameters (row_params) only select vector fast paths, which
+// per-element device rows do not have.
+void run_fused_on_device(const FusedCall& call) {
+  const int nd = static_cast<int>(call.derived.size());
+  std::vector<unsigned char> kernel_storage[kMaxDerived];
+  std::vector<double> values[kMaxDerived];
+  Dims shapes[kMaxDerived];
+  for (int d = 0; d < nd; ++d) {
+    const Derivation& dv = call.derived[static_cast<std::size_t>(d)];
+    // The sources as host views (derived ones: float64, exact in their dtype).
+    std::vector<unsigned char> readable[kMaxDerivedSources];
+    TensorView source[kMaxDerivedSources];
+    DType read_as[kMaxDerivedSources] = {};
+    std::array<Dims, kMaxDerivedSources> source_shapes;
+    for (int q = 0; q < dv.num_sources; ++q) {
+      const int src = dv.sources[static_cast<std::size_t>(q)];
+      if (src < kMaxOperands) {
+        source[q] = host_readable(call.inputs[static_cast<std::size_t>(src)], readable[q]);
+        read_as[q] = call.input_dtypes[static_cast<std::size_t>(src)];
+      } else {
+        const int e = src - kMaxOperands;
+        source[q] = TensorView(values[e].data(), DType::kFloat64, shapes[e]);
+        read_as[q] = DType::kFloat64;
+      }
+      source_shapes[static_cast<std::size_t>(q)] = source[q].shape;
+    }
+    shapes[d] = broadcast_shapes(std::span<const Dims>(source_shapes.data(), static_cast<std::size_t>(dv.num_sources)),
+                                 "a derived operand");
+    const std::int64_t n = shapes[d].numel();
+    // Each source expanded to the derived shape, contiguous, in the dtype the derivation reads.
+    std::vector<unsigned char> expanded[kMaxDerivedSources];
+    SourceRun runs[kMaxDerivedSources];
+    for (int q = 0; q < dv.num_sources; ++q) {
+      expanded[q].resize(static_cast<std::size_t>(n > 0 ? n : 1) * dtype_size(read_as[q]));
+      convert_into(source[q], MutableTensorView(expanded[q].data(), read_as[q], shapes[d]));
+      runs[q].dtype = read_as[q];
+      runs[q].size = static_cast<std::uint8_t>(dtype_size(read_as[q]));
+    }
+    values[d].assign(static_cast<std::size_t>(n > 0 ? n : 1), 0.0);
+    for (std::int64_t b = 0; b < n; b += kBlock) {
+      const std::int64_t m = std::min(kBlock, n - b);
+      for (int q = 0; q < dv.num_sources; ++q) runs[q].data = expanded[q].data() + b * static_cast<std::int64_t>(runs[q].size);
+      double* out = values[d].data() + b;
+      if (dv.fn(dv.ctx, runs, m, out)) std::fill(out + 1, out + m, out[0]);  // a block of one value
+    }
+    kernel_storage[d].resize(static_cast<std::size_t>(n > 0 ? n : 1) * dtype_size(dv.kernel_dtype));
+    store_as(dv.kernel_dtype, values[d].data(), n, kernel_storage[d].data());
+  }
+  const int nk = static_cast<int>(call.kernel_operands.size());
+  std::vector<TensorView> inputs(static_cast<std::size_t>(nk));
+  std::vector<DType> kernel_dtypes(static_cast<std::size_t>(nk));
+  for (int j = 0; j < nk; ++j) {
+    const int op = call.kernel_operands[static_cast<std::size_t>(j)];
+    if (op < kMaxOperands) {
+      inputs[static_cast<std::size_t>(j)] = call.inputs[static_cast<std::size_t>(op)];
+      kernel_dtypes[static_cast<std::size_t>(j)] = call.input_dtypes[static_cast<std::size_t>(op)];
+    } else {
+      const int d = op - kMaxOperands;
+      const DType kd = call.derived[static_cast<std::size_t>(d)].kernel_dtype;
+      inputs[static_cast<std::size_t>(j)] = TensorView(kernel_storage[d].data(), kd, shapes[d]);
+      kernel_dtypes[static_cast<std::size_t>(j)] = kd;
+    }
+  }
+  ElementwiseCall engine;
+  engine.inputs = inputs;
+  engine.kernel_dtypes = kernel_dtypes;
+  engine.out = call.out;
+  engine.kernel_out_dtype = call.kernel_out_dtype;
+  engine.kernel = call.kernel;
+  engine.params = call.params;
+  engine.op = call.op;
+  engine.work = call.work;
+  run_elementwise_on_device(engine, call.out.device);
+}
+
 void run_fused(const FusedCall& call) {
   auto bad = [](const std::string& what) { return Error(ErrorKind::kValue, "internal: fused call: " + what); };
   if (call.derived.size() > static_cast<std::size_t>(kMaxDerived)) throw bad("too many derived operands");
   if (call.kernel_operands.size() > static_cast<std::size_t>(kMaxOperands)) throw bad("too many kernel operands");
-  std::vector<NamedLayout> operands{{&call.out, "out"}};
+  // The tensors of one call share a device (0-d host values may join a device call).
+  std::vector<NamedLayout> operands;
   for (const TensorView& v : call.inputs) operands.emplace_back(&v, "an operand");
-  require_host(operands, "this op");  // families name the op first; this guards the host loop
+  if (op_device(operands, &call.out, "this op").kind != DeviceKind::kCpu) {
+    run_fused_on_device(call);
+    return;
+  }
   const Job job{&call};
   const int nin = static_cast<int>(call.inputs.size());
   auto check_source = [&](int src, int d) {

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 
 #include "core/elementwise.h"
@@ -111,6 +112,9 @@ struct FusedCall {
   RowKernel kernel = nullptr;
   const void* params = nullptr;
   RowParamsFn row_params = nullptr;
+  // The kernel's op and working precision: the device backend's launcher (as ElementwiseCall's).
+  std::optional<KernelOp> op;
+  WorkType work = WorkType::kF32;
 };
 
 // One pass of the engine (broadcasting, strides, overlap buffering, threads, streaming stores)

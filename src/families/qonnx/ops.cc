@@ -68,6 +68,8 @@ void run_fused(KernelOp op, detail::WorkType work, const detail::FusedOperands& 
   call.out = out;
   call.kernel_out_dtype = kernel_out;
   call.kernel = detail::best_kernel(op, work);
+  call.op = op;
+  call.work = work;
   call.params = params;
   call.row_params = row_params;
   detail::run_fused(call);
@@ -179,7 +181,7 @@ FloatQuantSetup setup_float_quant(const TensorView& x, const TensorView& scale, 
                                   const TensorView& max_val, const FloatQuantAttrs& attrs, bool with_values = true) {
   check_operands({{&x, "x"}, {&scale, "scale"}, {&exponent_bitwidth, "exponent_bitwidth"},
                   {&mantissa_bitwidth, "mantissa_bitwidth"}, {&exponent_bias, "exponent_bias"}, {&max_val, "max_val"}},
-                 "FloatQuant", Devices::kHostOnly);
+                 "FloatQuant", Devices::kHostOrCuda);
   detail::require_floating(x, "x");
   const double m = detail::single_value(mantissa_bitwidth, "mantissa_bitwidth",
                                         "the reference builds its mantissa series from it");
@@ -427,7 +429,7 @@ struct TruncV1Types {
 TruncV1Types trunc_v1_types(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
                             const TensorView& in_bitwidth, const TensorView& out_bitwidth) {
   check_operands({{&x, "x"}, {&scale, "scale"}, {&zeropt, "zeropt"}, {&in_bitwidth, "in_bitwidth"},
-                  {&out_bitwidth, "out_bitwidth"}}, "Trunc", Devices::kHostOnly);
+                  {&out_bitwidth, "out_bitwidth"}}, "Trunc", Devices::kHostOrCuda);
   detail::require_floating(x, "x");
   if (in_bitwidth.dtype == DType::kBool && out_bitwidth.dtype == DType::kBool) {
     throw Error(ErrorKind::kType, "in_bitwidth, out_bitwidth: both bool, and the reference's in_bitwidth - "
@@ -504,7 +506,7 @@ TruncV2Types trunc_v2_types(const TensorView& x, const TensorView& scale, const 
                             const TensorView& in_bitwidth, const TensorView& out_scale,
                             const TensorView& out_bitwidth) {
   check_operands({{&x, "x"}, {&scale, "scale"}, {&zeropt, "zeropt"}, {&in_bitwidth, "in_bitwidth"},
-                  {&out_scale, "out_scale"}, {&out_bitwidth, "out_bitwidth"}}, "Trunc", Devices::kHostOnly);
+                  {&out_scale, "out_scale"}, {&out_bitwidth, "out_bitwidth"}}, "Trunc", Devices::kHostOrCuda);
   detail::require_floating(x, "x");
   TruncV2Types t;
   using detail::promote;

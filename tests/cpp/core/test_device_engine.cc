@@ -297,6 +297,87 @@ TEST_F(DeviceEngine, Float16AndFloat64WorkingPrecisions) {
   EXPECT_EQ(g64.download(fake_), e64.host);
 }
 
+// Trunc v1 / v2 and FloatQuant, whose derived operands (truncation scales, exponent floors, the
+// largest value) the fused host engine computes per block: on a device they are computed on the
+// host over their sources' shape and copied over. Per-tensor and per-channel bit widths (on the
+// device: read back), every rounding mode of Trunc, FloatQuant's formats with and without
+// infinities, NaN, subnormals and saturation, float32 and float16 x.
+TEST_F(DeviceEngine, TruncAndFloatQuantEqualTheHost) {
+  const Dims shape{6, 40};
+  const Dims xs = contiguous_strides(shape);
+  const std::vector<float> xv = x_values(240, 12);
+  auto compare = [&](const char* what, DType x_dtype, DType out_dtype,
+                     const std::function<void(const TensorView&, bool, const MutableTensorView&)>& op) {
+    SCOPED_TRACE(std::string(what) + " " + dtype_name(x_dtype));
+    std::vector<unsigned char> xb(240 * dtype_size(x_dtype));
+    detail::convert_values_scalar(xv.data(), DType::kFloat32, 1, xb.data(), x_dtype, 1, 240);
+    Array x = Array::of(fake_, xb, x_dtype);
+    const std::size_t bytes = 240 * dtype_size(out_dtype);
+    Array expected = Array::zeros(fake_, bytes, out_dtype), got = Array::zeros(fake_, bytes, out_dtype);
+    op(x.host_view(shape, xs), false, expected.host_out(shape, xs));
+    op(x.device_view(shape, xs), true, got.device_out(shape, xs));
+    EXPECT_EQ(got.download(fake_), expected.host);
+    if (FakeDevice* f = stand_in()) {
+      EXPECT_TRUE(f->stats().faults.empty()) << f->stats().faults.front();
+      EXPECT_EQ(f->outstanding_temporaries(), 0);
+    }
+  };
+  // Parameters: per tensor, or per channel (axis 0: shape (6, 1)) with different widths per channel.
+  std::vector<float> scale_v(6), in_bits_v(6), out_bits_v(6), out_scale_v(6);
+  for (int i = 0; i < 6; ++i) {
+    scale_v[static_cast<std::size_t>(i)] = 0.0625f * static_cast<float>(1 + i);
+    in_bits_v[static_cast<std::size_t>(i)] = static_cast<float>(8 + i % 3);
+    out_bits_v[static_cast<std::size_t>(i)] = static_cast<float>(3 + i % 4);
+    out_scale_v[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(1 + i % 2);
+  }
+  Array scale = Array::of(fake_, scale_v, DType::kFloat32), in_bits = Array::of(fake_, in_bits_v, DType::kFloat32),
+        out_bits = Array::of(fake_, out_bits_v, DType::kFloat32), out_scale = Array::of(fake_, out_scale_v, DType::kFloat32);
+  // Per-channel widths that are all equal: the derivations report a block of one value.
+  Array in_bits_same = Array::of(fake_, std::vector<float>(6, 9.0f), DType::kFloat32),
+        out_bits_same = Array::of(fake_, std::vector<float>(6, 4.0f), DType::kFloat32);
+  const float zero = 0.0f;
+  for (const int layout : {0, 1, 2}) {
+    const bool per_channel = layout > 0;
+    const Dims ps = per_channel ? Dims{6, 1} : Dims{};
+    const Dims pst = contiguous_strides(ps);
+    auto param = [&](const Array& a, bool on_device) {
+      const Array& p = layout == 2 && &a == &in_bits ? in_bits_same : layout == 2 && &a == &out_bits ? out_bits_same : a;
+      return on_device ? p.device_view(ps, pst) : p.host_view(ps, pst);
+    };
+    for (const RoundingMode mode : {RoundingMode::kFloor, RoundingMode::kHalfEven, RoundingMode::kCeil, RoundingMode::kHalfUp}) {
+      compare(layout == 0 ? "Trunc v1" : layout == 1 ? "Trunc v1, per channel" : "Trunc v1, per channel, equal widths", DType::kFloat32, DType::kFloat32,
+              [&](const TensorView& x, bool dev, const MutableTensorView& o) {
+                qonnx::trunc(x, param(scale, dev), host_scalar(zero), param(in_bits, dev), param(out_bits, dev), mode, o);
+              });
+      qonnx::TruncV2Attrs a2;
+      a2.rounding_mode = mode;
+      compare(layout == 0 ? "Trunc v2" : layout == 1 ? "Trunc v2, per channel" : "Trunc v2, per channel, equal widths", DType::kFloat32, DType::kFloat32,
+              [&](const TensorView& x, bool dev, const MutableTensorView& o) {
+                qonnx::trunc_v2(x, param(scale, dev), host_scalar(zero), param(in_bits, dev), param(out_scale, dev),
+                                param(out_bits, dev), a2, o);
+              });
+    }
+  }
+  // FloatQuant: its output is float64 (qonnx's clip against the float64 limit).
+  const float e4 = 4.0f, m3 = 3.0f, bias7 = 7.0f, max448 = 448.0f, e5 = 5.0f, m2 = 2.0f, bias15 = 15.0f, max57344 = 57344.0f;
+  for (const DType x_dtype : {DType::kFloat32, DType::kFloat16}) {
+    for (int format = 0; format < 4; ++format) {
+      qonnx::FloatQuantAttrs fa;
+      fa.has_inf = format == 1;
+      fa.has_nan = format >= 1;
+      fa.has_subnormal = format != 2;
+      fa.saturation = format != 3;
+      fa.rounding_mode = format == 3 ? RoundingMode::kUp : RoundingMode::kHalfEven;
+      const bool e5m2 = format == 1;
+      compare("FloatQuant", x_dtype, DType::kFloat64, [&](const TensorView& x, bool dev, const MutableTensorView& o) {
+        qonnx::float_quant(x, dev ? scale.device_view(Dims{}, Dims{}) : scale.host_view(Dims{}, Dims{}),
+                           host_scalar(e5m2 ? e5 : e4), host_scalar(e5m2 ? m2 : m3), host_scalar(e5m2 ? bias15 : bias7),
+                           host_scalar(e5m2 ? max57344 : max448), fa, o);
+      });
+    }
+  }
+}
+
 // ONNX QuantizeLinear and DequantizeLinear (and Quark's Extended ops, which share their plans)
 // for integer, sub-byte and minifloat targets, per tensor, per axis (first and last) and blocked
 // (with a last partial block), with and without a zero point: the host's bytes.
@@ -636,20 +717,20 @@ TEST_F(DeviceEngine, MixedDevicesAreErrorsNamingTheParameters) {
 // Ops without a device path yet refuse device tensors with the op's name, before touching them.
 TEST_F(DeviceEngine, HostOnlyOpsRefuseDeviceTensorsByName) {
   Array x = Array::of(fake_, x_values(16, 7), DType::kFloat32);
-  Array out = Array::zeros(fake_, 64, DType::kFloat32);
+  Array grad = Array::zeros(fake_, 64, DType::kFloat32), out = Array::zeros(fake_, 64, DType::kFloat32);
   const Dims shape{16};
-  const float one = 1.0f, zero = 0.0f, four = 4.0f, eight = 8.0f;
+  const float one = 1.0f, zero = 0.0f;
   const TensorView dx = x.device_view(shape, Dims{1});
-  const MutableTensorView dout = out.device_out(shape, Dims{1});
-  std::string e = error_of([&] {
-    qonnx::trunc(dx, host_scalar(one), host_scalar(zero), host_scalar(eight), host_scalar(four), RoundingMode::kFloor, dout);
+  // AIMET's gradients run on the host only.
+  std::vector<float> gx(16), gs(1), go(1);
+  aimet::AffineArgs args;
+  args.grid = aimet::grid_from_bitwidth(8, false);
+  const std::string e = error_of([&] {
+    aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, dx, dx, host_scalar(one), host_scalar(zero), args,
+                           MutableTensorView(gx.data(), DType::kFloat32, shape), MutableTensorView(gs.data(), DType::kFloat32, Dims{}),
+                           MutableTensorView(go.data(), DType::kFloat32, Dims{}), MutableTensorView());
   });
-  EXPECT_NE(e.find("Trunc: x is on cuda:0, but Trunc runs on the host only"), std::string::npos) << e;
-  e = error_of([&] {
-    qonnx::float_quant(dx, host_scalar(one), host_scalar(four), host_scalar(four), host_scalar(eight), host_scalar(eight), {},
-                       dout);
-  });
-  EXPECT_NE(e.find("FloatQuant: x is on cuda:0"), std::string::npos) << e;
+  EXPECT_NE(e.find("quantize_dequantize: tensor is on cuda:0, but quantize_dequantize runs on the host only"), std::string::npos) << e;
   if (FakeDevice* f = stand_in()) {
     EXPECT_EQ(f->stats().launches, 0);
     EXPECT_TRUE(f->stats().faults.empty());
