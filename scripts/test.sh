@@ -53,6 +53,8 @@ if platform.machine() == "x86_64" and sys.version_info >= (3, 10):
     import torch
     print("torch", torch.__version__)
 PY
+# The host stand-in for the CUDA library, built with the C++ tests: the device-call tests must run.
+export POLYQUANT_FAKE_CUDA_LIBRARY="$(pwd)/build/release/tests/cpp/libpolyquant_fake_cuda.so"
 # One pytest worker per core (pytest-xdist): the suite is mostly single-threaded Python.
 .venv/bin/python -m pytest -q -n "$jobs"
 

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 namespace polyquant::python {
 
@@ -63,11 +65,18 @@ pq::TensorView any_view(const InArray& a, const char* name) {
   shape.rank = rank;
   for (int i = 0; i < rank; ++i) shape[i] = static_cast<std::int64_t>(a.shape(static_cast<std::size_t>(i)));
   const pq::DType dtype = to_dtype(a.dtype(), name);
-  if (a.stride_ptr() == nullptr) return pq::TensorView(a.data(), dtype, shape);  // DLPack: C order
-  pq::Dims strides;
-  strides.rank = rank;
-  for (int i = 0; i < rank; ++i) strides[i] = a.stride(static_cast<std::size_t>(i));
-  return pq::TensorView(a.data(), dtype, shape, strides);
+  const pq::Device device = device_of(a.device_type(), a.device_id(), name);
+  pq::TensorView v;
+  if (a.stride_ptr() == nullptr) {
+    v = pq::TensorView(a.data(), dtype, shape);  // DLPack: C order
+  } else {
+    pq::Dims strides;
+    strides.rank = rank;
+    for (int i = 0; i < rank; ++i) strides[i] = a.stride(static_cast<std::size_t>(i));
+    v = pq::TensorView(a.data(), dtype, shape, strides);
+  }
+  v.device = device;
+  return v;
 }
 
 pq::TensorView view(const InArray& a, const char* name, unsigned weak, int bit) {
@@ -78,8 +87,55 @@ pq::TensorView view(const InArray& a, const char* name, unsigned weak, int bit) 
 
 pq::MutableTensorView out_view(const nb::object& out) {
   OutArray array;
-  if (!nb::try_cast(out, array)) fail(pq::ErrorKind::kType, "out: expected a writable numpy array on the CPU");
-  return mutable_view(array);
+  if (nb::try_cast(out, array)) return mutable_view(array);
+  DeviceOutArray device_array;
+  if (in_device_call() && nb::try_cast(out, device_array)) {
+    const auto rank = static_cast<int>(device_array.ndim());
+    if (rank > pq::kMaxRank) fail(pq::ErrorKind::kValue, "out: rank " + std::to_string(rank) + " exceeds the maximum");
+    pq::Dims shape, strides;
+    shape.rank = strides.rank = rank;
+    for (int i = 0; i < rank; ++i) {
+      shape[i] = static_cast<std::int64_t>(device_array.shape(static_cast<std::size_t>(i)));
+      strides[i] = device_array.stride_ptr() != nullptr ? device_array.stride(static_cast<std::size_t>(i)) : 0;
+    }
+    if (device_array.stride_ptr() == nullptr) strides = pq::contiguous_strides(shape);
+    pq::MutableTensorView v(device_array.data(), to_dtype(device_array.dtype(), "out"), shape, strides);
+    v.device = device_of(device_array.device_type(), device_array.device_id(), "out");
+    return v;
+  }
+  fail(pq::ErrorKind::kType, in_device_call() ? "out: expected a writable array on the inputs' CUDA device (a torch tensor, a CuPy array)"
+                                              : "out: expected a writable numpy array on the CPU");
+}
+
+pq::Device device_of(std::int32_t device_type, std::int32_t device_id, const char* name) {
+  // DLPack device types: 1 CPU, 3 CUDA host (pinned, host-readable), 2 CUDA, 13 CUDA managed.
+  if (device_type == 1 || device_type == 3) return pq::kCpuDevice;
+  if (device_type == 2 || device_type == 13) return pq::cuda_device(device_id);
+  fail(pq::ErrorKind::kType, std::string(name) + ": arrays on DLPack device type " + std::to_string(device_type) +
+                                 " are not supported (host memory and CUDA devices are)");
+}
+
+namespace {
+thread_local std::vector<std::unique_ptr<pq::ScopedStream>> t_device_calls;
+}  // namespace
+
+bool in_device_call() { return !t_device_calls.empty(); }
+
+nb::object allocate_on_device(const pq::TensorSpec& spec) {
+  // Never released: a static nb::object would be destroyed after the interpreter (without the GIL).
+  static const nb::handle allocate = nb::object(nb::module_::import_("polyquant._common.device").attr("_allocate")).release();
+  nb::list shape;
+  for (int i = 0; i < spec.shape.rank; ++i) shape.append(spec.shape[i]);
+  return allocate(nb::tuple(shape), pq::dtype_name(spec.dtype));
+}
+
+void bind_device_calls(nb::module_& m) {
+  m.def("_device_call_enter", [](std::uintptr_t stream) {
+    t_device_calls.push_back(std::make_unique<pq::ScopedStream>(reinterpret_cast<void*>(stream)));
+  }, nb::arg("stream"), "Internal (polyquant._common.device): this thread's ops run on CUDA stream `stream` (0: the legacy default).");
+  m.def("_device_call_exit", [] {
+    if (!t_device_calls.empty()) t_device_calls.pop_back();
+  }, "Internal: ends the innermost _device_call_enter.");
 }
 
 pq::MutableTensorView mutable_view(const OutArray& a) {

@@ -21,9 +21,19 @@ namespace polyquant::python {
 namespace nb = nanobind;
 namespace pq = polyquant;
 
-// Inputs: any element type, any strides (nanobind hands them over in elements), read-only allowed.
-using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
+// Inputs: any element type, any strides (nanobind hands them over in elements), read-only allowed,
+// in host memory or (DLPack capsules from polyquant._common.device) on a CUDA device: the view
+// carries the device, and ops without a device path refuse it by name.
+using InArray = nb::ndarray<nb::ro>;
 using OutArray = nb::ndarray<nb::numpy, nb::device::cpu>;
+// Outputs on a device: any writable DLPack tensor.
+using DeviceOutArray = nb::ndarray<>;
+
+// Device calls (polyquant._common.device): between _device_call_enter(stream) and _device_call_exit()
+// this thread's ops run on that CUDA stream, and an output not given is allocated by the Python
+// side (polyquant._common.device._allocate: the inputs' framework, on their device).
+bool in_device_call();
+void bind_device_calls(nb::module_& m);
 
 [[noreturn]] inline void fail(pq::ErrorKind kind, std::string message) { throw pq::Error(kind, message); }
 
@@ -31,6 +41,8 @@ using OutArray = nb::ndarray<nb::numpy, nb::device::cpu>;
 inline auto tensor_arg(const char* name) { return nb::arg(name).noconvert(); }
 
 pq::DType to_dtype(nb::dlpack::dtype dt, const char* name);
+// The device of a DLPack tensor (host memory, or a CUDA device; TypeError naming `name` otherwise).
+pq::Device device_of(std::int32_t device_type, std::int32_t device_id, const char* name);
 // A view of any dtype polyquant knows (numpy's and ml_dtypes' storage types).
 pq::TensorView any_view(const InArray& a, const char* name);
 // Views of QONNX / QKeras operands: numpy's dtypes only.
@@ -42,7 +54,11 @@ pq::MutableTensorView mutable_view(const OutArray& a);
 // A fresh C-contiguous result of `spec`, allocated by numpy itself.
 nb::object allocate(const pq::TensorSpec& spec);
 
-// The writable view of `out` (a numpy array on the CPU; TypeError naming `out` otherwise).
+// An output of `spec` on the device of the current device call, allocated by the inputs' framework.
+nb::object allocate_on_device(const pq::TensorSpec& spec);
+
+// The writable view of `out` (a numpy array on the CPU, or a writable DLPack tensor on a CUDA
+// device; TypeError naming `out` otherwise).
 pq::MutableTensorView out_view(const nb::object& out);
 
 // Runs `spec` (with the GIL, it is cheap and may throw), allocates unless `out` was given (the op
@@ -51,7 +67,7 @@ pq::MutableTensorView out_view(const nb::object& out);
 template <typename SpecFn, typename KernelFn>
 nb::object run(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
   const pq::TensorSpec spec = spec_fn();
-  if (out.is_none()) out = allocate(spec);
+  if (out.is_none()) out = in_device_call() ? allocate_on_device(spec) : allocate(spec);
   const pq::MutableTensorView view = out_view(out);
   without_gil([&] { kernel(view); });
   return out;
@@ -76,7 +92,10 @@ int dtype_code(const std::string& name);
 template <typename SpecFn, typename KernelFn>
 nb::object run_qdq(SpecFn&& spec_fn, KernelFn&& kernel, nb::object out) {
   const pq::TensorSpec spec = spec_fn();
-  if (out.is_none()) out = allocate(pq::TensorSpec{storage_dtype(spec.dtype), spec.shape});
+  if (out.is_none()) {
+    const pq::TensorSpec storage{storage_dtype(spec.dtype), spec.shape};
+    out = in_device_call() ? allocate_on_device(storage) : allocate(storage);
+  }
   pq::MutableTensorView view = out_view(out);
   if (view.dtype == storage_dtype(spec.dtype)) view.dtype = spec.dtype;
   without_gil([&] { kernel(view); });

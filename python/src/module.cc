@@ -96,6 +96,7 @@ NB_MODULE(_polyquant_ext, m) {
   bind_aimet_quantizer(aimet);
   bind_aimet_analyzers(aimet);
 
+  bind_device_calls(m);
   m.def("dtype_code", &dtype_code, nb::arg("name"), "polyquant's code of a dtype name (-1: unknown).");
   m.def("_set_kernel_set", [](const std::string& name) { pq::set_kernel_set(name); }, nb::arg("name"),
         "Tests and benchmarks only: switch the kernel set ('scalar', 'avx2', 'avx512') for later calls.");

@@ -73,6 +73,11 @@ def checked_out(out: Any) -> Optional[np.ndarray]:
     big-endian ``out`` is refused with a message saying what to pass instead, in every family alike."""
     if out is None:
         return None
+    from .device import as_device_operand  # (device.py imports the extension; args.py stays light)
+
+    device_out = as_device_operand(out, "out")
+    if device_out is not None:
+        return device_out  # type: ignore[return-value]  (the core checks its shape, dtype and device)
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out: expected a numpy array or None, got {type(out).__name__}")
     if not out.flags.writeable:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .args import MAX_RANK as _MAX_RANK, checked_out
+from .device import as_device_operand
 
 # Element types the core accepts (numpy spelling). X must be one of the floating ones.
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -28,7 +29,15 @@ _PARAM_DTYPES = frozenset(
 
 def _as_array(obj: Any, name: str) -> np.ndarray:
     """Any array-like (ndarray, numpy scalar, __dlpack__ or __array__ object, nested sequence)
-    as an ndarray with a dtype the core supports, native byte order and element-aligned strides."""
+    as an ndarray with a dtype the core supports, native byte order and element-aligned strides;
+    inside a device call (device.py) a CUDA tensor stays on its device, as a DeviceTensor."""
+    device_tensor = as_device_operand(obj, name)
+    if device_tensor is not None:
+        if device_tensor.dtype not in _PARAM_DTYPES:
+            raise TypeError(f"{name}: unsupported dtype {device_tensor.dtype}; expected float16/32/64, (u)int8/16/32/64 or bool")
+        if device_tensor.ndim > _MAX_RANK:
+            raise ValueError(f"{name}: rank {device_tensor.ndim} exceeds the maximum of {_MAX_RANK} dimensions")
+        return device_tensor
     if isinstance(obj, np.ndarray):
         a = obj
     elif isinstance(obj, np.generic):
@@ -159,7 +168,7 @@ def as_rounding_mode(value: Any, name: str = "rounding_mode") -> str:
 def as_out(out: Any) -> np.ndarray | None:
     """The optional ``out=`` array: None, or a writable numpy array of a float dtype a QONNX op
     can return (its shape and dtype are checked against the op's output by the core); the checks
-    every family shares are _args.checked_out's."""
+    every family shares are _args.checked_out's. In a device call, a tensor on its device."""
     if isinstance(out, np.ndarray) and out.dtype not in _PARAM_DTYPES and not (
         out.dtype.kind in "biuf" and not out.dtype.isnative
     ):

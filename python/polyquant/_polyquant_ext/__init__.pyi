@@ -19,6 +19,14 @@ from polyquant._polyquant_ext import (
 )
 
 
+def _device_call_enter(stream: int) -> None:
+    """
+    Internal (polyquant._common.device): this thread's ops run on CUDA stream `stream` (0: the legacy default).
+    """
+
+def _device_call_exit() -> None:
+    """Internal: ends the innermost _device_call_enter."""
+
 def dtype_code(name: str) -> int:
     """polyquant's code of a dtype name (-1: unknown)."""
 

@@ -73,27 +73,27 @@ class AffineOp(enum.Enum):
     quantize_dequantize where only the tensor requires grad (its forward is the no-grad path)
     """
 
-def quantize(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, args: AffineArgs, out: object | None = None) -> object:
+def quantize(tensor: Annotated[NDArray, dict(writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(writable=False)], offset_dtype: int, args: AffineArgs, out: object | None = None) -> object:
     """
     AIMET quantize (see polyquant.aimet.quantize); returns (array, dtype name).
     """
 
-def quantize_dequantize(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, args: AffineArgs, path: QdqPath, out: object | None = None) -> object:
+def quantize_dequantize(tensor: Annotated[NDArray, dict(writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(writable=False)], offset_dtype: int, args: AffineArgs, path: QdqPath, out: object | None = None) -> object:
     """
     AIMET quantize_dequantize (see polyquant.aimet); returns (array, dtype name).
     """
 
-def takes_shortcut(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, args: AffineArgs) -> bool:
+def takes_shortcut(tensor: Annotated[NDArray, dict(writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(writable=False)], offset_dtype: int, args: AffineArgs) -> bool:
     """
     Whether AIMET's no-grad quantize_dequantize runs torch's fake quantization here.
     """
 
-def dequantize(tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, block_size: Sequence[int], out: object | None = None) -> object:
+def dequantize(tensor: Annotated[NDArray, dict(writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(writable=False)], offset_dtype: int, block_size: Sequence[int], out: object | None = None) -> object:
     """
     AIMET dequantize (see polyquant.aimet.dequantize); block_size empty for no blocks. Returns (array, dtype name).
     """
 
-def backward(op: AffineOp, grad_output: Annotated[NDArray, dict(device='cpu', writable=False)], grad_dtype: int, tensor: Annotated[NDArray, dict(device='cpu', writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(device='cpu', writable=False)], offset_dtype: int, args: AffineArgs, want_tensor: bool, want_scale: bool, want_offset: bool, want_output: bool = False) -> tuple:
+def backward(op: AffineOp, grad_output: Annotated[NDArray, dict(writable=False)], grad_dtype: int, tensor: Annotated[NDArray, dict(writable=False)], tensor_dtype: int, scale: Annotated[NDArray, dict(writable=False)], scale_dtype: int, offset: Annotated[NDArray, dict(writable=False)], offset_dtype: int, args: AffineArgs, want_tensor: bool, want_scale: bool, want_offset: bool, want_output: bool = False) -> tuple:
     """
     Gradients of AIMET's affine ops: (grad_tensor, grad_scale, grad_offset, output), None where not asked; output is the op's forward result, from the same pass where it can.
     """

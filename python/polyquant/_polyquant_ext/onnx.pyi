@@ -71,12 +71,12 @@ class DequantizeLinearAttrs:
     @output_dtype.setter
     def output_dtype(self, arg: int, /) -> None: ...
 
-def quantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, y_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, y_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, attrs: QuantizeLinearAttrs, out: object | None = None) -> object:
+def quantize_linear(x: Annotated[NDArray, dict(writable=False)], x_dtype: int, y_scale: Annotated[NDArray, dict(writable=False)], scale_dtype: int, y_zero_point: Annotated[NDArray, dict(writable=False)] | None, zero_point_dtype: int, attrs: QuantizeLinearAttrs, out: object | None = None) -> object:
     """
     ONNX QuantizeLinear (see polyquant.onnx.quantize_linear); returns (array, dtype name).
     """
 
-def dequantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, x_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, x_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, attrs: DequantizeLinearAttrs, out: object | None = None) -> object:
+def dequantize_linear(x: Annotated[NDArray, dict(writable=False)], x_dtype: int, x_scale: Annotated[NDArray, dict(writable=False)], scale_dtype: int, x_zero_point: Annotated[NDArray, dict(writable=False)] | None, zero_point_dtype: int, attrs: DequantizeLinearAttrs, out: object | None = None) -> object:
     """
     ONNX DequantizeLinear (see polyquant.onnx.dequantize_linear); returns (array, dtype name).
     """

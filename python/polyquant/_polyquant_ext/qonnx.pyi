@@ -127,17 +127,17 @@ class FloatQuantAttrs:
     @is_signed.setter
     def is_signed(self, arg: bool, /) -> None: ...
 
-def int_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], attrs: IntQuantAttrs, out: object | None = None, weak: int = 0) -> object:
+def int_quant(x: Annotated[NDArray, dict(writable=False)], scale: Annotated[NDArray, dict(writable=False)], zeropt: Annotated[NDArray, dict(writable=False)], bitwidth: Annotated[NDArray, dict(writable=False)], attrs: IntQuantAttrs, out: object | None = None, weak: int = 0) -> object:
     """IntQuant/Quant (see polyquant.qonnx.int_quant)."""
 
-def bipolar_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], out: object | None = None, weak: int = 0) -> object:
+def bipolar_quant(x: Annotated[NDArray, dict(writable=False)], scale: Annotated[NDArray, dict(writable=False)], out: object | None = None, weak: int = 0) -> object:
     """BipolarQuant (see polyquant.qonnx.bipolar_quant)."""
 
-def trunc(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], in_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], out_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], rounding_mode: RoundingMode, out: object | None = None, weak: int = 0) -> object:
+def trunc(x: Annotated[NDArray, dict(writable=False)], scale: Annotated[NDArray, dict(writable=False)], zeropt: Annotated[NDArray, dict(writable=False)], in_bitwidth: Annotated[NDArray, dict(writable=False)], out_bitwidth: Annotated[NDArray, dict(writable=False)], rounding_mode: RoundingMode, out: object | None = None, weak: int = 0) -> object:
     """Trunc v1 (see polyquant.qonnx.trunc)."""
 
-def trunc_v2(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], zeropt: Annotated[NDArray, dict(device='cpu', writable=False)], in_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], out_scale: Annotated[NDArray, dict(device='cpu', writable=False)], out_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], attrs: TruncV2Attrs, out: object | None = None, weak: int = 0) -> object:
+def trunc_v2(x: Annotated[NDArray, dict(writable=False)], scale: Annotated[NDArray, dict(writable=False)], zeropt: Annotated[NDArray, dict(writable=False)], in_bitwidth: Annotated[NDArray, dict(writable=False)], out_scale: Annotated[NDArray, dict(writable=False)], out_bitwidth: Annotated[NDArray, dict(writable=False)], attrs: TruncV2Attrs, out: object | None = None, weak: int = 0) -> object:
     """Trunc v2 (see polyquant.qonnx.trunc_v2)."""
 
-def float_quant(x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)], exponent_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], mantissa_bitwidth: Annotated[NDArray, dict(device='cpu', writable=False)], exponent_bias: Annotated[NDArray, dict(device='cpu', writable=False)], max_val: Annotated[NDArray, dict(device='cpu', writable=False)], attrs: FloatQuantAttrs, out: object | None = None, weak: int = 0) -> object:
+def float_quant(x: Annotated[NDArray, dict(writable=False)], scale: Annotated[NDArray, dict(writable=False)], exponent_bitwidth: Annotated[NDArray, dict(writable=False)], mantissa_bitwidth: Annotated[NDArray, dict(writable=False)], exponent_bias: Annotated[NDArray, dict(writable=False)], max_val: Annotated[NDArray, dict(writable=False)], attrs: FloatQuantAttrs, out: object | None = None, weak: int = 0) -> object:
     """FloatQuant (see polyquant.qonnx.float_quant)."""

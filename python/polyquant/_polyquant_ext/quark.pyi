@@ -38,12 +38,12 @@ class ExtendedAttrs:
     @semantics.setter
     def semantics(self, arg: Semantics, /) -> None: ...
 
-def extended_quantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, y_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, y_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, attrs: ExtendedAttrs, out: object | None = None) -> object:
+def extended_quantize_linear(x: Annotated[NDArray, dict(writable=False)], x_dtype: int, y_scale: Annotated[NDArray, dict(writable=False)], scale_dtype: int, y_zero_point: Annotated[NDArray, dict(writable=False)] | None, zero_point_dtype: int, attrs: ExtendedAttrs, out: object | None = None) -> object:
     """
     Quark ExtendedQuantizeLinear (see polyquant.quark); returns (array, dtype name).
     """
 
-def extended_dequantize_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: int, x_scale: Annotated[NDArray, dict(device='cpu', writable=False)], scale_dtype: int, x_zero_point: Annotated[NDArray, dict(device='cpu', writable=False)] | None, zero_point_dtype: int, attrs: ExtendedAttrs, out: object | None = None) -> object:
+def extended_dequantize_linear(x: Annotated[NDArray, dict(writable=False)], x_dtype: int, x_scale: Annotated[NDArray, dict(writable=False)], scale_dtype: int, x_zero_point: Annotated[NDArray, dict(writable=False)] | None, zero_point_dtype: int, attrs: ExtendedAttrs, out: object | None = None) -> object:
     """
     Quark ExtendedDequantizeLinear (see polyquant.quark); returns (array, dtype name).
     """

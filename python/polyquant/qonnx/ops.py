@@ -11,6 +11,7 @@ from numpy.typing import ArrayLike
 
 from .. import _polyquant_ext as _ext
 from .._common.convert import as_data, as_flag, as_out, as_param, as_rounding_mode, as_weak_param, is_weak, weak_mask
+from .._common.device import device_path
 
 __all__ = [
     "binary_quant",
@@ -179,6 +180,7 @@ def _as_input(value: Any, name: str) -> tuple[np.ndarray, bool, Any]:
 # Operators
 
 
+@device_path
 def int_quant(
     inp_tensor: TensorLike,
     scale: TensorLike,
@@ -216,6 +218,7 @@ quant = int_quant
 """qonnx's alias of :func:`int_quant` (the legacy op_type ``Quant``)."""
 
 
+@device_path
 def binary_quant(inp_tensor: TensorLike, scale: TensorLike, *, out: np.ndarray | None = None) -> Any:
     """BipolarQuant: ``(+1 if inp_tensor >= 0 else -1) * scale``. NaN gives ``-scale``, -0.0 gives
     ``+scale``. The output dtype is numpy's promotion of the input and ``scale``."""
@@ -227,6 +230,7 @@ bipolar_quant = binary_quant
 """Alias of :func:`binary_quant` (polyquant's earlier name; same positional order)."""
 
 
+@device_path
 def trunc_v1(
     inp_tensor: TensorLike,
     scale: TensorLike,
@@ -267,6 +271,7 @@ trunc = trunc_v1
 _UNUSED_INPUT_BIT_WIDTH = np.zeros((), np.float32)
 
 
+@device_path
 def trunc_v2(
     inp_tensor: TensorLike,
     scale: TensorLike,
@@ -320,6 +325,7 @@ def trunc_v2(
     return _result(result, out)
 
 
+@device_path
 def float_quant(
     X: TensorLike,
     scale: TensorLike,

@@ -204,6 +204,8 @@ const PolyquantCudaBackend& fake_table() {
 
 }  // namespace
 
+const PolyquantCudaBackend& fake_device_table() { return fake_table(); }
+
 FakeDevice::FakeDevice() {
   reset_stats();
   state().current = 0;

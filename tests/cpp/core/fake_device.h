@@ -28,6 +28,9 @@ struct FakeDeviceStats {
   std::vector<std::string> faults;  // pointers outside the current device's memory
 };
 
+// The stand-in's table (the same one FakeDevice installs).
+const PolyquantCudaBackend& fake_device_table();
+
 class FakeDevice {
  public:
   static constexpr int kDevices = 2;

@@ -1,0 +1,234 @@
+"""CUDA tensors in and out of polyquant's ops (docs/cuda.md#python).
+
+An op that has a device path accepts torch tensors, CuPy arrays and any other DLPack producer on a
+CUDA device. For such a call:
+
+- the work is queued on the caller's current stream (torch: ``torch.cuda.current_stream()``, CuPy:
+  ``cupy.cuda.get_current_stream()``; other producers: the legacy default stream), and nothing waits
+  for the device;
+- the tensors reach the core through DLPack with the stream protocol: ``x.__dlpack__(stream=s)``
+  with that stream, so the producer makes them ready on it;
+- the output is allocated by the inputs' framework on their device (``torch.empty``,
+  ``cupy.empty``: its caching allocator sees the memory), or written into ``out=``, a tensor on the
+  same device;
+- Python scalars and 0-d numpy values may be parameters; any other host array beside device tensors,
+  or tensors on two devices, is an error naming the parameter.
+
+Functions without a device path raise TypeError naming the parameter for a CUDA tensor. This module
+holds no numerics: it only carries tensors and the stream to the extension.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import _polyquant_ext as _ext
+
+_KDL_CUDA, _KDL_CUDA_MANAGED = 2, 13
+
+
+def cuda_index(obj: Any) -> int | None:
+    """The CUDA device ordinal of a DLPack producer on a CUDA device, else None."""
+    method = getattr(type(obj), "__dlpack_device__", None)
+    if method is None:
+        return None
+    try:
+        kind, index = obj.__dlpack_device__()
+    except Exception:  # a producer that cannot say: treated as a host object
+        return None
+    return int(index) if int(kind) in (_KDL_CUDA, _KDL_CUDA_MANAGED) else None
+
+
+class Framework:
+    """How polyquant meets one array library: its current CUDA stream on a device (a cudaStream_t
+    as an int; 0: the legacy default stream) and an empty array of a shape and dtype name there."""
+
+    def __init__(self, name: str, stream: Callable[[int], int], empty: Callable[[tuple, str, int], Any]):
+        self.name, self.stream, self.empty = name, stream, empty
+
+
+_FRAMEWORKS: dict[type, Framework] = {}
+
+
+def register_framework(array_type: type, stream: Callable[[int], int], empty: Callable[[tuple, str, int], Any],
+                       name: str | None = None) -> None:
+    """Teaches polyquant another DLPack producer: `stream(device)` gives its current stream,
+    `empty(shape, dtype_name, device)` allocates an output (torch and CuPy are known)."""
+    _FRAMEWORKS[array_type] = Framework(name or array_type.__name__, stream, empty)
+
+
+def _torch() -> Framework:
+    import torch
+
+    def stream(index: int) -> int:
+        return int(torch.cuda.current_stream(index).cuda_stream)
+
+    def empty(shape: tuple, dtype: str, index: int) -> Any:
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=f"cuda:{index}")
+
+    return Framework("torch", stream, empty)
+
+
+def _cupy() -> Framework:
+    import cupy
+
+    def stream(index: int) -> int:
+        with cupy.cuda.Device(index):
+            return int(cupy.cuda.get_current_stream().ptr)
+
+    def empty(shape: tuple, dtype: str, index: int) -> Any:
+        with cupy.cuda.Device(index):
+            return cupy.empty(shape, dtype=dtype)
+
+    return Framework("cupy", stream, empty)
+
+
+def _no_allocator(array_type: type) -> Framework:
+    def stream(index: int) -> int:
+        return 0
+
+    def empty(shape: tuple, dtype: str, index: int) -> Any:
+        raise TypeError(f"out: polyquant cannot allocate a {array_type.__name__} output; pass out= (an array on the "
+                        f"inputs' device), or polyquant._common.device.register_framework({array_type.__name__}, ...)")
+
+    return Framework(array_type.__name__, stream, empty)
+
+
+def framework_of(obj: Any) -> Framework:
+    for t in type(obj).__mro__:
+        if t in _FRAMEWORKS:
+            return _FRAMEWORKS[t]
+    root = type(obj).__module__.split(".")[0]
+    if root == "torch":
+        fw = _torch()
+    elif root == "cupy":
+        fw = _cupy()
+    else:
+        fw = _no_allocator(type(obj))
+    _FRAMEWORKS[type(obj)] = fw
+    return fw
+
+
+def _numpy_dtype(obj: Any) -> np.dtype:
+    """A producer's dtype as numpy's (torch.float32 -> float32; bfloat16 through ml_dtypes)."""
+    name = str(getattr(obj, "dtype", "")).replace("torch.", "")
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        return np.dtype(name)
+    except TypeError:
+        raise TypeError(f"unsupported dtype {obj.dtype!r} of a CUDA tensor") from None
+
+
+class DeviceTensor:
+    """A tensor on a CUDA device as the Python layer sees it: dtype, shape and ndim like a numpy
+    array (numpy's promotion rules apply to it), and ``__dlpack__`` handing the producer's capsule,
+    made ready on the call's stream. The extension reads it through DLPack; its data never comes
+    to the host."""
+
+    __slots__ = ("obj", "dtype", "shape", "ndim", "_call")
+
+    def __init__(self, obj: Any, call: "DeviceCall"):
+        self.obj, self._call = obj, call
+        self.dtype = _numpy_dtype(obj)
+        self.shape = tuple(int(d) for d in obj.shape)
+        self.ndim = len(self.shape)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, **kwargs: Any) -> Any:
+        kwargs["stream"] = self._call.protocol_stream
+        if max_version is not None:
+            kwargs["max_version"] = max_version
+        return self.obj.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.obj.__dlpack_device__()
+
+    def __repr__(self) -> str:
+        return f"DeviceTensor({self.obj!r})"
+
+
+class DeviceCall:
+    """One op call on CUDA device `index`: the inputs' framework and its current stream."""
+
+    def __init__(self, framework: Framework, index: int):
+        self.framework, self.index = framework, index
+        self.stream = framework.stream(index)
+        # DLPack's stream protocol: 1 names the legacy default stream (0 is ambiguous, disallowed).
+        self.protocol_stream = 1 if self.stream == 0 else self.stream
+
+    def wrap(self, obj: Any, name: str) -> DeviceTensor:
+        index = cuda_index(obj)
+        if index != self.index:
+            raise ValueError(f"{name}: on cuda:{index}, but the call's tensors are on cuda:{self.index}")
+        return DeviceTensor(obj, self)
+
+
+_state = threading.local()
+
+
+def current_call() -> DeviceCall | None:
+    return getattr(_state, "call", None)
+
+
+def as_device_operand(obj: Any, name: str) -> DeviceTensor | None:
+    """`obj` wrapped for the current device call when it is a CUDA tensor, else None. A CUDA tensor
+    outside a device call (a function without a device path) is a TypeError naming `name`."""
+    if cuda_index(obj) is None:
+        return None
+    call = current_call()
+    if call is None:
+        raise TypeError(f"{name}: a tensor on a CUDA device; this function runs on the host only (docs/cuda.md "
+                        f"lists the ops with a device path): copy it to the CPU first")
+    return call.wrap(obj, name)
+
+
+def _allocate(shape: tuple, dtype: str) -> DeviceTensor:
+    """Called by the extension for an output not given: the inputs' framework allocates it."""
+    call = current_call()
+    if call is None:
+        raise RuntimeError("internal: a device output outside a device call")
+    return DeviceTensor(call.framework.empty(tuple(shape), dtype, call.index), call)
+
+
+# Argument types that are never on a device: skipped without asking (the common host call).
+_HOST_TYPES = frozenset({np.ndarray, float, int, bool, str, type(None), list, tuple, np.float16, np.float32, np.float64,
+                         np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_})
+
+
+def _first_on_device(args: tuple, kwargs: dict) -> Any:
+    for a in args:
+        if type(a) not in _HOST_TYPES and cuda_index(a) is not None:
+            return a
+    for a in kwargs.values():
+        if type(a) not in _HOST_TYPES and cuda_index(a) is not None:
+            return a
+    return None
+
+
+def device_path(fn: Callable) -> Callable:
+    """Decorator of an op with a device path: a call with a CUDA tensor among its arguments runs on
+    that device, on its framework's current stream (see the module's text); other calls are
+    unchanged."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        first = _first_on_device(args, kwargs)
+        if first is None or current_call() is not None:
+            return fn(*args, **kwargs)
+        device_call = DeviceCall(framework_of(first), cuda_index(first))
+        _state.call = device_call
+        _ext._device_call_enter(device_call.stream)
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            _ext._device_call_exit()
+            _state.call = None
+        return result.obj if isinstance(result, DeviceTensor) else result
+
+    return call

@@ -1,0 +1,179 @@
+"""The Python package's device calls, end to end, on the host stand-in for the CUDA library
+(tests/cpp/core/fake_cuda_library.cc, loaded through POLYQUANT_CUDA_LIBRARY): run by
+test_device_calls.py in a fresh interpreter (the backend is loaded once per process).
+
+FakeCudaTensor is a DLPack producer on "cuda:N" whose memory is the stand-in's device memory: the
+package must hand it to the core through DLPack with the stream protocol (on the stream its
+framework reports), allocate outputs through its framework, and give the host's bits. Prints
+"ok" and exits 0 when every check passes; an AssertionError otherwise."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+import numpy as np
+
+import polyquant
+import polyquant.qkeras as qk
+import polyquant.qonnx as pq
+from polyquant._common import device as pq_device
+
+LIBRARY = os.environ["POLYQUANT_CUDA_LIBRARY"]
+lib = ctypes.CDLL(LIBRARY)  # the same handle the core opened: one stand-in
+lib.polyquant_fake_cuda_allocate.restype = ctypes.c_void_p
+lib.polyquant_fake_cuda_allocate.argtypes = [ctypes.c_size_t, ctypes.c_int]
+lib.polyquant_fake_cuda_last_stream.restype = ctypes.c_void_p
+STREAM = 0x5EED  # the fake framework's "current stream" (a cudaStream_t value the stand-in records)
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", DELETER)]
+NO_DELETE = DELETER(lambda _: None)  # the memory belongs to the stand-in
+ctypes.pythonapi.PyCapsule_New.restype = ctypes.py_object
+ctypes.pythonapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+DL_CODES = {"f": 2, "i": 0, "u": 1, "b": 6}
+
+
+class FakeCudaTensor:
+    """An array in the stand-in's memory of device `device`, with element strides (any sign)."""
+
+    def __init__(self, host: np.ndarray, device: int = 0):
+        host = np.ascontiguousarray(host)
+        self.dtype, self.shape, self.device = host.dtype, host.shape, device
+        self.offset, self.strides = 0, tuple(s // host.itemsize for s in host.strides)
+        self.ptr = lib.polyquant_fake_cuda_allocate(max(host.nbytes, 1), device)
+        ctypes.memmove(self.ptr, host.ctypes.data, host.nbytes)
+        self.streams: list = []
+        self._keep: list = []
+
+    @classmethod
+    def empty(cls, shape: tuple, dtype: str, device: int) -> "FakeCudaTensor":
+        return cls(np.zeros(shape, dtype), device)
+
+    def reversed(self) -> "FakeCudaTensor":  # x[::-1] along the first axis, sharing memory
+        v = FakeCudaTensor.__new__(FakeCudaTensor)
+        v.__dict__.update(self.__dict__)
+        v.streams, v._keep = [], []
+        v.offset = self.offset + (self.shape[0] - 1) * self.strides[0]
+        v.strides = (-self.strides[0],) + self.strides[1:]
+        return v
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype)
+        size = self.dtype.itemsize
+        for k, index in enumerate(np.ndindex(*self.shape)):
+            element = self.offset + sum(i * s for i, s in zip(index, self.strides))
+            ctypes.memmove(out.ctypes.data + k * size, self.ptr + element * size, size)
+        return out
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, self.device)
+
+    def __dlpack__(self, *, stream=None, max_version=None, **kwargs):
+        self.streams.append(stream)
+        ndim = len(self.shape)
+        shape = (ctypes.c_int64 * max(ndim, 1))(*self.shape)
+        strides = (ctypes.c_int64 * max(ndim, 1))(*self.strides)
+        t = DLManagedTensor()
+        t.dl_tensor.data = self.ptr
+        t.dl_tensor.device = DLDevice(2, self.device)
+        t.dl_tensor.ndim = ndim
+        t.dl_tensor.dtype = DLDataType(DL_CODES[self.dtype.kind], 8 * self.dtype.itemsize, 1)
+        t.dl_tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+        t.dl_tensor.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+        t.dl_tensor.byte_offset = self.offset * self.dtype.itemsize
+        t.deleter = NO_DELETE
+        self._keep.append((t, shape, strides))
+        return ctypes.pythonapi.PyCapsule_New(ctypes.addressof(t), b"dltensor", None)
+
+
+pq_device.register_framework(FakeCudaTensor, stream=lambda index: STREAM, empty=FakeCudaTensor.empty, name="fake")
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def main() -> None:
+    info = polyquant.runtime_info()["backends"]["cuda"]
+    assert info["available"], info
+    assert info["devices"][0].startswith("polyquant fake device 0"), info
+
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((6, 32)) * 4).astype(np.float32)
+    x[0, :8] = [np.nan, -np.inf, np.inf, -0.0, 0.0, 0.25, 0.75, -1.25]  # specials and ties at scale 0.5
+    scale = np.linspace(0.125, 1.0, 32, dtype=np.float32)
+
+    # IntQuant: per-channel device scale, Python-scalar zero point and bit width; the output is
+    # allocated by the inputs' framework on their device.
+    dx, dscale = FakeCudaTensor(x), FakeCudaTensor(scale)
+    lib.polyquant_fake_cuda_reset_stats()
+    y = pq.int_quant(dx, dscale, 0.0, 8, 1, 0, "ROUND")
+    assert isinstance(y, FakeCudaTensor) and y.device == 0, type(y)
+    assert same_bits(y.numpy(), pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND"))
+    assert lib.polyquant_fake_cuda_launches() == 1
+    assert lib.polyquant_fake_cuda_last_stream() == STREAM, "work is queued on the framework's current stream"
+    assert dx.streams and all(s == STREAM for s in dx.streams), f"__dlpack__(stream=...) got {dx.streams}"
+    assert lib.polyquant_fake_cuda_faults() == 0 and lib.polyquant_fake_cuda_outstanding_temporaries() == 0
+
+    # out= on the device, a Python-float scale, each rounding mode; BipolarQuant; Trunc; FloatQuant.
+    for mode in ("ROUND", "FLOOR", "CEIL", "UP", "DOWN", "HALF_UP", "HALF_DOWN"):
+        out = FakeCudaTensor(np.zeros_like(x))
+        r = pq.int_quant(dx, 0.375, 1.0, 4, 0, 1, mode, out=out)
+        assert r is out
+        assert same_bits(out.numpy(), pq.int_quant(x, 0.375, 1.0, 4, 0, 1, mode)), mode
+    assert same_bits(pq.binary_quant(dx, dscale).numpy(), pq.binary_quant(x, scale))
+    assert same_bits(pq.trunc_v1(dx, dscale, 0.0, 8, 4, "FLOOR").numpy(), pq.trunc_v1(x, scale, 0.0, 8, 4, "FLOOR"))
+    assert same_bits(pq.float_quant(dx, 1.0, 4, 3).numpy(), pq.float_quant(x, 1.0, 4, 3))
+    # A strided (reversed) device view of x, and x on device 1.
+    assert same_bits(pq.int_quant(dx.reversed(), dscale, 0.0, 8, 1, 0, "ROUND").numpy(),
+                     pq.int_quant(x[::-1], scale, 0.0, 8, 1, 0, "ROUND"))
+    x1 = FakeCudaTensor(x, device=1)
+    y1 = pq.int_quant(x1, 0.5, 0.0, 8, 1, 0, "ROUND")
+    assert y1.device == 1 and same_bits(y1.numpy(), pq.int_quant(x, 0.5, 0.0, 8, 1, 0, "ROUND"))
+    assert lib.polyquant_fake_cuda_faults() == 0 and lib.polyquant_fake_cuda_outstanding_temporaries() == 0
+
+    # Errors name the parameter: a host array beside device tensors, two devices, a host-only op.
+    def error(f) -> str:
+        try:
+            f()
+        except (TypeError, ValueError) as e:
+            return f"{type(e).__name__}: {e}"
+        raise AssertionError("no error")
+
+    e = error(lambda: pq.int_quant(dx, scale, 0.0, 8, 1, 0, "ROUND"))
+    assert "scale is on cpu but x is on cuda:0" in e, e
+    e = error(lambda: pq.int_quant(dx, FakeCudaTensor(scale, device=1), 0.0, 8, 1, 0, "ROUND"))
+    assert e.startswith("ValueError: scale: on cuda:1, but the call's tensors are on cuda:0"), e
+    e = error(lambda: pq.int_quant(dx, dscale, 0.0, 8, 1, 0, "ROUND", out=np.zeros_like(x)))
+    assert "out is on cpu but x is on cuda:0" in e, e
+    e = error(lambda: qk.quantized_bits(bits=4)(dx))
+    assert "a tensor on a CUDA device; this function runs on the host only" in e, e
+    # Host calls are untouched.
+    assert same_bits(pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND"), pq.int_quant(x.copy(), scale.copy(), 0.0, 8, 1, 0, "ROUND"))
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
