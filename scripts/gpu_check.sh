@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA backend's device checks (issue 20), as one script for a machine with an NVIDIA GPU:
-# builds the CUDA library, its tests and its benchmark, runs the tests (every per-element op on the
-# GPU against the CPU reference, bit for bit), the benchmark (every op beside a device copy, 256 MiB
+# builds the CUDA library, its tests, its benchmark and the Python extension, runs the tests (every
+# per-element op on the GPU against the CPU reference, bit for bit; the engine's device path through
+# the public API), the Python package on torch CUDA tensors (scripts/gpu_check_python.py), the benchmark (every op beside a device copy, 256 MiB
 # of float32) and torch's peers of it (scripts/gpu_bench_torch.py, when torch sees the GPU), then the
 # tests again under compute-sanitizer (memcheck, racecheck). Logs and a summary go to $OUT (default
 # build/gpu-check).
@@ -75,9 +76,16 @@ else
   step "configure and build (POLYQUANT_CUDA=ON, architectures $arch, $jobs jobs)"
   generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
+  # The Python extension too, when nanobind is there: the torch check below runs the package.
+  python_ext=()
+  targets=(polyquant_cuda_tests polyquant_cuda_bench polyquant_formulas_on_device)
+  if python3 -m nanobind --cmake_dir >/dev/null 2>&1; then
+    python_ext=(-DSKBUILD=ON -DPython_EXECUTABLE="$(command -v python3)")
+    targets+=(_polyquant_ext)
+  fi
   if ! cmake -S . -B build/gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPOLYQUANT_BUILD_TESTS=ON \
-         -DPOLYQUANT_CUDA=ON -DPOLYQUANT_CUDA_ARCHITECTURES="$arch" "${prefix[@]}" >"$LOG/build.log" 2>&1 ||
-     ! cmake --build build/gpu -j "$jobs" --target polyquant_cuda_tests polyquant_cuda_bench polyquant_formulas_on_device >>"$LOG/build.log" 2>&1; then
+         -DPOLYQUANT_CUDA=ON -DPOLYQUANT_CUDA_ARCHITECTURES="$arch" "${prefix[@]}" "${python_ext[@]}" >"$LOG/build.log" 2>&1 ||
+     ! cmake --build build/gpu -j "$jobs" --target "${targets[@]}" >>"$LOG/build.log" 2>&1; then
     tail -40 "$LOG/build.log"
     result "build FAILED (see $LOG/build.log)"; exit 1
   fi
@@ -100,6 +108,20 @@ if grep -q "SKIPPED" "$LOG/cuda_tests.log"; then
   result "some tests SKIPPED: on a GPU machine that means no usable device (see $LOG/cuda_tests.log)"; status=1
 fi
 
+step "Python package on torch CUDA tensors (scripts/gpu_check_python.py)"
+ext=$(ls "$build_tree"/python/_polyquant_ext*.so 2>/dev/null | head -1)
+if [ -n "$ext" ] && python3 -c "import torch" 2>/dev/null; then
+  pkg="$build_tree/pypkg"
+  rm -rf "$pkg" && mkdir -p "$pkg" && cp -r python/polyquant "$pkg/" &&
+    cp "$ext" "$build_tree/src/backends/cuda/libpolyquant_cuda.so" "$pkg/polyquant/"
+  PYTHONPATH="$pkg" python3 scripts/gpu_check_python.py >"$LOG/python_torch.log" 2>&1
+  rc=$?
+  tail -1 "$LOG/python_torch.log" | tee -a "$OUT/summary.txt"
+  [ $rc -eq 0 ] || { result "python/torch: exit status $rc (see logs/python_torch.log)"; tail -15 "$LOG/python_torch.log" >>"$OUT/summary.txt"; status=1; }
+else
+  result "skipped: no built extension in $build_tree/python or no torch"
+fi
+
 step "device benchmark (polyquant_cuda_bench: every op beside cudaMemcpyAsync, 256 MiB of float32)"
 "$build_tree/bench/cuda/polyquant_cuda_bench" --json "$OUT/bench_polyquant.json" >"$LOG/bench_polyquant.txt" 2>&1
 rc=$?
@@ -115,7 +137,7 @@ fi
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     step "compute-sanitizer --tool $tool (the device tests)"
-    compute-sanitizer --tool "$tool" --error-exitcode 9 "$tests" --gtest_filter='RowsOnDevice.*:X86NansOnDevice.*:-RowsOnDevice.EveryFloat16X*' \
+    compute-sanitizer --tool "$tool" --error-exitcode 9 "$tests" --gtest_filter='RowsOnDevice.*:X86NansOnDevice.*:DeviceEngine.*:-RowsOnDevice.EveryFloat16X*' \
       >"$LOG/sanitizer_$tool.log" 2>&1
     rc=$?
     tail -3 "$LOG/sanitizer_$tool.log" | tee -a "$OUT/summary.txt"

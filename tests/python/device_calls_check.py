@@ -145,6 +145,13 @@ def main() -> None:
     assert same_bits(pq.binary_quant(dx, dscale).numpy(), pq.binary_quant(x, scale))
     assert same_bits(pq.trunc_v1(dx, dscale, 0.0, 8, 4, "FLOOR").numpy(), pq.trunc_v1(x, scale, 0.0, 8, 4, "FLOOR"))
     assert same_bits(pq.float_quant(dx, 1.0, 4, 3).numpy(), pq.float_quant(x, 1.0, 4, 3))
+    assert same_bits(pq.trunc_v2(dx, dscale, 0.0, 8, 0, 1, 1.0, 4, "ROUND").numpy(),
+                     pq.trunc_v2(x, scale, 0.0, 8, 0, 1, 1.0, 4, "ROUND"))
+    # A bit width on the device (read back: it decides the bounds), and float16 x.
+    dbits = FakeCudaTensor(np.array(6.0, np.float32))
+    assert same_bits(pq.int_quant(dx, 0.5, 0.0, dbits, 1, 0, "ROUND").numpy(), pq.int_quant(x, 0.5, 0.0, np.float32(6.0), 1, 0, "ROUND"))
+    x16 = x.astype(np.float16)
+    assert same_bits(pq.int_quant(FakeCudaTensor(x16), 0.25, 0.0, 8, 1, 0, "ROUND").numpy(), pq.int_quant(x16, 0.25, 0.0, 8, 1, 0, "ROUND"))
     # A strided (reversed) device view of x, and x on device 1.
     assert same_bits(pq.int_quant(dx.reversed(), dscale, 0.0, 8, 1, 0, "ROUND").numpy(),
                      pq.int_quant(x[::-1], scale, 0.0, 8, 1, 0, "ROUND"))

@@ -1,0 +1,73 @@
+"""The Python package's device calls with torch on a real GPU (run by scripts/gpu_check.sh, with
+PYTHONPATH naming a directory that holds the polyquant package, its built extension and
+libpolyquant_cuda.so): every QONNX function on torch CUDA tensors, per tensor and per channel, with
+device and Python-scalar parameters, out=, a non-default stream and a strided view, must give the
+bits of the same call on numpy copies on the host. Prints one summary line; exit status 1 on a
+difference, 0 when torch sees no GPU (a skip, said so)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+
+def main() -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("python/torch: SKIPPED (torch sees no CUDA device)")
+        return 0
+    import polyquant
+    import polyquant.qonnx as pq
+
+    cuda = polyquant.runtime_info()["backends"]["cuda"]
+    if not cuda["available"]:
+        print(f"python/torch: FAILED, the CUDA backend is unavailable: {cuda['reason']}")
+        return 1
+    rng = np.random.default_rng(20)
+    x = (rng.standard_normal((64, 256)) * 3).astype(np.float32)
+    x[0, :10] = [np.nan, -np.inf, np.inf, -0.0, 0.0, 0.25, 0.75, -1.25, 1e-40, -3e38]
+    scale = np.linspace(0.0625, 1.0, 256, dtype=np.float32)
+    scale_axis0 = np.linspace(0.1, 0.9, 64, dtype=np.float32).reshape(64, 1)
+    dx, ds, ds0 = (torch.from_numpy(a).cuda() for a in (x, scale, scale_axis0))
+    checks, failures = 0, []
+
+    def check(name: str, got: "torch.Tensor", want: np.ndarray) -> None:
+        nonlocal checks
+        checks += 1
+        torch.cuda.synchronize()
+        g = got.cpu().numpy()
+        if not (g.dtype == want.dtype and g.shape == want.shape and g.tobytes() == want.tobytes()):
+            failures.append(name)
+
+    for mode in ("ROUND", "FLOOR", "CEIL", "UP", "DOWN", "HALF_UP", "HALF_DOWN"):
+        check(f"int_quant per channel {mode}", pq.int_quant(dx, ds, 0.0, 8, 1, 0, mode), pq.int_quant(x, scale, 0.0, 8, 1, 0, mode))
+        check(f"int_quant axis 0 {mode}", pq.int_quant(dx, ds0, 1.0, 4, 0, 1, mode), pq.int_quant(x, scale_axis0, 1.0, 4, 0, 1, mode))
+    check("int_quant device bit width", pq.int_quant(dx, 0.5, 0.0, torch.tensor(6.0).cuda(), 1, 0, "ROUND"),
+          pq.int_quant(x, 0.5, 0.0, np.float32(6.0), 1, 0, "ROUND"))
+    check("binary_quant", pq.binary_quant(dx, ds), pq.binary_quant(x, scale))
+    check("trunc_v1", pq.trunc_v1(dx, ds, 0.0, 8, 4, "FLOOR"), pq.trunc_v1(x, scale, 0.0, 8, 4, "FLOOR"))
+    check("trunc_v2", pq.trunc_v2(dx, ds, 0.0, 8, 0, 1, 1.0, 4, "ROUND"), pq.trunc_v2(x, scale, 0.0, 8, 0, 1, 1.0, 4, "ROUND"))
+    for e, m in ((4, 3), (5, 2), (2, 1)):
+        check(f"float_quant e{e}m{m}", pq.float_quant(dx, 1.0, e, m), pq.float_quant(x, 1.0, e, m))
+    out = torch.empty_like(dx)
+    check("int_quant out=", pq.int_quant(dx, ds, 0.0, 8, 1, 0, "ROUND", out=out), pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND"))
+    check("int_quant transposed x", pq.int_quant(dx.t(), 0.25, 0.0, 8, 1, 0, "ROUND"), pq.int_quant(x.T, 0.25, 0.0, 8, 1, 0, "ROUND"))
+    check("float16 x", pq.int_quant(dx.half(), 0.25, 0.0, 8, 1, 0, "ROUND"),
+          pq.int_quant(x.astype(np.float16), 0.25, 0.0, 8, 1, 0, "ROUND"))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        y = pq.int_quant(dx, ds, 0.0, 8, 1, 0, "ROUND")
+    stream.synchronize()
+    check("int_quant on a side stream", y, pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND"))
+    if failures:
+        print(f"python/torch: FAILED {len(failures)} of {checks} checks differ from the host: {', '.join(failures)}")
+        return 1
+    print(f"python/torch: {checks} checks on {torch.cuda.get_device_name()} (torch {torch.__version__}), "
+          f"all bit-identical to the host")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
