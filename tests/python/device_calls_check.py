@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pathlib
 import sys
 
+# This directory holds test packages named like real ones (tests/python/onnx): import the real ones.
+sys.path = [p for p in sys.path if pathlib.Path(p or ".").resolve() != pathlib.Path(__file__).resolve().parent]
+
+import ml_dtypes
 import numpy as np
 
 import polyquant
+import polyquant.onnx as po
 import polyquant.qkeras as qk
 import polyquant.qonnx as pq
 from polyquant._common import device as pq_device
@@ -70,6 +76,14 @@ class FakeCudaTensor:
     def empty(cls, shape: tuple, dtype: str, device: int) -> "FakeCudaTensor":
         return cls(np.zeros(shape, dtype), device)
 
+    def view(self, dtype: str) -> "FakeCudaTensor":  # the same memory as another dtype of the same size
+        v = FakeCudaTensor.__new__(FakeCudaTensor)
+        v.__dict__.update(self.__dict__)
+        v.streams, v._keep = [], []
+        v.dtype = np.dtype(getattr(ml_dtypes, dtype)) if hasattr(ml_dtypes, dtype) and not hasattr(np, dtype) else np.dtype(dtype)
+        assert v.dtype.itemsize == self.dtype.itemsize
+        return v
+
     def reversed(self) -> "FakeCudaTensor":  # x[::-1] along the first axis, sharing memory
         v = FakeCudaTensor.__new__(FakeCudaTensor)
         v.__dict__.update(self.__dict__)
@@ -107,7 +121,8 @@ class FakeCudaTensor:
         return ctypes.pythonapi.PyCapsule_New(ctypes.addressof(t), b"dltensor", None)
 
 
-pq_device.register_framework(FakeCudaTensor, stream=lambda index: STREAM, empty=FakeCudaTensor.empty, name="fake")
+pq_device.register_framework(FakeCudaTensor, stream=lambda index: STREAM, empty=FakeCudaTensor.empty, name="fake",
+                             view=FakeCudaTensor.view)
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -158,6 +173,26 @@ def main() -> None:
     x1 = FakeCudaTensor(x, device=1)
     y1 = pq.int_quant(x1, 0.5, 0.0, 8, 1, 0, "ROUND")
     assert y1.device == 1 and same_bits(y1.numpy(), pq.int_quant(x, 0.5, 0.0, 8, 1, 0, "ROUND"))
+    assert lib.polyquant_fake_cuda_faults() == 0 and lib.polyquant_fake_cuda_outstanding_temporaries() == 0
+
+    # ONNX QuantizeLinear / DequantizeLinear: float8 (an ml_dtypes type: its uint8 storage travels,
+    # the output comes back as the framework's float8 tensor), int8 with a zero point, blocked, and
+    # back to float32 and bfloat16.
+    e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
+    zp8 = np.arange(32, dtype=np.int8) % 5
+    for kwargs in ({"axis": 1}, {"axis": 1, "block_size": 8}):
+        s_q = scale if "block_size" not in kwargs else np.linspace(0.1, 2.0, 6 * 4, dtype=np.float32).reshape(6, 4)
+        zp_q = zp8 if "block_size" not in kwargs else (np.arange(24, dtype=np.int8) % 3).reshape(6, 4)
+        ds_q, dzp_q = FakeCudaTensor(s_q), FakeCudaTensor(zp_q)
+        q = po.quantize_linear(dx, ds_q, FakeCudaTensor(np.zeros(s_q.shape, e4m3).view(np.uint8)).view("float8_e4m3fn"), **kwargs)
+        want = po.quantize_linear(x, s_q, np.zeros(s_q.shape, e4m3), **kwargs)
+        assert isinstance(q, FakeCudaTensor) and q.dtype == e4m3 and same_bits(q.numpy(), want), kwargs
+        q8 = po.quantize_linear(dx, ds_q, dzp_q, **kwargs)
+        want8 = po.quantize_linear(x, s_q, zp_q, **kwargs)
+        assert same_bits(q8.numpy(), want8), kwargs
+        for output_dtype in (None, 16):  # float32 (the scale's), bfloat16
+            d = po.dequantize_linear(q8, ds_q, dzp_q, output_dtype=output_dtype, **kwargs)
+            assert same_bits(d.numpy(), po.dequantize_linear(want8, s_q, zp_q, output_dtype=output_dtype, **kwargs)), output_dtype
     assert lib.polyquant_fake_cuda_faults() == 0 and lib.polyquant_fake_cuda_outstanding_temporaries() == 0
 
     # Errors name the parameter: a host array beside device tensors, two devices, a host-only op.

@@ -45,20 +45,33 @@ def cuda_index(obj: Any) -> int | None:
 
 class Framework:
     """How polyquant meets one array library: its current CUDA stream on a device (a cudaStream_t
-    as an int; 0: the legacy default stream) and an empty array of a shape and dtype name there."""
+    as an int; 0: the legacy default stream), an empty array of a shape and dtype name there, and
+    (optional) a view of an array's memory as another dtype of the same size (ml_dtypes' names:
+    float8_e4m3fn, bfloat16, ...; the ONNX functions pass such tensors as their uint8 / uint16
+    storage)."""
 
-    def __init__(self, name: str, stream: Callable[[int], int], empty: Callable[[tuple, str, int], Any]):
-        self.name, self.stream, self.empty = name, stream, empty
+    def __init__(self, name: str, stream: Callable[[int], int], empty: Callable[[tuple, str, int], Any],
+                 view: Callable[[Any, str], Any] | None = None):
+        self.name, self.stream, self.empty, self._view = name, stream, empty, view
+
+    def view(self, obj: Any, dtype: str, name: str) -> Any:
+        if self._view is None:
+            raise TypeError(f"{name}: polyquant cannot view a {type(obj).__name__} as {dtype}")
+        try:
+            return self._view(obj, dtype)
+        except (AttributeError, TypeError, RuntimeError) as e:
+            raise TypeError(f"{name}: {self.name} has no {dtype} tensors on the device ({e})") from None
 
 
 _FRAMEWORKS: dict[type, Framework] = {}
 
 
 def register_framework(array_type: type, stream: Callable[[int], int], empty: Callable[[tuple, str, int], Any],
-                       name: str | None = None) -> None:
+                       name: str | None = None, view: Callable[[Any, str], Any] | None = None) -> None:
     """Teaches polyquant another DLPack producer: `stream(device)` gives its current stream,
-    `empty(shape, dtype_name, device)` allocates an output (torch and CuPy are known)."""
-    _FRAMEWORKS[array_type] = Framework(name or array_type.__name__, stream, empty)
+    `empty(shape, dtype_name, device)` allocates an output, `view(array, dtype_name)` reinterprets
+    its memory (torch and CuPy are known)."""
+    _FRAMEWORKS[array_type] = Framework(name or array_type.__name__, stream, empty, view)
 
 
 def _torch() -> Framework:
@@ -70,7 +83,10 @@ def _torch() -> Framework:
     def empty(shape: tuple, dtype: str, index: int) -> Any:
         return torch.empty(shape, dtype=getattr(torch, dtype), device=f"cuda:{index}")
 
-    return Framework("torch", stream, empty)
+    def view(obj: Any, dtype: str) -> Any:
+        return obj.view(getattr(torch, dtype))
+
+    return Framework("torch", stream, empty, view)
 
 
 def _cupy() -> Framework:
@@ -84,7 +100,10 @@ def _cupy() -> Framework:
         with cupy.cuda.Device(index):
             return cupy.empty(shape, dtype=dtype)
 
-    return Framework("cupy", stream, empty)
+    def view(obj: Any, dtype: str) -> Any:
+        return obj.view(_numpy_dtype_named(dtype))
+
+    return Framework("cupy", stream, empty, view)
 
 
 def _no_allocator(array_type: type) -> Framework:
@@ -113,17 +132,25 @@ def framework_of(obj: Any) -> Framework:
     return fw
 
 
-def _numpy_dtype(obj: Any) -> np.dtype:
-    """A producer's dtype as numpy's (torch.float32 -> float32; bfloat16 through ml_dtypes)."""
-    name = str(getattr(obj, "dtype", "")).replace("torch.", "")
-    if name == "bfloat16":
-        import ml_dtypes
+def _numpy_dtype_named(name: str) -> np.dtype:
+    """numpy's or ml_dtypes' dtype called `name`."""
+    import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+    if hasattr(ml_dtypes, name) and not hasattr(np, name):
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+def _numpy_dtype(obj: Any) -> np.dtype:
+    """A producer's dtype as numpy's (torch.float32 -> float32; bfloat16, float8_* through ml_dtypes)."""
+    dtype = getattr(obj, "dtype", None)
+    if isinstance(dtype, np.dtype):
+        return dtype
+    name = str(dtype).replace("torch.", "")
     try:
-        return np.dtype(name)
+        return _numpy_dtype_named(name)
     except TypeError:
-        raise TypeError(f"unsupported dtype {obj.dtype!r} of a CUDA tensor") from None
+        raise TypeError(f"unsupported dtype {dtype!r} of a CUDA tensor") from None
 
 
 class DeviceTensor:
@@ -151,6 +178,10 @@ class DeviceTensor:
 
     def __repr__(self) -> str:
         return f"DeviceTensor({self.obj!r})"
+
+    def view(self, dtype: str, name: str) -> "DeviceTensor":
+        """The same memory as dtype `dtype` (ml_dtypes' names; same item size)."""
+        return DeviceTensor(self._call.framework.view(self.obj, dtype, name), self._call)
 
 
 class DeviceCall:

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import _polyquant_ext as _ext
 from .args import checked_out
+from .device import DeviceTensor, as_device_operand
 
 # ml_dtypes names polyquant's core knows (the numpy-native dtypes pass through unchanged).
 _ML_DTYPES = ("bfloat16", "int4", "uint4", "int2", "uint2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
@@ -26,7 +27,11 @@ _NAMES_BY_CODE = {code: name for name, code in _CODES.items()}
 def operand(value: Any, name: str) -> tuple[np.ndarray, int]:
     """(array the extension can read, dtype code or -1). Big-endian (non-native) arrays are read
     through a native copy, as are unaligned ones and those whose strides are not whole elements (the
-    core reads elements through typed pointers)."""
+    core reads elements through typed pointers). Inside a device call (device.py) a CUDA tensor
+    stays on its device (its ml_dtypes types as their storage too)."""
+    device_tensor = as_device_operand(value, name)
+    if device_tensor is not None:
+        return _device_storage(device_tensor, name)
     a = np.asarray(value)
     if a.dtype.name in _CODES:
         storage = np.uint16 if a.dtype.itemsize == 2 else np.uint8
@@ -38,6 +43,15 @@ def operand(value: Any, name: str) -> tuple[np.ndarray, int]:
     if not a.flags.aligned or any(s % a.itemsize for s in a.strides):
         a = np.array(a, copy=True, order="C")
     return a, -1
+
+
+def _device_storage(t: DeviceTensor, name: str) -> tuple[DeviceTensor, int]:
+    """(tensor, dtype code) of a device tensor: ml_dtypes types travel as a uint8 / uint16 view."""
+    if t.dtype.name in _CODES:
+        return t.view("uint16" if t.dtype.itemsize == 2 else "uint8", name), _CODES[t.dtype.name]
+    if t.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: unsupported dtype {t.dtype}")
+    return t, -1
 
 
 def is_weak(value: Any) -> bool:
@@ -105,6 +119,8 @@ def numpy_dtype_of_onnx(number: int) -> Any:
 
 def result(pair: tuple[np.ndarray, str]) -> np.ndarray:
     array, name = pair
+    if isinstance(array, DeviceTensor):  # allocated on the device as its storage dtype
+        return array.view(name, "out").obj if name in _CODES else array.obj
     if name in _CODES:
         return array.view(getattr(ml_dtypes, name))
     return array
@@ -114,6 +130,8 @@ def out_operand(out: np.ndarray | None) -> np.ndarray | None:
     """The optional ``out=`` array checked as in every family (_args.checked_out), as the extension
     takes it (ml_dtypes arrays as their uint8 / uint16 storage)."""
     out = checked_out(out)
+    if isinstance(out, DeviceTensor):
+        return _device_storage(out, "out")[0]
     if out is not None and out.dtype.name in _CODES:
         return out.view(np.uint16 if out.dtype.itemsize == 2 else np.uint8)
     return out

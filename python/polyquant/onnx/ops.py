@@ -11,6 +11,7 @@ import numpy as np
 from .. import _polyquant_ext as _ext
 from .._common import operands
 from .._common.args import strict_int
+from .._common.device import device_path
 
 __all__ = ["quantize_linear", "dequantize_linear", "pack", "unpack"]
 
@@ -57,6 +58,7 @@ def _zero_point(value: Any, name: str, dtype: Any) -> tuple[Any, int]:
     return operands.operand(value, name)
 
 
+@device_path
 def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axis: int = 1, block_size: int = 0,
                     output_dtype: int | None = None, saturate: int = 1, precision: int | None = None, *,
                     out: np.ndarray | None = None) -> np.ndarray:
@@ -81,6 +83,7 @@ def quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axis: int = 
     return operands.finish(pair, out)
 
 
+@device_path
 def dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, axis: int = 1, block_size: int = 0,
                       output_dtype: int | None = None, *, out: np.ndarray | None = None) -> np.ndarray:
     """ONNX DequantizeLinear (opset 28). Output dtype: output_dtype, else x_scale's. A Python float /
