@@ -1,6 +1,6 @@
 """The Python package's device calls with torch on a real GPU (run by scripts/gpu_check.sh, with
 PYTHONPATH naming a directory that holds the polyquant package, its built extension and
-libpolyquant_cuda.so): every QONNX function on torch CUDA tensors, per tensor and per channel, with
+libpolyquant_cuda.so): every QONNX function and ONNX's Q/DQ on torch CUDA tensors, per tensor and per channel, with
 device and Python-scalar parameters, out=, a non-default stream and a strided view, must give the
 bits of the same call on numpy copies on the host. Prints one summary line; exit status 1 on a
 difference, 0 when torch sees no GPU (a skip, said so)."""
@@ -37,8 +37,11 @@ def main() -> int:
         nonlocal checks
         checks += 1
         torch.cuda.synchronize()
-        g = got.cpu().numpy()
-        if not (g.dtype == want.dtype and g.shape == want.shape and g.tobytes() == want.tobytes()):
+        g = got.cpu().contiguous()
+        same = tuple(g.shape) == want.shape and g.element_size() == want.itemsize
+        if same:  # the bytes, through uint8 (float8 has no numpy type)
+            same = g.view(torch.uint8).numpy().tobytes() == np.ascontiguousarray(want).tobytes()
+        if not same:
             failures.append(name)
 
     for mode in ("ROUND", "FLOOR", "CEIL", "UP", "DOWN", "HALF_UP", "HALF_DOWN"):
@@ -56,6 +59,24 @@ def main() -> int:
     check("int_quant transposed x", pq.int_quant(dx.t(), 0.25, 0.0, 8, 1, 0, "ROUND"), pq.int_quant(x.T, 0.25, 0.0, 8, 1, 0, "ROUND"))
     check("float16 x", pq.int_quant(dx.half(), 0.25, 0.0, 8, 1, 0, "ROUND"),
           pq.int_quant(x.astype(np.float16), 0.25, 0.0, 8, 1, 0, "ROUND"))
+    # ONNX QuantizeLinear to float8 (torch's float8_e4m3fn tensors) and int8, per channel and
+    # blocked, and DequantizeLinear back to float32 and bfloat16.
+    import ml_dtypes
+    import polyquant.onnx as po
+
+    zero8 = np.zeros(256, ml_dtypes.float8_e4m3fn)
+    dzero8 = torch.zeros(256, dtype=torch.float8_e4m3fn, device="cuda")
+    check("quantize_linear float8_e4m3fn", po.quantize_linear(dx, ds, dzero8), po.quantize_linear(x, scale, zero8))
+    zp = (np.arange(256) % 7).astype(np.int8)
+    q = po.quantize_linear(dx, ds, torch.from_numpy(zp).cuda())
+    want_q = po.quantize_linear(x, scale, zp)
+    check("quantize_linear int8", q, want_q)
+    for output_dtype, name in ((None, "float32"), (16, "bfloat16")):
+        check(f"dequantize_linear int8 -> {name}", po.dequantize_linear(q, ds, torch.from_numpy(zp).cuda(), output_dtype=output_dtype),
+              po.dequantize_linear(want_q, scale, zp, output_dtype=output_dtype))
+    blocked = np.linspace(0.05, 1.5, 64 * 8, dtype=np.float32).reshape(64, 8)
+    check("quantize_linear blocked 32", po.quantize_linear(dx, torch.from_numpy(blocked).cuda(), None, axis=1, block_size=32),
+          po.quantize_linear(x, blocked, None, axis=1, block_size=32))
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         y = pq.int_quant(dx, ds, 0.0, 8, 1, 0, "ROUND")
