@@ -1,6 +1,6 @@
 """The Python package's device calls with torch on a real GPU (run by scripts/gpu_check.sh, with
 PYTHONPATH naming a directory that holds the polyquant package, its built extension and
-libpolyquant_cuda.so): every QONNX function and ONNX's Q/DQ on torch CUDA tensors, per tensor and per channel, with
+libpolyquant_cuda.so): every QONNX function, ONNX's Q/DQ and AIMET's forward ops on torch CUDA tensors, per tensor and per channel, with
 device and Python-scalar parameters, out=, a non-default stream and a strided view, must give the
 bits of the same call on numpy copies on the host. Prints one summary line; exit status 1 on a
 difference, 0 when torch sees no GPU (a skip, said so)."""
@@ -77,6 +77,16 @@ def main() -> int:
     blocked = np.linspace(0.05, 1.5, 64 * 8, dtype=np.float32).reshape(64, 8)
     check("quantize_linear blocked 32", po.quantize_linear(dx, torch.from_numpy(blocked).cuda(), None, axis=1, block_size=32),
           po.quantize_linear(x, blocked, None, axis=1, block_size=32))
+    # AIMET's forward ops on torch CUDA tensors (no grad), float32 and bfloat16, per channel.
+    import polyquant.aimet as pa
+
+    offset = -(np.arange(256) % 4).astype(np.float32)
+    do = torch.from_numpy(offset).cuda()
+    for f in (pa.quantize, pa.quantize_dequantize):
+        check(f"aimet {f.__name__}", f(dx, ds, do, 8, True), f(x, scale, offset, 8, True))
+        got = f(dx.bfloat16(), ds.bfloat16(), do.bfloat16(), 4, False)
+        want = f(x.astype(ml_dtypes.bfloat16), scale.astype(ml_dtypes.bfloat16), offset.astype(ml_dtypes.bfloat16), 4, False)
+        check(f"aimet {f.__name__} bfloat16", got, want)
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         y = pq.int_quant(dx, ds, 0.0, 8, 1, 0, "ROUND")

@@ -21,6 +21,7 @@ import ml_dtypes
 import numpy as np
 
 import polyquant
+import polyquant.aimet as pa
 import polyquant.onnx as po
 import polyquant.qkeras as qk
 import polyquant.qonnx as pq
@@ -193,6 +194,26 @@ def main() -> None:
         for output_dtype in (None, 16):  # float32 (the scale's), bfloat16
             d = po.dequantize_linear(q8, ds_q, dzp_q, output_dtype=output_dtype, **kwargs)
             assert same_bits(d.numpy(), po.dequantize_linear(want8, s_q, zp_q, output_dtype=output_dtype, **kwargs)), output_dtype
+    assert lib.polyquant_fake_cuda_faults() == 0 and lib.polyquant_fake_cuda_outstanding_temporaries() == 0
+
+    # AIMET's quantize, quantize_dequantize (no grad) and dequantize: per tensor and per channel,
+    # float32 and bfloat16 (its uint16 storage travels; the output comes back as bfloat16).
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    offset = -(np.arange(32) % 4).astype(np.float32)
+    for dtype in (np.dtype(np.float32), bf16):
+        xa, sa, oa = x.astype(dtype), scale.astype(dtype), offset.astype(dtype)
+        if dtype == bf16:
+            dxa, dsa, doa = (FakeCudaTensor(a.view(np.uint16)).view("bfloat16") for a in (xa, sa, oa))
+        else:
+            dxa, dsa, doa = FakeCudaTensor(xa), FakeCudaTensor(sa), FakeCudaTensor(oa)
+        for name, f in (("quantize", pa.quantize), ("quantize_dequantize", pa.quantize_dequantize)):
+            got = f(dxa, dsa, doa, 4, True)
+            assert isinstance(got, FakeCudaTensor) and same_bits(got.numpy(), f(xa, sa, oa, 4, True)), (name, dtype)
+            got = f(dxa, 0.25, -1.0, 8, False)
+            assert same_bits(got.numpy(), f(xa, 0.25, -1.0, 8, False)), (name, dtype, "scalars")
+        q = pa.quantize(xa, sa, oa, 4, True)
+        dq = FakeCudaTensor(q.view(np.uint16)).view("bfloat16") if dtype == bf16 else FakeCudaTensor(q)
+        assert same_bits(pa.dequantize(dq, dsa, doa).numpy(), pa.dequantize(q, sa, oa)), ("dequantize", dtype)
     assert lib.polyquant_fake_cuda_faults() == 0 and lib.polyquant_fake_cuda_outstanding_temporaries() == 0
 
     # Errors name the parameter: a host array beside device tensors, two devices, a host-only op.

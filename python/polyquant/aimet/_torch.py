@@ -56,6 +56,13 @@ def call(forward: Callable, backward: Callable, tensor, scale, offset, *, traini
     import torch
 
     wants_grad = torch.is_grad_enabled() and any(_requires_grad(v) for v in (tensor, scale, offset))
+    from .._common import device
+
+    if device.current_call() is not None:  # CUDA tensors: the forward on their device
+        if wants_grad:
+            raise TypeError("tensor: AIMET's gradients run on the host only for now (docs/cuda.md): on a CUDA device, "
+                            "call this under torch.no_grad() or with tensors that do not require grad, or use CPU tensors")
+        return forward(tensor, scale, offset, False)
     if not wants_grad:
         out = forward(to_numpy(tensor, "tensor"), to_numpy(scale, "scale"), to_numpy(offset, "offset"), False)
         return to_tensor(out) if is_tensor(tensor) else out

@@ -13,6 +13,7 @@ import numpy as np
 from .. import _polyquant_ext as _ext
 from .._common import operands
 from .._common.args import strict_int
+from .._common.device import DeviceTensor, as_device_operand, device_path
 from . import _torch
 
 __all__ = ["quantize", "quantize_dequantize", "dequantize", "quantize_grad", "quantize_dequantize_grad",
@@ -113,7 +114,15 @@ def _native(a: np.ndarray) -> np.ndarray:
 
 
 def _as_tensor(value: Any, name: str) -> Tuple[np.ndarray, int, Any]:
-    """(array for the extension, dtype code, dtype to return)."""
+    """(array for the extension, dtype code, dtype to return). In a device call a CUDA tensor stays
+    on its device (bfloat16 as its uint16 storage)."""
+    device_tensor = as_device_operand(value, name)
+    if device_tensor is not None:
+        if device_tensor.dtype.name not in _FLOAT_NAMES:
+            raise TensorDtypeError(f"{name}: expected dtype to be one of float32, float16, bfloat16, or float64; "
+                                   f"got {device_tensor.dtype}")
+        arr, code = operands.operand(value, name)
+        return arr, code, device_tensor.dtype
     a = _native(np.asarray(value))
     if a.dtype.name not in _FLOAT_NAMES:  # AIMET's ValueError
         raise TensorDtypeError(f"{name}: expected dtype to be one of float32, float16, bfloat16, or float64; got {a.dtype}")
@@ -124,6 +133,11 @@ def _as_tensor(value: Any, name: str) -> Tuple[np.ndarray, int, Any]:
 def _as_param(value: Any, name: str) -> Tuple[np.ndarray, int]:
     """A scale / offset: float arrays as they are, Python numbers as torch.tensor makes them (a
     float is float32), integer arrays as float64 (exact; AIMET casts them to the working dtype)."""
+    device_tensor = as_device_operand(value, name)
+    if device_tensor is not None:
+        if device_tensor.dtype.name not in _FLOAT_NAMES:
+            raise TypeError(f"{name}: dtype {device_tensor.dtype} is not supported on a device; expected a float tensor")
+        return operands.operand(value, name)
     if isinstance(value, float):
         a = np.asarray(value, dtype=np.float32)
     else:
@@ -174,6 +188,8 @@ def _dtype_of(arr: np.ndarray, code: int) -> str:
 
 def _finish(pair, dtype):
     array, _ = pair
+    if isinstance(array, DeviceTensor):  # allocated on the device by the inputs' framework
+        return operands.result(pair)
     return array.view(dtype) if array.dtype != dtype else array
 
 
@@ -197,6 +213,7 @@ def _no_out_with_tensors(out) -> None:
 # requires grad, AIMET's training path and its gradients through torch.autograd).
 
 
+@device_path
 def quantize(tensor, scale, offset, *args, out=None, **kwargs):
     """AIMET's quantize: clamp(round(tensor / scale) - offset, qmin, qmax), in tensor's dtype."""
     _check_keywords("quantize", kwargs)
@@ -235,6 +252,7 @@ def _quantize(tensor, scale, offset, args, kwargs, out=None):
     return _run_into(lambda o: _ext.aimet.quantize(*ops, affine, o), out, dtype)
 
 
+@device_path
 def quantize_dequantize(tensor, scale, offset, *args, out=None, **kwargs):
     """AIMET's quantize_dequantize. numpy arrays (and tensors that do not require grad) get what
     AIMET returns without grad: its no-grad shortcut where AIMET takes it, else
@@ -271,6 +289,7 @@ def _qdq_forward(tensor, scale, offset, args, kwargs, training: bool, out=None):
     return _run_into(lambda o: _ext.aimet.quantize_dequantize(*ops, affine, path, o), out, dtype)
 
 
+@device_path
 def dequantize(tensor, scale, offset, block_size=None, *, out=None):
     """AIMET's dequantize: (tensor + offset) * scale, in tensor's dtype."""
     if _torch.any_tensor(tensor, scale, offset):
