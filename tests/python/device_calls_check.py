@@ -25,6 +25,7 @@ import polyquant.aimet as pa
 import polyquant.onnx as po
 import polyquant.qkeras as qk
 import polyquant.qonnx as pq
+import polyquant.quark as pqk
 from polyquant._common import device as pq_device
 
 LIBRARY = os.environ["POLYQUANT_CUDA_LIBRARY"]
@@ -195,6 +196,13 @@ def main() -> None:
             d = po.dequantize_linear(q8, ds_q, dzp_q, output_dtype=output_dtype, **kwargs)
             assert same_bits(d.numpy(), po.dequantize_linear(want8, s_q, zp_q, output_dtype=output_dtype, **kwargs)), output_dtype
     assert lib.polyquant_fake_cuda_faults() == 0 and lib.polyquant_fake_cuda_outstanding_temporaries() == 0
+
+    # Quark's Extended ops (per channel, int8 zero point).
+    q_host = pqk.extended_quantize_linear(x, scale, zp8, axis=1)
+    q_dev = pqk.extended_quantize_linear(dx, dscale, FakeCudaTensor(zp8), axis=1)
+    assert same_bits(q_dev.numpy(), q_host)
+    assert same_bits(pqk.extended_dequantize_linear(q_dev, dscale, FakeCudaTensor(zp8), axis=1).numpy(),
+                     pqk.extended_dequantize_linear(q_host, scale, zp8, axis=1))
 
     # AIMET's quantize, quantize_dequantize (no grad) and dequantize: per tensor and per channel,
     # float32 and bfloat16 (its uint16 storage travels; the output comes back as bfloat16).

@@ -9,6 +9,7 @@ import numpy as np
 from .. import _polyquant_ext as _ext
 from .._common import operands
 from .._common.args import strict_int
+from .._common.device import device_path
 
 __all__ = ["extended_quantize_linear", "extended_dequantize_linear"]
 
@@ -42,6 +43,7 @@ def _attrs(axis: int, semantics: str) -> Any:
     return attrs
 
 
+@device_path
 def extended_quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axis: int = 1, *,
                              semantics: str = "quark", out: np.ndarray | None = None) -> np.ndarray:
     """Quark ExtendedQuantizeLinear: output dtype = y_zero_point's (uint8 when absent). A Python float /
@@ -54,6 +56,7 @@ def extended_quantize_linear(x: Any, y_scale: Any, y_zero_point: Any = None, axi
     return operands.finish(pair, out)
 
 
+@device_path
 def extended_dequantize_linear(x: Any, x_scale: Any, x_zero_point: Any = None, axis: int = 1, *,
                                semantics: str = "quark", out: np.ndarray | None = None) -> np.ndarray:
     """Quark ExtendedDequantizeLinear: float32 output. A Python float / int x_scale is float32; a
