@@ -197,6 +197,21 @@ def main() -> None:
             assert same_bits(d.numpy(), po.dequantize_linear(want8, s_q, zp_q, output_dtype=output_dtype, **kwargs)), output_dtype
     assert lib.polyquant_fake_cuda_faults() == 0 and lib.polyquant_fake_cuda_outstanding_temporaries() == 0
 
+    # QKeras' quantizers without a scale search: a per-channel alpha (host configuration, copied
+    # over), stochastic rounding in training (the same draws), quantized_relu, gradients.
+    alpha = list(np.linspace(0.5, 2.0, 32))
+    # (two instances each: a quantizer advances its random stream per call)
+    makers = (lambda: qk.quantized_bits(4, 1, alpha=alpha), lambda: qk.quantized_bits(6, 2, use_stochastic_rounding=True),
+              lambda: qk.quantized_relu(4, 1, negative_slope=0.25, use_stochastic_rounding=True),
+              lambda: qk.quantized_linear(5, alpha=alpha, use_stochastic_rounding=True))
+    for make in makers:
+        on_device, on_host = make(), make()
+        for training in (False, True, True):
+            got = on_device(dx, training, seed=11)
+            want = on_host(x, training, seed=11)
+            assert isinstance(got, FakeCudaTensor) and same_bits(got.numpy(), want), (str(on_host), training)
+        assert same_bits(on_device.gradient(dx).numpy(), on_host.gradient(x)), str(on_host)
+
     # Quark's Extended ops (per channel, int8 zero point).
     q_host = pqk.extended_quantize_linear(x, scale, zp8, axis=1)
     q_dev = pqk.extended_quantize_linear(dx, dscale, FakeCudaTensor(zp8), axis=1)
@@ -238,7 +253,9 @@ def main() -> None:
     assert e.startswith("ValueError: scale: on cuda:1, but the call's tensors are on cuda:0"), e
     e = error(lambda: pq.int_quant(dx, dscale, 0.0, 8, 1, 0, "ROUND", out=np.zeros_like(x)))
     assert "out is on cpu but x is on cuda:0" in e, e
-    e = error(lambda: qk.quantized_bits(bits=4)(dx))
+    e = error(lambda: qk.quantized_bits(bits=4, alpha="auto_po2")(dx))
+    assert "quantized_bits runs on the host only (alpha='auto' and 'auto_po2' search the scale on the host)" in e, e
+    e = error(lambda: pa.quantize_dequantize_grad(dx, dx, 0.5, 0.0, 8, True))
     assert "a tensor on a CUDA device; this function runs on the host only" in e, e
     # Host calls are untouched.
     assert same_bits(pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND"), pq.int_quant(x.copy(), scale.copy(), 0.0, 8, 1, 0, "ROUND"))

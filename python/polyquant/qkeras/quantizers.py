@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import _polyquant_ext as _ext
 from .._common.convert import _as_array, as_out
+from .._common.device import device_path
 
 __all__ = ["quantized_bits", "quantized_relu", "quantized_linear", "get_quantizer"]
 
@@ -313,6 +314,7 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
             return None
         return _alpha_array(self.alpha)
 
+    @device_path
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
@@ -326,6 +328,7 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
             self.scale = 1.0 if self.alpha is None else self.alpha
         return result
 
+    @device_path
     def gradient(self, x: Any) -> np.ndarray:
         """d q(x) / dx of QKeras' graph: 1 with use_ste, else 1 - qnoise_factor (float32)."""
         result, _ = _ext.qkeras.quantized_bits(self._input(x), self._operand(), *self._config(False, None), True, None)
@@ -444,11 +447,13 @@ class quantized_relu(_Quantizer):  # noqa: N801
         a.qnoise, _, t = self._common_config(training, seed)
         return a, t
 
+    @device_path
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
         return _ext.qkeras.quantized_relu(self._input(x), *self._config(training, seed), False, as_out(out))
 
+    @device_path
     def gradient(self, x: Any) -> np.ndarray:
         """d q(x) / dx of QKeras' graph: the derivative of the unquantized companion (1 above 0;
         negative_slope, or 0, at and below 0; 0 above the clip or upper bound), times
@@ -588,6 +593,7 @@ class quantized_linear(_Quantizer):  # noqa: N801
             return None
         return _alpha_array(self.alpha)
 
+    @device_path
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
@@ -596,6 +602,7 @@ class quantized_linear(_Quantizer):  # noqa: N801
         self.quantization_scale = qs
         return result
 
+    @device_path
     def gradient(self, x: Any) -> np.ndarray:
         """d q(x) / dx = (1 - qnoise_factor) + qnoise_factor * [clip_min <= x / s <= clip_max]."""
         result, _ = _ext.qkeras.quantized_linear(self._input(x), self._operand(), *self._config(False, None), True, None)

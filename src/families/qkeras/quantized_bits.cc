@@ -40,7 +40,9 @@ BitsConstants validate_bits(const TensorView& x, const TensorView& alpha, const 
   if (a.alpha == Alpha::kAuto || a.alpha == Alpha::kAutoPo2) {
     detail::require_host(operands, "quantized_bits", "alpha='auto' and 'auto_po2' search the scale on the host");
   } else {
-    detail::op_device(operands, nullptr, "quantized_bits");
+    // alpha is the quantizer's configuration: in host memory or on x's device (it is copied over).
+    detail::op_device(std::span(operands, 1), nullptr, "quantized_bits");
+    if (!alpha.device.is_cpu()) detail::op_device(operands, nullptr, "quantized_bits");
   }
   require_x(x);
   const BitsConstants c = bits_constants(a);

@@ -156,7 +156,9 @@ LinearPlan plan_linear(const TensorView& x, const TensorView& alpha, const Quant
   if (attrs.alpha == Alpha::kAuto || attrs.alpha == Alpha::kAutoPo2) {
     detail::require_host(operands, "quantized_linear", "alpha='auto' and 'auto_po2' search the scale on the host");
   } else {
-    detail::op_device(operands, nullptr, "quantized_linear");
+    // alpha is the quantizer's configuration: in host memory or on x's device (it is copied over).
+    detail::op_device(std::span(operands, 1), nullptr, "quantized_linear");
+    if (!alpha.device.is_cpu()) detail::op_device(operands, nullptr, "quantized_linear");
   }
   require_x(x);
   LinearPlan plan{TensorSpec{DType::kFloat32, x.shape}, linear_constants(attrs), {}};
