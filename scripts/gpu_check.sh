@@ -128,6 +128,12 @@ rc=$?
 cat "$LOG/bench_polyquant.txt" | tee -a "$OUT/summary.txt" >/dev/null
 [ $rc -eq 0 ] || { result "polyquant_cuda_bench: exit status $rc"; status=1; }
 if [ $rc -eq 0 ]; then
+  # The same benchmark with every launch on the general kernel (row_layout.h), for the A/B of the
+  # per-tensor kernels whose masks are constants.
+  step "device benchmark, general kernels only (POLYQUANT_CUDA_GENERAL_ROWS=1)"
+  POLYQUANT_CUDA_GENERAL_ROWS=1 "$build_tree/bench/cuda/polyquant_cuda_bench" --json "$OUT/bench_polyquant_general.json" \
+    >"$LOG/bench_polyquant_general.txt" 2>&1 || result "polyquant_cuda_bench (general kernels): failed"
+  grep -iE "per.tensor|int_quant|float_quant|quantize_linear" "$LOG/bench_polyquant_general.txt" | head -20 >>"$OUT/summary.txt"
   step "torch's peers (scripts/gpu_bench_torch.py)"
   python3 scripts/gpu_bench_torch.py --polyquant "$OUT/bench_polyquant.json" --json "$OUT/bench_torch.json" \
     >"$LOG/bench_torch.txt" 2>&1

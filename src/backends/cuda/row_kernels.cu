@@ -19,10 +19,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 
 #include "backends/cuda/backend_abi.h"
 #include "backends/cuda/row_elements.cuh"
+#include "backends/cuda/row_layout.h"
 #include "core/floor_log2.h"
 
 #if !defined(POLYQUANT_CUDA_FLUSH_DENORMALS) || !defined(POLYQUANT_CUDA_FLAVOUR) || !defined(POLYQUANT_CUDA_WORK)
@@ -59,13 +61,15 @@ namespace {
 // Element j is independent of every other, so any thread order gives the CPU's bits.
 // Operands passed by value (PolyquantCudaHostScalars) are read from the kernel's own copy of the
 // launch parameters.
-template <class Row, class T, RoundingMode kMode, class P>
+// kLayout (row_layout.h) fixes the masks the launch's layout makes constant.
+template <class Row, class T, RoundingMode kMode, class P, RowLayout kLayout>
 __global__ void row_kernel(P p, RowArgs a, PolyquantCudaHostScalars scalars) {
   if (scalars.mask != 0) {
     for (int i = 0; i < kMaxOperands; ++i) {
       if ((scalars.mask >> i) & 1u) a.in[static_cast<std::size_t>(i)] = &scalars.value[i];
     }
   }
+  fix_row_layout<kLayout>(a);
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < a.n; j += stride) {
     Row::template element<T, kMode>(p, a, j);
@@ -96,7 +100,23 @@ int launch_row(const void* params, const RowArgs* args, const PolyquantCudaHostS
   const std::int64_t wanted = (a.n + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks));
   const PolyquantCudaHostScalars by_value = scalars != nullptr ? *scalars : PolyquantCudaHostScalars{};
-  with_mode_of(p, [&]<RoundingMode kMode>() { row_kernel<Row, T, kMode, P><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value); });
+  // POLYQUANT_CUDA_GENERAL_ROWS=1 keeps every launch on the general kernel (A/B benchmarks).
+  static const bool general_only = [] {
+    const char* v = std::getenv("POLYQUANT_CUDA_GENERAL_ROWS");
+    return v != nullptr && v[0] == '1';
+  }();
+  const RowLayout layout = general_only ? RowLayout::kGeneral : row_layout_of(a, by_value.mask);
+  with_mode_of(p, [&]<RoundingMode kMode>() {
+    switch (layout) {
+      case RowLayout::kFirstStreams:
+        row_kernel<Row, T, kMode, P, RowLayout::kFirstStreams><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
+        break;
+      case RowLayout::kNoRowOperands:  // not instantiated: rare layouts, and it would add a third of the build
+      case RowLayout::kGeneral:
+        row_kernel<Row, T, kMode, P, RowLayout::kGeneral><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
+        break;
+    }
+  });
   return static_cast<int>(cudaGetLastError());
 }
 
