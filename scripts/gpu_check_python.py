@@ -87,6 +87,20 @@ def main() -> int:
         got = f(dx.bfloat16(), ds.bfloat16(), do.bfloat16(), 4, False)
         want = f(x.astype(ml_dtypes.bfloat16), scale.astype(ml_dtypes.bfloat16), offset.astype(ml_dtypes.bfloat16), 4, False)
         check(f"aimet {f.__name__} bfloat16", got, want)
+    # JAX arrays on the GPU, when JAX sees one: outputs in memory polyquant owns, handed to JAX.
+    try:
+        import jax
+
+        gpu = jax.devices("gpu")[0]
+    except Exception:  # no JAX, or JAX without its CUDA plugin
+        gpu = None
+    if gpu is not None:
+        jx, js = jax.device_put(x, gpu), jax.device_put(scale, gpu)
+        for mode in ("ROUND", "FLOOR"):
+            y = pq.int_quant(jx, js, 0.0, 8, 1, 0, mode)
+            checks += 1
+            if not (isinstance(y, jax.Array) and np.asarray(y).tobytes() == pq.int_quant(x, scale, 0.0, 8, 1, 0, mode).tobytes()):
+                failures.append(f"jax int_quant {mode}")
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         y = pq.int_quant(dx, ds, 0.0, 8, 1, 0, "ROUND")

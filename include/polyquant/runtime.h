@@ -1,11 +1,13 @@
 // What the library detected about the machine it runs on.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "polyquant/export.h"
+#include "polyquant/tensor.h"
 
 namespace polyquant {
 
@@ -61,5 +63,12 @@ class POLYQUANT_API ScopedStream {
 
 // This thread's current stream (nullptr: the legacy default stream).
 POLYQUANT_API void* current_stream();
+
+// Memory of a CUDA device from the CUDA backend, ordered on this thread's current stream, for
+// results a caller's framework cannot allocate (JAX arrays are immutable). Throws Error when the
+// backend or the device is unavailable. free_device_memory waits for the device's work first, may
+// run on any thread at any time (a DLPack deleter), and never throws.
+POLYQUANT_API void* allocate_device_memory(Device device, std::size_t bytes);
+POLYQUANT_API void free_device_memory(Device device, void* pointer) noexcept;
 
 }  // namespace polyquant

@@ -129,7 +129,38 @@ nb::object allocate_on_device(const pq::TensorSpec& spec) {
   return allocate(nb::tuple(shape), pq::dtype_name(spec.dtype));
 }
 
+nb::dlpack::dtype dlpack_dtype(pq::DType t);  // below
+
+// A C-contiguous array of `shape` and `dtype` in memory polyquant owns on CUDA device `device`
+// (allocate_device_memory), freed when the last DLPack consumer lets it go.
+nb::object device_empty(const std::vector<std::int64_t>& shape, const std::string& dtype, int device) {
+  const int code = dtype_code(dtype);
+  if (code < 0) fail(pq::ErrorKind::kType, "dtype: unknown " + dtype);
+  const auto t = static_cast<pq::DType>(code);
+  std::size_t bytes = pq::dtype_size(t);
+  std::vector<std::size_t> extents;
+  for (const std::int64_t e : shape) {
+    if (e < 0) fail(pq::ErrorKind::kValue, "shape: negative extent");
+    extents.push_back(static_cast<std::size_t>(e));
+    bytes *= static_cast<std::size_t>(e);
+  }
+  const pq::Device where = pq::cuda_device(device);
+  void* p = pq::allocate_device_memory(where, bytes);
+  struct Owned {
+    pq::Device device;
+    void* pointer;
+  };
+  nb::capsule owner(new Owned{where, p}, [](void* o) noexcept {
+    auto* owned = static_cast<Owned*>(o);
+    pq::free_device_memory(owned->device, owned->pointer);
+    delete owned;
+  });
+  return nb::ndarray<nb::array_api>(p, extents.size(), extents.data(), owner, nullptr, dlpack_dtype(t), nb::device::cuda::value, device).cast();
+}
+
 void bind_device_calls(nb::module_& m) {
+  m.def("_device_empty", &device_empty, nb::arg("shape"), nb::arg("dtype"), nb::arg("device"),
+        "Internal (polyquant._common.device): an output array in device memory polyquant owns (for JAX).");
   m.def("_device_call_enter", [](std::uintptr_t stream) {
     t_device_calls.push_back(std::make_unique<pq::ScopedStream>(reinterpret_cast<void*>(stream)));
   }, nb::arg("stream"), "Internal (polyquant._common.device): this thread's ops run on CUDA stream `stream` (0: the legacy default).");

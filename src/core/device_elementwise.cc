@@ -23,6 +23,9 @@ ScopedStream::ScopedStream(void* cuda_stream) : previous_(g_current_stream) { g_
 ScopedStream::~ScopedStream() { g_current_stream = previous_; }
 void* current_stream() { return g_current_stream; }
 
+void* allocate_device_memory(Device device, std::size_t bytes) { return detail::allocate_device_memory(device, bytes); }
+void free_device_memory(Device device, void* pointer) noexcept { detail::release_device_memory(device, pointer); }
+
 namespace detail {
 namespace {
 
@@ -425,6 +428,26 @@ void convert_into_on_device(const TensorView& from, const MutableTensorView& out
     }
   }
   convert_on_device(b, stream, src, src_dtype, out.data, out.dtype, r, out.shape.v.data(), src_strides, out.strides.v.data());
+}
+
+void* allocate_device_memory(const Device& device, std::size_t bytes) {
+  const PolyquantCudaBackend& b = device_backend(device);
+  const DeviceSelection selection(b, device.index);
+  void* p = nullptr;
+  check(b, b.allocate(&p, bytes > 0 ? bytes : 1, current_stream()), "cudaMallocAsync");
+  return p;
+}
+
+void release_device_memory(const Device& device, void* pointer) noexcept {
+  try {
+    const PolyquantCudaBackend& b = device_backend(device);
+    int previous = 0;
+    if (b.get_device(&previous) != 0) return;
+    if (previous != device.index) b.set_device(device.index);
+    b.release_now(pointer);
+    if (previous != device.index) b.set_device(previous);
+  } catch (...) {  // the backend went away: nothing to release into
+  }
 }
 
 TensorView host_readable(const TensorView& view, std::vector<unsigned char>& storage) {

@@ -61,6 +61,12 @@ void run_elementwise_on_device(const ElementwiseCall& call, const Device& device
 // conversion kernel.
 void convert_into_on_device(const TensorView& from, const MutableTensorView& out);
 
+// Device memory polyquant owns, for results whose framework cannot allocate one (JAX arrays are
+// immutable): `bytes` on `device`, ordered on this thread's current stream; released by
+// release_device_memory after all work on the device (it may run from any thread, any time).
+void* allocate_device_memory(const Device& device, std::size_t bytes);
+void release_device_memory(const Device& device, void* pointer) noexcept;
+
 // Element `index` (flat, row-major) of a view on a device, copied to the host: the copy waits for
 // the stream, so a parameter that decides the kernel (a bit width) can be read like a host one.
 double read_device_element_as_double(const TensorView& view, std::int64_t index);

@@ -123,6 +123,30 @@ class FakeCudaTensor:
         return ctypes.pythonapi.PyCapsule_New(ctypes.addressof(t), b"dltensor", None)
 
 
+class FakeImmutableTensor(FakeCudaTensor):
+    """A producer that cannot allocate (as JAX): its outputs are memory polyquant owns, taken over
+    through DLPack (from_dlpack keeps the capsule, and so the memory, alive)."""
+
+    @classmethod
+    def from_dlpack(cls, producer) -> "FakeImmutableTensor":
+        capsule = producer.__dlpack__()
+        ctypes.pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
+        ctypes.pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+        managed = DLManagedTensor.from_address(ctypes.pythonapi.PyCapsule_GetPointer(capsule, b"dltensor"))
+        t = managed.dl_tensor
+        assert t.device.device_type == 2, "polyquant's output is device memory"
+        v = cls.__new__(cls)
+        v.shape = tuple(t.shape[i] for i in range(t.ndim))
+        kind = {2: "f", 0: "i", 1: "u", 6: "b"}[t.dtype.code]
+        v.dtype = np.dtype(f"{kind}{t.dtype.bits // 8}") if kind != "b" else np.dtype(bool)
+        v.device, v.ptr, v.offset = t.device.device_id, t.data, 0
+        v.strides = tuple(np.cumprod((1,) + v.shape[::-1][:-1])[::-1].tolist()) if v.shape else ()
+        v.streams, v._keep = [], [producer, capsule]
+        return v
+
+
+pq_device.register_framework(FakeImmutableTensor, stream=lambda index: 0, empty=pq_device.polyquant_empty,
+                             name="fake-immutable", finish=FakeImmutableTensor.from_dlpack)
 pq_device.register_framework(FakeCudaTensor, stream=lambda index: STREAM, empty=FakeCudaTensor.empty, name="fake",
                              view=FakeCudaTensor.view)
 
@@ -238,6 +262,18 @@ def main() -> None:
         dq = FakeCudaTensor(q.view(np.uint16)).view("bfloat16") if dtype == bf16 else FakeCudaTensor(q)
         assert same_bits(pa.dequantize(dq, dsa, doa).numpy(), pa.dequantize(q, sa, oa)), ("dequantize", dtype)
     assert lib.polyquant_fake_cuda_faults() == 0 and lib.polyquant_fake_cuda_outstanding_temporaries() == 0
+
+    # A framework that cannot allocate (as JAX): the output is memory polyquant owns, handed over
+    # through DLPack and freed when the last holder lets it go.
+    import gc
+
+    ix = FakeImmutableTensor(x)
+    got = pq.int_quant(ix, dscale if False else 0.5, 0.0, 8, 1, 0, "ROUND")
+    assert isinstance(got, FakeImmutableTensor) and same_bits(got.numpy(), pq.int_quant(x, 0.5, 0.0, 8, 1, 0, "ROUND"))
+    assert lib.polyquant_fake_cuda_outstanding_temporaries() == 1, "the output is alive"
+    del got
+    gc.collect()
+    assert lib.polyquant_fake_cuda_outstanding_temporaries() == 0, "the output was freed with its last holder"
 
     # Errors name the parameter: a host array beside device tensors, two devices, a host-only op.
     def error(f) -> str:

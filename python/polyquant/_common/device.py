@@ -51,8 +51,9 @@ class Framework:
     storage)."""
 
     def __init__(self, name: str, stream: Callable[[int], int], empty: Callable[[tuple, str, int], Any],
-                 view: Callable[[Any, str], Any] | None = None):
+                 view: Callable[[Any, str], Any] | None = None, finish: Callable[[Any], Any] | None = None):
         self.name, self.stream, self.empty, self._view = name, stream, empty, view
+        self.finish = finish or (lambda obj: obj)  # an output as the framework's array
 
     def view(self, obj: Any, dtype: str, name: str) -> Any:
         if self._view is None:
@@ -67,11 +68,28 @@ _FRAMEWORKS: dict[type, Framework] = {}
 
 
 def register_framework(array_type: type, stream: Callable[[int], int], empty: Callable[[tuple, str, int], Any],
-                       name: str | None = None, view: Callable[[Any, str], Any] | None = None) -> None:
+                       name: str | None = None, view: Callable[[Any, str], Any] | None = None,
+                       finish: Callable[[Any], Any] | None = None) -> None:
     """Teaches polyquant another DLPack producer: `stream(device)` gives its current stream,
-    `empty(shape, dtype_name, device)` allocates an output, `view(array, dtype_name)` reinterprets
-    its memory (torch and CuPy are known)."""
-    _FRAMEWORKS[array_type] = Framework(name or array_type.__name__, stream, empty, view)
+    `empty(shape, dtype_name, device)` allocates an output (or `polyquant_empty`: memory polyquant
+    owns), `view(array, dtype_name)` reinterprets its memory, `finish(output)` turns an output into
+    the framework's array (torch, CuPy and JAX are known)."""
+    _FRAMEWORKS[array_type] = Framework(name or array_type.__name__, stream, empty, view, finish)
+
+
+def polyquant_empty(shape: tuple, dtype: str, index: int) -> Any:
+    """An output in device memory polyquant owns (freed when its last DLPack consumer lets it go):
+    for frameworks that cannot allocate one, such as JAX, whose arrays are immutable."""
+    return _ext._device_empty(list(shape), dtype, index)
+
+
+def _jax() -> Framework:
+    import jax.dlpack
+
+    def stream(index: int) -> int:
+        return 0  # JAX makes its arrays ready for the legacy default stream (DLPack's stream 1)
+
+    return Framework("jax", stream, polyquant_empty, None, jax.dlpack.from_dlpack)
 
 
 def _torch() -> Framework:
@@ -126,6 +144,8 @@ def framework_of(obj: Any) -> Framework:
         fw = _torch()
     elif root == "cupy":
         fw = _cupy()
+    elif root in ("jax", "jaxlib"):
+        fw = _jax()
     else:
         fw = _no_allocator(type(obj))
     _FRAMEWORKS[type(obj)] = fw
@@ -161,10 +181,10 @@ class DeviceTensor:
 
     __slots__ = ("obj", "dtype", "shape", "ndim", "_call")
 
-    def __init__(self, obj: Any, call: "DeviceCall"):
+    def __init__(self, obj: Any, call: "DeviceCall", dtype: np.dtype | None = None, shape: tuple | None = None):
         self.obj, self._call = obj, call
-        self.dtype = _numpy_dtype(obj)
-        self.shape = tuple(int(d) for d in obj.shape)
+        self.dtype = dtype if dtype is not None else _numpy_dtype(obj)
+        self.shape = tuple(int(d) for d in (shape if shape is not None else obj.shape))
         self.ndim = len(self.shape)
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, **kwargs: Any) -> Any:
@@ -178,6 +198,10 @@ class DeviceTensor:
 
     def __repr__(self) -> str:
         return f"DeviceTensor({self.obj!r})"
+
+    def to_user(self) -> Any:
+        """The tensor as the caller's framework holds it (an output polyquant allocated: converted)."""
+        return self._call.framework.finish(self.obj)
 
     def view(self, dtype: str, name: str) -> "DeviceTensor":
         """The same memory as dtype `dtype` (ml_dtypes' names; same item size)."""
@@ -224,7 +248,7 @@ def _allocate(shape: tuple, dtype: str) -> DeviceTensor:
     call = current_call()
     if call is None:
         raise RuntimeError("internal: a device output outside a device call")
-    return DeviceTensor(call.framework.empty(tuple(shape), dtype, call.index), call)
+    return DeviceTensor(call.framework.empty(tuple(shape), dtype, call.index), call, _numpy_dtype_named(dtype), tuple(shape))
 
 
 # Argument types that are never on a device: skipped without asking (the common host call).
@@ -260,6 +284,6 @@ def device_path(fn: Callable) -> Callable:
         finally:
             _ext._device_call_exit()
             _state.call = None
-        return result.obj if isinstance(result, DeviceTensor) else result
+        return result.to_user() if isinstance(result, DeviceTensor) else result
 
     return call

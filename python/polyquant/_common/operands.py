@@ -120,7 +120,7 @@ def numpy_dtype_of_onnx(number: int) -> Any:
 def result(pair: tuple[np.ndarray, str]) -> np.ndarray:
     array, name = pair
     if isinstance(array, DeviceTensor):  # allocated on the device as its storage dtype
-        return array.view(name, "out").obj if name in _CODES else array.obj
+        return array.view(name, "out").to_user() if name in _CODES else array.to_user()
     if name in _CODES:
         return array.view(getattr(ml_dtypes, name))
     return array

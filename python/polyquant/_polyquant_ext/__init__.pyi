@@ -6,6 +6,7 @@
 polyquant's compiled core (private; use the polyquant.<family> packages)
 """
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from numpy.typing import NDArray
@@ -18,6 +19,11 @@ from polyquant._polyquant_ext import (
     quark as quark
 )
 
+
+def _device_empty(shape: Sequence[int], dtype: str, device: int) -> object:
+    """
+    Internal (polyquant._common.device): an output array in device memory polyquant owns (for JAX).
+    """
 
 def _device_call_enter(stream: int) -> None:
     """

@@ -68,6 +68,7 @@ int allocate(void** pointer, std::size_t bytes, void* stream) {
   return static_cast<int>(cudaMallocAsync(pointer, bytes, static_cast<cudaStream_t>(stream)));
 }
 int release(void* pointer, void* stream) { return static_cast<int>(cudaFreeAsync(pointer, static_cast<cudaStream_t>(stream))); }
+int release_now(void* pointer) { return static_cast<int>(cudaFree(pointer)); }
 
 int copy(void* dst, const void* src, std::size_t bytes, void* stream, int wait) {
   const auto s = static_cast<cudaStream_t>(stream);
@@ -120,6 +121,7 @@ PolyquantCudaBackend make_backend() {
   b.pointer_device = &pointer_device;
   b.allocate = &allocate;
   b.release = &release;
+  b.release_now = &release_now;
   b.copy = &copy;
   b.convert = &convert;
 #define POLYQUANT_CUDA_CALL_FILL(flavour, work) POLYQUANT_CUDA_FILL_FUNCTION(flavour, work)(b);

@@ -87,6 +87,9 @@ struct PolyquantCudaBackend {
   // engine's temporaries, freed on the stream after the launches that use them.
   int (*allocate)(void** pointer, std::size_t bytes, void* stream);
   int (*release)(void* pointer, void* stream);
+  // cudaFree: after all work on the device (memory handed to another owner, freed by its deleter
+  // at a time no stream orders).
+  int (*release_now)(void* pointer);
   // cudaMemcpyAsync with cudaMemcpyDefault (unified addressing: any direction), then, when
   // `wait` is set, cudaStreamSynchronize: a host reading device values (a bit width that decides
   // the kernel) waits for the copy.

@@ -94,6 +94,7 @@ int release(void* p, void*) {
   std::free(p);
   return 0;
 }
+int release_now(void* p) { return release(p, nullptr); }
 int copy(void* dst, const void* src, std::size_t bytes, void* stream, int wait) {
   State& s = state();
   const std::lock_guard<std::mutex> lock(s.mutex);
@@ -191,6 +192,7 @@ PolyquantCudaBackend make_table() {
   b.pointer_device = &pointer_device;
   b.allocate = &allocate;
   b.release = &release;
+  b.release_now = &release_now;
   b.copy = &copy;
   b.convert = &convert;
   fill_launchers(b, std::make_index_sequence<static_cast<std::size_t>(kNumKernelOps * kNumWorkTypes)>());
