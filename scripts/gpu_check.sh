@@ -118,6 +118,11 @@ if [ -n "$ext" ] && python3 -c "import torch" 2>/dev/null; then
   rc=$?
   tail -1 "$LOG/python_torch.log" | tee -a "$OUT/summary.txt"
   [ $rc -eq 0 ] || { result "python/torch: exit status $rc (see logs/python_torch.log)"; tail -15 "$LOG/python_torch.log" >>"$OUT/summary.txt"; status=1; }
+  step "polyquant bench --device cuda (the package on torch tensors, CUDA events, beside y.copy_(x) and torch's peers)"
+  PYTHONPATH="$pkg" python3 -m polyquant bench --device cuda --repeat 15 >"$LOG/bench_device_cli.txt" 2>&1
+  rc=$?
+  cat "$LOG/bench_device_cli.txt" >>"$OUT/summary.txt"
+  [ $rc -eq 0 ] || { result "polyquant bench --device cuda: exit status $rc"; status=1; }
 else
   result "skipped: no built extension in $build_tree/python or no torch"
 fi

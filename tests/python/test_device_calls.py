@@ -33,3 +33,29 @@ def test_device_calls_on_the_stand_in() -> None:
     run = subprocess.run([sys.executable, str(HERE / "device_calls_check.py")], env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+
+
+def test_bench_on_a_device_says_why_it_cannot_run() -> None:
+    """`polyquant bench --device`: a bad device name, a device the machine lacks, and a machine whose
+    torch sees no GPU are errors (exit status 2) with the reason, never a traceback."""
+    env = {**os.environ, "POLYQUANT_CUDA_LIBRARY": str(fake_library())}
+
+    def bench(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "polyquant", "bench", *args], env=env, capture_output=True, text=True,
+                              timeout=300)
+
+    run = bench("--device", "tpu")
+    assert run.returncode == 2 and "--device: expected cpu, cuda or cuda:N, got 'tpu'" in run.stderr, run.stderr
+    run = bench("--device", "cuda:3")
+    assert run.returncode == 2 and "--device cuda:3: this machine has 2 CUDA device(s)" in run.stderr, run.stderr
+    run = bench("--device", "cuda")
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = None
+    if has_gpu is False:
+        assert run.returncode == 2 and "torch sees no CUDA device" in run.stderr, run.stderr
+    elif has_gpu is None:
+        assert run.returncode == 2 and "install torch with CUDA" in run.stderr, run.stderr

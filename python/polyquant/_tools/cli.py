@@ -4,7 +4,7 @@ family (QONNX, QKeras, AIMET, ONNX Q/DQ, Quark), show what was detected.
     polyquant info
     polyquant run MODEL.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--reference | --reference-model ORIGINAL.onnx]
                              [--repeat N] [--seed S]
-    polyquant bench [--size N] [--repeat R] [--json] [--ops OP ...] [--no-peers] [--qkeras-timings FILE]
+    polyquant bench [--size N] [--repeat R] [--json] [--ops OP ...] [--no-peers] [--qkeras-timings FILE] [--device cuda[:N]]
     polyquant diff SPEC_A SPEC_B [--dtype float32|float16|bfloat16] [--json]
     polyquant convert IN.onnx -o OUT.onnx [--to onnx] [--check sample|exhaustive|none]
     polyquant calibrate MODEL.onnx --data DIR|FILE [--analyzer minmax|percentile|sqnr|tfenhanced] [-o OUT.json]
@@ -221,6 +221,10 @@ def build_parser():
     bench.add_argument("--no-peers", action="store_true", help="do not time qonnx's numpy functions")
     bench.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed of the input data (default: %(default)s)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
+    bench.add_argument("--device", default="cpu", metavar="DEVICE",
+                       help="cpu (default), or cuda / cuda:N: the ops on that GPU through torch CUDA tensors, timed "
+                            "with CUDA events beside y.copy_(x) and torch's peers, each result checked against the "
+                            "host's bits (--size, --repeat and --json apply; docs/cuda.md)")
     bench.set_defaults(func=_bench)
     diff_tool.add_parser(sub, EXIT_STATUS_HELP)
     convert_tool.add_parser(sub, EXIT_STATUS_HELP)

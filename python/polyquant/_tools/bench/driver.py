@@ -190,6 +190,10 @@ def run_bench(size=DEFAULT_SIZE, repeat=5, ops=None, peers=True, peer_repeat=3, 
 
 def bench_command(args, out=sys.stdout):
     """`polyquant bench`: returns the exit status (1 if an op differs from qonnx)."""
+    if getattr(args, "device", "cpu") != "cpu":
+        from .cuda import device_bench_command
+
+        return device_bench_command(args, out)
     report = run_bench(args.size, args.repeat, args.ops, peers=not args.no_peers, peer_repeat=args.peer_repeat,
                        seed=args.seed, qkeras_timings=getattr(args, "qkeras_timings", None))
     if args.json:
