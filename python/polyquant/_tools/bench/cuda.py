@@ -93,9 +93,9 @@ def run_device_bench(device: str, size: int, repeat: int) -> dict:
             got = fn()
             torch.cuda.synchronize()
             want = host_fn()
-            g = got.cpu().contiguous()
-            row["bit_exact_vs_host"] = (tuple(g.shape) == want.shape and
-                                        g.view(torch.uint8).numpy().tobytes() == np.ascontiguousarray(want).tobytes())
+            g = got.cpu().contiguous() if hasattr(got, "cpu") else np.ascontiguousarray(got)
+            got_bytes = g.view(torch.uint8).numpy().tobytes() if hasattr(g, "numpy") else g.tobytes()
+            row["bit_exact_vs_host"] = tuple(g.shape) == want.shape and got_bytes == np.ascontiguousarray(want).tobytes()
         if peer is not None:
             peer_ms = _median_ms(torch, peer[1], repeat)
             row.update({"peer": peer[0], "peer_ms": peer_ms, "speedup_vs_peer": peer_ms / ms})
