@@ -154,9 +154,9 @@ OperandRead classify(const ElementwiseCall& call, const Plan& plan, const std::i
 
 }  // namespace
 
-Device op_device(std::span<const NamedLayout> operands, const Layout* out, const char* op) {
-  const NamedLayout* first = nullptr;  // the first operand on a device
-  for (const NamedLayout& o : operands) {
+Device op_device(std::span<const NamedView> operands, const MutableTensorView* out, const char* op) {
+  const NamedView* first = nullptr;  // the first operand on a device
+  for (const NamedView& o : operands) {
     if (!o.first->device.is_cpu()) {
       first = &o;
       break;
@@ -165,7 +165,7 @@ Device op_device(std::span<const NamedLayout> operands, const Layout* out, const
   if (first == nullptr && (out == nullptr || out->device.is_cpu())) return kCpuDevice;
   const Device device = first != nullptr ? first->first->device : out->device;
   const char* device_name = first != nullptr ? first->second : "out";
-  for (const NamedLayout& o : operands) {
+  for (const NamedView& o : operands) {
     const Device d = o.first->device;
     if (d == device || (d.is_cpu() && is_scalar_on_host(*o.first))) continue;
     throw Error(ErrorKind::kValue, std::string(op) + ": " + o.second + " is on " + d.str() + " but " + device_name +
@@ -191,9 +191,15 @@ Device op_device(std::span<const NamedLayout> operands, const Layout* out, const
                                                                                    : "memory of cuda:" + std::to_string(where)));
     }
   };
-  for (const NamedLayout& o : operands) check_pointer(static_cast<const TensorView*>(o.first)->data, *o.first, o.second);
-  if (out != nullptr) check_pointer(static_cast<const MutableTensorView*>(out)->data, *out, "out");
+  for (const NamedView& o : operands) check_pointer(o.first->data, *o.first, o.second);
+  if (out != nullptr) check_pointer(out->data, *out, "out");
   return device;
+}
+
+void require_host(std::span<const NamedView> operands, const char* op, const char* why) {
+  std::vector<NamedLayout> layouts;
+  for (const NamedView& o : operands) layouts.emplace_back(o.first, o.second);
+  require_host(std::span<const NamedLayout>(layouts), op, why);
 }
 
 void require_host(std::span<const NamedLayout> operands, const char* op, const char* why) {

@@ -33,17 +33,20 @@ struct PolyquantCudaBackend;
 
 namespace polyquant::detail {
 
-// An operand with the parameter name error messages use.
+// An input, or any tensor (outputs too), with the parameter name error messages use.
+using NamedView = std::pair<const TensorView*, const char*>;
 using NamedLayout = std::pair<const Layout*, const char*>;
 
 // The device an op runs on: the device of its operands and output. Host memory everywhere: the
 // CPU. Every operand on one CUDA device, except 0-d host operands (scalars), which may join it:
-// that device. Anything else throws Error naming the parameters and their devices. `out` may be
-// null (ops that have not been given their output yet).
-Device op_device(std::span<const NamedLayout> operands, const Layout* out, const char* op);
+// that device. Anything else throws Error naming the parameters and their devices, and so does a
+// pointer labelled as a device's that is not its memory. `out` may be null (ops that have not been
+// given their output yet).
+Device op_device(std::span<const NamedView> operands, const MutableTensorView* out, const char* op);
 
 // For ops that run on the host only: throws Error naming `op` and the first operand on a device.
 void require_host(std::span<const NamedLayout> operands, const char* op, const char* why = nullptr);
+void require_host(std::span<const NamedView> operands, const char* op, const char* why = nullptr);
 
 // The backend that runs device ops: the loaded CUDA library (core/cuda_backend.h), or the table a
 // test installed. Throws Error naming `device` and the reason when it is unavailable.

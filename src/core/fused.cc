@@ -268,7 +268,7 @@ void run_fused(const FusedCall& call) {
   if (call.derived.size() > static_cast<std::size_t>(kMaxDerived)) throw bad("too many derived operands");
   if (call.kernel_operands.size() > static_cast<std::size_t>(kMaxOperands)) throw bad("too many kernel operands");
   // The tensors of one call share a device (0-d host values may join a device call).
-  std::vector<NamedLayout> operands;
+  std::vector<NamedView> operands;
   for (const TensorView& v : call.inputs) operands.emplace_back(&v, "an operand");
   if (op_device(operands, &call.out, "this op").kind != DeviceKind::kCpu) {
     run_fused_on_device(call);

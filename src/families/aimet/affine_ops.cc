@@ -328,7 +328,7 @@ enum class Devices { kHostOnly, kHostOrCuda };
 
 void check_common(const char* op, const TensorView& x, const TensorView& scale, const TensorView& offset,
                   Devices devices = Devices::kHostOrCuda) {
-  const detail::NamedLayout operands[] = {{&x, "tensor"}, {&scale, "scale"}, {&offset, "offset"}};
+  const detail::NamedView operands[] = {{&x, "tensor"}, {&scale, "scale"}, {&offset, "offset"}};
   if (devices == Devices::kHostOrCuda) detail::op_device(operands, nullptr, op);
   else detail::require_host(operands, op);
   require_float(x, op, "tensor");
@@ -1041,7 +1041,7 @@ AffinePlan plan_dequantize(const TensorView& x, const TensorView& scale, const T
 void run_plan(const AffinePlan& plan, const TensorView& x, const TensorView& scale, const TensorView& offset,
               const MutableTensorView& out) {
   require_output(out, plan.spec, plan.op);
-  const detail::NamedLayout operands[] = {{&x, "tensor"}, {&scale, "scale"}, {&offset, "offset"}};
+  const detail::NamedView operands[] = {{&x, "tensor"}, {&scale, "scale"}, {&offset, "offset"}};
   detail::op_device(operands, &out, plan.op);
   if (plan.shortcut.taken) {
     run_shortcut(x, scale, offset, plan.grid, plan.shortcut, plan.zero_points, out);

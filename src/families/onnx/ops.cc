@@ -144,7 +144,7 @@ namespace {
 detail::QdqPlan<detail::QuantizeLinearParams> plan_quantize_linear(const TensorView& x, const TensorView& y_scale,
                                                                    const TensorView* y_zero_point,
                                                                    const QuantizeLinearAttrs& attrs) {
-  const detail::NamedLayout operands[] = {{&x, "x"}, {&y_scale, "y_scale"}, {y_zero_point != nullptr ? y_zero_point : &x, "y_zero_point"}};
+  const detail::NamedView operands[] = {{&x, "x"}, {&y_scale, "y_scale"}, {y_zero_point != nullptr ? y_zero_point : &x, "y_zero_point"}};
   detail::op_device(operands, nullptr, "QuantizeLinear");
   if (!one_of(x.dtype, kQuantizeInputs)) {
     type_error(std::string("QuantizeLinear: x has dtype ") + dtype_name(x.dtype) + "; allowed: " +
@@ -198,7 +198,7 @@ detail::QdqPlan<detail::QuantizeLinearParams> plan_quantize_linear(const TensorV
 detail::QdqPlan<detail::DequantizeLinearParams> plan_dequantize_linear(const TensorView& x, const TensorView& x_scale,
                                                                        const TensorView* x_zero_point,
                                                                        const DequantizeLinearAttrs& attrs) {
-  const detail::NamedLayout operands[] = {{&x, "x"}, {&x_scale, "x_scale"}, {x_zero_point != nullptr ? x_zero_point : &x, "x_zero_point"}};
+  const detail::NamedView operands[] = {{&x, "x"}, {&x_scale, "x_scale"}, {x_zero_point != nullptr ? x_zero_point : &x, "x_zero_point"}};
   detail::op_device(operands, nullptr, "DequantizeLinear");
   if (!one_of(x.dtype, kDequantizeInputs)) {
     type_error(std::string("DequantizeLinear: x has dtype ") + dtype_name(x.dtype) + "; allowed: " +

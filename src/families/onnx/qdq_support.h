@@ -88,7 +88,7 @@ template <class Params>
 void run_plan(const QdqPlan<Params>& plan, const TensorView& x, const TensorView& scale, const TensorView* zero_point,
               const MutableTensorView& out) {
   require_exact_output(out, plan.spec, plan.op);
-  const NamedLayout operands[] = {{&x, "x"}, {&scale, plan.scale_name}, {zero_point != nullptr ? zero_point : &x, plan.zero_point_name}};
+  const NamedView operands[] = {{&x, "x"}, {&scale, plan.scale_name}, {zero_point != nullptr ? zero_point : &x, plan.zero_point_name}};
   op_device(operands, &out, plan.op);
   ElementwiseCall call;
   call.op = plan.kernel_op;

@@ -52,7 +52,7 @@ void require_x(const TensorView& x) {
 
 void run_kernel(KernelOp op, const TensorView* inputs, int count, const MutableTensorView& out, const void* params) {
   // x and the output (the scale may be one the family derived on the host: the engine copies it).
-  const detail::NamedLayout operands[] = {{&inputs[0], "x"}};
+  const detail::NamedView operands[] = {{&inputs[0], "x"}};
   detail::op_device(operands, &out, detail::op_name(op));
   std::array<DType, 2> kd{DType::kFloat32, DType::kFloat32};
   detail::ElementwiseCall call;

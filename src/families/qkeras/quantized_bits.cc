@@ -36,7 +36,7 @@ BitsConstants bits_constants(const QuantizedBitsAttrs& a) {
 
 // Validates the call's attributes and x (not the settings nor the search's axes) and returns QKeras' constants.
 BitsConstants validate_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& a) {
-  const detail::NamedLayout operands[] = {{&x, "x"}, {&alpha, "alpha"}};
+  const detail::NamedView operands[] = {{&x, "x"}, {&alpha, "alpha"}};
   if (a.alpha == Alpha::kAuto || a.alpha == Alpha::kAutoPo2) {
     detail::require_host(operands, "quantized_bits", "alpha='auto' and 'auto_po2' search the scale on the host");
   } else {

@@ -152,7 +152,7 @@ struct LinearPlan {
 };
 
 LinearPlan plan_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs, const Settings& settings) {
-  const detail::NamedLayout operands[] = {{&x, "x"}, {&alpha, "alpha"}};
+  const detail::NamedView operands[] = {{&x, "x"}, {&alpha, "alpha"}};
   if (attrs.alpha == Alpha::kAuto || attrs.alpha == Alpha::kAutoPo2) {
     detail::require_host(operands, "quantized_linear", "alpha='auto' and 'auto_po2' search the scale on the host");
   } else {

@@ -77,7 +77,7 @@ struct ReluPlan {
 };
 
 ReluPlan plan_relu(const TensorView& x, const QuantizedReluAttrs& attrs) {
-  const detail::NamedLayout operands[] = {{&x, "x"}};
+  const detail::NamedView operands[] = {{&x, "x"}};
   detail::op_device(operands, nullptr, "quantized_relu");
   require_x(x);
   return {TensorSpec{DType::kFloat32, x.shape}, relu_params(attrs)};

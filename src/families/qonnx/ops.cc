@@ -23,7 +23,7 @@ enum class Devices { kHostOnly, kHostOrCuda };
 
 void check_operands(std::initializer_list<std::pair<const TensorView*, const char*>> operands, const char* op,
                     Devices devices) {
-  std::vector<detail::NamedLayout> named;
+  std::vector<detail::NamedView> named;
   for (const auto& [view, name] : operands) named.emplace_back(view, name);
   if (devices == Devices::kHostOrCuda) detail::op_device(named, nullptr, op);
   else detail::require_host(named, op);
@@ -43,7 +43,7 @@ void check_operands(std::initializer_list<std::pair<const TensorView*, const cha
 void run(const char* what, KernelOp op, detail::WorkType work, std::span<const TensorView> inputs,
          std::span<const char* const> names, std::span<const DType> kernel_dtypes, DType kernel_out,
          const MutableTensorView& out, const void* params) {
-  std::vector<detail::NamedLayout> named;
+  std::vector<detail::NamedView> named;
   for (std::size_t i = 0; i < inputs.size(); ++i) named.emplace_back(&inputs[i], names[i]);
   detail::op_device(named, &out, what);
   ElementwiseCall call;

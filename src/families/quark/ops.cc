@@ -60,7 +60,7 @@ namespace {
 detail::QdqPlan<detail::QuantizeLinearParams> plan_extended_quantize_linear(const TensorView& x, const TensorView& y_scale,
                                                                             const TensorView* y_zero_point,
                                                                             const ExtendedAttrs& attrs) {
-  const detail::NamedLayout operands[] = {{&x, "x"}, {&y_scale, "y_scale"}, {y_zero_point != nullptr ? y_zero_point : &x, "y_zero_point"}};
+  const detail::NamedView operands[] = {{&x, "x"}, {&y_scale, "y_scale"}, {y_zero_point != nullptr ? y_zero_point : &x, "y_zero_point"}};
   detail::op_device(operands, nullptr, kQNames.op);
   require_float32(x, kQNames.op, "x");
   require_float32(y_scale, kQNames.op, "y_scale");
@@ -107,7 +107,7 @@ detail::QdqPlan<detail::QuantizeLinearParams> plan_extended_quantize_linear(cons
 detail::QdqPlan<detail::DequantizeLinearParams> plan_extended_dequantize_linear(const TensorView& x, const TensorView& x_scale,
                                                                                 const TensorView* x_zero_point,
                                                                                 const ExtendedAttrs& attrs) {
-  const detail::NamedLayout operands[] = {{&x, "x"}, {&x_scale, "x_scale"}, {x_zero_point != nullptr ? x_zero_point : &x, "x_zero_point"}};
+  const detail::NamedView operands[] = {{&x, "x"}, {&x_scale, "x_scale"}, {x_zero_point != nullptr ? x_zero_point : &x, "x_zero_point"}};
   detail::op_device(operands, nullptr, kDqNames.op);
   if (!supported(x.dtype)) {
     throw Error(ErrorKind::kType, std::string(kDqNames.op) + ": x has dtype " + dtype_name(x.dtype) + "; allowed: " + kTypeList);

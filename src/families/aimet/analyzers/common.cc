@@ -126,14 +126,14 @@ ReducedView reduced_view(const Dims& x_shape, const AnalyzerShape& a, bool histo
 }
 
 void check_not_empty(const TensorView& x) {
-  const polyquant::detail::NamedLayout operands[] = {{&x, "x"}};
+  const polyquant::detail::NamedView operands[] = {{&x, "x"}};
   polyquant::detail::require_host(operands, "the AIMET encoding analyzers");
   if (x.numel() == 0)
     fail(ErrorKind::kValue, "x: the batch is empty (shape " + x.shape.str() + "); the analyzers need at least one value per batch");
 }
 
 Data read_data(const TensorView& x) {
-  const polyquant::detail::NamedLayout operands[] = {{&x, "x"}};
+  const polyquant::detail::NamedView operands[] = {{&x, "x"}};
   polyquant::detail::require_host(operands, "the AIMET encoding analyzers");
   check_dtype(x.dtype);
   Data data;
