@@ -20,7 +20,8 @@
 #                                    the 5 minutes), for short device slots
 #
 # Environment: POLYQUANT_CUDA_ARCHITECTURES (default 90: H100 / H200 machine code only, the fastest
-# build; CI and wheels build 80;90), OUT, JOBS (default: every core).
+# build; CI and wheels build 80;90), OUT, JOBS (default: every core), GPU_CHECK_AB=1 (the device
+# benchmark once more on the general kernels only, for the A/B of the per-tensor kernels).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -119,7 +120,7 @@ if [ -n "$ext" ] && python3 -c "import torch" 2>/dev/null; then
   tail -1 "$LOG/python_torch.log" | tee -a "$OUT/summary.txt"
   [ $rc -eq 0 ] || { result "python/torch: exit status $rc (see logs/python_torch.log)"; tail -15 "$LOG/python_torch.log" >>"$OUT/summary.txt"; status=1; }
   step "polyquant bench --device cuda (the package on torch tensors, CUDA events, beside y.copy_(x) and torch's peers)"
-  PYTHONPATH="$pkg" python3 -m polyquant bench --device cuda --repeat 15 >"$LOG/bench_device_cli.txt" 2>&1
+  PYTHONPATH="$pkg" python3 -m polyquant bench --device cuda --repeat 10 >"$LOG/bench_device_cli.txt" 2>&1
   rc=$?
   cat "$LOG/bench_device_cli.txt" >>"$OUT/summary.txt"
   [ $rc -eq 0 ] || { result "polyquant bench --device cuda: exit status $rc"; status=1; }
@@ -132,9 +133,9 @@ step "device benchmark (polyquant_cuda_bench: every op beside cudaMemcpyAsync, 2
 rc=$?
 cat "$LOG/bench_polyquant.txt" | tee -a "$OUT/summary.txt" >/dev/null
 [ $rc -eq 0 ] || { result "polyquant_cuda_bench: exit status $rc"; status=1; }
-if [ $rc -eq 0 ]; then
-  # The same benchmark with every launch on the general kernel (row_layout.h), for the A/B of the
-  # per-tensor kernels whose masks are constants.
+if [ $rc -eq 0 ] && [ "${GPU_CHECK_AB:-0}" = 1 ]; then
+  # GPU_CHECK_AB=1: the same benchmark with every launch on the general kernel (row_layout.h), for
+  # the A/B of the per-tensor kernels whose masks are constants (about a minute more).
   step "device benchmark, general kernels only (POLYQUANT_CUDA_GENERAL_ROWS=1)"
   POLYQUANT_CUDA_GENERAL_ROWS=1 "$build_tree/bench/cuda/polyquant_cuda_bench" --json "$OUT/bench_polyquant_general.json" \
     >"$LOG/bench_polyquant_general.txt" 2>&1 || result "polyquant_cuda_bench (general kernels): failed"
