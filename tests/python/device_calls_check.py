@@ -275,6 +275,30 @@ def main() -> None:
     gc.collect()
     assert lib.polyquant_fake_cuda_outstanding_temporaries() == 0, "the output was freed with its last holder"
 
+    # Device calls from several threads at once (the call state and the core's stream are per
+    # thread), interleaved with host calls on the same data.
+    import threading
+
+    want_tensor = pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND")
+    problems: list = []
+
+    def worker(k: int) -> None:
+        for _ in range(20):
+            if k % 2:
+                got = pq.int_quant(dx, dscale, 0.0, 8, 1, 0, "ROUND").numpy()
+            else:
+                got = pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND")
+            if not same_bits(got, want_tensor):
+                problems.append(k)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not problems and pq_device.current_call() is None, problems
+    assert lib.polyquant_fake_cuda_faults() == 0 and lib.polyquant_fake_cuda_outstanding_temporaries() == 0
+
     # Errors name the parameter: a host array beside device tensors, two devices, a host-only op.
     def error(f) -> str:
         try:
