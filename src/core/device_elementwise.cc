@@ -383,12 +383,7 @@ void run_launches(const PolyquantCudaBackend& b, const ElementwiseCall& call, Po
 
 void copy_device_element_to_host(const TensorView& view, std::int64_t index, void* value) {
   const PolyquantCudaBackend& b = device_backend(view.device);
-  std::int64_t offset = 0;
-  for (int d = view.shape.rank - 1; d >= 0; --d) {
-    const std::int64_t extent = view.shape[d];
-    offset += (index % extent) * view.strides[d];
-    index /= extent;
-  }
+  const std::int64_t offset = element_offset(view, index);
   const DeviceSelection selection(b, view.device.index);
   const std::size_t size = dtype_size(view.dtype);
   check(b, b.copy(value, static_cast<const unsigned char*>(view.data) + offset * static_cast<std::int64_t>(size), size,

@@ -89,15 +89,19 @@ void convert_values_scalar(const void* src, DType st, std::int64_t ss, void* dst
   }
 }
 
-double read_as_double(const TensorView& view, std::int64_t index) {
-  if (!view.device.is_cpu()) return read_device_element_as_double(view, index);
+std::int64_t element_offset(const Layout& view, std::int64_t index) {
   std::int64_t offset = 0;
   for (int d = view.shape.rank - 1; d >= 0; --d) {
     const std::int64_t extent = view.shape[d];
     offset += (index % extent) * view.strides[d];
     index /= extent;
   }
-  return load_as<double>(view.data, view.dtype, offset);
+  return offset;
+}
+
+double read_as_double(const TensorView& view, std::int64_t index) {
+  if (!view.device.is_cpu()) return read_device_element_as_double(view, index);
+  return load_as<double>(view.data, view.dtype, element_offset(view, index));
 }
 
 Plan make_plan(const ElementwiseCall& call) {

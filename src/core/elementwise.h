@@ -52,6 +52,9 @@ void copy_into(const unsigned char* src, const MutableTensorView& out);
 // Whether two views share any byte (strides of any sign; empty views share none).
 bool views_overlap(const void* a_data, const Layout& a, const void* b_data, const Layout& b);
 
+// The element offset (in elements, from view's data) of flat row-major index `index` of `view`.
+std::int64_t element_offset(const Layout& view, std::int64_t index);
+
 // Reads element `index` (flat, row-major over view.shape) of any view as a double.
 double read_as_double(const TensorView& view, std::int64_t index);
 

@@ -168,13 +168,7 @@ ParamValue read_param_at(const TensorView& view, std::int64_t index) {
     copy_device_element_to_host(view, index, value);
     return read_param(view.dtype, value, 0);
   }
-  std::int64_t offset = 0;
-  for (int d = view.shape.rank - 1; d >= 0; --d) {
-    const std::int64_t extent = view.shape[d];
-    offset += (index % extent) * view.strides[d];
-    index /= extent;
-  }
-  return read_param(view.dtype, view.data, offset);
+  return read_param(view.dtype, view.data, element_offset(view, index));
 }
 
 int FusedOperands::input(const TensorView& v, DType read_as) {
