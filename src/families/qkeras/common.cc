@@ -50,6 +50,17 @@ void require_x(const TensorView& x) {
   if (x.numel() > 0 && x.data == nullptr) value_error("x: tensor has no data");
 }
 
+void require_devices(const TensorView& x, const TensorView& alpha, bool searches, const char* op) {
+  const detail::NamedView operands[] = {{&x, "x"}, {&alpha, "alpha"}};
+  if (searches) {
+    detail::require_host(operands, op, "alpha='auto' and 'auto_po2' search the scale on the host");
+  } else if (alpha.device.is_cpu()) {
+    detail::op_device(std::span(operands, 1), nullptr, op);
+  } else {
+    detail::op_device(operands, nullptr, op);
+  }
+}
+
 void run_kernel(KernelOp op, const TensorView* inputs, int count, const MutableTensorView& out, const void* params) {
   // x and the output (the scale may be one the family derived on the host: the engine copies it).
   const detail::NamedView operands[] = {{&inputs[0], "x"}};

@@ -33,6 +33,11 @@ void require_settings(const Settings& settings);
 // x's dtype is one the engine reads, and its data is there when it has elements.
 void require_x(const TensorView& x);
 
+// The devices of x and alpha for quantizer `op`: a scale search (`searches`: alpha 'auto' /
+// 'auto_po2') runs on the host only; otherwise x may be on a device, and alpha, the quantizer's
+// configuration, in host memory or on x's device (the engine copies it over).
+void require_devices(const TensorView& x, const TensorView& alpha, bool searches, const char* op);
+
 // 2^e in float32 as tf.pow(2.0, e) (exact for integral e; powf otherwise).
 inline float pow2_float32(float e) { return std::pow(2.0f, e); }
 

@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/device_elementwise.h"
 #include "core/fpenv.h"
 #include "core/grouped_reduce.h"
 #include "core/numpy_semantics.h"
@@ -36,14 +35,7 @@ BitsConstants bits_constants(const QuantizedBitsAttrs& a) {
 
 // Validates the call's attributes and x (not the settings nor the search's axes) and returns QKeras' constants.
 BitsConstants validate_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& a) {
-  const detail::NamedView operands[] = {{&x, "x"}, {&alpha, "alpha"}};
-  if (a.alpha == Alpha::kAuto || a.alpha == Alpha::kAutoPo2) {
-    detail::require_host(operands, "quantized_bits", "alpha='auto' and 'auto_po2' search the scale on the host");
-  } else {
-    // alpha is the quantizer's configuration: in host memory or on x's device (it is copied over).
-    detail::op_device(std::span(operands, 1), nullptr, "quantized_bits");
-    if (!alpha.device.is_cpu()) detail::op_device(operands, nullptr, "quantized_bits");
-  }
+  require_devices(x, alpha, a.alpha == Alpha::kAuto || a.alpha == Alpha::kAutoPo2, "quantized_bits");
   require_x(x);
   const BitsConstants c = bits_constants(a);
   require_finite(a.qnoise.factor, "qnoise_factor");

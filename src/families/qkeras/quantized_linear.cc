@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/device_elementwise.h"
 #include "core/fpenv.h"
 #include "core/grouped_reduce.h"
 #include "core/numpy_semantics.h"
@@ -152,14 +151,7 @@ struct LinearPlan {
 };
 
 LinearPlan plan_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs, const Settings& settings) {
-  const detail::NamedView operands[] = {{&x, "x"}, {&alpha, "alpha"}};
-  if (attrs.alpha == Alpha::kAuto || attrs.alpha == Alpha::kAutoPo2) {
-    detail::require_host(operands, "quantized_linear", "alpha='auto' and 'auto_po2' search the scale on the host");
-  } else {
-    // alpha is the quantizer's configuration: in host memory or on x's device (it is copied over).
-    detail::op_device(std::span(operands, 1), nullptr, "quantized_linear");
-    if (!alpha.device.is_cpu()) detail::op_device(operands, nullptr, "quantized_linear");
-  }
+  require_devices(x, alpha, attrs.alpha == Alpha::kAuto || attrs.alpha == Alpha::kAutoPo2, "quantized_linear");
   require_x(x);
   LinearPlan plan{TensorSpec{DType::kFloat32, x.shape}, linear_constants(attrs), {}};
   require_finite(attrs.qnoise.factor, "qnoise_factor");
