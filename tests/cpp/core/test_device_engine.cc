@@ -224,7 +224,9 @@ TEST_F(DeviceEngine, EveryMemoryLayoutOfXAndTheOutput) {
     qonnx::int_quant(x.device_view(out_shape, Dims{5, 1}), scale.device_view(Dims{5}, Dims{1}), host_scalar(zp),
                      host_scalar(bits), {}, x.device_out(out_shape, reversed ? Dims{-5, -1} : Dims{5, 1}, reversed ? 59 : 0));
     EXPECT_EQ(x.download(fake_), expected.host);
-    if (FakeDevice* f = stand_in()) EXPECT_EQ(f->outstanding_temporaries(), 0);
+    if (FakeDevice* f = stand_in()) {
+      EXPECT_EQ(f->outstanding_temporaries(), 0);
+    }
   }
 }
 
