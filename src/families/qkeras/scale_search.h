@@ -70,6 +70,19 @@ struct ScaleArray {
 inline std::uint32_t lacks_exact_reciprocal(std::uint32_t bits) {
   return (bits & 0x7FFFFFu) | static_cast<std::uint32_t>((bits >> 23) - 1u > 252u);
 }
+// Bit k of the result is flags[k] (64 bytes, each 0 or 1): eight bytes at a time, the product
+// with 0x0102040810204080 gathers their low bits into its top byte (no carries: each of the
+// eight partial products lands on a bit of its own).
+inline std::uint64_t flag_mask64(const std::uint8_t* flags) {
+  std::uint64_t mask = 0;
+  for (int w = 0; w < 8; ++w) {
+    std::uint64_t word;
+    std::memcpy(&word, flags + 8 * w, sizeof(word));
+    mask |= ((word * 0x0102040810204080ull) >> 56) << (8 * w);
+  }
+  return mask;
+}
+inline std::int64_t round_up(std::int64_t v, std::int64_t to) { return (v + to - 1) / to * to; }
 inline bool all_exact_reciprocals(const float* v, std::int64_t m) {
   std::uint32_t bad = 0;
   for (std::int64_t k = 0; k < m; ++k) bad |= lacks_exact_reciprocal(std::bit_cast<std::uint32_t>(v[k]));
@@ -449,29 +462,30 @@ struct ElementwiseRounds {
     const bool clipped = clip.lo.has_value() || clip.hi.has_value();
     detail::parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
       const detail::ScopedFlushDenormals flush;
-      alignas(64) float cur[kBlock], next[kBlock], xs[kBlock], ss[kBlock];
+      alignas(64) float scales_a[kBlock], scales_b[kBlock], xs[kBlock], ss[kBlock];
       std::int32_t active[kBlock];  // the block's elements whose scale moved in the last round
       std::int32_t slow[kBlock];    // this round's elements the reference decides
-      alignas(64) std::uint8_t moved[kBlock];
+      alignas(64) std::uint8_t moved[kBlock];  // round 1's flags (kBlock is a multiple of 64)
       for (std::int64_t c = c0; c < c1; ++c) {
         int rounds = 0;
         for (std::int64_t b = c * kChunk, end = std::min(n, (c + 1) * kChunk); b < end; b += kBlock) {
           const std::int64_t m = std::min(kBlock, end - b);
-          if (s0_full) {
-            std::memcpy(cur, s0.data() + b, static_cast<std::size_t>(m) * sizeof(float));
-          } else {
-            std::fill(cur, cur + m, s0[0]);
-          }
+          // Round 1 reads the block's input scales where they are (s0's slice, or its one value
+          // broadcast) and writes every new one into `next`, which then becomes `cur`.
+          const float* s_in = s0_full ? s0.data() + b : s0.data();
+          const std::int64_t s_step = s0_full ? 1 : 0;
+          float* cur = scales_a;
+          float* next = scales_b;
           std::int64_t live = m;  // round 1 takes the whole block in place, later rounds the moved ones
           // exact: the round's input scales all have exact reciprocals; all_exact: so do the
           // block's scales (a scale changes only by moving, and every moved one is tested).
-          bool exact = s0_full ? all_exact_reciprocals(cur, m) : all_exact_reciprocals(cur, 1);
+          bool exact = all_exact_reciprocals(s_in, s0_full ? m : 1);
           bool all_exact = exact;
           int block_rounds = max_rounds;
           for (int r = 1; r <= max_rounds; ++r) {
             const bool whole = r == 1;
             const float* xr = x + b;
-            const float* sr = cur;
+            const float* sr = s_in;
             if (!whole) {
               for (std::int64_t i = 0; i < live; ++i) xs[i] = x[b + active[i]], ss[i] = cur[active[i]];
               xr = xs;
@@ -487,6 +501,7 @@ struct ElementwiseRounds {
             detail::RowArgs a;
             a.in[0] = xr;
             a.in[1] = sr;
+            a.broadcast_mask = whole && !s0_full ? 2u : 0u;
             a.out = next;
             a.n = live;
             a.index = b;  // no stochastic levels in the searches: the index is unused
@@ -494,33 +509,44 @@ struct ElementwiseRounds {
             std::int64_t still = 0, slow_count = 0;
             std::uint32_t bad = 0;
             if (whole) {
-              // The whole block in passes that vectorize: the ones the reference decides (rare),
-              // the clip, then the comparison (as bits, as ScaleArray::same_bits does) into byte
-              // flags, from which the moved ones (a few percent) are listed eight flags at a time.
-              std::uint32_t any_slow = 0;
-              for (std::int64_t i = 0; i < m; ++i) any_slow |= std::bit_cast<std::uint32_t>(next[i]) == 0 ? 1u : 0u;
-              if (any_slow != 0) {
+              // The whole block in passes that vectorize: the comparison with the input scale (as
+              // bits, as ScaleArray::same_bits does) into byte flags, which also tells whether the
+              // kernel left any to the reference (bits +0: rare; those are settled and the pass runs
+              // again), and the clip before it when there is one. The moved ones are then listed
+              // from 64-flag masks, one mispredicted branch per mask instead of one per word of
+              // flags holding a moved one (most words on normal data, where the listing took as
+              // long as the rounds' kernel).
+              auto flag_moved = [&]() {
+                std::uint32_t slow_bits = 0;
+                bad = 0;
                 for (std::int64_t i = 0; i < m; ++i) {
-                  if (std::bit_cast<std::uint32_t>(next[i]) == 0) next[i] = reference_scale(x[b + i], cur[i], lp);
+                  const std::uint32_t bits = std::bit_cast<std::uint32_t>(next[i]);
+                  const std::uint32_t moved_i = bits != std::bit_cast<std::uint32_t>(s_in[i * s_step]) ? 1u : 0u;
+                  moved[i] = static_cast<std::uint8_t>(moved_i);
+                  bad |= lacks_exact_reciprocal(bits) & (0u - moved_i);
+                  slow_bits |= bits == 0 ? 1u : 0u;
                 }
-              }
+                return slow_bits != 0;
+              };
+              auto settle_slow = [&]() {
+                for (std::int64_t i = 0; i < m; ++i) {
+                  if (std::bit_cast<std::uint32_t>(next[i]) == 0) next[i] = reference_scale(x[b + i], s_in[i * s_step], lp);
+                }
+              };
               if (clipped) {
+                settle_slow();  // before the clip, which would clip the marker away
                 for (std::int64_t i = 0; i < m; ++i) next[i] = least_squares_finish(next[i], clip);
+                flag_moved();
+              } else if (flag_moved()) {
+                settle_slow();
+                flag_moved();
               }
-              for (std::int64_t i = 0; i < m; ++i) {
-                moved[i] = std::bit_cast<std::uint32_t>(next[i]) != std::bit_cast<std::uint32_t>(cur[i]) ? 1 : 0;
-                cur[i] = next[i];
-              }
-              for (std::int64_t i = 0; i < m; i += 8) {
-                if (i + 8 <= m) {  // a whole word of this block's flags (none past m: they are stale)
-                  std::uint64_t flags;
-                  std::memcpy(&flags, moved + i, sizeof(flags));
-                  if (flags == 0) continue;
-                }
-                for (std::int64_t t = i; t < std::min(m, i + 8); ++t) {
-                  if (moved[t] == 0) continue;
-                  active[still++] = static_cast<std::int32_t>(t);
-                  bad |= lacks_exact_reciprocal(std::bit_cast<std::uint32_t>(cur[t]));
+              std::swap(cur, next);
+              std::fill(moved + m, moved + round_up(m, 64), std::uint8_t{0});
+              for (std::int64_t i = 0; i < m; i += 64) {
+                const std::uint64_t mask = flag_mask64(moved + i);
+                for (std::uint64_t rest = mask; rest != 0; rest &= rest - 1) {
+                  active[still++] = static_cast<std::int32_t>(i + std::countr_zero(rest));
                 }
               }
             } else {
