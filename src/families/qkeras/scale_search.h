@@ -518,12 +518,9 @@ struct ElementwiseRounds {
               // long as the rounds' kernel).
               auto flag_moved = [&]() {
                 std::uint32_t slow_bits = 0;
-                bad = 0;
                 for (std::int64_t i = 0; i < m; ++i) {
                   const std::uint32_t bits = std::bit_cast<std::uint32_t>(next[i]);
-                  const std::uint32_t moved_i = bits != std::bit_cast<std::uint32_t>(s_in[i * s_step]) ? 1u : 0u;
-                  moved[i] = static_cast<std::uint8_t>(moved_i);
-                  bad |= lacks_exact_reciprocal(bits) & (0u - moved_i);
+                  moved[i] = bits != std::bit_cast<std::uint32_t>(s_in[i * s_step]) ? 1u : 0u;
                   slow_bits |= bits == 0 ? 1u : 0u;
                 }
                 return slow_bits != 0;
@@ -546,7 +543,9 @@ struct ElementwiseRounds {
               for (std::int64_t i = 0; i < m; i += 64) {
                 const std::uint64_t mask = flag_mask64(moved + i);
                 for (std::uint64_t rest = mask; rest != 0; rest &= rest - 1) {
-                  active[still++] = static_cast<std::int32_t>(i + std::countr_zero(rest));
+                  const std::int64_t k = i + std::countr_zero(rest);
+                  active[still++] = static_cast<std::int32_t>(k);
+                  bad |= lacks_exact_reciprocal(std::bit_cast<std::uint32_t>(cur[k]));
                 }
               }
             } else {
