@@ -431,6 +431,51 @@ void convert_into_on_device(const TensorView& from, const MutableTensorView& out
   convert_on_device(b, stream, src, src_dtype, out.data, out.dtype, r, out.shape.v.data(), src_strides, out.strides.v.data());
 }
 
+DeviceScratch::DeviceScratch(const Device& device, std::size_t bytes) : device_(device) {
+  const PolyquantCudaBackend& b = device_backend(device);
+  const DeviceSelection selection(b, device.index);
+  check(b, b.allocate(&pointer_, bytes > 0 ? bytes : 1, current_stream()), "cudaMallocAsync");
+}
+
+DeviceScratch::~DeviceScratch() {
+  const PolyquantCudaBackend& b = device_backend(device_);
+  int previous = 0;
+  if (b.get_device(&previous) != 0) previous = device_.index;
+  if (previous != device_.index) b.set_device(device_.index);
+  b.release(pointer_, current_stream());
+  if (previous != device_.index) b.set_device(previous);
+}
+
+std::vector<float> exact_group_sums_on_device(const Device& device, const float* terms, const Dims& shape,
+                                              const Dims& group_strides, std::int64_t groups) {
+  const PolyquantCudaBackend& b = device_backend(device);
+  if (b.exact_sums == nullptr) throw Error(ErrorKind::kRuntime, "CUDA backend: the library has no exact sums");
+  const DeviceSelection selection(b, device.index);
+  void* stream = current_stream();
+  constexpr int K = kPolyquantCudaExactLimbs;
+  Temporaries temporaries(b, stream);
+  PolyquantCudaExactSums e{};
+  e.terms = terms;
+  e.rank = shape.rank;
+  for (int d = 0; d < shape.rank; ++d) {
+    e.shape[d] = shape[d];
+    e.group_strides[d] = group_strides[d];
+  }
+  e.groups = groups;
+  e.limbs = static_cast<std::int64_t*>(temporaries.allocate(groups * K, DType::kInt64));
+  e.flags = static_cast<std::uint32_t*>(temporaries.allocate(groups, DType::kUInt32));
+  check(b, b.exact_sums(&e, stream), "the exact sums kernel");
+  std::vector<std::int64_t> limbs(static_cast<std::size_t>(groups) * K);
+  std::vector<std::uint32_t> flags(static_cast<std::size_t>(groups));
+  check(b, b.copy(limbs.data(), e.limbs, limbs.size() * sizeof(std::int64_t), stream, 0), "cudaMemcpyAsync");
+  check(b, b.copy(flags.data(), e.flags, flags.size() * sizeof(std::uint32_t), stream, 1), "cudaMemcpyAsync");
+  std::vector<float> sums(static_cast<std::size_t>(groups));
+  for (std::size_t g = 0; g < sums.size(); ++g) {
+    sums[g] = ExactSumFloat32::from_parts(limbs.data() + g * K, flags[g]).to_float();
+  }
+  return sums;
+}
+
 void* allocate_device_memory(const Device& device, std::size_t bytes) {
   const PolyquantCudaBackend& b = device_backend(device);
   const DeviceSelection selection(b, device.index);

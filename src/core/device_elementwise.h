@@ -70,6 +70,30 @@ void convert_into_on_device(const TensorView& from, const MutableTensorView& out
 void* allocate_device_memory(const Device& device, std::size_t bytes);
 void release_device_memory(const Device& device, void* pointer) noexcept;
 
+// Stream-ordered device memory for a call's intermediate values (a family's per-element terms):
+// `bytes` on `device`, released on the calling thread's current stream when the object goes, so
+// after the launches queued before that.
+class DeviceScratch {
+ public:
+  DeviceScratch(const Device& device, std::size_t bytes);
+  ~DeviceScratch();
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  void* data() const { return pointer_; }
+
+ private:
+  Device device_;
+  void* pointer_ = nullptr;
+};
+
+// The exact sums of float32 terms per group on `device`, each rounded once to float32 as the
+// host's ExactSums::to_float rounds the same exact value (core/exact_sums.h), so the host's bits:
+// `terms` is device memory, contiguous over `shape`, and term j (C order) belongs to group
+// sum_d i_d * group_strides[d], in [0, groups). The backend adds exact parts with integer atomics
+// (backend_abi.h, PolyquantCudaExactSums); this waits for the stream to read them back.
+std::vector<float> exact_group_sums_on_device(const Device& device, const float* terms, const Dims& shape,
+                                              const Dims& group_strides, std::int64_t groups);
+
 // Element `index` (flat, row-major) of a view on a device, copied to the host: the copy waits for
 // the stream, so a parameter that decides the kernel (a bit width) can be read like a host one.
 double read_device_element_as_double(const TensorView& view, std::int64_t index);

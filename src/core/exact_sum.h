@@ -120,6 +120,29 @@ class ExactSum {
     return 0;
   }
 
+  // The accumulator as plain parts, for sums spread over many accumulators that meet by integer
+  // adds (a GPU's atomics: backends/cuda, exact group sums): the normalized limbs (limb i weighs
+  // 2^(32 i) units; every one but the top in [0, 2^32)) and the non-finite flags (kFlagNaN,
+  // kFlagPosInf, kFlagNegInf). Limb-wise sums of parts are the parts of the sum: from_parts()
+  // takes them back (any limb values, as long as no limb overflowed: each add of normalized
+  // parts moves a limb by less than 2^32).
+  static constexpr std::uint32_t kFlagNaN = 1, kFlagPosInf = 2, kFlagNegInf = 4;
+  POLYQUANT_HD std::uint32_t to_parts(std::int64_t* limbs) const {
+    ExactSum c = *this;
+    c.normalize();
+    for (int i = 0; i < kLimbs; ++i) limbs[i] = c.limb_[i];
+    return (nan_ ? kFlagNaN : 0u) | (pos_inf_ ? kFlagPosInf : 0u) | (neg_inf_ ? kFlagNegInf : 0u);
+  }
+  POLYQUANT_HD static ExactSum from_parts(const std::int64_t* limbs, std::uint32_t flags) {
+    ExactSum s;
+    for (int i = 0; i < kLimbs; ++i) s.limb_[i] = limbs[i];
+    s.pending_ = 1;  // not normalized: every reader normalizes a copy first
+    s.nan_ = (flags & kFlagNaN) != 0;
+    s.pos_inf_ = (flags & kFlagPosInf) != 0;
+    s.neg_inf_ = (flags & kFlagNegInf) != 0;
+    return s;
+  }
+
   // The normalized limbs (tests compare them with an independent exact sum).
   POLYQUANT_HD std::int64_t limb(int i) const {
     ExactSum c = *this;

@@ -105,6 +105,65 @@ int convert(const PolyquantCudaConvert* c, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+// ---- exact group sums ---------------------------------------------------------------------------
+// A lane's exact sum of the terms of one group, added into the group's parts in global memory:
+// limb-wise atomic adds (two's complement, so a negative top limb adds as its unsigned bits) and
+// the flags OR-ed. Normalized parts move each limb by less than 2^32 per flush.
+__device__ void flush_exact_sum(const ExactSumFloat32& acc, std::int64_t* limbs, std::uint32_t* flags) {
+  std::int64_t parts[kPolyquantCudaExactLimbs];
+  const std::uint32_t f = acc.to_parts(parts);
+  for (int i = 0; i < kPolyquantCudaExactLimbs; ++i) {
+    if (parts[i] != 0) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(limbs + i), static_cast<unsigned long long>(parts[i]));
+    }
+  }
+  if (f != 0) atomicOr(reinterpret_cast<unsigned int*>(flags), static_cast<unsigned int>(f));
+}
+
+// Each warp walks a span of `span` consecutive terms, lane l every 32nd from its l-th (coalesced
+// reads); a lane sums into one ExactSumFloat32 while its terms stay in one group and flushes it
+// when the group changes and at the end. Per tensor or per row of many terms a span costs 32
+// flushes; a group that changes with every term (a per-channel parameter on the last axis) costs a
+// flush per term. The exact parts make the order irrelevant.
+__global__ void exact_sums_kernel(PolyquantCudaExactSums s, std::int64_t n, std::int64_t span) {
+  const std::int64_t thread = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t begin = (thread / 32) * span;
+  const std::int64_t end = begin + span < n ? begin + span : n;
+  ExactSumFloat32 acc;
+  std::int64_t group = -1;
+  for (std::int64_t j = begin + thread % 32; j < end; j += 32) {
+    std::int64_t rest = j, g = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      g += (rest % s.shape[d]) * s.group_strides[d];
+      rest /= s.shape[d];
+    }
+    if (g != group) {
+      if (group >= 0) flush_exact_sum(acc, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
+      acc.clear();
+      group = g;
+    }
+    acc.add(s.terms[j]);
+  }
+  if (group >= 0) flush_exact_sum(acc, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
+}
+
+int exact_sums(const PolyquantCudaExactSums* s, void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  const auto groups = static_cast<std::size_t>(s->groups);
+  cudaError_t e = cudaMemsetAsync(s->limbs, 0, groups * kPolyquantCudaExactLimbs * sizeof(std::int64_t), st);
+  if (e == cudaSuccess) e = cudaMemsetAsync(s->flags, 0, groups * sizeof(std::uint32_t), st);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  std::int64_t n = 1;
+  for (int d = 0; d < s->rank; ++d) n *= s->shape[d];
+  if (n <= 0) return 0;
+  constexpr int kThreadsPerBlock = 256;
+  constexpr std::int64_t kSpan = 32 * 64;  // terms per warp: 64 per lane
+  const std::int64_t warps = (n + kSpan - 1) / kSpan;
+  const std::int64_t blocks = (warps * 32 + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  exact_sums_kernel<<<dim3(static_cast<unsigned>(blocks)), kThreadsPerBlock, 0, st>>>(*s, n, kSpan);
+  return static_cast<int>(cudaGetLastError());
+}
+
 PolyquantCudaBackend make_backend() {
   PolyquantCudaBackend b{};
   b.abi_version = POLYQUANT_CUDA_ABI_VERSION;
@@ -124,6 +183,7 @@ PolyquantCudaBackend make_backend() {
   b.release_now = &release_now;
   b.copy = &copy;
   b.convert = &convert;
+  b.exact_sums = &exact_sums;
 #define POLYQUANT_CUDA_CALL_FILL(flavour, work) POLYQUANT_CUDA_FILL_FUNCTION(flavour, work)(b);
   POLYQUANT_CUDA_EVERY_PART(POLYQUANT_CUDA_CALL_FILL)
 #undef POLYQUANT_CUDA_CALL_FILL

@@ -13,12 +13,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/exact_sum.h"
 #include "kernels/ops.h"
 #include "kernels/row.h"
 #include "polyquant/tensor.h"
 
 // Bumped whenever PolyquantCudaBackend, RowArgs' meaning or a launcher's contract changes.
-#define POLYQUANT_CUDA_ABI_VERSION 2u
+#define POLYQUANT_CUDA_ABI_VERSION 3u
 #define POLYQUANT_CUDA_ENTRY_POINT "polyquant_cuda_backend_v1"
 
 // The function of row_kernels.cu's build for a flavour (ieee, flushing) and a working precision
@@ -61,6 +62,24 @@ struct PolyquantCudaConvert {
   std::int64_t dst_strides[polyquant::kMaxRank];
 };
 
+// Exact sums of float32 terms per group (core/exact_sum.h, ExactSumFloat32): term j (C order over
+// `shape`, contiguous) belongs to group sum_d i_d * group_strides[d]. The library zeroes `limbs`
+// (groups * kPolyquantCudaExactLimbs int64 values) and `flags` (groups), then adds every term's
+// exact value into its group's parts (ExactSum::to_parts: limb-wise integer adds, so any order and
+// any split between threads give the same parts); the host rounds them once
+// (ExactSum::from_parts). Every group must receive fewer than 2^31 partial sums (the library
+// flushes one per run of terms of a group a thread walks).
+inline constexpr int kPolyquantCudaExactLimbs = polyquant::detail::ExactSumFloat32::kLimbCount;
+struct PolyquantCudaExactSums {
+  const float* terms;
+  int rank;
+  std::int64_t shape[polyquant::kMaxRank];
+  std::int64_t group_strides[polyquant::kMaxRank];
+  std::int64_t groups;
+  std::int64_t* limbs;
+  std::uint32_t* flags;
+};
+
 struct PolyquantCudaBackend {
   std::uint32_t abi_version;     // POLYQUANT_CUDA_ABI_VERSION the library was built with
   std::uint32_t num_kernel_ops;  // kNumKernelOps of its ops.inc
@@ -96,6 +115,8 @@ struct PolyquantCudaBackend {
   int (*copy)(void* dst, const void* src, std::size_t bytes, void* stream, int wait);
   // Runs a PolyquantCudaConvert asynchronously on `stream`.
   int (*convert)(const PolyquantCudaConvert* c, void* stream);
+  // Runs a PolyquantCudaExactSums asynchronously on `stream`.
+  int (*exact_sums)(const PolyquantCudaExactSums* s, void* stream);
   // launch[op][work]: the launcher of an op's per-element row in a working precision, nullptr
   // where there is none (the ops without a per-element row, RowElementTraits, and the working
   // precisions ops.inc does not list for the op).

@@ -463,6 +463,8 @@ void run_shortcut(const TensorView& x, const TensorView& scale, const TensorView
   call.out = out_view(out, L);
   call.kernel_out_dtype = w.kernel_dtype;
   call.kernel = detail::best_kernel(detail::KernelOp::kFakeQuantize, w.work);
+  call.op = detail::KernelOp::kFakeQuantize;
+  call.work = w.work;
   call.params = &p;
   call.repeated_row_operands = true;
   detail::run_elementwise(call);
@@ -1129,10 +1131,19 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
                      const MutableTensorView& grad_scale, const MutableTensorView& grad_offset,
                      const MutableTensorView& output) {
   const char* name = op == AffineOp::kQuantize ? "quantize" : op == AffineOp::kDequantize ? "dequantize" : "quantize_dequantize";
-  check_common(name, x, scale, offset, Devices::kHostOnly);
-  const detail::NamedLayout gradient_operands[] = {{&grad_output, "grad_output"}, {&grad_x, "grad_x"}, {&grad_scale, "grad_scale"},
-                                                   {&grad_offset, "grad_offset"}, {&output, "output"}};
-  detail::require_host(gradient_operands, name);
+  check_common(name, x, scale, offset);
+  // Every tensor on one device (or the host): the inputs', then each output given against them.
+  const detail::NamedView inputs_named[] = {{&grad_output, "grad_output"}, {&x, "tensor"}, {&scale, "scale"}, {&offset, "offset"}};
+  const Device device = detail::op_device(inputs_named, nullptr, name);
+  for (const auto& [o, what] : {std::pair{&grad_x, "grad_x"}, std::pair{&grad_scale, "grad_scale"},
+                                std::pair{&grad_offset, "grad_offset"}, std::pair{&output, "output"}}) {
+    if (o->data == nullptr) continue;
+    if (!(o->device == device)) {
+      throw Error(ErrorKind::kValue, std::string(name) + ": " + what + " is on " + o->device.str() + " but the inputs are on " +
+                                         device.str() + " (the outputs must be on the inputs' device)");
+    }
+    (void)detail::op_device(inputs_named, o, name);  // its pointer really is that device's memory
+  }
   if (output.data != nullptr) {
     require_output(output, {x.dtype, x.shape}, name, "output");
     const std::pair<const MutableTensorView*, const char*> others[] = {
@@ -1211,6 +1222,8 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
     call.out = out;
     call.kernel_out_dtype = w.kernel_dtype;
     call.kernel = detail::best_kernel(detail::KernelOp::kAffineGrad, w.work);
+    call.op = detail::KernelOp::kAffineGrad;
+    call.work = w.work;
     call.params = &p;
     call.repeated_row_operands = true;
     detail::run_elementwise(call);
@@ -1219,7 +1232,7 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
   // there are no blocks; blockwise, aimet-torch 2.42.0 sums over each block even when it holds
   // one element (its golden data: +0.0 for a lone -0.0 term with blocks of one)
   const auto no_reduction = [&](const TensorView& param) { return param.shape == x.shape && args.block_size.empty(); };
-  if (no_reduction(scale) == no_reduction(offset) &&
+  if (device.is_cpu() && no_reduction(scale) == no_reduction(offset) &&
       fused_backward(L, w, p, grad_output, x, scale, offset, no_reduction(scale), grad_x, grad_scale, grad_offset, output)) {
     return;
   }
@@ -1227,8 +1240,33 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
   const std::int64_t n = L.shape.numel();
   std::vector<unsigned char> buffer;
   auto reduced = [&](detail::AffineGradOf of, int which, const TensorView& param, const MutableTensorView& out) {
-    buffer.assign(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(w.kernel_dtype), 0);
-    run(of, MutableTensorView(buffer.data(), w.kernel_dtype, L.shape));
+    const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(w.kernel_dtype);
+    if (device.is_cpu() || n == 0) {  // (no elements: every sum is +0, written by the host)
+      buffer.assign(bytes, 0);
+      if (n > 0) run(of, MutableTensorView(buffer.data(), w.kernel_dtype, L.shape));
+      reduce_into(buffer, w.kernel_dtype, w.narrow, L, which, param, no_reduction(param), out);
+      return;
+    }
+    // On a device: the terms there, then their exact sums per parameter element there (float32
+    // terms; the parts are read back and rounded as the host rounds them). Per-element
+    // parameters (no sum) and float64 terms are read back and reduced by the host's code.
+    const detail::DeviceScratch terms(device, bytes);
+    MutableTensorView terms_view(terms.data(), w.kernel_dtype, L.shape);
+    terms_view.device = device;
+    run(of, terms_view);
+    if (w.kernel_dtype == DType::kFloat32 && !no_reduction(param)) {
+      const std::int64_t targets = std::max<std::int64_t>(param.numel(), 1);
+      const std::vector<float> sums32 = detail::exact_group_sums_on_device(
+          device, static_cast<const float*>(terms.data()), L.shape, L.acc_strides[static_cast<std::size_t>(which)], targets);
+      std::vector<double> sums(sums32.begin(), sums32.end());
+      write_sums(sums, w.kernel_dtype, w.narrow, param, out);
+      return;
+    }
+    std::vector<unsigned char> storage;
+    TensorView device_terms(terms.data(), w.kernel_dtype, L.shape);
+    device_terms.device = device;
+    const TensorView host = detail::host_readable(device_terms, storage);
+    buffer.assign(static_cast<const unsigned char*>(host.data), static_cast<const unsigned char*>(host.data) + bytes);
     reduce_into(buffer, w.kernel_dtype, w.narrow, L, which, param, no_reduction(param), out);
   };
   if (grad_scale.data != nullptr) reduced(detail::AffineGradOf::kScale, 0, scale, grad_scale);

@@ -127,6 +127,55 @@ int convert(const PolyquantCudaConvert* c, void* stream) {
   return 0;
 }
 
+// The exact group sums as the CUDA kernel computes them: one ExactSumFloat32 per run of terms of a
+// group, its parts added limb-wise into the group's (here in term order: the parts do not depend
+// on it).
+int exact_sums(const PolyquantCudaExactSums* e, void* stream) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  ++s.stats.reductions;
+  s.stats.last_stream = stream;
+  constexpr int K = kPolyquantCudaExactLimbs;
+  const auto groups = static_cast<std::size_t>(e->groups);
+  require_on_current_device(e->limbs, groups * K * sizeof(std::int64_t), "exact sums' limbs");
+  require_on_current_device(e->flags, groups * sizeof(std::uint32_t), "exact sums' flags");
+  std::fill(e->limbs, e->limbs + groups * K, 0);
+  std::fill(e->flags, e->flags + groups, 0u);
+  std::int64_t n = 1;
+  for (int d = 0; d < e->rank; ++d) n *= e->shape[d];
+  detail::ExactSumFloat32 acc;
+  std::int64_t group = -1;
+  auto flush = [&] {
+    std::int64_t parts[K];
+    e->flags[group] |= acc.to_parts(parts);
+    for (int i = 0; i < K; ++i) {
+      e->limbs[group * K + i] = static_cast<std::int64_t>(static_cast<std::uint64_t>(e->limbs[group * K + i]) +
+                                                          static_cast<std::uint64_t>(parts[i]));
+    }
+  };
+  for (std::int64_t j = 0; j < n; ++j) {
+    std::int64_t rest = j, g = 0;
+    for (int d = e->rank - 1; d >= 0; --d) {
+      g += (rest % e->shape[d]) * e->group_strides[d];
+      rest /= e->shape[d];
+    }
+    require_on_current_device(e->terms + j, sizeof(float), "an exact sum's term");
+    if (g < 0 || g >= e->groups) {
+      s.stats.faults.push_back("exact sums: term " + std::to_string(j) + " maps to group " + std::to_string(g) + " of " +
+                               std::to_string(e->groups));
+      return 0;
+    }
+    if (g != group) {
+      if (group >= 0) flush();
+      acc.clear();
+      group = g;
+    }
+    acc.add(e->terms[j]);
+  }
+  if (group >= 0) flush();
+  return 0;
+}
+
 // Runs the registry's scalar reference row of (op, work): the spec the CUDA kernel equals.
 int launch(KernelOp op, WorkType work, const void* params, const detail::RowArgs* args,
            const PolyquantCudaHostScalars* scalars, void* stream) {
@@ -195,6 +244,7 @@ PolyquantCudaBackend make_table() {
   b.release_now = &release_now;
   b.copy = &copy;
   b.convert = &convert;
+  b.exact_sums = &exact_sums;
   fill_launchers(b, std::make_index_sequence<static_cast<std::size_t>(kNumKernelOps * kNumWorkTypes)>());
   return b;
 }

@@ -21,6 +21,7 @@ namespace polyquant::test {
 struct FakeDeviceStats {
   int launches = 0;
   int conversions = 0;
+  int reductions = 0;  // exact group sums
   int allocations = 0;  // by the engine (stream-ordered temporaries)
   int host_scalar_launches = 0;
   int host_reads = 0;  // device -> host copies that waited for the stream

@@ -6,7 +6,10 @@
 // real GPU (polyquant_cuda_tests, device_under_test.h).
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,7 +20,9 @@
 #include "core/device_elementwise.h"
 #include "core/device_under_test.h"
 #include "core/fake_device.h"
+#include "core/exact_sums.h"
 #include "polyquant/aimet.h"
+#include "polyquant/aimet_analyzers.h"
 #include "polyquant/error.h"
 #include "polyquant/onnx_qdq.h"
 #include "polyquant/qkeras.h"
@@ -719,23 +724,147 @@ TEST_F(DeviceEngine, MixedDevicesAreErrorsNamingTheParameters) {
 // Ops without a device path yet refuse device tensors with the op's name, before touching them.
 TEST_F(DeviceEngine, HostOnlyOpsRefuseDeviceTensorsByName) {
   Array x = Array::of(fake_, x_values(16, 7), DType::kFloat32);
-  Array grad = Array::zeros(fake_, 64, DType::kFloat32), out = Array::zeros(fake_, 64, DType::kFloat32);
-  const Dims shape{16};
-  const float one = 1.0f, zero = 0.0f;
-  const TensorView dx = x.device_view(shape, Dims{1});
-  // AIMET's gradients run on the host only.
-  std::vector<float> gx(16), gs(1), go(1);
-  aimet::AffineArgs args;
-  args.grid = aimet::grid_from_bitwidth(8, false);
-  const std::string e = error_of([&] {
-    aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, dx, dx, host_scalar(one), host_scalar(zero), args,
-                           MutableTensorView(gx.data(), DType::kFloat32, shape), MutableTensorView(gs.data(), DType::kFloat32, Dims{}),
-                           MutableTensorView(go.data(), DType::kFloat32, Dims{}), MutableTensorView());
-  });
-  EXPECT_NE(e.find("quantize_dequantize: tensor is on cuda:0, but quantize_dequantize runs on the host only"), std::string::npos) << e;
+  const TensorView dx = x.device_view(Dims{16}, Dims{1});
+  // AIMET's encoding analyzers gather their statistics on the host only.
+  aimet::MinMaxEncodingAnalyzer analyzer(aimet::AnalyzerShape{Dims{1}, std::nullopt});
+  const std::string e = error_of([&] { analyzer.update_stats(dx); });
+  EXPECT_NE(e.find("cuda:0"), std::string::npos) << e;
+  EXPECT_NE(e.find("the AIMET encoding analyzers"), std::string::npos) << e;
+  EXPECT_FALSE(analyzer.has_stats());
   if (FakeDevice* f = stand_in()) {
     EXPECT_EQ(f->stats().launches, 0);
     EXPECT_TRUE(f->stats().faults.empty());
+  }
+}
+
+// AIMET's gradients (affine_backward) on the device: grad_x and the forward output from the
+// kernels, grad_scale and grad_offset from per-element terms summed exactly per parameter element
+// on the device (PolyquantCudaExactSums: limb-wise integer parts, rounded once on the host), so
+// the host's bits: every op, per tensor (one group of every term), per channel on the first and
+// last axis (a group that changes with every term: a flush per term), blockwise, per element (no
+// sum), float32, float16, bfloat16 and float64 x (float64 terms are summed by the host), terms
+// with NaN, infinities, ties and a spread of magnitudes (sums that round), and both paths of
+// quantize_dequantize (the no-grad one takes torch's fake-quantization gradient).
+TEST_F(DeviceEngine, AimetGradientsEqualTheHost) {
+  const Dims shape{8, 48};
+  const Dims xs = contiguous_strides(shape);
+  const std::vector<float> xv = x_values(384, 12);
+  std::vector<float> gv = test::mixed_values(384, 13, 1e3f);
+  gv[7] = 3e38f, gv[8] = 3e38f, gv[100] = -1e-40f, gv[200] = 0.5f;  // an overflowing pair, a subnormal
+  const AimetLayout layouts[] = {{"per tensor", Dims{1}, {}},
+                                 {"per channel, axis 0", Dims{8, 1}, {}},
+                                 {"per channel, last axis", Dims{48}, {}},
+                                 {"blockwise 16", Dims{8, 3}, {1, 16}},
+                                 {"per element", Dims{8, 48}, {}}};
+  const aimet::AffineOp ops[] = {aimet::AffineOp::kQuantizeDequantize, aimet::AffineOp::kQuantize,
+                                 aimet::AffineOp::kDequantize, aimet::AffineOp::kQuantizeDequantizeNoGrad};
+  const char* op_names[] = {"quantize_dequantize", "quantize", "dequantize", "quantize_dequantize, no grad"};
+  int reductions = 0;
+  for (const DType x_dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+    const std::size_t es = dtype_size(x_dtype), bytes = 384 * es;
+    std::vector<unsigned char> xb(bytes), gb(bytes);
+    detail::convert_values_scalar(xv.data(), DType::kFloat32, 1, xb.data(), x_dtype, 1, 384);
+    detail::convert_values_scalar(gv.data(), DType::kFloat32, 1, gb.data(), x_dtype, 1, 384);
+    Array x = Array::of(fake_, xb, x_dtype), grad = Array::of(fake_, gb, x_dtype);
+    for (const AimetLayout& l : layouts) {
+      const std::int64_t np = l.param_shape.numel();
+      std::vector<float> sv(static_cast<std::size_t>(np)), ov(static_cast<std::size_t>(np));
+      for (std::int64_t i = 0; i < np; ++i) {
+        sv[static_cast<std::size_t>(i)] = 0.02f * static_cast<float>(1 + i % 6);
+        ov[static_cast<std::size_t>(i)] = -static_cast<float>(i % 4) - (i % 5 == 0 ? 0.5f : 0.0f);
+      }
+      std::vector<unsigned char> sb(static_cast<std::size_t>(np) * es), ob(sb.size());
+      detail::convert_values_scalar(sv.data(), DType::kFloat32, 1, sb.data(), x_dtype, 1, np);
+      detail::convert_values_scalar(ov.data(), DType::kFloat32, 1, ob.data(), x_dtype, 1, np);
+      Array scale = Array::of(fake_, sb, x_dtype), offset = Array::of(fake_, ob, x_dtype);
+      const Dims ps = contiguous_strides(l.param_shape);
+      aimet::AffineArgs args;
+      args.grid = aimet::grid_from_bitwidth(4, true);
+      args.block_size = l.block_size;
+      for (std::size_t k = 0; k < std::size(ops); ++k) {
+        SCOPED_TRACE(std::string(dtype_name(x_dtype)) + " " + l.name + " " + op_names[k]);
+        const std::size_t pbytes = static_cast<std::size_t>(np) * es;
+        Array want_gx = Array::zeros(fake_, bytes, x_dtype), got_gx = Array::zeros(fake_, bytes, x_dtype);
+        Array want_out = Array::zeros(fake_, bytes, x_dtype), got_out = Array::zeros(fake_, bytes, x_dtype);
+        Array want_gs = Array::zeros(fake_, pbytes, x_dtype), got_gs = Array::zeros(fake_, pbytes, x_dtype);
+        Array want_go = Array::zeros(fake_, pbytes, x_dtype), got_go = Array::zeros(fake_, pbytes, x_dtype);
+        aimet::affine_backward(ops[k], grad.host_view(shape, xs), x.host_view(shape, xs), scale.host_view(l.param_shape, ps),
+                               offset.host_view(l.param_shape, ps), args, want_gx.host_out(shape, xs),
+                               want_gs.host_out(l.param_shape, ps), want_go.host_out(l.param_shape, ps),
+                               want_out.host_out(shape, xs));
+        const bool sums = ops[k] != aimet::AffineOp::kQuantizeDequantizeNoGrad;
+        if (FakeDevice* f = stand_in()) f->reset_stats();
+        aimet::affine_backward(ops[k], grad.device_view(shape, xs), x.device_view(shape, xs),
+                               scale.device_view(l.param_shape, ps), offset.device_view(l.param_shape, ps), args,
+                               got_gx.device_out(shape, xs), sums ? got_gs.device_out(l.param_shape, ps) : MutableTensorView(),
+                               sums ? got_go.device_out(l.param_shape, ps) : MutableTensorView(), got_out.device_out(shape, xs));
+        EXPECT_EQ(got_gx.download(fake_), want_gx.host) << "grad_x";
+        EXPECT_EQ(got_out.download(fake_), want_out.host) << "output";
+        if (sums) {
+          EXPECT_EQ(got_gs.download(fake_), want_gs.host) << "grad_scale";
+          EXPECT_EQ(got_go.download(fake_), want_go.host) << "grad_offset";
+        }
+        if (FakeDevice* f = stand_in()) {
+          EXPECT_TRUE(f->stats().faults.empty()) << f->stats().faults.front();
+          EXPECT_EQ(f->outstanding_temporaries(), 0);
+          reductions += f->stats().reductions;
+          // float32 terms with a sum are summed on the device: one reduction per parameter.
+          const bool float32_terms = x_dtype != DType::kFloat64;
+          if (sums && float32_terms && std::string(l.name) != "per element") {
+            EXPECT_EQ(f->stats().reductions, 2);
+          }
+          if (!float32_terms || std::string(l.name) == "per element") {
+            EXPECT_EQ(f->stats().reductions, 0);
+          }
+        }
+      }
+    }
+  }
+  if (stand_in() != nullptr) {
+    EXPECT_GT(reductions, 0);
+  }
+}
+
+// The device's exact sums themselves: many groups of terms whose float32 and float64 sums round
+// (huge and tiny terms, cancellations, NaN, both infinities, an overflow to infinity), against the
+// host's ExactSums over the same terms; every group layout (one group, groups along either axis).
+TEST_F(DeviceEngine, ExactGroupSumsEqualTheHostsExactSums) {
+  const std::int64_t rows = 7, cols = 300, n = rows * cols;
+  std::vector<float> t = test::mixed_values(static_cast<std::size_t>(n), 21, 1e30f);
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (i % 13 == 1) t[static_cast<std::size_t>(i)] = std::ldexp(1.0f, -140 + static_cast<int>(i % 50));
+    if (i % 17 == 2) t[static_cast<std::size_t>(i)] = -t[static_cast<std::size_t>(i - 1)];
+  }
+  t[5] = std::numeric_limits<float>::infinity();               // row 0: +inf
+  t[cols + 9] = -std::numeric_limits<float>::infinity();       // row 1: -inf
+  t[2 * cols + 3] = std::numeric_limits<float>::quiet_NaN();   // row 2: NaN
+  t[3 * cols + 1] = std::numeric_limits<float>::infinity();    // row 3: +inf and -inf: NaN
+  t[3 * cols + 2] = -std::numeric_limits<float>::infinity();
+  for (std::int64_t j = 0; j < cols; ++j) t[static_cast<std::size_t>(4 * cols + j)] = 3e38f;  // row 4 overflows
+  Array terms = Array::of(fake_, t, DType::kFloat32);
+  const Dims shape{rows, cols};
+  struct GroupLayout {
+    const char* name;
+    Dims strides;
+    std::int64_t groups;
+  };
+  for (const GroupLayout& g : {GroupLayout{"one group", Dims{0, 0}, 1}, GroupLayout{"per row", Dims{1, 0}, rows},
+                               GroupLayout{"per column", Dims{0, 1}, cols}, GroupLayout{"per element", Dims{cols, 1}, n}}) {
+    SCOPED_TRACE(g.name);
+    std::vector<std::vector<float>> members(static_cast<std::size_t>(g.groups));
+    for (std::int64_t i = 0; i < rows; ++i) {
+      for (std::int64_t j = 0; j < cols; ++j) {
+        members[static_cast<std::size_t>(i * g.strides[0] + j * g.strides[1])].push_back(t[static_cast<std::size_t>(i * cols + j)]);
+      }
+    }
+    const std::vector<float> got = detail::exact_group_sums_on_device(
+        cuda_device(0), static_cast<const float*>(terms.device), shape, g.strides, g.groups);
+    ASSERT_EQ(got.size(), members.size());
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      const float want = detail::ExactSums<detail::ExactSumFloat32>::sum_of<float>(members[k].data(),
+                                                                                    static_cast<std::int64_t>(members[k].size()));
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(got[k]), std::bit_cast<std::uint32_t>(want)) << "group " << k;
+    }
   }
 }
 
