@@ -87,6 +87,33 @@ def main() -> int:
         got = f(dx.bfloat16(), ds.bfloat16(), do.bfloat16(), 4, False)
         want = f(x.astype(ml_dtypes.bfloat16), scale.astype(ml_dtypes.bfloat16), offset.astype(ml_dtypes.bfloat16), 4, False)
         check(f"aimet {f.__name__} bfloat16", got, want)
+    # AIMET's gradients on the device (grad_scale / grad_offset from the device's exact sums), per
+    # channel, per tensor and blockwise, then torch autograd through them on CUDA: every gradient
+    # equals the CPU's autograd bit for bit.
+    g = (rng.standard_normal(x.shape) * 2).astype(np.float32)
+    dg = torch.from_numpy(g).cuda()
+    blocks = np.linspace(0.02, 0.5, 64 * 4, dtype=np.float32).reshape(64, 4)
+    block_offsets = -(np.arange(64 * 4) % 3).astype(np.float32).reshape(64, 4)
+    grad_cases = [("per channel", scale, offset, {}), ("per tensor", np.float32(0.125), np.float32(-2.0), {}),
+                  ("blockwise 64", blocks, block_offsets, {"block_size": (1, 64)})]
+    for label, s_host, o_host, kw in grad_cases:
+        ds_, do_ = torch.tensor(s_host).cuda(), torch.tensor(o_host).cuda()
+        for f in (pa.quantize_dequantize_grad, pa.quantize_grad):
+            got = f(dg, dx, ds_, do_, 8, True, **kw)
+            want = f(g, x, np.asarray(s_host), np.asarray(o_host), 8, True, **kw)
+            for part, gv, wv in zip(("output", "grad_tensor", "grad_scale", "grad_offset"), got, want):
+                check(f"aimet {f.__name__} {label} {part}", gv, wv)
+        for device in ("cpu", "cuda"):
+            xt = torch.from_numpy(x).to(device).requires_grad_(True)
+            st = torch.tensor(s_host).to(device).requires_grad_(True)
+            ot = torch.tensor(o_host).to(device).requires_grad_(True)
+            y = pa.quantize_dequantize(xt, st, ot, 8, True, **kw)
+            y.backward(torch.from_numpy(g).to(device))
+            if device == "cpu":
+                cpu = [t.detach().numpy().copy() for t in (y, xt.grad, st.grad, ot.grad)]
+            else:
+                for part, gv, wv in zip(("output", "x.grad", "scale.grad", "offset.grad"), (y, xt.grad, st.grad, ot.grad), cpu):
+                    check(f"aimet autograd {label} {part}", gv.detach(), wv)
     # JAX arrays on the GPU, when JAX sees one: outputs in memory polyquant owns, handed to JAX.
     try:
         import jax

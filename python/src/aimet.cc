@@ -67,9 +67,10 @@ nb::tuple aimet_backward(pq::aimet::AffineOp affine_op, const InArray& grad_outp
   const bool wanted[4] = {want_x, want_scale, want_offset, want_output};
   for (int k = 0; k < 4; ++k) {
     if (!wanted[k]) continue;
-    arrays[k] = allocate(pq::TensorSpec{storage_dtype(like[k]->dtype), like[k]->shape});
-    OutArray a = nb::cast<OutArray>(arrays[k]);
-    views[k] = mutable_view(a);
+    // In a device call the inputs' framework allocates them on the device (arrays.h, run).
+    const pq::TensorSpec spec{storage_dtype(like[k]->dtype), like[k]->shape};
+    arrays[k] = in_device_call() ? allocate_on_device(spec) : allocate(spec);
+    views[k] = out_view(arrays[k]);
     views[k].dtype = like[k]->dtype;
   }
   without_gil([&] { pq::aimet::affine_backward(affine_op, gv, xv, sv, ov, args, views[0], views[1], views[2], views[3]); });

@@ -66,7 +66,7 @@ class FakeCudaTensor:
     """An array in the stand-in's memory of device `device`, with element strides (any sign)."""
 
     def __init__(self, host: np.ndarray, device: int = 0):
-        host = np.ascontiguousarray(host)
+        host = np.ascontiguousarray(host).reshape(np.shape(host))  # (ascontiguousarray makes a 0-d array 1-d)
         self.dtype, self.shape, self.device = host.dtype, host.shape, device
         self.offset, self.strides = 0, tuple(s // host.itemsize for s in host.strides)
         self.ptr = lib.polyquant_fake_cuda_allocate(max(host.nbytes, 1), device)
@@ -261,6 +261,20 @@ def main() -> None:
         q = pa.quantize(xa, sa, oa, 4, True)
         dq = FakeCudaTensor(q.view(np.uint16)).view("bfloat16") if dtype == bf16 else FakeCudaTensor(q)
         assert same_bits(pa.dequantize(dq, dsa, doa).numpy(), pa.dequantize(q, sa, oa)), ("dequantize", dtype)
+        # The gradients (output, grad_tensor, grad_scale, grad_offset), every one on the device with
+        # the host's bits: grad_scale / grad_offset are summed exactly on the device (per channel
+        # here, and per tensor with scalar parameters).
+        g = (np.sin(np.arange(x.size, dtype=np.float64)).reshape(x.shape) * 3).astype(dtype)
+        dg = FakeCudaTensor(g.view(np.uint16)).view("bfloat16") if dtype == bf16 else FakeCudaTensor(g)
+        for name, f in (("quantize_dequantize_grad", pa.quantize_dequantize_grad), ("quantize_grad", pa.quantize_grad)):
+            for got, want in zip(f(dg, dxa, dsa, doa, 4, True), f(g, xa, sa, oa, 4, True)):
+                assert isinstance(got, FakeCudaTensor) and same_bits(got.numpy(), want), (name, dtype)
+            one = np.asarray(0.25, dtype)
+            for got, want in zip(f(dg, dxa, FakeCudaTensor(one.view(np.uint16)).view("bfloat16") if dtype == bf16
+                                   else FakeCudaTensor(one), 0.0, 8, False), f(g, xa, one, 0.0, 8, False)):
+                assert same_bits(got.numpy(), want), (name, dtype, "per tensor")
+        for got, want in zip(pa.dequantize_grad(dg, dq, dsa, doa), pa.dequantize_grad(g, q, sa, oa)):
+            assert same_bits(got.numpy(), want), ("dequantize_grad", dtype)
     assert lib.polyquant_fake_cuda_faults() == 0 and lib.polyquant_fake_cuda_outstanding_temporaries() == 0
 
     # A framework that cannot allocate (as JAX): the output is memory polyquant owns, handed over
@@ -315,7 +329,7 @@ def main() -> None:
     assert "out is on cpu but x is on cuda:0" in e, e
     e = error(lambda: qk.quantized_bits(bits=4, alpha="auto_po2")(dx))
     assert "quantized_bits runs on the host only (alpha='auto' and 'auto_po2' search the scale on the host)" in e, e
-    e = error(lambda: pa.quantize_dequantize_grad(dx, dx, 0.5, 0.0, 8, True))
+    e = error(lambda: pa.analyzers.MinMaxEncodingAnalyzer(shape=(1,)).update_stats(dx))
     assert "a tensor on a CUDA device; this function runs on the host only" in e, e
     # Host calls are untouched.
     assert same_bits(pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND"), pq.int_quant(x.copy(), scale.copy(), 0.0, 8, 1, 0, "ROUND"))

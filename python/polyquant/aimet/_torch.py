@@ -21,24 +21,32 @@ def any_tensor(*values: Any) -> bool:
 
 
 def to_numpy(value: Any, name: str) -> Any:
-    """A CPU tensor as a numpy array over the same memory (bfloat16 as ml_dtypes.bfloat16);
-    anything else unchanged."""
+    """A CPU tensor as a numpy array over the same memory (bfloat16 as ml_dtypes.bfloat16); in a
+    device call (polyquant._common.device) a CUDA tensor detached, for the extension to read through
+    DLPack on its device; anything else unchanged."""
     if not is_tensor(value):
         return value
     import torch
 
+    from .._common import device
+
     t = value.detach()
     if t.device.type != "cpu":
-        raise ValueError(f"{name}: only CPU tensors are supported (got a tensor on {t.device})")
+        if t.device.type == "cuda" and device.current_call() is not None:
+            return t
+        raise ValueError(f"{name}: a tensor on {t.device} outside a device call: only CPU and CUDA tensors are "
+                         "supported (CUDA ones through the functions with a device path, docs/cuda.md)")
     if t.dtype == torch.bfloat16:
         return np.from_dlpack(t.view(torch.int16)).view(ml_dtypes.bfloat16)
     return np.from_dlpack(t)
 
 
-def to_tensor(array: np.ndarray):
-    """A numpy result as a tensor over the same memory."""
+def to_tensor(array: Any):
+    """A numpy result as a tensor over the same memory (a tensor, a device call's result, as it is)."""
     import torch
 
+    if is_tensor(array):
+        return array
     if array.dtype == ml_dtypes.bfloat16:
         return torch.from_dlpack(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_dlpack(array)
@@ -58,11 +66,8 @@ def call(forward: Callable, backward: Callable, tensor, scale, offset, *, traini
     wants_grad = torch.is_grad_enabled() and any(_requires_grad(v) for v in (tensor, scale, offset))
     from .._common import device
 
-    if device.current_call() is not None:  # CUDA tensors: the forward on their device
-        if wants_grad:
-            raise TypeError("tensor: AIMET's gradients run on the host only for now (docs/cuda.md): on a CUDA device, "
-                            "call this under torch.no_grad() or with tensors that do not require grad, or use CPU tensors")
-        return forward(tensor, scale, offset, False)
+    if device.current_call() is not None and not wants_grad:  # CUDA tensors: the forward on their device
+        return forward(to_numpy(tensor, "tensor"), to_numpy(scale, "scale"), to_numpy(offset, "offset"), False)
     if not wants_grad:
         out = forward(to_numpy(tensor, "tensor"), to_numpy(scale, "scale"), to_numpy(offset, "offset"), False)
         return to_tensor(out) if is_tensor(tensor) else out
@@ -71,6 +76,24 @@ def call(forward: Callable, backward: Callable, tensor, scale, offset, *, traini
     return _function().apply(forward, backward, training, *tensors)
 
 
+def _run_backward(backward_fn: Callable, grad_output, tensor, scale, offset, training: bool):
+    return backward_fn(to_numpy(grad_output, "grad_output"), to_numpy(tensor, "tensor"), to_numpy(scale, "scale"),
+                       to_numpy(offset, "offset"), training)
+
+
+def _backward_on_device(backward_fn: Callable, grad_output, tensor, scale, offset, training: bool):
+    """The backward: CPU tensors as numpy arrays; CUDA tensors in a device call of their own (torch
+    runs a backward on its autograd thread, outside the forward's call), on torch's current stream
+    there, the gradients allocated by torch on the device."""
+    from .._common import device
+
+    global _DEVICE_BACKWARD
+    if _DEVICE_BACKWARD is None:
+        _DEVICE_BACKWARD = device.device_path(_run_backward)
+    return _DEVICE_BACKWARD(backward_fn, grad_output, tensor, scale, offset, training)
+
+
+_DEVICE_BACKWARD = None
 _FUNCTION = None
 
 
@@ -88,14 +111,15 @@ def _function():
             ctx.training = training
             ctx.save_for_backward(tensor, scale, offset)
             out = forward(to_numpy(tensor, "tensor"), to_numpy(scale, "scale"), to_numpy(offset, "offset"), training)
+            if is_tensor(out):  # a device call's result, allocated by torch on the tensors' device
+                return out
             return to_tensor(np.array(out, copy=True) if not out.flags.writeable else out)
 
         @staticmethod
         def backward(ctx, grad_output):
             tensor, scale, offset = ctx.saved_tensors
-            g = to_numpy(grad_output.contiguous(), "grad_output")
-            _, gx, gs, go = ctx.backward_fn(g, to_numpy(tensor, "tensor"), to_numpy(scale, "scale"),
-                                            to_numpy(offset, "offset"), ctx.training)
+            _, gx, gs, go = _backward_on_device(ctx.backward_fn, grad_output.contiguous(), tensor, scale, offset,
+                                                ctx.training)
             need = ctx.needs_input_grad
             return (None, None, None, to_tensor(gx) if need[3] else None, to_tensor(gs) if need[4] else None,
                     to_tensor(go) if need[5] else None)

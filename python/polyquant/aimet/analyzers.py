@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import _polyquant_ext as _ext
 from .._common.args import strict_int, strict_int_tuple, strict_real
+from .._common.device import as_device_operand
 
 __all__ = [
     "MinMaxEncodingAnalyzer",
@@ -44,6 +45,8 @@ def _as_input(x: Any) -> Tuple[np.ndarray, str]:
     storage; anything else with ``__array__`` is converted by numpy first. Extend here for other
     array types (torch tensors).
     """
+    if not isinstance(x, np.ndarray):
+        as_device_operand(x, "x")  # a CUDA tensor: TypeError (the statistics are gathered on the host)
     a = x if isinstance(x, np.ndarray) else np.asarray(x)
     if a.dtype == _BFLOAT16:
         return a.view(np.uint16), "bfloat16"

@@ -329,6 +329,7 @@ def _qdq_no_grad_backward(grad_output, tensor, scale, offset, args, kwargs):
     return None, operands.result((gx, _dtype_of(*ops[0:2]))), None, None
 
 
+@device_path
 def quantize_dequantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
     """AIMET's training path of quantize_dequantize (tensor, scale and offset requiring grad):
     (output, grad_tensor, grad_scale, grad_offset) for the upstream gradient grad_output."""
@@ -340,6 +341,7 @@ def quantize_dequantize_grad(grad_output, tensor, scale, offset, *args, **kwargs
     return _grads(_ext.aimet.AffineOp.quantize_dequantize, grad_output, tensor, scale, offset, qmin, qmax, block, with_output=True)
 
 
+@device_path
 def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
     """AIMET's quantize with tensor, scale and offset requiring grad:
     (output, grad_tensor, grad_scale, grad_offset)."""
@@ -350,6 +352,7 @@ def quantize_grad(grad_output, tensor, scale, offset, *args, **kwargs):
     return _grads(_ext.aimet.AffineOp.quantize, grad_output, tensor, scale, offset, qmin, qmax, block, with_output=True)
 
 
+@device_path
 def dequantize_grad(grad_output, tensor, scale, offset, block_size=None):
     """AIMET's dequantize with tensor, scale and offset requiring grad:
     (output, grad_tensor, grad_scale, grad_offset)."""
