@@ -34,7 +34,9 @@ using polyquant::python::without_gil;
 
 namespace {
 
-using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
+// Host arrays, and CUDA ones in a device call (the MinMax statistics have a device path; the
+// others refuse them by name).
+using InArray = nb::ndarray<nb::ro>;
 
 pq::DType dtype_of(const std::string& name, const char* what = "x") {
   if (name == "float16") return pq::DType::kFloat16;
@@ -47,11 +49,18 @@ pq::DType dtype_of(const std::string& name, const char* what = "x") {
 pq::TensorView view_of(const InArray& a, const std::string& dtype) {
   if (a.ndim() > static_cast<std::size_t>(pq::kMaxRank)) throw pq::Error(pq::ErrorKind::kValue, "x: at most 8 dimensions");
   std::vector<std::int64_t> shape(a.ndim()), strides(a.ndim());
-  for (std::size_t i = 0; i < a.ndim(); ++i) shape[i] = static_cast<std::int64_t>(a.shape(i)), strides[i] = a.stride(i);
+  for (std::size_t i = 0; i < a.ndim(); ++i) shape[i] = static_cast<std::int64_t>(a.shape(i));
+  if (a.stride_ptr() != nullptr) {
+    for (std::size_t i = 0; i < a.ndim(); ++i) strides[i] = a.stride(i);
+  } else {  // DLPack without strides: C order
+    for (std::size_t i = a.ndim(); i-- > 0;) strides[i] = i + 1 == a.ndim() ? 1 : strides[i + 1] * shape[i + 1];
+  }
   const pq::DType t = dtype_of(dtype);
   if (static_cast<std::size_t>(a.dtype().bits) != 8 * pq::dtype_size(t))
     throw pq::Error(pq::ErrorKind::kType, "x: storage does not match dtype " + dtype);
-  return pq::TensorView(a.data(), t, pq::Dims(std::span<const std::int64_t>(shape)), pq::Dims(std::span<const std::int64_t>(strides)));
+  pq::TensorView v(a.data(), t, pq::Dims(std::span<const std::int64_t>(shape)), pq::Dims(std::span<const std::int64_t>(strides)));
+  v.device = polyquant::python::device_of(a.device_type(), a.device_id(), "x");
+  return v;
 }
 
 // `v` as a 1-D numpy array that takes over its storage (a capsule deletes it with the array).

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -474,6 +475,52 @@ std::vector<float> exact_group_sums_on_device(const Device& device, const float*
     sums[g] = ExactSumFloat32::from_parts(limbs.data() + g * K, flags[g]).to_float();
   }
   return sums;
+}
+
+GroupMinMax group_min_max_on_device(const TensorView& x, int rank, const std::int64_t* shape,
+                                    const std::int64_t* group_strides, std::int64_t groups) {
+  const PolyquantCudaBackend& b = device_backend(x.device);
+  if (b.group_min_max == nullptr) throw Error(ErrorKind::kRuntime, "CUDA backend: the library has no group min / max");
+  if (rank > kPolyquantCudaMaxGroupedRank) throw Error(ErrorKind::kValue, "internal: group min / max of rank " + std::to_string(rank));
+  const DeviceSelection selection(b, x.device.index);
+  void* stream = current_stream();
+  Temporaries temporaries(b, stream);
+  const void* data = x.data;
+  if (!x.is_contiguous()) {  // gathered into C order (same dtype)
+    void* c = temporaries.allocate(x.numel(), x.dtype);
+    const Dims cs = contiguous_strides(x.shape);
+    convert_on_device(b, stream, x.data, x.dtype, c, x.dtype, x.shape.rank, x.shape.v.data(), x.strides.v.data(), cs.v.data());
+    data = c;
+  }
+  PolyquantCudaGroupMinMax m{};
+  m.x = data;
+  m.dtype = x.dtype;
+  m.rank = rank;
+  for (int d = 0; d < rank; ++d) {
+    m.shape[d] = shape[d];
+    m.group_strides[d] = group_strides[d];
+  }
+  m.groups = groups;
+  m.keys = static_cast<std::uint64_t*>(temporaries.allocate(2 * groups, DType::kUInt64));
+  m.flags = static_cast<std::uint32_t*>(temporaries.allocate(groups, DType::kUInt32));
+  check(b, b.group_min_max(&m, stream), "the group min / max kernel");
+  std::vector<std::uint64_t> keys(2 * static_cast<std::size_t>(groups));
+  std::vector<std::uint32_t> flags(static_cast<std::size_t>(groups));
+  check(b, b.copy(keys.data(), m.keys, keys.size() * sizeof(std::uint64_t), stream, 0), "cudaMemcpyAsync");
+  check(b, b.copy(flags.data(), m.flags, flags.size() * sizeof(std::uint32_t), stream, 1), "cudaMemcpyAsync");
+  GroupMinMax r;
+  r.min.resize(flags.size());
+  r.max.resize(flags.size());
+  r.nan.resize(flags.size());
+  r.negative_zero.resize(flags.size());
+  for (std::size_t g = 0; g < flags.size(); ++g) {
+    const bool any = keys[2 * g + 1] != 0;  // a value other than NaN was folded in
+    r.min[g] = any ? polyquant_from_order_key(keys[2 * g]) : std::numeric_limits<double>::infinity();
+    r.max[g] = any ? polyquant_from_order_key(keys[2 * g + 1]) : -std::numeric_limits<double>::infinity();
+    r.nan[g] = (flags[g] & kPolyquantCudaMinMaxNaN) != 0;
+    r.negative_zero[g] = (flags[g] & kPolyquantCudaMinMaxNegativeZero) != 0;
+  }
+  return r;
 }
 
 void* allocate_device_memory(const Device& device, std::size_t bytes) {

@@ -94,6 +94,20 @@ class DeviceScratch {
 std::vector<float> exact_group_sums_on_device(const Device& device, const float* terms, const Dims& shape,
                                               const Dims& group_strides, std::int64_t groups);
 
+// Per-group minimum and maximum of a float16 / bfloat16 / float32 / float64 tensor on a device (any
+// strides: a non-contiguous one is gathered first), by order-key atomics (backend_abi.h,
+// PolyquantCudaGroupMinMax): element j of x in C order belongs to group
+// sum_d i_d * group_strides[d] over the C-order `shape` (x's elements, regrouped; rank up to
+// 2 kMaxRank). Waits for the stream. min / max are the values as float64 (+inf / -inf for a group
+// of NaNs only); `nan` and `negative_zero` say whether the group holds a NaN or a -0.0, which the
+// keys leave to the caller (which NaN, the sign of a zero the reference's order picks).
+struct GroupMinMax {
+  std::vector<double> min, max;
+  std::vector<std::uint8_t> nan, negative_zero;
+};
+GroupMinMax group_min_max_on_device(const TensorView& x, int rank, const std::int64_t* shape,
+                                    const std::int64_t* group_strides, std::int64_t groups);
+
 // Element `index` (flat, row-major) of a view on a device, copied to the host: the copy waits for
 // the stream, so a parameter that decides the kernel (a bit width) can be read like a host one.
 double read_device_element_as_double(const TensorView& view, std::int64_t index);

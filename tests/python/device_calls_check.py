@@ -329,8 +329,19 @@ def main() -> None:
     assert "out is on cpu but x is on cuda:0" in e, e
     e = error(lambda: qk.quantized_bits(bits=4, alpha="auto_po2")(dx))
     assert "quantized_bits runs on the host only (alpha='auto' and 'auto_po2' search the scale on the host)" in e, e
-    e = error(lambda: pa.analyzers.MinMaxEncodingAnalyzer(shape=(1,)).update_stats(dx))
-    assert "a tensor on a CUDA device; this function runs on the host only" in e, e
+    # AIMET's MinMax statistics on the device (per channel; a batch with a NaN is settled by the
+    # host's code), the host's bits; the histogram analyzers refuse a device tensor by name.
+    for batch in (x, np.where(np.arange(x.size).reshape(x.shape) == 7, np.float32(np.nan), x)):
+        on_host, on_device = (pa.analyzers.MinMaxEncodingAnalyzer(shape=(x.shape[1],)) for _ in range(2))
+        on_host.update_stats(batch)
+        on_device.update_stats(FakeCudaTensor(batch))
+        for got, want in zip(on_device.compute_encodings(255, False), on_host.compute_encodings(255, False)):
+            assert same_bits(got, want), "MinMax statistics"
+        got = on_device.compute_dynamic_encodings(FakeCudaTensor(batch), 15, True)
+        for g, w in zip(got, on_host.compute_dynamic_encodings(batch, 15, True)):
+            assert same_bits(g, w), "MinMax dynamic encodings"
+    e = error(lambda: pa.analyzers.PercentileEncodingAnalyzer(shape=(1,)).update_stats(dx))
+    assert "the AIMET histogram encoding analyzers runs on the host only" in e, e
     # Host calls are untouched.
     assert same_bits(pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND"), pq.int_quant(x.copy(), scale.copy(), 0.0, 8, 1, 0, "ROUND"))
     print("ok")

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _polyquant_ext as _ext
 from .._common.args import strict_int, strict_int_tuple, strict_real
-from .._common.device import as_device_operand
+from .._common.device import as_device_operand, device_path
 
 __all__ = [
     "MinMaxEncodingAnalyzer",
@@ -46,7 +46,14 @@ def _as_input(x: Any) -> Tuple[np.ndarray, str]:
     array types (torch tensors).
     """
     if not isinstance(x, np.ndarray):
-        as_device_operand(x, "x")  # a CUDA tensor: TypeError (the statistics are gathered on the host)
+        # A CUDA tensor in a device call (the MinMax statistics are gathered on its device; the
+        # histogram analyzers refuse it by name); outside one, a TypeError naming x.
+        device_tensor = as_device_operand(x, "x")
+        if device_tensor is not None:
+            name = device_tensor.dtype.name
+            if name not in _DTYPES and name != "bfloat16":
+                raise TypeError(f"x: dtype {device_tensor.dtype} is not supported (float16, bfloat16, float32, float64)")
+            return (device_tensor.view("uint16", "x") if name == "bfloat16" else device_tensor), name
     a = x if isinstance(x, np.ndarray) else np.asarray(x)
     if a.dtype == _BFLOAT16:
         return a.view(np.uint16), "bfloat16"
@@ -152,6 +159,7 @@ class _Analyzer:
         self.shape = _shape(shape)
         self.block_size = _block(block_size)
 
+    @device_path
     def update_stats(self, x) -> None:
         """Folds a batch into the statistics."""
         a, dtype = _as_input(x)
@@ -167,6 +175,7 @@ class _Analyzer:
         """(min, max) of the encodings from the gathered statistics."""
         return _range(self._impl.compute_encodings(strict_real(num_steps, "num_steps"), bool(is_symmetric)), self.shape)
 
+    @device_path
     def compute_dynamic_encodings(self, x, num_steps, is_symmetric: bool) -> Tuple[np.ndarray, np.ndarray]:
         """(min, max) from the statistics of `x` alone (the running statistics are untouched)."""
         a, dtype = _as_input(x)

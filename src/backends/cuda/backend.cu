@@ -164,6 +164,66 @@ int exact_sums(const PolyquantCudaExactSums* s, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+// ---- group minimum and maximum ----------------------------------------------------------------------
+// As exact_sums_kernel: each warp walks a span, a lane keeping its group's smallest and largest
+// order keys and flags while its elements stay in one group, flushed with atomicMin / atomicMax /
+// atomicOr when the group changes and at the end.
+__device__ void flush_min_max(std::uint64_t lo, std::uint64_t hi, std::uint32_t f, std::uint64_t* keys, std::uint32_t* flags) {
+  if (lo != ~std::uint64_t{0}) atomicMin(reinterpret_cast<unsigned long long*>(keys), static_cast<unsigned long long>(lo));
+  if (hi != 0) atomicMax(reinterpret_cast<unsigned long long*>(keys + 1), static_cast<unsigned long long>(hi));
+  if (f != 0) atomicOr(reinterpret_cast<unsigned int*>(flags), static_cast<unsigned int>(f));
+}
+
+__global__ void group_min_max_kernel(PolyquantCudaGroupMinMax m, std::int64_t n, std::int64_t span) {
+  const std::int64_t thread = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t begin = (thread / 32) * span;
+  const std::int64_t end = begin + span < n ? begin + span : n;
+  std::uint64_t lo = ~std::uint64_t{0}, hi = 0;
+  std::uint32_t f = 0;
+  std::int64_t group = -1;
+  for (std::int64_t j = begin + thread % 32; j < end; j += 32) {
+    std::int64_t rest = j, g = 0;
+    for (int d = m.rank - 1; d >= 0; --d) {
+      g += (rest % m.shape[d]) * m.group_strides[d];
+      rest /= m.shape[d];
+    }
+    if (g != group) {
+      if (group >= 0) flush_min_max(lo, hi, f, m.keys + 2 * group, m.flags + group);
+      lo = ~std::uint64_t{0}, hi = 0, f = 0;
+      group = g;
+    }
+    const double v = load_as_double(m.x, m.dtype, j);
+    if (v != v) {
+      f |= kPolyquantCudaMinMaxNaN;
+      continue;
+    }
+    if (v == 0.0 && std::signbit(v)) f |= kPolyquantCudaMinMaxNegativeZero;
+    const std::uint64_t k = polyquant_order_key(v);
+    lo = k < lo ? k : lo;
+    hi = k > hi ? k : hi;
+  }
+  if (group >= 0) flush_min_max(lo, hi, f, m.keys + 2 * group, m.flags + group);
+}
+
+int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  const auto groups = static_cast<std::size_t>(m->groups);
+  // Keys interleaved {min, max}: all ones for every minimum, zero for every maximum.
+  cudaError_t e = cudaMemset2DAsync(m->keys, 2 * sizeof(std::uint64_t), 0xFF, sizeof(std::uint64_t), groups, st);
+  if (e == cudaSuccess) e = cudaMemset2DAsync(m->keys + 1, 2 * sizeof(std::uint64_t), 0, sizeof(std::uint64_t), groups, st);
+  if (e == cudaSuccess) e = cudaMemsetAsync(m->flags, 0, groups * sizeof(std::uint32_t), st);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  std::int64_t n = 1;
+  for (int d = 0; d < m->rank; ++d) n *= m->shape[d];
+  if (n <= 0) return 0;
+  constexpr int kThreadsPerBlock = 256;
+  constexpr std::int64_t kSpan = 32 * 64;
+  const std::int64_t warps = (n + kSpan - 1) / kSpan;
+  const std::int64_t blocks = (warps * 32 + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  group_min_max_kernel<<<dim3(static_cast<unsigned>(blocks)), kThreadsPerBlock, 0, st>>>(*m, n, kSpan);
+  return static_cast<int>(cudaGetLastError());
+}
+
 PolyquantCudaBackend make_backend() {
   PolyquantCudaBackend b{};
   b.abi_version = POLYQUANT_CUDA_ABI_VERSION;
@@ -184,6 +244,7 @@ PolyquantCudaBackend make_backend() {
   b.copy = &copy;
   b.convert = &convert;
   b.exact_sums = &exact_sums;
+  b.group_min_max = &group_min_max;
 #define POLYQUANT_CUDA_CALL_FILL(flavour, work) POLYQUANT_CUDA_FILL_FUNCTION(flavour, work)(b);
   POLYQUANT_CUDA_EVERY_PART(POLYQUANT_CUDA_CALL_FILL)
 #undef POLYQUANT_CUDA_CALL_FILL

@@ -10,6 +10,7 @@
 // count or RowArgs size differ from its own (a library from another build).
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -80,6 +81,33 @@ struct PolyquantCudaExactSums {
   std::uint32_t* flags;
 };
 
+// Per-group minimum and maximum of x (float16, bfloat16, float32 or float64, contiguous, C order over
+// `shape`): element j belongs to group sum_d i_d * group_strides[d]. The library sets keys[2 g]
+// (the minimum's) to all ones, keys[2 g + 1] (the maximum's) and flags[g] to zero, then folds every
+// element in with integer atomics on its order key (polyquant_order_key: unsigned order is value
+// order, -0.0 just below +0.0), so any schedule gives the same keys; a NaN sets flag 1 and leaves
+// the keys, a -0.0 sets flag 2. The host decodes (polyquant_from_order_key) and decides what the
+// keys cannot tell (which NaN, the sign of a zero where the reference's order picks it).
+inline constexpr int kPolyquantCudaMaxGroupedRank = 2 * polyquant::kMaxRank;
+inline constexpr std::uint32_t kPolyquantCudaMinMaxNaN = 1, kPolyquantCudaMinMaxNegativeZero = 2;
+struct PolyquantCudaGroupMinMax {
+  const void* x;
+  polyquant::DType dtype;
+  int rank;
+  std::int64_t shape[kPolyquantCudaMaxGroupedRank];
+  std::int64_t group_strides[kPolyquantCudaMaxGroupedRank];
+  std::int64_t groups;
+  std::uint64_t* keys;
+  std::uint32_t* flags;
+};
+POLYQUANT_HD inline std::uint64_t polyquant_order_key(double v) {
+  const auto b = std::bit_cast<std::uint64_t>(v);
+  return (b >> 63) != 0 ? ~b : (b | (std::uint64_t{1} << 63));
+}
+POLYQUANT_HD inline double polyquant_from_order_key(std::uint64_t k) {
+  return std::bit_cast<double>((k >> 63) != 0 ? (k & ~(std::uint64_t{1} << 63)) : ~k);
+}
+
 struct PolyquantCudaBackend {
   std::uint32_t abi_version;     // POLYQUANT_CUDA_ABI_VERSION the library was built with
   std::uint32_t num_kernel_ops;  // kNumKernelOps of its ops.inc
@@ -117,6 +145,8 @@ struct PolyquantCudaBackend {
   int (*convert)(const PolyquantCudaConvert* c, void* stream);
   // Runs a PolyquantCudaExactSums asynchronously on `stream`.
   int (*exact_sums)(const PolyquantCudaExactSums* s, void* stream);
+  // Runs a PolyquantCudaGroupMinMax asynchronously on `stream`.
+  int (*group_min_max)(const PolyquantCudaGroupMinMax* m, void* stream);
   // launch[op][work]: the launcher of an op's per-element row in a working precision, nullptr
   // where there is none (the ops without a per-element row, RowElementTraits, and the working
   // precisions ops.inc does not list for the op).

@@ -1,6 +1,8 @@
 // The host stand-in for the CUDA library (see fake_device.h).
 #include "core/fake_device.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -176,6 +178,43 @@ int exact_sums(const PolyquantCudaExactSums* e, void* stream) {
   return 0;
 }
 
+// The group minimum and maximum as the CUDA kernel folds them (order keys, flags).
+int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  ++s.stats.reductions;
+  s.stats.last_stream = stream;
+  const auto groups = static_cast<std::size_t>(m->groups);
+  require_on_current_device(m->keys, 2 * groups * sizeof(std::uint64_t), "min / max keys");
+  require_on_current_device(m->flags, groups * sizeof(std::uint32_t), "min / max flags");
+  for (std::size_t g = 0; g < groups; ++g) m->keys[2 * g] = ~std::uint64_t{0}, m->keys[2 * g + 1] = 0, m->flags[g] = 0;
+  std::int64_t n = 1;
+  for (int d = 0; d < m->rank; ++d) n *= m->shape[d];
+  const std::size_t size = dtype_size(m->dtype);
+  for (std::int64_t j = 0; j < n; ++j) {
+    std::int64_t rest = j, g = 0;
+    for (int d = m->rank - 1; d >= 0; --d) {
+      g += (rest % m->shape[d]) * m->group_strides[d];
+      rest /= m->shape[d];
+    }
+    require_on_current_device(static_cast<const unsigned char*>(m->x) + j * static_cast<std::int64_t>(size), size, "a min / max element");
+    if (g < 0 || g >= m->groups) {
+      s.stats.faults.push_back("min / max: element " + std::to_string(j) + " maps to group " + std::to_string(g));
+      return 0;
+    }
+    const double v = detail::load_as_double(m->x, m->dtype, j);
+    if (v != v) {
+      m->flags[g] |= kPolyquantCudaMinMaxNaN;
+      continue;
+    }
+    if (v == 0.0 && std::signbit(v)) m->flags[g] |= kPolyquantCudaMinMaxNegativeZero;
+    const std::uint64_t k = polyquant_order_key(v);
+    m->keys[2 * g] = std::min(m->keys[2 * g], k);
+    m->keys[2 * g + 1] = std::max(m->keys[2 * g + 1], k);
+  }
+  return 0;
+}
+
 // Runs the registry's scalar reference row of (op, work): the spec the CUDA kernel equals.
 int launch(KernelOp op, WorkType work, const void* params, const detail::RowArgs* args,
            const PolyquantCudaHostScalars* scalars, void* stream) {
@@ -245,6 +284,7 @@ PolyquantCudaBackend make_table() {
   b.copy = &copy;
   b.convert = &convert;
   b.exact_sums = &exact_sums;
+  b.group_min_max = &group_min_max;
   fill_launchers(b, std::make_index_sequence<static_cast<std::size_t>(kNumKernelOps * kNumWorkTypes)>());
   return b;
 }

@@ -725,11 +725,11 @@ TEST_F(DeviceEngine, MixedDevicesAreErrorsNamingTheParameters) {
 TEST_F(DeviceEngine, HostOnlyOpsRefuseDeviceTensorsByName) {
   Array x = Array::of(fake_, x_values(16, 7), DType::kFloat32);
   const TensorView dx = x.device_view(Dims{16}, Dims{1});
-  // AIMET's encoding analyzers gather their statistics on the host only.
-  aimet::MinMaxEncodingAnalyzer analyzer(aimet::AnalyzerShape{Dims{1}, std::nullopt});
+  // AIMET's histogram analyzers gather their statistics on the host only.
+  aimet::PercentileEncodingAnalyzer analyzer(aimet::AnalyzerShape{Dims{1}, std::nullopt});
   const std::string e = error_of([&] { analyzer.update_stats(dx); });
   EXPECT_NE(e.find("cuda:0"), std::string::npos) << e;
-  EXPECT_NE(e.find("the AIMET encoding analyzers"), std::string::npos) << e;
+  EXPECT_NE(e.find("the AIMET histogram encoding analyzers"), std::string::npos) << e;
   EXPECT_FALSE(analyzer.has_stats());
   if (FakeDevice* f = stand_in()) {
     EXPECT_EQ(f->stats().launches, 0);
@@ -822,6 +822,79 @@ TEST_F(DeviceEngine, AimetGradientsEqualTheHost) {
   }
   if (stand_in() != nullptr) {
     EXPECT_GT(reductions, 0);
+  }
+}
+
+// AIMET's MinMax analyzer on device tensors: the statistics (per tensor, per channel on either axis,
+// blockwise) from the device's order-key min / max, the host's bits; a batch with a NaN or with a
+// -0.0 where a zero is the minimum or maximum goes to the host's code (which NaN, which zero sign);
+// float32, float16, bfloat16 and float64, contiguous and transposed x; the running fold of two
+// batches and compute_dynamic_encodings too.
+TEST_F(DeviceEngine, MinMaxAnalyzerStatisticsEqualTheHost) {
+  const Dims shape{12, 40};
+  std::vector<float> base = test::mixed_values(480, 31, 8.0f);
+  for (float& v : base) v = std::isnan(v) ? 2.5f : v;  // the NaN batch below adds its own
+  struct Batch {
+    const char* name;
+    std::vector<float> values;
+    bool host_decides;  // NaN, or a -0.0 in a group whose min or max is zero
+  };
+  std::vector<Batch> batches;
+  batches.push_back({"finite", base, false});
+  std::vector<float> with_nan = base;
+  with_nan[77] = std::numeric_limits<float>::quiet_NaN();
+  batches.push_back({"a NaN", with_nan, true});
+  std::vector<float> zeros(480, 0.0f);
+  for (std::size_t i = 0; i < zeros.size(); i += 3) zeros[i] = -0.0f;
+  for (std::size_t i = 1; i < zeros.size(); i += 7) zeros[i] = 1.5f;
+  batches.push_back({"signed zeros", zeros, true});
+  std::vector<float> infinities = base;
+  infinities[5] = std::numeric_limits<float>::infinity(), infinities[300] = -std::numeric_limits<float>::infinity();
+  infinities[200] = -0.0f;  // a -0.0 whose group has nonzero min and max: the keys settle it
+  batches.push_back({"infinities", infinities, false});
+  const aimet::AnalyzerShape shapes[] = {{Dims{1}, std::nullopt}, {Dims{12, 1}, std::nullopt}, {Dims{40}, std::nullopt},
+                                         {Dims{12, 4}, std::vector<std::int64_t>{1, 10}}};
+  for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+    for (const Batch& batch : batches) {
+      std::vector<unsigned char> bytes(480 * dtype_size(dtype));
+      detail::convert_values_scalar(batch.values.data(), DType::kFloat32, 1, bytes.data(), dtype, 1, 480);
+      Array x = Array::of(fake_, bytes, dtype);
+      for (const aimet::AnalyzerShape& as : shapes) {
+        for (const bool transposed : {false, true}) {
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + batch.name + " analyzer shape " + as.shape.str() +
+                       (transposed ? " transposed x" : ""));
+          // transposed: x is (40, 12) in memory, seen as (12, 40) through strides
+          const Dims strides = transposed ? Dims{1, 12} : Dims{40, 1};
+          aimet::MinMaxEncodingAnalyzer on_host(as), on_device(as);
+          if (FakeDevice* f = stand_in()) f->reset_stats();
+          for (int round = 0; round < 2; ++round) {
+            on_host.update_stats(x.host_view(shape, strides));
+            on_device.update_stats(x.device_view(shape, strides));
+          }
+          const auto want = on_host.state(), got = on_device.state();
+          EXPECT_EQ(got.dtype, want.dtype);
+          ASSERT_EQ(got.min.size(), want.min.size());
+          for (std::size_t g = 0; g < want.min.size(); ++g) {
+            EXPECT_EQ(std::bit_cast<std::uint64_t>(got.min[g]), std::bit_cast<std::uint64_t>(want.min[g])) << "min " << g;
+            EXPECT_EQ(std::bit_cast<std::uint64_t>(got.max[g]), std::bit_cast<std::uint64_t>(want.max[g])) << "max " << g;
+          }
+          const aimet::EncodingRange e_host = on_host.compute_dynamic_encodings(x.host_view(shape, strides), 255, false);
+          const aimet::EncodingRange e_dev = on_device.compute_dynamic_encodings(x.device_view(shape, strides), 255, false);
+          ASSERT_EQ(e_dev.min.size(), e_host.min.size());
+          for (std::size_t g = 0; g < e_host.min.size(); ++g) {
+            EXPECT_EQ(std::bit_cast<std::uint64_t>(e_dev.min[g]), std::bit_cast<std::uint64_t>(e_host.min[g])) << "encoding min " << g;
+            EXPECT_EQ(std::bit_cast<std::uint64_t>(e_dev.max[g]), std::bit_cast<std::uint64_t>(e_host.max[g])) << "encoding max " << g;
+          }
+          if (FakeDevice* f = stand_in()) {
+            EXPECT_TRUE(f->stats().faults.empty()) << f->stats().faults.front();
+            EXPECT_EQ(f->stats().reductions, 3);  // two batches and the dynamic encodings, each one reduction
+            EXPECT_EQ(f->outstanding_temporaries(), 0);
+            // only the batches the keys cannot settle come back to the host
+            EXPECT_EQ(f->stats().host_reads > 3, batch.host_decides);
+          }
+        }
+      }
+    }
   }
 }
 

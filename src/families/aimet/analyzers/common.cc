@@ -125,9 +125,9 @@ ReducedView reduced_view(const Dims& x_shape, const AnalyzerShape& a, bool histo
   return r;
 }
 
-void check_not_empty(const TensorView& x) {
+void check_not_empty(const TensorView& x, bool on_device_too) {
   const polyquant::detail::NamedView operands[] = {{&x, "x"}};
-  polyquant::detail::require_host(operands, "the AIMET encoding analyzers");
+  if (!on_device_too) polyquant::detail::require_host(operands, "the AIMET histogram encoding analyzers");
   if (x.numel() == 0)
     fail(ErrorKind::kValue, "x: the batch is empty (shape " + x.shape.str() + "); the analyzers need at least one value per batch");
 }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_elementwise.h"
 #include "core/grouped_reduce.h"
 #include "families/aimet/analyzers/common.h"
 #include "families/aimet/analyzers/torch_cpu.h"
@@ -332,8 +333,31 @@ MinMaxEncodingAnalyzer::MinMaxEncodingAnalyzer(AnalyzerShape shape) : shape_(std
 MinMaxEncodingAnalyzer::State MinMaxEncodingAnalyzer::batch_stats(const TensorView& x) const {
   check_dtype(x.dtype);
   const ReducedView rv = reduced_view(x.shape, shape_, false);
-  check_not_empty(x);
-  const Data data = read_data(x);
+  check_not_empty(x, true);
+  std::vector<unsigned char> host_copy;
+  TensorView source = x;
+  if (!x.device.is_cpu()) {
+    // On a device: each group's minimum and maximum by order-key atomics there (any order gives
+    // them). What the keys cannot settle, a NaN (which one torch keeps) or a zero minimum / maximum
+    // in a group holding a -0.0 (the sign torch's loops pick), is decided by the host's code on a
+    // copy of x: rare in calibration data, and then the host's bits.
+    const GroupedLayout L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
+    const polyquant::detail::GroupMinMax r =
+        polyquant::detail::group_min_max_on_device(x, L.rank, L.shape.data(), L.group_stride.data(), L.num_groups);
+    bool settled = true;
+    for (std::size_t g = 0; g < r.min.size() && settled; ++g) {
+      settled = !r.nan[g] && !(r.negative_zero[g] && (r.min[g] == 0 || r.max[g] == 0));
+    }
+    if (settled) {
+      State s;
+      s.dtype = x.dtype;
+      s.min = r.min;
+      s.max = r.max;
+      return s;
+    }
+    source = polyquant::detail::host_readable(x, host_copy);
+  }
+  const Data data = read_data(source);
   State s;
   s.dtype = x.dtype;
   std::vector<std::uint8_t> negative_zero;
