@@ -235,6 +235,16 @@ def main() -> None:
             want = on_host(x, training, seed=11)
             assert isinstance(got, FakeCudaTensor) and same_bits(got.numpy(), want), (str(on_host), training)
         assert same_bits(on_device.gradient(dx).numpy(), on_host.gradient(x)), str(on_host)
+    # alpha="auto": the maximum pass on the device, the scale (a host array, as the quantizer keeps
+    # it) derived on the host, the host's bits.
+    for make in (lambda: qk.quantized_bits(6, 1, alpha="auto"), lambda: qk.quantized_bits(6, 1, alpha="auto", scale_axis=0),
+                 lambda: qk.quantized_linear(5, alpha="auto"), lambda: qk.quantized_linear(4, alpha="auto", keep_negative=False)):
+        on_device, on_host = make(), make()
+        got, want = on_device(dx), on_host(x)
+        assert isinstance(got, FakeCudaTensor) and same_bits(got.numpy(), want), str(on_host)
+        for attr in ("scale", "quantization_scale"):
+            if hasattr(on_host, attr) and isinstance(getattr(on_host, attr), np.ndarray):
+                assert same_bits(np.asarray(getattr(on_device, attr)), getattr(on_host, attr)), (str(on_host), attr)
 
     # Quark's Extended ops (per channel, int8 zero point).
     q_host = pqk.extended_quantize_linear(x, scale, zp8, axis=1)
@@ -328,7 +338,7 @@ def main() -> None:
     e = error(lambda: pq.int_quant(dx, dscale, 0.0, 8, 1, 0, "ROUND", out=np.zeros_like(x)))
     assert "out is on cpu but x is on cuda:0" in e, e
     e = error(lambda: qk.quantized_bits(bits=4, alpha="auto_po2")(dx))
-    assert "quantized_bits runs on the host only (alpha='auto' and 'auto_po2' search the scale on the host)" in e, e
+    assert "quantized_bits runs on the host only (alpha='auto_po2' searches the scale on the host" in e, e
     # AIMET's MinMax statistics on the device (per channel; a batch with a NaN is settled by the
     # host's code), the host's bits; the histogram analyzers refuse a device tensor by name.
     for batch in (x, np.where(np.arange(x.size).reshape(x.shape) == 7, np.float32(np.nan), x)):

@@ -53,7 +53,7 @@ void require_x(const TensorView& x) {
 void require_devices(const TensorView& x, const TensorView& alpha, bool searches, const char* op) {
   const detail::NamedView operands[] = {{&x, "x"}, {&alpha, "alpha"}};
   if (searches) {
-    detail::require_host(operands, op, "alpha='auto' and 'auto_po2' search the scale on the host");
+    detail::require_host(operands, op, "alpha='auto_po2' searches the scale on the host, as does a post_training_scale with 'auto'");
   } else if (alpha.device.is_cpu()) {
     detail::op_device(std::span(operands, 1), nullptr, op);
   } else {

@@ -33,9 +33,10 @@ void require_settings(const Settings& settings);
 // x's dtype is one the engine reads, and its data is there when it has elements.
 void require_x(const TensorView& x);
 
-// The devices of x and alpha for quantizer `op`: a scale search (`searches`: alpha 'auto' /
-// 'auto_po2') runs on the host only; otherwise x may be on a device, and alpha, the quantizer's
-// configuration, in host memory or on x's device (the engine copies it over).
+// The devices of x and alpha for quantizer `op`: `searches` (the least-squares search of alpha
+// 'auto_po2', a post_training_scale) runs on the host only; otherwise x may be on a device (alpha
+// 'auto': its maximum pass runs there, scale_search.h's group_max_on_device), and alpha, the
+// quantizer's configuration, in host memory or on x's device (the engine copies it over).
 void require_devices(const TensorView& x, const TensorView& alpha, bool searches, const char* op);
 
 // 2^e in float32 as tf.pow(2.0, e) (exact for integral e; powf otherwise).

@@ -35,7 +35,7 @@ BitsConstants bits_constants(const QuantizedBitsAttrs& a) {
 
 // Validates the call's attributes and x (not the settings nor the search's axes) and returns QKeras' constants.
 BitsConstants validate_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& a) {
-  require_devices(x, alpha, a.alpha == Alpha::kAuto || a.alpha == Alpha::kAutoPo2, "quantized_bits");
+  require_devices(x, alpha, a.alpha == Alpha::kAutoPo2 || ((a.alpha == Alpha::kAuto) && a.frozen_scale), "quantized_bits");
   require_x(x);
   const BitsConstants c = bits_constants(a);
   require_finite(a.qnoise.factor, "qnoise_factor");
@@ -119,7 +119,9 @@ std::vector<bool> bits_max_keep(const Dims& shape, const QuantizedBitsAttrs& a, 
 // The internal scale s of an auto/auto_po2 call (units of x / 2^integer).
 // `speculative_out` (may be null): see LeastSquaresReducer::out_kernel; `*output_written` tells
 // whether the final output is already there.
-ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& frozen, const QuantizedBitsAttrs& a,
+// `x_device`: x when it is on a CUDA device (then `x` is null: only alpha="auto" runs there).
+ScaleArray bits_auto_scale(const float* x, const TensorView* x_device, const Dims& shape, const TensorView& frozen,
+                           const QuantizedBitsAttrs& a,
                            const BitsConstants& c, const Settings& settings, SearchInfo& info,
                            const detail::QkBitsAutoParams& final_params, float* speculative_out, bool& output_written,
                            float* scale_report = nullptr, bool* scale_reported = nullptr) {
@@ -137,7 +139,8 @@ ScaleArray bits_auto_scale(const float* x, const Dims& shape, const TensorView& 
   // levels = (2^(bits-1) - 1) * 2 (Python arithmetic; bits real), a float32 divisor in TF.
   const double half_levels = std::pow(2.0, a.bits - 1.0) - 1.0;
   const auto levels = static_cast<float>(half_levels * 2.0);
-  s = group_max(x, shape, bits_max_keep(shape, a, settings), true, true, c.m_i);
+  s = x_device != nullptr ? group_max_on_device(*x_device, bits_max_keep(shape, a, settings), true, true, c.m_i)
+                          : group_max(x, shape, bits_max_keep(shape, a, settings), true, true, c.m_i);
   info.max_passes = 1;
   map_scale(s, [&](float v) { return (v * 2.0f) / levels; });
   if (a.alpha != Alpha::kAutoPo2) return s;
@@ -292,10 +295,13 @@ void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha
     if (info != nullptr) *info = search;
     return;
   }
-  const ContiguousF32 xf = contiguous_f32(x);
+  // On a device (alpha="auto": its maximum pass there, the scale derived on the host) x stays there.
+  const bool on_device = !x.device.is_cpu();
+  ContiguousF32 xf;
+  if (!on_device) xf = contiguous_f32(x);
   detail::QkBitsAutoParams p = plan.automatic;
   bool output_written = false;
-  float* speculative = speculative_output(out, x.shape, xf.data);
+  float* speculative = on_device ? nullptr : speculative_output(out, x.shape, xf.data);
   // A valid contiguous float32 scale output of x's shape (rank-1 auto_po2: one scale per element)
   // clear of x and of the output: the element-by-element rounds write the reported scale there.
   float* report = nullptr;
@@ -306,12 +312,13 @@ void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha
     if (report != nullptr && r0 < o0 + bytes && o0 < r0 + bytes) report = nullptr;
   }
   bool scale_reported = false;
-  ScaleArray s = bits_auto_scale(xf.data, x.shape, alpha, attrs, c, settings, search, p, speculative, output_written, report,
+  ScaleArray s = bits_auto_scale(xf.data, on_device ? &x : nullptr, x.shape, alpha, attrs, c, settings, search, p, speculative,
+                                 output_written, report,
                                  &scale_reported);
   if (info != nullptr) *info = search;
   if (!output_written) {
     p.pow2_scales = exact_reciprocals(s);
-    const std::array<TensorView, 2> inputs{TensorView(xf.data, DType::kFloat32, x.shape), s.view()};
+    const std::array<TensorView, 2> inputs{on_device ? x : TensorView(xf.data, DType::kFloat32, x.shape), s.view()};
     run_kernel(KernelOp::kQkBitsAuto, inputs.data(), 2, out, &p);
   }
   if (scale_out != nullptr && !attrs.frozen_scale && !scale_reported) {

@@ -86,7 +86,8 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
     const detail::ScopedFlushDenormals flush;
     clip_range = c.clip_max - c.clip_min;
   }
-  s = group_max(xf, x.shape, keep, a.keep_negative, false, 1.0f);
+  s = x.device.is_cpu() ? group_max(xf, x.shape, keep, a.keep_negative, false, 1.0f)
+                        : group_max_on_device(x, keep, a.keep_negative, false, 1.0f);
   info.max_passes = 1;
   const bool kn = a.keep_negative;
   map_scale(s, [&](float v) {
@@ -151,7 +152,7 @@ struct LinearPlan {
 };
 
 LinearPlan plan_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs, const Settings& settings) {
-  require_devices(x, alpha, attrs.alpha == Alpha::kAuto || attrs.alpha == Alpha::kAutoPo2, "quantized_linear");
+  require_devices(x, alpha, attrs.alpha == Alpha::kAutoPo2, "quantized_linear");
   require_x(x);
   LinearPlan plan{TensorSpec{DType::kFloat32, x.shape}, linear_constants(attrs), {}};
   require_finite(attrs.qnoise.factor, "qnoise_factor");
@@ -198,17 +199,19 @@ void run_linear(const LinearPlan& plan, const TensorView& x, const TensorView& a
                 const MutableTensorView* quantization_scale_out, SearchInfo* info) {
   detail::require_output(out, plan.spec, "quantized_linear");
   const LinearConstants& c = plan.c;
+  // On a device (alpha="auto": its maximum pass there, the scale derived on the host) x stays there.
+  const bool host_copy = c.auto_alpha && x.device.is_cpu();
   ContiguousF32 xf;
-  if (c.auto_alpha) xf = contiguous_f32(x);
+  if (host_copy) xf = contiguous_f32(x);
   SearchInfo search;
   detail::QkLinearParams p = plan.params;
   bool output_written = false;
   const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, training, search, &p,
-                                    c.auto_alpha ? speculative_output(out, x.shape, xf.data) : nullptr, &output_written);
+                                    host_copy ? speculative_output(out, x.shape, xf.data) : nullptr, &output_written);
   if (info != nullptr) *info = search;
   if (!output_written) {
     p.pow2_scales = exact_reciprocals(s);
-    const std::array<TensorView, 2> inputs{c.auto_alpha ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
+    const std::array<TensorView, 2> inputs{host_copy ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
     run_kernel(KernelOp::kQkLinear, inputs.data(), 2, out, &p);
   }
   if (quantization_scale_out != nullptr) copy_scale_into(s, *quantization_scale_out, "quantized_linear quantization_scale");
@@ -218,11 +221,12 @@ void run_linear_gradient(const LinearPlan& plan, const TensorView& x, const Tens
                          const Settings& settings, const MutableTensorView& out) {
   detail::require_output(out, plan.spec, "quantized_linear gradient");
   const LinearConstants& c = plan.c;
+  const bool host_copy = c.auto_alpha && x.device.is_cpu();
   ContiguousF32 xf;
-  if (c.auto_alpha) xf = contiguous_f32(x);
+  if (host_copy) xf = contiguous_f32(x);
   SearchInfo search;
   const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, Training{}, search);
-  const std::array<TensorView, 2> inputs{c.auto_alpha ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
+  const std::array<TensorView, 2> inputs{host_copy ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
   run_kernel(KernelOp::kQkLinear, inputs.data(), 2, out, &plan.params);
 }
 }  // namespace

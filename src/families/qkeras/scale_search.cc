@@ -1,10 +1,12 @@
 // The shared steps of QKeras' scale searches: kept axes, the grouped max and the po2 least-squares scale.
 #include "families/qkeras/scale_search.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 
+#include "core/device_elementwise.h"
 #include "core/elementwise.h"
 #include "core/numpy_semantics.h"
 #include "core/parallel.h"
@@ -62,7 +64,7 @@ void copy_scale_into(const ScaleArray& s, const MutableTensorView& out, const ch
 void report_scale(ScaleArray& s, float factor, const MutableTensorView& out, const char* what) {
   detail::require_output(out, TensorSpec{DType::kFloat32, s.shape}, what);
   const auto n = static_cast<std::int64_t>(s.values.size());
-  if (n > 0 && out.dtype == DType::kFloat32 && out.is_contiguous()) {
+  if (n > 0 && out.device.is_cpu() && out.dtype == DType::kFloat32 && out.is_contiguous()) {
     // Straight into the caller's array, on the threads (one scale per element for rank-1 auto_po2).
     auto* dst = static_cast<float*>(out.data);
     detail::parallel_for(n, 1 << 16, [&](std::int64_t i0, std::int64_t i1) {
@@ -218,6 +220,13 @@ ScaleArray least_squares_po2(std::span<const LeastSquaresAcc> sums, const detail
   return out;
 }
 
+namespace {
+// A NaN maximum becomes the quiet NaN; with `divide`, the maximum is divided by `divisor` (float32).
+void finish_group_max(ScaleArray& s, bool divide, float divisor) {
+  map_scale(s, [&](float v) { return std::isnan(v) ? std::numeric_limits<float>::quiet_NaN() : divide ? v / divisor : v; });
+}
+}  // namespace
+
 ScaleArray group_max(const float* x, const Dims& shape, const std::vector<bool>& keep, bool absolute, bool divide, float divisor) {
   const detail::GroupedLayout L = detail::make_grouped_layout(shape, keep, no_blocks(shape.rank), Dims{});
   ScaleArray out;
@@ -226,7 +235,25 @@ ScaleArray group_max(const float* x, const Dims& shape, const std::vector<bool>&
   MaxReducer reducer;
   reducer.params.absolute = absolute;
   detail::grouped_reduce(x, nullptr, L, reducer, out.values.data());
-  map_scale(out, [&](float v) { return std::isnan(v) ? std::numeric_limits<float>::quiet_NaN() : divide ? v / divisor : v; });
+  finish_group_max(out, divide, divisor);
+  return out;
+}
+
+ScaleArray group_max_on_device(const TensorView& x, const std::vector<bool>& keep, bool absolute, bool divide, float divisor) {
+  const detail::GroupedLayout L = detail::make_grouped_layout(x.shape, keep, no_blocks(x.shape.rank), Dims{});
+  const detail::GroupMinMax r = detail::group_min_max_on_device(x, L.rank, L.shape.data(), L.group_stride.data(), L.num_groups);
+  ScaleArray out;
+  out.shape = kept_shape(x.shape, keep);
+  out.values.resize(static_cast<std::size_t>(L.num_groups));
+  for (std::size_t g = 0; g < out.values.size(); ++g) {
+    if (r.nan[g]) {
+      out.values[g] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    const double m = absolute ? std::max(-r.min[g], r.max[g]) : r.max[g];
+    out.values[g] = detail::group_max_value(static_cast<float>(m), false);  // the flush of values below FLT_MIN
+  }
+  finish_group_max(out, divide, divisor);
   return out;
 }
 

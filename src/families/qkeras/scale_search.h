@@ -114,6 +114,13 @@ void map_scale(ScaleArray& s, F&& f) {
 // ---- reductions ------------------------------------------------------------------------------
 // Max-based statistic per group of the kept dimensions: max(|x / divisor|) or max(x).
 ScaleArray group_max(const float* x, const Dims& shape, const std::vector<bool>& keep, bool absolute, bool divide, float divisor);
+// group_max of x on a CUDA device (any float dtype and strides; as the host's, which reads x as
+// float32): the device's per-group minimum and maximum (core/device_elementwise.h). The host folds
+// flush(v) or flush(|v|), monotone non-decreasing functions of the float32 value, so its maximum is
+// that function of the float32 maximum, or of the larger of -minimum and maximum; float32
+// rounding is monotone too, so rounding the float64 extremes gives the float32 ones. A NaN in a
+// group makes its scale the quiet NaN, as on the host.
+ScaleArray group_max_on_device(const TensorView& x, const std::vector<bool>& keep, bool absolute, bool divide, float divisor);
 
 // Sums of v*z and z*z over a group (v = x / divisor for quantized_bits' xs, x for
 // quantized_linear), each product rounded to float32 (tf.multiply) and summed in float64. The level

@@ -639,16 +639,87 @@ TEST_F(DeviceEngine, QKerasQuantizersWithoutASearchEqualTheHost) {
                            out.device_out(shape, xs), &sd);
   const std::vector<unsigned char> got_scale = scale_dev.download(fake_);
   EXPECT_EQ(std::memcmp(got_scale.data(), scale_host.data(), 24 * 4), 0) << "quantization_scale";
-  // A scale search on a device is not there yet: a clear error.
+  // The least-squares search of alpha="auto_po2" on a device is not there yet: a clear error.
   qkeras::QuantizedBitsAttrs searched;
   searched.alpha = qkeras::Alpha::kAutoPo2;
   const std::string e = error_of([&] {
     qkeras::quantized_bits(x.device_view(shape, xs), host_scalar(no_alpha), searched, {}, {}, out.device_out(shape, xs));
   });
-  EXPECT_NE(e.find("quantized_bits: x is on cuda:0, but quantized_bits runs on the host only (alpha='auto' and 'auto_po2' "
-                   "search the scale on the host)"),
+  EXPECT_NE(e.find("quantized_bits: x is on cuda:0, but quantized_bits runs on the host only (alpha='auto_po2' searches "
+                   "the scale on the host"),
             std::string::npos)
       << e;
+}
+
+// alpha="auto" on a device: the maximum pass there (per-group min / max, scale_search.h's
+// group_max_on_device), the scale derived on the host, the quantizing pass there: quantized_bits
+// (every scale_axis, rank 1, the reported scale into a device array) and quantized_linear (signed
+// and unsigned: the maximum of x rather than of |x|), float32, float16 and float64 x, transposed x,
+// a NaN in a channel, subnormals and zeros of both signs, the host's bits.
+TEST_F(DeviceEngine, QKerasAutoScaleEqualsTheHost) {
+  const Dims shape{16, 24};
+  std::vector<float> v = x_values(384, 17);
+  for (float& e : v) e = std::isnan(e) ? 0.75f : e;
+  v[30] = std::numeric_limits<float>::quiet_NaN();  // channel 6 (channels last) / row 1
+  v[31] = 1e-40f, v[55] = -0.0f, v[56] = 0.0f;
+  for (std::size_t i = 0; i < 24; ++i) v[24 * 5 + i] = -1e-39f;  // a row of subnormals only (flushed to 0)
+  for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kFloat64}) {
+    std::vector<unsigned char> bytes(384 * dtype_size(dtype));
+    detail::convert_values_scalar(v.data(), DType::kFloat32, 1, bytes.data(), dtype, 1, 384);
+    Array x = Array::of(fake_, bytes, dtype);
+    for (const bool transposed : {false, true}) {
+      const Dims strides = transposed ? Dims{1, 16} : Dims{24, 1};
+      struct AxisCase {
+        const char* name;
+        qkeras::ScaleAxis axis;
+        Dims shape;
+      };
+      qkeras::ScaleAxis axis0;
+      axis0.kind = qkeras::ScaleAxis::Kind::kInt;
+      axis0.axes = {0};
+      const AxisCase cases[] = {{"channels last", qkeras::ScaleAxis{}, shape}, {"scale_axis=0", axis0, shape},
+                                {"rank 1", qkeras::ScaleAxis{}, Dims{384}}};
+      for (const AxisCase& c : cases) {
+        if (transposed && c.shape.rank == 1) continue;
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + c.name + (transposed ? " transposed" : ""));
+        const Dims st = c.shape.rank == 1 ? Dims{1} : strides;
+        const TensorView hx = x.host_view(c.shape, st), dx = x.device_view(c.shape, st);
+        qkeras::QuantizedBitsAttrs bits;
+        bits.bits = 6;
+        bits.integer = 1;
+        bits.alpha = qkeras::Alpha::kAuto;
+        bits.scale_axis = c.axis;
+        const Dims scale_shape = qkeras::quantized_bits_scale_shape(hx, bits);
+        const std::int64_t ns = scale_shape.numel();
+        Array want = Array::zeros(fake_, 384 * 4, DType::kFloat32), got = Array::zeros(fake_, 384 * 4, DType::kFloat32);
+        Array want_s = Array::zeros(fake_, static_cast<std::size_t>(ns) * 4, DType::kFloat32);
+        Array got_s = Array::zeros(fake_, static_cast<std::size_t>(ns) * 4, DType::kFloat32);
+        const Dims cs = contiguous_strides(c.shape), ss = contiguous_strides(scale_shape);
+        MutableTensorView hs = want_s.host_out(scale_shape, ss), ds = got_s.device_out(scale_shape, ss);
+        if (FakeDevice* f = stand_in()) f->reset_stats();
+        qkeras::quantized_bits(hx, TensorView{}, bits, {}, {}, want.host_out(c.shape, cs), &hs);
+        qkeras::quantized_bits(dx, TensorView{}, bits, {}, {}, got.device_out(c.shape, cs), &ds);
+        EXPECT_EQ(got.download(fake_), want.host) << "quantized_bits output";
+        EXPECT_EQ(got_s.download(fake_), want_s.host) << "quantized_bits scale";
+        if (FakeDevice* f = stand_in()) {
+          EXPECT_EQ(f->stats().reductions, 1);
+          EXPECT_TRUE(f->stats().faults.empty()) << f->stats().faults.front();
+          EXPECT_EQ(f->outstanding_temporaries(), 0);
+        }
+        for (const bool keep_negative : {true, false}) {
+          qkeras::QuantizedLinearAttrs linear;
+          linear.bits = 5;
+          linear.alpha = qkeras::Alpha::kAuto;
+          linear.keep_negative = keep_negative;
+          linear.scale_axis = c.axis;
+          Array lw = Array::zeros(fake_, 384 * 4, DType::kFloat32), lg = Array::zeros(fake_, 384 * 4, DType::kFloat32);
+          qkeras::quantized_linear(hx, TensorView{}, linear, {}, {}, lw.host_out(c.shape, cs));
+          qkeras::quantized_linear(dx, TensorView{}, linear, {}, {}, lg.device_out(c.shape, cs));
+          EXPECT_EQ(lg.download(fake_), lw.host) << "quantized_linear, keep_negative " << keep_negative;
+        }
+      }
+    }
+  }
 }
 
 // Work goes to the caller's stream and device; the caller's current device is restored.
