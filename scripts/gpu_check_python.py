@@ -114,6 +114,23 @@ def main() -> int:
             else:
                 for part, gv, wv in zip(("output", "x.grad", "scale.grad", "offset.grad"), (y, xt.grad, st.grad, ot.grad), cpu):
                     check(f"aimet autograd {label} {part}", gv.detach(), wv)
+    # AIMET's MinMax statistics (per channel, per tensor) and QKeras' alpha="auto" from the device's
+    # per-group min / max; a batch with a NaN is settled by the host's code.
+    import polyquant.qkeras as qk
+
+    finite = np.where(np.isnan(x), np.float32(0.5), x)
+    for batch in (finite, x):
+        for shape in ((256,), (1,)):
+            on_dev, on_host = (pa.analyzers.MinMaxEncodingAnalyzer(shape=shape) for _ in range(2))
+            on_dev.update_stats(torch.from_numpy(batch).cuda())
+            on_host.update_stats(batch)
+            for part, gv, wv in zip(("min", "max"), on_dev.compute_encodings(255, False), on_host.compute_encodings(255, False)):
+                checks += 1
+                if np.asarray(gv).tobytes() != np.asarray(wv).tobytes():
+                    failures.append(f"aimet MinMax {shape} {part}{' (NaN batch)' if batch is x else ''}")
+    for make in (lambda: qk.quantized_bits(6, 1, alpha="auto"), lambda: qk.quantized_bits(6, 1, alpha="auto", scale_axis=0),
+                 lambda: qk.quantized_linear(5, alpha="auto"), lambda: qk.quantized_linear(4, alpha="auto", keep_negative=False)):
+        check(f"qkeras {make()} auto", make()(torch.from_numpy(finite).cuda()), make()(finite))
     # JAX arrays on the GPU, when JAX sees one: outputs in memory polyquant owns, handed to JAX.
     try:
         import jax
