@@ -280,24 +280,42 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
   // The 32 lanes stay in registers; a group with a refused add goes through memory, its refused
   // lanes spilled in lane order (= term order within the group), with index `label` (-1: the lane).
   static_assert(V == 32, "Lanes32 holds the virtual lanes");
+  // Whether the 32 terms at t are all zeros (of either sign): adding them to finite lanes changes
+  // none (a lane is never -0.0: it starts at +0.0, and x + -x is +0.0) and refuses none, so the
+  // block is skipped while every lane is finite (a zero added to an infinite or NaN lane is refused
+  // and spills it, as the spec does). AIMET's offset gradient is zero wherever the level is in the
+  // grid, which is nearly everywhere.
+  const Vec::I magnitude = Vec::splat_i(0x7FFFFFFF), zero_i = Vec::splat_i(0);
+  auto all_zero = [&](const float* t) POLYQUANT_ALWAYS_INLINE {
+    Vec::I any = zero_i;
+    for (int k = 0; k < V; k += L) any = Vec::or_i(any, Vec::and_i(Vec::bits(Vec::loadu(t + k)), magnitude));
+    return Vec::mask_bits(Vec::gt_i(any, zero_i)) == 0;
+  };
   // The lanes of a group whose adds were refused: spilled (index `label`, or the lane where
-  // label < 0) and restarted at their terms, in lane order; `memory` holds the lanes.
+  // label < 0) and restarted at their terms, in lane order; `memory` holds the lanes. Returns
+  // whether every lane is finite afterwards.
   auto spill_refused = [&](double* memory, const float* t, std::uint32_t refused, std::int64_t label) {
     for (int l = 0; l < V; ++l) {
       if (((refused >> l) & 1u) == 0) continue;
       exact_sums_spill(p, memory[l], label < 0 ? l : label);
       memory[l] = static_cast<double>(t[l]);
     }
+    bool finite = true;
+    for (int l = 0; l < V; ++l) finite = finite && std::isfinite(memory[l]);
+    return finite;
   };
   auto run_lanes = [&](double* lane_mem, const float* t, std::int64_t n, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
     const std::int64_t body = n - n % V;
     std::int64_t k = 0;
     Vec::Lanes32 lanes = Vec::load_lanes32(lane_mem);
+    bool finite = true;  // every lane finite: blocks of zeros may be skipped
+    for (int l = 0; l < V; ++l) finite = finite && std::isfinite(lane_mem[l]);
     for (; k < body; k += V) {
+      if (finite && all_zero(t + k)) continue;
       const std::uint32_t refused = Vec::add_exact_lanes32(lanes, t + k);
       if (refused != 0) [[unlikely]] {
         Vec::store_lanes32(lane_mem, lanes);
-        spill_refused(lane_mem, t + k, refused, label);
+        finite = spill_refused(lane_mem, t + k, refused, label);
         lanes = Vec::load_lanes32(lane_mem);
       }
     }
@@ -314,11 +332,13 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
       const float* t = x + s * seg;
       alignas(64) double memory[V];
       Vec::Lanes32 lanes = Vec::zero_lanes32();
+      bool finite = true;
       for (std::int64_t k = 0; k < body; k += V) {
+        if (finite && all_zero(t + k)) continue;
         const std::uint32_t refused = Vec::add_exact_lanes32(lanes, t + k);
         if (refused != 0) [[unlikely]] {
           Vec::store_lanes32(memory, lanes);
-          spill_refused(memory, t + k, refused, s);
+          finite = spill_refused(memory, t + k, refused, s);
           lanes = Vec::load_lanes32(memory);
         }
       }
