@@ -59,3 +59,38 @@ def test_bench_on_a_device_says_why_it_cannot_run() -> None:
         assert run.returncode == 2 and "torch sees no CUDA device" in run.stderr, run.stderr
     elif has_gpu is None:
         assert run.returncode == 2 and "install torch with CUDA" in run.stderr, run.stderr
+
+
+EXIT_SCRIPT = """
+import sys, threading, time
+sys.path.insert(0, {here!r})
+import numpy as np
+import device_calls_check as d
+import polyquant.aimet as pa, polyquant.qonnx as pq
+
+x = np.linspace(-3, 3, 256, dtype=np.float32).reshape(8, 32)
+dx, s, o = d.FakeCudaTensor(x), d.FakeCudaTensor(np.float32(0.1)), d.FakeCudaTensor(np.float32(0.0))
+analyzer = pa.analyzers.MinMaxEncodingAnalyzer(shape=(32,))
+
+def spin():
+    while True:
+        pq.int_quant(dx, 0.5, 0.0, 8, 1, 0, "ROUND")
+        pa.quantize_dequantize_grad(dx, dx, s, o, 8, False)
+        analyzer.update_stats(dx)
+
+for _ in range(2):
+    threading.Thread(target=spin, daemon=True).start()
+time.sleep(0.3)
+print("exiting")
+"""
+
+
+def test_interpreter_exit_with_daemon_threads_inside_device_calls() -> None:
+    """Daemon threads looping over device calls (whose Python callbacks run inside the extension's
+    functions) when the interpreter exits: the calls in flight finish, later ones park, and the
+    process ends cleanly (before the fix, a run crashed in about one of three tries)."""
+    env = {**os.environ, "POLYQUANT_CUDA_LIBRARY": str(fake_library())}
+    script = EXIT_SCRIPT.format(here=str(HERE))
+    for attempt in range(6):
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0 and run.stdout.strip() == "exiting", (attempt, run.returncode, run.stdout, run.stderr[-2000:])

@@ -20,6 +20,7 @@ holds no numerics: it only carries tensors and the stream to the extension.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import threading
 from typing import Any, Callable
@@ -266,6 +267,46 @@ def _first_on_device(args: tuple, kwargs: dict) -> Any:
     return None
 
 
+# ---- interpreter exit ------------------------------------------------------------------------------
+# A device call runs Python code inside the extension's functions (the producers' __dlpack__, the
+# framework's allocation). At interpreter exit a daemon thread that takes the GIL there is ended
+# with pthread_exit (CPython 3.11-3.13), whose unwinding runs the extension's C++ destructors,
+# which touch Python objects without the GIL while the main thread finalizes: a crash. So exit
+# first lets the device calls in flight finish (atexit runs before finalization starts, while
+# other threads can still run), and a thread that starts one after that is parked for good instead
+# (blocked on a lock, without the GIL: finalization never meets it).
+_calls_lock = threading.Condition()
+_calls_in_flight = 0
+_closing = False
+_EXIT_WAIT_SECONDS = 10.0
+
+
+def _enter_device_call() -> None:
+    global _calls_in_flight
+    with _calls_lock:
+        closing = _closing
+        if not closing:
+            _calls_in_flight += 1
+    if closing:
+        threading.Event().wait()  # parked until the process ends
+
+
+def _leave_device_call() -> None:
+    global _calls_in_flight
+    with _calls_lock:
+        _calls_in_flight -= 1
+        if _calls_in_flight == 0:
+            _calls_lock.notify_all()
+
+
+@atexit.register
+def _drain_device_calls() -> None:
+    global _closing
+    with _calls_lock:
+        _closing = True
+        _calls_lock.wait_for(lambda: _calls_in_flight == 0, _EXIT_WAIT_SECONDS)
+
+
 def device_path(fn: Callable) -> Callable:
     """Decorator of an op with a device path: a call with a CUDA tensor among its arguments runs on
     that device, on its framework's current stream (see the module's text); other calls are
@@ -276,14 +317,18 @@ def device_path(fn: Callable) -> Callable:
         first = _first_on_device(args, kwargs)
         if first is None or current_call() is not None:
             return fn(*args, **kwargs)
-        device_call = DeviceCall(framework_of(first), cuda_index(first))
-        _state.call = device_call
-        _ext._device_call_enter(device_call.stream)
+        _enter_device_call()
         try:
-            result = fn(*args, **kwargs)
+            device_call = DeviceCall(framework_of(first), cuda_index(first))
+            _state.call = device_call
+            _ext._device_call_enter(device_call.stream)
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                _ext._device_call_exit()
+                _state.call = None
         finally:
-            _ext._device_call_exit()
-            _state.call = None
+            _leave_device_call()
         return result.to_user() if isinstance(result, DeviceTensor) else result
 
     return call
