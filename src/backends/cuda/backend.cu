@@ -105,6 +105,24 @@ int convert(const PolyquantCudaConvert* c, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+// ---- grouped reductions -------------------------------------------------------------------------
+// The launch of a grouped reduction over the n elements of `shape`: each warp walks kSpan
+// consecutive elements, lane l every 32nd from its l-th (coalesced reads), keeping its group's
+// partial result while the group stays the same and flushing it with atomics when it changes.
+struct GroupedLaunch {
+  static constexpr int kThreadsPerBlock = 256;
+  static constexpr std::int64_t kSpan = 32 * 64;  // elements per warp: 64 per lane
+  std::int64_t n = 1;
+  dim3 blocks;
+};
+GroupedLaunch grouped_launch(int rank, const std::int64_t* shape) {
+  GroupedLaunch g;
+  for (int d = 0; d < rank; ++d) g.n *= shape[d];
+  const std::int64_t warps = (g.n + GroupedLaunch::kSpan - 1) / GroupedLaunch::kSpan;
+  g.blocks = dim3(static_cast<unsigned>((warps * 32 + GroupedLaunch::kThreadsPerBlock - 1) / GroupedLaunch::kThreadsPerBlock));
+  return g;
+}
+
 // ---- exact group sums ---------------------------------------------------------------------------
 // A lane's exact sum of the terms of one group, added into the group's parts in global memory:
 // limb-wise atomic adds (two's complement, so a negative top limb adds as its unsigned bits) and
@@ -120,11 +138,10 @@ __device__ void flush_exact_sum(const ExactSumFloat32& acc, std::int64_t* limbs,
   if (f != 0) atomicOr(reinterpret_cast<unsigned int*>(flags), static_cast<unsigned int>(f));
 }
 
-// Each warp walks a span of `span` consecutive terms, lane l every 32nd from its l-th (coalesced
-// reads); a lane sums into one ExactSumFloat32 while its terms stay in one group and flushes it
-// when the group changes and at the end. Per tensor or per row of many terms a span costs 32
-// flushes; a group that changes with every term (a per-channel parameter on the last axis) costs a
-// flush per term. The exact parts make the order irrelevant.
+// GroupedLaunch's walk: a lane sums into one ExactSumFloat32 while its terms stay in one group and
+// flushes it when the group changes and at the end. Per tensor or per row of many terms a span
+// costs 32 flushes; a group that changes with every term (a per-channel parameter on the last axis)
+// costs a flush per term. The exact parts make the order irrelevant.
 __global__ void exact_sums_kernel(PolyquantCudaExactSums s, std::int64_t n, std::int64_t span) {
   const std::int64_t thread = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t begin = (thread / 32) * span;
@@ -132,11 +149,7 @@ __global__ void exact_sums_kernel(PolyquantCudaExactSums s, std::int64_t n, std:
   ExactSumFloat32 acc;
   std::int64_t group = -1;
   for (std::int64_t j = begin + thread % 32; j < end; j += 32) {
-    std::int64_t rest = j, g = 0;
-    for (int d = s.rank - 1; d >= 0; --d) {
-      g += (rest % s.shape[d]) * s.group_strides[d];
-      rest /= s.shape[d];
-    }
+    const std::int64_t g = polyquant_group_of(j, s.rank, s.shape, s.group_strides);
     if (g != group) {
       if (group >= 0) flush_exact_sum(acc, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
       acc.clear();
@@ -153,21 +166,16 @@ int exact_sums(const PolyquantCudaExactSums* s, void* stream) {
   cudaError_t e = cudaMemsetAsync(s->limbs, 0, groups * kPolyquantCudaExactLimbs * sizeof(std::int64_t), st);
   if (e == cudaSuccess) e = cudaMemsetAsync(s->flags, 0, groups * sizeof(std::uint32_t), st);
   if (e != cudaSuccess) return static_cast<int>(e);
-  std::int64_t n = 1;
-  for (int d = 0; d < s->rank; ++d) n *= s->shape[d];
-  if (n <= 0) return 0;
-  constexpr int kThreadsPerBlock = 256;
-  constexpr std::int64_t kSpan = 32 * 64;  // terms per warp: 64 per lane
-  const std::int64_t warps = (n + kSpan - 1) / kSpan;
-  const std::int64_t blocks = (warps * 32 + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  exact_sums_kernel<<<dim3(static_cast<unsigned>(blocks)), kThreadsPerBlock, 0, st>>>(*s, n, kSpan);
+  const GroupedLaunch g = grouped_launch(s->rank, s->shape);
+  if (g.n <= 0) return 0;
+  exact_sums_kernel<<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, st>>>(*s, g.n, GroupedLaunch::kSpan);
   return static_cast<int>(cudaGetLastError());
 }
 
 // ---- group minimum and maximum ----------------------------------------------------------------------
-// As exact_sums_kernel: each warp walks a span, a lane keeping its group's smallest and largest
-// order keys and flags while its elements stay in one group, flushed with atomicMin / atomicMax /
-// atomicOr when the group changes and at the end.
+// GroupedLaunch's walk: a lane keeps its group's smallest and largest order keys and its flags
+// while its elements stay in one group, flushed with atomicMin / atomicMax / atomicOr when the
+// group changes and at the end.
 __device__ void flush_min_max(std::uint64_t lo, std::uint64_t hi, std::uint32_t f, std::uint64_t* keys, std::uint32_t* flags) {
   if (lo != ~std::uint64_t{0}) atomicMin(reinterpret_cast<unsigned long long*>(keys), static_cast<unsigned long long>(lo));
   if (hi != 0) atomicMax(reinterpret_cast<unsigned long long*>(keys + 1), static_cast<unsigned long long>(hi));
@@ -182,11 +190,7 @@ __global__ void group_min_max_kernel(PolyquantCudaGroupMinMax m, std::int64_t n,
   std::uint32_t f = 0;
   std::int64_t group = -1;
   for (std::int64_t j = begin + thread % 32; j < end; j += 32) {
-    std::int64_t rest = j, g = 0;
-    for (int d = m.rank - 1; d >= 0; --d) {
-      g += (rest % m.shape[d]) * m.group_strides[d];
-      rest /= m.shape[d];
-    }
+    const std::int64_t g = polyquant_group_of(j, m.rank, m.shape, m.group_strides);
     if (g != group) {
       if (group >= 0) flush_min_max(lo, hi, f, m.keys + 2 * group, m.flags + group);
       lo = ~std::uint64_t{0}, hi = 0, f = 0;
@@ -213,14 +217,9 @@ int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
   if (e == cudaSuccess) e = cudaMemset2DAsync(m->keys + 1, 2 * sizeof(std::uint64_t), 0, sizeof(std::uint64_t), groups, st);
   if (e == cudaSuccess) e = cudaMemsetAsync(m->flags, 0, groups * sizeof(std::uint32_t), st);
   if (e != cudaSuccess) return static_cast<int>(e);
-  std::int64_t n = 1;
-  for (int d = 0; d < m->rank; ++d) n *= m->shape[d];
-  if (n <= 0) return 0;
-  constexpr int kThreadsPerBlock = 256;
-  constexpr std::int64_t kSpan = 32 * 64;
-  const std::int64_t warps = (n + kSpan - 1) / kSpan;
-  const std::int64_t blocks = (warps * 32 + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  group_min_max_kernel<<<dim3(static_cast<unsigned>(blocks)), kThreadsPerBlock, 0, st>>>(*m, n, kSpan);
+  const GroupedLaunch g = grouped_launch(m->rank, m->shape);
+  if (g.n <= 0) return 0;
+  group_min_max_kernel<<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, st>>>(*m, g.n, GroupedLaunch::kSpan);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -100,6 +100,16 @@ struct PolyquantCudaGroupMinMax {
   std::uint64_t* keys;
   std::uint32_t* flags;
 };
+// The group of element j (C order over `shape`) of a grouped reduction: sum_d i_d * group_strides[d].
+POLYQUANT_HD inline std::int64_t polyquant_group_of(std::int64_t j, int rank, const std::int64_t* shape,
+                                                    const std::int64_t* group_strides) {
+  std::int64_t g = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    g += (j % shape[d]) * group_strides[d];
+    j /= shape[d];
+  }
+  return g;
+}
 POLYQUANT_HD inline std::uint64_t polyquant_order_key(double v) {
   const auto b = std::bit_cast<std::uint64_t>(v);
   return (b >> 63) != 0 ? ~b : (b | (std::uint64_t{1} << 63));

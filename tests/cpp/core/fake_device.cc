@@ -156,11 +156,7 @@ int exact_sums(const PolyquantCudaExactSums* e, void* stream) {
     }
   };
   for (std::int64_t j = 0; j < n; ++j) {
-    std::int64_t rest = j, g = 0;
-    for (int d = e->rank - 1; d >= 0; --d) {
-      g += (rest % e->shape[d]) * e->group_strides[d];
-      rest /= e->shape[d];
-    }
+    const std::int64_t g = polyquant_group_of(j, e->rank, e->shape, e->group_strides);
     require_on_current_device(e->terms + j, sizeof(float), "an exact sum's term");
     if (g < 0 || g >= e->groups) {
       s.stats.faults.push_back("exact sums: term " + std::to_string(j) + " maps to group " + std::to_string(g) + " of " +
@@ -192,11 +188,7 @@ int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
   for (int d = 0; d < m->rank; ++d) n *= m->shape[d];
   const std::size_t size = dtype_size(m->dtype);
   for (std::int64_t j = 0; j < n; ++j) {
-    std::int64_t rest = j, g = 0;
-    for (int d = m->rank - 1; d >= 0; --d) {
-      g += (rest % m->shape[d]) * m->group_strides[d];
-      rest /= m->shape[d];
-    }
+    const std::int64_t g = polyquant_group_of(j, m->rank, m->shape, m->group_strides);
     require_on_current_device(static_cast<const unsigned char*>(m->x) + j * static_cast<std::int64_t>(size), size, "a min / max element");
     if (g < 0 || g >= m->groups) {
       s.stats.faults.push_back("min / max: element " + std::to_string(j) + " maps to group " + std::to_string(g));
