@@ -432,14 +432,16 @@ void convert_into_on_device(const TensorView& from, const MutableTensorView& out
   convert_on_device(b, stream, src, src_dtype, out.data, out.dtype, r, out.shape.v.data(), src_strides, out.strides.v.data());
 }
 
-DeviceScratch::DeviceScratch(const Device& device, std::size_t bytes) : device_(device) {
-  const PolyquantCudaBackend& b = device_backend(device);
+DeviceScratch::DeviceScratch(const Device& device, std::size_t bytes) : backend_(&device_backend(device)), device_(device) {
+  const PolyquantCudaBackend& b = *backend_;
   const DeviceSelection selection(b, device.index);
   check(b, b.allocate(&pointer_, bytes > 0 ? bytes : 1, current_stream()), "cudaMallocAsync");
 }
 
 DeviceScratch::~DeviceScratch() {
-  const PolyquantCudaBackend& b = device_backend(device_);
+  // The table the memory came from (no lookup that could throw in a destructor); errors are
+  // ignored, as a stream-ordered free has nothing to report to.
+  const PolyquantCudaBackend& b = *backend_;
   int previous = 0;
   if (b.get_device(&previous) != 0) previous = device_.index;
   if (previous != device_.index) b.set_device(device_.index);

@@ -82,6 +82,7 @@ class DeviceScratch {
   void* data() const { return pointer_; }
 
  private:
+  const PolyquantCudaBackend* backend_;
   Device device_;
   void* pointer_ = nullptr;
 };
