@@ -115,7 +115,7 @@ def main() -> int:
                 for part, gv, wv in zip(("output", "x.grad", "scale.grad", "offset.grad"), (y, xt.grad, st.grad, ot.grad), cpu):
                     check(f"aimet autograd {label} {part}", gv.detach(), wv)
     # AIMET's MinMax statistics (per channel, per tensor) and QKeras' alpha="auto" from the device's
-    # per-group min / max; a batch with a NaN is settled by the host's code.
+    # per-group min / max; a batch with a NaN is settled by the host's code (MinMax).
     import polyquant.qkeras as qk
 
     finite = np.where(np.isnan(x), np.float32(0.5), x)
@@ -128,6 +128,21 @@ def main() -> int:
                 checks += 1
                 if np.asarray(gv).tobytes() != np.asarray(wv).tobytes():
                     failures.append(f"aimet MinMax {shape} {part}{' (NaN batch)' if batch is x else ''}")
+    # The histogram analyzers (Percentile, SQNR): per-group finite min / max and torch.histc counts
+    # on the device, two batches (the second grows and re-bins the histograms), the encodings.
+    for batch in (finite, x):
+        for shape in ((256,), (1,)):
+            for kind in (lambda: pa.analyzers.PercentileEncodingAnalyzer(shape=shape, num_bins=512, percentile=99.9),
+                         lambda: pa.analyzers.SqnrEncodingAnalyzer(shape=shape, num_bins=256)):
+                on_dev, on_host = kind(), kind()
+                for b in (batch, batch * np.float32(3)):
+                    on_dev.update_stats(torch.from_numpy(b).cuda())
+                    on_host.update_stats(b)
+                name = type(on_dev).__name__
+                for part, gv, wv in zip(("min", "max"), on_dev.compute_encodings(255, False), on_host.compute_encodings(255, False)):
+                    checks += 1
+                    if np.asarray(gv).tobytes() != np.asarray(wv).tobytes():
+                        failures.append(f"aimet {name} {shape} {part}{' (NaN batch)' if batch is x else ''}")
     for make in (lambda: qk.quantized_bits(6, 1, alpha="auto"), lambda: qk.quantized_bits(6, 1, alpha="auto", scale_axis=0),
                  lambda: qk.quantized_linear(5, alpha="auto"), lambda: qk.quantized_linear(4, alpha="auto", keep_negative=False)):
         check(f"qkeras {make()} auto", make()(torch.from_numpy(finite).cuda()), make()(finite))

@@ -479,23 +479,28 @@ std::vector<float> exact_group_sums_on_device(const Device& device, const float*
   return sums;
 }
 
+namespace {
+// x's elements in C order on its device: x itself when contiguous, else a gathered copy (same dtype).
+const void* c_order_on_device(const PolyquantCudaBackend& b, void* stream, Temporaries& temporaries, const TensorView& x) {
+  if (x.is_contiguous()) return x.data;
+  void* c = temporaries.allocate(x.numel(), x.dtype);
+  const Dims cs = contiguous_strides(x.shape);
+  convert_on_device(b, stream, x.data, x.dtype, c, x.dtype, x.shape.rank, x.shape.v.data(), x.strides.v.data(), cs.v.data());
+  return c;
+}
+}  // namespace
+
 GroupMinMax group_min_max_on_device(const TensorView& x, int rank, const std::int64_t* shape,
-                                    const std::int64_t* group_strides, std::int64_t groups) {
+                                    const std::int64_t* group_strides, std::int64_t groups, bool finite_only) {
   const PolyquantCudaBackend& b = device_backend(x.device);
   if (b.group_min_max == nullptr) throw Error(ErrorKind::kRuntime, "CUDA backend: the library has no group min / max");
   if (rank > kPolyquantCudaMaxGroupedRank) throw Error(ErrorKind::kValue, "internal: group min / max of rank " + std::to_string(rank));
   const DeviceSelection selection(b, x.device.index);
   void* stream = current_stream();
   Temporaries temporaries(b, stream);
-  const void* data = x.data;
-  if (!x.is_contiguous()) {  // gathered into C order (same dtype)
-    void* c = temporaries.allocate(x.numel(), x.dtype);
-    const Dims cs = contiguous_strides(x.shape);
-    convert_on_device(b, stream, x.data, x.dtype, c, x.dtype, x.shape.rank, x.shape.v.data(), x.strides.v.data(), cs.v.data());
-    data = c;
-  }
   PolyquantCudaGroupMinMax m{};
-  m.x = data;
+  m.x = c_order_on_device(b, stream, temporaries, x);
+  m.finite_only = finite_only ? 1 : 0;
   m.dtype = x.dtype;
   m.rank = rank;
   for (int d = 0; d < rank; ++d) {
@@ -523,6 +528,40 @@ GroupMinMax group_min_max_on_device(const TensorView& x, int rank, const std::in
     r.negative_zero[g] = (flags[g] & kPolyquantCudaMinMaxNegativeZero) != 0;
   }
   return r;
+}
+
+std::vector<std::uint64_t> group_histogram_on_device(const TensorView& x, int rank, const std::int64_t* shape,
+                                                     const std::int64_t* group_strides, std::int64_t groups, std::int64_t bins,
+                                                     std::span<const PolyquantCudaHistogramBinning> binning) {
+  const PolyquantCudaBackend& b = device_backend(x.device);
+  if (b.group_histogram == nullptr) throw Error(ErrorKind::kRuntime, "CUDA backend: the library has no group histogram");
+  if (rank > kPolyquantCudaMaxGroupedRank) throw Error(ErrorKind::kValue, "internal: group histogram of rank " + std::to_string(rank));
+  if (bins < 1 || bins > kHistcMaxCountingBins || static_cast<std::int64_t>(binning.size()) != groups)
+    throw Error(ErrorKind::kValue, "internal: group histogram of " + std::to_string(bins) + " bins, " + std::to_string(binning.size()) +
+                                       " binnings for " + std::to_string(groups) + " groups");
+  const DeviceSelection selection(b, x.device.index);
+  void* stream = current_stream();
+  Temporaries temporaries(b, stream);
+  PolyquantCudaGroupHistogram h{};
+  h.x = c_order_on_device(b, stream, temporaries, x);
+  h.dtype = x.dtype;
+  h.rank = rank;
+  for (int d = 0; d < rank; ++d) {
+    h.shape[d] = shape[d];
+    h.group_strides[d] = group_strides[d];
+  }
+  h.groups = groups;
+  h.bins = bins;
+  const std::size_t binning_bytes = binning.size() * sizeof(PolyquantCudaHistogramBinning);
+  auto* on_device = static_cast<PolyquantCudaHistogramBinning*>(temporaries.allocate(static_cast<std::int64_t>(binning_bytes), DType::kUInt8));
+  // `binning` outlives the copy: the read-back below waits for the stream.
+  check(b, b.copy(on_device, binning.data(), binning_bytes, stream, 0), "cudaMemcpyAsync");
+  h.binning = on_device;
+  std::vector<std::uint64_t> counts(static_cast<std::size_t>(groups * (bins + 2)));
+  h.counts = static_cast<std::uint64_t*>(temporaries.allocate(static_cast<std::int64_t>(counts.size()), DType::kUInt64));
+  check(b, b.group_histogram(&h, stream), "the group histogram kernel");
+  check(b, b.copy(counts.data(), h.counts, counts.size() * sizeof(std::uint64_t), stream, 1), "cudaMemcpyAsync");
+  return counts;
 }
 
 void* allocate_device_memory(const Device& device, std::size_t bytes) {

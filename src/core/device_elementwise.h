@@ -30,6 +30,7 @@
 #include "polyquant/tensor.h"
 
 struct PolyquantCudaBackend;
+struct PolyquantCudaHistogramBinning;
 
 namespace polyquant::detail {
 
@@ -102,12 +103,23 @@ std::vector<float> exact_group_sums_on_device(const Device& device, const float*
 // 2 kMaxRank). Waits for the stream. min / max are the values as float64 (+inf / -inf for a group
 // of NaNs only); `nan` and `negative_zero` say whether the group holds a NaN or a -0.0, which the
 // keys leave to the caller (which NaN, the sign of a zero the reference's order picks).
+// `finite_only`: NaN and infinite elements are skipped (min / max of the finite ones; +inf / -inf
+// for a group without any).
 struct GroupMinMax {
   std::vector<double> min, max;
   std::vector<std::uint8_t> nan, negative_zero;
 };
 GroupMinMax group_min_max_on_device(const TensorView& x, int rank, const std::int64_t* shape,
-                                    const std::int64_t* group_strides, std::int64_t groups);
+                                    const std::int64_t* group_strides, std::int64_t groups, bool finite_only = false);
+
+// Per-group torch.histc counts of a float16 / bfloat16 / float32 / float64 tensor on a device (any
+// strides), grouped as group_min_max_on_device groups, group g binned by binning[g]
+// (backend_abi.h, PolyquantCudaGroupHistogram; bins <= kHistcMaxCountingBins). Waits for the
+// stream. Returns groups * (bins + 2) counts: group g's bins, then its values below and above the
+// thresholds. Integer counts, so the host's counts of the same values.
+std::vector<std::uint64_t> group_histogram_on_device(const TensorView& x, int rank, const std::int64_t* shape,
+                                                     const std::int64_t* group_strides, std::int64_t groups, std::int64_t bins,
+                                                     std::span<const PolyquantCudaHistogramBinning> binning);
 
 // Element `index` (flat, row-major) of a view on a device, copied to the host: the copy waits for
 // the stream, so a parameter that decides the kernel (a bit width) can be read like a host one.

@@ -6,7 +6,28 @@
 #include <span>
 #include <vector>
 
+#include "core/target.h"
+
 namespace polyquant::detail {
+
+// torch.histc's per-value steps over a range fixed beforehand, for at most 2^24 bins (so bins - 1
+// is exact in float32 and trunc(min(q, bins - 1)) == min(trunc(q), bins - 1)): the bin of float32
+// value f, or `outside` where f is not in [left, right] (NaN included). Host and device code: the
+// CPU's counting loop and the CUDA histogram kernel both count by it.
+struct HistcBins {
+  float left, right, nbins, width;
+  float last;            // bins - 1
+  std::int32_t outside;  // the index returned for a value outside the range
+};
+POLYQUANT_HD inline std::int32_t histc_bin_of(float f, const HistcBins& b) {
+  const float q = ((f - b.left) * b.nbins) / b.width;
+  // x86's int64 conversion of NaN, an infinity or |q| >= 2^63 gives INT64_MIN, clamped to bin 0
+  const bool valid = (q >= 0.0f) & (q < 9.2233720368547758e18f);
+  const float clamped = valid ? (q < b.last ? q : b.last) : 0.0f;
+  const bool in = (f >= b.left) & (f <= b.right);
+  return in ? static_cast<std::int32_t>(clamped) : b.outside;
+}
+inline constexpr std::int64_t kHistcMaxCountingBins = std::int64_t{1} << 24;
 
 // torch.histc(x, bins, min=lo, max=hi) on float32 data, counts added into `counts` (int64):
 //   - the range: [lo, hi] as doubles; lo == hi takes x's own extremes (NaN and inf included),
@@ -35,6 +56,10 @@ struct HistcBinning {
     return pos < bins ? pos : bins - 1;
   }
   bool contains(float v) const { return v >= left && v <= right; }
+  // histc_bin_of's parameters (bins <= kHistcMaxCountingBins); `outside` is bins.
+  HistcBins counting() const {
+    return {left, right, nbins, width, static_cast<float>(bins - 1), static_cast<std::int32_t>(bins)};
+  }
 };
 
 // torch's CPU sum of a contiguous float32 (or float64) row, in its vector order

@@ -340,7 +340,7 @@ def main() -> None:
     e = error(lambda: qk.quantized_bits(bits=4, alpha="auto_po2")(dx))
     assert "quantized_bits runs on the host only (alpha='auto_po2' searches the scale on the host" in e, e
     # AIMET's MinMax statistics on the device (per channel; a batch with a NaN is settled by the
-    # host's code), the host's bits; the histogram analyzers refuse a device tensor by name.
+    # host's code), the host's bits.
     for batch in (x, np.where(np.arange(x.size).reshape(x.shape) == 7, np.float32(np.nan), x)):
         on_host, on_device = (pa.analyzers.MinMaxEncodingAnalyzer(shape=(x.shape[1],)) for _ in range(2))
         on_host.update_stats(batch)
@@ -350,8 +350,20 @@ def main() -> None:
         got = on_device.compute_dynamic_encodings(FakeCudaTensor(batch), 15, True)
         for g, w in zip(got, on_host.compute_dynamic_encodings(batch, 15, True)):
             assert same_bits(g, w), "MinMax dynamic encodings"
-    e = error(lambda: pa.analyzers.PercentileEncodingAnalyzer(shape=(1,)).update_stats(dx))
-    assert "the AIMET histogram encoding analyzers runs on the host only" in e, e
+    # The histogram analyzers' statistics on the device: two batches (the second grows and re-bins
+    # the histograms), the encodings and the dynamic encodings, the host's bits.
+    for batch in (x, np.where(np.arange(x.size).reshape(x.shape) == 7, np.float32(np.inf), x)):
+        for kind in (lambda: pa.analyzers.PercentileEncodingAnalyzer(shape=(x.shape[1],), num_bins=64, percentile=99.0),
+                     lambda: pa.analyzers.SqnrEncodingAnalyzer(shape=(1,), num_bins=32)):
+            on_host, on_device = kind(), kind()
+            for b in (batch, batch * np.float32(2.5)):
+                on_host.update_stats(b)
+                on_device.update_stats(FakeCudaTensor(b))
+            for got, want in zip(on_device.compute_encodings(255, False), on_host.compute_encodings(255, False)):
+                assert same_bits(got, want), "histogram statistics"
+            got = on_device.compute_dynamic_encodings(FakeCudaTensor(batch), 15, True)
+            for g, w in zip(got, on_host.compute_dynamic_encodings(batch, 15, True)):
+                assert same_bits(g, w), "histogram dynamic encodings"
     # Host calls are untouched.
     assert same_bits(pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND"), pq.int_quant(x.copy(), scale.copy(), 0.0, 8, 1, 0, "ROUND"))
     print("ok")

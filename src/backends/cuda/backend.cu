@@ -197,6 +197,7 @@ __global__ void group_min_max_kernel(PolyquantCudaGroupMinMax m, std::int64_t n,
       group = g;
     }
     const double v = load_as_double(m.x, m.dtype, j);
+    if (m.finite_only && !(v - v == 0.0)) continue;  // NaN or an infinity: not a finite extreme
     if (v != v) {
       f |= kPolyquantCudaMinMaxNaN;
       continue;
@@ -223,6 +224,70 @@ int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+// ---- group histograms ----------------------------------------------------------------------------
+// Counts are integers, so the order of the adds is free. Where every group's slots fit in shared
+// memory (the common case: one histogram, or a few channels of a few hundred bins), each block
+// counts into its own copy with shared-memory atomics and adds it into the global counts once;
+// otherwise every element's count is a global atomic add. Blocks walk the elements grid-stride.
+constexpr int kHistogramThreads = 256;
+constexpr std::int64_t kHistogramSharedSlots = 8192;  // 32 KiB of 32-bit counters
+
+__device__ void histogram_element(const PolyquantCudaGroupHistogram& h, std::int64_t j, unsigned int* shared, std::uint64_t* global) {
+  const std::int64_t g = polyquant_group_of(j, h.rank, h.shape, h.group_strides);
+  const PolyquantCudaHistogramBinning& b = h.binning[g];
+  const double v = load_as_double(h.x, h.dtype, j);
+  const std::int64_t base = g * (h.bins + 2);
+  const std::int64_t slot = polyquant_histogram_slot(v, b);
+  auto count = [&](std::int64_t i) {
+    if (shared != nullptr) atomicAdd(shared + i, 1u);
+    else atomicAdd(reinterpret_cast<unsigned long long*>(global + i), 1ull);
+  };
+  if (slot >= 0) count(base + slot);
+  if (v < b.below) count(base + h.bins);
+  if (v > b.above) count(base + h.bins + 1);
+}
+
+__global__ void group_histogram_kernel(PolyquantCudaGroupHistogram h, std::int64_t n, bool privatized) {
+  extern __shared__ unsigned int block_counts[];
+  const std::int64_t slots = h.groups * (h.bins + 2);
+  if (privatized) {
+    for (std::int64_t i = threadIdx.x; i < slots; i += blockDim.x) block_counts[i] = 0;
+    __syncthreads();
+  }
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += stride) {
+    histogram_element(h, j, privatized ? block_counts : nullptr, h.counts);
+  }
+  if (privatized) {
+    __syncthreads();
+    for (std::int64_t i = threadIdx.x; i < slots; i += blockDim.x) {
+      if (block_counts[i] != 0) atomicAdd(reinterpret_cast<unsigned long long*>(h.counts + i), static_cast<unsigned long long>(block_counts[i]));
+    }
+  }
+}
+
+int group_histogram(const PolyquantCudaGroupHistogram* h, void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  const std::int64_t slots = h->groups * (h->bins + 2);
+  cudaError_t e = cudaMemsetAsync(h->counts, 0, static_cast<std::size_t>(slots) * sizeof(std::uint64_t), st);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  std::int64_t n = 1;
+  for (int d = 0; d < h->rank; ++d) n *= h->shape[d];
+  if (n <= 0) return 0;
+  // Enough blocks to fill the device a few times over; a block's 32-bit counters stay below 2^32
+  // (each element adds at most 2 to a group's slots, and a block walks far fewer than 2^31).
+  int device = 0, sms = 1;
+  if ((e = cudaGetDevice(&device)) != cudaSuccess) return static_cast<int>(e);
+  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return static_cast<int>(e);
+  const std::int64_t wanted = (n + kHistogramThreads - 1) / kHistogramThreads;
+  const std::int64_t most = static_cast<std::int64_t>(sms) * 8;
+  const dim3 grid(static_cast<unsigned>(wanted < most ? wanted : most));
+  const bool privatized = slots <= kHistogramSharedSlots;
+  const std::size_t shared = privatized ? static_cast<std::size_t>(slots) * sizeof(unsigned int) : 0;
+  group_histogram_kernel<<<grid, kHistogramThreads, shared, st>>>(*h, n, privatized);
+  return static_cast<int>(cudaGetLastError());
+}
+
 PolyquantCudaBackend make_backend() {
   PolyquantCudaBackend b{};
   b.abi_version = POLYQUANT_CUDA_ABI_VERSION;
@@ -244,6 +309,7 @@ PolyquantCudaBackend make_backend() {
   b.convert = &convert;
   b.exact_sums = &exact_sums;
   b.group_min_max = &group_min_max;
+  b.group_histogram = &group_histogram;
 #define POLYQUANT_CUDA_CALL_FILL(flavour, work) POLYQUANT_CUDA_FILL_FUNCTION(flavour, work)(b);
   POLYQUANT_CUDA_EVERY_PART(POLYQUANT_CUDA_CALL_FILL)
 #undef POLYQUANT_CUDA_CALL_FILL

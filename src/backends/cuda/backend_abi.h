@@ -15,12 +15,13 @@
 #include <cstdint>
 
 #include "core/exact_sum.h"
+#include "core/histogram.h"
 #include "kernels/ops.h"
 #include "kernels/row.h"
 #include "polyquant/tensor.h"
 
 // Bumped whenever PolyquantCudaBackend, RowArgs' meaning or a launcher's contract changes.
-#define POLYQUANT_CUDA_ABI_VERSION 3u
+#define POLYQUANT_CUDA_ABI_VERSION 4u
 #define POLYQUANT_CUDA_ENTRY_POINT "polyquant_cuda_backend_v1"
 
 // The function of row_kernels.cu's build for a flavour (ieee, flushing) and a working precision
@@ -87,7 +88,8 @@ struct PolyquantCudaExactSums {
 // element in with integer atomics on its order key (polyquant_order_key: unsigned order is value
 // order, -0.0 just below +0.0), so any schedule gives the same keys; a NaN sets flag 1 and leaves
 // the keys, a -0.0 sets flag 2. The host decodes (polyquant_from_order_key) and decides what the
-// keys cannot tell (which NaN, the sign of a zero where the reference's order picks it).
+// keys cannot tell (which NaN, the sign of a zero where the reference's order picks it). With
+// `finite_only` set, NaN and infinite elements are skipped (no key, no flag): the finite extremes.
 inline constexpr int kPolyquantCudaMaxGroupedRank = 2 * polyquant::kMaxRank;
 inline constexpr std::uint32_t kPolyquantCudaMinMaxNaN = 1, kPolyquantCudaMinMaxNegativeZero = 2;
 struct PolyquantCudaGroupMinMax {
@@ -99,7 +101,38 @@ struct PolyquantCudaGroupMinMax {
   std::int64_t groups;
   std::uint64_t* keys;
   std::uint32_t* flags;
+  int finite_only;
 };
+
+// Per-group torch.histc counts of x (float16, bfloat16, float32 or float64, contiguous, C order over
+// `shape`; element j in group sum_d i_d * group_strides[d]), each group over its own range:
+// binning[g] (device memory) holds group g's histc_bin_of parameters (core/histogram.h; `outside`
+// is bins) and the two thresholds `below` / `above` (values of x's dtype, as float64). The library
+// zeroes `counts` (groups * (bins + 2) values, device memory), then for every element v adds one to
+// counts[g (bins + 2) + histc_bin_of(float32(v))] unless the value is outside, to slot bins when
+// v < below and to slot bins + 1 when v > above (compared as float64). Integer counts: any order
+// and any split give the same counts.
+struct PolyquantCudaHistogramBinning {
+  polyquant::detail::HistcBins bins;
+  double below, above;
+};
+struct PolyquantCudaGroupHistogram {
+  const void* x;
+  polyquant::DType dtype;
+  int rank;
+  std::int64_t shape[kPolyquantCudaMaxGroupedRank];
+  std::int64_t group_strides[kPolyquantCudaMaxGroupedRank];
+  std::int64_t groups;
+  std::int64_t bins;  // at most polyquant::detail::kHistcMaxCountingBins
+  const PolyquantCudaHistogramBinning* binning;
+  std::uint64_t* counts;
+};
+// Group g's slot of element value v in PolyquantCudaGroupHistogram's counts, or -1 for none
+// (outside the range); below / above say whether v also counts in slots bins and bins + 1.
+POLYQUANT_HD inline std::int64_t polyquant_histogram_slot(double v, const PolyquantCudaHistogramBinning& b) {
+  const std::int32_t k = polyquant::detail::histc_bin_of(static_cast<float>(v), b.bins);
+  return k == b.bins.outside ? -1 : k;
+}
 // The group of element j (C order over `shape`) of a grouped reduction: sum_d i_d * group_strides[d].
 POLYQUANT_HD inline std::int64_t polyquant_group_of(std::int64_t j, int rank, const std::int64_t* shape,
                                                     const std::int64_t* group_strides) {
@@ -157,6 +190,8 @@ struct PolyquantCudaBackend {
   int (*exact_sums)(const PolyquantCudaExactSums* s, void* stream);
   // Runs a PolyquantCudaGroupMinMax asynchronously on `stream`.
   int (*group_min_max)(const PolyquantCudaGroupMinMax* m, void* stream);
+  // Runs a PolyquantCudaGroupHistogram asynchronously on `stream`.
+  int (*group_histogram)(const PolyquantCudaGroupHistogram* h, void* stream);
   // launch[op][work]: the launcher of an op's per-element row in a working precision, nullptr
   // where there is none (the ops without a per-element row, RowElementTraits, and the working
   // precisions ops.inc does not list for the op).

@@ -195,6 +195,7 @@ int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
       return 0;
     }
     const double v = detail::load_as_double(m->x, m->dtype, j);
+    if (m->finite_only && !(v - v == 0.0)) continue;
     if (v != v) {
       m->flags[g] |= kPolyquantCudaMinMaxNaN;
       continue;
@@ -203,6 +204,43 @@ int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
     const std::uint64_t k = polyquant_order_key(v);
     m->keys[2 * g] = std::min(m->keys[2 * g], k);
     m->keys[2 * g + 1] = std::max(m->keys[2 * g + 1], k);
+  }
+  return 0;
+}
+
+// The group histogram as the CUDA kernel counts it (the same slots; the order of integer adds is
+// free).
+int group_histogram(const PolyquantCudaGroupHistogram* h, void* stream) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  ++s.stats.reductions;
+  s.stats.last_stream = stream;
+  const auto groups = static_cast<std::size_t>(h->groups);
+  const std::size_t slots = groups * static_cast<std::size_t>(h->bins + 2);
+  require_on_current_device(h->counts, slots * sizeof(std::uint64_t), "histogram counts");
+  require_on_current_device(h->binning, groups * sizeof(PolyquantCudaHistogramBinning), "histogram binning");
+  if (h->bins < 1 || h->bins > detail::kHistcMaxCountingBins) {
+    s.stats.faults.push_back("histogram: " + std::to_string(h->bins) + " bins");
+    return 0;
+  }
+  std::fill(h->counts, h->counts + slots, std::uint64_t{0});
+  std::int64_t n = 1;
+  for (int d = 0; d < h->rank; ++d) n *= h->shape[d];
+  const std::size_t size = dtype_size(h->dtype);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const std::int64_t g = polyquant_group_of(j, h->rank, h->shape, h->group_strides);
+    require_on_current_device(static_cast<const unsigned char*>(h->x) + j * static_cast<std::int64_t>(size), size, "a histogram element");
+    if (g < 0 || g >= h->groups) {
+      s.stats.faults.push_back("histogram: element " + std::to_string(j) + " maps to group " + std::to_string(g));
+      return 0;
+    }
+    const PolyquantCudaHistogramBinning& b = h->binning[g];
+    const double v = detail::load_as_double(h->x, h->dtype, j);
+    std::uint64_t* c = h->counts + g * (h->bins + 2);
+    const std::int64_t slot = polyquant_histogram_slot(v, b);
+    if (slot >= 0) ++c[slot];
+    if (v < b.below) ++c[h->bins];
+    if (v > b.above) ++c[h->bins + 1];
   }
   return 0;
 }
@@ -277,6 +315,7 @@ PolyquantCudaBackend make_table() {
   b.convert = &convert;
   b.exact_sums = &exact_sums;
   b.group_min_max = &group_min_max;
+  b.group_histogram = &group_histogram;
   fill_launchers(b, std::make_index_sequence<static_cast<std::size_t>(kNumKernelOps * kNumWorkTypes)>());
   return b;
 }

@@ -795,13 +795,16 @@ TEST_F(DeviceEngine, MixedDevicesAreErrorsNamingTheParameters) {
 // Ops without a device path yet refuse device tensors with the op's name, before touching them.
 TEST_F(DeviceEngine, HostOnlyOpsRefuseDeviceTensorsByName) {
   Array x = Array::of(fake_, x_values(16, 7), DType::kFloat32);
-  const TensorView dx = x.device_view(Dims{16}, Dims{1});
-  // AIMET's histogram analyzers gather their statistics on the host only.
-  aimet::PercentileEncodingAnalyzer analyzer(aimet::AnalyzerShape{Dims{1}, std::nullopt});
-  const std::string e = error_of([&] { analyzer.update_stats(dx); });
+  Array out = Array::zeros(fake_, 16 * 4, DType::kFloat32);
+  // QKeras' auto_po2 scale search runs on the host only.
+  qkeras::QuantizedBitsAttrs attrs;
+  attrs.bits = 4;
+  attrs.alpha = qkeras::Alpha::kAutoPo2;
+  const std::string e = error_of([&] {
+    qkeras::quantized_bits(x.device_view(Dims{16}, Dims{1}), TensorView{}, attrs, {}, {}, out.device_out(Dims{16}, Dims{1}));
+  });
   EXPECT_NE(e.find("cuda:0"), std::string::npos) << e;
-  EXPECT_NE(e.find("the AIMET histogram encoding analyzers"), std::string::npos) << e;
-  EXPECT_FALSE(analyzer.has_stats());
+  EXPECT_NE(e.find("quantized_bits"), std::string::npos) << e;
   if (FakeDevice* f = stand_in()) {
     EXPECT_EQ(f->stats().launches, 0);
     EXPECT_TRUE(f->stats().faults.empty());
@@ -963,6 +966,116 @@ TEST_F(DeviceEngine, MinMaxAnalyzerStatisticsEqualTheHost) {
             // only the batches the keys cannot settle come back to the host
             EXPECT_EQ(f->stats().host_reads > 3, batch.host_decides);
           }
+        }
+      }
+    }
+  }
+}
+
+// AIMET's histogram analyzers on the device: each group's finite min / max by order keys and its
+// torch.histc counts by integer atomics (PolyquantCudaGroupHistogram), the edges, growth and merges
+// on the host, so the host's bits: first batches, later batches that grow and re-bin the
+// histograms (AIMET's chunks of x), fixed ranges (start_with_range), dynamic encodings; per tensor,
+// per channel on either axis, blockwise; float32, float16, bfloat16, float64; transposed x;
+// NaN and infinities (not finite: skipped), constant batches (a widened range), and the batches the
+// device leaves to the host's code on a copy (a zero minimum in a group holding -0.0; a constant
+// so large that the widened range has zero width).
+TEST_F(DeviceEngine, HistogramAnalyzersEqualTheHost) {
+  const Dims shape{12, 40};
+  // (mixed values, but none so large that a range overflows: that makes AIMET's edges NaN)
+  std::vector<float> base = test::mixed_values(480, 41, 8.0f);
+  for (float& v : base) v = std::isfinite(v) && std::fabs(v) < 1e4f ? v : 2.5f;
+  struct Batch {
+    const char* name;
+    std::vector<float> first, later;  // the later batch grows the range
+    bool host_decides;
+  };
+  auto scaled = [](std::vector<float> v, float f) {
+    for (float& e : v) e *= f;
+    return v;
+  };
+  std::vector<Batch> batches;
+  batches.push_back({"finite", base, scaled(base, 3.0f), false});
+  std::vector<float> specials = base;
+  specials[3] = std::numeric_limits<float>::quiet_NaN(), specials[50] = std::numeric_limits<float>::infinity();
+  specials[301] = -std::numeric_limits<float>::infinity(), specials[200] = -0.0f;
+  batches.push_back({"NaN and infinities", specials, scaled(specials, 0.25f), false});
+  batches.push_back({"constant", std::vector<float>(480, 2.5f), scaled(base, 2.0f), false});
+  std::vector<float> zeros(480, 0.0f);
+  for (std::size_t i = 0; i < zeros.size(); i += 3) zeros[i] = -0.0f;
+  for (std::size_t i = 1; i < zeros.size(); i += 7) zeros[i] = 1.5f;
+  batches.push_back({"signed zeros", zeros, base, true});
+  batches.push_back({"huge constant", std::vector<float>(480, 6e4f), base, true});
+  const aimet::AnalyzerShape shapes[] = {{Dims{1}, std::nullopt}, {Dims{12, 1}, std::nullopt}, {Dims{40}, std::nullopt},
+                                         {Dims{12, 4}, std::vector<std::int64_t>{1, 10}}};
+  auto bits_of = [](const auto& v) {
+    std::vector<unsigned char> b(v.size() * sizeof(v[0]));
+    if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  auto expect_same = [&](const aimet::HistogramState& got, const aimet::HistogramState& want) {
+    EXPECT_EQ(got.dtype, want.dtype);
+    EXPECT_EQ(bits_of(got.counts), bits_of(want.counts)) << "counts";
+    EXPECT_EQ(bits_of(got.edges), bits_of(want.edges)) << "edges";
+    EXPECT_EQ(bits_of(got.min), bits_of(want.min)) << "min";
+    EXPECT_EQ(bits_of(got.max), bits_of(want.max)) << "max";
+    EXPECT_EQ(bits_of(got.limit_lo), bits_of(want.limit_lo)) << "limits";
+    EXPECT_EQ(bits_of(got.limit_hi), bits_of(want.limit_hi)) << "limits";
+  };
+  for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+    for (const Batch& batch : batches) {
+      auto upload = [&](const std::vector<float>& values) {
+        std::vector<unsigned char> bytes(480 * dtype_size(dtype));
+        detail::convert_values_scalar(values.data(), DType::kFloat32, 1, bytes.data(), dtype, 1, 480);
+        return Array::of(fake_, bytes, dtype);
+      };
+      Array first = upload(batch.first), later = upload(batch.later);
+      for (const aimet::AnalyzerShape& as : shapes) {
+        for (const bool transposed : {false, true}) {
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + batch.name + " analyzer shape " + as.shape.str() +
+                       (transposed ? " transposed x" : ""));
+          const Dims strides = transposed ? Dims{1, 12} : Dims{40, 1};  // transposed: (40, 12) in memory
+          aimet::PercentileEncodingAnalyzer on_host(as, 64, 99.0), on_device(as, 64, 99.0);
+          if (FakeDevice* f = stand_in()) f->reset_stats();
+          // (AIMET's errors too: the same on both; a float64 batch that grows a float32 histogram
+          // fails in AIMET's re-binning, after its ranges: the histograms before the failing one
+          // are counted and merged, so one reduction fewer only where the first one fails)
+          int reductions = 6;
+          for (const Array* a : {&first, &later}) {
+            const std::string e_host = error_of([&] { on_host.update_stats(a->host_view(shape, strides)); });
+            const std::string e_dev = error_of([&] { on_device.update_stats(a->device_view(shape, strides)); });
+            EXPECT_EQ(e_dev, e_host);
+            if (e_host.find("index_add_()") != std::string::npos) reductions = -1;
+            expect_same(on_device.state(), on_host.state());
+          }
+          aimet::EncodingRange e_host, e_dev;
+          EXPECT_EQ(error_of([&] { e_dev = on_device.compute_dynamic_encodings(later.device_view(shape, strides), 255, false); }),
+                    error_of([&] { e_host = on_host.compute_dynamic_encodings(later.host_view(shape, strides), 255, false); }));
+          EXPECT_EQ(bits_of(e_dev.min), bits_of(e_host.min)) << "dynamic encodings";
+          EXPECT_EQ(bits_of(e_dev.max), bits_of(e_host.max)) << "dynamic encodings";
+          if (FakeDevice* f = stand_in()) {
+            EXPECT_TRUE(f->stats().faults.empty()) << f->stats().faults.front();
+            EXPECT_EQ(f->outstanding_temporaries(), 0);
+            // settled on the device: min / max and counts for each of the three calls
+            if (!batch.host_decides) {
+              if (reductions > 0) EXPECT_EQ(f->stats().reductions, reductions);
+              else EXPECT_TRUE(f->stats().reductions == 5 || f->stats().reductions == 6) << f->stats().reductions;
+            }
+          }
+          // A fixed range: each batch's slices binned over it, on the device as on the host; a batch
+          // beyond it is the same error.
+          if (batch.host_decides) continue;
+          const std::int64_t h = on_host.state().min.size() > 0 ? static_cast<std::int64_t>(on_host.state().min.size()) : 1;
+          const std::vector<double> lo(static_cast<std::size_t>(h), -64.0), hi(static_cast<std::size_t>(h), 64.0);
+          aimet::PercentileEncodingAnalyzer fixed_host(as, 64, 99.0), fixed_device(as, 64, 99.0);
+          fixed_host.start_with_range(dtype, lo, hi);
+          fixed_device.start_with_range(dtype, lo, hi);
+          for (const Array* a : {&first, &later}) {
+            const std::string e_host_fixed = error_of([&] { fixed_host.update_stats(a->host_view(shape, strides)); });
+            const std::string e_dev_fixed = error_of([&] { fixed_device.update_stats(a->device_view(shape, strides)); });
+            EXPECT_EQ(e_dev_fixed, e_host_fixed);
+          }
+          expect_same(fixed_device.state(), fixed_host.state());
         }
       }
     }

@@ -125,9 +125,7 @@ ReducedView reduced_view(const Dims& x_shape, const AnalyzerShape& a, bool histo
   return r;
 }
 
-void check_not_empty(const TensorView& x, bool on_device_too) {
-  const polyquant::detail::NamedView operands[] = {{&x, "x"}};
-  if (!on_device_too) polyquant::detail::require_host(operands, "the AIMET histogram encoding analyzers");
+void check_not_empty(const TensorView& x) {
   if (x.numel() == 0)
     fail(ErrorKind::kValue, "x: the batch is empty (shape " + x.shape.str() + "); the analyzers need at least one value per batch");
 }

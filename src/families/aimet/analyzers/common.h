@@ -95,8 +95,7 @@ struct Data {
 };
 
 // AIMET refuses a batch without values (its reductions over an empty tensor raise).
-// x on a device is refused by name unless `on_device_too` (the MinMax statistics have a device path).
-void check_not_empty(const TensorView& x, bool on_device_too = false);
+void check_not_empty(const TensorView& x);
 
 // x's values in C order (a view of x when it is contiguous float32 / float64, else a copy).
 Data read_data(const TensorView& x);

@@ -8,12 +8,15 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/backend_abi.h"
+#include "core/device_elementwise.h"
 #include "core/grouped_reduce.h"
 #include "core/histogram.h"
 #include "core/parallel.h"
@@ -129,17 +132,14 @@ MinMaxPart finite_min_max(const Slice& s, DType dtype, bool parallel) {
 }
 
 // torch.histc counts of values [b, e) (as float32) plus the values below `below` / above `above`
-// (compared in the storage type), for bins <= 2^24: `counts` has bins + 1 slots, the last one
-// taking the values outside the range. Blocks: bin indices are computed vectorised (the steps of
-// HistcBinning::scaled and ::bin, written out so that they stay in this loop: with bins - 1
-// exact in float32, trunc(min(q, bins - 1)) == min(trunc(q), bins - 1)), then counted.
+// (compared in the storage type), for bins <= kHistcMaxCountingBins: `counts` has bins + 1 slots,
+// the last one taking the values outside the range. Blocks: bin indices are computed vectorised
+// (histc_bin_of, inline), then counted.
 template <class T, class Load>
 void bin_part(const Load& at, std::int64_t b, std::int64_t e, const detail::HistcBinning& hb, T below, T above, std::int64_t* counts,
               std::int64_t& n_below, std::int64_t& n_above) {
   constexpr int kBlock = 256;
-  const float left = hb.left, right = hb.right, nbins = hb.nbins, width = hb.width;
-  const float last = static_cast<float>(hb.bins - 1);
-  const auto outside = static_cast<std::int32_t>(hb.bins);
+  const detail::HistcBins bins = hb.counting();
   std::int32_t idx[kBlock];
   std::int64_t nb = 0, na = 0;
   for (std::int64_t i = b; i < e; i += kBlock) {
@@ -147,12 +147,7 @@ void bin_part(const Load& at, std::int64_t b, std::int64_t e, const detail::Hist
     std::int32_t bb = 0, ba = 0;
     for (int j = 0; j < m; ++j) {
       const T v = at(i + j);
-      const float f = static_cast<float>(v);
-      const float q = ((f - left) * nbins) / width;
-      const bool valid = (q >= 0.0f) & (q < 9.2233720368547758e18f);  // else x86's int64 conversion gives INT64_MIN -> 0
-      const float qc = valid ? (q < last ? q : last) : 0.0f;
-      const bool in = (f >= left) & (f <= right);
-      idx[j] = in ? static_cast<std::int32_t>(qc) : outside;
+      idx[j] = detail::histc_bin_of(static_cast<float>(v), bins);
       bb += static_cast<std::int32_t>(v < below);
       ba += static_cast<std::int32_t>(v > above);
     }
@@ -173,7 +168,7 @@ void bin_slice(const Slice& s, std::int64_t bins, double lo, double hi, double b
   counts.assign(static_cast<std::size_t>(bins + 1), 0);  // + the slot of values outside the range
   std::int64_t n_below = 0, n_above = 0;
   const double bl = torch_round_to(d.dtype, below), ab = torch_round_to(d.dtype, above);
-  if (lo == hi || bins > (std::int64_t{1} << 24)) {
+  if (lo == hi || bins > detail::kHistcMaxCountingBins) {
     // torch.histc over the data's own extremes, or too many bins for bin_part: the reference loop.
     std::vector<float> xs(static_cast<std::size_t>(s.n));
     visit(s, [&](const auto& at, auto) {
@@ -293,6 +288,105 @@ bool histograms_in_parallel(std::int64_t h, std::int64_t numel) {
   return h > 1 && numel >= 2 * kSliceGrain && detail::num_threads() > 1;
 }
 
+// ---- x on a device -------------------------------------------------------------------------------
+// The steps that read the data run on x's device, every group at once: each group's finite minimum
+// and maximum by order-key atomics (any order gives them) and its torch.histc counts (integers,
+// counted by histc_bin_of, the host's per-value steps). The host computes edges, ranges and
+// merges from them as it does for host data, so the host's bits. What the device cannot settle
+// returns nothing, and the caller runs the host code on a copy of x: a zero extreme in a group
+// holding -0.0 (which zero torch's lane order keeps), a histc over the data's own extremes (a
+// range of zero width) or more than kHistcMaxCountingBins bins.
+
+// Element j of x (C order) belongs to group sum_d i_d * strides[d] over `shape`.
+struct DeviceGrouping {
+  int rank = 0;
+  std::array<std::int64_t, detail::kMaxGroupedRank> shape{}, strides{};
+  std::int64_t groups = 1;
+};
+// The groups of the encoding elements' slices (element_slices' grouping).
+DeviceGrouping slice_grouping(const ReducedView& rv) {
+  const GroupedLayout L = detail::make_grouped_layout(rv.view, rv.keep, std::vector<std::int64_t>(rv.keep.size(), 1), Dims{});
+  DeviceGrouping g;
+  g.rank = L.rank;
+  g.shape = L.shape;
+  g.strides = L.group_stride;
+  g.groups = L.num_groups;
+  return g;
+}
+// h consecutive chunks of n / h elements (AIMET's reshape(x, (h, -1)) of a later batch).
+DeviceGrouping chunk_grouping(std::int64_t h, std::int64_t n) {
+  DeviceGrouping g;
+  g.rank = 2;
+  g.shape[0] = h, g.shape[1] = n / h;
+  g.strides[0] = 1, g.strides[1] = 0;
+  g.groups = h;
+  return g;
+}
+
+// Every group's finite_min_max.
+std::optional<std::vector<MinMaxPart>> device_finite_min_max(const TensorView& x, const DeviceGrouping& g) {
+  const detail::GroupMinMax r = detail::group_min_max_on_device(x, g.rank, g.shape.data(), g.strides.data(), g.groups, true);
+  std::vector<MinMaxPart> parts(r.min.size());
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    if (r.negative_zero[k] && (r.min[k] == 0.0 || r.max[k] == 0.0)) return std::nullopt;
+    parts[k].mn = r.min[k];
+    parts[k].mx = r.max[k];
+  }
+  return parts;
+}
+
+// Every group's bin_slice counts (group k over [lo[k], hi[k]], the values below lo[k] / above hi[k]
+// in the end bins): `checked` already holds each group's HistcBinning, built in group order so that
+// the first error is the host's.
+struct DeviceBinning {
+  std::vector<PolyquantCudaHistogramBinning> groups;
+  bool possible = true;  // false: a group takes bin_slice's reference loop
+};
+// Group k's binning over [lo, hi] with thresholds lo / hi (HistcBinning's errors; lo == hi or too many
+// bins: not possible on the device).
+void add_binning(DeviceBinning& b, DType dtype, std::int64_t bins, double lo, double hi) {
+  if (lo == hi || bins > detail::kHistcMaxCountingBins) {
+    b.possible = false;
+    return;
+  }
+  const detail::HistcBinning hb(lo, hi, bins);
+  // the thresholds as bin_slice compares them: rounded to the dtype, then to the storage type
+  const bool wide = dtype == DType::kFloat64;
+  auto storage = [&](double v) { return wide ? torch_round_to(dtype, v) : static_cast<double>(static_cast<float>(torch_round_to(dtype, v))); };
+  b.groups.push_back({hb.counting(), storage(lo), storage(hi)});
+}
+// The counts of every group, bin_slice's float32 counts (groups * bins).
+std::vector<float> device_counts(const TensorView& x, const DeviceGrouping& g, std::int64_t bins, const DeviceBinning& b) {
+  const std::vector<std::uint64_t> c =
+      detail::group_histogram_on_device(x, g.rank, g.shape.data(), g.strides.data(), g.groups, bins, b.groups);
+  std::vector<float> out(static_cast<std::size_t>(g.groups * bins));
+  for (std::int64_t k = 0; k < g.groups; ++k) {
+    const std::uint64_t* ck = c.data() + k * (bins + 2);
+    float* o = out.data() + k * bins;
+    for (std::int64_t j = 0; j < bins; ++j) o[j] = static_cast<float>(ck[j]);
+    o[0] = o[0] + static_cast<float>(ck[bins]);
+    o[bins - 1] = o[bins - 1] + static_cast<float>(ck[bins + 1]);
+  }
+  return out;
+}
+
+// _create_bin_edges' growth limits AIMET fixes at the first batch: lo - range * g / 2,
+// hi + range * g / 2 (float32).
+void set_growth_limits(HistogramState& s, double growth_limit) {
+  const auto h = static_cast<std::int64_t>(s.min.size());
+  const std::int64_t bins = s.num_bins;
+  s.limit_lo.resize(static_cast<std::size_t>(h));
+  s.limit_hi.resize(static_cast<std::size_t>(h));
+  const float g = static_cast<float>(growth_limit);
+  for (std::int64_t k = 0; k < h; ++k) {
+    const float lo = s.edges[static_cast<std::size_t>(k * (bins + 1))], hi = s.edges[static_cast<std::size_t>(k * (bins + 1) + bins)];
+    const float range = hi - lo;
+    const float half = (range * g) / 2.0f;
+    s.limit_lo[static_cast<std::size_t>(k)] = lo - half;
+    s.limit_hi[static_cast<std::size_t>(k)] = hi + half;
+  }
+}
+
 }  // namespace
 
 HistogramState HistogramEncodingAnalyzer::batch_stats(const TensorView& x) const { return batch_stats_impl(x, true); }
@@ -303,12 +397,39 @@ HistogramState HistogramEncodingAnalyzer::batch_stats_impl(const TensorView& x, 
   check_dtype(x.dtype);
   const ReducedView rv = reduced_view(x.shape, shape_, true);
   check_not_empty(x);
-  const Data data = read_data(x);
-  const ElementSlices slices = element_slices(rv, data.n, data.n > 0 && slices_contiguous(rv));
-  const std::int64_t h = slices.index.L.num_groups, bins = options_.num_bins;
+  const std::int64_t bins = options_.num_bins;
   HistogramState s;
   s.dtype = x.dtype;
   s.num_bins = bins;
+  std::vector<unsigned char> host_copy;
+  TensorView source = x;
+  if (!x.device.is_cpu()) {
+    const DeviceGrouping g = slice_grouping(rv);
+    if (const std::optional<std::vector<MinMaxPart>> ranges = device_finite_min_max(x, g)) {
+      const std::int64_t h = g.groups;
+      s.edges.assign(static_cast<std::size_t>(h * (bins + 1)), 0.0f);
+      s.min.resize(static_cast<std::size_t>(h));
+      s.max.resize(static_cast<std::size_t>(h));
+      DeviceBinning binning;
+      for (std::int64_t k = 0; k < h && binning.possible; ++k) {
+        const MinMaxPart& r = (*ranges)[static_cast<std::size_t>(k)];
+        float* edges = s.edges.data() + k * (bins + 1);
+        create_edges(x.dtype, r.mn, r.mx, bins, edges);
+        add_binning(binning, x.dtype, bins, edges[0], edges[bins]);
+        s.min[static_cast<std::size_t>(k)] = r.mn;
+        s.max[static_cast<std::size_t>(k)] = r.mx;
+      }
+      if (binning.possible) {
+        s.counts = with_counts ? device_counts(x, g, bins, binning) : std::vector<float>(static_cast<std::size_t>(h * bins), 0.0f);
+        set_growth_limits(s, options_.growth_limit);
+        return s;
+      }
+    }
+    source = polyquant::detail::host_readable(x, host_copy);
+  }
+  const Data data = read_data(source);
+  const ElementSlices slices = element_slices(rv, data.n, data.n > 0 && slices_contiguous(rv));
+  const std::int64_t h = slices.index.L.num_groups;
   s.counts.assign(static_cast<std::size_t>(h * bins), 0.0f);
   s.edges.assign(static_cast<std::size_t>(h * (bins + 1)), 0.0f);
   s.min.resize(static_cast<std::size_t>(h));
@@ -330,102 +451,106 @@ HistogramState HistogramEncodingAnalyzer::batch_stats_impl(const TensorView& x, 
     s.min[static_cast<std::size_t>(k)] = r.mn;
     s.max[static_cast<std::size_t>(k)] = r.mx;
   });
-  // The growth limits AIMET fixes at the first batch: lo - range * g / 2, hi + range * g / 2 (f32).
-  s.limit_lo.resize(static_cast<std::size_t>(h));
-  s.limit_hi.resize(static_cast<std::size_t>(h));
-  const float g = static_cast<float>(options_.growth_limit);
-  for (std::int64_t k = 0; k < h; ++k) {
-    const float lo = s.edges[static_cast<std::size_t>(k * (bins + 1))], hi = s.edges[static_cast<std::size_t>(k * (bins + 1) + bins)];
-    const float range = hi - lo;
-    const float half = (range * g) / 2.0f;
-    s.limit_lo[static_cast<std::size_t>(k)] = lo - half;
-    s.limit_hi[static_cast<std::size_t>(k)] = hi + half;
-  }
+  set_growth_limits(s, options_.growth_limit);
   return s;
 }
 
 namespace {
 
-// One histogram of AIMET's merge_stats: grows [min, max] to the batch's (clamped to the limits),
-// re-binning the counts when it grew, then bins `xs` (the batch's data for this histogram) over the
-// new range. W = the working dtype (float32, or float64 for a float64 batch).
-void merge_histogram(DType batch_dtype, double new_min, double new_max, std::int64_t bins, float* counts, float* edges, double& cur_min,
-                     double& cur_max, float limit_lo, float limit_hi, const Slice* batch, bool parallel, const float* other_counts,
-                     const float* other_edges) {
-  const DType w = batch_dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
-  auto rw = [&](double v) { return torch_round_to(w, v); };
+// One histogram of AIMET's merge_stats, in three steps: the range it grows to for a batch spanning
+// [new_min, new_max] (merged_range: clamped to the growth limits, never shrinking), the old counts
+// moved into that range (moved_counts, re-binned when it grew), then the batch's counts over the
+// new range added (finish_merge). W = the working dtype (float32, or float64 for a float64 batch).
+DType merge_working_dtype(DType batch_dtype) { return batch_dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
+
+std::pair<double, double> merged_range(double new_min, double new_max, const float* edges, std::int64_t bins, float limit_lo,
+                                       float limit_hi) {
   auto clamp_t = [](double x, double lo, double hi) {
     if (std::isnan(lo) || std::isnan(hi)) return static_cast<double>(NAN);
     const double r = x < lo ? lo : x;
     return hi < r ? hi : r;
   };
-  const double umin = clamp_t(new_min, limit_lo, edges[0]);
-  const double umax = clamp_t(new_max, edges[bins], limit_hi);
+  return {clamp_t(new_min, limit_lo, edges[0]), clamp_t(new_max, edges[bins], limit_hi)};
+}
+
+std::vector<float> moved_counts(DType batch_dtype, double umin, double umax, std::int64_t bins, const float* counts, const float* edges,
+                                double cur_min, double cur_max) {
+  const DType w = merge_working_dtype(batch_dtype);
+  auto rw = [&](double v) { return torch_round_to(w, v); };
   std::vector<float> updates(static_cast<std::size_t>(bins), 0.0f);
   if (umin == cur_min && umax == cur_max) {
     std::copy(counts, counts + bins, updates.begin());
-  } else {
-    if (w == DType::kFloat64) fail(ErrorKind::kRuntime, "index_add_(): self (Float) and source (Double) must have the same scalar type");
-    const double dest_w = rw(rw(umax - umin) / static_cast<double>(static_cast<float>(bins)));
-    const float src_w = edges[1] - edges[0];
-    const float umin32 = static_cast<float>(umin), dw32 = static_cast<float>(dest_w);
-    auto bin_num = [&](float start) {
-      const float q = (start - umin32) / dw32;
-      // int32 conversion as x86 does it (out of range / NaN: INT32_MIN), then min(., bins - 1).
-      std::int64_t i = (std::isnan(q) || q >= 2147483648.0f || q < -2147483648.0f) ? std::int64_t{INT32_MIN} : static_cast<std::int32_t>(q);
-      i = std::min<std::int64_t>(i, bins - 1);
-      if (i < 0) fail(ErrorKind::kRuntime, "index out of range in self");
-      return i;
-    };
-    std::vector<double> dest_upd(static_cast<std::size_t>(bins));
-    std::vector<std::int64_t> dest_idx(static_cast<std::size_t>(bins));
-    for (std::int64_t j = 0; j < bins; ++j) {
-      const float a = edges[j];
-      const std::int64_t k = bin_num(a);
-      const double dest_end = rw(umin + rw(dest_w * static_cast<double>(k + 1)));
-      const double split = round_half_even(rw(rw(rw(dest_end - a) / src_w) * counts[j]));
-      dest_idx[static_cast<std::size_t>(j)] = k;
-      dest_upd[static_cast<std::size_t>(j)] = torch_minimum(split, counts[j]);
-    }
-    for (std::int64_t j = 0; j < bins; ++j)
-      updates[static_cast<std::size_t>(dest_idx[static_cast<std::size_t>(j)])] += static_cast<float>(dest_upd[static_cast<std::size_t>(j)]);
-    for (std::int64_t j = 0; j < bins; ++j) {
-      if (!(dest_upd[static_cast<std::size_t>(j)] < counts[j])) continue;
-      const std::int64_t k = bin_num(edges[j] + dw32);
-      updates[static_cast<std::size_t>(k)] += static_cast<float>(rw(counts[j] - dest_upd[static_cast<std::size_t>(j)]));
-    }
+    return updates;
   }
+  if (w == DType::kFloat64) fail(ErrorKind::kRuntime, "index_add_(): self (Float) and source (Double) must have the same scalar type");
+  const double dest_w = rw(rw(umax - umin) / static_cast<double>(static_cast<float>(bins)));
+  const float src_w = edges[1] - edges[0];
+  const float umin32 = static_cast<float>(umin), dw32 = static_cast<float>(dest_w);
+  auto bin_num = [&](float start) {
+    const float q = (start - umin32) / dw32;
+    // int32 conversion as x86 does it (out of range / NaN: INT32_MIN), then min(., bins - 1).
+    std::int64_t i = (std::isnan(q) || q >= 2147483648.0f || q < -2147483648.0f) ? std::int64_t{INT32_MIN} : static_cast<std::int32_t>(q);
+    i = std::min<std::int64_t>(i, bins - 1);
+    if (i < 0) fail(ErrorKind::kRuntime, "index out of range in self");
+    return i;
+  };
+  std::vector<double> dest_upd(static_cast<std::size_t>(bins));
+  std::vector<std::int64_t> dest_idx(static_cast<std::size_t>(bins));
+  for (std::int64_t j = 0; j < bins; ++j) {
+    const float a = edges[j];
+    const std::int64_t k = bin_num(a);
+    const double dest_end = rw(umin + rw(dest_w * static_cast<double>(k + 1)));
+    const double split = round_half_even(rw(rw(rw(dest_end - a) / src_w) * counts[j]));
+    dest_idx[static_cast<std::size_t>(j)] = k;
+    dest_upd[static_cast<std::size_t>(j)] = torch_minimum(split, counts[j]);
+  }
+  for (std::int64_t j = 0; j < bins; ++j)
+    updates[static_cast<std::size_t>(dest_idx[static_cast<std::size_t>(j)])] += static_cast<float>(dest_upd[static_cast<std::size_t>(j)]);
+  for (std::int64_t j = 0; j < bins; ++j) {
+    if (!(dest_upd[static_cast<std::size_t>(j)] < counts[j])) continue;
+    const std::int64_t k = bin_num(edges[j] + dw32);
+    updates[static_cast<std::size_t>(k)] += static_cast<float>(rw(counts[j] - dest_upd[static_cast<std::size_t>(j)]));
+  }
+  return updates;
+}
+
+// Another analyzer's histogram as the batch: its counts moved into [umin, umax] by the same
+// proportional split (exact when its edges are the new edges).
+std::vector<float> other_counts_moved(DType batch_dtype, double umin, double umax, std::int64_t bins, const float* other_counts,
+                                      const float* other_edges) {
+  const DType w = merge_working_dtype(batch_dtype);
+  auto rw = [&](double v) { return torch_round_to(w, v); };
   std::vector<float> fresh(static_cast<std::size_t>(bins), 0.0f);
-  if (other_counts == nullptr) {
-    bin_slice(*batch, bins, umin, umax, umin, umax, parallel, fresh.data());
-  } else {
-    // Another analyzer's histogram as the batch: its counts moved into [umin, umax] by the same
-    // proportional split (exact when its edges are the new edges).
-    const float dw32 = static_cast<float>(rw(rw(umax - umin) / static_cast<double>(static_cast<float>(bins))));
-    std::vector<float> new_edges(static_cast<std::size_t>(bins + 1));
-    create_edges(w, umin, umax, bins, new_edges.data());
-    if (std::equal(new_edges.begin(), new_edges.end(), other_edges)) {
-      std::copy(other_counts, other_counts + bins, fresh.begin());
-    } else {
-      const float src_w = other_edges[1] - other_edges[0];
-      const float umin32 = static_cast<float>(umin);
-      for (std::int64_t j = 0; j < bins; ++j) {
-        const float a = other_edges[j];
-        const float q = (a - umin32) / dw32;
-        const std::int64_t k = std::clamp<std::int64_t>(static_cast<std::int64_t>(q), 0, bins - 1);
-        const double dest_end = rw(umin + rw(static_cast<double>(dw32) * static_cast<double>(k + 1)));
-        const double split = round_half_even(rw(rw(rw(dest_end - a) / src_w) * other_counts[j]));
-        const double du = std::min<double>(split, other_counts[j]);
-        fresh[static_cast<std::size_t>(k)] += static_cast<float>(du);
-        if (du < other_counts[j]) {
-          const std::int64_t k2 = std::clamp<std::int64_t>(static_cast<std::int64_t>(((a + dw32) - umin32) / dw32), 0, bins - 1);
-          fresh[static_cast<std::size_t>(k2)] += static_cast<float>(other_counts[j] - du);
-        }
-      }
+  const float dw32 = static_cast<float>(rw(rw(umax - umin) / static_cast<double>(static_cast<float>(bins))));
+  std::vector<float> new_edges(static_cast<std::size_t>(bins + 1));
+  create_edges(w, umin, umax, bins, new_edges.data());
+  if (std::equal(new_edges.begin(), new_edges.end(), other_edges)) {
+    std::copy(other_counts, other_counts + bins, fresh.begin());
+    return fresh;
+  }
+  const float src_w = other_edges[1] - other_edges[0];
+  const float umin32 = static_cast<float>(umin);
+  for (std::int64_t j = 0; j < bins; ++j) {
+    const float a = other_edges[j];
+    const float q = (a - umin32) / dw32;
+    const std::int64_t k = std::clamp<std::int64_t>(static_cast<std::int64_t>(q), 0, bins - 1);
+    const double dest_end = rw(umin + rw(static_cast<double>(dw32) * static_cast<double>(k + 1)));
+    const double split = round_half_even(rw(rw(rw(dest_end - a) / src_w) * other_counts[j]));
+    const double du = std::min<double>(split, other_counts[j]);
+    fresh[static_cast<std::size_t>(k)] += static_cast<float>(du);
+    if (du < other_counts[j]) {
+      const std::int64_t k2 = std::clamp<std::int64_t>(static_cast<std::int64_t>(((a + dw32) - umin32) / dw32), 0, bins - 1);
+      fresh[static_cast<std::size_t>(k2)] += static_cast<float>(other_counts[j] - du);
     }
   }
-  for (std::int64_t k = 0; k < bins; ++k) counts[k] = fresh[static_cast<std::size_t>(k)] + updates[static_cast<std::size_t>(k)];
-  create_edges(w, umin, umax, bins, edges);
+  return fresh;
+}
+
+// counts = fresh + updates over the new range [umin, umax], its edges, and the running range.
+void finish_merge(DType batch_dtype, double umin, double umax, std::int64_t bins, const float* fresh, const std::vector<float>& updates,
+                  float* counts, float* edges, double& cur_min, double& cur_max) {
+  for (std::int64_t k = 0; k < bins; ++k) counts[k] = fresh[k] + updates[static_cast<std::size_t>(k)];
+  create_edges(merge_working_dtype(batch_dtype), umin, umax, bins, edges);
   cur_min = umin;
   cur_max = umax;
 }
@@ -509,15 +634,9 @@ void HistogramEncodingAnalyzer::update_fixed_range_locked(const TensorView& x) {
                                 ", the dtype of the range fixed by start_with_range");
   const ReducedView rv = reduced_view(x.shape, shape_, true);
   check_not_empty(x);
-  const Data data = read_data(x);
-  const ElementSlices slices = element_slices(rv, data.n, slices_contiguous(rv));
-  const std::int64_t h = slices.index.L.num_groups, bins = options_.num_bins;
-  std::vector<float> fresh(static_cast<std::size_t>(h * bins), 0.0f);
-  const bool across = histograms_in_parallel(h, data.n);
-  for_each_histogram(h, across, [&](std::int64_t k) {
+  const std::int64_t bins = options_.num_bins;
+  auto check_range = [&](std::int64_t k, const MinMaxPart& r) {
     const auto u = static_cast<std::size_t>(k);
-    const Slice sl = slices.of(data, k);
-    const MinMaxPart r = finite_min_max(sl, data.dtype, !across);
     if (r.mn < state_.min[u] || r.mx > state_.max[u]) {
       std::ostringstream os;
       os.precision(9);
@@ -525,10 +644,40 @@ void HistogramEncodingAnalyzer::update_fixed_range_locked(const TensorView& x) {
          << state_.max[u] << "] fixed by start_with_range";
       fail(ErrorKind::kValue, os.str());
     }
+  };
+  auto add_counts = [&](const std::vector<float>& fresh) {
+    for (std::size_t i = 0; i < fresh.size(); ++i) state_.counts[i] = state_.counts[i] + fresh[i];
+  };
+  std::vector<unsigned char> host_copy;
+  TensorView source = x;
+  if (!x.device.is_cpu()) {
+    const DeviceGrouping g = slice_grouping(rv);
+    if (const std::optional<std::vector<MinMaxPart>> ranges = device_finite_min_max(x, g)) {
+      DeviceBinning binning;
+      for (std::int64_t k = 0; k < g.groups && binning.possible; ++k) {
+        check_range(k, (*ranges)[static_cast<std::size_t>(k)]);
+        const float* edges = state_.edges.data() + k * (bins + 1);
+        add_binning(binning, x.dtype, bins, edges[0], edges[bins]);
+      }
+      if (binning.possible) {
+        add_counts(device_counts(x, g, bins, binning));
+        return;
+      }
+    }
+    source = polyquant::detail::host_readable(x, host_copy);
+  }
+  const Data data = read_data(source);
+  const ElementSlices slices = element_slices(rv, data.n, slices_contiguous(rv));
+  const std::int64_t h = slices.index.L.num_groups;
+  std::vector<float> fresh(static_cast<std::size_t>(h * bins), 0.0f);
+  const bool across = histograms_in_parallel(h, data.n);
+  for_each_histogram(h, across, [&](std::int64_t k) {
+    const Slice sl = slices.of(data, k);
+    check_range(k, finite_min_max(sl, data.dtype, !across));
     const float* edges = state_.edges.data() + k * (bins + 1);
     bin_slice(sl, bins, edges[0], edges[bins], edges[0], edges[bins], !across, fresh.data() + k * bins);
   });
-  for (std::size_t i = 0; i < fresh.size(); ++i) state_.counts[i] = state_.counts[i] + fresh[i];
+  add_counts(fresh);
 }
 
 void HistogramEncodingAnalyzer::update_stats(const TensorView& x) {
@@ -545,20 +694,71 @@ void HistogramEncodingAnalyzer::update_stats(const TensorView& x) {
   }
   // The batch's ranges (validated as AIMET's binning validates them; its histograms are unused).
   const HistogramState batch = batch_stats_impl(x, false);
-  const Data data = read_data(x);
   const std::int64_t h = static_cast<std::int64_t>(state_.min.size()), bins = options_.num_bins;
-  const std::int64_t chunk = data.n / h;  // AIMET: reshape(x, (num_histograms, -1))
+  const std::int64_t n = x.numel(), chunk = n / h;  // AIMET: reshape(x, (num_histograms, -1))
+  // Histogram k's new range and its old counts moved into it.
+  auto grow = [&](std::int64_t k, std::pair<double, double>& range, std::vector<float>& updates) {
+    const auto u = static_cast<std::size_t>(k);
+    const float* edges = state_.edges.data() + k * (bins + 1);
+    range = merged_range(batch.min[u], batch.max[u], edges, bins, state_.limit_lo[u], state_.limit_hi[u]);
+    updates = moved_counts(x.dtype, range.first, range.second, bins, state_.counts.data() + k * bins, edges, state_.min[u], state_.max[u]);
+  };
+  auto finish = [&](std::int64_t k, const std::pair<double, double>& range, const float* fresh, const std::vector<float>& updates) {
+    const auto u = static_cast<std::size_t>(k);
+    finish_merge(x.dtype, range.first, range.second, bins, fresh, updates, state_.counts.data() + k * bins,
+                 state_.edges.data() + k * (bins + 1), state_.min[u], state_.max[u]);
+  };
+  std::vector<unsigned char> host_copy;
+  TensorView source = x;
+  if (!x.device.is_cpu()) {
+    // Every histogram's range and moved counts first, in order (the host's errors, in its order:
+    // each histogram's re-binning, then its binning's range checks), then one count on the device.
+    // Where histogram k fails, the ones before it are merged and the error raised, as the host's
+    // loop leaves them (and AIMET's).
+    std::vector<std::pair<double, double>> ranges(static_cast<std::size_t>(h));
+    std::vector<std::vector<float>> updates(static_cast<std::size_t>(h));
+    DeviceBinning binning;
+    std::exception_ptr failure;
+    std::int64_t ready = 0;
+    for (; ready < h && binning.possible; ++ready) {
+      const auto u = static_cast<std::size_t>(ready);
+      try {
+        grow(ready, ranges[u], updates[u]);
+        add_binning(binning, x.dtype, bins, ranges[u].first, ranges[u].second);
+      } catch (...) {
+        failure = std::current_exception();
+        break;
+      }
+    }
+    if (binning.possible) {
+      if (ready > 0) {
+        // (a failed histogram's and the later ones' counts are not needed: binned as the first one)
+        binning.groups.resize(static_cast<std::size_t>(h), binning.groups.front());
+        const std::vector<float> fresh = device_counts(x, chunk_grouping(h, n), bins, binning);
+        for (std::int64_t k = 0; k < ready; ++k)
+          finish(k, ranges[static_cast<std::size_t>(k)], fresh.data() + k * bins, updates[static_cast<std::size_t>(k)]);
+      }
+      if (failure) std::rethrow_exception(failure);
+      state_.dtype = merge_working_dtype(x.dtype);
+      return;
+    }
+    source = polyquant::detail::host_readable(x, host_copy);
+  }
+  const Data data = read_data(source);
   const bool across = histograms_in_parallel(h, data.n);
   for_each_histogram(h, across, [&](std::int64_t k) {
-    const auto u = static_cast<std::size_t>(k);
+    std::pair<double, double> range;
+    std::vector<float> updates;
+    grow(k, range, updates);
     Slice sl;
     sl.data = &data;
     sl.first = k * chunk;
     sl.n = chunk;
-    merge_histogram(x.dtype, batch.min[u], batch.max[u], bins, state_.counts.data() + k * bins, state_.edges.data() + k * (bins + 1),
-                    state_.min[u], state_.max[u], state_.limit_lo[u], state_.limit_hi[u], &sl, !across, nullptr, nullptr);
+    std::vector<float> fresh(static_cast<std::size_t>(bins), 0.0f);
+    bin_slice(sl, bins, range.first, range.second, range.first, range.second, !across, fresh.data());
+    finish(k, range, fresh.data(), updates);
   });
-  state_.dtype = x.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  state_.dtype = merge_working_dtype(x.dtype);
 }
 
 void HistogramEncodingAnalyzer::reset_stats() {
@@ -594,11 +794,15 @@ void HistogramEncodingAnalyzer::merge_locked(const HistogramState& other) {
   const std::int64_t h = static_cast<std::int64_t>(state_.min.size()), bins = options_.num_bins;
   for (std::int64_t k = 0; k < h; ++k) {
     const auto u = static_cast<std::size_t>(k);
-    merge_histogram(other.dtype, other.min[u], other.max[u], bins, state_.counts.data() + k * bins, state_.edges.data() + k * (bins + 1),
-                    state_.min[u], state_.max[u], state_.limit_lo[u], state_.limit_hi[u], nullptr, false, other.counts.data() + k * bins,
-                    other.edges.data() + k * (bins + 1));
+    float* counts = state_.counts.data() + k * bins;
+    float* edges = state_.edges.data() + k * (bins + 1);
+    const auto [umin, umax] = merged_range(other.min[u], other.max[u], edges, bins, state_.limit_lo[u], state_.limit_hi[u]);
+    const std::vector<float> updates = moved_counts(other.dtype, umin, umax, bins, counts, edges, state_.min[u], state_.max[u]);
+    const std::vector<float> fresh =
+        other_counts_moved(other.dtype, umin, umax, bins, other.counts.data() + k * bins, other.edges.data() + k * (bins + 1));
+    finish_merge(other.dtype, umin, umax, bins, fresh.data(), updates, counts, edges, state_.min[u], state_.max[u]);
   }
-  state_.dtype = other.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  state_.dtype = merge_working_dtype(other.dtype);
 }
 
 void HistogramEncodingAnalyzer::merge(const HistogramEncodingAnalyzer& other) {

@@ -333,7 +333,7 @@ MinMaxEncodingAnalyzer::MinMaxEncodingAnalyzer(AnalyzerShape shape) : shape_(std
 MinMaxEncodingAnalyzer::State MinMaxEncodingAnalyzer::batch_stats(const TensorView& x) const {
   check_dtype(x.dtype);
   const ReducedView rv = reduced_view(x.shape, shape_, false);
-  check_not_empty(x, true);
+  check_not_empty(x);
   std::vector<unsigned char> host_copy;
   TensorView source = x;
   if (!x.device.is_cpu()) {
