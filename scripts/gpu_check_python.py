@@ -144,8 +144,9 @@ def main() -> int:
                     if np.asarray(gv).tobytes() != np.asarray(wv).tobytes():
                         failures.append(f"aimet {name} {shape} {part}{' (NaN batch)' if batch is x else ''}")
     for make in (lambda: qk.quantized_bits(6, 1, alpha="auto"), lambda: qk.quantized_bits(6, 1, alpha="auto", scale_axis=0),
-                 lambda: qk.quantized_linear(5, alpha="auto"), lambda: qk.quantized_linear(4, alpha="auto", keep_negative=False)):
-        check(f"qkeras {make()} auto", make()(torch.from_numpy(finite).cuda()), make()(finite))
+                 lambda: qk.quantized_linear(5, alpha="auto"), lambda: qk.quantized_linear(4, alpha="auto", keep_negative=False),
+                 lambda: qk.quantized_bits(4, 0, alpha="auto_po2"), lambda: qk.quantized_linear(6, alpha="auto_po2")):
+        check(f"qkeras {make()}", make()(torch.from_numpy(finite).cuda()), make()(finite))
     # JAX arrays on the GPU, when JAX sees one: outputs in memory polyquant owns, handed to JAX.
     try:
         import jax

@@ -236,9 +236,12 @@ def main() -> None:
             assert isinstance(got, FakeCudaTensor) and same_bits(got.numpy(), want), (str(on_host), training)
         assert same_bits(on_device.gradient(dx).numpy(), on_host.gradient(x)), str(on_host)
     # alpha="auto": the maximum pass on the device, the scale (a host array, as the quantizer keeps
-    # it) derived on the host, the host's bits.
+    # it) derived on the host; alpha="auto_po2": the least-squares rounds on a host copy of x, the
+    # quantizing pass on the device; the host's bits.
     for make in (lambda: qk.quantized_bits(6, 1, alpha="auto"), lambda: qk.quantized_bits(6, 1, alpha="auto", scale_axis=0),
-                 lambda: qk.quantized_linear(5, alpha="auto"), lambda: qk.quantized_linear(4, alpha="auto", keep_negative=False)):
+                 lambda: qk.quantized_linear(5, alpha="auto"), lambda: qk.quantized_linear(4, alpha="auto", keep_negative=False),
+                 lambda: qk.quantized_bits(4, 0, alpha="auto_po2"), lambda: qk.quantized_bits(8, 2, alpha="auto_po2", scale_axis=0),
+                 lambda: qk.quantized_linear(6, alpha="auto_po2")):
         on_device, on_host = make(), make()
         got, want = on_device(dx), on_host(x)
         assert isinstance(got, FakeCudaTensor) and same_bits(got.numpy(), want), str(on_host)
@@ -337,8 +340,6 @@ def main() -> None:
     assert e.startswith("ValueError: scale: on cuda:1, but the call's tensors are on cuda:0"), e
     e = error(lambda: pq.int_quant(dx, dscale, 0.0, 8, 1, 0, "ROUND", out=np.zeros_like(x)))
     assert "out is on cpu but x is on cuda:0" in e, e
-    e = error(lambda: qk.quantized_bits(bits=4, alpha="auto_po2")(dx))
-    assert "quantized_bits runs on the host only (alpha='auto_po2' searches the scale on the host" in e, e
     # AIMET's MinMax statistics on the device (per channel; a batch with a NaN is settled by the
     # host's code), the host's bits.
     for batch in (x, np.where(np.arange(x.size).reshape(x.shape) == 7, np.float32(np.nan), x)):

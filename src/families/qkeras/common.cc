@@ -50,11 +50,9 @@ void require_x(const TensorView& x) {
   if (x.numel() > 0 && x.data == nullptr) value_error("x: tensor has no data");
 }
 
-void require_devices(const TensorView& x, const TensorView& alpha, bool searches, const char* op) {
+void require_devices(const TensorView& x, const TensorView& alpha, const char* op) {
   const detail::NamedView operands[] = {{&x, "x"}, {&alpha, "alpha"}};
-  if (searches) {
-    detail::require_host(operands, op, "alpha='auto_po2' searches the scale on the host, as does a post_training_scale with 'auto'");
-  } else if (alpha.device.is_cpu()) {
+  if (alpha.device.is_cpu()) {
     detail::op_device(std::span(operands, 1), nullptr, op);
   } else {
     detail::op_device(operands, nullptr, op);

@@ -33,11 +33,12 @@ void require_settings(const Settings& settings);
 // x's dtype is one the engine reads, and its data is there when it has elements.
 void require_x(const TensorView& x);
 
-// The devices of x and alpha for quantizer `op`: `searches` (the least-squares search of alpha
-// 'auto_po2', a post_training_scale) runs on the host only; otherwise x may be on a device (alpha
-// 'auto': its maximum pass runs there, scale_search.h's group_max_on_device), and alpha, the
-// quantizer's configuration, in host memory or on x's device (the engine copies it over).
-void require_devices(const TensorView& x, const TensorView& alpha, bool searches, const char* op);
+// The devices of x and alpha for quantizer `op`: x in host memory or on a CUDA device (alpha
+// 'auto': its maximum pass runs there, scale_search.h's group_max_on_device; 'auto_po2': its
+// least-squares rounds read a host copy of x), and alpha, the quantizer's configuration (a value,
+// a post_training_scale), in host memory or on x's device (the engine copies it over; a
+// post_training_scale is read on the host).
+void require_devices(const TensorView& x, const TensorView& alpha, const char* op);
 
 // 2^e in float32 as tf.pow(2.0, e) (exact for integral e; powf otherwise).
 inline float pow2_float32(float e) { return std::pow(2.0f, e); }

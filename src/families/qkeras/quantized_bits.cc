@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_elementwise.h"
 #include "core/fpenv.h"
 #include "core/grouped_reduce.h"
 #include "core/numpy_semantics.h"
@@ -35,7 +36,7 @@ BitsConstants bits_constants(const QuantizedBitsAttrs& a) {
 
 // Validates the call's attributes and x (not the settings nor the search's axes) and returns QKeras' constants.
 BitsConstants validate_bits(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& a) {
-  require_devices(x, alpha, a.alpha == Alpha::kAutoPo2 || ((a.alpha == Alpha::kAuto) && a.frozen_scale), "quantized_bits");
+  require_devices(x, alpha, "quantized_bits");
   require_x(x);
   const BitsConstants c = bits_constants(a);
   require_finite(a.qnoise.factor, "qnoise_factor");
@@ -119,7 +120,8 @@ std::vector<bool> bits_max_keep(const Dims& shape, const QuantizedBitsAttrs& a, 
 // The internal scale s of an auto/auto_po2 call (units of x / 2^integer).
 // `speculative_out` (may be null): see LeastSquaresReducer::out_kernel; `*output_written` tells
 // whether the final output is already there.
-// `x_device`: x when it is on a CUDA device (then `x` is null: only alpha="auto" runs there).
+// `x_device`: x when it is on a CUDA device and the search reads it there (then `x` is null: alpha
+// "auto"; auto_po2 reads a host copy).
 ScaleArray bits_auto_scale(const float* x, const TensorView* x_device, const Dims& shape, const TensorView& frozen,
                            const QuantizedBitsAttrs& a,
                            const BitsConstants& c, const Settings& settings, SearchInfo& info,
@@ -295,10 +297,17 @@ void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha
     if (info != nullptr) *info = search;
     return;
   }
-  // On a device (alpha="auto": its maximum pass there, the scale derived on the host) x stays there.
+  // On a device x stays there for alpha="auto" (its maximum pass there, the scale derived on the
+  // host) and for a post_training_scale (read on the host; x is not); auto_po2's least-squares
+  // rounds read a host copy of x (fixed-order float64 sums, scale_search.h), and the quantizing
+  // pass runs on the device with the scale they found.
   const bool on_device = !x.device.is_cpu();
+  const bool search_reads_host_copy = on_device && attrs.alpha == Alpha::kAutoPo2 && !attrs.frozen_scale;
+  std::vector<unsigned char> x_copy, alpha_copy;
   ContiguousF32 xf;
   if (!on_device) xf = contiguous_f32(x);
+  if (search_reads_host_copy) xf = contiguous_f32(detail::host_readable(x, x_copy));
+  const TensorView frozen = attrs.frozen_scale ? detail::host_readable(alpha, alpha_copy) : alpha;
   detail::QkBitsAutoParams p = plan.automatic;
   bool output_written = false;
   float* speculative = on_device ? nullptr : speculative_output(out, x.shape, xf.data);
@@ -312,7 +321,8 @@ void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha
     if (report != nullptr && r0 < o0 + bytes && o0 < r0 + bytes) report = nullptr;
   }
   bool scale_reported = false;
-  ScaleArray s = bits_auto_scale(xf.data, on_device ? &x : nullptr, x.shape, alpha, attrs, c, settings, search, p, speculative,
+  ScaleArray s = bits_auto_scale(xf.data, on_device && !search_reads_host_copy ? &x : nullptr, x.shape, frozen, attrs, c, settings, search,
+                                 p, speculative,
                                  output_written, report,
                                  &scale_reported);
   if (info != nullptr) *info = search;

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_elementwise.h"
 #include "core/fpenv.h"
 #include "core/grouped_reduce.h"
 #include "core/numpy_semantics.h"
@@ -86,8 +87,9 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
     const detail::ScopedFlushDenormals flush;
     clip_range = c.clip_max - c.clip_min;
   }
-  s = x.device.is_cpu() ? group_max(xf, x.shape, keep, a.keep_negative, false, 1.0f)
-                        : group_max_on_device(x, keep, a.keep_negative, false, 1.0f);
+  // (xf: x itself on the host, or the host copy auto_po2's rounds read; null for an empty x)
+  s = x.device.is_cpu() || xf != nullptr ? group_max(xf, x.shape, keep, a.keep_negative, false, 1.0f)
+                                         : group_max_on_device(x, keep, a.keep_negative, false, 1.0f);
   info.max_passes = 1;
   const bool kn = a.keep_negative;
   map_scale(s, [&](float v) {
@@ -152,7 +154,7 @@ struct LinearPlan {
 };
 
 LinearPlan plan_linear(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs, const Settings& settings) {
-  require_devices(x, alpha, attrs.alpha == Alpha::kAutoPo2, "quantized_linear");
+  require_devices(x, alpha, "quantized_linear");
   require_x(x);
   LinearPlan plan{TensorSpec{DType::kFloat32, x.shape}, linear_constants(attrs), {}};
   require_finite(attrs.qnoise.factor, "qnoise_factor");
@@ -199,10 +201,14 @@ void run_linear(const LinearPlan& plan, const TensorView& x, const TensorView& a
                 const MutableTensorView* quantization_scale_out, SearchInfo* info) {
   detail::require_output(out, plan.spec, "quantized_linear");
   const LinearConstants& c = plan.c;
-  // On a device (alpha="auto": its maximum pass there, the scale derived on the host) x stays there.
+  // On a device x stays there for alpha="auto" (its maximum pass there, the scale derived on the
+  // host); auto_po2's least-squares rounds read a host copy of it, and the quantizing pass runs
+  // there with the scale they found.
   const bool host_copy = c.auto_alpha && x.device.is_cpu();
+  std::vector<unsigned char> x_copy;
   ContiguousF32 xf;
   if (host_copy) xf = contiguous_f32(x);
+  if (!x.device.is_cpu() && attrs.alpha == Alpha::kAutoPo2) xf = contiguous_f32(detail::host_readable(x, x_copy));
   SearchInfo search;
   detail::QkLinearParams p = plan.params;
   bool output_written = false;
@@ -222,8 +228,10 @@ void run_linear_gradient(const LinearPlan& plan, const TensorView& x, const Tens
   detail::require_output(out, plan.spec, "quantized_linear gradient");
   const LinearConstants& c = plan.c;
   const bool host_copy = c.auto_alpha && x.device.is_cpu();
+  std::vector<unsigned char> x_copy;
   ContiguousF32 xf;
   if (host_copy) xf = contiguous_f32(x);
+  if (!x.device.is_cpu() && attrs.alpha == Alpha::kAutoPo2) xf = contiguous_f32(detail::host_readable(x, x_copy));
   SearchInfo search;
   const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, Training{}, search);
   const std::array<TensorView, 2> inputs{host_copy ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};

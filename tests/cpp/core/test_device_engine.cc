@@ -639,23 +639,15 @@ TEST_F(DeviceEngine, QKerasQuantizersWithoutASearchEqualTheHost) {
                            out.device_out(shape, xs), &sd);
   const std::vector<unsigned char> got_scale = scale_dev.download(fake_);
   EXPECT_EQ(std::memcmp(got_scale.data(), scale_host.data(), 24 * 4), 0) << "quantization_scale";
-  // The least-squares search of alpha="auto_po2" on a device is not there yet: a clear error.
-  qkeras::QuantizedBitsAttrs searched;
-  searched.alpha = qkeras::Alpha::kAutoPo2;
-  const std::string e = error_of([&] {
-    qkeras::quantized_bits(x.device_view(shape, xs), host_scalar(no_alpha), searched, {}, {}, out.device_out(shape, xs));
-  });
-  EXPECT_NE(e.find("quantized_bits: x is on cuda:0, but quantized_bits runs on the host only (alpha='auto_po2' searches "
-                   "the scale on the host"),
-            std::string::npos)
-      << e;
 }
 
 // alpha="auto" on a device: the maximum pass there (per-group min / max, scale_search.h's
-// group_max_on_device), the scale derived on the host, the quantizing pass there: quantized_bits
-// (every scale_axis, rank 1, the reported scale into a device array) and quantized_linear (signed
-// and unsigned: the maximum of x rather than of |x|), float32, float16 and float64 x, transposed x,
-// a NaN in a channel, subnormals and zeros of both signs, the host's bits.
+// group_max_on_device), the scale derived on the host, the quantizing pass there; alpha="auto_po2":
+// the least-squares rounds on a host copy of x, the quantizing pass on the device; a
+// post_training_scale (frozen), on the host or the device: quantized_bits (every scale_axis, rank 1,
+// the reported scale into a device array) and quantized_linear (signed and unsigned: the maximum of
+// x rather than of |x|), float32, float16 and float64 x, transposed x, a NaN in a channel,
+// subnormals and zeros of both signs, the host's bits.
 TEST_F(DeviceEngine, QKerasAutoScaleEqualsTheHost) {
   const Dims shape{16, 24};
   std::vector<float> v = x_values(384, 17);
@@ -680,14 +672,16 @@ TEST_F(DeviceEngine, QKerasAutoScaleEqualsTheHost) {
       const AxisCase cases[] = {{"channels last", qkeras::ScaleAxis{}, shape}, {"scale_axis=0", axis0, shape},
                                 {"rank 1", qkeras::ScaleAxis{}, Dims{384}}};
       for (const AxisCase& c : cases) {
+       for (const qkeras::Alpha searched : {qkeras::Alpha::kAuto, qkeras::Alpha::kAutoPo2}) {
         if (transposed && c.shape.rank == 1) continue;
-        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + c.name + (transposed ? " transposed" : ""));
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + c.name + (transposed ? " transposed" : "") +
+                     (searched == qkeras::Alpha::kAuto ? " auto" : " auto_po2"));
         const Dims st = c.shape.rank == 1 ? Dims{1} : strides;
         const TensorView hx = x.host_view(c.shape, st), dx = x.device_view(c.shape, st);
         qkeras::QuantizedBitsAttrs bits;
         bits.bits = 6;
         bits.integer = 1;
-        bits.alpha = qkeras::Alpha::kAuto;
+        bits.alpha = searched;
         bits.scale_axis = c.axis;
         const Dims scale_shape = qkeras::quantized_bits_scale_shape(hx, bits);
         const std::int64_t ns = scale_shape.numel();
@@ -702,21 +696,40 @@ TEST_F(DeviceEngine, QKerasAutoScaleEqualsTheHost) {
         EXPECT_EQ(got.download(fake_), want.host) << "quantized_bits output";
         EXPECT_EQ(got_s.download(fake_), want_s.host) << "quantized_bits scale";
         if (FakeDevice* f = stand_in()) {
-          EXPECT_EQ(f->stats().reductions, 1);
+          // auto: the maximum pass on the device; auto_po2: its search on a host copy
+          EXPECT_EQ(f->stats().reductions, searched == qkeras::Alpha::kAuto ? 1 : 0);
+          EXPECT_EQ(f->stats().launches, 1) << "the quantizing pass";
           EXPECT_TRUE(f->stats().faults.empty()) << f->stats().faults.front();
           EXPECT_EQ(f->outstanding_temporaries(), 0);
         }
         for (const bool keep_negative : {true, false}) {
           qkeras::QuantizedLinearAttrs linear;
           linear.bits = 5;
-          linear.alpha = qkeras::Alpha::kAuto;
+          linear.alpha = searched;
           linear.keep_negative = keep_negative;
           linear.scale_axis = c.axis;
           Array lw = Array::zeros(fake_, 384 * 4, DType::kFloat32), lg = Array::zeros(fake_, 384 * 4, DType::kFloat32);
           qkeras::quantized_linear(hx, TensorView{}, linear, {}, {}, lw.host_out(c.shape, cs));
           qkeras::quantized_linear(dx, TensorView{}, linear, {}, {}, lg.device_out(c.shape, cs));
           EXPECT_EQ(lg.download(fake_), lw.host) << "quantized_linear, keep_negative " << keep_negative;
+          qkeras::quantized_linear_gradient(hx, TensorView{}, linear, {}, lw.host_out(c.shape, cs));
+          qkeras::quantized_linear_gradient(dx, TensorView{}, linear, {}, lg.device_out(c.shape, cs));
+          EXPECT_EQ(lg.download(fake_), lw.host) << "quantized_linear gradient, keep_negative " << keep_negative;
         }
+        // A post_training_scale (frozen) in host memory and on the device: x is not read.
+        std::vector<float> frozen(static_cast<std::size_t>(ns));
+        for (std::size_t i = 0; i < frozen.size(); ++i) frozen[i] = 0.125f * static_cast<float>(1 + i % 5);
+        Array frozen_dev = Array::of(fake_, frozen, DType::kFloat32);
+        qkeras::QuantizedBitsAttrs fixed = bits;
+        fixed.frozen_scale = true;
+        const TensorView frozen_host(frozen.data(), DType::kFloat32, scale_shape);
+        qkeras::quantized_bits(hx, frozen_host, fixed, {}, {}, want.host_out(c.shape, cs));
+        qkeras::quantized_bits(dx, frozen_host, fixed, {}, {}, got.device_out(c.shape, cs));
+        EXPECT_EQ(got.download(fake_), want.host) << "quantized_bits, post_training_scale";
+        Array got2 = Array::zeros(fake_, 384 * 4, DType::kFloat32);
+        qkeras::quantized_bits(dx, frozen_dev.device_view(scale_shape, ss), fixed, {}, {}, got2.device_out(c.shape, cs));
+        EXPECT_EQ(got2.download(fake_), want.host) << "quantized_bits, post_training_scale on the device";
+       }
       }
     }
   }
@@ -789,25 +802,6 @@ TEST_F(DeviceEngine, MixedDevicesAreErrorsNamingTheParameters) {
   if (FakeDevice* f = stand_in()) {
     EXPECT_TRUE(f->stats().faults.empty());
     EXPECT_EQ(f->stats().launches, 0);
-  }
-}
-
-// Ops without a device path yet refuse device tensors with the op's name, before touching them.
-TEST_F(DeviceEngine, HostOnlyOpsRefuseDeviceTensorsByName) {
-  Array x = Array::of(fake_, x_values(16, 7), DType::kFloat32);
-  Array out = Array::zeros(fake_, 16 * 4, DType::kFloat32);
-  // QKeras' auto_po2 scale search runs on the host only.
-  qkeras::QuantizedBitsAttrs attrs;
-  attrs.bits = 4;
-  attrs.alpha = qkeras::Alpha::kAutoPo2;
-  const std::string e = error_of([&] {
-    qkeras::quantized_bits(x.device_view(Dims{16}, Dims{1}), TensorView{}, attrs, {}, {}, out.device_out(Dims{16}, Dims{1}));
-  });
-  EXPECT_NE(e.find("cuda:0"), std::string::npos) << e;
-  EXPECT_NE(e.find("quantized_bits"), std::string::npos) << e;
-  if (FakeDevice* f = stand_in()) {
-    EXPECT_EQ(f->stats().launches, 0);
-    EXPECT_TRUE(f->stats().faults.empty());
   }
 }
 
