@@ -5,7 +5,9 @@
 // broadcast parameter, per channel on the first axis (256 channels, RowArgs::per_row_mask), per
 // channel on the last axis (1024 channels, repeated_row_mask) and blockwise (blocks of 32 along the
 // row, per_row_mask). A few extra calls mirror torch's fused ops for the comparison in
-// scripts/gpu_bench_torch.py: AIMET's fake quantization per channel and ONNX's FP8 quantize.
+// scripts/gpu_bench_torch.py: AIMET's fake quantization per channel and ONNX's FP8 quantize. Then
+// the grouped reductions (the analyzers' min / max and histograms, the gradients' exact sums),
+// their bytes x's read.
 //
 // Bytes counted: every operand read (x, and the parameter arrays of the layout) plus the output
 // written, at its real width (measured: the bytes the kernel writes on a short row). "of copy" is
@@ -24,6 +26,7 @@
 
 #include "backends/cuda/backend_abi.h"
 #include "core/cuda_backend.h"
+#include "core/histogram.h"
 #include "kernel_cases.h"
 #include "kernels/registry.h"
 
@@ -149,6 +152,65 @@ class Bench {
     for (void* d : owned) cudaFree(d);
   }
 
+  // The reductions that read x and write per-group results (AIMET's analyzers and gradient sums):
+  // bytes counted are x's, read once. The group minimum / maximum is the read-only pass the
+  // histogram is measured against (issue 20: a histogram update at 50% of a read-only pass or more).
+  void run_reductions() {
+    struct Grouping {
+      const char* name;
+      std::int64_t groups;
+    };
+    const double x_bytes = static_cast<double>(n_) * 4.0;
+    auto add = [&](const std::string& label, const char* layout, double ms) {
+      results_.push_back({label, layout, ms, x_bytes, x_bytes / ms / copy_bytes_per_ms_});
+    };
+    for (const Grouping g : {Grouping{"per-tensor", 1}, Grouping{"per-channel axis 0", 256}}) {
+      PolyquantCudaGroupMinMax m{};
+      m.x = x_;
+      m.dtype = DType::kFloat32;
+      m.rank = 2;
+      m.shape[0] = g.groups, m.shape[1] = n_ / g.groups;
+      m.group_strides[0] = 1, m.group_strides[1] = 0;
+      m.groups = g.groups;
+      m.keys = static_cast<std::uint64_t*>(device_alloc(static_cast<std::size_t>(g.groups) * 16));
+      m.flags = static_cast<std::uint32_t*>(device_alloc(static_cast<std::size_t>(g.groups) * 4));
+      m.finite_only = 1;
+      add("group min / max (finite)", g.name, median_ms(reps_, [&] { table_->group_min_max(&m, nullptr); }));
+      for (const std::int64_t bins : {std::int64_t{512}, std::int64_t{2048}}) {
+        PolyquantCudaGroupHistogram h{};
+        h.x = x_;
+        h.dtype = DType::kFloat32;
+        h.rank = 2;
+        h.shape[0] = g.groups, h.shape[1] = n_ / g.groups;
+        h.group_strides[0] = 1, h.group_strides[1] = 0;
+        h.groups = g.groups;
+        h.bins = bins;
+        // x spans [-20, 20): the range AIMET's first batch would take
+        const HistcBinning hb(-20.0, 20.0, bins);
+        std::vector<PolyquantCudaHistogramBinning> binning(static_cast<std::size_t>(g.groups), {hb.counting(), -20.0, 20.0});
+        void* b = device_alloc(binning.size() * sizeof(PolyquantCudaHistogramBinning));
+        check(cudaMemcpy(b, binning.data(), binning.size() * sizeof(PolyquantCudaHistogramBinning), cudaMemcpyHostToDevice), "binning");
+        h.binning = static_cast<const PolyquantCudaHistogramBinning*>(b);
+        h.counts = static_cast<std::uint64_t*>(device_alloc(static_cast<std::size_t>(g.groups * (bins + 2)) * 8));
+        add("group histogram " + std::to_string(bins) + " bins", g.name, median_ms(reps_, [&] { table_->group_histogram(&h, nullptr); }));
+        check(cudaGetLastError(), "group histogram");
+        cudaFree(b);
+        cudaFree(h.counts);
+      }
+      PolyquantCudaExactSums e{};
+      e.terms = x_;
+      e.rank = 2;
+      e.shape[0] = g.groups, e.shape[1] = n_ / g.groups;
+      e.group_strides[0] = 1, e.group_strides[1] = 0;
+      e.groups = g.groups;
+      e.limbs = static_cast<std::int64_t*>(device_alloc(static_cast<std::size_t>(g.groups) * kPolyquantCudaExactLimbs * 8));
+      e.flags = static_cast<std::uint32_t*>(device_alloc(static_cast<std::size_t>(g.groups) * 4));
+      add("exact sums", g.name, median_ms(reps_, [&] { table_->exact_sums(&e, nullptr); }));
+      check(cudaGetLastError(), "reductions");
+      for (void* p : {static_cast<void*>(m.keys), static_cast<void*>(m.flags), static_cast<void*>(e.limbs), static_cast<void*>(e.flags)}) cudaFree(p);
+    }
+  }
+
   void print(const char* json_path) const {
     std::printf("%-32s %-22s %8s %8s %8s\n", "op", "parameters", "ms", "GB/s", "of copy");
     for (const Result& r : results_) {
@@ -252,6 +314,7 @@ int main_(int argc, char** argv) {
   fp8.saturate = true;
   bench.run(KernelOp::kQuantizeLinear, "quantize_linear float8_e4m3fn", Layout::kPerTensor,
             [&](test::BenchRow& r) { r.call(&fp8, {r.x(), r.value(0.5f)}); });
+  bench.run_reductions();
   bench.print(json);
   return 0;
 }

@@ -123,6 +123,22 @@ GroupedLaunch grouped_launch(int rank, const std::int64_t* shape) {
   return g;
 }
 
+// polyquant_group_of for the kernels: 0 without a division where there is one group (per tensor),
+// in 32-bit arithmetic where the elements number fewer than 2^31 (a 64-bit division is a long
+// software sequence on the GPU; every index, extent and group then fits 32 bits), else in 64 bits.
+__device__ __forceinline__ std::int64_t group_of_element(std::int64_t j, std::int64_t n, int rank, const std::int64_t* shape,
+                                                         const std::int64_t* group_strides, std::int64_t groups) {
+  if (groups == 1) return 0;
+  if (n >= (std::int64_t{1} << 31)) return polyquant_group_of(j, rank, shape, group_strides);
+  std::uint32_t rest = static_cast<std::uint32_t>(j), g = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    const auto extent = static_cast<std::uint32_t>(shape[d]);
+    g += (rest % extent) * static_cast<std::uint32_t>(group_strides[d]);
+    rest /= extent;
+  }
+  return g;
+}
+
 // ---- exact group sums ---------------------------------------------------------------------------
 // A lane's exact sum of the terms of one group, added into the group's parts in global memory:
 // limb-wise atomic adds (two's complement, so a negative top limb adds as its unsigned bits) and
@@ -149,7 +165,7 @@ __global__ void exact_sums_kernel(PolyquantCudaExactSums s, std::int64_t n, std:
   ExactSumFloat32 acc;
   std::int64_t group = -1;
   for (std::int64_t j = begin + thread % 32; j < end; j += 32) {
-    const std::int64_t g = polyquant_group_of(j, s.rank, s.shape, s.group_strides);
+    const std::int64_t g = group_of_element(j, n, s.rank, s.shape, s.group_strides, s.groups);
     if (g != group) {
       if (group >= 0) flush_exact_sum(acc, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
       acc.clear();
@@ -190,7 +206,7 @@ __global__ void group_min_max_kernel(PolyquantCudaGroupMinMax m, std::int64_t n,
   std::uint32_t f = 0;
   std::int64_t group = -1;
   for (std::int64_t j = begin + thread % 32; j < end; j += 32) {
-    const std::int64_t g = polyquant_group_of(j, m.rank, m.shape, m.group_strides);
+    const std::int64_t g = group_of_element(j, n, m.rank, m.shape, m.group_strides, m.groups);
     if (g != group) {
       if (group >= 0) flush_min_max(lo, hi, f, m.keys + 2 * group, m.flags + group);
       lo = ~std::uint64_t{0}, hi = 0, f = 0;
@@ -232,8 +248,9 @@ int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
 constexpr int kHistogramThreads = 256;
 constexpr std::int64_t kHistogramSharedSlots = 8192;  // 32 KiB of 32-bit counters
 
-__device__ void histogram_element(const PolyquantCudaGroupHistogram& h, std::int64_t j, unsigned int* shared, std::uint64_t* global) {
-  const std::int64_t g = polyquant_group_of(j, h.rank, h.shape, h.group_strides);
+__device__ void histogram_element(const PolyquantCudaGroupHistogram& h, std::int64_t j, std::int64_t n, unsigned int* shared,
+                                  std::uint64_t* global) {
+  const std::int64_t g = group_of_element(j, n, h.rank, h.shape, h.group_strides, h.groups);
   const PolyquantCudaHistogramBinning& b = h.binning[g];
   const double v = load_as_double(h.x, h.dtype, j);
   const std::int64_t base = g * (h.bins + 2);
@@ -256,7 +273,7 @@ __global__ void group_histogram_kernel(PolyquantCudaGroupHistogram h, std::int64
   }
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += stride) {
-    histogram_element(h, j, privatized ? block_counts : nullptr, h.counts);
+    histogram_element(h, j, n, privatized ? block_counts : nullptr, h.counts);
   }
   if (privatized) {
     __syncthreads();
