@@ -209,16 +209,21 @@ class Runner {
     // fused into one call: repeating operands are passed as one row (RowArgs::repeated_row_mask)
     // to kernels that read them so, else read from a copy tiled over the fused rows; one value per
     // row compact (RowArgs::per_row_mask) or from a copy that repeats each row's value over its
-    // row. Each element gets the same operands and flat index as unfused.
+    // row. Each element gets the same operands and flat index as unfused. An operand that runs on,
+    // or the output, in another dtype than the kernel's (a float16 / bfloat16 tensor) is converted
+    // a fused call at a time through the scratch buffers, as the blocked path converts a segment.
     const std::int64_t len = plan.shape[inner];
-    fuse_rows_ = plan.rank >= 2 && len < kShortRow && !needs_blocks_ && plan.out_strides[inner] == 1 &&
-                 plan.out_strides[inner - 1] == len;
+    fuse_rows_ = plan.rank >= 2 && len < kShortRow && plan.out_strides[inner] == 1 && plan.out_strides[inner - 1] == len;
     bool repeats = false;
+    converts_rows_ = !out_direct_;
     for (int k = 0; k < nin && fuse_rows_; ++k) {
       const std::int64_t si = plan.in_strides[k][inner], so = plan.in_strides[k][inner - 1];
-      if (si == 1 && so == len) continue;                      // runs on across rows
+      if (si == 1 && so == len) {                               // runs on across rows
+        converts_rows_ = converts_rows_ || !direct_[k];
+        continue;
+      }
       if (si == 0 && so == 0 && !convert_scalar_[k]) continue;  // one value
-      if (si == 1 && so == 0) {                                 // the same row every row
+      if (si == 1 && so == 0 && direct_[k]) {                   // the same row every row
         tiled_[k] = true;
         repeats = true;
         continue;
@@ -231,7 +236,7 @@ class Runner {
       fuse_rows_ = false;
     }
     fuse_rows_ = fuse_rows_ && repeats;
-    bool copies = false;  // an operand expanded or tiled over the fused rows
+    bool copies = converts_rows_;  // an operand converted, expanded or tiled over the fused rows
     for (int k = 0; k < nin; ++k) {
       copies = copies || (expanded_[k] && !call.per_row_operands) || (tiled_[k] && !call.repeated_row_operands);
     }
@@ -431,22 +436,37 @@ class Runner {
           scratch.tiled_from[k] = base;
         }
         args.in[static_cast<std::size_t>(k)] = t.data();
+      } else if (!direct_[k]) {  // runs on in another dtype: converted for this call
+        std::vector<unsigned char>& c = scratch.in[k];
+        c.resize(static_cast<std::size_t>(rows * len) * 8);
+        convert_values(base, v.dtype, 1, c.data(), call_.kernel_dtypes[static_cast<std::size_t>(k)], 1, rows * len);
+        args.in[static_cast<std::size_t>(k)] = c.data();
       } else {
         args.in[static_cast<std::size_t>(k)] = base;
       }
     }
     std::int64_t out_off = 0;
     for (int d = 0; d < inner; ++d) out_off += idx[d] * plan_.out_strides[d];
-    args.out = static_cast<char*>(call_.out.data) + out_off * static_cast<std::int64_t>(dtype_size(call_.out.dtype));
+    char* out = static_cast<char*>(call_.out.data) + out_off * static_cast<std::int64_t>(dtype_size(call_.out.dtype));
     args.n = rows * len;
     args.index = first;
-    args.stream = stream_;
+    if (out_direct_) {
+      args.out = out;
+      args.stream = stream_;
+      call_.kernel(call_.params, args);
+      return;
+    }
+    scratch.out.resize(static_cast<std::size_t>(rows * len) * 8);
+    args.out = scratch.out.data();
+    args.stream = false;
     call_.kernel(call_.params, args);
+    convert_values(scratch.out.data(), call_.kernel_out_dtype, 1, out, call_.out.dtype, 1, rows * len);
   }
 
   const ElementwiseCall& call_;
   const Plan& plan_;
   bool fuse_rows_ = false;
+  bool converts_rows_ = false;  // fused rows convert an operand or the output (see fuse_rows_)
   bool tiled_[kMaxOperands] = {};
   bool expanded_[kMaxOperands] = {};
   std::int64_t fused_rows_ = 1;

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <bit>
 
+#include "kernels/convert/kernels.h"
 #include "families/qonnx/kernels.h"
+#include "polyquant/aimet.h"
 #include "qonnx_call.h"
 #include "test_util.h"
 
@@ -282,6 +284,56 @@ TEST(Engine, Int64ZeroPointAndFloat16Inputs) {
         detail::WorkType::kF16, detail::WorkType::kF16)));
   }
   EXPECT_TRUE(test::all_same(out16, want16));
+}
+
+// Short rows (a per-channel parameter on the last axis, blockwise parameters) of float16 and
+// bfloat16 tensors: the engine fuses the rows into one call and converts x and the output per call
+// (Runner::fuse_rows_). The same values in a transposed view cannot be fused and go segment by
+// segment through the blocked path: both must give the same bytes, for every row length around the
+// vector width and the fused call's size.
+TEST(Engine, FusedShortRowsOfNarrowTensorsEqualSegments) {
+  for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (const std::int64_t cols : {std::int64_t{8}, std::int64_t{24}, std::int64_t{128}, std::int64_t{200}}) {
+      const std::int64_t rows = 301;
+      const std::size_t n = static_cast<std::size_t>(rows * cols);
+      const std::vector<float> values = test::mixed_values(n, 90 + static_cast<std::uint64_t>(cols), 3.0f);
+      std::vector<std::uint16_t> x(n), xt(n);  // x row-major; xt the same values stored transposed
+      detail::convert_values_scalar(values.data(), DType::kFloat32, 1, x.data(), dtype, 1, static_cast<std::int64_t>(n));
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) xt[static_cast<std::size_t>(c * rows + r)] = x[static_cast<std::size_t>(r * cols + c)];
+      const Dims shape{rows, cols};
+      const TensorView fused(x.data(), dtype, shape), segments(xt.data(), dtype, shape, Dims{1, rows});
+      struct Params {
+        const char* name;
+        Dims shape;
+        std::vector<std::int64_t> block;
+      };
+      const Params layouts[] = {{"per channel, last axis", Dims{cols}, {}}, {"blocks of 4", Dims{rows, cols / 4}, {1, 4}}};
+      for (const Params& l : layouts) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(cols) + " columns, " + l.name);
+        const std::int64_t m = l.shape.numel();
+        std::vector<float> scale(static_cast<std::size_t>(m)), offset(static_cast<std::size_t>(m));
+        for (std::int64_t i = 0; i < m; ++i) {
+          scale[static_cast<std::size_t>(i)] = 0.01f * static_cast<float>(1 + i % 7);
+          offset[static_cast<std::size_t>(i)] = static_cast<float>(-128 + i % 5);
+        }
+        aimet::AffineArgs args;
+        args.block_size = l.block;
+        const TensorView s(scale.data(), DType::kFloat32, l.shape), o(offset.data(), DType::kFloat32, l.shape);
+        const TensorSpec spec = aimet::quantize_dequantize_spec(fused, s, o, args, aimet::QdqPath::kTraining);
+        const std::size_t bytes = n * dtype_size(spec.dtype);
+        std::vector<unsigned char> a(bytes, 0xAB), b(bytes, 0xCD);
+        aimet::quantize_dequantize(fused, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(a.data(), spec.dtype, shape));
+        aimet::quantize_dequantize(segments, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(b.data(), spec.dtype, shape));
+        EXPECT_EQ(a, b);
+        // and a narrow output written through the fused rows' conversion
+        std::vector<std::uint16_t> narrow_a(n, 0xAAAA), narrow_b(n, 0xBBBB);
+        aimet::quantize_dequantize(fused, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(narrow_a.data(), dtype, shape));
+        aimet::quantize_dequantize(segments, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(narrow_b.data(), dtype, shape));
+        EXPECT_EQ(narrow_a, narrow_b);
+      }
+    }
+  }
 }
 
 }  // namespace
