@@ -97,14 +97,11 @@ void fake_quantize_f32(const void* params, const RowArgs& a) {
   else fake_quantize_rows<false>(p, a);
 }
 
-// a * b with the first operand's NaN where both are NaN (mul_first_nan): the compiler may swap the
-// operands of a vector product too.
-inline Vec::F mul_first_nan_v(Vec::F a, Vec::F b) { return Vec::select(Vec::isnan(a), Vec::add(a, a), Vec::mul(a, b)); }
-
 // The training path's per-element gradients (affine_grad_element), float32 working precision,
 // operation for operation, with the spec's spelled-out NaN choices. Operands: grad_output, x,
-// scale, offset. The mask "v in [qmin, qmax]" is two ordered comparisons (false for NaN), spelled
-// as nested selects. float16 / bfloat16 working precisions run the scalar spec.
+// scale, offset. The mask "v in [qmin, qmax]" is two ordered comparisons (false for NaN), and-ed.
+// Products whose operands can both be NaN take the first one's (Vec::mul_first_nan). float16 /
+// bfloat16 working precisions run the scalar spec.
 void affine_grad_f32(const void* params, const RowArgs& a) {
   const auto& g = *static_cast<const AffineGradParams*>(params);
   const AffineParams& p = g.op;
@@ -144,19 +141,20 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
   }
   const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
   const Vec::F zero = Vec::zero();
-  // v = rint(x / s) - o, the level before the clamp; `then` where lo <= v <= hi, else `otherwise`.
+  // v = rint(x / s) - o, the level before the clamp; `then` where lo <= v <= hi (both ordered
+  // comparisons: false for NaN), else `otherwise`.
   auto if_in_range = [&](Vec::F v, Vec::F then, Vec::F otherwise) POLYQUANT_ALWAYS_INLINE {
-    return Vec::select(Vec::ge(v, lo), Vec::select(Vec::le(v, hi), then, otherwise), otherwise);
+    return Vec::select(Vec::mask_and(Vec::ge(v, lo), Vec::le(v, hi)), then, otherwise);
   };
   switch (p.kind) {
     case AffineKind::kDequantize:  // d/dx = d/do = s * g; d/ds = (x + o) * g
       if (g.of == AffineGradOf::kScale) {
         for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
           const Vec::F shifted = Vec::select(Vec::isnan(v[1]), Vec::add(v[1], v[1]), Vec::add(v[1], v[3]));  // x's NaN first
-          return mul_first_nan_v(shifted, v[0]);
+          return Vec::mul_first_nan(shifted, v[0]);
         });
       } else {
-        for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return mul_first_nan_v(v[2], v[0]); });
+        for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return Vec::mul_first_nan(v[2], v[0]); });
       }
       return;
     case AffineKind::kQuantize:
@@ -180,7 +178,7 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
             const Vec::F scaled = Vec::div(v[1], v[2]);
             const Vec::F level = Vec::sub(Vec::rint(scaled), v[3]);
             const Vec::F dx = Vec::div(if_in_range(level, v[0], Vec::mul(v[0], zero)), v[2]);
-            return mul_first_nan_v(scaled, Vec::neg(dx));
+            return Vec::mul_first_nan(scaled, Vec::neg(dx));
           });
           return;
       }
@@ -197,7 +195,7 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
         case AffineGradOf::kOffset:
           for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
             const Vec::F level = Vec::sub(Vec::rint(Vec::div(v[1], v[2])), v[3]);
-            return if_in_range(level, zero, mul_first_nan_v(v[0], v[2]));
+            return if_in_range(level, zero, Vec::mul_first_nan(v[0], v[2]));
           });
           return;
         case AffineGradOf::kAll: {  // each as its own case (and the forward, affine_rows) computes it
@@ -206,8 +204,8 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
             const Vec::F rounded = Vec::rint(scaled);
             level = Vec::sub(rounded, v[3]);
             const Vec::F clamped = torch_clamp_v(rounded, Vec::add(v[3], lo), Vec::add(v[3], hi));
-            d_scale = mul_first_nan_v(v[0], if_in_range(level, Vec::sub(rounded, scaled), clamped));
-            d_offset = if_in_range(level, zero, mul_first_nan_v(v[0], v[2]));
+            d_scale = Vec::mul_first_nan(v[0], if_in_range(level, Vec::sub(rounded, scaled), clamped));
+            d_offset = if_in_range(level, zero, Vec::mul_first_nan(v[0], v[2]));
             return if_in_range(level, v[0], zero);
           };
           auto* terms_s = static_cast<float*>(g.scale_terms);
@@ -243,7 +241,7 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
             const Vec::F rounded = Vec::rint(scaled);
             const Vec::F level = Vec::sub(rounded, v[3]);
             const Vec::F clamped = torch_clamp_v(rounded, Vec::add(v[3], lo), Vec::add(v[3], hi));
-            return mul_first_nan_v(v[0], if_in_range(level, Vec::sub(rounded, scaled), clamped));
+            return Vec::mul_first_nan(v[0], if_in_range(level, Vec::sub(rounded, scaled), clamped));
           });
           return;
       }

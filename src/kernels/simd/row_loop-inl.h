@@ -18,11 +18,6 @@ inline Vec::F sign_v(Vec::F x) {
   return Vec::select(Vec::gt(x, zero), Vec::splat(1.0f), s);
 }
 
-// numpy_sign_times_magnitude of scalar_math.h for float32: a NaN sign (NaN x) comes back as itself, quieted.
-inline Vec::F mul_sign_first_nan_v(Vec::F sign, Vec::F magnitude) {
-  return Vec::select(Vec::isnan(sign), Vec::add(sign, sign), Vec::mul(sign, magnitude));
-}
-
 // A mask with every lane set (true) or none (false): a per-row choice inside a vector body.
 inline Vec::M all_lanes(bool set) {
   const Vec::F zero = Vec::zero();
@@ -62,7 +57,8 @@ struct AnyRoundingV {
     const Vec::F magnitude = Vec::abs(x);
     const Vec::F y = Vec::select(by_magnitude, Vec::select(with_offset, Vec::add(magnitude, offset), magnitude), x);
     const Vec::F r = Vec::select(by_ceil, Vec::ceil(y), Vec::select(by_floor, Vec::floor(y), Vec::trunc(y)));
-    return Vec::select(by_magnitude, mul_sign_first_nan_v(sign_v(x), r), r);
+    // numpy_sign_times_magnitude of scalar_math.h: a NaN sign (NaN x) comes back as itself, quieted.
+    return Vec::select(by_magnitude, Vec::mul_first_nan(sign_v(x), r), r);
   }
 };
 // f(rounding): the row's mode as one of the three functor types.

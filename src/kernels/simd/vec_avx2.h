@@ -24,6 +24,15 @@ struct Vec {
   static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F div(F a, F b) { return _mm256_div_ps(a, b); }
+  // a * b with x86's rule for two NaN operands: the first operand's NaN, quieted (mul_first_nan
+  // in core/scalar_math.h). The compiler treats a product as commutative and may swap the operands
+  // of mul(); the instruction's operand order is spelled out here (AT&T: source 2, source 1,
+  // destination), so this is one multiply instead of a NaN test, an add and a blend.
+  static F mul_first_nan(F a, F b) {
+    F r;
+    asm("vmulps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
+    return r;
+  }
 
   // min/max return the second operand when either is NaN (and for two zeros).
   static F min(F a, F b) { return _mm256_min_ps(a, b); }
@@ -37,6 +46,7 @@ struct Vec {
   static M isnan(F a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
   static M isinf(F a) { return _mm256_cmp_ps(abs(a), splat(__builtin_inff()), _CMP_EQ_OQ); }
   static M mask_or(M a, M b) { return _mm256_or_ps(a, b); }
+  static M mask_and(M a, M b) { return _mm256_and_ps(a, b); }
   static unsigned mask_bits(M m) { return static_cast<unsigned>(_mm256_movemask_ps(m)); }
   static F select(M m, F if_true, F if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
 
