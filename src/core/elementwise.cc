@@ -28,6 +28,10 @@ constexpr std::int64_t kParallelGrain = 1 << 16;
 constexpr std::int64_t kMinVectorConvert = 16;
 // Output bytes above which stores bypass the cache (about the size of a large L3).
 constexpr std::int64_t kStreamBytes = std::int64_t{32} << 20;
+// Bytes of the widest element a kernel reads or writes (float64, int64): scratch for `count`
+// converted elements of any dtype.
+constexpr std::size_t kWidestElementBytes = 8;
+constexpr std::size_t scratch_bytes(std::int64_t count) { return static_cast<std::size_t>(count) * kWidestElementBytes; }
 
 }  // namespace
 
@@ -330,14 +334,14 @@ class Runner {
     for (int k = 0; k < nin; ++k) {
       if (direct_[k]) continue;
       const std::int64_t count = args.is_broadcast(k) ? 1 : std::min(n, kBlock);
-      scratch.in[k].resize(static_cast<std::size_t>(count) * 8);
+      scratch.in[k].resize(scratch_bytes(count));
       if (args.is_broadcast(k)) {  // one value for the whole segment: convert it once
         convert_values(in_base[k], call_.inputs[static_cast<std::size_t>(k)].dtype, 0, scratch.in[k].data(),
                        call_.kernel_dtypes[static_cast<std::size_t>(k)], 1, 1);
         args.in[static_cast<std::size_t>(k)] = scratch.in[k].data();
       }
     }
-    if (!out_direct_) scratch.out.resize(static_cast<std::size_t>(std::min(n, kBlock)) * 8);
+    if (!out_direct_) scratch.out.resize(scratch_bytes(std::min(n, kBlock)));
     for (std::int64_t b = 0; b < n; b += kBlock) {
       const std::int64_t m = std::min(kBlock, n - b);
       for (int k = 0; k < nin; ++k) {
@@ -438,7 +442,7 @@ class Runner {
         args.in[static_cast<std::size_t>(k)] = t.data();
       } else if (!direct_[k]) {  // runs on in another dtype: converted for this call
         std::vector<unsigned char>& c = scratch.in[k];
-        c.resize(static_cast<std::size_t>(rows * len) * 8);
+        c.resize(scratch_bytes(rows * len));
         convert_values(base, v.dtype, 1, c.data(), call_.kernel_dtypes[static_cast<std::size_t>(k)], 1, rows * len);
         args.in[static_cast<std::size_t>(k)] = c.data();
       } else {
@@ -456,7 +460,7 @@ class Runner {
       call_.kernel(call_.params, args);
       return;
     }
-    scratch.out.resize(static_cast<std::size_t>(rows * len) * 8);
+    scratch.out.resize(scratch_bytes(rows * len));
     args.out = scratch.out.data();
     args.stream = false;
     call_.kernel(call_.params, args);
