@@ -7,9 +7,32 @@ difference, 0 when torch sees no GPU (a skip, said so)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import numpy as np
+
+
+FORK_AFTER_RUNTIME_INFO = """
+import os, sys
+import numpy as np
+import polyquant
+import polyquant.qonnx as pq
+assert polyquant.runtime_info()["backends"]["cuda"]["available"], polyquant.runtime_info()
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        import torch
+        x = np.linspace(-4, 4, 1000, dtype=np.float32)
+        y = pq.int_quant(torch.from_numpy(x).cuda(), 0.25, 0.0, 8, 1, 0, "ROUND")
+        code = 0 if y.cpu().numpy().tobytes() == pq.int_quant(x, 0.25, 0.0, 8, 1, 0, "ROUND").tobytes() else 2
+    except BaseException as e:
+        print(f"child: {type(e).__name__}: {e}", flush=True)
+    os._exit(code)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
 
 def main() -> int:
@@ -166,6 +189,13 @@ def main() -> int:
         y = pq.int_quant(dx, ds, 0.0, 8, 1, 0, "ROUND")
     stream.synchronize()
     check("int_quant on a side stream", y, pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND"))
+    # runtime_info() lists the devices through NVML (core/nvml_devices.h) without initialising CUDA,
+    # so a process that asks and then forks can use the GPU in the child (CUDA's rule: not after
+    # initialising it). A fresh interpreter: this one has initialised CUDA.
+    checks += 1
+    fork = subprocess.run([sys.executable, "-c", FORK_AFTER_RUNTIME_INFO], capture_output=True, text=True, timeout=120)
+    if fork.returncode != 0:
+        failures.append(f"fork after runtime_info (exit {fork.returncode}: {(fork.stdout + fork.stderr).strip()[-300:]})")
     if failures:
         print(f"python/torch: FAILED {len(failures)} of {checks} checks differ from the host: {', '.join(failures)}")
         return 1

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "backends/cuda/backend_abi.h"
+#include "core/nvml_devices.h"
 
 namespace polyquant::detail {
 namespace {
@@ -52,6 +53,20 @@ void check_and_query(CudaBackendStatus& s, const PolyquantCudaBackend* table) {
     return;
   }
   s.table = table;
+  // NVML first: it lists the devices without initialising CUDA in this process (nvml_devices.h).
+  const NvmlDeviceQuery nvml = query_devices_with_nvml(nvml_library_setting(), std::getenv("CUDA_VISIBLE_DEVICES"), table->runtime_version);
+  if (nvml.answered) {
+    s.device_query = "nvml";
+    s.devices = nvml.devices;
+    if (!nvml.reason.empty()) {
+      s.devices.clear();
+      s.reason = nvml.reason;
+    } else if (s.devices.empty()) {
+      s.reason = "no CUDA device";
+    }
+    return;
+  }
+  s.device_query = "cuda runtime (NVML: " + nvml.why_not + ")";
   char reason[512] = {};
   const int count = table->device_count(reason, sizeof reason);
   if (count <= 0) {

@@ -17,6 +17,9 @@ struct CudaBackendStatus {
   const PolyquantCudaBackend* table = nullptr;  // the library's table once it loaded and matched this build
   std::vector<std::string> devices;  // one description per CUDA device ("NVIDIA H100 80GB HBM3 (sm_90)")
   std::string reason;                // why the backend is unavailable ("" when it is available)
+  // Who listed the devices: "nvml" (CUDA not initialised), or "cuda runtime (NVML: why not)"
+  // (cudaGetDeviceCount, which initialises CUDA); "" when the library did not load.
+  std::string device_query;
   bool available() const { return table != nullptr && !devices.empty(); }
 };
 
@@ -27,6 +30,8 @@ struct CudaBackendStatus {
 //   3. the dynamic loader's search path (LD_LIBRARY_PATH, the C++ package's lib directory via
 //      rpath or ld.so.conf).
 // Loaded once per process; the result stays valid for its lifetime (the library is never unloaded).
+// The devices are listed through NVML where it answers exactly (core/nvml_devices.h), so listing
+// them does not initialise CUDA; else through the library's cudaGetDeviceCount.
 const CudaBackendStatus& cuda_backend();
 
 // For tests: the same search and checks, uncached, with `library` standing in for

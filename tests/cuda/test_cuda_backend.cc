@@ -7,11 +7,15 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/backend_abi.h"
 #include "core/cuda_backend.h"
+#include "core/nvml_devices.h"
 #include "kernels/registry.h"
 #include "polyquant/runtime.h"
 
@@ -102,6 +106,32 @@ TEST(CudaBackendLibrary, DeviceQueryAnswersWithoutADevice) {
   } else {
     EXPECT_STRNE(reason, "") << "no device and no reason";
   }
+}
+
+// Where NVML answers (core/nvml_devices.h: a GPU machine with the driver's libnvidia-ml), its device
+// list equals the CUDA runtime's, name for name; elsewhere the runtime answers alone (said, passed).
+TEST(CudaBackendLibrary, NvmlListsTheDevicesTheCudaRuntimeLists) {
+  const PolyquantCudaBackend* t = built_library_table();
+  ASSERT_NE(t, nullptr);
+  const NvmlDeviceQuery nvml = query_devices_with_nvml(nvml_library_setting(), std::getenv("CUDA_VISIBLE_DEVICES"), t->runtime_version);
+  if (!nvml.answered) {
+    std::printf("NVML does not answer here (%s): the CUDA runtime lists the devices\n", nvml.why_not.c_str());
+    return;
+  }
+  char reason[512] = {};
+  const int count = t->device_count(reason, sizeof reason);
+  if (!nvml.reason.empty()) {
+    EXPECT_LT(count, 0) << "NVML: " << nvml.reason << "; the runtime found " << count << " devices";
+    return;
+  }
+  std::vector<std::string> runtime;
+  for (int d = 0; d < count; ++d) {
+    char name[512] = {};
+    ASSERT_EQ(t->device_description(d, name, sizeof name), 0) << name;
+    runtime.emplace_back(name);
+  }
+  EXPECT_EQ(nvml.devices, runtime) << reason;
+  std::printf("NVML and the CUDA runtime list the same %zu device(s)\n", runtime.size());
 }
 
 TEST(CudaBackendLoading, TheBuiltLibraryLoadsAndReportsItsDevicesOrWhyNot) {

@@ -28,8 +28,14 @@ def fake_library() -> pathlib.Path:
     return DEFAULT
 
 
+def stand_in_environment() -> dict[str, str]:
+    """The environment of a child process on the stand-in: its library, and its own device list
+    (NVML, which would list the machine's real GPUs instead, off)."""
+    return {**os.environ, "POLYQUANT_CUDA_LIBRARY": str(fake_library()), "POLYQUANT_NVML_LIBRARY": "off"}
+
+
 def test_device_calls_on_the_stand_in() -> None:
-    env = {**os.environ, "POLYQUANT_CUDA_LIBRARY": str(fake_library())}
+    env = stand_in_environment()
     run = subprocess.run([sys.executable, str(HERE / "device_calls_check.py")], env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
@@ -38,7 +44,7 @@ def test_device_calls_on_the_stand_in() -> None:
 def test_bench_on_a_device_says_why_it_cannot_run() -> None:
     """`polyquant bench --device`: a bad device name, a device the machine lacks, and a machine whose
     torch sees no GPU are errors (exit status 2) with the reason, never a traceback."""
-    env = {**os.environ, "POLYQUANT_CUDA_LIBRARY": str(fake_library())}
+    env = stand_in_environment()
 
     def bench(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "polyquant", "bench", *args], env=env, capture_output=True, text=True,
@@ -89,8 +95,46 @@ def test_interpreter_exit_with_daemon_threads_inside_device_calls() -> None:
     """Daemon threads looping over device calls (whose Python callbacks run inside the extension's
     functions) when the interpreter exits: the calls in flight finish, later ones park, and the
     process ends cleanly (before the fix, a run crashed in about one of three tries)."""
-    env = {**os.environ, "POLYQUANT_CUDA_LIBRARY": str(fake_library())}
+    env = stand_in_environment()
     script = EXIT_SCRIPT.format(here=str(HERE))
     for attempt in range(6):
         run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
         assert run.returncode == 0 and run.stdout.strip() == "exiting", (attempt, run.returncode, run.stdout, run.stderr[-2000:])
+
+
+NVML_SCRIPT = """
+import ctypes, json, sys
+nvml = ctypes.CDLL(sys.argv[1])  # the stand-in NVML the core will load (same file: same library)
+nvml.polyquant_fake_nvml_reset(2, 13000, 0)  # two H100s, a CUDA 13.0 driver
+cuda = ctypes.CDLL(sys.argv[2])
+import polyquant
+info = polyquant.runtime_info()["backends"]["cuda"]
+print(json.dumps({"info": info, "device_queries": cuda.polyquant_fake_cuda_device_queries()}))
+"""
+
+
+def test_runtime_info_lists_the_devices_through_nvml_without_initialising_cuda() -> None:
+    """runtime_info() (and so every `polyquant` command) takes the device list from NVML where it
+    answers exactly (core/nvml_devices.h): the CUDA library's own query, cudaGetDeviceCount, which
+    initialises CUDA and so spoils it for children forked later, is not called."""
+    import json
+
+    cuda = fake_library()
+    nvml = cuda.parent / "libpolyquant_fake_nvml.so"
+    assert nvml.is_file(), f"{nvml} is built with the C++ tests, beside {cuda.name}"
+    env = {k: v for k, v in stand_in_environment().items() if k != "CUDA_VISIBLE_DEVICES"}
+    env["POLYQUANT_NVML_LIBRARY"] = str(nvml)
+    run = subprocess.run([sys.executable, "-c", NVML_SCRIPT, str(nvml), str(cuda)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["info"]["available"], report
+    assert report["info"]["devices"] == ["NVIDIA H100 80GB HBM3 (sm_90)"] * 2, report
+    assert report["device_queries"] == 0, "cudaGetDeviceCount was called"
+    # One device visible: NVML follows CUDA_VISIBLE_DEVICES.
+    env["CUDA_VISIBLE_DEVICES"] = "1"
+    run = subprocess.run([sys.executable, "-c", NVML_SCRIPT, str(nvml), str(cuda)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["info"]["devices"] == ["NVIDIA H100 80GB HBM3 (sm_90)"] and report["device_queries"] == 0, report

@@ -28,6 +28,7 @@ POLYQUANT_FAKE_EXPORT void* polyquant_fake_cuda_allocate(std::size_t bytes, int 
 
 // What the engine asked for since the last reset.
 POLYQUANT_FAKE_EXPORT int polyquant_fake_cuda_launches() { return fake().stats().launches; }
+POLYQUANT_FAKE_EXPORT int polyquant_fake_cuda_device_queries() { return fake().stats().device_queries; }
 POLYQUANT_FAKE_EXPORT int polyquant_fake_cuda_faults() { return static_cast<int>(fake().stats().faults.size()); }
 POLYQUANT_FAKE_EXPORT void* polyquant_fake_cuda_last_stream() { return fake().stats().last_stream; }
 POLYQUANT_FAKE_EXPORT int polyquant_fake_cuda_outstanding_temporaries() { return fake().outstanding_temporaries(); }

@@ -60,7 +60,10 @@ void require_on_current_device(const void* p, std::size_t bytes, const char* wha
   }
 }
 
-int device_count(char*, std::size_t) { return FakeDevice::kDevices; }
+int device_count(char*, std::size_t) {
+  ++state().stats.device_queries;
+  return FakeDevice::kDevices;
+}
 int device_description(int device, char* name, std::size_t size) {
   std::snprintf(name, size, "polyquant fake device %d (host memory)", device);
   return 0;

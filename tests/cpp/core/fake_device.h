@@ -25,6 +25,7 @@ struct FakeDeviceStats {
   int allocations = 0;  // by the engine (stream-ordered temporaries)
   int host_scalar_launches = 0;
   int host_reads = 0;  // device -> host copies that waited for the stream
+  int device_queries = 0;  // device_count calls (cudaGetDeviceCount: the query that initialises CUDA)
   void* last_stream = nullptr;
   std::vector<std::string> faults;  // pointers outside the current device's memory
 };
