@@ -20,8 +20,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/backend_abi.h"
@@ -197,18 +199,32 @@ class Bench {
         cudaFree(b);
         cudaFree(h.counts);
       }
-      PolyquantCudaExactSums e{};
-      e.terms = x_;
-      e.rank = 2;
-      e.shape[0] = g.groups, e.shape[1] = n_ / g.groups;
-      e.group_strides[0] = 1, e.group_strides[1] = 0;
-      e.groups = g.groups;
-      e.limbs = static_cast<std::int64_t*>(device_alloc(static_cast<std::size_t>(g.groups) * kPolyquantCudaExactLimbs * 8));
-      e.flags = static_cast<std::uint32_t*>(device_alloc(static_cast<std::size_t>(g.groups) * 4));
-      add("exact sums", g.name, median_ms(reps_, [&] { table_->exact_sums(&e, nullptr); }));
+      add("exact sums", g.name, median_ms(reps_, [&] { exact_sums(Dims{g.groups, n_ / g.groups}, Dims{1, 0}, g.groups); }));
       check(cudaGetLastError(), "reductions");
-      for (void* p : {static_cast<void*>(m.keys), static_cast<void*>(m.flags), static_cast<void*>(e.limbs), static_cast<void*>(e.flags)}) cudaFree(p);
+      for (void* p : {static_cast<void*>(m.keys), static_cast<void*>(m.flags)}) cudaFree(p);
     }
+    // The gradients' sums on the other layouts: a group that changes with every term (per channel on
+    // the last axis), and blocks of 128 (blockwise AIMET).
+    add("exact sums", "per-channel last axis", median_ms(reps_, [&] { exact_sums(Dims{n_ / 256, 256}, Dims{0, 1}, 256); }));
+    add("exact sums", "blockwise 128", median_ms(reps_, [&] { exact_sums(Dims{n_ / 4096, 32, 128}, Dims{32, 1, 0}, n_ / 128); }));
+    check(cudaGetLastError(), "exact sums");
+  }
+
+  // PolyquantCudaExactSums over x (the terms) with the given grouping; its buffers kept per grouping.
+  void exact_sums(const Dims& shape, const Dims& group_strides, std::int64_t groups) {
+    PolyquantCudaExactSums e{};
+    e.terms = x_;
+    e.rank = shape.rank;
+    for (int d = 0; d < shape.rank; ++d) e.shape[d] = shape[d], e.group_strides[d] = group_strides[d];
+    e.groups = groups;
+    auto& [limbs, flags] = sums_buffers_[groups];
+    if (limbs == nullptr) {
+      limbs = device_alloc(static_cast<std::size_t>(groups) * kPolyquantCudaExactLimbs * 8);
+      flags = device_alloc(static_cast<std::size_t>(groups) * 4);
+    }
+    e.limbs = static_cast<std::int64_t*>(limbs);
+    e.flags = static_cast<std::uint32_t*>(flags);
+    table_->exact_sums(&e, nullptr);
   }
 
   void print(const char* json_path) const {
@@ -260,6 +276,7 @@ class Bench {
   double* sums_ = nullptr;
   double copy_bytes_per_ms_ = 0;
   std::vector<Result> results_;
+  std::map<std::int64_t, std::pair<void*, void*>> sums_buffers_;  // exact sums' limbs and flags by group count
 };
 
 int main_(int argc, char** argv) {

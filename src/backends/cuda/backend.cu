@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "backends/cuda/backend_abi.h"
 #include "kernels/convert/element.h"
@@ -140,40 +141,102 @@ __device__ __forceinline__ std::int64_t group_of_element(std::int64_t j, std::in
 }
 
 // ---- exact group sums ---------------------------------------------------------------------------
-// A lane's exact sum of the terms of one group, added into the group's parts in global memory:
-// limb-wise atomic adds (two's complement, so a negative top limb adds as its unsigned bits) and
-// the flags OR-ed. Normalized parts move each limb by less than 2^32 per flush.
-__device__ void flush_exact_sum(const ExactSumFloat32& acc, std::int64_t* limbs, std::uint32_t* flags) {
-  std::int64_t parts[kPolyquantCudaExactLimbs];
-  const std::uint32_t f = acc.to_parts(parts);
+// Parts of exact sums added into a group's parts in global memory: limb-wise atomic adds (two's
+// complement, so a negative limb adds as its unsigned bits) and the flags OR-ed.
+__device__ void add_parts(const std::int64_t* parts, std::uint32_t flags, std::int64_t* limbs, std::uint32_t* group_flags) {
   for (int i = 0; i < kPolyquantCudaExactLimbs; ++i) {
-    if (parts[i] != 0) {
-      atomicAdd(reinterpret_cast<unsigned long long*>(limbs + i), static_cast<unsigned long long>(parts[i]));
-    }
+    if (parts[i] != 0) atomicAdd(reinterpret_cast<unsigned long long*>(limbs + i), static_cast<unsigned long long>(parts[i]));
   }
-  if (f != 0) atomicOr(reinterpret_cast<unsigned int*>(flags), static_cast<unsigned int>(f));
+  if (flags != 0) atomicOr(reinterpret_cast<unsigned int*>(group_flags), static_cast<unsigned int>(flags));
 }
 
-// GroupedLaunch's walk: a lane sums into one ExactSumFloat32 while its terms stay in one group and
-// flushes it when the group changes and at the end. Per tensor or per row of many terms a span
-// costs 32 flushes; a group that changes with every term (a per-channel parameter on the last axis)
-// costs a flush per term. The exact parts make the order irrelevant.
+constexpr unsigned kFullWarp = 0xffffffffu;
+// The most distinct groups a warp's flush sums across its lanes (one pass of shuffles each); more
+// (a group that changes with every term: a per-channel parameter on the last axis) flush lane by
+// lane.
+constexpr int kMaxGroupsSummedAcrossAWarp = 4;
+
+// Every lane's accumulator (`group` -1: none) into its group's parts; called by the whole warp
+// together. Lanes holding the same group sum their parts first, limb by limb, with shuffles, and
+// one lane adds the total: one atomic per limb and group instead of one per limb and lane (per
+// tensor, every lane of every warp would otherwise add into the same 11 words). Exact: normalized
+// parts are below 2^32 per limb, so 32 of them sum in int64 without overflow, and integer sums in
+// any grouping are the same parts.
+__device__ void flush_warp(const ExactSumFloat32& acc, std::int64_t group, const PolyquantCudaExactSums& s) {
+  const unsigned holding = __ballot_sync(kFullWarp, group >= 0);
+  if (holding == 0) return;
+  std::int64_t parts[kPolyquantCudaExactLimbs] = {};
+  const std::uint32_t flags = group >= 0 ? acc.to_parts(parts) : 0u;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const unsigned alike = __match_any_sync(kFullWarp, group);  // the lanes holding this lane's group
+  const bool first_of_group = group >= 0 && __ffs(alike) - 1 == lane;
+  if (__popc(__ballot_sync(kFullWarp, first_of_group)) > kMaxGroupsSummedAcrossAWarp) {
+    if (group >= 0) add_parts(parts, flags, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
+    return;
+  }
+  for (unsigned pending = holding; pending != 0;) {  // the same on every lane: the loop is warp-uniform
+    const std::int64_t g = __shfl_sync(kFullWarp, group, __ffs(pending) - 1);
+    const bool mine = group == g;
+    std::int64_t total[kPolyquantCudaExactLimbs];
+    for (int i = 0; i < kPolyquantCudaExactLimbs; ++i) {
+      std::int64_t v = mine ? parts[i] : 0;
+      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(kFullWarp, v, offset);
+      total[i] = v;  // lane 0's is the warp's
+    }
+    const std::uint32_t total_flags = __reduce_or_sync(kFullWarp, mine ? flags : 0u);
+    if (lane == 0) add_parts(total, total_flags, s.limbs + g * kPolyquantCudaExactLimbs, s.flags + g);
+    pending &= ~__ballot_sync(kFullWarp, mine);
+  }
+}
+
+// GroupedLaunch's walk: a lane sums into one ExactSumFloat32 while its terms stay in one group.
+// Where any lane's next term starts another group, the warp flushes together (flush_warp), so
+// lanes that share a group meet before the atomics: per tensor a span costs one flush, per row or
+// per block (runs of 32 or more) one per run. kLaneFlushes (POLYQUANT_CUDA_LANE_FLUSHES=1, for A/B
+// benchmarks) keeps the walk before warp flushes: each lane flushes its own accumulator when its
+// group changes. The exact parts make the order and the grouping irrelevant.
+template <bool kLaneFlushes>
 __global__ void exact_sums_kernel(PolyquantCudaExactSums s, std::int64_t n, std::int64_t span) {
   const std::int64_t thread = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t begin = (thread / 32) * span;
   const std::int64_t end = begin + span < n ? begin + span : n;
   ExactSumFloat32 acc;
   std::int64_t group = -1;
-  for (std::int64_t j = begin + thread % 32; j < end; j += 32) {
-    const std::int64_t g = group_of_element(j, n, s.rank, s.shape, s.group_strides, s.groups);
-    if (g != group) {
-      if (group >= 0) flush_exact_sum(acc, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
-      acc.clear();
-      group = g;
+  if constexpr (kLaneFlushes) {
+    for (std::int64_t j = begin + thread % 32; j < end; j += 32) {
+      const std::int64_t g = group_of_element(j, n, s.rank, s.shape, s.group_strides, s.groups);
+      if (g != group) {
+        if (group >= 0) {
+          std::int64_t parts[kPolyquantCudaExactLimbs];
+          const std::uint32_t flags = acc.to_parts(parts);
+          add_parts(parts, flags, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
+        }
+        acc.clear();
+        group = g;
+      }
+      acc.add(s.terms[j]);
     }
-    acc.add(s.terms[j]);
+    if (group >= 0) {
+      std::int64_t parts[kPolyquantCudaExactLimbs];
+      const std::uint32_t flags = acc.to_parts(parts);
+      add_parts(parts, flags, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
+    }
+  } else {
+    // Every lane runs the same iterations (the warp flushes together); a lane past the end keeps its
+    // group and adds nothing.
+    for (std::int64_t base = begin; base < end; base += 32) {
+      const std::int64_t j = base + thread % 32;
+      const bool in_span = j < end;
+      const std::int64_t g = in_span ? group_of_element(j, n, s.rank, s.shape, s.group_strides, s.groups) : group;
+      if (__any_sync(kFullWarp, g != group)) {
+        flush_warp(acc, group, s);
+        acc.clear();
+        group = g;
+      }
+      if (in_span) acc.add(s.terms[j]);
+    }
+    flush_warp(acc, group, s);
   }
-  if (group >= 0) flush_exact_sum(acc, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
 }
 
 int exact_sums(const PolyquantCudaExactSums* s, void* stream) {
@@ -184,7 +247,12 @@ int exact_sums(const PolyquantCudaExactSums* s, void* stream) {
   if (e != cudaSuccess) return static_cast<int>(e);
   const GroupedLaunch g = grouped_launch(s->rank, s->shape);
   if (g.n <= 0) return 0;
-  exact_sums_kernel<<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, st>>>(*s, g.n, GroupedLaunch::kSpan);
+  static const bool lane_flushes = [] {
+    const char* v = std::getenv("POLYQUANT_CUDA_LANE_FLUSHES");
+    return v != nullptr && v[0] == '1';
+  }();
+  if (lane_flushes) exact_sums_kernel<true><<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, st>>>(*s, g.n, GroupedLaunch::kSpan);
+  else exact_sums_kernel<false><<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, st>>>(*s, g.n, GroupedLaunch::kSpan);
   return static_cast<int>(cudaGetLastError());
 }
 

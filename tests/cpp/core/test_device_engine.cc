@@ -1078,7 +1078,8 @@ TEST_F(DeviceEngine, HistogramAnalyzersEqualTheHost) {
 
 // The device's exact sums themselves: many groups of terms whose float32 and float64 sums round
 // (huge and tiny terms, cancellations, NaN, both infinities, an overflow to infinity), against the
-// host's ExactSums over the same terms; every group layout (one group, groups along either axis).
+// host's ExactSums over the same terms; group layouts whose runs fill a warp's lanes, end inside one,
+// are a few lanes long or change with every term (the device's flushes: backends/cuda/backend.cu).
 TEST_F(DeviceEngine, ExactGroupSumsEqualTheHostsExactSums) {
   const std::int64_t rows = 7, cols = 300, n = rows * cols;
   std::vector<float> t = test::mixed_values(static_cast<std::size_t>(n), 21, 1e30f);
@@ -1093,23 +1094,40 @@ TEST_F(DeviceEngine, ExactGroupSumsEqualTheHostsExactSums) {
   t[3 * cols + 2] = -std::numeric_limits<float>::infinity();
   for (std::int64_t j = 0; j < cols; ++j) t[static_cast<std::size_t>(4 * cols + j)] = 3e38f;  // row 4 overflows
   Array terms = Array::of(fake_, t, DType::kFloat32);
-  const Dims shape{rows, cols};
   struct GroupLayout {
     const char* name;
+    Dims shape;  // of the n terms, C order
     Dims strides;
     std::int64_t groups;
   };
-  for (const GroupLayout& g : {GroupLayout{"one group", Dims{0, 0}, 1}, GroupLayout{"per row", Dims{1, 0}, rows},
-                               GroupLayout{"per column", Dims{0, 1}, cols}, GroupLayout{"per element", Dims{cols, 1}, n}}) {
+  // Runs of one group that are whole warps, that end inside a warp (two or three groups among its
+  // lanes), that are shorter than a few lanes (more groups than a warp sums together), and groups
+  // that change with every term.
+  const GroupLayout layouts[] = {
+      {"one group", Dims{rows, cols}, Dims{0, 0}, 1},
+      {"per row", Dims{rows, cols}, Dims{1, 0}, rows},
+      {"per column", Dims{rows, cols}, Dims{0, 1}, cols},
+      {"per element", Dims{rows, cols}, Dims{cols, 1}, n},
+      {"blocks of 100", Dims{rows, 3, 100}, Dims{3, 1, 0}, rows * 3},
+      {"rows of 20", Dims{n / 20, 20}, Dims{1, 0}, n / 20},
+      {"rows of 60", Dims{n / 60, 60}, Dims{1, 0}, n / 60},
+      {"rows of 5", Dims{n / 5, 5}, Dims{1, 0}, n / 5},
+      {"3 channels last", Dims{n / 3, 3}, Dims{0, 1}, 3},
+      {"5 channels last, rows of 4 in blocks", Dims{n / 20, 4, 5}, Dims{5, 0, 1}, n / 4},
+  };
+  for (const GroupLayout& g : layouts) {
     SCOPED_TRACE(g.name);
     std::vector<std::vector<float>> members(static_cast<std::size_t>(g.groups));
-    for (std::int64_t i = 0; i < rows; ++i) {
-      for (std::int64_t j = 0; j < cols; ++j) {
-        members[static_cast<std::size_t>(i * g.strides[0] + j * g.strides[1])].push_back(t[static_cast<std::size_t>(i * cols + j)]);
+    for (std::int64_t j = 0; j < n; ++j) {
+      std::int64_t rest = j, group = 0;
+      for (int d = g.shape.rank - 1; d >= 0; --d) {
+        group += (rest % g.shape[d]) * g.strides[d];
+        rest /= g.shape[d];
       }
+      members[static_cast<std::size_t>(group)].push_back(t[static_cast<std::size_t>(j)]);
     }
     const std::vector<float> got = detail::exact_group_sums_on_device(
-        cuda_device(0), static_cast<const float*>(terms.device), shape, g.strides, g.groups);
+        cuda_device(0), static_cast<const float*>(terms.device), g.shape, g.strides, g.groups);
     ASSERT_EQ(got.size(), members.size());
     for (std::size_t k = 0; k < members.size(); ++k) {
       const float want = detail::ExactSums<detail::ExactSumFloat32>::sum_of<float>(members[k].data(),
