@@ -150,7 +150,7 @@ if [ $rc -eq 0 ] && [ "${GPU_CHECK_AB:-0}" = 1 ]; then
   step "device benchmark, general kernels and lane flushes (POLYQUANT_CUDA_GENERAL_ROWS=1 POLYQUANT_CUDA_LANE_FLUSHES=1)"
   POLYQUANT_CUDA_GENERAL_ROWS=1 POLYQUANT_CUDA_LANE_FLUSHES=1 "$build_tree/bench/cuda/polyquant_cuda_bench" \
     --json "$OUT/bench_polyquant_general.json" >"$LOG/bench_polyquant_general.txt" 2>&1 || result "polyquant_cuda_bench (general kernels): failed"
-  grep -iE "per.tensor|int_quant|float_quant|quantize_linear|exact sums" "$LOG/bench_polyquant_general.txt" | head -24 >>"$OUT/summary.txt"
+  grep -iE "per.tensor|int_quant|float_quant|quantize_linear|exact sums|min / max" "$LOG/bench_polyquant_general.txt" | head -24 >>"$OUT/summary.txt"
   step "torch's peers (scripts/gpu_bench_torch.py)"
   python3 scripts/gpu_bench_torch.py --polyquant "$OUT/bench_polyquant.json" --json "$OUT/bench_torch.json" \
     >"$LOG/bench_torch.txt" 2>&1

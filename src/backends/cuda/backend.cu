@@ -3,8 +3,10 @@
 // row_kernels.cu (one per flavour and working precision). Everything else in the library is hidden (-fvisibility=hidden).
 #include <cuda_runtime.h>
 
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backends/cuda/backend_abi.h"
 #include "kernels/convert/element.h"
@@ -109,7 +111,8 @@ int convert(const PolyquantCudaConvert* c, void* stream) {
 // ---- grouped reductions -------------------------------------------------------------------------
 // The launch of a grouped reduction over the n elements of `shape`: each warp walks kSpan
 // consecutive elements, lane l every 32nd from its l-th (coalesced reads), keeping its group's
-// partial result while the group stays the same and flushing it with atomics when it changes.
+// partial result while the group stays the same and flushing it with atomics when it changes
+// (grouped_walk_kernel below).
 struct GroupedLaunch {
   static constexpr int kThreadsPerBlock = 256;
   static constexpr std::int64_t kSpan = 32 * 64;  // elements per warp: 64 per lane
@@ -140,104 +143,149 @@ __device__ __forceinline__ std::int64_t group_of_element(std::int64_t j, std::in
   return g;
 }
 
-// ---- exact group sums ---------------------------------------------------------------------------
-// Parts of exact sums added into a group's parts in global memory: limb-wise atomic adds (two's
-// complement, so a negative limb adds as its unsigned bits) and the flags OR-ed.
-__device__ void add_parts(const std::int64_t* parts, std::uint32_t flags, std::int64_t* limbs, std::uint32_t* group_flags) {
-  for (int i = 0; i < kPolyquantCudaExactLimbs; ++i) {
-    if (parts[i] != 0) atomicAdd(reinterpret_cast<unsigned long long*>(limbs + i), static_cast<unsigned long long>(parts[i]));
-  }
-  if (flags != 0) atomicOr(reinterpret_cast<unsigned int*>(group_flags), static_cast<unsigned int>(flags));
+// ---- the grouped walk -----------------------------------------------------------------------------
+// One walk for every grouped reduction whose per-group results meet by atomics in any order (exact
+// sums, minimum and maximum). A reduction R describes its part:
+//   R::Lane                 a lane's running result over terms of one group (R::Lane{}: empty);
+//   R::Partial              what lanes combine and flush: trivially copyable, whole 64-bit words;
+//   add(Lane&, j)           element j into the lane's result;
+//   partial(const Lane&)    the lane's result as a Partial; none() the empty one;
+//   combine(Partial&, const Partial&)   exact and order-free (integer adds, min / max, or);
+//   flush(const Partial&, group)        into the group's result in global memory, with atomics;
+//   group_of(j, n)          element j's group.
+// Where any lane's next element starts another group, the warp flushes together (flush_warp):
+// lanes holding the same group combine their partials with shuffles and one lane flushes the
+// total, so per tensor every warp adds one flush per span instead of 32 on the same words, and a
+// row or block one per run. Past kMaxGroupsCombinedInAWarp groups among the lanes (a group that
+// changes with every element: a per-channel parameter on the last axis) each lane flushes its own.
+// kLaneFlushes (POLYQUANT_CUDA_LANE_FLUSHES=1, for A/B benchmarks) keeps the walk without warp
+// flushes: each lane flushes when its own group changes.
+constexpr unsigned kFullWarp = 0xffffffffu;
+constexpr int kMaxGroupsCombinedInAWarp = 4;
+
+// `p` of lane (this lane + offset), or this lane's own where that is past the warp.
+template <class Partial>
+__device__ Partial shuffle_down(const Partial& p, unsigned offset) {
+  static_assert(std::is_trivially_copyable_v<Partial> && sizeof(Partial) % 8 == 0);
+  struct Words {
+    unsigned long long w[sizeof(Partial) / 8];
+  };
+  const Words in = std::bit_cast<Words>(p);
+  Words out;
+  for (std::size_t i = 0; i < sizeof(Partial) / 8; ++i) out.w[i] = __shfl_down_sync(kFullWarp, in.w[i], offset);
+  return std::bit_cast<Partial>(out);
 }
 
-constexpr unsigned kFullWarp = 0xffffffffu;
-// The most distinct groups a warp's flush sums across its lanes (one pass of shuffles each); more
-// (a group that changes with every term: a per-channel parameter on the last axis) flush lane by
-// lane.
-constexpr int kMaxGroupsSummedAcrossAWarp = 4;
-
-// Every lane's accumulator (`group` -1: none) into its group's parts; called by the whole warp
-// together. Lanes holding the same group sum their parts first, limb by limb, with shuffles, and
-// one lane adds the total: one atomic per limb and group instead of one per limb and lane (per
-// tensor, every lane of every warp would otherwise add into the same 11 words). Exact: normalized
-// parts are below 2^32 per limb, so 32 of them sum in int64 without overflow, and integer sums in
-// any grouping are the same parts.
-__device__ void flush_warp(const ExactSumFloat32& acc, std::int64_t group, const PolyquantCudaExactSums& s) {
+// Every lane's result (`group` -1: none) into its group's; called by the whole warp together.
+template <class R>
+__device__ void flush_warp(const R& r, const typename R::Lane& result, std::int64_t group) {
+  using Partial = typename R::Partial;
   const unsigned holding = __ballot_sync(kFullWarp, group >= 0);
   if (holding == 0) return;
-  std::int64_t parts[kPolyquantCudaExactLimbs] = {};
-  const std::uint32_t flags = group >= 0 ? acc.to_parts(parts) : 0u;
+  const Partial own = group >= 0 ? r.partial(result) : R::none();
   const int lane = static_cast<int>(threadIdx.x % 32);
   const unsigned alike = __match_any_sync(kFullWarp, group);  // the lanes holding this lane's group
   const bool first_of_group = group >= 0 && __ffs(alike) - 1 == lane;
-  if (__popc(__ballot_sync(kFullWarp, first_of_group)) > kMaxGroupsSummedAcrossAWarp) {
-    if (group >= 0) add_parts(parts, flags, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
+  if (__popc(__ballot_sync(kFullWarp, first_of_group)) > kMaxGroupsCombinedInAWarp) {
+    if (group >= 0) r.flush(own, group);
     return;
   }
   for (unsigned pending = holding; pending != 0;) {  // the same on every lane: the loop is warp-uniform
     const std::int64_t g = __shfl_sync(kFullWarp, group, __ffs(pending) - 1);
     const bool mine = group == g;
-    std::int64_t total[kPolyquantCudaExactLimbs];
-    for (int i = 0; i < kPolyquantCudaExactLimbs; ++i) {
-      std::int64_t v = mine ? parts[i] : 0;
-      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(kFullWarp, v, offset);
-      total[i] = v;  // lane 0's is the warp's
-    }
-    const std::uint32_t total_flags = __reduce_or_sync(kFullWarp, mine ? flags : 0u);
-    if (lane == 0) add_parts(total, total_flags, s.limbs + g * kPolyquantCudaExactLimbs, s.flags + g);
+    Partial total = mine ? own : R::none();
+    for (unsigned offset = 16; offset > 0; offset /= 2) R::combine(total, shuffle_down(total, offset));
+    if (lane == 0) r.flush(total, g);  // lane 0's total is the warp's
     pending &= ~__ballot_sync(kFullWarp, mine);
   }
 }
 
-// GroupedLaunch's walk: a lane sums into one ExactSumFloat32 while its terms stay in one group.
-// Where any lane's next term starts another group, the warp flushes together (flush_warp), so
-// lanes that share a group meet before the atomics: per tensor a span costs one flush, per row or
-// per block (runs of 32 or more) one per run. kLaneFlushes (POLYQUANT_CUDA_LANE_FLUSHES=1, for A/B
-// benchmarks) keeps the walk before warp flushes: each lane flushes its own accumulator when its
-// group changes. The exact parts make the order and the grouping irrelevant.
-template <bool kLaneFlushes>
-__global__ void exact_sums_kernel(PolyquantCudaExactSums s, std::int64_t n, std::int64_t span) {
+template <class R, bool kLaneFlushes>
+__global__ void grouped_walk_kernel(R r, std::int64_t n, std::int64_t span) {
   const std::int64_t thread = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t begin = (thread / 32) * span;
   const std::int64_t end = begin + span < n ? begin + span : n;
-  ExactSumFloat32 acc;
+  typename R::Lane result{};
   std::int64_t group = -1;
   if constexpr (kLaneFlushes) {
     for (std::int64_t j = begin + thread % 32; j < end; j += 32) {
-      const std::int64_t g = group_of_element(j, n, s.rank, s.shape, s.group_strides, s.groups);
+      const std::int64_t g = r.group_of(j, n);
       if (g != group) {
-        if (group >= 0) {
-          std::int64_t parts[kPolyquantCudaExactLimbs];
-          const std::uint32_t flags = acc.to_parts(parts);
-          add_parts(parts, flags, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
-        }
-        acc.clear();
+        if (group >= 0) r.flush(r.partial(result), group);
+        result = typename R::Lane{};
         group = g;
       }
-      acc.add(s.terms[j]);
+      r.add(result, j);
     }
-    if (group >= 0) {
-      std::int64_t parts[kPolyquantCudaExactLimbs];
-      const std::uint32_t flags = acc.to_parts(parts);
-      add_parts(parts, flags, s.limbs + group * kPolyquantCudaExactLimbs, s.flags + group);
-    }
+    if (group >= 0) r.flush(r.partial(result), group);
   } else {
     // Every lane runs the same iterations (the warp flushes together); a lane past the end keeps its
     // group and adds nothing.
     for (std::int64_t base = begin; base < end; base += 32) {
       const std::int64_t j = base + thread % 32;
       const bool in_span = j < end;
-      const std::int64_t g = in_span ? group_of_element(j, n, s.rank, s.shape, s.group_strides, s.groups) : group;
+      const std::int64_t g = in_span ? r.group_of(j, n) : group;
       if (__any_sync(kFullWarp, g != group)) {
-        flush_warp(acc, group, s);
-        acc.clear();
+        flush_warp(r, result, group);
+        result = typename R::Lane{};
         group = g;
       }
-      if (in_span) acc.add(s.terms[j]);
+      if (in_span) r.add(result, j);
     }
-    flush_warp(acc, group, s);
+    flush_warp(r, result, group);
   }
 }
+
+// Launches R's walk over `shape` on `stream`.
+template <class R>
+int launch_grouped_walk(const R& r, int rank, const std::int64_t* shape, cudaStream_t stream) {
+  const GroupedLaunch g = grouped_launch(rank, shape);
+  if (g.n <= 0) return 0;
+  static const bool lane_flushes = [] {
+    const char* v = std::getenv("POLYQUANT_CUDA_LANE_FLUSHES");
+    return v != nullptr && v[0] == '1';
+  }();
+  if (lane_flushes) grouped_walk_kernel<R, true><<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, stream>>>(r, g.n, GroupedLaunch::kSpan);
+  else grouped_walk_kernel<R, false><<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, stream>>>(r, g.n, GroupedLaunch::kSpan);
+  return static_cast<int>(cudaGetLastError());
+}
+
+// ---- exact group sums ---------------------------------------------------------------------------
+// A lane sums exactly (ExactSumFloat32); partials are its normalized limbs, below 2^32 each, so 32
+// of them add in int64 without overflow, and integer adds in any order and grouping give the same
+// parts. A flush adds them limb-wise into the group's parts with 64-bit atomics (two's complement:
+// a negative limb adds as its unsigned bits) and ORs the NaN / infinity flags.
+struct ExactSumsWalk {
+  PolyquantCudaExactSums s;
+  using Lane = ExactSumFloat32;
+  struct Partial {
+    std::int64_t limbs[kPolyquantCudaExactLimbs];
+    std::uint64_t flags;
+  };
+  __device__ std::int64_t group_of(std::int64_t j, std::int64_t n) const {
+    return group_of_element(j, n, s.rank, s.shape, s.group_strides, s.groups);
+  }
+  __device__ void add(Lane& lane, std::int64_t j) const { lane.add(s.terms[j]); }
+  __device__ static Partial none() { return Partial{}; }
+  __device__ Partial partial(const Lane& lane) const {
+    Partial p;
+    p.flags = lane.to_parts(p.limbs);
+    return p;
+  }
+  __device__ static void combine(Partial& a, const Partial& b) {
+    for (int i = 0; i < kPolyquantCudaExactLimbs; ++i) {
+      a.limbs[i] = static_cast<std::int64_t>(static_cast<std::uint64_t>(a.limbs[i]) + static_cast<std::uint64_t>(b.limbs[i]));
+    }
+    a.flags |= b.flags;
+  }
+  __device__ void flush(const Partial& p, std::int64_t group) const {
+    std::int64_t* limbs = s.limbs + group * kPolyquantCudaExactLimbs;
+    for (int i = 0; i < kPolyquantCudaExactLimbs; ++i) {
+      if (p.limbs[i] != 0) atomicAdd(reinterpret_cast<unsigned long long*>(limbs + i), static_cast<unsigned long long>(p.limbs[i]));
+    }
+    if (p.flags != 0) atomicOr(reinterpret_cast<unsigned int*>(s.flags + group), static_cast<unsigned int>(p.flags));
+  }
+};
 
 int exact_sums(const PolyquantCudaExactSums* s, void* stream) {
   const auto st = static_cast<cudaStream_t>(stream);
@@ -245,54 +293,47 @@ int exact_sums(const PolyquantCudaExactSums* s, void* stream) {
   cudaError_t e = cudaMemsetAsync(s->limbs, 0, groups * kPolyquantCudaExactLimbs * sizeof(std::int64_t), st);
   if (e == cudaSuccess) e = cudaMemsetAsync(s->flags, 0, groups * sizeof(std::uint32_t), st);
   if (e != cudaSuccess) return static_cast<int>(e);
-  const GroupedLaunch g = grouped_launch(s->rank, s->shape);
-  if (g.n <= 0) return 0;
-  static const bool lane_flushes = [] {
-    const char* v = std::getenv("POLYQUANT_CUDA_LANE_FLUSHES");
-    return v != nullptr && v[0] == '1';
-  }();
-  if (lane_flushes) exact_sums_kernel<true><<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, st>>>(*s, g.n, GroupedLaunch::kSpan);
-  else exact_sums_kernel<false><<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, st>>>(*s, g.n, GroupedLaunch::kSpan);
-  return static_cast<int>(cudaGetLastError());
+  return launch_grouped_walk(ExactSumsWalk{*s}, s->rank, s->shape, st);
 }
 
 // ---- group minimum and maximum ----------------------------------------------------------------------
-// GroupedLaunch's walk: a lane keeps its group's smallest and largest order keys and its flags
-// while its elements stay in one group, flushed with atomicMin / atomicMax / atomicOr when the
-// group changes and at the end.
-__device__ void flush_min_max(std::uint64_t lo, std::uint64_t hi, std::uint32_t f, std::uint64_t* keys, std::uint32_t* flags) {
-  if (lo != ~std::uint64_t{0}) atomicMin(reinterpret_cast<unsigned long long*>(keys), static_cast<unsigned long long>(lo));
-  if (hi != 0) atomicMax(reinterpret_cast<unsigned long long*>(keys + 1), static_cast<unsigned long long>(hi));
-  if (f != 0) atomicOr(reinterpret_cast<unsigned int*>(flags), static_cast<unsigned int>(f));
-}
-
-__global__ void group_min_max_kernel(PolyquantCudaGroupMinMax m, std::int64_t n, std::int64_t span) {
-  const std::int64_t thread = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::int64_t begin = (thread / 32) * span;
-  const std::int64_t end = begin + span < n ? begin + span : n;
-  std::uint64_t lo = ~std::uint64_t{0}, hi = 0;
-  std::uint32_t f = 0;
-  std::int64_t group = -1;
-  for (std::int64_t j = begin + thread % 32; j < end; j += 32) {
-    const std::int64_t g = group_of_element(j, n, m.rank, m.shape, m.group_strides, m.groups);
-    if (g != group) {
-      if (group >= 0) flush_min_max(lo, hi, f, m.keys + 2 * group, m.flags + group);
-      lo = ~std::uint64_t{0}, hi = 0, f = 0;
-      group = g;
-    }
-    const double v = load_as_double(m.x, m.dtype, j);
-    if (m.finite_only && !(v - v == 0.0)) continue;  // NaN or an infinity: not a finite extreme
-    if (v != v) {
-      f |= kPolyquantCudaMinMaxNaN;
-      continue;
-    }
-    if (v == 0.0 && std::signbit(v)) f |= kPolyquantCudaMinMaxNegativeZero;
-    const std::uint64_t k = polyquant_order_key(v);
-    lo = k < lo ? k : lo;
-    hi = k > hi ? k : hi;
+// A lane keeps its group's smallest and largest order keys and its flags; partials combine by
+// min / max / or, and a flush is atomicMin / atomicMax / atomicOr.
+struct MinMaxWalk {
+  PolyquantCudaGroupMinMax m;
+  struct Partial {
+    std::uint64_t lo = ~std::uint64_t{0}, hi = 0, flags = 0;
+  };
+  using Lane = Partial;
+  __device__ std::int64_t group_of(std::int64_t j, std::int64_t n) const {
+    return group_of_element(j, n, m.rank, m.shape, m.group_strides, m.groups);
   }
-  if (group >= 0) flush_min_max(lo, hi, f, m.keys + 2 * group, m.flags + group);
-}
+  __device__ void add(Lane& lane, std::int64_t j) const {
+    const double v = load_as_double(m.x, m.dtype, j);
+    if (m.finite_only && !(v - v == 0.0)) return;  // NaN or an infinity: not a finite extreme
+    if (v != v) {
+      lane.flags |= kPolyquantCudaMinMaxNaN;
+      return;
+    }
+    if (v == 0.0 && std::signbit(v)) lane.flags |= kPolyquantCudaMinMaxNegativeZero;
+    const std::uint64_t k = polyquant_order_key(v);
+    lane.lo = k < lane.lo ? k : lane.lo;
+    lane.hi = k > lane.hi ? k : lane.hi;
+  }
+  __device__ static Partial none() { return Partial{}; }
+  __device__ Partial partial(const Lane& lane) const { return lane; }
+  __device__ static void combine(Partial& a, const Partial& b) {
+    a.lo = b.lo < a.lo ? b.lo : a.lo;
+    a.hi = b.hi > a.hi ? b.hi : a.hi;
+    a.flags |= b.flags;
+  }
+  __device__ void flush(const Partial& p, std::int64_t group) const {
+    std::uint64_t* keys = m.keys + 2 * group;
+    if (p.lo != ~std::uint64_t{0}) atomicMin(reinterpret_cast<unsigned long long*>(keys), static_cast<unsigned long long>(p.lo));
+    if (p.hi != 0) atomicMax(reinterpret_cast<unsigned long long*>(keys + 1), static_cast<unsigned long long>(p.hi));
+    if (p.flags != 0) atomicOr(reinterpret_cast<unsigned int*>(m.flags + group), static_cast<unsigned int>(p.flags));
+  }
+};
 
 int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
   const auto st = static_cast<cudaStream_t>(stream);
@@ -302,10 +343,7 @@ int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
   if (e == cudaSuccess) e = cudaMemset2DAsync(m->keys + 1, 2 * sizeof(std::uint64_t), 0, sizeof(std::uint64_t), groups, st);
   if (e == cudaSuccess) e = cudaMemsetAsync(m->flags, 0, groups * sizeof(std::uint32_t), st);
   if (e != cudaSuccess) return static_cast<int>(e);
-  const GroupedLaunch g = grouped_launch(m->rank, m->shape);
-  if (g.n <= 0) return 0;
-  group_min_max_kernel<<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, st>>>(*m, g.n, GroupedLaunch::kSpan);
-  return static_cast<int>(cudaGetLastError());
+  return launch_grouped_walk(MinMaxWalk{*m}, m->rank, m->shape, st);
 }
 
 // ---- group histograms ----------------------------------------------------------------------------

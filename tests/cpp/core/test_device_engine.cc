@@ -1076,6 +1076,39 @@ TEST_F(DeviceEngine, HistogramAnalyzersEqualTheHost) {
   }
 }
 
+// Groupings of the n = rows * cols elements of a grouped reduction (C order over `shape`; element j
+// in group sum_d i_d * strides[d]): runs of one group that are whole warps, that end inside a warp
+// (two or three groups among its lanes), that are shorter than a few lanes (more groups than a warp
+// combines), and groups that change with every element: each kind of the device's flushes
+// (backends/cuda/backend.cu, grouped_walk_kernel).
+struct GroupLayout {
+  const char* name;
+  Dims shape;
+  Dims strides;
+  std::int64_t groups;
+  std::int64_t group_of(std::int64_t j) const {
+    std::int64_t group = 0;
+    for (int d = shape.rank - 1; d >= 0; --d) {
+      group += (j % shape[d]) * strides[d];
+      j /= shape[d];
+    }
+    return group;
+  }
+};
+std::vector<GroupLayout> group_layouts(std::int64_t rows, std::int64_t cols) {
+  const std::int64_t n = rows * cols;  // a multiple of 60 and of 7 * 300
+  return {{"one group", Dims{rows, cols}, Dims{0, 0}, 1},
+          {"per row", Dims{rows, cols}, Dims{1, 0}, rows},
+          {"per column", Dims{rows, cols}, Dims{0, 1}, cols},
+          {"per element", Dims{rows, cols}, Dims{cols, 1}, n},
+          {"blocks of 100", Dims{rows, cols / 100, 100}, Dims{cols / 100, 1, 0}, rows * (cols / 100)},
+          {"rows of 20", Dims{n / 20, 20}, Dims{1, 0}, n / 20},
+          {"rows of 60", Dims{n / 60, 60}, Dims{1, 0}, n / 60},
+          {"rows of 5", Dims{n / 5, 5}, Dims{1, 0}, n / 5},
+          {"3 channels last", Dims{n / 3, 3}, Dims{0, 1}, 3},
+          {"5 channels last, rows of 4 in blocks", Dims{n / 20, 4, 5}, Dims{5, 0, 1}, n / 4}};
+}
+
 // The device's exact sums themselves: many groups of terms whose float32 and float64 sums round
 // (huge and tiny terms, cancellations, NaN, both infinities, an overflow to infinity), against the
 // host's ExactSums over the same terms; group layouts whose runs fill a warp's lanes, end inside one,
@@ -1094,38 +1127,10 @@ TEST_F(DeviceEngine, ExactGroupSumsEqualTheHostsExactSums) {
   t[3 * cols + 2] = -std::numeric_limits<float>::infinity();
   for (std::int64_t j = 0; j < cols; ++j) t[static_cast<std::size_t>(4 * cols + j)] = 3e38f;  // row 4 overflows
   Array terms = Array::of(fake_, t, DType::kFloat32);
-  struct GroupLayout {
-    const char* name;
-    Dims shape;  // of the n terms, C order
-    Dims strides;
-    std::int64_t groups;
-  };
-  // Runs of one group that are whole warps, that end inside a warp (two or three groups among its
-  // lanes), that are shorter than a few lanes (more groups than a warp sums together), and groups
-  // that change with every term.
-  const GroupLayout layouts[] = {
-      {"one group", Dims{rows, cols}, Dims{0, 0}, 1},
-      {"per row", Dims{rows, cols}, Dims{1, 0}, rows},
-      {"per column", Dims{rows, cols}, Dims{0, 1}, cols},
-      {"per element", Dims{rows, cols}, Dims{cols, 1}, n},
-      {"blocks of 100", Dims{rows, 3, 100}, Dims{3, 1, 0}, rows * 3},
-      {"rows of 20", Dims{n / 20, 20}, Dims{1, 0}, n / 20},
-      {"rows of 60", Dims{n / 60, 60}, Dims{1, 0}, n / 60},
-      {"rows of 5", Dims{n / 5, 5}, Dims{1, 0}, n / 5},
-      {"3 channels last", Dims{n / 3, 3}, Dims{0, 1}, 3},
-      {"5 channels last, rows of 4 in blocks", Dims{n / 20, 4, 5}, Dims{5, 0, 1}, n / 4},
-  };
-  for (const GroupLayout& g : layouts) {
+  for (const GroupLayout& g : group_layouts(rows, cols)) {
     SCOPED_TRACE(g.name);
     std::vector<std::vector<float>> members(static_cast<std::size_t>(g.groups));
-    for (std::int64_t j = 0; j < n; ++j) {
-      std::int64_t rest = j, group = 0;
-      for (int d = g.shape.rank - 1; d >= 0; --d) {
-        group += (rest % g.shape[d]) * g.strides[d];
-        rest /= g.shape[d];
-      }
-      members[static_cast<std::size_t>(group)].push_back(t[static_cast<std::size_t>(j)]);
-    }
+    for (std::int64_t j = 0; j < n; ++j) members[static_cast<std::size_t>(g.group_of(j))].push_back(t[static_cast<std::size_t>(j)]);
     const std::vector<float> got = detail::exact_group_sums_on_device(
         cuda_device(0), static_cast<const float*>(terms.device), g.shape, g.strides, g.groups);
     ASSERT_EQ(got.size(), members.size());
@@ -1133,6 +1138,50 @@ TEST_F(DeviceEngine, ExactGroupSumsEqualTheHostsExactSums) {
       const float want = detail::ExactSums<detail::ExactSumFloat32>::sum_of<float>(members[k].data(),
                                                                                     static_cast<std::int64_t>(members[k].size()));
       ASSERT_EQ(std::bit_cast<std::uint32_t>(got[k]), std::bit_cast<std::uint32_t>(want)) << "group " << k;
+    }
+  }
+}
+
+// The device's group minimum and maximum (order keys folded with atomics, NaN and -0.0 as flags)
+// against the host's over every grouping above, with NaN, both infinities, +-0 and subnormals among
+// the values; all values and the finite ones only.
+TEST_F(DeviceEngine, GroupMinMaxEqualsTheHostForEveryGrouping) {
+  const std::int64_t rows = 7, cols = 300, n = rows * cols;
+  std::vector<float> v = test::mixed_values(static_cast<std::size_t>(n), 22, 1e20f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (std::int64_t i = 0; i < n; i += 97) v[static_cast<std::size_t>(i)] = std::numeric_limits<float>::quiet_NaN();
+  for (std::int64_t i = 5; i < n; i += 131) v[static_cast<std::size_t>(i)] = (i / 131) % 2 == 0 ? inf : -inf;
+  for (std::int64_t i = 11; i < n; i += 89) v[static_cast<std::size_t>(i)] = (i / 89) % 2 == 0 ? -0.0f : 0.0f;
+  for (std::int64_t i = 3; i < n; i += 173) v[static_cast<std::size_t>(i)] = -std::numeric_limits<float>::denorm_min();
+  const Array x = Array::of(fake_, v, DType::kFloat32);
+  for (const GroupLayout& g : group_layouts(rows, cols)) {
+    for (const bool finite_only : {false, true}) {
+      SCOPED_TRACE(std::string(g.name) + (finite_only ? ", finite only" : ""));
+      const auto groups = static_cast<std::size_t>(g.groups);
+      std::vector<double> lo(groups, inf), hi(groups, -inf);
+      std::vector<std::uint8_t> nan(groups, 0), negative_zero(groups, 0);
+      for (std::int64_t j = 0; j < n; ++j) {
+        const double e = v[static_cast<std::size_t>(j)];
+        const auto k = static_cast<std::size_t>(g.group_of(j));
+        if (finite_only && !std::isfinite(e)) continue;
+        if (std::isnan(e)) {
+          nan[k] = 1;
+          continue;
+        }
+        if (e == 0.0 && std::signbit(e)) negative_zero[k] = 1;
+        // Order keys put -0.0 just below +0.0: the key's extremes as values.
+        if (e < lo[k] || (e == lo[k] && std::signbit(e))) lo[k] = e;
+        if (e > hi[k] || (e == hi[k] && !std::signbit(e))) hi[k] = e;
+      }
+      const detail::GroupMinMax got = detail::group_min_max_on_device(x.device_view(Dims{n}, Dims{1}), g.shape.rank, g.shape.v.data(),
+                                                                      g.strides.v.data(), g.groups, finite_only);
+      ASSERT_EQ(got.min.size(), groups);
+      for (std::size_t k = 0; k < groups; ++k) {
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(got.min[k]), std::bit_cast<std::uint64_t>(lo[k])) << "group " << k << " min";
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(got.max[k]), std::bit_cast<std::uint64_t>(hi[k])) << "group " << k << " max";
+        ASSERT_EQ(got.nan[k], nan[k]) << "group " << k;
+        ASSERT_EQ(got.negative_zero[k], negative_zero[k]) << "group " << k;
+      }
     }
   }
 }
