@@ -109,22 +109,34 @@ int convert(const PolyquantCudaConvert* c, void* stream) {
 }
 
 // ---- grouped reductions -------------------------------------------------------------------------
-// The launch of a grouped reduction over the n elements of `shape`: each warp walks kSpan
-// consecutive elements, lane l every 32nd from its l-th (coalesced reads), keeping its group's
-// partial result while the group stays the same and flushing it with atomics when it changes
-// (grouped_walk_kernel below).
-struct GroupedLaunch {
+// The walk of a grouped reduction over the n elements of `shape` (C order; grouped_walk_kernel
+// below). By rows, the usual case: each warp takes kSpan consecutive elements, lane l every 32nd
+// from its l-th (coalesced reads), so a lane stays in one group over a run of its group's elements.
+// By columns, where the group changes along the innermost axis and that axis holds 32 elements or
+// more (a per-channel parameter on the last axis): each warp takes a tile of 32 consecutive columns
+// by kRowsPerTile rows, lane l walking down column l of it, so a lane stays in one group where the
+// group depends on the column (a warp's step still reads 32 consecutive elements).
+struct GroupedWalk {
   static constexpr int kThreadsPerBlock = 256;
-  static constexpr std::int64_t kSpan = 32 * 64;  // elements per warp: 64 per lane
+  static constexpr std::int64_t kSpan = 32 * 64;  // elements per warp by rows: 64 per lane
+  static constexpr std::int64_t kRowsPerTile = 64;
   std::int64_t n = 1;
+  std::int64_t columns = 0;       // by columns: the innermost extent; 0: by rows
+  std::int64_t column_tiles = 0;  // by columns: tiles of 32 columns across a row
   dim3 blocks;
 };
-GroupedLaunch grouped_launch(int rank, const std::int64_t* shape) {
-  GroupedLaunch g;
-  for (int d = 0; d < rank; ++d) g.n *= shape[d];
-  const std::int64_t warps = (g.n + GroupedLaunch::kSpan - 1) / GroupedLaunch::kSpan;
-  g.blocks = dim3(static_cast<unsigned>((warps * 32 + GroupedLaunch::kThreadsPerBlock - 1) / GroupedLaunch::kThreadsPerBlock));
-  return g;
+GroupedWalk grouped_walk(int rank, const std::int64_t* shape, const std::int64_t* group_strides, std::int64_t groups) {
+  GroupedWalk w;
+  for (int d = 0; d < rank; ++d) w.n *= shape[d];
+  std::int64_t warps = (w.n + GroupedWalk::kSpan - 1) / GroupedWalk::kSpan;
+  if (rank > 0 && groups > 1 && group_strides[rank - 1] != 0 && shape[rank - 1] >= 32) {
+    w.columns = shape[rank - 1];
+    w.column_tiles = (w.columns + 31) / 32;
+    const std::int64_t rows = w.n / w.columns;
+    warps = (rows + GroupedWalk::kRowsPerTile - 1) / GroupedWalk::kRowsPerTile * w.column_tiles;
+  }
+  w.blocks = dim3(static_cast<unsigned>((warps * 32 + GroupedWalk::kThreadsPerBlock - 1) / GroupedWalk::kThreadsPerBlock));
+  return w;
 }
 
 // polyquant_group_of for the kernels: 0 without a division where there is one group (per tensor),
@@ -156,8 +168,9 @@ __device__ __forceinline__ std::int64_t group_of_element(std::int64_t j, std::in
 // Where any lane's next element starts another group, the warp flushes together (flush_warp):
 // lanes holding the same group combine their partials with shuffles and one lane flushes the
 // total, so per tensor every warp adds one flush per span instead of 32 on the same words, and a
-// row or block one per run. Past kMaxGroupsCombinedInAWarp groups among the lanes (a group that
-// changes with every element: a per-channel parameter on the last axis) each lane flushes its own.
+// row or block one per run. Past kMaxGroupsCombinedInAWarp groups among the lanes (columns walked
+// down, one group per lane; few channels on the last axis; a group per element) each lane flushes
+// its own.
 // kLaneFlushes (POLYQUANT_CUDA_LANE_FLUSHES=1, for A/B benchmarks) keeps the walk without warp
 // flushes: each lane flushes when its own group changes.
 constexpr unsigned kFullWarp = 0xffffffffu;
@@ -201,30 +214,26 @@ __device__ void flush_warp(const R& r, const typename R::Lane& result, std::int6
 }
 
 template <class R, bool kLaneFlushes>
-__global__ void grouped_walk_kernel(R r, std::int64_t n, std::int64_t span) {
+__global__ void grouped_walk_kernel(R r, GroupedWalk w) {
   const std::int64_t thread = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::int64_t begin = (thread / 32) * span;
-  const std::int64_t end = begin + span < n ? begin + span : n;
+  const std::int64_t warp = thread / 32;
+  const int lane = static_cast<int>(thread % 32);
   typename R::Lane result{};
   std::int64_t group = -1;
-  if constexpr (kLaneFlushes) {
-    for (std::int64_t j = begin + thread % 32; j < end; j += 32) {
-      const std::int64_t g = r.group_of(j, n);
+  // Element j (in_span: this lane has one at this step; every lane of the warp steps together).
+  auto visit = [&](std::int64_t j, bool in_span) {
+    if constexpr (kLaneFlushes) {
+      if (!in_span) return;
+      const std::int64_t g = r.group_of(j, w.n);
       if (g != group) {
         if (group >= 0) r.flush(r.partial(result), group);
         result = typename R::Lane{};
         group = g;
       }
       r.add(result, j);
-    }
-    if (group >= 0) r.flush(r.partial(result), group);
-  } else {
-    // Every lane runs the same iterations (the warp flushes together); a lane past the end keeps its
-    // group and adds nothing.
-    for (std::int64_t base = begin; base < end; base += 32) {
-      const std::int64_t j = base + thread % 32;
-      const bool in_span = j < end;
-      const std::int64_t g = in_span ? r.group_of(j, n) : group;
+    } else {
+      // A lane without an element keeps its group and adds nothing.
+      const std::int64_t g = in_span ? r.group_of(j, w.n) : group;
       if (__any_sync(kFullWarp, g != group)) {
         flush_warp(r, result, group);
         result = typename R::Lane{};
@@ -232,21 +241,37 @@ __global__ void grouped_walk_kernel(R r, std::int64_t n, std::int64_t span) {
       }
       if (in_span) r.add(result, j);
     }
+  };
+  if (w.columns == 0) {
+    const std::int64_t begin = warp * GroupedWalk::kSpan;
+    const std::int64_t end = begin + GroupedWalk::kSpan < w.n ? begin + GroupedWalk::kSpan : w.n;
+    for (std::int64_t base = begin; base < end; base += 32) visit(base + lane, base + lane < end);
+  } else {
+    const std::int64_t rows = w.n / w.columns;
+    const std::int64_t column = (warp % w.column_tiles) * 32 + lane;
+    const std::int64_t first = (warp / w.column_tiles) * GroupedWalk::kRowsPerTile;
+    const std::int64_t last = first + GroupedWalk::kRowsPerTile < rows ? first + GroupedWalk::kRowsPerTile : rows;
+    for (std::int64_t row = first; row < last; ++row) visit(row * w.columns + column, column < w.columns);
+  }
+  if constexpr (kLaneFlushes) {
+    if (group >= 0) r.flush(r.partial(result), group);
+  } else {
     flush_warp(r, result, group);
   }
 }
 
-// Launches R's walk over `shape` on `stream`.
+// Launches R's walk over `shape` (grouped by `group_strides` into `groups`) on `stream`.
 template <class R>
-int launch_grouped_walk(const R& r, int rank, const std::int64_t* shape, cudaStream_t stream) {
-  const GroupedLaunch g = grouped_launch(rank, shape);
-  if (g.n <= 0) return 0;
+int launch_grouped_walk(const R& r, int rank, const std::int64_t* shape, const std::int64_t* group_strides, std::int64_t groups,
+                        cudaStream_t stream) {
+  const GroupedWalk w = grouped_walk(rank, shape, group_strides, groups);
+  if (w.n <= 0) return 0;
   static const bool lane_flushes = [] {
     const char* v = std::getenv("POLYQUANT_CUDA_LANE_FLUSHES");
     return v != nullptr && v[0] == '1';
   }();
-  if (lane_flushes) grouped_walk_kernel<R, true><<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, stream>>>(r, g.n, GroupedLaunch::kSpan);
-  else grouped_walk_kernel<R, false><<<g.blocks, GroupedLaunch::kThreadsPerBlock, 0, stream>>>(r, g.n, GroupedLaunch::kSpan);
+  if (lane_flushes) grouped_walk_kernel<R, true><<<w.blocks, GroupedWalk::kThreadsPerBlock, 0, stream>>>(r, w);
+  else grouped_walk_kernel<R, false><<<w.blocks, GroupedWalk::kThreadsPerBlock, 0, stream>>>(r, w);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -293,7 +318,7 @@ int exact_sums(const PolyquantCudaExactSums* s, void* stream) {
   cudaError_t e = cudaMemsetAsync(s->limbs, 0, groups * kPolyquantCudaExactLimbs * sizeof(std::int64_t), st);
   if (e == cudaSuccess) e = cudaMemsetAsync(s->flags, 0, groups * sizeof(std::uint32_t), st);
   if (e != cudaSuccess) return static_cast<int>(e);
-  return launch_grouped_walk(ExactSumsWalk{*s}, s->rank, s->shape, st);
+  return launch_grouped_walk(ExactSumsWalk{*s}, s->rank, s->shape, s->group_strides, s->groups, st);
 }
 
 // ---- group minimum and maximum ----------------------------------------------------------------------
@@ -343,7 +368,7 @@ int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
   if (e == cudaSuccess) e = cudaMemset2DAsync(m->keys + 1, 2 * sizeof(std::uint64_t), 0, sizeof(std::uint64_t), groups, st);
   if (e == cudaSuccess) e = cudaMemsetAsync(m->flags, 0, groups * sizeof(std::uint32_t), st);
   if (e != cudaSuccess) return static_cast<int>(e);
-  return launch_grouped_walk(MinMaxWalk{*m}, m->rank, m->shape, st);
+  return launch_grouped_walk(MinMaxWalk{*m}, m->rank, m->shape, m->group_strides, m->groups, st);
 }
 
 // ---- group histograms ----------------------------------------------------------------------------
