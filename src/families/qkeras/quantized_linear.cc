@@ -195,20 +195,32 @@ LinearPlan plan_linear_gradient(const TensorView& x, const TensorView& alpha, co
   return plan;
 }
 
+// x as the scale search reads it. On the CPU with a searched alpha: x as contiguous float32, which
+// the quantizing pass then reads too (host_copy). On a device x stays there for alpha="auto" (its
+// maximum pass there, the scale derived on the host); auto_po2's least-squares rounds read a host
+// copy of it, and the quantizing pass runs on the device with the scale they found.
+struct SearchInput {
+  bool host_copy = false;
+  std::vector<unsigned char> device_copy;  // a device x's bytes on the host (auto_po2)
+  ContiguousF32 xf;                        // may point into device_copy, whose buffer moves with it
+};
+SearchInput search_input(const TensorView& x, const LinearConstants& c, const QuantizedLinearAttrs& attrs) {
+  SearchInput in;
+  in.host_copy = c.auto_alpha && x.device.is_cpu();
+  if (in.host_copy) in.xf = contiguous_f32(x);
+  if (!x.device.is_cpu() && attrs.alpha == Alpha::kAutoPo2) in.xf = contiguous_f32(detail::host_readable(x, in.device_copy));
+  return in;
+}
+
 // The call `plan` validated: the scale (the search reads x), then the quantizing pass.
 void run_linear(const LinearPlan& plan, const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
                 const Settings& settings, const Training& training, const MutableTensorView& out,
                 const MutableTensorView* quantization_scale_out, SearchInfo* info) {
   detail::require_output(out, plan.spec, "quantized_linear");
   const LinearConstants& c = plan.c;
-  // On a device x stays there for alpha="auto" (its maximum pass there, the scale derived on the
-  // host); auto_po2's least-squares rounds read a host copy of it, and the quantizing pass runs
-  // there with the scale they found.
-  const bool host_copy = c.auto_alpha && x.device.is_cpu();
-  std::vector<unsigned char> x_copy;
-  ContiguousF32 xf;
-  if (host_copy) xf = contiguous_f32(x);
-  if (!x.device.is_cpu() && attrs.alpha == Alpha::kAutoPo2) xf = contiguous_f32(detail::host_readable(x, x_copy));
+  const SearchInput in = search_input(x, c, attrs);
+  const bool host_copy = in.host_copy;
+  const ContiguousF32& xf = in.xf;
   SearchInfo search;
   detail::QkLinearParams p = plan.params;
   bool output_written = false;
@@ -227,11 +239,9 @@ void run_linear_gradient(const LinearPlan& plan, const TensorView& x, const Tens
                          const Settings& settings, const MutableTensorView& out) {
   detail::require_output(out, plan.spec, "quantized_linear gradient");
   const LinearConstants& c = plan.c;
-  const bool host_copy = c.auto_alpha && x.device.is_cpu();
-  std::vector<unsigned char> x_copy;
-  ContiguousF32 xf;
-  if (host_copy) xf = contiguous_f32(x);
-  if (!x.device.is_cpu() && attrs.alpha == Alpha::kAutoPo2) xf = contiguous_f32(detail::host_readable(x, x_copy));
+  const SearchInput in = search_input(x, c, attrs);
+  const bool host_copy = in.host_copy;
+  const ContiguousF32& xf = in.xf;
   SearchInfo search;
   const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, Training{}, search);
   const std::array<TensorView, 2> inputs{host_copy ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
