@@ -170,6 +170,18 @@ def main() -> int:
                  lambda: qk.quantized_linear(5, alpha="auto"), lambda: qk.quantized_linear(4, alpha="auto", keep_negative=False),
                  lambda: qk.quantized_bits(4, 0, alpha="auto_po2"), lambda: qk.quantized_linear(6, alpha="auto_po2")):
         check(f"qkeras {make()}", make()(torch.from_numpy(finite).cuda()), make()(finite))
+    # QKeras' quantizers through torch autograd on CUDA: the output and x.grad (the upstream gradient
+    # times the straight-through derivative, one core pass) equal the CPU's autograd.
+    for make in (lambda: qk.quantized_bits(4, 0, alpha=1, use_ste=False, qnoise_factor=0.25),
+                 lambda: qk.quantized_relu(4, 1, negative_slope=0.125), lambda: qk.quantized_linear(4, alpha="auto")):
+        results = {}
+        for device in ("cpu", "cuda"):
+            xt = torch.from_numpy(x).to(device).requires_grad_(True)
+            y = make()(xt)
+            y.backward(torch.from_numpy(g).to(device))
+            results[device] = (y.detach(), xt.grad)
+        for part, i in (("output", 0), ("x.grad", 1)):
+            check(f"qkeras autograd {make()} {part}", results["cuda"][i], results["cpu"][i].numpy())
     # JAX arrays on the GPU, when JAX sees one: outputs in memory polyquant owns, handed to JAX.
     try:
         import jax

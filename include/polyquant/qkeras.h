@@ -135,13 +135,18 @@ POLYQUANT_API PlannedCall quantized_bits_plan(const TensorView& x, const TensorV
                                               const Settings& settings, const Training& training,
                                               const MutableTensorView* scale_out = nullptr, SearchInfo* info = nullptr);
 // d out / d x as QKeras' graph defines it: 1 (use_ste), 1 - q (use_ste=False).
+// Every *_gradient takes an optional `grad_output`, the upstream gradient (float32, float16 or
+// bfloat16, of the output's shape, on x's device): then out = grad_output * (d out / d x), the
+// chain rule's product of the backward (TensorFlow's and torch autograd's), in the same pass, with
+// x86's float32 multiply under TensorFlow's flush to zero on every kernel set and on the GPU.
 POLYQUANT_API void quantized_bits_gradient(const TensorView& x, const TensorView& alpha,
                                            const QuantizedBitsAttrs& attrs, const Settings& settings,
-                                           const MutableTensorView& out);
+                                           const MutableTensorView& out, const TensorView* grad_output = nullptr);
 // Validates once and returns the plan: its spec() is quantized_bits_spec's result, its run(out) is
-// quantized_bits_gradient.
+// quantized_bits_gradient (grad_output, when given, is kept by value: its data must outlive the runs).
 POLYQUANT_API PlannedCall quantized_bits_gradient_plan(const TensorView& x, const TensorView& alpha,
-                                                       const QuantizedBitsAttrs& attrs, const Settings& settings);
+                                                       const QuantizedBitsAttrs& attrs, const Settings& settings,
+                                                       const TensorView* grad_output = nullptr);
 
 // ---------------------------------------------------------------------------------------------
 // quantized_relu(bits, integer, use_sigmoid, negative_slope, use_stochastic_rounding,
@@ -174,11 +179,13 @@ POLYQUANT_API void quantized_relu(const TensorView& x, const QuantizedReluAttrs&
 POLYQUANT_API PlannedCall quantized_relu_plan(const TensorView& x, const QuantizedReluAttrs& attrs, const Training& training);
 // d out / d x: d x_u / d x (1 above 0, ns or 0 at and below 0, 0 above the cap), times 1 - q
 // without use_ste.
+// `grad_output`: as quantized_bits_gradient's.
 POLYQUANT_API void quantized_relu_gradient(const TensorView& x, const QuantizedReluAttrs& attrs,
-                                           const MutableTensorView& out);
+                                           const MutableTensorView& out, const TensorView* grad_output = nullptr);
 // Validates once and returns the plan: its spec() is quantized_relu_spec's result, its run(out) is
 // quantized_relu_gradient.
-POLYQUANT_API PlannedCall quantized_relu_gradient_plan(const TensorView& x, const QuantizedReluAttrs& attrs);
+POLYQUANT_API PlannedCall quantized_relu_gradient_plan(const TensorView& x, const QuantizedReluAttrs& attrs,
+                                                       const TensorView* grad_output = nullptr);
 
 // ---------------------------------------------------------------------------------------------
 // quantized_linear(bits, integer, symmetric, keep_negative, alpha, use_stochastic_rounding,
@@ -223,14 +230,16 @@ POLYQUANT_API PlannedCall quantized_linear_plan(const TensorView& x, const Tenso
                                                 const Training& training,
                                                 const MutableTensorView* quantization_scale_out = nullptr,
                                                 SearchInfo* info = nullptr);
-// d out / d x = (1 - q) + q [clip_min <= x / s <= clip_max] (bounds inclusive).
+// d out / d x = (1 - q) + q [clip_min <= x / s <= clip_max] (bounds inclusive). `grad_output`: as
+// quantized_bits_gradient's.
 POLYQUANT_API void quantized_linear_gradient(const TensorView& x, const TensorView& alpha,
                                              const QuantizedLinearAttrs& attrs, const Settings& settings,
-                                             const MutableTensorView& out);
+                                             const MutableTensorView& out, const TensorView* grad_output = nullptr);
 // Validates once and returns the plan: its spec() is quantized_linear_spec's result, its run(out)
 // is quantized_linear_gradient.
 POLYQUANT_API PlannedCall quantized_linear_gradient_plan(const TensorView& x, const TensorView& alpha,
-                                                         const QuantizedLinearAttrs& attrs, const Settings& settings);
+                                                         const QuantizedLinearAttrs& attrs, const Settings& settings,
+                                                         const TensorView* grad_output = nullptr);
 
 // Float32 helpers QKeras derives its constants with (exposed for bindings and tests).
 // 2^e as tf.pow(2.0, e) computes it in float32.

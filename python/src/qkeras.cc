@@ -29,9 +29,24 @@ void report_search(const qk::SearchInfo& s, nb::object info) {
   d["least_squares_rounds"] = s.least_squares_rounds;
 }
 
+// The optional upstream gradient of a gradient call (None: the derivative alone).
+struct GradOutput {
+  InArray array;
+  pq::TensorView view_ = kNoTensor;
+  bool given = false;
+  explicit GradOutput(nb::object g) {
+    if (g.is_none()) return;
+    array = nb::cast<InArray>(g);
+    view_ = view(array, "grad_output");
+    given = true;
+  }
+  const pq::TensorView* get() const { return given ? &view_ : nullptr; }
+};
+
 nb::tuple quantized_bits(const InArray& x, nb::object alpha, const qk::QuantizedBitsAttrs& a, const qk::Settings& settings,
-                         const qk::Training& training, bool gradient, nb::object out, nb::object info) {
+                         const qk::Training& training, bool gradient, nb::object out, nb::object info, nb::object grad_output) {
   const pq::TensorView xv = view(x, "x");
+  const GradOutput g(std::move(grad_output));
   InArray alpha_array;
   pq::TensorView av = kNoTensor;
   if (!alpha.is_none()) {
@@ -45,7 +60,7 @@ nb::tuple quantized_bits(const InArray& x, nb::object alpha, const qk::Quantized
   // Planned (validated) once; the plan writes the scale through &scale_view when it runs, so the
   // scale is sized here, after validation.
   const pq::PlannedCall call =
-      gradient ? qk::quantized_bits_gradient_plan(xv, av, a, settings)
+      gradient ? qk::quantized_bits_gradient_plan(xv, av, a, settings, g.get())
                : qk::quantized_bits_plan(xv, av, a, settings, training, report_scale ? &scale_view : nullptr, &search);
   if (report_scale) std::tie(scale, scale_view) = scale_array(qk::quantized_bits_scale_shape(xv, a, settings));
   nb::object result = run(call, std::move(out));
@@ -54,15 +69,17 @@ nb::tuple quantized_bits(const InArray& x, nb::object alpha, const qk::Quantized
 }
 
 nb::object quantized_relu(const InArray& x, const qk::QuantizedReluAttrs& a, const qk::Training& training, bool gradient,
-                          nb::object out) {
+                          nb::object out, nb::object grad_output) {
   const pq::TensorView xv = view(x, "x");
-  return run(gradient ? qk::quantized_relu_gradient_plan(xv, a) : qk::quantized_relu_plan(xv, a, training), std::move(out));
+  const GradOutput g(std::move(grad_output));
+  return run(gradient ? qk::quantized_relu_gradient_plan(xv, a, g.get()) : qk::quantized_relu_plan(xv, a, training), std::move(out));
 }
 
 nb::tuple quantized_linear(const InArray& x, nb::object alpha, const qk::QuantizedLinearAttrs& a, const qk::Settings& settings,
-                           const qk::Training& training, bool gradient, nb::object out, nb::object info) {
+                           const qk::Training& training, bool gradient, nb::object out, nb::object info, nb::object grad_output) {
   qk::SearchInfo search;
   const pq::TensorView xv = view(x, "x");
+  const GradOutput g(std::move(grad_output));
   InArray alpha_array;
   pq::TensorView av = kNoTensor;
   if (!alpha.is_none()) {
@@ -72,7 +89,7 @@ nb::tuple quantized_linear(const InArray& x, nb::object alpha, const qk::Quantiz
   nb::object scale = nb::none();
   pq::MutableTensorView scale_view;
   // As quantized_bits: planned once, the scale sized after validation and written when the plan runs.
-  const pq::PlannedCall call = gradient ? qk::quantized_linear_gradient_plan(xv, av, a, settings)
+  const pq::PlannedCall call = gradient ? qk::quantized_linear_gradient_plan(xv, av, a, settings, g.get())
                                         : qk::quantized_linear_plan(xv, av, a, settings, training, &scale_view, &search);
   if (!gradient) std::tie(scale, scale_view) = scale_array(qk::quantized_linear_scale_shape(xv, av, a, settings));
   nb::object result = run(call, std::move(out));
@@ -160,16 +177,17 @@ void bind_qkeras(nb::module_& m) {
   auto tensor = tensor_arg;
   m.def("quantized_bits", &quantized_bits, tensor("x"), nb::arg("alpha").none(), nb::arg("attrs"), nb::arg("settings"),
         nb::arg("training"), nb::arg("gradient") = false, nb::arg("out").none() = nb::none(),
-        nb::arg("info").none() = nb::none(),
+        nb::arg("info").none() = nb::none(), nb::arg("grad_output").none() = nb::none(),
         "quantized_bits (see polyquant.qkeras): (output, reported scale or None); `info` (a dict) receives the "
-        "scale search's passes.");
+        "scale search's passes; with gradient, `grad_output` multiplies the derivative (the backward's product).");
   m.def("quantized_relu", &quantized_relu, tensor("x"), nb::arg("attrs"), nb::arg("training"), nb::arg("gradient") = false,
-        nb::arg("out").none() = nb::none(), "quantized_relu (see polyquant.qkeras).");
+        nb::arg("out").none() = nb::none(), nb::arg("grad_output").none() = nb::none(),
+        "quantized_relu (see polyquant.qkeras); with gradient, `grad_output` multiplies the derivative.");
   m.def("quantized_linear", &quantized_linear, tensor("x"), nb::arg("alpha").none(), nb::arg("attrs"), nb::arg("settings"),
         nb::arg("training"), nb::arg("gradient") = false, nb::arg("out").none() = nb::none(),
-        nb::arg("info").none() = nb::none(),
+        nb::arg("info").none() = nb::none(), nb::arg("grad_output").none() = nb::none(),
         "quantized_linear (see polyquant.qkeras): (output, quantization scale); `info` (a dict) receives the "
-        "scale search's passes.");
+        "scale search's passes; with gradient, `grad_output` multiplies the derivative.");
 }
 
 }  // namespace polyquant::python

@@ -10,10 +10,7 @@ from typing import Any, Callable
 import ml_dtypes
 import numpy as np
 
-
-def is_tensor(value: Any) -> bool:
-    """A torch.Tensor, recognised without importing torch."""
-    return any(c.__module__ == "torch" and c.__name__ == "Tensor" for c in type(value).__mro__)
+from .._common.torch_autograd import is_tensor
 
 
 def any_tensor(*values: Any) -> bool:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import numbers
 import re
@@ -13,6 +14,7 @@ import numpy as np
 
 from .. import _polyquant_ext as _ext
 from .._common.convert import _as_array, as_out
+from .._common import torch_autograd
 from .._common.device import device_path
 
 __all__ = ["quantized_bits", "quantized_relu", "quantized_linear", "get_quantizer"]
@@ -210,12 +212,53 @@ class _Quantizer:
         return qnoise, settings, t
 
     @staticmethod
+    def _grad_output(g: Any) -> Any:
+        """The upstream gradient of gradient(x, grad_output): float32 or float16 as it is, bfloat16
+        widened to float32 (exact; the core reads every one as float32)."""
+        if g is None:
+            return None
+        if torch_autograd.is_tensor(g):
+            g = g.detach()
+            if str(g.dtype) == "torch.bfloat16":
+                g = g.float()
+        elif isinstance(g, (np.ndarray, np.generic)) and g.dtype.name == "bfloat16":
+            g = np.asarray(g).astype(np.float32)
+        return _as_array(g, "grad_output")
+
+    @staticmethod
     def _input(x: Any) -> np.ndarray:
         # QKeras casts its input to float32 (K.cast_to_floatx) before any op, so an ml_dtypes
-        # bfloat16 array (numpy or tf.Tensor alike) is quantized as its exact float32 widening.
+        # bfloat16 array (numpy, tf.Tensor or a CPU torch tensor alike) is quantized as its exact
+        # float32 widening.
+        if torch_autograd.is_tensor(x):
+            x = x.detach()  # read, never differentiated here (autograd goes through _autograd)
+            if x.device.type == "cpu" and str(x.dtype) == "torch.bfloat16":
+                import ml_dtypes
+                import torch
+
+                x = np.from_dlpack(x.view(torch.int16)).view(ml_dtypes.bfloat16)
         if isinstance(x, (np.ndarray, np.generic)) and x.dtype.name == "bfloat16":
             x = np.asarray(x).astype(np.float32)
         return _as_array(x, "x")
+
+
+def _autograd(call):
+    """A quantizer's __call__ with torch autograd: a torch tensor that requires grad (grad enabled)
+    gives a tensor on its device whose backward is q.gradient(x, grad_output), the upstream gradient
+    times QKeras' straight-through derivative in one core pass (_common/torch_autograd.py); other
+    inputs are unchanged."""
+
+    @functools.wraps(call)
+    def wrapper(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> Any:
+        if not torch_autograd.requires_grad(x):
+            return call(self, x, training, seed=seed, out=out)
+        if out is not None:
+            raise ValueError("out: not with an x that requires grad (autograd returns a new tensor; "
+                             "call under torch.no_grad() to write into out)")
+        return torch_autograd.elementwise(lambda t: call(self, t, training, seed=seed),
+                                          lambda t, g: self.gradient(t, grad_output=g), x)
+
+    return wrapper
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,6 +357,7 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
             return None
         return _alpha_array(self.alpha)
 
+    @_autograd
     @device_path
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
@@ -329,9 +373,11 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
         return result
 
     @device_path
-    def gradient(self, x: Any) -> np.ndarray:
-        """d q(x) / dx of QKeras' graph: 1 with use_ste, else 1 - qnoise_factor (float32)."""
-        result, _ = _ext.qkeras.quantized_bits(self._input(x), self._operand(), *self._config(False, None), True, None)
+    def gradient(self, x: Any, grad_output: Any = None) -> np.ndarray:
+        """d q(x) / dx of QKeras' graph: 1 with use_ste, else 1 - qnoise_factor (float32); with
+        grad_output (x's result shape), grad_output times it: the backward's product."""
+        result, _ = _ext.qkeras.quantized_bits(self._input(x), self._operand(), *self._config(False, None), True, None,
+                                               grad_output=self._grad_output(grad_output))
         return result
 
     def __str__(self) -> str:
@@ -447,6 +493,7 @@ class quantized_relu(_Quantizer):  # noqa: N801
         a.qnoise, _, t = self._common_config(training, seed)
         return a, t
 
+    @_autograd
     @device_path
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
@@ -454,11 +501,12 @@ class quantized_relu(_Quantizer):  # noqa: N801
         return _ext.qkeras.quantized_relu(self._input(x), *self._config(training, seed), False, as_out(out))
 
     @device_path
-    def gradient(self, x: Any) -> np.ndarray:
+    def gradient(self, x: Any, grad_output: Any = None) -> np.ndarray:
         """d q(x) / dx of QKeras' graph: the derivative of the unquantized companion (1 above 0;
         negative_slope, or 0, at and below 0; 0 above the clip or upper bound), times
-        1 - qnoise_factor without use_ste."""
-        return _ext.qkeras.quantized_relu(self._input(x), *self._config(False, None), True, None)
+        1 - qnoise_factor without use_ste; with grad_output, grad_output times it."""
+        return _ext.qkeras.quantized_relu(self._input(x), *self._config(False, None), True, None,
+                                          grad_output=self._grad_output(grad_output))
 
     def __str__(self) -> str:
         flags = [str(self.bits), _integer_str(self.integer)]
@@ -593,6 +641,7 @@ class quantized_linear(_Quantizer):  # noqa: N801
             return None
         return _alpha_array(self.alpha)
 
+    @_autograd
     @device_path
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
@@ -603,9 +652,11 @@ class quantized_linear(_Quantizer):  # noqa: N801
         return result
 
     @device_path
-    def gradient(self, x: Any) -> np.ndarray:
-        """d q(x) / dx = (1 - qnoise_factor) + qnoise_factor * [clip_min <= x / s <= clip_max]."""
-        result, _ = _ext.qkeras.quantized_linear(self._input(x), self._operand(), *self._config(False, None), True, None)
+    def gradient(self, x: Any, grad_output: Any = None) -> np.ndarray:
+        """d q(x) / dx = (1 - qnoise_factor) + qnoise_factor * [clip_min <= x / s <= clip_max]; with
+        grad_output, grad_output times it."""
+        result, _ = _ext.qkeras.quantized_linear(self._input(x), self._operand(), *self._config(False, None), True, None,
+                                                 grad_output=self._grad_output(grad_output))
         return result
 
     def max(self) -> Any:

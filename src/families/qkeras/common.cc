@@ -59,11 +59,25 @@ void require_devices(const TensorView& x, const TensorView& alpha, const char* o
   }
 }
 
+void require_grad_output(const TensorView& grad_output, const TensorView& x, const TensorSpec& spec, const char* op) {
+  const DType d = grad_output.dtype;
+  if (d != DType::kFloat32 && d != DType::kFloat16 && d != DType::kBFloat16) {
+    throw Error(ErrorKind::kType, std::string("grad_output: dtype ") + dtype_name(d) +
+                                      " is not supported; float32, float16 or bfloat16 (the gradient is float32)");
+  }
+  if (!(grad_output.shape == spec.shape)) {
+    value_error("grad_output: shape " + grad_output.shape.str() + " must equal the gradient's shape " + spec.shape.str());
+  }
+  if (grad_output.numel() > 0 && grad_output.data == nullptr) value_error("grad_output: tensor has no data");
+  const detail::NamedView operands[] = {{&x, "x"}, {&grad_output, "grad_output"}};
+  detail::op_device(operands, nullptr, op);
+}
+
 void run_kernel(KernelOp op, const TensorView* inputs, int count, const MutableTensorView& out, const void* params) {
   // x and the output (the scale may be one the family derived on the host: the engine copies it).
   const detail::NamedView operands[] = {{&inputs[0], "x"}};
   detail::op_device(operands, &out, detail::op_name(op));
-  std::array<DType, 2> kd{DType::kFloat32, DType::kFloat32};
+  std::array<DType, 3> kd{DType::kFloat32, DType::kFloat32, DType::kFloat32};
   detail::ElementwiseCall call;
   call.inputs = std::span<const TensorView>(inputs, static_cast<std::size_t>(count));
   call.kernel_dtypes = std::span<const DType>(kd.data(), static_cast<std::size_t>(count));

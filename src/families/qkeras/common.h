@@ -43,7 +43,12 @@ void require_devices(const TensorView& x, const TensorView& alpha, const char* o
 // 2^e in float32 as tf.pow(2.0, e) (exact for integral e; powf otherwise).
 inline float pow2_float32(float e) { return std::pow(2.0f, e); }
 
-// Everything the elementwise engine needs to run one kernel over x and one float32 operand.
+// The upstream gradient of a gradient call (kernels.h, qk_chain): float32, float16 or bfloat16 (exact
+// in float32), of exactly the gradient's shape `spec`, on x's device; throws naming grad_output.
+void require_grad_output(const TensorView& grad_output, const TensorView& x, const TensorSpec& spec, const char* op);
+
+// Everything the elementwise engine needs to run one kernel over x and up to two float32 operands
+// (a scale, an upstream gradient).
 void run_kernel(KernelOp op, const TensorView* inputs, int count, const MutableTensorView& out, const void* params);
 
 // QKeras' qnoise blend of the quantized value with x (see QkBlend).

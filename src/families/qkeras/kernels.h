@@ -22,6 +22,7 @@
 #include "core/target.h"
 #include "kernels/row.h"
 #include "core/fpenv.h"
+#include "core/x86_nan.h"
 #include <type_traits>
 
 namespace polyquant::detail {
@@ -60,6 +61,7 @@ struct QkBitsParams {
   QkBlend blend;
   QkStochastic stochastic;
   bool gradient = false;       // write d out / d x instead of out
+  bool upstream = false;       // with gradient: times grad_output, operand 2 (qk_chain)
 };
 
 // ---- quantized_bits, alpha "auto"/"auto_po2" final pass: operands x, s (internal scale) -------
@@ -104,6 +106,7 @@ struct QkReluParams {
   QkBlend blend;
   QkStochastic stochastic;
   bool gradient = false;
+  bool upstream = false;       // with gradient: times grad_output, operand 1 (qk_chain)
 };
 
 // ---- quantized_linear: operands x, quantization scale ----------------------------------------
@@ -114,6 +117,7 @@ struct QkLinearParams {
   QkBlend blend;
   QkStochastic stochastic;
   bool gradient = false;
+  bool upstream = false;       // with gradient: times grad_output, operand 2 (qk_chain)
   bool level_only = false;     // write the level round_through(c - shift) + shift
 };
 
@@ -336,10 +340,20 @@ POLYQUANT_HD inline float qk_linear_element(float x, float s, const QkLinearPara
 // flush when compiled with -ftz=true). These rows are the portable fallback, the stochastic-rounding
 // and gradient paths of every kernel set, and the oracle every vector kernel is tested against.
 inline namespace POLYQUANT_TARGET_NAMESPACE {
+// A gradient row given the upstream gradient (params `upstream`: the op's last operand holds
+// grad_output): the chain rule's product grad_output * (d out / d x), which is what the backward of
+// QKeras' graph computes (TensorFlow's Mul gradient: the incoming gradient times the factor) and
+// what torch autograd's backward returns, as x86 multiplies in float32 (its NaN on the device too),
+// under the row's flush. Without it, the derivative itself.
+POLYQUANT_HD inline float qk_chain(bool upstream, const RowArgs& a, int operand, std::int64_t j, float derivative) {
+  return upstream ? x86_mul(a.at<float>(operand, j), derivative) : derivative;
+}
+
 template <class W>
 POLYQUANT_HD inline void qk_bits_row_element(const QkBitsParams& p, const RowArgs& a, std::int64_t j) {
   static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
-  static_cast<float*>(a.out)[j] = qk_bits_element(a.at<float>(0, j), a.at<float>(1, j), p, static_cast<std::uint64_t>(a.index + j));
+  static_cast<float*>(a.out)[j] =
+      qk_chain(p.upstream, a, 2, j, qk_bits_element(a.at<float>(0, j), a.at<float>(1, j), p, static_cast<std::uint64_t>(a.index + j)));
 }
 
 template <class W>
@@ -352,13 +366,14 @@ POLYQUANT_HD inline void qk_bits_auto_row_element(const QkBitsAutoParams& p, con
 template <class W>
 POLYQUANT_HD inline void qk_relu_row_element(const QkReluParams& p, const RowArgs& a, std::int64_t j) {
   static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
-  static_cast<float*>(a.out)[j] = qk_relu_element(a.at<float>(0, j), p, static_cast<std::uint64_t>(a.index + j));
+  static_cast<float*>(a.out)[j] = qk_chain(p.upstream, a, 1, j, qk_relu_element(a.at<float>(0, j), p, static_cast<std::uint64_t>(a.index + j)));
 }
 
 template <class W>
 POLYQUANT_HD inline void qk_linear_row_element(const QkLinearParams& p, const RowArgs& a, std::int64_t j) {
   static_assert(std::is_same_v<W, float>, "QKeras computes in float32");
-  static_cast<float*>(a.out)[j] = qk_linear_element(a.at<float>(0, j), a.at<float>(1, j), p, static_cast<std::uint64_t>(a.index + j));
+  static_cast<float*>(a.out)[j] =
+      qk_chain(p.upstream, a, 2, j, qk_linear_element(a.at<float>(0, j), a.at<float>(1, j), p, static_cast<std::uint64_t>(a.index + j)));
 }
 
 template <class W>

@@ -338,22 +338,24 @@ void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha
   }
 }
 
-// The gradient's kernel parameters (d out / d x: 1 or 1 - q).
-detail::QkBitsParams bits_gradient_params(const QuantizedBitsAttrs& attrs) {
+// The gradient's kernel parameters (d out / d x: 1 or 1 - q; times grad_output with `upstream`).
+detail::QkBitsParams bits_gradient_params(const QuantizedBitsAttrs& attrs, bool upstream) {
   detail::QkBitsParams p;
   p.gradient = true;
+  p.upstream = upstream;
   p.blend = make_blend(attrs.qnoise, attrs.use_ste);
   return p;
 }
 
-// `alpha_value`: alpha is the alpha tensor (Alpha::kValue), else the scale is 1.
+// `alpha_value`: alpha is the alpha tensor (Alpha::kValue), else the scale is 1. `grad_output`
+// (may be null): the upstream gradient, the third operand (p.upstream).
 void run_bits_gradient(const TensorSpec& spec, const detail::QkBitsParams& p, const TensorView& x, const TensorView& alpha,
-                       bool alpha_value, const MutableTensorView& out) {
+                       bool alpha_value, const TensorView* grad_output, const MutableTensorView& out) {
   detail::require_output(out, spec, "quantized_bits gradient");
   const float one = 1.0f;
   const TensorView scale = alpha_value ? alpha : TensorView(&one, DType::kFloat32, Dims{});
-  const std::array<TensorView, 2> inputs{x, scale};
-  run_kernel(KernelOp::kQkBits, inputs.data(), 2, out, &p);
+  const std::array<TensorView, 3> inputs{x, scale, grad_output != nullptr ? *grad_output : TensorView()};
+  run_kernel(KernelOp::kQkBits, inputs.data(), grad_output != nullptr ? 3 : 2, out, &p);
 }
 }  // namespace
 
@@ -385,17 +387,21 @@ PlannedCall quantized_bits_plan(const TensorView& x, const TensorView& alpha, co
 }
 
 void quantized_bits_gradient(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
-                             const Settings& settings, const MutableTensorView& out) {
+                             const Settings& settings, const MutableTensorView& out, const TensorView* grad_output) {
   const TensorSpec spec = quantized_bits_spec(x, alpha, attrs, settings);
-  run_bits_gradient(spec, bits_gradient_params(attrs), x, alpha, attrs.alpha == Alpha::kValue, out);
+  if (grad_output != nullptr) require_grad_output(*grad_output, x, spec, "quantized_bits gradient");
+  run_bits_gradient(spec, bits_gradient_params(attrs, grad_output != nullptr), x, alpha, attrs.alpha == Alpha::kValue, grad_output,
+                    out);
 }
 
 PlannedCall quantized_bits_gradient_plan(const TensorView& x, const TensorView& alpha, const QuantizedBitsAttrs& attrs,
-                                         const Settings& settings) {
+                                         const Settings& settings, const TensorView* grad_output) {
   TensorSpec spec = quantized_bits_spec(x, alpha, attrs, settings);
+  if (grad_output != nullptr) require_grad_output(*grad_output, x, spec, "quantized_bits gradient");
   const bool alpha_value = attrs.alpha == Alpha::kValue;
-  return PlannedCall(spec, [spec, p = bits_gradient_params(attrs), x, alpha, alpha_value](const MutableTensorView& out) {
-    run_bits_gradient(spec, p, x, alpha, alpha_value, out);
+  const std::optional<TensorView> g = grad_output != nullptr ? std::optional<TensorView>(*grad_output) : std::nullopt;
+  return PlannedCall(spec, [spec, p = bits_gradient_params(attrs, g.has_value()), x, alpha, alpha_value, g](const MutableTensorView& out) {
+    run_bits_gradient(spec, p, x, alpha, alpha_value, g ? &*g : nullptr, out);
   });
 }
 

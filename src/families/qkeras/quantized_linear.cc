@@ -2,6 +2,7 @@
 #include "polyquant/qkeras.h"
 
 #include <array>
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -185,12 +186,14 @@ LinearPlan plan_linear(const TensorView& x, const TensorView& alpha, const Quant
 
 // The gradient's plan: the kernel in gradient mode (its search, if any, outside training).
 LinearPlan plan_linear_gradient(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
-                                const Settings& settings) {
+                                const Settings& settings, const TensorView* grad_output) {
   LinearPlan plan = plan_linear(x, alpha, attrs, settings);
+  if (grad_output != nullptr) require_grad_output(*grad_output, x, plan.spec, "quantized_linear gradient");
   detail::QkLinearParams& p = plan.params;
   p.clip_min = plan.c.clip_min;
   p.clip_max = plan.c.clip_max;
   p.gradient = true;
+  p.upstream = grad_output != nullptr;
   p.blend = make_blend(attrs.qnoise, true);
   return plan;
 }
@@ -236,7 +239,7 @@ void run_linear(const LinearPlan& plan, const TensorView& x, const TensorView& a
 }
 
 void run_linear_gradient(const LinearPlan& plan, const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
-                         const Settings& settings, const MutableTensorView& out) {
+                         const Settings& settings, const TensorView* grad_output, const MutableTensorView& out) {
   detail::require_output(out, plan.spec, "quantized_linear gradient");
   const LinearConstants& c = plan.c;
   const SearchInput in = search_input(x, c, attrs);
@@ -244,8 +247,9 @@ void run_linear_gradient(const LinearPlan& plan, const TensorView& x, const Tens
   const ContiguousF32& xf = in.xf;
   SearchInfo search;
   const ScaleArray s = linear_scale(x, xf.data, alpha, attrs, c, settings, Training{}, search);
-  const std::array<TensorView, 2> inputs{host_copy ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view()};
-  run_kernel(KernelOp::kQkLinear, inputs.data(), 2, out, &plan.params);
+  const std::array<TensorView, 3> inputs{host_copy ? TensorView(xf.data, DType::kFloat32, x.shape) : x, s.view(),
+                                         grad_output != nullptr ? *grad_output : TensorView()};
+  run_kernel(KernelOp::kQkLinear, inputs.data(), grad_output != nullptr ? 3 : 2, out, &plan.params);
 }
 }  // namespace
 
@@ -281,16 +285,17 @@ PlannedCall quantized_linear_plan(const TensorView& x, const TensorView& alpha, 
 }
 
 void quantized_linear_gradient(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
-                               const Settings& settings, const MutableTensorView& out) {
-  run_linear_gradient(plan_linear_gradient(x, alpha, attrs, settings), x, alpha, attrs, settings, out);
+                               const Settings& settings, const MutableTensorView& out, const TensorView* grad_output) {
+  run_linear_gradient(plan_linear_gradient(x, alpha, attrs, settings, grad_output), x, alpha, attrs, settings, grad_output, out);
 }
 
 PlannedCall quantized_linear_gradient_plan(const TensorView& x, const TensorView& alpha, const QuantizedLinearAttrs& attrs,
-                                           const Settings& settings) {
-  LinearPlan plan = plan_linear_gradient(x, alpha, attrs, settings);
+                                           const Settings& settings, const TensorView* grad_output) {
+  LinearPlan plan = plan_linear_gradient(x, alpha, attrs, settings, grad_output);
   TensorSpec spec = plan.spec;
-  return PlannedCall(std::move(spec), [plan = std::move(plan), x, alpha, attrs, settings](const MutableTensorView& out) {
-    run_linear_gradient(plan, x, alpha, attrs, settings, out);
+  const std::optional<TensorView> g = grad_output != nullptr ? std::optional<TensorView>(*grad_output) : std::nullopt;
+  return PlannedCall(std::move(spec), [plan = std::move(plan), x, alpha, attrs, settings, g](const MutableTensorView& out) {
+    run_linear_gradient(plan, x, alpha, attrs, settings, g ? &*g : nullptr, out);
   });
 }
 

@@ -2,6 +2,7 @@
 #include "polyquant/qkeras.h"
 
 #include <array>
+#include <optional>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -89,42 +90,50 @@ ReluPlan plan_relu(const TensorView& x, const QuantizedReluAttrs& attrs, const T
   return plan;
 }
 
-ReluPlan plan_relu_gradient(const TensorView& x, const QuantizedReluAttrs& attrs) {
+ReluPlan plan_relu_gradient(const TensorView& x, const QuantizedReluAttrs& attrs, const TensorView* grad_output) {
   ReluPlan plan = plan_relu(x, attrs);
+  if (grad_output != nullptr) require_grad_output(*grad_output, x, plan.spec, "quantized_relu gradient");
   plan.params.fast_inference = false;
   plan.params.gradient = true;
+  plan.params.upstream = grad_output != nullptr;
   return plan;
 }
 
-// `what` names the call in the output's error.
-void run_relu(const ReluPlan& plan, const TensorView& x, const MutableTensorView& out, const char* what) {
+// `what` names the call in the output's error. `grad_output` (may be null): the upstream gradient
+// of a gradient call, the second operand.
+void run_relu(const ReluPlan& plan, const TensorView& x, const TensorView* grad_output, const MutableTensorView& out,
+              const char* what) {
   detail::require_output(out, plan.spec, what);
-  const std::array<TensorView, 1> inputs{x};
-  run_kernel(KernelOp::kQkRelu, inputs.data(), 1, out, &plan.params);
+  const std::array<TensorView, 2> inputs{x, grad_output != nullptr ? *grad_output : TensorView()};
+  run_kernel(KernelOp::kQkRelu, inputs.data(), grad_output != nullptr ? 2 : 1, out, &plan.params);
 }
 
-PlannedCall planned(ReluPlan plan, const TensorView& x, const char* what) {
+PlannedCall planned(ReluPlan plan, const TensorView& x, const TensorView* grad_output, const char* what) {
   TensorSpec spec = plan.spec;
-  return PlannedCall(std::move(spec), [plan = std::move(plan), x, what](const MutableTensorView& out) { run_relu(plan, x, out, what); });
+  const std::optional<TensorView> g = grad_output != nullptr ? std::optional<TensorView>(*grad_output) : std::nullopt;
+  return PlannedCall(std::move(spec), [plan = std::move(plan), x, g, what](const MutableTensorView& out) {
+    run_relu(plan, x, g ? &*g : nullptr, out, what);
+  });
 }
 }  // namespace
 
 TensorSpec quantized_relu_spec(const TensorView& x, const QuantizedReluAttrs& attrs) { return plan_relu(x, attrs).spec; }
 
 void quantized_relu(const TensorView& x, const QuantizedReluAttrs& attrs, const Training& training, const MutableTensorView& out) {
-  run_relu(plan_relu(x, attrs, training), x, out, "quantized_relu");
+  run_relu(plan_relu(x, attrs, training), x, nullptr, out, "quantized_relu");
 }
 
 PlannedCall quantized_relu_plan(const TensorView& x, const QuantizedReluAttrs& attrs, const Training& training) {
-  return planned(plan_relu(x, attrs, training), x, "quantized_relu");
+  return planned(plan_relu(x, attrs, training), x, nullptr, "quantized_relu");
 }
 
-void quantized_relu_gradient(const TensorView& x, const QuantizedReluAttrs& attrs, const MutableTensorView& out) {
-  run_relu(plan_relu_gradient(x, attrs), x, out, "quantized_relu gradient");
+void quantized_relu_gradient(const TensorView& x, const QuantizedReluAttrs& attrs, const MutableTensorView& out,
+                             const TensorView* grad_output) {
+  run_relu(plan_relu_gradient(x, attrs, grad_output), x, grad_output, out, "quantized_relu gradient");
 }
 
-PlannedCall quantized_relu_gradient_plan(const TensorView& x, const QuantizedReluAttrs& attrs) {
-  return planned(plan_relu_gradient(x, attrs), x, "quantized_relu gradient");
+PlannedCall quantized_relu_gradient_plan(const TensorView& x, const QuantizedReluAttrs& attrs, const TensorView* grad_output) {
+  return planned(plan_relu_gradient(x, attrs, grad_output), x, grad_output, "quantized_relu gradient");
 }
 
 }  // namespace polyquant::qkeras

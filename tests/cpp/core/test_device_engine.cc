@@ -558,7 +558,8 @@ TEST_F(DeviceEngine, AimetAffineOpsEqualTheHost) {
 // QKeras' quantizers without a scale search: quantized_bits and quantized_linear with alpha None or
 // a per-channel value (on the device), quantized_relu (with sigmoid, a negative slope, an upper
 // bound), stochastic rounding in training (the same Philox draws, keyed to the element index), and
-// their gradients; quantized_linear's quantization scale written into a device array.
+// their gradients, alone and times an upstream gradient; quantized_linear's quantization scale
+// written into a device array.
 TEST_F(DeviceEngine, QKerasQuantizersWithoutASearchEqualTheHost) {
   const Dims shape{16, 24};
   const Dims xs = contiguous_strides(shape);
@@ -582,6 +583,12 @@ TEST_F(DeviceEngine, QKerasQuantizersWithoutASearchEqualTheHost) {
     }
   };
   const qkeras::Training training{true, 1234};
+  // The backward's upstream gradient (grad_output): specials, subnormals (flushed) and ties.
+  std::vector<float> gv = test::mixed_values(384, 17, 10.0f);
+  gv[0] = std::numeric_limits<float>::infinity(), gv[1] = std::numeric_limits<float>::quiet_NaN(), gv[2] = -1e-40f, gv[3] = -0.0f;
+  Array grad = Array::of(fake_, gv, DType::kFloat32);
+  const TensorView g_host = grad.host_view(shape, xs), g_device = grad.device_view(shape, xs);
+  auto upstream = [&](const TensorView& a) { return a.device.is_cpu() ? &g_host : &g_device; };
   for (const bool per_channel : {false, true}) {
     for (const bool stochastic : {false, true}) {
       qkeras::QuantizedBitsAttrs bits;
@@ -597,6 +604,12 @@ TEST_F(DeviceEngine, QKerasQuantizersWithoutASearchEqualTheHost) {
       compare("quantized_bits gradient", [&](const TensorView& a, const TensorView& b, const MutableTensorView& o) {
         qkeras::quantized_bits_gradient(a, b, bits, {}, o);
       }, per_channel);
+      qkeras::QuantizedBitsAttrs noisy = bits;
+      noisy.use_ste = false;
+      noisy.qnoise.factor = 0.25;
+      compare("quantized_bits gradient times grad_output", [&](const TensorView& a, const TensorView& b, const MutableTensorView& o) {
+        qkeras::quantized_bits_gradient(a, b, noisy, {}, o, upstream(a));
+      }, per_channel);
       qkeras::QuantizedLinearAttrs linear;
       linear.bits = 5;
       linear.alpha = bits.alpha;
@@ -606,6 +619,10 @@ TEST_F(DeviceEngine, QKerasQuantizersWithoutASearchEqualTheHost) {
                 qkeras::quantized_linear(a, b, linear, {}, training, o);
               },
               per_channel);
+      linear.qnoise.factor = 0.75;
+      compare("quantized_linear gradient times grad_output", [&](const TensorView& a, const TensorView& b, const MutableTensorView& o) {
+        qkeras::quantized_linear_gradient(a, b, linear, {}, o, upstream(a));
+      }, per_channel);
     }
   }
   for (const bool sigmoid : {false, true}) {
@@ -622,6 +639,9 @@ TEST_F(DeviceEngine, QKerasQuantizersWithoutASearchEqualTheHost) {
       }, false);
       compare("quantized_relu gradient", [&](const TensorView& a, const TensorView&, const MutableTensorView& o) {
         qkeras::quantized_relu_gradient(a, relu, o);
+      }, false);
+      compare("quantized_relu gradient times grad_output", [&](const TensorView& a, const TensorView&, const MutableTensorView& o) {
+        qkeras::quantized_relu_gradient(a, relu, o, upstream(a));
       }, false);
     }
   }

@@ -23,6 +23,7 @@
 
 #include "core/fpenv.h"
 #include "core/grouped_reduce.h"
+#include "core/half.h"
 #include "families/qkeras/scale_search.h"
 #include "kernels/registry.h"
 #include "polyquant/polyquant.h"
@@ -2187,6 +2188,104 @@ TEST(QKerasLayouts, ReducedInnermostLayoutsOnEveryKernelSet) {
         EXPECT_TRUE(same_floats(one.scale, {all.scale[static_cast<std::size_t>(r)]})) << "row " << r << " of " << shape[0] << "x" << n;
       }
     }
+  }
+}
+
+// The gradients times an upstream gradient (grad_output): grad_output * (d out / d x), x86's float32
+// product with grad_output first, under TensorFlow's flush (a subnormal grad_output counts as a zero
+// of its sign), against that product spelled out here: NaN grad_output comes back quieted, inf * 0
+// is x86's default NaN; on every kernel set and thread count; float16 grad_output widened exactly;
+// a grad_output of another shape or dtype is an error naming it.
+TEST(QKerasApi, GradientsTimesGradOutputAreTheFlushedProduct) {
+  const Dims shape{3, 40};
+  std::vector<float> x(120), g(120);
+  for (int i = 0; i < 120; ++i) {
+    x[static_cast<std::size_t>(i)] = -4.0f + 0.0703125f * static_cast<float>(i);  // across the clip and zero
+    g[static_cast<std::size_t>(i)] = std::ldexp(static_cast<float>((i * 37) % 23) - 11.0f, (i % 9) - 4);
+  }
+  g[0] = std::numeric_limits<float>::infinity();
+  g[1] = std::bit_cast<float>(0x7FC12345u);  // a NaN with a payload
+  g[2] = std::bit_cast<float>(0xFF812345u);  // a signalling NaN
+  g[3] = -1e-40f;                            // subnormal: flushed
+  g[4] = -0.0f;
+  g[100] = -std::numeric_limits<float>::infinity();  // x = 3.03: above quantized_relu's clip, d = 0
+  const TensorView xv(x.data(), DType::kFloat32, shape), gv(g.data(), DType::kFloat32, shape);
+  const float one = 1.0f;
+  const TensorView no_alpha(&one, DType::kFloat32, Dims{});
+  auto expected = [&](const std::vector<float>& d) {
+    std::vector<float> want(120);
+    for (std::size_t i = 0; i < 120; ++i) {
+      float gi = g[i];
+      if (std::isnan(gi)) {  // x86: the NaN operand, quieted
+        want[i] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(gi) | 0x00400000u);
+        continue;
+      }
+      if (gi != 0.0f && std::fabs(gi) < std::numeric_limits<float>::min()) gi = std::copysign(0.0f, gi);  // DAZ
+      if (std::isinf(gi) && d[i] == 0.0f) {
+        want[i] = std::bit_cast<float>(0xFFC00000u);  // x86's default NaN
+        continue;
+      }
+      const float p = gi * d[i];
+      want[i] = (p != 0.0f && std::fabs(p) < std::numeric_limits<float>::min()) ? std::copysign(0.0f, p) : p;  // FTZ
+    }
+    return want;
+  };
+  auto bits_of = [](const std::vector<float>& v) {
+    std::vector<std::uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * 4);
+    return b;
+  };
+  QuantizedBitsAttrs bits;
+  bits.bits = 4;
+  bits.use_ste = false;
+  bits.qnoise.factor = 0.25;
+  QuantizedReluAttrs relu;
+  relu.bits = 4;
+  relu.integer = 1;
+  relu.negative_slope = 0.125;
+  QuantizedLinearAttrs linear;
+  linear.bits = 3;
+  linear.qnoise.factor = 0.5;
+  struct Case {
+    const char* name;
+    std::function<void(const MutableTensorView&, const TensorView*)> run;
+  };
+  const Case cases[] = {
+      {"quantized_bits", [&](const MutableTensorView& o, const TensorView* up) { quantized_bits_gradient(xv, no_alpha, bits, {}, o, up); }},
+      {"quantized_relu", [&](const MutableTensorView& o, const TensorView* up) { quantized_relu_gradient(xv, relu, o, up); }},
+      {"quantized_linear", [&](const MutableTensorView& o, const TensorView* up) { quantized_linear_gradient(xv, no_alpha, linear, {}, o, up); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<float> d(120);
+    c.run(MutableTensorView(d.data(), DType::kFloat32, shape), nullptr);
+    ASSERT_TRUE(std::any_of(d.begin(), d.end(), [](float v) { return v != 0.0f && v != 1.0f; }) ||
+                std::any_of(d.begin(), d.end(), [](float v) { return v == 0.0f; }))
+        << "the derivative takes more than one value";
+    const std::vector<float> want = expected(d);
+    expect_same_everywhere(c.name, [&] {
+      Result r;
+      r.out.assign(120, 12345.0f);
+      c.run(MutableTensorView(r.out.data(), DType::kFloat32, shape), &gv);
+      EXPECT_EQ(bits_of(r.out), bits_of(want));
+      return r;
+    });
+    // float16 grad_output: exactly widened.
+    std::vector<detail::Half> g16(120);
+    std::vector<float> g16_wide(120);
+    for (std::size_t i = 5; i < 120; ++i) g16[i] = detail::Half(g[i]), g16_wide[i] = static_cast<float>(g16[i]);
+    const TensorView g16_view(g16.data(), DType::kFloat16, shape), g16_wide_view(g16_wide.data(), DType::kFloat32, shape);
+    std::vector<float> from16(120), from32(120);
+    c.run(MutableTensorView(from16.data(), DType::kFloat32, shape), &g16_view);
+    c.run(MutableTensorView(from32.data(), DType::kFloat32, shape), &g16_wide_view);
+    EXPECT_EQ(bits_of(from16), bits_of(from32));
+    std::vector<double> g64(120);
+    const TensorView wrong_dtype(g64.data(), DType::kFloat64, shape), wrong_shape(g.data(), DType::kFloat32, Dims{120});
+    std::vector<float> o(120);
+    expect_error([&] { c.run(MutableTensorView(o.data(), DType::kFloat32, shape), &wrong_dtype); }, ErrorKind::kType,
+                 "grad_output: dtype float64 is not supported; float32, float16 or bfloat16");
+    expect_error([&] { c.run(MutableTensorView(o.data(), DType::kFloat32, shape), &wrong_shape); }, ErrorKind::kValue,
+                 "grad_output: shape (120,) must equal the gradient's shape (3, 40)");
   }
 }
 
