@@ -127,9 +127,9 @@ if [ -n "$ext" ] && python3 -c "import torch" 2>/dev/null; then
   if [ "${GPU_CHECK_CPU_BENCH:-1}" = 1 ]; then
     # Issue 19's AIMET training row on the CPU of a machine with cores to spare: on the 2-core build
     # VMs the gradient pass is bound by instructions, not bytes (docs/performance.md). Informational:
-    # a slow or failed run does not fail the check. GPU_CHECK_CPU_BENCH=0 skips it (~30 s).
+    # a slow or failed run does not fail the check. GPU_CHECK_CPU_BENCH=0 skips it (~30 s; 5 repeats, medians).
     step "CPU: polyquant bench --ops aimet_train (float32, 16 Mi, every core)"
-    PYTHONPATH="$pkg" timeout 150 python3 -m polyquant bench --size 16777216 --repeat 9 \
+    PYTHONPATH="$pkg" timeout 150 python3 -m polyquant bench --size 16777216 --repeat 5 \
       --ops aimet_train_per_tensor aimet_train_axis0 aimet_train_axis1 aimet_train_blocked >"$LOG/bench_cpu_aimet_train.txt" 2>&1 ||
       result "CPU aimet_train bench: exit status $? (informational)"
     grep -E "^case|^aimet_train|threads" "$LOG/bench_cpu_aimet_train.txt" >>"$OUT/summary.txt"
