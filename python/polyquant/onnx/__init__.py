@@ -21,8 +21,25 @@ output dtype (``output_dtype``, else the scale's).
 ``polyquant.onnx`` so that today's onnxruntime runs it (``polyquant run`` does it by itself).
 """
 
-from .models import POLYQUANT_DOMAIN, needs_upgrade, onnxruntime_max_opset, upgrade_model
+from typing import Any
+
 from .ops import dequantize_linear, pack, quantize_linear, unpack
 
 __all__ = ["quantize_linear", "dequantize_linear", "pack", "unpack", "upgrade_model", "needs_upgrade",
            "onnxruntime_max_opset", "POLYQUANT_DOMAIN"]
+
+_MODEL_TOOLS = ("POLYQUANT_DOMAIN", "needs_upgrade", "onnxruntime_max_opset", "upgrade_model")
+
+
+def __getattr__(name: str) -> Any:
+    # The model tools (models.py) need the onnx package: imported on first use, so the ops work (and
+    # import fast) where only numpy is at hand.
+    if name in _MODEL_TOOLS:
+        from . import models
+
+        return getattr(models, name)
+    raise AttributeError(f"module 'polyquant.onnx' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODEL_TOOLS))

@@ -404,3 +404,18 @@ def test_ort_qonnx_messages_name_the_op_once(op, kind, named):
     assert ours.count(op) == 1, message
     if named:
         assert f"{op} node 'n': " in ours, message
+
+
+def test_the_ops_import_without_the_onnx_package() -> None:
+    """polyquant.onnx's quantize / dequantize need only numpy: the onnx package is imported when a
+    model tool (upgrade_model, needs_upgrade, onnxruntime_max_opset, POLYQUANT_DOMAIN) is first used."""
+    import subprocess
+    import sys
+
+    script = ("import sys, numpy as np, polyquant.onnx as po\n"
+              "po.quantize_linear(np.ones(4, np.float32), np.float32(0.5))\n"
+              "assert 'onnx' not in sys.modules, 'onnx imported by the ops'\n"
+              "assert po.POLYQUANT_DOMAIN == 'polyquant.onnx' and 'onnx' in sys.modules\n"
+              "assert 'upgrade_model' in dir(po)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
