@@ -110,17 +110,21 @@ int convert(const PolyquantCudaConvert* c, void* stream) {
 
 // ---- grouped reductions -------------------------------------------------------------------------
 // The walk of a grouped reduction over the n elements of `shape` (C order; grouped_walk_kernel
-// below). By rows, the usual case: each warp takes kSpan consecutive elements, lane l every 32nd
+// below). By rows, the usual case: each warp takes `span` consecutive elements, lane l every `lane_stride`-th
 // from its l-th (coalesced reads), so a lane stays in one group over a run of its group's elements.
 // By columns, where the group changes along the innermost axis and that axis holds 32 elements or
 // more (a per-channel parameter on the last axis): each warp takes a tile of 32 consecutive columns
 // by kRowsPerTile rows, lane l walking down column l of it, so a lane stays in one group where the
-// group depends on the column (a warp's step still reads 32 consecutive elements).
+// group depends on the column (a warp's step still reads 32 consecutive elements). Where that axis
+// is shorter (C channels last, C < 32), the walk by rows steps by the largest multiple of C up to
+// 32 (`lane_stride`; the lanes past it idle), so lane l keeps column l % C.
 struct GroupedWalk {
   static constexpr int kThreadsPerBlock = 256;
-  static constexpr std::int64_t kSpan = 32 * 64;  // elements per warp by rows: 64 per lane
+  static constexpr std::int64_t kStepsPerSpan = 64;  // steps of a warp by rows
   static constexpr std::int64_t kRowsPerTile = 64;
   std::int64_t n = 1;
+  std::int64_t lane_stride = 32;  // by rows: elements per step of a warp
+  std::int64_t span = 32 * kStepsPerSpan;  // by rows: elements per warp
   std::int64_t columns = 0;       // by columns: the innermost extent; 0: by rows
   std::int64_t column_tiles = 0;  // by columns: tiles of 32 columns across a row
   dim3 blocks;
@@ -128,8 +132,13 @@ struct GroupedWalk {
 GroupedWalk grouped_walk(int rank, const std::int64_t* shape, const std::int64_t* group_strides, std::int64_t groups) {
   GroupedWalk w;
   for (int d = 0; d < rank; ++d) w.n *= shape[d];
-  std::int64_t warps = (w.n + GroupedWalk::kSpan - 1) / GroupedWalk::kSpan;
-  if (rank > 0 && groups > 1 && group_strides[rank - 1] != 0 && shape[rank - 1] >= 32) {
+  const bool inner_grouped = rank > 0 && groups > 1 && group_strides[rank - 1] != 0;
+  if (inner_grouped && shape[rank - 1] > 1 && shape[rank - 1] < 32) {
+    w.lane_stride = 32 / shape[rank - 1] * shape[rank - 1];
+    w.span = w.lane_stride * GroupedWalk::kStepsPerSpan;
+  }
+  std::int64_t warps = (w.n + w.span - 1) / w.span;
+  if (inner_grouped && shape[rank - 1] >= 32) {
     w.columns = shape[rank - 1];
     w.column_tiles = (w.columns + 31) / 32;
     const std::int64_t rows = w.n / w.columns;
@@ -169,8 +178,8 @@ __device__ __forceinline__ std::int64_t group_of_element(std::int64_t j, std::in
 // lanes holding the same group combine their partials with shuffles and one lane flushes the
 // total, so per tensor every warp adds one flush per span instead of 32 on the same words, and a
 // row or block one per run. Past kMaxGroupsCombinedInAWarp groups among the lanes (columns walked
-// down, one group per lane; few channels on the last axis; a group per element) each lane flushes
-// its own.
+// down or few channels on the last axis, one group per lane; a group per element) each lane
+// flushes its own.
 // kLaneFlushes (POLYQUANT_CUDA_LANE_FLUSHES=1, for A/B benchmarks) keeps the walk without warp
 // flushes: each lane flushes when its own group changes.
 constexpr unsigned kFullWarp = 0xffffffffu;
@@ -243,9 +252,11 @@ __global__ void grouped_walk_kernel(R r, GroupedWalk w) {
     }
   };
   if (w.columns == 0) {
-    const std::int64_t begin = warp * GroupedWalk::kSpan;
-    const std::int64_t end = begin + GroupedWalk::kSpan < w.n ? begin + GroupedWalk::kSpan : w.n;
-    for (std::int64_t base = begin; base < end; base += 32) visit(base + lane, base + lane < end);
+    const std::int64_t begin = warp * w.span;
+    const std::int64_t end = begin + w.span < w.n ? begin + w.span : w.n;
+    for (std::int64_t base = begin; base < end; base += w.lane_stride) {
+      visit(base + lane, lane < w.lane_stride && base + lane < end);
+    }
   } else {
     const std::int64_t rows = w.n / w.columns;
     const std::int64_t column = (warp % w.column_tiles) * 32 + lane;
