@@ -7,10 +7,11 @@
 
 #include "kernels/simd/row_loop-inl.h"
 
-// torch.clamp: NaN passes, a value equal to a bound (+-0 included) is kept.
-inline Vec::F torch_clamp_v(Vec::F v, Vec::F lo, Vec::F hi) {
-  return Vec::select(Vec::lt(v, lo), lo, Vec::select(Vec::gt(v, hi), hi, v));
-}
+// torch.clamp: v < lo ? lo : (v > hi ? hi : v), so NaN passes and a value equal to a bound (+-0
+// included) is kept. x86's max(a, b) is a > b ? a : b, so max(lo, v) is v < lo ? lo : v with every
+// NaN and zero case the same, and min(hi, .) likewise; the outer test may come second because
+// lo <= hi (the grid's bounds, or o + qmin <= o + qmax, or both NaN). Two instructions, not four.
+inline Vec::F torch_clamp_v(Vec::F v, Vec::F lo, Vec::F hi) { return Vec::min(hi, Vec::max(lo, v)); }
 
 // The rows of affine_f32. kCanonicalNan (bfloat16 results, AffineParams::canonical_nan): every
 // NaN result becomes the default quiet NaN, as canonical_if does in the spec.
