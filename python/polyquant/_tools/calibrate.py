@@ -45,7 +45,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .runner import CommandError, _NoBar, progress
+from .common import CommandError, _NoBar, progress
 
 ANALYZERS = ("minmax", "percentile", "sqnr", "tfenhanced")
 ENCODING_VERSIONS = ("0.6.1", "1.0.0", "2.0.0", "2.1.0")

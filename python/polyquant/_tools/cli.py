@@ -29,12 +29,15 @@ from importlib.metadata import PackageNotFoundError, version
 import polyquant
 
 from .. import ort as polyquant_ort
-from . import calibrate as calibrate_tool
-from . import convert as convert_tool
 from . import diff as diff_tool
-from . import report as report_tool
-from . import runner
 from .bench.driver import DEFAULT_SIZE, GROUPS, OPS_CHOICES, OPT_IN_CASE_NAMES, bench_command
+from .common import DEFAULT_OUTPUT_DIR, CommandError
+
+# The commands that read or write ONNX models import the onnx package (and `run` onnxruntime) when
+# they are registered or run; `info`, `bench` and `diff` need neither, so they work where those
+# packages are missing (a GPU machine's Python, say) and the model commands say what to install.
+_ONNX_PACKAGES = ("onnx", "onnxruntime", "google")  # google: onnx's protobuf
+_MODEL_TOOLS = ("convert", "calibrate", "report")
 
 # 1 is reserved for a mismatch against the reference (returned by run and bench), so that scripts can
 # tell "the bits differ" from "the command could not run".
@@ -72,7 +75,12 @@ def info_report():
             report["qonnx"]["version"] = version("qonnx")
         except PackageNotFoundError:
             report["qonnx"]["version"] = "unknown"
-        report["qonnx"]["error"] = runner.reference_unavailable()
+        try:
+            from . import runner
+        except ImportError as exc:
+            report["qonnx"]["error"] = f"polyquant run needs {exc.name}, which does not import ({exc})"
+        else:
+            report["qonnx"]["error"] = runner.reference_unavailable()
         report["qonnx"]["usable"] = report["qonnx"]["error"] is None
     return report
 
@@ -113,8 +121,48 @@ def info_command(args, out=sys.stdout):
     return EXIT_OK if lib["loads"] else EXIT_ERROR
 
 
+def _missing_onnx_package(exc: ImportError) -> bool:
+    return (exc.name or "").split(".")[0] in _ONNX_PACKAGES
+
+
+def _needs(exc: ImportError) -> CommandError:
+    package = (exc.name or "onnx").split(".")[0]
+    package = "onnx" if package == "google" else package
+    return CommandError(f"this command needs the {package} package, which does not import here ({exc}); "
+                        f"install it (pip install {package}), or reinstall polyquant, which depends on it")
+
+
 def _run(args, out):
+    try:
+        from . import runner
+    except ImportError as exc:
+        if not _missing_onnx_package(exc):
+            raise
+        raise _needs(exc) from None
     return runner.run_command(args, out=out)
+
+
+def _add_model_tools(sub) -> None:
+    """convert, calibrate and report, each registered by its module; where the module cannot import
+    onnx, a stand-in that takes any arguments and answers with what to install (exit status 2)."""
+    import importlib
+    for name in _MODEL_TOOLS:
+        try:
+            module = importlib.import_module(f".{name}", __package__)
+        except ImportError as exc:
+            if not _missing_onnx_package(exc):
+                raise
+            error = _needs(exc)
+            package = str(error).split(" package", 1)[0].rsplit(" ", 1)[-1]
+            p = sub.add_parser(name, help=f"(unavailable here: needs the {package} package)", description=str(error))
+            p.add_argument("arguments", nargs=argparse.REMAINDER)
+
+            def unavailable(args, out, error=error):
+                raise error
+
+            p.set_defaults(func=unavailable)
+        else:
+            module.add_parser(sub, EXIT_STATUS_HELP)
 
 
 def _bench(args, out):
@@ -177,7 +225,7 @@ def build_parser():
     run.add_argument("model", metavar="MODEL.onnx", help="the model file")
     run.add_argument("--input", "-i", action="append", metavar="NAME=FILE.npy",
                      help="value of input NAME (repeatable; FILE.npy alone if the model has one input)")
-    run.add_argument("--output-dir", "-o", default=runner.DEFAULT_OUTPUT_DIR, metavar="DIR",
+    run.add_argument("--output-dir", "-o", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
                      help="where to save the outputs (default: ./%(default)s)")
     run.add_argument("--reference", action="store_true",
                      help="also run the reference (qonnx, amd-quark's op or onnx's evaluator) and check the outputs are bit-exact (from a session with "
@@ -227,9 +275,7 @@ def build_parser():
                             "host's bits (--size, --repeat and --json apply; docs/cuda.md)")
     bench.set_defaults(func=_bench)
     diff_tool.add_parser(sub, EXIT_STATUS_HELP)
-    convert_tool.add_parser(sub, EXIT_STATUS_HELP)
-    calibrate_tool.add_parser(sub, EXIT_STATUS_HELP)
-    report_tool.add_parser(sub, EXIT_STATUS_HELP)
+    _add_model_tools(sub)
     return parser
 
 
@@ -247,7 +293,7 @@ def main(argv=None, out=None):
         return EXIT_ERROR
     try:
         return args.func(args, out)
-    except runner.CommandError as exc:
+    except CommandError as exc:
         print(f"polyquant {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -61,7 +61,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .runner import CommandError
+from .common import CommandError
 
 SUPPORTED_VERSIONS = ("2.0.0", "2.1.0")
 LEGACY_VERSIONS = ("1.0.0", "0.6.1")

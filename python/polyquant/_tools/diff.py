@@ -37,7 +37,7 @@ from typing import Any, Callable
 import ml_dtypes
 import numpy as np
 
-from .runner import CommandError, _NoBar, progress
+from .common import CommandError, _NoBar, progress
 
 KINDS = ("nan", "sign of zero", "saturation edge", "rounding tie", "other")
 INPUT_DTYPES = {"float32": (np.float32, np.uint32, 32), "float16": (np.float16, np.uint16, 16),

@@ -31,7 +31,7 @@ import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable
 
-from .runner import CommandError
+from .common import CommandError
 
 ENGINES = ("local", "ray", "dask")
 

@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .runner import CommandError
+from .common import CommandError
 
 FORMS = ("qdq", "qonnx")
 QONNX_DOMAIN = "qonnx.custom_op.general"

@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .runner import CommandError, _NoBar, progress
+from .common import CommandError, _NoBar, progress
 
 DEFAULT_BINS = 128
 # The quantization grid's points are drawn over the histogram when there are at most this many:

@@ -6,6 +6,7 @@ reference, 3 for an internal error), documented in --help."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +137,61 @@ def test_input_without_a_file_name_and_a_model_that_is_no_regular_file(tmp_path,
     _one_line_error(capsys, "run", "no file name given")
     assert polyquant_cli("run", "/dev/null", "-o", tmp_path)[0] == 2
     _one_line_error(capsys, "run", "/dev/null is not a regular file")
+
+
+# ---- without the ONNX packages ---------------------------------------------------------------------
+
+def _python_without(tmp_path, packages):
+    """A command line for this Python that cannot import `packages`: site-packages seen through a
+    directory of links to everything else in it (python -S: no site directories of its own)."""
+    site = Path(np.__file__).resolve().parents[1]
+    view = tmp_path / "site-packages"
+    view.mkdir()
+    for entry in site.iterdir():
+        if entry.name.split("-")[0].split(".")[0].lower() not in packages:
+            (view / entry.name).symlink_to(entry)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(view), "HOME": str(tmp_path)}
+    return [sys.executable, "-S", "-m", "polyquant"], env
+
+
+def test_info_bench_and_diff_run_where_onnx_and_onnxruntime_are_missing(tmp_path):
+    """The GPU machine's Python has no onnx: `info`, `bench` and `diff` need neither package; the model
+    commands answer with what to install (exit status 2, one line), not a traceback."""
+    import polyquant
+    if Path(polyquant.__file__).resolve().parents[1] != Path(np.__file__).resolve().parents[1]:
+        pytest.skip("polyquant is not installed beside numpy (a development path)")
+    command, env = _python_without(tmp_path, {"onnx", "onnxruntime", "qonnx"})
+    probe = subprocess.run([*command[:2], "-c", "import onnx"], env=env, capture_output=True, text=True)
+    assert probe.returncode != 0 and "No module named 'onnx'" in probe.stderr  # the view does hide it
+
+    def polyquant_command(*argv):
+        return subprocess.run([*command, *argv], env=env, capture_output=True, text=True, timeout=300)
+
+    info = polyquant_command("info")
+    assert info.returncode == 2 and "Traceback" not in info.stderr, info.stderr  # 2: the ORT library cannot load
+    assert "onnxruntime     not installed" in info.stdout and "backend cpu" in info.stdout
+
+    bench = polyquant_command("bench", "--ops", "intquant", "q_int8", "aimet_qdq", "alloc_onnx_q_int8", "--size", "16384",
+                              "--repeat", "1", "--json")
+    assert bench.returncode == 0, bench.stderr
+    figures = json.loads(bench.stdout)
+    assert figures["onnxruntime"] is None and figures["qonnx"] is None
+    assert [r["name"] for r in figures["ops"]] == ["intquant"] and [r["name"] for r in figures["aimet"]] == ["aimet_qdq"]
+    [q] = figures["qdq"]
+    assert q["name"] == "q_int8" and q["polyquant_out_ms"] > 0 and q["onnxruntime_ms"] is None  # no peer, no error
+    [alloc] = figures["allocating"]
+    assert alloc["name"] == "alloc_onnx_q_int8" and alloc["peer_ms"] is None
+
+    diff = polyquant_command("diff", "qkeras:quantized_bits(4,0,1)", "qkeras:quantized_bits(4,0,1)",
+                             "--dtype", "float16")
+    assert diff.returncode == 0, diff.stderr
+
+    for argv in (["run", str(MODEL)], ["convert", str(MODEL), "-o", str(tmp_path / "m.onnx")],
+                 ["calibrate", str(MODEL)], ["report", str(MODEL)]):
+        done = polyquant_command(*argv)
+        assert done.returncode == 2, (argv, done.stderr)
+        assert done.stderr.strip().splitlines() == [
+            f"polyquant {argv[0]}: error: this command needs the onnx package, which does not import here "
+            f"(No module named 'onnx'); install it (pip install onnx), or reinstall polyquant, which depends on it"]
+    helped = polyquant_command("--help")
+    assert helped.returncode == 0 and "(unavailable here: needs the onnx package)" in helped.stdout

@@ -20,13 +20,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import runner
+from ..common import CommandError
 
 
 def _device_index(device: str) -> int:
     name, _, index = device.partition(":")
     if name != "cuda" or (index and not index.isdigit()):
-        raise runner.CommandError(f"--device: expected cpu, cuda or cuda:N, got {device!r}")
+        raise CommandError(f"--device: expected cpu, cuda or cuda:N, got {device!r}")
     return int(index or 0)
 
 
@@ -35,15 +35,15 @@ def _require_gpu(index: int) -> Any:
 
     cuda = polyquant.runtime_info()["backends"]["cuda"]
     if not cuda["available"]:
-        raise runner.CommandError(f"--device cuda: polyquant's CUDA backend is unavailable: {cuda['reason']}")
+        raise CommandError(f"--device cuda: polyquant's CUDA backend is unavailable: {cuda['reason']}")
     if index >= len(cuda["devices"]):
-        raise runner.CommandError(f"--device cuda:{index}: this machine has {len(cuda['devices'])} CUDA device(s)")
+        raise CommandError(f"--device cuda:{index}: this machine has {len(cuda['devices'])} CUDA device(s)")
     try:
         import torch
     except ImportError:
-        raise runner.CommandError("--device cuda: the GPU benchmark runs on torch CUDA tensors; install torch with CUDA") from None
+        raise CommandError("--device cuda: the GPU benchmark runs on torch CUDA tensors; install torch with CUDA") from None
     if not torch.cuda.is_available():
-        raise runner.CommandError("--device cuda: torch sees no CUDA device (a CPU-only torch build?)")
+        raise CommandError("--device cuda: torch sees no CUDA device (a CPU-only torch build?)")
     return torch
 
 

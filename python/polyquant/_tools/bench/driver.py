@@ -38,7 +38,7 @@ import numpy as np
 
 import polyquant
 
-from ..runner import CommandError, progress
+from ..common import CommandError, progress
 from . import aimet, onnx, qkeras, qonnx, quark
 from .common import (BYTES_PER_ELEMENT, CHANNELS, bench_alloc_case, bench_input_case, format_alloc_report,
                      format_input_report)

@@ -16,13 +16,11 @@ from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
-import onnxruntime
-from onnx import TensorProto, helper, numpy_helper
 
 from ... import onnx as pqo
 from ... import ort as polyquant_ort
 from ... import quark as pqq
-from ..runner import CommandError, compare
+from ..common import CommandError, compare
 from .common import CHANNELS, AllocCase, interleaved_seconds, pct
 
 
@@ -139,6 +137,11 @@ def _ort_qdq_session(case, x, p, quark_node=False):
     case (a Quark case has no onnxruntime peer unless timed through onnxruntime)."""
     if case.quark and not case.through_ort:
         return None
+    try:  # the peers only: the cases themselves run without the ONNX packages
+        import onnxruntime
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
     op = "QuantizeLinear" if case.op == "q" else "DequantizeLinear"
     domain = ""
     if quark_node:
@@ -175,6 +178,8 @@ def _ort_binding(session, x, out):
     read_output), read_output() giving the output's bytes as ONNX stores them. onnxruntime's Python API
     has no numpy type for float8 / float4 / int4, so those tensors are handed over as OrtValues of the
     raw codes (packed two to a byte for the 4-bit types)."""
+    import onnxruntime  # a session exists, so both import
+    from onnx import helper
     binding = session.io_binding()
     if x.dtype.name in _PACKED:  # a tensor of x's shape, its packed bytes copied in
         codes = pqo.pack(x)
@@ -221,7 +226,8 @@ def bench_qdq_case(case, x_flat, repeat, bar, peers=True):
     if case.through_ort:
         ours = _ort_qdq_session(case, x, p, quark_node=True)
         if ours is None:
-            raise CommandError(f"{case.name}: polyquant's custom-op library does not load in onnxruntime")
+            raise CommandError(f"{case.name}: polyquant's custom-op library does not load in onnxruntime (or "
+                               f"onnxruntime / onnx do not import here)")
         ours_binding = ours.io_binding()
         ours_binding.bind_cpu_input("x", x)
         ours_binding.bind_output("y", "cpu", 0, out.dtype, list(out.shape), out.ctypes.data)
@@ -257,6 +263,11 @@ def bench_qdq_case(case, x_flat, repeat, bar, peers=True):
 
 
 def ort_version():
+    """onnxruntime's version, or None where it does not import (no peers then)."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
     return onnxruntime.__version__
 
 
@@ -297,7 +308,7 @@ def make_alloc_cases():
         return fn, np.zeros(x.shape, np.int8), peer
 
     return [AllocCase("alloc_onnx_q_int8", "onnx", "polyquant.onnx.quantize_linear -> int8, per-tensor", make,
-                      peer_name=f"onnxruntime {onnxruntime.__version__} session.run QuantizeLinear")]
+                      peer_name=f"onnxruntime {ort_version()} session.run QuantizeLinear")]
 
 
 ALLOC_CASE_NAMES = ["alloc_onnx_q_int8"]

@@ -31,7 +31,7 @@ import numpy as np
 
 from ... import _polyquant_ext as ext
 from ... import qkeras as qk
-from ..runner import CommandError
+from ..common import CommandError
 from .common import AllocCase, InputCase, interleaved_seconds, pct, ratio, rounded_ms
 
 

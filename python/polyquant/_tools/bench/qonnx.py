@@ -19,7 +19,7 @@ import numpy as np
 
 from ... import _polyquant_ext as ext
 from ... import qonnx as pq
-from ..runner import compare
+from ..common import compare
 from .common import BYTES_PER_ELEMENT, CHANNELS, AllocCase, InputCase, interleaved_seconds, pct, timed
 
 
