@@ -5,6 +5,7 @@ same bits. torch is imported only when a tensor that requires grad is passed. No
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -34,14 +35,9 @@ def _as_tensor(result: Any, like):
     return torch.from_numpy(np.ascontiguousarray(result)).to(like.device)
 
 
-_FUNCTION = None
-
-
+@functools.cache
 def _function():
     """The autograd Function, defined on first use (it needs torch)."""
-    global _FUNCTION
-    if _FUNCTION is not None:
-        return _FUNCTION
     import torch
 
     class ElementwiseBackwardFunction(torch.autograd.Function):
@@ -57,8 +53,7 @@ def _function():
             grad = _as_tensor(ctx.backward_fn(x.detach(), grad_output.detach().contiguous()), x)
             return None, None, grad if grad.dtype == x.dtype else grad.to(x.dtype)
 
-    _FUNCTION = ElementwiseBackwardFunction
-    return _FUNCTION
+    return ElementwiseBackwardFunction
 
 
 def elementwise(forward: Callable[[Any], Any], backward: Callable[[Any, Any], Any], x):

@@ -5,6 +5,7 @@ torch tensor is passed; the package does not depend on it. No numerics here."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import ml_dtypes
@@ -82,23 +83,19 @@ def _backward_on_device(backward_fn: Callable, grad_output, tensor, scale, offse
     """The backward: CPU tensors as numpy arrays; CUDA tensors in a device call of their own (torch
     runs a backward on its autograd thread, outside the forward's call), on torch's current stream
     there, the gradients allocated by torch on the device."""
+    return _device_backward()(backward_fn, grad_output, tensor, scale, offset, training)
+
+
+@functools.cache
+def _device_backward():
     from .._common import device
 
-    global _DEVICE_BACKWARD
-    if _DEVICE_BACKWARD is None:
-        _DEVICE_BACKWARD = device.device_path(_run_backward)
-    return _DEVICE_BACKWARD(backward_fn, grad_output, tensor, scale, offset, training)
+    return device.device_path(_run_backward)
 
 
-_DEVICE_BACKWARD = None
-_FUNCTION = None
-
-
+@functools.cache
 def _function():
     """The autograd Function, defined on first use (it needs torch)."""
-    global _FUNCTION
-    if _FUNCTION is not None:
-        return _FUNCTION
     import torch
 
     class AimetAffineFunction(torch.autograd.Function):
@@ -121,5 +118,4 @@ def _function():
             return (None, None, None, to_tensor(gx) if need[3] else None, to_tensor(gs) if need[4] else None,
                     to_tensor(go) if need[5] else None)
 
-    _FUNCTION = AimetAffineFunction
-    return _FUNCTION
+    return AimetAffineFunction
