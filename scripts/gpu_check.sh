@@ -8,8 +8,9 @@
 # build/gpu-check).
 #
 #   scripts/gpu_check.sh --prepare   here, before: copies GoogleTest's sources (Debian's libgtest-dev,
-#                                    /usr/src/googletest) into .gtest-src/ (ignored by git), for a
-#                                    machine without GoogleTest; carry .gtest-src with the tree
+#                                    /usr/src/googletest) into .gtest-src/ and downloads pytest's wheels
+#                                    into .gpu-wheels/ (both ignored by git), for a machine without
+#                                    GoogleTest or pytest; carry .gtest-src and .gpu-wheels with the tree
 #   scripts/gpu_check.sh             on the GPU machine
 #   scripts/gpu_check.sh --prebuilt DIR
 #                                    on the GPU machine, with the tests, the benchmark and the library
@@ -29,6 +30,11 @@ if [ "${1:-}" = "--prepare" ]; then
   src=/usr/src/googletest
   [ -f "$src/CMakeLists.txt" ] || { echo "gpu_check: no GoogleTest sources at $src (apt-get install libgtest-dev)" >&2; exit 2; }
   rm -rf .gtest-src && cp -r "$src" .gtest-src && echo "gpu_check: GoogleTest sources in .gtest-src ($(du -sh .gtest-src | cut -f1))"
+  # pytest and its dependencies as wheels (pure Python) for the golden replays on the GPU machine,
+  # which may lack pytest and has no network.
+  rm -rf .gpu-wheels && python3 -m pip download -q -d .gpu-wheels pytest >/dev/null &&
+    echo "gpu_check: pytest wheels in .gpu-wheels ($(ls .gpu-wheels | wc -l) files)" ||
+    { echo "gpu_check: pip download pytest failed (the GPU machine then needs its own pytest)" >&2; exit 2; }
   exit 0
 fi
 prebuilt=""
@@ -119,6 +125,25 @@ if [ -n "$ext" ] && python3 -c "import torch" 2>/dev/null; then
   rc=$?
   tail -1 "$LOG/python_torch.log" | tee -a "$OUT/summary.txt"
   [ $rc -eq 0 ] || { result "python/torch: exit status $rc (see logs/python_torch.log)"; tail -15 "$LOG/python_torch.log" >>"$OUT/summary.txt"; status=1; }
+  # The golden data of AIMET, QKeras and Quark replayed on torch CUDA tensors (tests/python/golden_device.py):
+  # pytest, from the machine or from the wheels --prepare put in .gpu-wheels (carry it with the tree).
+  step "golden data on the GPU (AIMET, QKeras and Quark cases on torch CUDA tensors, pytest)"
+  pytest_path=""
+  if ! python3 -c "import pytest" 2>/dev/null && [ -d .gpu-wheels ]; then
+    python3 -m pip install -q --no-index --find-links .gpu-wheels --target "$build_tree/pytest-site" pytest \
+      >"$LOG/pytest_install.log" 2>&1 && pytest_path=":$build_tree/pytest-site"
+  fi
+  if PYTHONPATH="$pkg$pytest_path" python3 -c "import pytest" 2>/dev/null; then
+    PYTHONPATH="$pkg$pytest_path" POLYQUANT_GOLDEN_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider \
+      tests/python/quark/test_golden.py::test_every_case_equals_quark_on_a_device \
+      tests/python/aimet/test_golden.py::test_functional_and_grad_cases_on_a_device \
+      tests/python/qkeras/test_golden.py::test_every_case_gives_the_golden_data_on_a_device >"$LOG/golden_on_gpu.log" 2>&1
+    rc=$?
+    tail -1 "$LOG/golden_on_gpu.log" | tee -a "$OUT/summary.txt"
+    [ $rc -eq 0 ] || { result "golden data on the GPU: exit status $rc"; grep -E "^E  " "$LOG/golden_on_gpu.log" | head -30 >>"$OUT/summary.txt"; status=1; }
+  else
+    result "skipped: no pytest here and no .gpu-wheels (run scripts/gpu_check.sh --prepare on a machine with the network)"; status=1
+  fi
   step "polyquant bench --device cuda (the package on torch tensors, CUDA events, beside y.copy_(x) and torch's peers)"
   PYTHONPATH="$pkg" python3 -m polyquant bench --device cuda --repeat 10 >"$LOG/bench_device_cli.txt" 2>&1
   rc=$?

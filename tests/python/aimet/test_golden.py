@@ -36,6 +36,7 @@ import pytest
 
 import polyquant.aimet as pa
 from ..golden import golden
+from ..golden_device import golden_device
 
 GOLDEN = golden("aimet")
 INDEX = GOLDEN.index
@@ -140,16 +141,26 @@ def _inputs(case):
     return arr(i["tensor"]), arr(i["scale"]), arr(i["offset"])
 
 
-def call_functional(case):
-    args, kwargs = _args(case)
-    x, s, o = _inputs(case)
-    return getattr(pa, case["op"])(x, s, o, *args, **kwargs)
+def _on(device, *arrays):
+    """The arrays on `device` (golden_device.py; None: as they are)."""
+    if device is None:
+        return arrays
+    return tuple(None if a is None else device.to_device(a) for a in arrays)
 
 
-def call_grad(case):
+def call_functional(case, device=None):
+    """The case's call; with `device`, on device arrays, the results read back to the host."""
     args, kwargs = _args(case)
-    x, s, o = _inputs(case)
-    return getattr(pa, case["op"] + "_grad")(arr(case["grad_output"]), x, s, o, *args, **kwargs)
+    x, s, o = _on(device, *_inputs(case))
+    out = getattr(pa, case["op"])(x, s, o, *args, **kwargs)
+    return out if device is None else device.outputs_to_host(out)
+
+
+def call_grad(case, device=None):
+    args, kwargs = _args(case)
+    g, x, s, o = _on(device, arr(case["grad_output"]), *_inputs(case))
+    out = getattr(pa, case["op"] + "_grad")(g, x, s, o, *args, **kwargs)
+    return out if device is None else device.outputs_to_host(out)
 
 
 @_cases("functional")
@@ -167,12 +178,41 @@ def test_grad(case):
         with pytest.raises(expected_exception(case["error"])):
             call_grad(case)
         return
-    out = call_grad(case)
+    check_grad(case, call_grad(case))
+
+
+def check_grad(case, out):
     assert isinstance(out, tuple) and len(out) == 4
     check(case["id"], "output", out[0], case["output"])
     check(case["id"], "grad_tensor", out[1], case["grad_tensor"])
     for i, nm in ((2, "grad_scale"), (3, "grad_offset")):
         check_sum(case["id"], nm, out[i], case[nm], case["inputs"]["tensor"][0])
+
+
+def test_functional_and_grad_cases_on_a_device():
+    """Every functional and training-path case that computes, with its arrays on the device
+    (POLYQUANT_GOLDEN_DEVICE: the host stand-in in CI, the GPU in scripts/gpu_check.sh), the results
+    read back: AIMET's bits (the reduced gradients as on the host: exact sums, within the same
+    tolerance of torch's own order), and the host's bits for the gradient sums."""
+    device = golden_device()
+    failures, replayed = [], 0
+    for case in CASES:
+        if case["group"] not in ("functional", "grad") or case["outcome"] != "ok":
+            continue
+        try:
+            if case["group"] == "functional":
+                check(case["id"], f"output ({case['path']})", call_functional(case, device), case["output"])
+            else:
+                on_device = call_grad(case, device)
+                check_grad(case, on_device)
+                for i, nm in ((2, "grad_scale"), (3, "grad_offset")):  # exact sums: the host's bits
+                    host = call_grad(case)[i]
+                    assert np.asarray(on_device[i]).tobytes() == np.asarray(host).tobytes(), f"{case['id']} {nm}: not the host's"
+            replayed += 1
+        except (AssertionError, ValueError, TypeError) as e:
+            failures.append(f"{case['id']}: {str(e).splitlines()[0][:240]}")
+    assert not failures, f"{len(failures)} of {replayed + len(failures)} cases:\n" + "\n".join(failures[:25])
+    assert replayed > 2500
 
 
 @_cases("grad", lambda c: c["id"].startswith("grad/zero_sign/"))

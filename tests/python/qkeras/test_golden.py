@@ -19,6 +19,7 @@ import pytest
 import polyquant
 from polyquant import qkeras
 from ..golden import golden
+from ..golden_device import golden_device
 from ..helpers import kernel_set
 
 GOLDEN = golden("qkeras")
@@ -174,7 +175,16 @@ def _input(case):
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] + "-" + c["path"] for c in CASES])
 def test_case(case):
+    _replay(case)
+
+
+def _replay(case, device=None):
+    """The case replayed; with `device` (golden_device.py) every call takes x on the device and its
+    result is read back to the host."""
     x = _input(case)
+
+    def call(q):
+        return q(x) if device is None else device.to_host(q(device.to_device(x)))
     outcome = case["outcome"]
     if outcome != "ok" and outcome["stage"] == "init":
         with pytest.raises((ValueError, TypeError)):
@@ -199,18 +209,18 @@ def test_case(case):
         reason = _classify_error_departure(case, outcome["stage"])
         if reason is None:
             with pytest.raises((ValueError, TypeError)):
-                q(x)
+                call(q)
             return
         # A departure: polyquant computes a result; it must at least be finite where x is.
-        y = q(x)
+        y = call(q)
         assert y.dtype == np.float32 and y.shape == np.broadcast_shapes(x.shape, np.shape(y))
         return
     reason = _rejected_on_purpose(case, x)
     if reason is not None:
         with pytest.raises(ValueError):
-            q(x)
+            call(q)
         return
-    y = q(x)
+    y = call(q)
     want = _array(case["quantizer"], case["output"], case["output"]["shape"])
     if case["output_dtype"] == "float64":
         # DEPARTURE fast_inference_float64: polyquant computes QKeras' float32 formula.
@@ -282,6 +292,24 @@ def _check_attr(case, q, name, attr, phase):
     _values_equal(got, want, f"{phase} {name}")
 
 
+def test_every_case_gives_the_golden_data_on_a_device():
+    """Every case that computes, with x on the device (POLYQUANT_GOLDEN_DEVICE: the host stand-in in CI,
+    the GPU in scripts/gpu_check.sh) and the output read back: outputs, scales after the call (the
+    auto / auto_po2 searches), str() and get_config(), as on the host."""
+    device = golden_device()
+    failures, replayed = [], 0
+    for case in CASES:
+        if case["outcome"] != "ok":
+            continue
+        try:
+            _replay(case, device)
+            replayed += 1
+        except (AssertionError, ValueError, TypeError, pytest.fail.Exception) as e:
+            failures.append(f"{case['id']} {case['path']}: {str(e).splitlines()[0][:200]}")
+    assert not failures, f"{len(failures)} cases:\n" + "\n".join(failures[:20])
+    assert replayed > 500
+
+
 @pytest.mark.parametrize("isa", polyquant.runtime_info()["supported"])
 @pytest.mark.parametrize("threads", [1, None])
 def test_every_kernel_set_and_thread_count_gives_the_golden_data(isa, threads):
@@ -290,7 +318,7 @@ def test_every_kernel_set_and_thread_count_gives_the_golden_data(isa, threads):
         failures = []
         for case in CASES:
             try:
-                test_case(case)
+                _replay(case)
             except (AssertionError, ValueError, TypeError, pytest.fail.Exception) as e:
                 failures.append(f"{case['id']} {case['path']}: {str(e).splitlines()[0][:200]}")
         assert not failures, "\n".join(failures[:20])

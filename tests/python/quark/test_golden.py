@@ -14,6 +14,7 @@ import pytest
 import polyquant
 import polyquant.quark as pq_quark
 from ..golden import as_stored_dtype, golden
+from ..golden_device import golden_device
 from ..helpers import kernel_set
 
 GOLDEN = golden("quark")
@@ -31,14 +32,18 @@ def _axis(case: dict) -> int:
     return int(case["attrs"]["axis"]) if case["axis_attribute"] == "int" else 0
 
 
-def _run(case: dict) -> np.ndarray:
+def _run(case: dict, device=None) -> np.ndarray:
+    """The case's call; with `device` (golden_device.py), on device arrays, the result back on the host."""
     ins = {i["name"]: _array(i) for i in case["inputs"] if i["name"]}
+    if device is not None:
+        ins = {k: device.to_device(v) for k, v in ins.items()}
     names = [i["name"] for i in case["inputs"]]
     fn = pq_quark.extended_quantize_linear if case["op"].endswith("QuantizeLinear") and "Dequantize" not in case["op"] \
         else pq_quark.extended_dequantize_linear
     x, scale = ins[names[0]], ins[names[1]]
     zp = ins[names[2]] if len(names) > 2 and names[2] else None
-    return fn(x, scale, zp, axis=_axis(case))
+    out = fn(x, scale, zp, axis=_axis(case))
+    return out if device is None else device.to_host(out)
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -95,11 +100,14 @@ def _mixed_types(case: dict) -> bool:
     return len(ins) > 2 and bool(ins[2]["name"]) and ins[0]["dtype"] != ins[2]["dtype"] and "Dequantize" in case["op"]
 
 
-def _replay_all() -> None:
+def _replay_all(device=None) -> int:
+    replayed = 0
     for case in OK:
         if case["domain"] != "com.amd.quark" or _mixed_types(case):
             continue  # the com.vai.quantize aliases run the same kernels; mixed types: below
-        _check(case, _run(case))
+        _check(case, _run(case, device))
+        replayed += 1
+    return replayed
 
 
 def test_a_zero_point_of_another_type_than_x_is_an_error():
@@ -121,6 +129,12 @@ def test_every_case_equals_quark():
 def test_every_kernel_set_and_thread_count_equals_quark(isa, threads):
     with kernel_set(isa, threads):
         _replay_all()
+
+
+def test_every_case_equals_quark_on_a_device():
+    """Every case with x, scale and zero point on the device (POLYQUANT_GOLDEN_DEVICE: the host stand-in
+    in CI, the GPU in scripts/gpu_check.sh), the result read back: Quark's bits."""
+    assert _replay_all(golden_device()) > 400
 
 
 @pytest.mark.parametrize("case", ERRORS, ids=[c["id"] for c in ERRORS])
