@@ -127,7 +127,7 @@ if [ -n "$ext" ] && python3 -c "import torch" 2>/dev/null; then
   [ $rc -eq 0 ] || { result "python/torch: exit status $rc (see logs/python_torch.log)"; tail -15 "$LOG/python_torch.log" >>"$OUT/summary.txt"; status=1; }
   # The golden data of AIMET, QKeras and Quark replayed on torch CUDA tensors (tests/python/golden_device.py):
   # pytest, from the machine or from the wheels --prepare put in .gpu-wheels (carry it with the tree).
-  step "golden data on the GPU (AIMET, QKeras and Quark cases on torch CUDA tensors, pytest)"
+  step "golden data on the GPU (AIMET and its analyzers, QKeras and Quark cases on torch CUDA tensors, pytest)"
   pytest_path=""
   if ! python3 -c "import pytest" 2>/dev/null && [ -d .gpu-wheels ]; then
     python3 -m pip install -q --no-index --find-links .gpu-wheels --target "$build_tree/pytest-site" pytest \
@@ -135,9 +135,8 @@ if [ -n "$ext" ] && python3 -c "import torch" 2>/dev/null; then
   fi
   if PYTHONPATH="$pkg$pytest_path" python3 -c "import pytest" 2>/dev/null; then
     PYTHONPATH="$pkg$pytest_path" POLYQUANT_GOLDEN_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider \
-      tests/python/quark/test_golden.py::test_every_case_equals_quark_on_a_device \
-      tests/python/aimet/test_golden.py::test_functional_and_grad_cases_on_a_device \
-      tests/python/qkeras/test_golden.py::test_every_case_gives_the_golden_data_on_a_device >"$LOG/golden_on_gpu.log" 2>&1
+      tests/python/quark/test_golden.py tests/python/aimet/test_golden.py tests/python/aimet/test_golden_analyzers.py \
+      tests/python/qkeras/test_golden.py -k on_a_device >"$LOG/golden_on_gpu.log" 2>&1
     rc=$?
     tail -1 "$LOG/golden_on_gpu.log" | tee -a "$OUT/summary.txt"
     [ $rc -eq 0 ] || { result "golden data on the GPU: exit status $rc"; grep -E "^E  " "$LOG/golden_on_gpu.log" | head -30 >>"$OUT/summary.txt"; status=1; }

@@ -215,6 +215,23 @@ def test_functional_and_grad_cases_on_a_device():
     assert replayed > 2500
 
 
+def test_analyzer_cases_on_a_device():
+    """Every encoding-analyzer case (MinMax, Percentile, Sqnr, TfEnhanced) with its batches on the device
+    (POLYQUANT_GOLDEN_DEVICE), the encodings against AIMET's, as on the host."""
+    device = golden_device()
+    failures, replayed = [], 0
+    for case in CASES:
+        if case["group"] != "analyzer" or case["outcome"] != "ok":
+            continue
+        try:
+            replay_analyzer(case, device)
+            replayed += 1
+        except (AssertionError, ValueError, TypeError, pytest.fail.Exception) as e:
+            failures.append(f"{case['id']}: {str(e).splitlines()[0][:240]}")
+    assert not failures, f"{len(failures)} of {replayed + len(failures)} cases:\n" + "\n".join(failures[:25])
+    assert replayed > 150
+
+
 @_cases("grad", lambda c: c["id"].startswith("grad/zero_sign/"))
 def test_grad_reduced_zero_signs(case):
     # Every term and sum of these cases is exact, so the reduced gradients must equal aimet-torch's
@@ -490,9 +507,9 @@ def test_encodings(case):
 # encoding analyzers
 
 
-def _analyzer_updates(case, an, check_stats=None):
+def _analyzer_updates(case, an, check_stats=None, device=None):
     for i, u in enumerate(case["updates"]):
-        x = arr(u["x"])
+        (x,) = _on(device, arr(u["x"]))
         if "error" in u:
             with pytest.raises(expected_exception(u["error"])):
                 an.update_stats(x)
@@ -505,13 +522,19 @@ def _analyzer_updates(case, an, check_stats=None):
 
 @_cases("analyzer")
 def test_analyzer(case):
+    replay_analyzer(case)
+
+
+def replay_analyzer(case, device=None):
+    """The analyzer case; with `device`, every batch goes to update_stats as a device array (the
+    statistics are gathered on the device, the encodings computed from them on the host)."""
     cid = case["id"]
     if case["outcome"] == "error":
         with pytest.raises(expected_exception(case["error"])):
             build(case["spec"])
         return
     an = build(case["spec"])
-    if not _analyzer_updates(case, an):
+    if not _analyzer_updates(case, an, device=device):
         return
     for e in case["encodings"]:
         what = f"compute_encodings({e['num_steps']}, {e['is_symmetric']})"
@@ -524,7 +547,7 @@ def test_analyzer(case):
         check(cid, what + " max", mx, e["max"])
     r = case["after_reset"]
     an.reset_stats()
-    an.update_stats(arr(case["updates"][0]["x"]))
+    an.update_stats(*_on(device, arr(case["updates"][0]["x"])))
     if "error" in r:
         with pytest.raises(expected_exception(r["error"])):
             an.compute_encodings(255, False)

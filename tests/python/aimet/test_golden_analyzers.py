@@ -20,6 +20,7 @@ from polyquant.aimet.analyzers import (
     TfEnhancedEncodingAnalyzer,
 )
 from ..golden import golden
+from ..golden_device import golden_device
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 GOLDEN = golden("aimet_analyzers")
@@ -71,12 +72,18 @@ LANES = 8  # torch 2.15 sums with its AVX2 kernel on AVX-512 machines too
 
 @pytest.mark.parametrize("rec", META["cases"], ids=lambda r: f"{r['id']}-{r['analyzer']}-{r['dtype']}-{r['kind']}")
 def test_replays_aimet(rec):
+    replay(rec)
+
+
+def replay(rec, device=None):
+    """The recorded case; with `device` (golden_device.py) every batch goes in as a device array."""
     name, args, dtype = rec["analyzer"], rec["args"], rec["dtype"]
     an = _make(name, args, LANES)
+    on = (lambda a: a) if device is None else device.to_device
     err = None
     for key in rec["batches"]:
         try:
-            an.update_stats(_input(key, dtype))
+            an.update_stats(on(_input(key, dtype)))
         except Exception as e:  # noqa: BLE001
             err = type(e).__name__
             break
@@ -97,6 +104,19 @@ def test_replays_aimet(rec):
         assert _same(mn, wmin, r["dtype"]), (n, sym, mn, wmin)
         assert _same(mx, wmax, r["dtype"]), (n, sym, mx, wmax)
     if "dynamic_dtype" in rec:
-        mn, mx = an.compute_dynamic_encodings(_input(rec["batches"][0], dtype), 255, False)
+        mn, mx = an.compute_dynamic_encodings(on(_input(rec["batches"][0], dtype)), 255, False)
         assert _same(mn, ARRAYS[f"c{rec['id']}_dmin"], rec["dynamic_dtype"])
         assert _same(mx, ARRAYS[f"c{rec['id']}_dmax"], rec["dynamic_dtype"])
+
+
+def test_replays_aimet_on_a_device():
+    """Every recorded case with its batches on the device (POLYQUANT_GOLDEN_DEVICE: the host stand-in in
+    CI, the GPU in scripts/gpu_check.sh): the same encodings (and the same update errors) as AIMET's."""
+    device = golden_device()
+    failures = []
+    for rec in META["cases"]:
+        try:
+            replay(rec, device)
+        except (AssertionError, pytest.fail.Exception) as e:
+            failures.append(f"{rec['id']}-{rec['analyzer']}-{rec['dtype']}: {str(e).splitlines()[0][:200] if str(e) else 'assert'}")
+    assert not failures, f"{len(failures)} of {len(META['cases'])} cases:\n" + "\n".join(failures[:25])
