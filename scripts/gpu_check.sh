@@ -134,7 +134,7 @@ if [ -n "$ext" ] && python3 -c "import torch" 2>/dev/null; then
       >"$LOG/pytest_install.log" 2>&1 && pytest_path=":$build_tree/pytest-site"
   fi
   if PYTHONPATH="$pkg$pytest_path" python3 -c "import pytest" 2>/dev/null; then
-    PYTHONPATH="$pkg$pytest_path" POLYQUANT_GOLDEN_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider \
+    PYTHONPATH="$pkg$pytest_path" POLYQUANT_GOLDEN_DEVICE=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider \
       tests/python/quark/test_golden.py tests/python/aimet/test_golden.py tests/python/aimet/test_golden_analyzers.py \
       tests/python/qkeras/test_golden.py -k on_a_device >"$LOG/golden_on_gpu.log" 2>&1
     rc=$?
