@@ -770,7 +770,10 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   // run's base moves and at the end.
   auto walk_runs = [&](std::int64_t r_begin, std::int64_t r_end, std::int64_t c_begin, std::int64_t c_end,
                        detail::AffineGradParams gp) {
-    auto buffers = std::make_unique<TaskBuffers>();
+    // Default-initialised (not make_unique's zeroing: ~190 KB per task, and a blockwise or
+    // per-channel call has hundreds of tasks): every buffer is written before it is read, the
+    // lanes just below.
+    const std::unique_ptr<TaskBuffers> buffers(new TaskBuffers);
     TaskBuffers& b = *buffers;
     std::array<Contributions, 2> mine;
     std::array<std::vector<double>, 2> columns;
