@@ -148,7 +148,7 @@ class FakeImmutableTensor(FakeCudaTensor):
 pq_device.register_framework(FakeImmutableTensor, stream=lambda index: 0, empty=pq_device.polyquant_empty,
                              name="fake-immutable", finish=FakeImmutableTensor.from_dlpack)
 pq_device.register_framework(FakeCudaTensor, stream=lambda index: STREAM, empty=FakeCudaTensor.empty, name="fake",
-                             view=FakeCudaTensor.view)
+                             view=FakeCudaTensor.view, from_host=lambda a, index: FakeCudaTensor(a, device=index))
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -365,6 +365,24 @@ def main() -> None:
             got = on_device.compute_dynamic_encodings(FakeCudaTensor(batch), 15, True)
             for g, w in zip(got, on_host.compute_dynamic_encodings(batch, 15, True)):
                 assert same_bits(g, w), "histogram dynamic encodings"
+    # AIMET's quantizer modules called on device tensors (calibration and forward): their scale and
+    # offset go to the tensor's device (the framework's from_host); the host's bits. A framework
+    # registered without from_host is an error naming the parameter.
+    for make in (lambda: pa.QuantizeDequantize((1,), bitwidth=8, symmetric=False),
+                 lambda: pa.Quantize((x.shape[0], 1), bitwidth=4, symmetric=True),
+                 lambda: pa.GroupedBlockQuantizeDequantize((x.shape[0], 2), bitwidth=4, symmetric=True, decompressed_bw=8,
+                                                           block_size=(1, 16))):
+        on_host, on_device = make(), make()
+        finite = np.where(np.isfinite(x), x, np.float32(0.5))
+        with on_host.compute_encodings():
+            want = on_host(finite)
+        with on_device.compute_encodings():
+            got = on_device(FakeCudaTensor(finite))
+        assert isinstance(got, FakeCudaTensor) and same_bits(got.numpy(), want), f"{on_host} calibration"
+        assert same_bits(on_device.get_scale(), on_host.get_scale()), f"{on_host} scale"
+        assert same_bits(on_device(FakeCudaTensor(x)).numpy(), on_host(x)), f"{on_host} forward"
+        e = error(lambda: on_device(FakeImmutableTensor(x)))
+        assert "scale (the quantizer's, for a device tensor): polyquant cannot place it" in e, e
     # Host calls are untouched.
     assert same_bits(pq.int_quant(x, scale, 0.0, 8, 1, 0, "ROUND"), pq.int_quant(x.copy(), scale.copy(), 0.0, 8, 1, 0, "ROUND"))
     print("ok")

@@ -142,7 +142,7 @@ def test_runtime_info_lists_the_devices_through_nvml_without_initialising_cuda()
 
 # The golden replays with a device variant (selected by -k on_a_device; scripts/gpu_check.sh runs the same).
 GOLDEN_FILES = ["quark/test_golden.py", "aimet/test_golden.py", "aimet/test_golden_analyzers.py", "qkeras/test_golden.py"]
-GOLDEN_ON_A_DEVICE_TESTS = 5
+GOLDEN_ON_A_DEVICE_TESTS = 6
 
 
 def test_golden_data_replays_on_the_stand_in() -> None:

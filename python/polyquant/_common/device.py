@@ -52,9 +52,17 @@ class Framework:
     storage)."""
 
     def __init__(self, name: str, stream: Callable[[int], int], empty: Callable[[tuple, str, int], Any],
-                 view: Callable[[Any, str], Any] | None = None, finish: Callable[[Any], Any] | None = None):
+                 view: Callable[[Any, str], Any] | None = None, finish: Callable[[Any], Any] | None = None,
+                 from_host: Callable[[np.ndarray, int], Any] | None = None):
         self.name, self.stream, self.empty, self._view = name, stream, empty, view
         self.finish = finish or (lambda obj: obj)  # an output as the framework's array
+        self._from_host = from_host  # a numpy array copied to device `index` as the framework's array
+
+    def from_host(self, array: np.ndarray, index: int, name: str) -> Any:
+        if self._from_host is None:
+            raise TypeError(f"{name}: polyquant cannot place it on a {self.name} device array's device (register the "
+                            f"framework with from_host=, polyquant._common.device.register_framework)")
+        return self._from_host(np.ascontiguousarray(array), index)
 
     def view(self, obj: Any, dtype: str, name: str) -> Any:
         if self._view is None:
@@ -70,12 +78,25 @@ _FRAMEWORKS: dict[type, Framework] = {}
 
 def register_framework(array_type: type, stream: Callable[[int], int], empty: Callable[[tuple, str, int], Any],
                        name: str | None = None, view: Callable[[Any, str], Any] | None = None,
-                       finish: Callable[[Any], Any] | None = None) -> None:
+                       finish: Callable[[Any], Any] | None = None,
+                       from_host: Callable[[np.ndarray, int], Any] | None = None) -> None:
     """Teaches polyquant another DLPack producer: `stream(device)` gives its current stream,
     `empty(shape, dtype_name, device)` allocates an output (or `polyquant_empty`: memory polyquant
     owns), `view(array, dtype_name)` reinterprets its memory, `finish(output)` turns an output into
-    the framework's array (torch, CuPy and JAX are known)."""
-    _FRAMEWORKS[array_type] = Framework(name or array_type.__name__, stream, empty, view, finish)
+    the framework's array, `from_host(numpy_array, device)` copies a host array there (the AIMET
+    quantizer modules' parameters, for a call on a device tensor). torch, CuPy and JAX are known."""
+    _FRAMEWORKS[array_type] = Framework(name or array_type.__name__, stream, empty, view, finish, from_host)
+
+
+def on_device_of(array: np.ndarray, like: Any, name: str) -> Any:
+    """`array` (host) as an array of `like`'s framework on `like`'s CUDA device, or `array` itself
+    where `like` is not on a device. For state a polyquant object keeps on the host and uses with
+    the device tensor it is called on (as a torch module's parameters live on its device); the
+    functional ops never move operands themselves (mixed devices are an error naming the operand)."""
+    index = cuda_index(like)
+    if index is None:
+        return array
+    return framework_of(like).from_host(np.asarray(array), index, name)
 
 
 def polyquant_empty(shape: tuple, dtype: str, index: int) -> Any:
@@ -90,7 +111,12 @@ def _jax() -> Framework:
     def stream(index: int) -> int:
         return 0  # JAX makes its arrays ready for the legacy default stream (DLPack's stream 1)
 
-    return Framework("jax", stream, polyquant_empty, None, jax.dlpack.from_dlpack)
+    def from_host(array: np.ndarray, index: int) -> Any:
+        import jax
+
+        return jax.device_put(array, jax.devices("gpu")[index])
+
+    return Framework("jax", stream, polyquant_empty, None, jax.dlpack.from_dlpack, from_host)
 
 
 def _torch() -> Framework:
@@ -105,7 +131,10 @@ def _torch() -> Framework:
     def view(obj: Any, dtype: str) -> Any:
         return obj.view(getattr(torch, dtype))
 
-    return Framework("torch", stream, empty, view)
+    def from_host(array: np.ndarray, index: int) -> Any:
+        return torch.from_numpy(array.copy()).to(f"cuda:{index}")
+
+    return Framework("torch", stream, empty, view, None, from_host)
 
 
 def _cupy() -> Framework:
@@ -122,7 +151,11 @@ def _cupy() -> Framework:
     def view(obj: Any, dtype: str) -> Any:
         return obj.view(_numpy_dtype_named(dtype))
 
-    return Framework("cupy", stream, empty, view)
+    def from_host(array: np.ndarray, index: int) -> Any:
+        with cupy.cuda.Device(index):
+            return cupy.asarray(array)
+
+    return Framework("cupy", stream, empty, view, None, from_host)
 
 
 def _no_allocator(array_type: type) -> Framework:

@@ -24,6 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import _polyquant_ext as _ext
+from .._common import device as _device
 from .._common.args import strict_int, strict_int_tuple
 from .analyzers import MinMaxEncodingAnalyzer, StatisticsNotFoundError
 from .encodings import (
@@ -395,7 +396,14 @@ class _AffineQuantizerBase:
                                    "initialized. Please initialize the quantization parameters using "
                                    "`compute_encodings()` (or set min and max).")
             return self._functional(x, np.ones((), np.float32), np.zeros((), np.float32), None)
-        return self._functional(x, enc.scale, enc.offset, enc.block_size)
+        return self._functional(x, *self._parameters_for(x, enc.scale, enc.offset), enc.block_size)
+
+    @staticmethod
+    def _parameters_for(x, scale, offset):
+        """scale and offset for a call on x: on x's device when x is a device tensor (as AIMET's
+        module parameters live on the module's device), else as they are."""
+        return (_device.on_device_of(scale, x, "scale (the quantizer's, for a device tensor)"),
+                _device.on_device_of(offset, x, "offset (the quantizer's, for a device tensor)"))
 
     forward = __call__
 
@@ -412,7 +420,7 @@ class _AffineQuantizerBase:
         offset = np.empty(self.shape, np.float32)
         _ext.aimet.scale_offset_from_range(dmin.reshape(-1), dmax.reshape(-1), self.qmin, self.qmax, self._symmetric,
                                            scale.reshape(-1), offset.reshape(-1))
-        return self._functional(x, scale, offset, self.block_size)
+        return self._functional(x, *self._parameters_for(x, scale, offset), self.block_size)
 
     @contextlib.contextmanager
     def compute_encodings(self) -> Iterator[None]:

@@ -330,8 +330,14 @@ def test_errors(case):
 # quantizer modules and LPBQ
 
 
-def prepare(case):
-    """Build the quantizer, set min/max or calibrate as AIMET did; check what was observed on the way."""
+def _apply(q, x, device):
+    """q(x); with `device` (golden_device.py), x on the device and the result read back."""
+    return q(x) if device is None else device.to_host(q(device.to_device(x)))
+
+
+def prepare(case, device=None):
+    """Build the quantizer, set min/max or calibrate as AIMET did; check what was observed on the way
+    (with `device`: every batch on the device)."""
     cid = case["id"]
     q = build(case["spec"])
     assert bool(q.is_initialized()) == case["initialized_at_start"], cid
@@ -347,7 +353,7 @@ def prepare(case):
         def calibrate():
             with q.compute_encodings():
                 for i, b in enumerate(case["calibration"]):
-                    y = q(arr(b["x"]))
+                    y = _apply(q, arr(b["x"]), device)
                     if i == fail_at:
                         raise AssertionError(f"{cid}: AIMET raised on calibration batch {i}: {case['calibration_error']}")
                     check(cid, f"calibration batch {i} ({b['path']})", y, b["output"])
@@ -385,15 +391,15 @@ def check_state(case, q):
     check(cid, "max", q.max, stt["max"])
 
 
-def check_forward(case, q):
+def check_forward(case, q, device=None):
     cid = case["id"]
     for f in case["forward"]:
         x = arr(f["x"])
         if "output_no_grad_error" in f:
             with pytest.raises(expected_exception(f["output_no_grad_error"])):
-                q(x)
+                _apply(q, x, device)
         else:
-            check(cid, f"forward {x.dtype} ({f['path_no_grad']})", q(x), f["output_no_grad"])
+            check(cid, f"forward {x.dtype} ({f['path_no_grad']})", _apply(q, x, device), f["output_no_grad"])
 
 
 def check_forward_training(case, q):
@@ -412,14 +418,33 @@ def check_forward_training(case, q):
             check(cid, f"training forward {x.dtype}", run()[0], f["output_train"])
 
 
-def _module_case(case):
+def _module_case(case, device=None):
     if case["outcome"] == "error":
         with pytest.raises(expected_exception(case["error"])):
             build(case["spec"])
         return None
-    q = prepare(case)
+    q = prepare(case, device)
     check_state(case, q)
     return q
+
+
+def test_module_and_lpbq_cases_on_a_device():
+    """The quantizer modules (Quantize, QuantizeDequantize, LPBQ) called on device tensors
+    (POLYQUANT_GOLDEN_DEVICE): calibration batches, the state it leaves and the forward outputs
+    against AIMET's (the module's scale and offset go to the tensor's device for each call, as AIMET's
+    parameters live on the module's device)."""
+    device = golden_device()
+    failures, replayed = [], 0
+    for case in CASES:
+        if case["group"] not in ("module", "lpbq") or case["outcome"] != "ok":
+            continue
+        try:
+            check_forward(case, _module_case(case, device), device)
+            replayed += 1
+        except (AssertionError, ValueError, TypeError, RuntimeError, pytest.fail.Exception) as e:
+            failures.append(f"{case['id']}: {str(e).splitlines()[0][:240] if str(e) else type(e).__name__}")
+    assert not failures, f"{len(failures)} of {replayed + len(failures)} cases:\n" + "\n".join(failures[:25])
+    assert replayed > 900
 
 
 @_cases("module")
