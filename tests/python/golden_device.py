@@ -105,3 +105,17 @@ def golden_device() -> GoldenDevice:
     if which == "cuda":
         return TorchCuda()
     raise ValueError(f"{ENV}={which!r}: expected stand-in or cuda")
+
+
+def replay_all(cases, replay, minimum: int, label=lambda case: case["id"]) -> None:
+    """replay(case) for every case, the failures collected (so one run lists them all): asserts that
+    none failed and that at least `minimum` cases ran."""
+    failures, replayed = [], 0
+    for case in cases:
+        try:
+            replay(case)
+            replayed += 1
+        except (AssertionError, ValueError, TypeError, RuntimeError, pytest.fail.Exception) as e:
+            failures.append(f"{label(case)}: {str(e).splitlines()[0][:240] if str(e) else type(e).__name__}")
+    assert not failures, f"{len(failures)} of {replayed + len(failures)} cases:\n" + "\n".join(failures[:25])
+    assert replayed >= minimum, f"{replayed} cases replayed, expected at least {minimum}"

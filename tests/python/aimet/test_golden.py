@@ -36,7 +36,7 @@ import pytest
 
 import polyquant.aimet as pa
 from ..golden import golden
-from ..golden_device import golden_device
+from ..golden_device import golden_device, replay_all
 
 GOLDEN = golden("aimet")
 INDEX = GOLDEN.index
@@ -195,41 +195,26 @@ def test_functional_and_grad_cases_on_a_device():
     read back: AIMET's bits (the reduced gradients as on the host: exact sums, within the same
     tolerance of torch's own order), and the host's bits for the gradient sums."""
     device = golden_device()
-    failures, replayed = [], 0
-    for case in CASES:
-        if case["group"] not in ("functional", "grad") or case["outcome"] != "ok":
-            continue
-        try:
-            if case["group"] == "functional":
-                check(case["id"], f"output ({case['path']})", call_functional(case, device), case["output"])
-            else:
-                on_device = call_grad(case, device)
-                check_grad(case, on_device)
-                for i, nm in ((2, "grad_scale"), (3, "grad_offset")):  # exact sums: the host's bits
-                    host = call_grad(case)[i]
-                    assert np.asarray(on_device[i]).tobytes() == np.asarray(host).tobytes(), f"{case['id']} {nm}: not the host's"
-            replayed += 1
-        except (AssertionError, ValueError, TypeError) as e:
-            failures.append(f"{case['id']}: {str(e).splitlines()[0][:240]}")
-    assert not failures, f"{len(failures)} of {replayed + len(failures)} cases:\n" + "\n".join(failures[:25])
-    assert replayed > 2500
+
+    def replay(case):
+        if case["group"] == "functional":
+            check(case["id"], f"output ({case['path']})", call_functional(case, device), case["output"])
+            return
+        on_device = call_grad(case, device)
+        check_grad(case, on_device)
+        for i, nm in ((2, "grad_scale"), (3, "grad_offset")):  # exact sums: the host's bits
+            host = call_grad(case)[i]
+            assert np.asarray(on_device[i]).tobytes() == np.asarray(host).tobytes(), f"{case['id']} {nm}: not the host's"
+
+    replay_all([c for c in CASES if c["group"] in ("functional", "grad") and c["outcome"] == "ok"], replay, minimum=2501)
 
 
 def test_analyzer_cases_on_a_device():
     """Every encoding-analyzer case (MinMax, Percentile, Sqnr, TfEnhanced) with its batches on the device
     (POLYQUANT_GOLDEN_DEVICE), the encodings against AIMET's, as on the host."""
     device = golden_device()
-    failures, replayed = [], 0
-    for case in CASES:
-        if case["group"] != "analyzer" or case["outcome"] != "ok":
-            continue
-        try:
-            replay_analyzer(case, device)
-            replayed += 1
-        except (AssertionError, ValueError, TypeError, pytest.fail.Exception) as e:
-            failures.append(f"{case['id']}: {str(e).splitlines()[0][:240]}")
-    assert not failures, f"{len(failures)} of {replayed + len(failures)} cases:\n" + "\n".join(failures[:25])
-    assert replayed > 150
+    replay_all([c for c in CASES if c["group"] == "analyzer" and c["outcome"] == "ok"],
+               lambda case: replay_analyzer(case, device), minimum=151)
 
 
 @_cases("grad", lambda c: c["id"].startswith("grad/zero_sign/"))
@@ -434,17 +419,8 @@ def test_module_and_lpbq_cases_on_a_device():
     against AIMET's (the module's scale and offset go to the tensor's device for each call, as AIMET's
     parameters live on the module's device)."""
     device = golden_device()
-    failures, replayed = [], 0
-    for case in CASES:
-        if case["group"] not in ("module", "lpbq") or case["outcome"] != "ok":
-            continue
-        try:
-            check_forward(case, _module_case(case, device), device)
-            replayed += 1
-        except (AssertionError, ValueError, TypeError, RuntimeError, pytest.fail.Exception) as e:
-            failures.append(f"{case['id']}: {str(e).splitlines()[0][:240] if str(e) else type(e).__name__}")
-    assert not failures, f"{len(failures)} of {replayed + len(failures)} cases:\n" + "\n".join(failures[:25])
-    assert replayed > 900
+    replay_all([c for c in CASES if c["group"] in ("module", "lpbq") and c["outcome"] == "ok"],
+               lambda case: check_forward(case, _module_case(case, device), device), minimum=901)
 
 
 @_cases("module")

@@ -20,7 +20,7 @@ from polyquant.aimet.analyzers import (
     TfEnhancedEncodingAnalyzer,
 )
 from ..golden import golden
-from ..golden_device import golden_device
+from ..golden_device import golden_device, replay_all
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 GOLDEN = golden("aimet_analyzers")
@@ -113,10 +113,5 @@ def test_replays_aimet_on_a_device():
     """Every recorded case with its batches on the device (POLYQUANT_GOLDEN_DEVICE: the host stand-in in
     CI, the GPU in scripts/gpu_check.sh): the same encodings (and the same update errors) as AIMET's."""
     device = golden_device()
-    failures = []
-    for rec in META["cases"]:
-        try:
-            replay(rec, device)
-        except (AssertionError, pytest.fail.Exception) as e:
-            failures.append(f"{rec['id']}-{rec['analyzer']}-{rec['dtype']}: {str(e).splitlines()[0][:200] if str(e) else 'assert'}")
-    assert not failures, f"{len(failures)} of {len(META['cases'])} cases:\n" + "\n".join(failures[:25])
+    replay_all(META["cases"], lambda rec: replay(rec, device), minimum=len(META["cases"]),
+               label=lambda rec: f"{rec['id']}-{rec['analyzer']}-{rec['dtype']}")

@@ -19,7 +19,7 @@ import pytest
 import polyquant
 from polyquant import qkeras
 from ..golden import golden
-from ..golden_device import golden_device
+from ..golden_device import golden_device, replay_all
 from ..helpers import kernel_set
 
 GOLDEN = golden("qkeras")
@@ -297,17 +297,8 @@ def test_every_case_gives_the_golden_data_on_a_device():
     the GPU in scripts/gpu_check.sh) and the output read back: outputs, scales after the call (the
     auto / auto_po2 searches), str() and get_config(), as on the host."""
     device = golden_device()
-    failures, replayed = [], 0
-    for case in CASES:
-        if case["outcome"] != "ok":
-            continue
-        try:
-            _replay(case, device)
-            replayed += 1
-        except (AssertionError, ValueError, TypeError, pytest.fail.Exception) as e:
-            failures.append(f"{case['id']} {case['path']}: {str(e).splitlines()[0][:200]}")
-    assert not failures, f"{len(failures)} cases:\n" + "\n".join(failures[:20])
-    assert replayed > 500
+    replay_all([c for c in CASES if c["outcome"] == "ok"], lambda case: _replay(case, device), minimum=501,
+               label=lambda case: f"{case['id']} {case['path']}")
 
 
 @pytest.mark.parametrize("isa", polyquant.runtime_info()["supported"])
