@@ -87,22 +87,28 @@ struct GroupMinMaxParams {
 inline constexpr int kMinMaxVirtualLanes = 16;
 
 // ---- exact sums: float32 terms into float64 accumulators whose adds never round ---------------
-// A term t joins its accumulator a only where a + t is exact in float64 (exact_float64_add,
+// A value v joins its accumulator a only where a + v is exact in float64 (exact_float64_add,
 // core/exact_sum.h); otherwise a is spilled (appended to the spill list with its accumulator's
-// index) and the accumulator restarts at t. So the accumulators and the spills always hold the
+// index) and the accumulator restarts at v. So the accumulators and the spills always hold the
 // exact sum of every term; callers add them into core/exact_sums.h's per-target sums and round
 // once, which gives the same bits for any split or order (AIMET's gradient sums). NaN and infinite
-// terms always spill (the check fails on them), so they reach the exact sums' flags.
+// values always spill (the check fails on them), so they reach the exact sums' flags.
 //   per_element: acc[j] takes t_rj for rows r = 0 .. rows - 1 (row r at x + r * x_row_stride),
 //                row by row, each row in column order;
-//   otherwise:   acc[k mod 32] takes the run's k-th term, k in order (32 virtual lanes: enough
-//                independent chains to hide the add-and-check latency);
+//   otherwise:   32 virtual lanes (enough independent chains to hide the add-and-check latency)
+//                take the run: term k goes to lane k mod 32, in blocks (below);
 //   segment > 0: the run is n / segment consecutive segments (n a multiple: many short runs, e.g.
-//                AIMET's blocks, in one call); segment s's k-th term goes to lane k mod 32 of 32
-//                fresh lanes (+0), the lanes are folded pairwise (exact_sums_fold_lanes) and the
-//                folded value joins acc[s] by the same rule; every spill of segment s has index s.
-// Spills are appended in that same order, so every kernel set writes the same accumulators and
-// the same spill list. Runs in the caller's floating-point environment (AIMET's never flushes).
+//                AIMET's blocks, in one call); each segment goes, in blocks, into 32 fresh lanes
+//                (+0), the lanes are folded pairwise (exact_sums_fold_lanes) and the folded value
+//                joins acc[s] by the same rule; every spill of segment s has index s.
+// Blocks: from the start of the run (of each segment), len terms in all, the terms go in blocks
+// of 32 m, m = min(16, len / 32) (exact_sums_block_rows), while a whole block remains; the rest
+// term by term. A block is narrow when every term is finite and its nonzero terms' exponent fields
+// (1 for subnormals) span at most 53 - 24 - ceil(log2 m) binades (exact_sums_block_is_narrow): then
+// each lane's m terms sum exactly in float64 in any order (float32_block_sum_is_exact), and that
+// sum (+0 for zeros) joins the lane, one check instead of m. Any other block goes term by term.
+// Spills are appended in that order, so every kernel set writes the same accumulators and the same
+// spill list. Runs in the caller's floating-point environment (AIMET's never flushes).
 struct ExactSumsParams {
   bool per_element = false;
   std::int64_t rows = 1;
@@ -167,6 +173,57 @@ POLYQUANT_HD inline void exact_sums_join(double* acc, std::int64_t i, double v, 
 // Term t into acc[i] (ExactSumsParams).
 POLYQUANT_HD inline void exact_sums_add(double* acc, std::int64_t i, float t, const ExactSumsParams& p) {
   exact_sums_join(acc, i, static_cast<double>(t), p);
+}
+
+// The rows of 32 terms per block for a run (segment) of len terms (ExactSumsParams' blocks); 0 when
+// it has no whole row.
+POLYQUANT_HD inline int exact_sums_block_rows(std::int64_t len) {
+  return len / kExactSumVirtualLanes >= 16 ? 16 : static_cast<int>(len / kExactSumVirtualLanes);
+}
+// Whether the block t[0 .. 32 m) is narrow: every term finite, the nonzero terms' exponent fields
+// (subnormals: 1) spanning few enough binades that each lane's m terms sum exactly in float64.
+// A block of zeros is narrow.
+POLYQUANT_HD inline bool exact_sums_block_is_narrow(const float* t, int m) {
+  std::uint32_t max_bits = 0, min_bits = 0xFFFFFFFFu;
+  for (int k = 0; k < kExactSumVirtualLanes * m; ++k) {
+    const std::uint32_t magnitude = std::bit_cast<std::uint32_t>(t[k]) & 0x7FFFFFFFu;
+    if (magnitude >= 0x7F800000u) return false;
+    if (magnitude == 0) continue;
+    max_bits = magnitude > max_bits ? magnitude : max_bits;
+    min_bits = magnitude < min_bits ? magnitude : min_bits;
+  }
+  if (max_bits == 0) return true;
+  const int min_field = static_cast<int>(min_bits >> 23) > 1 ? static_cast<int>(min_bits >> 23) : 1;
+  return float32_block_sum_is_exact(min_field, static_cast<int>(max_bits >> 23), m);
+}
+// A lane a zero joins without change: finite and not -0 (+0 + -0 is +0, and a non-finite lane
+// refuses it and spills).
+POLYQUANT_HD inline bool exact_sums_lane_is_plain(double a) {
+  return std::isfinite(a) && std::bit_cast<std::uint64_t>(a) != 0x8000000000000000u;
+}
+// The block t[0 .. 32 m) into lanes[0 .. 32) by the blocks' rule: a narrow block's lane sums join
+// their lanes, any other block goes term by term (spills indexed by lane).
+POLYQUANT_HD inline void exact_sums_block(double* lanes, const float* t, int m, const ExactSumsParams& p) {
+  constexpr int V = kExactSumVirtualLanes;
+  if (!exact_sums_block_is_narrow(t, m)) {
+    for (int k = 0; k < V * m; ++k) exact_sums_add(lanes, k % V, t[k], p);
+    return;
+  }
+  for (int l = 0; l < V; ++l) {
+    double sum = 0.0;
+    for (int i = 0; i < m; ++i) sum += static_cast<double>(t[V * i + l]);
+    exact_sums_join(lanes, l, sum, p);
+  }
+}
+// A run (segment) of len terms into lanes[0 .. 32): whole blocks, then the rest term by term.
+POLYQUANT_HD inline void exact_sums_run(double* lanes, const float* t, std::int64_t len, const ExactSumsParams& p) {
+  constexpr int V = kExactSumVirtualLanes;
+  const int m = exact_sums_block_rows(len);
+  std::int64_t k = 0;
+  if (m > 0) {
+    for (; k + V * m <= len; k += V * m) exact_sums_block(lanes, t + k, m, p);
+  }
+  for (; k < len; ++k) exact_sums_add(lanes, k % V, t[k], p);
 }
 
 // Folds 32 lanes into lanes[0], pairwise (lane l + width into lane l for width 16, 8, .., 1): a
@@ -280,13 +337,13 @@ inline void exact_sums_reference_row(const void* params, const RowArgs& a) {
       // the segment's spills carry its index: run its terms through lanes indexed from 0, then
       // relabel what they spilled
       const std::int64_t first = *p.spill_count;
-      for (std::int64_t k = 0; k < p.segment; ++k) exact_sums_add(lanes, k % V, x[s * p.segment + k], p);
+      exact_sums_run(lanes, x + s * p.segment, p.segment, p);
       for (std::int64_t c = first; c < *p.spill_count; ++c) p.spill_index[c] = static_cast<std::int32_t>(s);
       exact_sums_join(acc, s, exact_sums_fold_lanes(lanes, s, p), p);
     }
     return;
   }
-  for (std::int64_t k = 0; k < a.n; ++k) exact_sums_add(acc, k % kExactSumVirtualLanes, x[k], p);
+  exact_sums_run(acc, x, a.n, p);
 }
 
 template <class W>

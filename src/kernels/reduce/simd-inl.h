@@ -245,8 +245,11 @@ void group_min_max_f32(const void* params, const RowArgs& a) {
   if (seen != nullptr && any_negative_zero) seen[0] = 1;
 }
 
-// Exact sums (ExactSumsParams): each vector's lanes join their accumulators where the add is exact;
-// the rare lanes that would round spill in lane order, which is the scalar spec's term order.
+// Exact sums (ExactSumsParams): per element, each vector's lanes join their accumulators where the
+// add is exact; otherwise the 32 lanes stay in registers and take the run in blocks: a narrow
+// block's lane sums (plain vector adds) join with one check per lane, any other block and the
+// whole rows after the blocks join term by term. Refused lanes spill in lane order, which is the
+// scalar spec's order.
 void exact_sums_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const ExactSumsParams*>(params);
   constexpr int L = Vec::kLanes;
@@ -277,84 +280,114 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
     }
     return;
   }
-  // The 32 lanes stay in registers; a group with a refused add goes through memory, its refused
-  // lanes spilled in lane order (= term order within the group), with index `label` (-1: the lane).
   static_assert(V == 32, "Lanes32 holds the virtual lanes");
-  // Whether the 32 terms at t are all zeros (of either sign): adding them to finite lanes changes
-  // none (a lane is never -0.0: it starts at +0.0, and x + -x is +0.0) and refuses none, so the
-  // block is skipped while every lane is finite (a zero added to an infinite or NaN lane is refused
-  // and spills it, as the spec does). AIMET's offset gradient is zero wherever the level is in the
-  // grid, which is nearly everywhere.
-  const Vec::I magnitude = Vec::splat_i(0x7FFFFFFF), zero_i = Vec::splat_i(0);
-  auto all_zero = [&](const float* t) POLYQUANT_ALWAYS_INLINE {
-    Vec::I any = zero_i;
-    for (int k = 0; k < V; k += L) any = Vec::or_i(any, Vec::and_i(Vec::bits(Vec::loadu(t + k)), magnitude));
-    return Vec::mask_bits(Vec::gt_i(any, zero_i)) == 0;
+  const Vec::I magnitude = Vec::splat_i(0x7FFFFFFF), zero_i = Vec::splat_i(0), one_i = Vec::splat_i(1);
+  // Every lane plain (exact_sums_lane_is_plain): a block of zeros may then be skipped.
+  auto all_plain = [](const double* memory) {
+    bool plain = true;
+    for (int l = 0; l < V; ++l) plain = plain && exact_sums_lane_is_plain(memory[l]);
+    return plain;
   };
-  // The lanes of a group whose adds were refused: spilled (index `label`, or the lane where
-  // label < 0) and restarted at their terms, in lane order; `memory` holds the lanes. Returns
-  // whether every lane is finite afterwards.
-  auto spill_refused = [&](double* memory, const float* t, std::uint32_t refused, std::int64_t label) {
+  // The lanes (in `memory`) whose joins of value[l] were refused: spilled (index `label`, or the
+  // lane where label < 0) and restarted at value[l], in lane order. Returns all_plain afterwards.
+  auto spill_refused = [&](double* memory, const auto* value, std::uint32_t refused, std::int64_t label) {
     for (int l = 0; l < V; ++l) {
       if (((refused >> l) & 1u) == 0) continue;
       exact_sums_spill(p, memory[l], label < 0 ? l : label);
-      memory[l] = static_cast<double>(t[l]);
+      memory[l] = static_cast<double>(value[l]);
     }
-    bool finite = true;
-    for (int l = 0; l < V; ++l) finite = finite && std::isfinite(memory[l]);
-    return finite;
+    return all_plain(memory);
   };
-  auto run_lanes = [&](double* lane_mem, const float* t, std::int64_t n, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
-    const std::int64_t body = n - n % V;
-    std::int64_t k = 0;
-    Vec::Lanes32 lanes = Vec::load_lanes32(lane_mem);
-    bool finite = true;  // every lane finite: blocks of zeros may be skipped
-    for (int l = 0; l < V; ++l) finite = finite && std::isfinite(lane_mem[l]);
-    for (; k < body; k += V) {
-      if (finite && all_zero(t + k)) continue;
-      const std::uint32_t refused = Vec::add_exact_lanes32(lanes, t + k);
-      if (refused != 0) [[unlikely]] {
-        Vec::store_lanes32(lane_mem, lanes);
-        finite = spill_refused(lane_mem, t + k, refused, label);
-        lanes = Vec::load_lanes32(lane_mem);
-      }
+  // Row t[0 .. 32) term by term into the lanes.
+  auto add_row = [&](Vec::Lanes32& lanes, double* memory, bool& plain, const float* t, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
+    const std::uint32_t refused = Vec::add_exact_lanes32(lanes, t);
+    if (refused != 0) [[unlikely]] {
+      Vec::store_lanes32(memory, lanes);
+      plain = spill_refused(memory, t, refused, label);
+      lanes = Vec::load_lanes32(memory);
     }
-    Vec::store_lanes32(lane_mem, lanes);
+  };
+  // The block t[0 .. 32 m) into the lanes (exact_sums_block): in one pass the lane sums and the
+  // block's largest magnitude and smallest nonzero magnitude (as bits: magnitude - 1 taken as
+  // unsigned maps zeros past every other), from which exact_sums_block_is_narrow's answer.
+  // `fresh`: the lanes are a segment's +0 lanes, which take any finite lane sum exactly.
+  auto add_block = [&](Vec::Lanes32& lanes, double* memory, bool& plain, bool fresh, const float* t, int m, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
+    Vec::I largest = zero_i, smallest_less_one = Vec::splat_i(-1);
+    Vec::Lanes32 sum = Vec::zero_lanes32();
+    for (int i = 0; i < m; ++i) {
+      const float* row = t + V * i;
+      Vec::I any = zero_i;
+      for (int k = 0; k < V; k += L) {
+        const Vec::I bits = Vec::and_i(Vec::bits(Vec::loadu(row + k)), magnitude);
+        any = Vec::or_i(any, bits);
+        largest = Vec::max_i(largest, bits);
+        smallest_less_one = Vec::min_u(smallest_less_one, Vec::sub_i(bits, one_i));
+      }
+      if (Vec::mask_bits(Vec::gt_i(any, zero_i)) == 0) continue;  // zeros leave a lane sum as it is (+0 stays +0)
+      Vec::add_lanes32(sum, Vec::widen_lanes32(row));
+    }
+    const auto max_bits = static_cast<std::uint32_t>(Vec::reduce_max_i(largest));
+    bool narrow = true;
+    if (max_bits == 0) {
+      if (plain) return;  // zeros join plain lanes without changing them
+    } else {
+      const std::uint32_t min_bits = Vec::reduce_min_u(smallest_less_one) + 1u;
+      const int min_field = std::max(1, static_cast<int>(min_bits >> 23));
+      narrow = max_bits < 0x7F800000u && float32_block_sum_is_exact(min_field, static_cast<int>(max_bits >> 23), m);
+    }
+    if (narrow && fresh) [[likely]] {
+      lanes = sum;
+      return;
+    }
+    if (narrow) [[likely]] {
+      const std::uint32_t refused = Vec::join_exact_lanes32(lanes, sum);
+      if (refused != 0) [[unlikely]] {
+        alignas(64) double sums[V];
+        Vec::store_lanes32(sums, sum);
+        Vec::store_lanes32(memory, lanes);
+        plain = spill_refused(memory, sums, refused, label);
+        lanes = Vec::load_lanes32(memory);
+      }
+      return;
+    }
+    for (int i = 0; i < m; ++i) add_row(lanes, memory, plain, t + V * i, label);
+  };
+  // A run (segment) of n terms into the lanes, whose home is `memory` (exact_sums_run): the
+  // blocks, the whole rows left, then the last terms in scalar; `fresh`: the lanes start at +0.
+  // Leaves the lanes in `memory` and returns whether the scalar tail ran (the registers are then
+  // stale).
+  auto run_lanes = [&](Vec::Lanes32& lanes, double* memory, bool plain, bool fresh, const float* t, std::int64_t n, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
+    const int m = exact_sums_block_rows(n);
+    std::int64_t k = 0;
+    if (m > 0) {
+      for (; k + V * m <= n; k += V * m) add_block(lanes, memory, plain, fresh && k == 0, t + k, m, label);
+    }
+    for (; k + V <= n; k += V) add_row(lanes, memory, plain, t + k, label);
+    Vec::store_lanes32(memory, lanes);
+    if (k == n) return false;
     const std::int64_t first = *p.spill_count;
-    for (; k < n; ++k) exact_sums_add(lane_mem, k % V, t[k], p);
+    for (; k < n; ++k) exact_sums_add(memory, k % V, t[k], p);
     if (label >= 0) {
       for (std::int64_t c = first; c < *p.spill_count; ++c) p.spill_index[c] = static_cast<std::int32_t>(label);
     }
+    return true;
   };
   if (p.segment > 0) {
-    const std::int64_t seg = p.segment, body = seg - seg % V;
+    const std::int64_t seg = p.segment;
     for (std::int64_t s = 0; s * seg < a.n; ++s) {
-      const float* t = x + s * seg;
       alignas(64) double memory[V];
       Vec::Lanes32 lanes = Vec::zero_lanes32();
-      bool finite = true;
-      for (std::int64_t k = 0; k < body; k += V) {
-        if (finite && all_zero(t + k)) continue;
-        const std::uint32_t refused = Vec::add_exact_lanes32(lanes, t + k);
-        if (refused != 0) [[unlikely]] {
-          Vec::store_lanes32(memory, lanes);
-          finite = spill_refused(memory, t + k, refused, s);
-          lanes = Vec::load_lanes32(memory);
-        }
-      }
+      const bool tail = run_lanes(lanes, memory, true, true, x + s * seg, seg, s);
       double folded;
-      if (body == seg && Vec::fold_lanes32(lanes, folded)) {
+      if (!tail && Vec::fold_lanes32(lanes, folded)) {
         exact_sums_join(acc, s, folded, p);
         continue;
       }
-      // a tail, or a fold that would round: the spec's scalar steps from here
-      Vec::store_lanes32(memory, lanes);
-      const std::int64_t first = *p.spill_count;
-      for (std::int64_t k = body; k < seg; ++k) exact_sums_add(memory, k % V, t[k], p);
-      for (std::int64_t c = first; c < *p.spill_count; ++c) p.spill_index[c] = static_cast<std::int32_t>(s);
+      // a fold that would round: the spec's scalar steps
       exact_sums_join(acc, s, exact_sums_fold_lanes(memory, s, p), p);
     }
     return;
   }
-  run_lanes(acc, x, a.n, -1);
+  Vec::Lanes32 lanes = Vec::load_lanes32(acc);
+  run_lanes(lanes, acc, all_plain(acc), false, x, a.n, -1);
 }

@@ -72,6 +72,14 @@ struct Vec {
     m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
     return _mm_cvtsi128_si32(m);
   }
+  static I min_u(I a, I b) { return _mm256_min_epu32(a, b); }  // lanes as uint32
+  static std::uint32_t reduce_min_u(I a) {                        // the smallest lane, as uint32
+    __m128i m = _mm_min_epu32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    m = _mm_min_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = _mm_min_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+    return static_cast<std::uint32_t>(_mm_cvtsi128_si32(m));
+  }
+
   static I and_i(I a, I b) { return _mm256_and_si256(a, b); }
   template <int kShift>
   static I shr_i(I a) { return _mm256_srli_epi32(a, kShift); }
@@ -187,18 +195,30 @@ struct Vec {
     folded = x0 + x1;  // width 1
     return _mm256_movemask_pd(ok) == 0xF && _mm_movemask_pd(ok4) == 3 && folded - x0 == x1 && folded - x1 == x0;
   }
-  static std::uint32_t add_exact_lanes32(Lanes32& acc, const float* t) {
+  // double(t[l]) for l = 0 .. 31.
+  static Lanes32 widen_lanes32(const float* t) {
+    Lanes32 w;
+    for (int i = 0; i < 8; ++i) w.v[i] = _mm256_cvtps_pd(_mm_loadu_ps(t + 4 * i));
+    return w;
+  }
+  // acc += w lane by lane, rounded as float64 adds are (the caller knows they are exact).
+  static void add_lanes32(Lanes32& acc, const Lanes32& w) {
+    for (int i = 0; i < 8; ++i) acc.v[i] = _mm256_add_pd(acc.v[i], w.v[i]);
+  }
+  // Lane l of acc takes w[l] where that add is exact (add_exact_f64's rule); the returned mask has
+  // bit l set where it is not (that lane unchanged).
+  static std::uint32_t join_exact_lanes32(Lanes32& acc, const Lanes32& w) {
     std::uint32_t refused = 0;
     for (int i = 0; i < 8; ++i) {
-      const __m256d w = _mm256_cvtps_pd(_mm_loadu_ps(t + 4 * i));
-      const __m256d s = _mm256_add_pd(acc.v[i], w);
-      const __m256d exact = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s, acc.v[i]), w, _CMP_EQ_OQ),
-                                          _mm256_cmp_pd(_mm256_sub_pd(s, w), acc.v[i], _CMP_EQ_OQ));
+      const __m256d s = _mm256_add_pd(acc.v[i], w.v[i]);
+      const __m256d exact = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s, acc.v[i]), w.v[i], _CMP_EQ_OQ),
+                                          _mm256_cmp_pd(_mm256_sub_pd(s, w.v[i]), acc.v[i], _CMP_EQ_OQ));
       acc.v[i] = _mm256_blendv_pd(acc.v[i], s, exact);
       refused |= (~static_cast<std::uint32_t>(_mm256_movemask_pd(exact)) & 0xFu) << (4 * i);
     }
     return refused;
   }
+  static std::uint32_t add_exact_lanes32(Lanes32& acc, const float* t) { return join_exact_lanes32(acc, widen_lanes32(t)); }
 
   // p[0..7] = double(a) * b, rounded once to float64 (store_scaled_f64) or, from that double,
   // to float32 (store_scaled_f32): a float32 vector times a float64 factor, as numpy multiplies

@@ -65,6 +65,8 @@ struct Vec {
   static I sub_i(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I max_i(I a, I b) { return _mm512_max_epi32(a, b); }
   static std::int32_t reduce_max_i(I a) { return _mm512_reduce_max_epi32(a); }  // the largest lane
+  static I min_u(I a, I b) { return _mm512_min_epu32(a, b); }                       // lanes as uint32
+  static std::uint32_t reduce_min_u(I a) { return _mm512_reduce_min_epu32(a); }  // the smallest lane, as uint32
   static I and_i(I a, I b) { return _mm512_and_si512(a, b); }
   template <int kShift>
   static I shr_i(I a) { return _mm512_srli_epi32(a, kShift); }
@@ -177,20 +179,30 @@ struct Vec {
     folded = x0 + x1;  // width 1
     return ok == 0xFF && _mm256_movemask_pd(ok3) == 0xF && _mm_movemask_pd(ok4) == 3 && folded - x0 == x1 && folded - x1 == x0;
   }
-  static std::uint32_t add_exact_lanes32(Lanes32& acc, const float* t) {
+  // double(t[l]) for l = 0 .. 31.
+  static Lanes32 widen_lanes32(const float* t) {
     const __m512 a = _mm512_loadu_ps(t), b = _mm512_loadu_ps(t + 16);
-    const __m512d w[4] = {_mm512_cvtps_pd(_mm512_castps512_ps256(a)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)),
-                          _mm512_cvtps_pd(_mm512_castps512_ps256(b)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1))};
+    return {{_mm512_cvtps_pd(_mm512_castps512_ps256(a)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)),
+             _mm512_cvtps_pd(_mm512_castps512_ps256(b)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1))}};
+  }
+  // acc += w lane by lane, rounded as float64 adds are (the caller knows they are exact).
+  static void add_lanes32(Lanes32& acc, const Lanes32& w) {
+    for (int i = 0; i < 4; ++i) acc.v[i] = _mm512_add_pd(acc.v[i], w.v[i]);
+  }
+  // Lane l of acc takes w[l] where that add is exact (add_exact_f64's rule); the returned mask has
+  // bit l set where it is not (that lane unchanged).
+  static std::uint32_t join_exact_lanes32(Lanes32& acc, const Lanes32& w) {
     std::uint32_t refused = 0;
     for (int i = 0; i < 4; ++i) {
-      const __m512d s = _mm512_add_pd(acc.v[i], w[i]);
-      const __mmask8 exact = _mm512_mask_cmp_pd_mask(_mm512_cmp_pd_mask(_mm512_sub_pd(s, acc.v[i]), w[i], _CMP_EQ_OQ),
-                                                     _mm512_sub_pd(s, w[i]), acc.v[i], _CMP_EQ_OQ);
+      const __m512d s = _mm512_add_pd(acc.v[i], w.v[i]);
+      const __mmask8 exact = _mm512_mask_cmp_pd_mask(_mm512_cmp_pd_mask(_mm512_sub_pd(s, acc.v[i]), w.v[i], _CMP_EQ_OQ),
+                                                     _mm512_sub_pd(s, w.v[i]), acc.v[i], _CMP_EQ_OQ);
       acc.v[i] = _mm512_mask_mov_pd(acc.v[i], exact, s);
       refused |= (~static_cast<std::uint32_t>(exact) & 0xFFu) << (8 * i);
     }
     return refused;
   }
+  static std::uint32_t add_exact_lanes32(Lanes32& acc, const float* t) { return join_exact_lanes32(acc, widen_lanes32(t)); }
 
   // Lanes holding integers within the destination type's range, stored narrowed (16 elements).
   static void store_as_i8(std::int8_t* p, F a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(a))); }

@@ -247,6 +247,30 @@ std::vector<float> reduction_values(std::size_t n, std::uint64_t salt) {
   return v;
 }
 
+// Gradient-like terms (AIMET's scale gradients): each stretch of 480 terms spans its own number of
+// binades, around the exact sums' block rule (a block of 16 rows is narrow up to 25; 2 rows up to 28),
+// so blocks (512 terms, or 32 m in short runs, straddling stretches) fall on both sides of it. Some
+// stretches hold a run of zeros, a NaN, an infinity or a subnormal; terms [0, 160) and
+// [2400, 3200) are zeros (whole blocks of zeros, joining the -0 and non-finite lanes).
+std::vector<float> narrow_values(std::size_t n) {
+  auto rng = test::make_rng(43);
+  const int spans[] = {3, 24, 25, 26, 28, 29, 20};
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t stretch = i / 480, at = i % 480;
+    const int span = spans[stretch % 7];
+    const int e = at == 0 ? 0 : at == 1 ? span : static_cast<int>(rng() % static_cast<std::uint64_t>(span + 1));
+    const float mantissa = 1.0f + static_cast<float>(rng() % (1u << 23)) * 0x1p-23f;
+    v[i] = std::ldexp(rng() % 2 ? -mantissa : mantissa, e - 12);
+    const bool zeros = (stretch % 5 == 2 && at >= 32 && at < 160) || i < 160 || (i >= 2400 && i < 3200);
+    if (zeros) v[i] = (at % 2) ? -0.0f : 0.0f;
+    if (at == 300 && stretch % 8 == 3) v[i] = NAN;
+    if (at == 300 && stretch % 8 == 5) v[i] = -INFINITY;
+    if (at == 300 && stretch % 8 == 6) v[i] = 0x1p-140f;
+  }
+  return v;
+}
+
 // Accumulators compare bit for bit, except that any NaN equals any NaN: a reduction's NaN is an
 // internal statistic whose bits the reductions leave unspecified (kernels/reduce/kernels.h: which of
 // several NaNs survives depends on the fold order), and every consumer turns a NaN statistic into the
@@ -263,10 +287,12 @@ class ReductionKernelTest : public ::testing::TestWithParam<KernelEntry> {};
 void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std::vector<float>& x, std::int64_t n,
                       std::int64_t offset, bool flush) {
   const std::int64_t full_n = n;
-  for (int variant = 0; variant < 8; ++variant) {
-    // whole run; per element; per element over 3 rows; segments of 1, 7, 32, 64, 96 (n cut to a
-    // multiple; 32 and 64 take the vector fold, 7 and 96 a scalar tail)
-    const std::int64_t segments[] = {0, 0, 0, 1, 7, 32, 64, 96};
+  for (int variant = 0; variant < 12; ++variant) {
+    // whole run; per element; per element over 3 rows; segments of 1, 7, 32, 64, 96, 128, 544,
+    // 1000 (n cut to a multiple; 32 .. 544 take the vector fold, 7 and 1000 a scalar tail; 64 ..
+    // 1000 have blocks, 544 one block and a row after it); whole run from finite accumulators
+    // (-0 the only lane a zero changes)
+    const std::int64_t segments[] = {0, 0, 0, 1, 7, 32, 64, 96, 128, 544, 1000, 0};
     const std::int64_t segment = segments[variant];
     const bool per_element = variant == 1 || variant == 2;
     const std::int64_t rows = variant == 2 ? 3 : 1;
@@ -279,9 +305,9 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
     std::vector<double> start(m);
     for (std::size_t i = 0; i < m; ++i) {
       const double v = static_cast<double>(x[(i * 31 + 7) % kLen]);
-      start[i] = i % 9 == 0 ? 0.0 : i % 9 == 1 ? v * 0x1p30 : i % 9 == 2 ? std::ldexp(1.0, -149) : i % 9 == 3 ? v + 0x1p-40 : v;
-      if (i % 29 == 5) start[i] = INFINITY;
-      if (i % 31 == 6) start[i] = NAN;
+      start[i] = i % 9 == 0 ? 0.0 : i % 9 == 1 ? v * 0x1p30 : i % 9 == 2 ? std::ldexp(1.0, -149) : i % 9 == 3 ? v + 0x1p-40 : i % 9 == 4 ? -0.0 : v;
+      if (i % 29 == 5 && variant != 11) start[i] = INFINITY;
+      if (i % 31 == 6 && variant != 11) start[i] = NAN;
     }
     const std::size_t terms = static_cast<std::size_t>(rows * n);
     struct Run {
@@ -343,12 +369,13 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
   const RowKernel ref = reference_kernel(e.op, e.work);
   const std::vector<float> x = reduction_values(kLen, 40);
   std::vector<float> z = reduction_values(kLen, 41);
+  const std::vector<float> narrow = narrow_values(kLen);
   std::vector<float> mostly_zeros(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) mostly_zeros[i] = i % 97 == 5 || i % 131 == 7 ? x[i] : (i % 2 ? -0.0f : 0.0f);
   for (auto& v : z) v = std::isfinite(v) ? std::nearbyint(std::fmod(v, 200.0f)) : v;  // integer levels, some specials
   std::vector<std::int64_t> sizes;
   for (std::int64_t n = 0; n <= 70; ++n) sizes.push_back(n);
-  for (std::int64_t n : {127, 128, 129, 1000, 4099}) sizes.push_back(n);
+  for (std::int64_t n : {127, 128, 129, 511, 512, 1000, 1056, 2048, 4099}) sizes.push_back(n);
   for (const bool flush : {false, true}) {
     for (std::int64_t n : sizes) {
       for (std::int64_t offset : {0, 1, 5}) {
@@ -365,6 +392,11 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
           RowArgs za = a;
           za.in[0] = mostly_zeros.data() + offset;
           check_exact_sums(e, ref, za, mostly_zeros, n, offset, flush);
+          if (HasFailure()) return;
+          // Mostly narrow blocks (the lane sums' path), and blocks on both sides of the rule.
+          RowArgs na = a;
+          na.in[0] = narrow.data() + offset;
+          check_exact_sums(e, ref, na, narrow, n, offset, flush);
           if (HasFailure()) return;
         } else if (e.op == KernelOp::kGroupMinMax) {
           // AIMET's statistics never run in flush-to-zero mode (torch does not set it); under DAZ
