@@ -180,21 +180,25 @@ POLYQUANT_HD inline void exact_sums_add(double* acc, std::int64_t i, float t, co
 POLYQUANT_HD inline int exact_sums_block_rows(std::int64_t len) {
   return len / kExactSumVirtualLanes >= 16 ? 16 : static_cast<int>(len / kExactSumVirtualLanes);
 }
-// Whether the block t[0 .. 32 m) is narrow: every term finite, the nonzero terms' exponent fields
-// (subnormals: 1) spanning few enough binades that each lane's m terms sum exactly in float64.
-// A block of zeros is narrow.
+// Whether a block of 32 m terms is narrow, from its largest magnitude and its smallest nonzero one
+// (as float32 bits; max_bits 0: all zeros, which is narrow): every term finite, the exponent
+// fields (subnormals: 1) spanning few enough binades that each lane's m terms sum exactly in
+// float64.
+POLYQUANT_HD inline bool exact_sums_span_is_narrow(std::uint32_t max_bits, std::uint32_t min_bits, int m) {
+  if (max_bits == 0) return true;
+  if (max_bits >= 0x7F800000u) return false;
+  const int min_field = static_cast<int>(min_bits >> 23) > 1 ? static_cast<int>(min_bits >> 23) : 1;
+  return float32_block_sum_is_exact(min_field, static_cast<int>(max_bits >> 23), m);
+}
+// Whether the block t[0 .. 32 m) is narrow (exact_sums_span_is_narrow).
 POLYQUANT_HD inline bool exact_sums_block_is_narrow(const float* t, int m) {
   std::uint32_t max_bits = 0, min_bits = 0xFFFFFFFFu;
   for (int k = 0; k < kExactSumVirtualLanes * m; ++k) {
     const std::uint32_t magnitude = std::bit_cast<std::uint32_t>(t[k]) & 0x7FFFFFFFu;
-    if (magnitude >= 0x7F800000u) return false;
-    if (magnitude == 0) continue;
     max_bits = magnitude > max_bits ? magnitude : max_bits;
-    min_bits = magnitude < min_bits ? magnitude : min_bits;
+    if (magnitude != 0) min_bits = magnitude < min_bits ? magnitude : min_bits;
   }
-  if (max_bits == 0) return true;
-  const int min_field = static_cast<int>(min_bits >> 23) > 1 ? static_cast<int>(min_bits >> 23) : 1;
-  return float32_block_sum_is_exact(min_field, static_cast<int>(max_bits >> 23), m);
+  return exact_sums_span_is_narrow(max_bits, min_bits, m);
 }
 // A lane a zero joins without change: finite and not -0 (+0 + -0 is +0, and a non-finite lane
 // refuses it and spills).

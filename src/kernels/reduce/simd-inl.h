@@ -327,19 +327,12 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
       Vec::add_lanes32(sum, Vec::widen_lanes32(row));
     }
     const auto max_bits = static_cast<std::uint32_t>(Vec::reduce_max_i(largest));
-    bool narrow = true;
-    if (max_bits == 0) {
-      if (plain) return;  // zeros join plain lanes without changing them
-    } else {
-      const std::uint32_t min_bits = Vec::reduce_min_u(smallest_less_one) + 1u;
-      const int min_field = std::max(1, static_cast<int>(min_bits >> 23));
-      narrow = max_bits < 0x7F800000u && float32_block_sum_is_exact(min_field, static_cast<int>(max_bits >> 23), m);
-    }
-    if (narrow && fresh) [[likely]] {
-      lanes = sum;
-      return;
-    }
-    if (narrow) [[likely]] {
+    if (max_bits == 0 && plain) return;  // zeros join plain lanes without changing them
+    if (exact_sums_span_is_narrow(max_bits, Vec::reduce_min_u(smallest_less_one) + 1u, m)) [[likely]] {
+      if (fresh) {
+        lanes = sum;
+        return;
+      }
       const std::uint32_t refused = Vec::join_exact_lanes32(lanes, sum);
       if (refused != 0) [[unlikely]] {
         alignas(64) double sums[V];

@@ -79,7 +79,6 @@ struct Vec {
     m = _mm_min_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
     return static_cast<std::uint32_t>(_mm_cvtsi128_si32(m));
   }
-
   static I and_i(I a, I b) { return _mm256_and_si256(a, b); }
   template <int kShift>
   static I shr_i(I a) { return _mm256_srli_epi32(a, kShift); }
