@@ -139,6 +139,15 @@ def _check_numpy_columns(r, shape):
     assert positive(r["forward_ms"]) and positive(r["grad_ms"]) and positive(r["grad_over_forward"])
     assert r["grad_over_forward"] == pytest.approx(r["grad_ms"] / r["forward_ms"])
     assert r["target_over_forward"] == 2.5
+    # numpy moving the same bytes, timed in the same repeats
+    for k in ("copy_ms", "copy_2in2out_ms", "add_2in1out_ms"):
+        assert positive(r[k])
+    assert r["forward_over_copy"] == pytest.approx(r["forward_ms"] / r["copy_ms"])
+    assert r["grad_copies_ms"] == r["copy_2in2out_ms"]
+    assert r["grad_over_copies"] == pytest.approx(r["grad_ms"] / r["copy_2in2out_ms"])
+    assert r["grad_copies_over_forward"] == pytest.approx(r["copy_2in2out_ms"] / r["forward_ms"])
+    assert r["autograd_copies_ms"] == pytest.approx(r["copy_ms"] + r["add_2in1out_ms"])
+    assert r["autograd_copies_over_forward"] == pytest.approx(r["autograd_copies_ms"] / r["forward_ms"])
 
 
 def test_aimet_training_cases_with_torch():
@@ -154,7 +163,8 @@ def test_aimet_training_cases_with_torch():
         assert positive(r["autograd_ms"]) and positive(r["torch_ms"])
         assert r["autograd_over_forward"] == pytest.approx(r["autograd_ms"] / r["forward_ms"])
         assert r["torch_over_autograd"] == pytest.approx(r["torch_ms"] / r["autograd_ms"])
-        assert sorted(r["samples_ms"]) == ["autograd", "forward", "grad", "torch"]
+        assert r["autograd_over_copies"] == pytest.approx(r["autograd_ms"] / r["autograd_copies_ms"])
+        assert sorted(r["samples_ms"]) == ["add_2in1out", "autograd", "copy", "copy_2in2out", "forward", "grad", "torch"]
 
 
 def test_aimet_training_cases_without_torch(monkeypatch):
@@ -166,11 +176,13 @@ def test_aimet_training_cases_without_torch(monkeypatch):
     r = report["aimet_training"][0]
     _check_numpy_columns(r, [4, 4096])
     assert r["autograd_ms"] is None and r["torch_ms"] is None and r["autograd_over_forward"] is None
-    assert r["torch_over_autograd"] is None and sorted(r["samples_ms"]) == ["forward", "grad"]
+    assert r["torch_over_autograd"] is None and r["autograd_over_copies"] is None
+    assert sorted(r["samples_ms"]) == ["add_2in1out", "copy", "copy_2in2out", "forward", "grad"]
     status, text = polyquant_cli("bench", "--size", 4 * 4096, "--repeat", 1, "--ops", *TRAINING)
     assert status == 0 and "AIMET training path" in text and "torch not installed" in text
     row = [line for line in text.splitlines() if line.startswith("aimet_train_axis1")]
     assert len(row) == 1 and row[0].split()[7:9] == ["-", "-"], text
+    assert row[0].split()[-1] == "-" and "grad/copies" in text, text  # auto/copies: not measured
     assert "skipped (bfloat16 needs torch): aimet_train_blocked_bfloat16" in text
 
 

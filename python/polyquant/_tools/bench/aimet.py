@@ -11,7 +11,11 @@ taking turns within each repeat -- forward (``quantize_dequantize`` on numpy arr
 result), grad (``quantize_dequantize_grad``: the training forward and its three gradients), and when torch
 is importable autograd (torch tensors, scale and offset requiring grad, forward + ``backward(g)``) and
 torch (the same training path composed of plain torch ops, round with a straight-through gradient: the
-peer). Ratios grad / forward and autograd / forward (issue 19's target: 2.5x) and torch / autograd.
+peer). Ratios grad / forward and autograd / forward (issue 19's target: 2.5x) and torch / autograd. numpy
+(torch for bfloat16) moving each call's bytes runs in the same repeats: a copy of x (the forward's bytes),
+copies of x and grad_output (the gradient call's: 2 arrays in, 2 out), a copy of x plus an add of x and
+grad_output (autograd's: the forward, then 2 in, 1 out); each call's time over its copies says how close to
+memory speed it runs by the issue's yardstick (np.copyto).
 bfloat16 x goes through torch tensors (numpy has no bfloat16 arithmetic in AIMET's torch API); without
 torch those cases are skipped and the torch columns are None.
 
@@ -298,9 +302,15 @@ def bench_training_case(name, x_flat, repeat, bar, torch):
         st, ot = torch.from_numpy(scale), torch.from_numpy(offset)
         calls["forward"] = lambda: aimet.quantize_dequantize(xt, st, ot, **q)
         calls["grad"] = lambda: aimet.quantize_dequantize_grad(gt, xt, st, ot, **q)
+        c1, c2 = torch.empty_like(xt), torch.empty_like(xt)
+        copies = {"copy": lambda: c1.copy_(xt), "copy_2in2out": lambda: (c1.copy_(xt), c2.copy_(gt)),
+                  "add_2in1out": lambda: torch.add(xt, gt, out=c1)}
     else:
         calls["forward"] = lambda: aimet.quantize_dequantize(x, scale, offset, **q)
         calls["grad"] = lambda: aimet.quantize_dequantize_grad(g, x, scale, offset, **q)
+        c1, c2 = np.empty_like(x), np.empty_like(x)
+        copies = {"copy": lambda: np.copyto(c1, x), "copy_2in2out": lambda: (np.copyto(c1, x), np.copyto(c2, g)),
+                  "add_2in1out": lambda: np.add(x, g, out=c1)}
         if torch is not None:
             xt, gt = torch.from_numpy(x), torch.from_numpy(g)
     if torch is not None:
@@ -318,10 +328,17 @@ def bench_training_case(name, x_flat, repeat, bar, torch):
             torch_composed(torch, xg, s_, o_, block).backward(gt)
 
         calls["autograd"], calls["torch"] = autograd, composed
+    # numpy (torch for bfloat16) moving the same bytes, timed in the same repeats (the issue's
+    # yardstick is np.copyto): a copy of x moves the forward's (1 array in, 1 out); copies of x and
+    # grad_output the gradient call's (2 in, 2 out: its output and grad_x); a copy of x plus an add
+    # of x and grad_output autograd's (its forward, then its backward's 2 in, 1 out).
+    calls.update(copies)
     bar.set_postfix_str(name, refresh=False)
     samples = dict(zip(calls, interleaved_seconds(list(calls.values()), repeat, lambda: bar.update(1))))
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     autograd_ms, torch_ms = med.get("autograd"), med.get("torch")
+    grad_copies_ms = med["copy_2in2out"]
+    autograd_copies_ms = med["copy"] + med["add_2in1out"]
     return {
         "name": name, "layout": label, "x_dtype": "bfloat16" if bf16 else "float32", "shape": list(x.shape),
         "parameter_shape": list(pshape), "block_size": None if block is None else list(block),
@@ -329,6 +346,13 @@ def bench_training_case(name, x_flat, repeat, bar, torch):
         "grad_over_forward": med["grad"] / med["forward"],
         "autograd_over_forward": None if autograd_ms is None else autograd_ms / med["forward"],
         "torch_over_autograd": None if torch_ms is None else torch_ms / autograd_ms,
+        "copy_ms": med["copy"], "copy_2in2out_ms": med["copy_2in2out"], "add_2in1out_ms": med["add_2in1out"],
+        "forward_over_copy": med["forward"] / med["copy"],
+        "grad_copies_ms": grad_copies_ms, "grad_over_copies": med["grad"] / grad_copies_ms,
+        "grad_copies_over_forward": grad_copies_ms / med["forward"],
+        "autograd_copies_ms": autograd_copies_ms,
+        "autograd_over_copies": None if autograd_ms is None else autograd_ms / autograd_copies_ms,
+        "autograd_copies_over_forward": autograd_copies_ms / med["forward"],
         "target_over_forward": TRAINING_TARGET,
         "samples_ms": {k: rounded_ms(v) for k, v in samples.items()},
     }
@@ -343,17 +367,23 @@ def format_training_report(rows, torch_version, skipped):
         "quantize_dequantize (numpy; torch tensors for bfloat16), grad = quantize_dequantize_grad (output + 3 gradients),",
         "autograd = torch forward + backward through polyquant.aimet.quantize_dequantize, torch = the same step in plain",
         f"torch ops (torch {torch_version or 'not installed'}). Target: grad and autograd within {TRAINING_TARGET}x the forward.",
+        "Each call against numpy (torch for bfloat16) moving its bytes in the same repeats: fwd/copy = forward / a copy",
+        "of x; grad/copies = grad / copies of x and grad_output (2 arrays in, 2 out); auto/copies = autograd / a copy of",
+        "x plus an add of x and grad_output (2 in, 1 out). Below 1.0: faster than numpy moves the same bytes.",
         "",
     ]
     header = (f"{'case':<31} {'shape':<11} {'x':<8} {'forward':>10} {'grad':>10} {'autograd':>10} {'torch':>10} "
-              f"{'grad/fwd':>8} {'auto/fwd':>8} {'torch/auto':>10}")
+              f"{'grad/fwd':>8} {'auto/fwd':>8} {'torch/auto':>10} {'fwd/copy':>8} {'grad/copies':>11} "
+              f"{'auto/copies':>11}")
     lines += [header, "-" * len(header)]
     cell = lambda v: "-" if v is None else f"{v:.1f} ms"  # noqa: E731
     for r in rows:
         shape = "x".join(map(str, r["shape"]))
         lines.append(f"{r['name']:<31} {shape:<11} {r['x_dtype']:<8} {cell(r['forward_ms']):>10} {cell(r['grad_ms']):>10} "
                      f"{cell(r['autograd_ms']):>10} {cell(r['torch_ms']):>10} {ratio(r['grad_over_forward']):>8} "
-                     f"{ratio(r['autograd_over_forward']):>8} {ratio(r['torch_over_autograd'], 1):>10}")
+                     f"{ratio(r['autograd_over_forward']):>8} {ratio(r['torch_over_autograd'], 1):>10} "
+                     f"{ratio(r['forward_over_copy']):>8} {ratio(r['grad_over_copies']):>11} "
+                     f"{ratio(r['autograd_over_copies']):>11}")
     if skipped:
         lines.append(f"skipped (bfloat16 needs torch): {', '.join(skipped)}")
     return "\n".join(lines)
