@@ -108,7 +108,10 @@ inline constexpr int kMinMaxVirtualLanes = 16;
 // each lane's m terms sum exactly in float64 in any order (float32_block_sum_is_exact), and that
 // sum (+0 for zeros) joins the lane, one check instead of m. Any other block goes term by term.
 // Spills are appended in that order, so every kernel set writes the same accumulators and the same
-// spill list. Runs in the caller's floating-point environment (AIMET's never flushes).
+// spill list. (A segment whose terms are narrow for its whole length spills nothing under these
+// steps and joins its exact sum, so a kernel set may sum such segments in any order: the vector
+// bodies do, for groups of short segments.) Runs in the caller's floating-point environment
+// (AIMET's never flushes).
 struct ExactSumsParams {
   bool per_element = false;
   std::int64_t rows = 1;

@@ -271,6 +271,21 @@ std::vector<float> narrow_values(std::size_t n) {
   return v;
 }
 
+// Sums on the edge of the segment groups' rule: positive terms in [1, 2) with one term per 32 at
+// 2^-span (its last mantissa bit set), span 20 .. 26 by stretches of 512 terms. A plain float64 sum
+// of a segment of 32 .. 128 such terms is exact up to a span of 24 .. 22 (the rule's limits) and
+// rounds a little above it, so a rule looser than the spec's gives other accumulators and spills.
+std::vector<float> segment_edge_values(std::size_t n) {
+  auto rng = test::make_rng(44);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const int span = 20 + static_cast<int>((i / 512) % 7);
+    const float mantissa = 1.0f + static_cast<float>(rng() % (1u << 23) | 1u) * 0x1p-23f;
+    v[i] = i % 32 == 5 ? std::ldexp(mantissa, -span) : mantissa;
+  }
+  return v;
+}
+
 // Accumulators compare bit for bit, except that any NaN equals any NaN: a reduction's NaN is an
 // internal statistic whose bits the reductions leave unspecified (kernels/reduce/kernels.h: which of
 // several NaNs survives depends on the fold order), and every consumer turns a NaN statistic into the
@@ -370,6 +385,7 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
   const std::vector<float> x = reduction_values(kLen, 40);
   std::vector<float> z = reduction_values(kLen, 41);
   const std::vector<float> narrow = narrow_values(kLen);
+  const std::vector<float> edge = segment_edge_values(kLen);
   std::vector<float> mostly_zeros(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) mostly_zeros[i] = i % 97 == 5 || i % 131 == 7 ? x[i] : (i % 2 ? -0.0f : 0.0f);
   for (auto& v : z) v = std::isfinite(v) ? std::nearbyint(std::fmod(v, 200.0f)) : v;  // integer levels, some specials
@@ -397,6 +413,11 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
           RowArgs na = a;
           na.in[0] = narrow.data() + offset;
           check_exact_sums(e, ref, na, narrow, n, offset, flush);
+          if (HasFailure()) return;
+          // Groups of segments on both sides of their rule.
+          RowArgs ea = a;
+          ea.in[0] = edge.data() + offset;
+          check_exact_sums(e, ref, ea, edge, n, offset, flush);
           if (HasFailure()) return;
         } else if (e.op == KernelOp::kGroupMinMax) {
           // AIMET's statistics never run in flush-to-zero mode (torch does not set it); under DAZ
