@@ -408,7 +408,7 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
       for (; s + group <= segments; s += group) {
         const float* t = x + s * seg;
         Span span = no_span();
-        double sums[kGroupTerms / (2 * V)];
+        double sums[kGroupTerms / V];  // group <= kGroupTerms / V: seg is a multiple of V
         for (std::int64_t i = 0; i < group; ++i) {
           Vec::Lanes32 lanes = Vec::zero_lanes32();
           for (std::int64_t r = 0; r < rows; ++r) {
