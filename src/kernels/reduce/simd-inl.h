@@ -324,11 +324,9 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
     }
     return Vec::mask_bits(Vec::gt_i(any, zero_i)) != 0;
   };
+  // The span's largest magnitude and smallest nonzero magnitude as bits (exact_sums_span_is_narrow's operands).
   auto largest_bits = [](const Span& span) { return static_cast<std::uint32_t>(Vec::reduce_max_i(span.largest)); };
-  // exact_sums_span_is_narrow for sums of `terms` terms of the span.
-  auto is_narrow = [&](const Span& span, int terms) {
-    return exact_sums_span_is_narrow(largest_bits(span), Vec::reduce_min_u(span.smallest_less_one) + 1u, terms);
-  };
+  auto smallest_bits = [](const Span& span) { return Vec::reduce_min_u(span.smallest_less_one) + 1u; };
   // The block t[0 .. 32 m) into the lanes (exact_sums_block): in one pass the lane sums and the
   // block's span, from which exact_sums_block_is_narrow's answer. `fresh`: the lanes are a
   // segment's +0 lanes, which take any finite lane sum exactly.
@@ -340,8 +338,9 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
       // zeros leave a lane sum as it is (+0 stays +0)
       if (scan_row(span, row)) Vec::add_lanes32(sum, Vec::widen_lanes32(row));
     }
-    if (largest_bits(span) == 0 && plain) return;  // zeros join plain lanes without changing them
-    if (is_narrow(span, m)) [[likely]] {
+    const std::uint32_t max_bits = largest_bits(span);
+    if (max_bits == 0 && plain) return;  // zeros join plain lanes without changing them
+    if (exact_sums_span_is_narrow(max_bits, smallest_bits(span), m)) [[likely]] {
       if (fresh) {
         lanes = sum;
         return;
@@ -417,7 +416,7 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
           }
           Vec::fold_lanes32(lanes, sums[i]);  // the sum; its exactness follows from the test below
         }
-        if (is_narrow(span, static_cast<int>(seg))) {
+        if (exact_sums_span_is_narrow(largest_bits(span), smallest_bits(span), static_cast<int>(seg))) {
           for (std::int64_t i = 0; i < group; ++i) exact_sums_join(acc, s + i, sums[i], p);
         } else {
           for (std::int64_t i = 0; i < group; ++i) spec_segment(s + i);
