@@ -34,19 +34,20 @@ struct GradOutput {
   InArray array;
   pq::TensorView view_ = kNoTensor;
   bool given = false;
-  explicit GradOutput(nb::object g) {
+  GradOutput(nb::object g, int dtype_code) {
     if (g.is_none()) return;
     array = nb::cast<InArray>(g);
-    view_ = view(array, "grad_output");
+    view_ = qdq_view(array, "grad_output", dtype_code);
     given = true;
   }
   const pq::TensorView* get() const { return given ? &view_ : nullptr; }
 };
 
 nb::tuple quantized_bits(const InArray& x, nb::object alpha, const qk::QuantizedBitsAttrs& a, const qk::Settings& settings,
-                         const qk::Training& training, bool gradient, nb::object out, nb::object info, nb::object grad_output) {
-  const pq::TensorView xv = view(x, "x");
-  const GradOutput g(std::move(grad_output));
+                         const qk::Training& training, bool gradient, nb::object out, nb::object info, nb::object grad_output,
+                         int x_dtype, int grad_output_dtype) {
+  const pq::TensorView xv = qdq_view(x, "x", x_dtype);
+  const GradOutput g(std::move(grad_output), grad_output_dtype);
   InArray alpha_array;
   pq::TensorView av = kNoTensor;
   if (!alpha.is_none()) {
@@ -69,17 +70,18 @@ nb::tuple quantized_bits(const InArray& x, nb::object alpha, const qk::Quantized
 }
 
 nb::object quantized_relu(const InArray& x, const qk::QuantizedReluAttrs& a, const qk::Training& training, bool gradient,
-                          nb::object out, nb::object grad_output) {
-  const pq::TensorView xv = view(x, "x");
-  const GradOutput g(std::move(grad_output));
+                          nb::object out, nb::object grad_output, int x_dtype, int grad_output_dtype) {
+  const pq::TensorView xv = qdq_view(x, "x", x_dtype);
+  const GradOutput g(std::move(grad_output), grad_output_dtype);
   return run(gradient ? qk::quantized_relu_gradient_plan(xv, a, g.get()) : qk::quantized_relu_plan(xv, a, training), std::move(out));
 }
 
 nb::tuple quantized_linear(const InArray& x, nb::object alpha, const qk::QuantizedLinearAttrs& a, const qk::Settings& settings,
-                           const qk::Training& training, bool gradient, nb::object out, nb::object info, nb::object grad_output) {
+                           const qk::Training& training, bool gradient, nb::object out, nb::object info, nb::object grad_output,
+                           int x_dtype, int grad_output_dtype) {
   qk::SearchInfo search;
-  const pq::TensorView xv = view(x, "x");
-  const GradOutput g(std::move(grad_output));
+  const pq::TensorView xv = qdq_view(x, "x", x_dtype);
+  const GradOutput g(std::move(grad_output), grad_output_dtype);
   InArray alpha_array;
   pq::TensorView av = kNoTensor;
   if (!alpha.is_none()) {
@@ -177,17 +179,24 @@ void bind_qkeras(nb::module_& m) {
   auto tensor = tensor_arg;
   m.def("quantized_bits", &quantized_bits, tensor("x"), nb::arg("alpha").none(), nb::arg("attrs"), nb::arg("settings"),
         nb::arg("training"), nb::arg("gradient") = false, nb::arg("out").none() = nb::none(),
-        nb::arg("info").none() = nb::none(), nb::arg("grad_output").none() = nb::none(),
+        nb::arg("info").none() = nb::none(), nb::arg("grad_output").none() = nb::none(), nb::arg("x_dtype") = -1,
+        nb::arg("grad_output_dtype") = -1,
         "quantized_bits (see polyquant.qkeras): (output, reported scale or None); `info` (a dict) receives the "
-        "scale search's passes; with gradient, `grad_output` multiplies the derivative (the backward's product).");
+        "scale search's passes; with gradient, `grad_output` multiplies the derivative (the backward's product). "
+        "A bfloat16 x or grad_output travels as its uint16 storage with the dtype's code in x_dtype / "
+        "grad_output_dtype (-1: the array's own dtype).");
   m.def("quantized_relu", &quantized_relu, tensor("x"), nb::arg("attrs"), nb::arg("training"), nb::arg("gradient") = false,
-        nb::arg("out").none() = nb::none(), nb::arg("grad_output").none() = nb::none(),
-        "quantized_relu (see polyquant.qkeras); with gradient, `grad_output` multiplies the derivative.");
+        nb::arg("out").none() = nb::none(), nb::arg("grad_output").none() = nb::none(), nb::arg("x_dtype") = -1,
+        nb::arg("grad_output_dtype") = -1,
+        "quantized_relu (see polyquant.qkeras); with gradient, `grad_output` multiplies the derivative. "
+        "x_dtype / grad_output_dtype as for quantized_bits.");
   m.def("quantized_linear", &quantized_linear, tensor("x"), nb::arg("alpha").none(), nb::arg("attrs"), nb::arg("settings"),
         nb::arg("training"), nb::arg("gradient") = false, nb::arg("out").none() = nb::none(),
-        nb::arg("info").none() = nb::none(), nb::arg("grad_output").none() = nb::none(),
+        nb::arg("info").none() = nb::none(), nb::arg("grad_output").none() = nb::none(), nb::arg("x_dtype") = -1,
+        nb::arg("grad_output_dtype") = -1,
         "quantized_linear (see polyquant.qkeras): (output, quantization scale); `info` (a dict) receives the "
-        "scale search's passes; with gradient, `grad_output` multiplies the derivative.");
+        "scale search's passes; with gradient, `grad_output` multiplies the derivative. x_dtype / "
+        "grad_output_dtype as for quantized_bits.");
 }
 
 }  // namespace polyquant::python

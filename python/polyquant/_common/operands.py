@@ -34,6 +34,8 @@ def operand(value: Any, name: str) -> tuple[np.ndarray, int]:
         return _device_storage(device_tensor, name)
     a = np.asarray(value)
     if a.dtype.name in _CODES:
+        if not a.flags.aligned or any(s % a.itemsize for s in a.strides):
+            a = np.array(a, copy=True, order="C")
         storage = np.uint16 if a.dtype.itemsize == 2 else np.uint8
         return a.view(storage), _CODES[a.dtype.name]
     if a.dtype == object or a.dtype.kind not in "biuf":

@@ -340,17 +340,17 @@ class QuantizedLinearAttrs:
     @qnoise.setter
     def qnoise(self, arg: QNoise, /) -> None: ...
 
-def quantized_bits(x: Annotated[NDArray, dict(writable=False)], alpha: object | None, attrs: QuantizedBitsAttrs, settings: Settings, training: Training, gradient: bool = False, out: object | None = None, info: object | None = None, grad_output: object | None = None) -> tuple:
+def quantized_bits(x: Annotated[NDArray, dict(writable=False)], alpha: object | None, attrs: QuantizedBitsAttrs, settings: Settings, training: Training, gradient: bool = False, out: object | None = None, info: object | None = None, grad_output: object | None = None, x_dtype: int = -1, grad_output_dtype: int = -1) -> tuple:
     """
-    quantized_bits (see polyquant.qkeras): (output, reported scale or None); `info` (a dict) receives the scale search's passes; with gradient, `grad_output` multiplies the derivative (the backward's product).
-    """
-
-def quantized_relu(x: Annotated[NDArray, dict(writable=False)], attrs: QuantizedReluAttrs, training: Training, gradient: bool = False, out: object | None = None, grad_output: object | None = None) -> object:
-    """
-    quantized_relu (see polyquant.qkeras); with gradient, `grad_output` multiplies the derivative.
+    quantized_bits (see polyquant.qkeras): (output, reported scale or None); `info` (a dict) receives the scale search's passes; with gradient, `grad_output` multiplies the derivative (the backward's product). A bfloat16 x or grad_output travels as its uint16 storage with the dtype's code in x_dtype / grad_output_dtype (-1: the array's own dtype).
     """
 
-def quantized_linear(x: Annotated[NDArray, dict(writable=False)], alpha: object | None, attrs: QuantizedLinearAttrs, settings: Settings, training: Training, gradient: bool = False, out: object | None = None, info: object | None = None, grad_output: object | None = None) -> tuple:
+def quantized_relu(x: Annotated[NDArray, dict(writable=False)], attrs: QuantizedReluAttrs, training: Training, gradient: bool = False, out: object | None = None, grad_output: object | None = None, x_dtype: int = -1, grad_output_dtype: int = -1) -> object:
     """
-    quantized_linear (see polyquant.qkeras): (output, quantization scale); `info` (a dict) receives the scale search's passes; with gradient, `grad_output` multiplies the derivative.
+    quantized_relu (see polyquant.qkeras); with gradient, `grad_output` multiplies the derivative. x_dtype / grad_output_dtype as for quantized_bits.
+    """
+
+def quantized_linear(x: Annotated[NDArray, dict(writable=False)], alpha: object | None, attrs: QuantizedLinearAttrs, settings: Settings, training: Training, gradient: bool = False, out: object | None = None, info: object | None = None, grad_output: object | None = None, x_dtype: int = -1, grad_output_dtype: int = -1) -> tuple:
+    """
+    quantized_linear (see polyquant.qkeras): (output, quantization scale); `info` (a dict) receives the scale search's passes; with gradient, `grad_output` multiplies the derivative. x_dtype / grad_output_dtype as for quantized_bits.
     """

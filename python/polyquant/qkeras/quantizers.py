@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import _polyquant_ext as _ext
+from .._common import operands
 from .._common.convert import _as_array, as_out
 from .._common import torch_autograd
 from .._common.device import device_path
@@ -22,6 +23,7 @@ __all__ = ["quantized_bits", "quantized_relu", "quantized_linear", "get_quantize
 # The core's attribute structs (polyquant/qkeras.h), bound with read-write fields: each call fills
 # them from the quantizer's resolved configuration and passes them with the tensors.
 _qk = _ext.qkeras
+_BFLOAT16_CODE = _ext.dtype_code("bfloat16")
 
 _ALPHA_STRINGS = ["auto", "auto_po2"]
 _DATA_FORMATS = ("channels_last", "channels_first")
@@ -212,31 +214,38 @@ class _Quantizer:
         return qnoise, settings, t
 
     @staticmethod
-    def _grad_output(g: Any) -> Any:
-        """The upstream gradient of gradient(x, grad_output): float32 or float16 as it is, bfloat16
-        widened to float32 (exact; the core reads every one as float32)."""
+    def _grad_output(g: Any) -> tuple[Any, int]:
+        """(array, dtype code) of the upstream gradient of gradient(x, grad_output), or (None, -1):
+        float32 or float16 as it is, bfloat16 as its storage (the core reads every one as float32;
+        a bfloat16 device tensor is widened to float32 first, exactly)."""
         if g is None:
-            return None
+            return None, -1
         if torch_autograd.is_tensor(g):
             g = g.detach()
-            if str(g.dtype) == "torch.bfloat16":
+            if g.device.type != "cpu" and str(g.dtype) == "torch.bfloat16":
                 g = g.float()
-        elif isinstance(g, (np.ndarray, np.generic)) and g.dtype.name == "bfloat16":
-            g = np.asarray(g).astype(np.float32)
-        return _as_array(g, "grad_output")
+        return _core_operand(g, "grad_output")
 
     @staticmethod
-    def _input(x: Any) -> np.ndarray:
-        # QKeras casts its input to float32 (K.cast_to_floatx) before any op, so an ml_dtypes
-        # bfloat16 array (numpy, tf.Tensor or a CPU torch tensor alike) is quantized as its exact
-        # float32 widening.
+    def _input(x: Any) -> tuple[Any, int]:
+        """(array, dtype code) of x for the core."""
         if torch_autograd.is_tensor(x):
             x = x.detach()  # read, never differentiated here (autograd goes through _autograd)
-            if x.device.type == "cpu" and str(x.dtype) == "torch.bfloat16":
-                x = x.float()  # numpy reads no bfloat16 through DLPack; the widening is exact
-        if isinstance(x, (np.ndarray, np.generic)) and x.dtype.name == "bfloat16":
-            x = np.asarray(x).astype(np.float32)
-        return _as_array(x, "x")
+        return _core_operand(x, "x")
+
+
+def _core_operand(value: Any, name: str) -> tuple[Any, int]:
+    """(array, dtype code or -1) for the core. QKeras casts its input to float32 (K.cast_to_floatx)
+    before any op, so a bfloat16 x (an ml_dtypes array, a tf.Tensor or a CPU torch tensor alike) is
+    quantized as its exact float32 widening; the core widens it inside its pass, so it travels as
+    its uint16 storage with bfloat16's code (a CPU torch tensor viewed as one, not copied)."""
+    if torch_autograd.is_tensor(value) and value.device.type == "cpu" and str(value.dtype) == "torch.bfloat16":
+        import torch  # noqa: PLC0415 (only for torch tensors)
+
+        return np.from_dlpack(value.view(torch.int16)).view(np.uint16), _BFLOAT16_CODE
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype.name == "bfloat16":
+        return operands.operand(value, name)
+    return _as_array(value, name), -1
 
 
 def _autograd(call):
@@ -360,8 +369,9 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
         self._check_po2_options()
-        result, scale = _ext.qkeras.quantized_bits(self._input(x), self._operand(), *self._config(training, seed), False,
-                                                   as_out(out))
+        x, x_dtype = self._input(x)
+        result, scale = _ext.qkeras.quantized_bits(x, self._operand(), *self._config(training, seed), False, as_out(out),
+                                                   x_dtype=x_dtype)
         if isinstance(self.alpha, str):
             if not self.freeze_scale:
                 self.scale = scale
@@ -373,8 +383,9 @@ class quantized_bits(_Quantizer):  # noqa: N801  (QKeras' name)
     def gradient(self, x: Any, grad_output: Any = None) -> np.ndarray:
         """d q(x) / dx of QKeras' graph: 1 with use_ste, else 1 - qnoise_factor (float32); with
         grad_output (x's result shape), grad_output times it: the backward's product."""
-        result, _ = _ext.qkeras.quantized_bits(self._input(x), self._operand(), *self._config(False, None), True, None,
-                                               grad_output=self._grad_output(grad_output))
+        (x, x_dtype), (g, g_dtype) = self._input(x), self._grad_output(grad_output)
+        result, _ = _ext.qkeras.quantized_bits(x, self._operand(), *self._config(False, None), True, None, grad_output=g,
+                                               x_dtype=x_dtype, grad_output_dtype=g_dtype)
         return result
 
     def __str__(self) -> str:
@@ -495,15 +506,17 @@ class quantized_relu(_Quantizer):  # noqa: N801
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
-        return _ext.qkeras.quantized_relu(self._input(x), *self._config(training, seed), False, as_out(out))
+        x, x_dtype = self._input(x)
+        return _ext.qkeras.quantized_relu(x, *self._config(training, seed), False, as_out(out), x_dtype=x_dtype)
 
     @device_path
     def gradient(self, x: Any, grad_output: Any = None) -> np.ndarray:
         """d q(x) / dx of QKeras' graph: the derivative of the unquantized companion (1 above 0;
         negative_slope, or 0, at and below 0; 0 above the clip or upper bound), times
         1 - qnoise_factor without use_ste; with grad_output, grad_output times it."""
-        return _ext.qkeras.quantized_relu(self._input(x), *self._config(False, None), True, None,
-                                          grad_output=self._grad_output(grad_output))
+        (x, x_dtype), (g, g_dtype) = self._input(x), self._grad_output(grad_output)
+        return _ext.qkeras.quantized_relu(x, *self._config(False, None), True, None, grad_output=g, x_dtype=x_dtype,
+                                          grad_output_dtype=g_dtype)
 
     def __str__(self) -> str:
         flags = [str(self.bits), _integer_str(self.integer)]
@@ -643,8 +656,9 @@ class quantized_linear(_Quantizer):  # noqa: N801
     def __call__(self, x: Any, training: bool = False, *, seed: Any = None, out: Any = None) -> np.ndarray:
         if not self.built:
             self.build(var_name=self.var_name, use_variables=self.use_variables)
-        result, qs = _ext.qkeras.quantized_linear(self._input(x), self._operand(), *self._config(training, seed), False,
-                                                 as_out(out))
+        x, x_dtype = self._input(x)
+        result, qs = _ext.qkeras.quantized_linear(x, self._operand(), *self._config(training, seed), False, as_out(out),
+                                                  x_dtype=x_dtype)
         self.quantization_scale = qs
         return result
 
@@ -652,8 +666,9 @@ class quantized_linear(_Quantizer):  # noqa: N801
     def gradient(self, x: Any, grad_output: Any = None) -> np.ndarray:
         """d q(x) / dx = (1 - qnoise_factor) + qnoise_factor * [clip_min <= x / s <= clip_max]; with
         grad_output, grad_output times it."""
-        result, _ = _ext.qkeras.quantized_linear(self._input(x), self._operand(), *self._config(False, None), True, None,
-                                                 grad_output=self._grad_output(grad_output))
+        (x, x_dtype), (g, g_dtype) = self._input(x), self._grad_output(grad_output)
+        result, _ = _ext.qkeras.quantized_linear(x, self._operand(), *self._config(False, None), True, None,
+                                                 grad_output=g, x_dtype=x_dtype, grad_output_dtype=g_dtype)
         return result
 
     def max(self) -> Any:

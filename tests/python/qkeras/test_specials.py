@@ -214,6 +214,35 @@ def test_bfloat16_input_is_its_float32_widening(name, make):
     assert (_bits(make()(x[0, 0])) == _bits(make()(np.float32(x[0, 0])))).all()
 
 
+STOCHASTIC_MAKERS = [
+    ("bits_stochastic", lambda: quantized_bits(4, 0, alpha=1, use_stochastic_rounding=True)),
+    ("relu_stochastic", lambda: quantized_relu(4, 0, use_stochastic_rounding=True)),
+    ("linear_stochastic", lambda: quantized_linear(4, 0, use_stochastic_rounding=True)),
+]
+
+
+@pytest.mark.parametrize("name,make", MAKERS + STOCHASTIC_MAKERS, ids=[m[0] for m in MAKERS + STOCHASTIC_MAKERS])
+def test_bfloat16_widened_inside_the_pass_on_every_kernel_set(name, make):
+    """The core widens a bfloat16 x inside its pass (it travels as its uint16 storage): every
+    bfloat16 code (NaN payloads, +-0, +-inf, subnormals) and a typical tensor whose scale search
+    sees no specials, in vector loops and their tails on every kernel set, give the float32
+    widening's bits; so do training draws and gradients with a bfloat16 upstream gradient."""
+    bf16 = _bfloat16()
+    every_code = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(bf16).reshape(512, 128)
+    typical = (np.random.default_rng(11).standard_normal((37, 131)) * 3).astype(bf16)
+    for isa in ISAS:
+        with kernel_set(isa):
+            for x in (every_code, typical):
+                wide = x.astype(np.float32)
+                assert (_bits(make()(x)) == _bits(make()(wide))).all(), isa
+                drawn, drawn_wide = make()(x, training=True, seed=5), make()(wide, training=True, seed=5)
+                assert (_bits(drawn) == _bits(drawn_wide)).all(), isa
+                for upstream in (None, np.ascontiguousarray(x[::-1])):
+                    got = make().gradient(x, grad_output=upstream)
+                    want = make().gradient(wide, grad_output=None if upstream is None else upstream.astype(np.float32))
+                    assert (_bits(got) == _bits(want)).all(), isa
+
+
 @pytest.mark.parametrize("name,make", MAKERS, ids=[m[0] for m in MAKERS])
 def test_layouts_and_byte_orders_equal_the_native_copy(name, make):
     """Big-endian, Fortran order, negative strides and zero strides give the native contiguous
