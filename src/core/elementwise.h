@@ -38,10 +38,9 @@ void run_elementwise(const ElementwiseCall& call);
 // Converts n values between dtypes as numpy's astype does (float64 -> float32 -> float16 round
 // to nearest even; integer -> float round to nearest). Strides in elements. Contiguous runs go
 // through the conversion kernel of the kernel set in use; convert_values_scalar
-// (kernels/convert/kernels.h) is the spec every kernel equals. `stream`: dst is a large output not
-// read again soon, which a contiguous run may write with non-temporal stores (RowArgs::stream).
+// (kernels/convert/kernels.h) is the spec every kernel equals.
 void convert_values(const void* src, DType src_dtype, std::int64_t src_stride, void* dst, DType dst_dtype,
-                    std::int64_t dst_stride, std::int64_t n, bool stream = false);
+                    std::int64_t dst_stride, std::int64_t n);
 
 // Writes `from` (any dtype and layout, broadcast to out's shape) into `out` (any layout), values
 // converted as convert_values does.

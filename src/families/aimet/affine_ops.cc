@@ -804,7 +804,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
       auto x_done = [&] {
         if (convert_gx) {
           detail::convert_values(b.gx, DType::kFloat32, 1, static_cast<unsigned char*>(grad_x.data) + e * dtype_size(grad_x.dtype),
-                                 grad_x.dtype, 1, cn, stream);
+                                 grad_x.dtype, 1, cn);
         }
       };
       if (want_x && want[0] && want[1]) {  // the usual call: all three (and the forward) in one kernel pass
@@ -819,7 +819,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
         x_done();
         if (convert_value) {
           detail::convert_values(b.value, DType::kFloat32, 1, static_cast<unsigned char*>(output.data) + e * dtype_size(output.dtype),
-                                 output.dtype, 1, cn, stream);
+                                 output.dtype, 1, cn);
         }
         take(0);
         take(1);

@@ -74,34 +74,10 @@ void convert_f32(const void* params, const RowArgs& a) {
   } else if (p.from == DType::kFloat32 && (p.to == DType::kFloat16 || p.to == DType::kBFloat16)) {
     const auto* src = static_cast<const float*>(a.in[0]);
     auto* dst = static_cast<std::uint16_t*>(a.out);
-    // A large output not read again soon (a.stream) is streamed past the caches, which saves the
-    // read of each line before it is written: from the first vector-aligned element on, the
-    // elements before it going to the spec.
-    const std::uintptr_t misalign = reinterpret_cast<std::uintptr_t>(dst) % (L * sizeof(std::uint16_t));
-    const bool stream = a.stream && misalign % sizeof(std::uint16_t) == 0;
-    if (stream && misalign != 0) {
-      j = std::min<std::int64_t>(n, static_cast<std::int64_t>((L * sizeof(std::uint16_t) - misalign) / sizeof(std::uint16_t)));
-      convert_values_scalar(src, p.from, 1, dst, p.to, 1, j);
-    }
-    auto narrow16 = [&](auto to_code) {
-      if (stream) {
-        for (; j + L <= n; j += L) to_code(dst + j, Vec::loadu(src + j), std::true_type{});
-        Vec::fence();
-      } else {
-        for (; j + L <= n; j += L) to_code(dst + j, Vec::loadu(src + j), std::false_type{});
-      }
-    };
-    if (p.to == DType::kFloat16) {  // the hardware's rounding is the spec's
-      narrow16([](std::uint16_t* d, Vec::F v, auto streamed) {
-        if constexpr (decltype(streamed)::value) Vec::stream_half(d, v);
-        else Vec::store_half(d, v);
-      });
+    if (p.to == DType::kFloat16) {
+      for (; j + L <= n; j += L) Vec::store_half(dst + j, Vec::loadu(src + j));  // the hardware's rounding is the spec's
     } else {
-      narrow16([](std::uint16_t* d, Vec::F v, auto streamed) {
-        const Vec::I code = convert_detail::float_to_bfloat16_bits(Vec::bits(v));
-        if constexpr (decltype(streamed)::value) Vec::stream_u16(d, code);
-        else Vec::store_u16(d, code);
-      });
+      for (; j + L <= n; j += L) Vec::store_u16(dst + j, convert_detail::float_to_bfloat16_bits(Vec::bits(Vec::loadu(src + j))));
     }
   } else if (p.to == DType::kFloat32) {
     switch (p.from) {

@@ -95,9 +95,6 @@ struct Vec {
   static void store_u16(std::uint16_t* p, I a) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
   }
-  static void stream_u16(std::uint16_t* p, I a) {  // non-temporal; p 16-byte aligned
-    _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
-  }
   // float16 codes <-> float32 in hardware (F16C). Widening is exact except that it quiets a
   // signaling NaN (0x7C01 -> 0x7FC02000); narrowing rounds to nearest even by the immediate (not
   // MXCSR), and is bit for bit float_to_half_bits: a NaN becomes 0x7E00 | the payload's top 10 bits
@@ -105,9 +102,6 @@ struct Vec {
   static F load_half(const std::uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void store_half(std::uint16_t* p, F a) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  static void stream_half(std::uint16_t* p, F a) {  // non-temporal; p 16-byte aligned
-    _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   // 8-bit codes (float8/6/4, e8m0, sub-byte integers one per byte) zero-extended to 32-bit lanes,
   // and back (lanes <= 0xFF).

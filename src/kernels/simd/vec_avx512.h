@@ -81,9 +81,6 @@ struct Vec {
   // 16-bit codes (float16, bfloat16) zero-extended to 32-bit lanes, and back (lanes <= 0xFFFF).
   static I load_u16(const std::uint16_t* p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static void store_u16(std::uint16_t* p, I a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(a)); }
-  static void stream_u16(std::uint16_t* p, I a) {  // non-temporal; p 32-byte aligned
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(a));
-  }
   // float16 codes <-> float32 in hardware (F16C's conversions, widened to 16 lanes). Widening is
   // exact except that it quiets a signaling NaN (0x7C01 -> 0x7FC02000); narrowing rounds to
   // nearest even by the immediate (not MXCSR), and is bit for bit float_to_half_bits: a NaN becomes
@@ -91,9 +88,6 @@ struct Vec {
   static F load_half(const std::uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static void store_half(std::uint16_t* p, F a) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  static void stream_half(std::uint16_t* p, F a) {  // non-temporal; p 32-byte aligned
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   // 8-bit codes (float8/6/4, e8m0, sub-byte integers one per byte) zero-extended to 32-bit lanes,
   // and back (lanes <= 0xFF).
