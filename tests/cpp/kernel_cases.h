@@ -57,8 +57,8 @@ class Params {
 // One check of an op's optimized kernel against its scalar reference (test_kernels.cc):
 //   kRows          rows of 1..70, 127..129, 255, 1000 and 4099 elements, misaligned starts, every
 //                  broadcast pattern of the operands, streaming stores on and off;
-//   kPerRowParams  blocked parameters: operands 1 and 2 one value per row of row_len elements
-//                  (RowArgs::per_row_mask, AIMET's blockwise encodings);
+//   kPerRowParams  blocked parameters: the parameter operands (Operand::param) one value per row
+//                  of row_len elements (RowArgs::per_row_mask, AIMET's blockwise encodings);
 //   kRepeatedRows  repeated-row operands (RowArgs::repeated_row_mask: a per-channel parameter on
 //                  channels-last rows, fused into one call), every mask of them, x included.
 // Every result must equal the reference's bit for bit, NaN payloads and signs included.

@@ -1235,6 +1235,7 @@ void affine_backward(AffineOp op, const TensorView& grad_output, const TensorVie
     call.op = detail::KernelOp::kAffineGrad;
     call.work = w.work;
     call.params = &p;
+    call.per_row_operands = true;  // blocked parameters passed compact (not repeated over each block)
     call.repeated_row_operands = true;
     detail::run_elementwise(call);
   };

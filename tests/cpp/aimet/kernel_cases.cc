@@ -119,7 +119,7 @@ KernelCases kernel_cases_affine_grad() {
         const std::string what = "affine_grad kind " + std::to_string(static_cast<int>(kind)) + " of " +
                                  std::to_string(static_cast<int>(of)) + " grid [" + std::to_string(lo) + "," + std::to_string(hi) + "]";
         c.checks.push_back({Kind::kRows, what, params, ops});
-        // (no kPerRowParams: the op passes no blocked operands to this kernel; it hands them to the spec)
+        c.checks.push_back({Kind::kPerRowParams, what, params, ops});  // blocks (fused backward, engine)
         if (hi <= 255) c.checks.push_back({Kind::kRepeatedRows, what, params, ops});
       }
     }

@@ -90,19 +90,24 @@ void check_against_reference(const KernelEntry& e, const void* params, const std
   }
 }
 
-// Blocked parameters (AIMET's blockwise encodings): the scale / offset one value per row of
-// row_len elements (per-row operands, ElementwiseCall::per_row_operands) or broadcast, x running
-// on, against the reference.
+// Blocked parameters (AIMET's blockwise encodings): every non-empty set of the parameter operands
+// (Operand::param: the scale and offset) one value per row of row_len elements (per-row operands,
+// ElementwiseCall::per_row_operands), each other parameter per row too, broadcast or running on, the
+// data operands (x; a gradient's upstream gradient) running on, against the reference.
 void check_per_row_params(const KernelEntry& e, const void* params, const std::vector<Operand>& ops) {
   const RowKernel ref = reference_kernel(e.op, e.work);
+  std::uint32_t param_mask = 0;
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k].param) param_mask |= 1u << k;
+  }
   for (std::int64_t row_len : {1, 3, 15, 16, 17, 32, 100}) {
     for (std::int64_t rows : {1, 2, 7}) {
       const std::int64_t n = rows * row_len;
-      for (std::uint32_t per_row : {2u, 4u, 6u}) {
-        for (std::uint32_t broadcast : {0u, 2u, 4u}) {
-          if ((broadcast & per_row) != 0) continue;
+      for (std::uint32_t per_row = param_mask; per_row != 0; per_row = (per_row - 1) & param_mask) {
+        const std::uint32_t others = param_mask & ~per_row;
+        for (std::uint32_t broadcast = others;; broadcast = (broadcast - 1) & others) {
           RowArgs a;
-          for (int k = 0; k < 3; ++k) a.in[static_cast<std::size_t>(k)] = ops[static_cast<std::size_t>(k)].f32.data();
+          for (std::size_t k = 0; k < ops.size(); ++k) a.in[k] = ops[k].f32.data();
           a.per_row_mask = per_row;
           a.broadcast_mask = broadcast;
           a.row_len = row_len;
@@ -118,6 +123,7 @@ void check_per_row_params(const KernelEntry& e, const void* params, const std::v
                           << " broadcast=" << broadcast << ": " << r.message();
             return;
           }
+          if (broadcast == 0) break;
         }
       }
     }
