@@ -577,6 +577,8 @@ constexpr std::int64_t kGradChunk = 2048;
 // Short runs batched into one chunk: at most this many (each an exact-sums segment, whose spills
 // need room: detail::exact_sums_spill_room).
 constexpr std::int64_t kMaxSegments = 128;
+// Parameter elements per task when the exact sums are rounded into a float32 gradient.
+constexpr std::int64_t kRoundingGrain = 16384;
 
 // The engine's shape for the walk: the innermost run (the trailing dimensions along which both
 // parameters' element indices advance by a fixed 0 or 1 per element, merged) and the dimensions
@@ -951,9 +953,12 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
       detail::ExactSums<detail::ExactSumFloat32> exact(static_cast<std::int64_t>(params[k].size()));
       for (const auto& [target, value] : contributions[k]) exact.add(target, value);
       if (out.dtype == DType::kFloat32 && out.is_contiguous() && out.numel() == static_cast<std::int64_t>(params[k].size())) {
-        // write_sums' values without its float64 staging (per block: 131072 of them at 16 Mi)
+        // write_sums' values without its float64 staging (per block: 131072 of them at 16 Mi),
+        // rounded by every thread: each element's rounding reads only its own sum
         auto* o = static_cast<float*>(out.data);
-        for (std::int64_t t = 0; t < out.numel(); ++t) o[t] = detail::narrow_to<float>(exact.to_float(t), w.narrow);
+        detail::parallel_for(out.numel(), kRoundingGrain, [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t t = begin; t < end; ++t) o[t] = detail::narrow_to<float>(exact.to_float(t), w.narrow);
+        });
         continue;
       }
       sums.resize(params[k].size());
