@@ -23,7 +23,6 @@ __all__ = ["quantized_bits", "quantized_relu", "quantized_linear", "get_quantize
 # The core's attribute structs (polyquant/qkeras.h), bound with read-write fields: each call fills
 # them from the quantizer's resolved configuration and passes them with the tensors.
 _qk = _ext.qkeras
-_BFLOAT16_CODE = _ext.dtype_code("bfloat16")
 
 _ALPHA_STRINGS = ["auto", "auto_po2"]
 _DATA_FORMATS = ("channels_last", "channels_first")
@@ -240,9 +239,11 @@ def _core_operand(value: Any, name: str) -> tuple[Any, int]:
     quantized as its exact float32 widening; the core widens it inside its pass, so it travels as
     its uint16 storage with bfloat16's code (a CPU torch tensor viewed as one, not copied)."""
     if torch_autograd.is_tensor(value) and value.device.type == "cpu" and str(value.dtype) == "torch.bfloat16":
+        import ml_dtypes  # noqa: PLC0415
         import torch  # noqa: PLC0415 (only for torch tensors)
 
-        return np.from_dlpack(value.view(torch.int16)).view(np.uint16), _BFLOAT16_CODE
+        # numpy reads no bfloat16 through DLPack: the int16 bits, viewed as ml_dtypes' bfloat16
+        value = np.from_dlpack(value.view(torch.int16)).view(ml_dtypes.bfloat16)
     if isinstance(value, (np.ndarray, np.generic)) and value.dtype.name == "bfloat16":
         return operands.operand(value, name)
     return _as_array(value, name), -1
