@@ -284,6 +284,25 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
         policy.store(out + j, body(v));
       }
     }
+  } else if (kN > 2 && (a.broadcast_mask & kAllMask) == (kParamsMask & ~2u) && a.repeated_row_mask == 0) {
+    // Two running operands (a gradient and x) against parameters in registers: the gradients'
+    // rows (AIMET's backward), with the loop's choices made once.
+    for (int k = 2; k < kN; ++k) v[k] = splats[k];
+    const float* s0 = src[0];
+    const float* s1 = src[1];
+    if (stream) {
+      for (; j + L <= n; j += L) {
+        v[0] = Vec::loadu(s0 + j);
+        v[1] = Vec::loadu(s1 + j);
+        policy.stream(out + j, body(v));
+      }
+    } else {
+      for (; j + L <= n; j += L) {
+        v[0] = Vec::loadu(s0 + j);
+        v[1] = Vec::loadu(s1 + j);
+        policy.store(out + j, body(v));
+      }
+    }
   } else if (a.repeated_row_mask == 0) {
     for (; j + L <= n; j += L) {
       for (int k = 0; k < kN; ++k) v[k] = a.is_broadcast(k) ? splats[k] : Vec::loadu(src[k] + j);
