@@ -225,6 +225,33 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
         }
         if (j < start + len) partial(j, start + len - j);
       }
+    } else if (kN > 2 && ((per_row | a.broadcast_mask) & 3u) == 0 &&
+               ((per_row | a.broadcast_mask) & kParamsMask & ~2u) == (kParamsMask & ~2u) && a.repeated_row_mask == 0) {
+      // Two operands run on (a gradient and x: AIMET's blockwise backward), every parameter one
+      // value or one per row: the parameters in registers, as in the row loop without rows.
+      const float* s0 = src[0];
+      const float* s1 = src[1];
+      for (std::int64_t row = 0, start = 0; start < n; ++row, start += len) {
+        for (int k = 2; k < kN; ++k) {
+          if ((per_row >> k) & 1u) splats[k] = Vec::splat(src[k][row]);
+          v[k] = splats[k];
+        }
+        std::int64_t j = start;
+        if (stream) {
+          for (; j + L <= start + len; j += L) {
+            v[0] = Vec::loadu(s0 + j);
+            v[1] = Vec::loadu(s1 + j);
+            policy.stream(out + j, body(v));
+          }
+        } else {
+          for (; j + L <= start + len; j += L) {
+            v[0] = Vec::loadu(s0 + j);
+            v[1] = Vec::loadu(s1 + j);
+            policy.store(out + j, body(v));
+          }
+        }
+        if (j < start + len) partial(j, start + len - j);
+      }
     } else {
       // Any mix (several operands run on, e.g. a gradient and x); repeated-row operands are read at
       // the offset within the row.
