@@ -144,7 +144,7 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
   const Vec::F zero = Vec::zero();
   // v = rint(x / s) - o, the level before the clamp; `then` where lo <= v <= hi (both ordered
   // comparisons: false for NaN), else `otherwise`.
-  auto if_in_range = [&](Vec::F v, Vec::F then, Vec::F otherwise) POLYQUANT_ALWAYS_INLINE {
+  auto if_in_range = [lo, hi](Vec::F v, Vec::F then, Vec::F otherwise) POLYQUANT_ALWAYS_INLINE {
     return Vec::select(Vec::mask_and(Vec::ge(v, lo), Vec::le(v, hi)), then, otherwise);
   };
   switch (p.kind) {
@@ -200,7 +200,7 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
           });
           return;
         case AffineGradOf::kAll: {  // each as its own case (and the forward, affine_rows) computes it
-          auto grads = [&](const Vec::F* v, Vec::F& level, Vec::F& d_scale, Vec::F& d_offset) POLYQUANT_ALWAYS_INLINE {
+          auto grads = [=](const Vec::F* v, Vec::F& level, Vec::F& d_scale, Vec::F& d_offset) POLYQUANT_ALWAYS_INLINE {
             const Vec::F scaled = Vec::div(v[1], v[2]);
             const Vec::F rounded = Vec::rint(scaled);
             level = Vec::sub(rounded, v[3]);
@@ -214,7 +214,7 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
           if (g.value_out == nullptr) {
             for_each_vector<4, FloatOuts<3>>(
                 a,
-                [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+                [=](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
                   Vec::F level, d_scale, d_offset;
                   const Vec::F dx = grads(v, level, d_scale, d_offset);
                   return Vectors<3>{{dx, d_scale, d_offset}};
@@ -226,7 +226,7 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
           const bool canonical = p.canonical_nan;
           for_each_vector<4, FloatOuts<4>>(
               a,
-              [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+              [=](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
                 Vec::F level, d_scale, d_offset;
                 const Vec::F dx = grads(v, level, d_scale, d_offset);
                 Vec::F value = Vec::mul(Vec::add(torch_clamp_v(level, lo, hi), v[3]), v[2]);

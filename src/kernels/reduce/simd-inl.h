@@ -246,10 +246,9 @@ void group_min_max_f32(const void* params, const RowArgs& a) {
 }
 
 // Exact sums (ExactSumsParams): per element, each vector's lanes join their accumulators where the
-// add is exact; otherwise the 32 lanes stay in registers and take the run in blocks: a narrow
-// block's lane sums (plain vector adds) join with one check per lane, any other block and the
-// whole rows after the blocks join term by term. Refused lanes spill in lane order, which is the
-// scalar spec's order.
+// add is exact; otherwise the 32 lanes take the run in blocks: a narrow block's lane sums (plain
+// vector adds) join with one check per lane, any other block and the whole rows after the blocks
+// join term by term. Refused lanes spill in lane order, which is the scalar spec's order.
 void exact_sums_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const ExactSumsParams*>(params);
   constexpr int L = Vec::kLanes;
@@ -282,24 +281,30 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
   }
   static_assert(V == 32, "Lanes32 holds the virtual lanes");
   const Vec::I magnitude = Vec::splat_i(0x7FFFFFFF), zero_i = Vec::splat_i(0), one_i = Vec::splat_i(1);
-  // Every lane plain (exact_sums_lane_is_plain): a block of zeros may then be skipped.
+  // Every lane plain (exact_sums_lane_is_plain): a block of zeros may then be skipped. Asked only
+  // when a block of zeros comes (the lanes' `plain` state: 1 yes, 0 no, -1 not known yet).
   auto all_plain = [](const double* memory) {
     bool plain = true;
     for (int l = 0; l < V; ++l) plain = plain && exact_sums_lane_is_plain(memory[l]);
     return plain;
   };
+  auto lanes_are_plain = [&](const double* memory, int& plain) {
+    if (plain < 0) plain = all_plain(memory) ? 1 : 0;
+    return plain == 1;
+  };
   // The lanes (in `memory`) whose joins of value[l] were refused: spilled (index `label`, or the
-  // lane where label < 0) and restarted at value[l], in lane order. Returns all_plain afterwards.
+  // lane where label < 0) and restarted at value[l], in lane order. The lanes' plain state is then
+  // not known.
   auto spill_refused = [&](double* memory, const auto* value, std::uint32_t refused, std::int64_t label) {
     for (int l = 0; l < V; ++l) {
       if (((refused >> l) & 1u) == 0) continue;
       exact_sums_spill(p, memory[l], label < 0 ? l : label);
       memory[l] = static_cast<double>(value[l]);
     }
-    return all_plain(memory);
+    return -1;
   };
   // Row t[0 .. 32) term by term into the lanes.
-  auto add_row = [&](Vec::Lanes32& lanes, double* memory, bool& plain, const float* t, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
+  auto add_row = [&](Vec::Lanes32& lanes, double* memory, int& plain, const float* t, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
     const std::uint32_t refused = Vec::add_exact_lanes32(lanes, t);
     if (refused != 0) [[unlikely]] {
       Vec::store_lanes32(memory, lanes);
@@ -327,65 +332,80 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
   // The span's largest magnitude and smallest nonzero magnitude as bits (exact_sums_span_is_narrow's operands).
   auto largest_bits = [](const Span& span) { return static_cast<std::uint32_t>(Vec::reduce_max_i(span.largest)); };
   auto smallest_bits = [](const Span& span) { return Vec::reduce_min_u(span.smallest_less_one) + 1u; };
-  // The block t[0 .. 32 m) into the lanes (exact_sums_block): in one pass the lane sums and the
-  // block's span, from which exact_sums_block_is_narrow's answer. `fresh`: the lanes are a
+  // The block t[0 .. 32 m) into the lanes, whose home is `memory` (exact_sums_block): the block's
+  // span, from which exact_sums_block_is_narrow's answer, and its lane sums (zeros leave a lane sum
+  // as it is: +0 stays +0; a block that is not narrow drops them), joined with one check per lane.
+  // Registers: the lanes wait in memory, and the block is summed in two halves of 16 lanes (every
+  // row's first 16 terms, then its last 16). With 32 lanes, 32 sums and the span live at once, AVX2's
+  // 16 registers spilled in the summing loop. (A test per row to skip rows of zeros, the offset
+  // gradient's common case, cost the other rows more than it saved.) `fresh`: the lanes are a
   // segment's +0 lanes, which take any finite lane sum exactly.
-  auto add_block = [&](Vec::Lanes32& lanes, double* memory, bool& plain, bool fresh, const float* t, int m, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
+  auto add_block = [&](double* memory, int& plain, bool fresh, const float* t, int m, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
     Span span = no_span();
     Vec::Lanes32 sum = Vec::zero_lanes32();
-    for (int i = 0; i < m; ++i) {
-      const float* row = t + V * i;
-      // zeros leave a lane sum as it is (+0 stays +0)
-      if (scan_row(span, row)) Vec::add_lanes32(sum, Vec::widen_lanes32(row));
-    }
+    auto half = [&]<int h>() POLYQUANT_ALWAYS_INLINE {  // lanes [16 h, 16 h + 16) of every row
+      for (int i = 0; i < m; ++i) {
+        const float* part = t + V * i + 16 * h;
+        for (int k = 0; k < 16; k += L) {
+          const Vec::I bits = Vec::and_i(Vec::bits(Vec::loadu(part + k)), magnitude);
+          span.largest = Vec::max_i(span.largest, bits);
+          span.smallest_less_one = Vec::min_u(span.smallest_less_one, Vec::sub_i(bits, one_i));
+        }
+        Vec::template add_half_lanes32<h>(sum, part);
+      }
+    };
+    half.template operator()<0>();
+    half.template operator()<1>();
     const std::uint32_t max_bits = largest_bits(span);
-    if (max_bits == 0 && plain) return;  // zeros join plain lanes without changing them
+    if (max_bits == 0 && lanes_are_plain(memory, plain)) return;  // zeros join plain lanes without changing them
     if (exact_sums_span_is_narrow(max_bits, smallest_bits(span), m)) [[likely]] {
       if (fresh) {
-        lanes = sum;
+        Vec::store_lanes32(memory, sum);
         return;
       }
-      const std::uint32_t refused = Vec::join_exact_lanes32(lanes, sum);
+      Vec::Lanes32 lanes = Vec::load_lanes32(memory);
+      const std::uint32_t refused = Vec::join_exact_lanes32(lanes, sum);  // refused lanes unchanged
+      Vec::store_lanes32(memory, lanes);
       if (refused != 0) [[unlikely]] {
         alignas(64) double sums[V];
         Vec::store_lanes32(sums, sum);
-        Vec::store_lanes32(memory, lanes);
         plain = spill_refused(memory, sums, refused, label);
-        lanes = Vec::load_lanes32(memory);
       }
       return;
     }
+    Vec::Lanes32 lanes = Vec::load_lanes32(memory);
     for (int i = 0; i < m; ++i) add_row(lanes, memory, plain, t + V * i, label);
+    Vec::store_lanes32(memory, lanes);
   };
-  // A run (segment) of n terms into the lanes, whose home is `memory` (exact_sums_run): the
-  // blocks, the whole rows left, then the last terms in scalar; `fresh`: the lanes start at +0.
-  // Leaves the lanes in `memory` and returns whether the scalar tail ran (the registers are then
-  // stale).
-  auto run_lanes = [&](Vec::Lanes32& lanes, double* memory, bool plain, bool fresh, const float* t, std::int64_t n, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
+  // A run (segment) of n terms into the lanes in `memory` (exact_sums_run): the blocks, the whole
+  // rows left, then the last terms in scalar; `fresh`: the lanes start at +0.
+  auto run_lanes = [&](double* memory, int plain, bool fresh, const float* t, std::int64_t n, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
     const int m = exact_sums_block_rows(n);
     std::int64_t k = 0;
     if (m > 0) {
-      for (; k + V * m <= n; k += V * m) add_block(lanes, memory, plain, fresh && k == 0, t + k, m, label);
+      for (; k + V * m <= n; k += V * m) add_block(memory, plain, fresh && k == 0, t + k, m, label);
     }
-    for (; k + V <= n; k += V) add_row(lanes, memory, plain, t + k, label);
-    Vec::store_lanes32(memory, lanes);
-    if (k == n) return false;
+    if (k + V <= n) {
+      Vec::Lanes32 lanes = Vec::load_lanes32(memory);
+      for (; k + V <= n; k += V) add_row(lanes, memory, plain, t + k, label);
+      Vec::store_lanes32(memory, lanes);
+    }
+    if (k == n) return;
     const std::int64_t first = *p.spill_count;
     for (; k < n; ++k) exact_sums_add(memory, k % V, t[k], p);
     if (label >= 0) {
       for (std::int64_t c = first; c < *p.spill_count; ++c) p.spill_index[c] = static_cast<std::int32_t>(label);
     }
-    return true;
   };
   if (p.segment > 0) {
     const std::int64_t seg = p.segment, segments = a.n / seg;
     // The spec's steps for segment s.
     auto spec_segment = [&](std::int64_t s) {
       alignas(64) double memory[V];
-      Vec::Lanes32 lanes = Vec::zero_lanes32();
-      const bool tail = run_lanes(lanes, memory, true, true, x + s * seg, seg, s);
+      Vec::store_lanes32(memory, Vec::zero_lanes32());
+      run_lanes(memory, 1, true, x + s * seg, seg, s);
       double folded;
-      if (!tail && Vec::fold_lanes32(lanes, folded)) {
+      if (Vec::fold_lanes32(Vec::load_lanes32(memory), folded)) {
         exact_sums_join(acc, s, folded, p);
         return;
       }
@@ -426,6 +446,5 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
     for (; s < segments; ++s) spec_segment(s);
     return;
   }
-  Vec::Lanes32 lanes = Vec::load_lanes32(acc);
-  run_lanes(lanes, acc, all_plain(acc), false, x, a.n, -1);
+  run_lanes(acc, -1, false, x, a.n, -1);
 }

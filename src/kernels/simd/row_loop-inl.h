@@ -231,6 +231,8 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
       // value or one per row: the parameters in registers, as in the row loop without rows.
       const float* s0 = src[0];
       const float* s1 = src[1];
+      const Out local_policy = policy;  // local copies: see the loop without rows below
+      auto local_body = body;
       for (std::int64_t row = 0, start = 0; start < n; ++row, start += len) {
         for (int k = 2; k < kN; ++k) {
           if ((per_row >> k) & 1u) splats[k] = Vec::splat(src[k][row]);
@@ -241,13 +243,13 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
           for (; j + L <= start + len; j += L) {
             v[0] = Vec::loadu(s0 + j);
             v[1] = Vec::loadu(s1 + j);
-            policy.stream(out + j, body(v));
+            local_policy.stream(out + j, local_body(v));
           }
         } else {
           for (; j + L <= start + len; j += L) {
             v[0] = Vec::loadu(s0 + j);
             v[1] = Vec::loadu(s1 + j);
-            policy.store(out + j, body(v));
+            local_policy.store(out + j, local_body(v));
           }
         }
         if (j < start + len) partial(j, start + len - j);
@@ -317,17 +319,23 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
     for (int k = 2; k < kN; ++k) v[k] = splats[k];
     const float* s0 = src[0];
     const float* s1 = src[1];
+    // Local copies of the output policy and the body: `partial` takes both by reference, so the
+    // originals' members (the extra outputs' pointers, a body's captured constants) were reloaded
+    // from the stack after every store (a float store may alias them); the copies stay in
+    // registers where the body captures by value.
+    const Out local_policy = policy;
+    auto local_body = body;
     if (stream) {
       for (; j + L <= n; j += L) {
         v[0] = Vec::loadu(s0 + j);
         v[1] = Vec::loadu(s1 + j);
-        policy.stream(out + j, body(v));
+        local_policy.stream(out + j, local_body(v));
       }
     } else {
       for (; j + L <= n; j += L) {
         v[0] = Vec::loadu(s0 + j);
         v[1] = Vec::loadu(s1 + j);
-        policy.store(out + j, body(v));
+        local_policy.store(out + j, local_body(v));
       }
     }
   } else if (a.repeated_row_mask == 0) {

@@ -212,6 +212,12 @@ struct Vec {
   static void add_lanes32(Lanes32& acc, const Lanes32& w) {
     for (int i = 0; i < 8; ++i) acc.v[i] = _mm256_add_pd(acc.v[i], w.v[i]);
   }
+  // Lanes [16 h, 16 h + 16) of acc += double(t[0 .. 16)), rounded as float64 adds are: half a
+  // row at a time, so a loop over rows keeps only that half of the sums in registers.
+  template <int h>
+  static void add_half_lanes32(Lanes32& acc, const float* t) {
+    for (int i = 0; i < 4; ++i) acc.v[4 * h + i] = _mm256_add_pd(acc.v[4 * h + i], _mm256_cvtps_pd(_mm_loadu_ps(t + 4 * i)));
+  }
   // Lane l of acc takes w[l] where that add is exact (add_exact_f64's rule); the returned mask has
   // bit l set where it is not (that lane unchanged).
   static std::uint32_t join_exact_lanes32(Lanes32& acc, const Lanes32& w) {

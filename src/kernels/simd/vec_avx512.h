@@ -193,6 +193,11 @@ struct Vec {
     return {{_mm512_cvtps_pd(_mm512_castps512_ps256(a)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)),
              _mm512_cvtps_pd(_mm512_castps512_ps256(b)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1))}};
   }
+  // Lanes [16 h, 16 h + 16) of acc += double(t[0 .. 16)), rounded as float64 adds are (half a row).
+  template <int h>
+  static void add_half_lanes32(Lanes32& acc, const float* t) {
+    for (int i = 0; i < 2; ++i) acc.v[2 * h + i] = _mm512_add_pd(acc.v[2 * h + i], _mm512_cvtps_pd(_mm256_loadu_ps(t + 8 * i)));
+  }
   // acc += w lane by lane, rounded as float64 adds are (the caller knows they are exact).
   static void add_lanes32(Lanes32& acc, const Lanes32& w) {
     for (int i = 0; i < 4; ++i) acc.v[i] = _mm512_add_pd(acc.v[i], w.v[i]);
