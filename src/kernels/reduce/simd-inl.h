@@ -318,33 +318,15 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
     Vec::I largest, smallest_less_one;
   };
   auto no_span = [&] { return Span{zero_i, Vec::splat_i(-1)}; };
-  // Row t[0 .. 32) into the span; whether it holds a nonzero term.
-  auto scan_row = [&](Span& span, const float* row) POLYQUANT_ALWAYS_INLINE {
-    Vec::I any = zero_i;
-    for (int k = 0; k < V; k += L) {
-      const Vec::I bits = Vec::and_i(Vec::bits(Vec::loadu(row + k)), magnitude);
-      any = Vec::or_i(any, bits);
-      span.largest = Vec::max_i(span.largest, bits);
-      span.smallest_less_one = Vec::min_u(span.smallest_less_one, Vec::sub_i(bits, one_i));
-    }
-    return Vec::mask_bits(Vec::gt_i(any, zero_i)) != 0;
-  };
   // The span's largest magnitude and smallest nonzero magnitude as bits (exact_sums_span_is_narrow's operands).
   auto largest_bits = [](const Span& span) { return static_cast<std::uint32_t>(Vec::reduce_max_i(span.largest)); };
   auto smallest_bits = [](const Span& span) { return Vec::reduce_min_u(span.smallest_less_one) + 1u; };
-  // The block t[0 .. 32 m) into the lanes, whose home is `memory` (exact_sums_block): the block's
-  // span, from which exact_sums_block_is_narrow's answer, and its lane sums (zeros leave a lane sum
-  // as it is: +0 stays +0; a block that is not narrow drops them), joined with one check per lane.
-  // Registers: the lanes wait in memory, and the block is summed in two halves of 16 lanes (every
-  // row's first 16 terms, then its last 16). With 32 lanes, 32 sums and the span live at once, AVX2's
-  // 16 registers spilled in the summing loop. (A test per row to skip rows of zeros, the offset
-  // gradient's common case, cost the other rows more than it saved.) `fresh`: the lanes are a
-  // segment's +0 lanes, which take any finite lane sum exactly.
-  auto add_block = [&](double* memory, int& plain, bool fresh, const float* t, int m, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
-    Span span = no_span();
-    Vec::Lanes32 sum = Vec::zero_lanes32();
+  // Rows t[0 .. 32 rows) into the span and into the lane sums `sum` (rounded as float64 adds are),
+  // in two halves of 16 lanes: every row's first 16 terms, then its last 16, so that only half of
+  // the sums is live in each loop (see add_block).
+  auto span_and_sum = [&](Span& span, Vec::Lanes32& sum, const float* t, std::int64_t rows) POLYQUANT_ALWAYS_INLINE {
     auto half = [&]<int h>() POLYQUANT_ALWAYS_INLINE {  // lanes [16 h, 16 h + 16) of every row
-      for (int i = 0; i < m; ++i) {
+      for (std::int64_t i = 0; i < rows; ++i) {
         const float* part = t + V * i + 16 * h;
         for (int k = 0; k < 16; k += L) {
           const Vec::I bits = Vec::and_i(Vec::bits(Vec::loadu(part + k)), magnitude);
@@ -356,8 +338,22 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
     };
     half.template operator()<0>();
     half.template operator()<1>();
+  };
+  // The block t[0 .. 32 m) into the lanes, whose home is `memory` (exact_sums_block): the block's
+  // span, from which exact_sums_block_is_narrow's answer, and its lane sums (zeros leave a lane sum
+  // as it is: +0 stays +0; a block that is not narrow drops them), joined with one check per lane.
+  // Registers: the lanes wait in memory, and the block is summed in two halves of 16 lanes (every
+  // row's first 16 terms, then its last 16). With 32 lanes, 32 sums and the span live at once, AVX2's
+  // 16 registers spilled in the summing loop. (A test per row to skip rows of zeros, the offset
+  // gradient's common case, cost the other rows more than it saved.) `fresh`: the lanes are a
+  // segment's +0 lanes, which take any finite lane sum exactly.
+  auto add_block = [&](double* memory, int& plain, bool fresh, const float* t, int m, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
+    Span span = no_span();
+    Vec::Lanes32 sum = Vec::zero_lanes32();
+    span_and_sum(span, sum, t, m);
     const std::uint32_t max_bits = largest_bits(span);
-    if (max_bits == 0 && lanes_are_plain(memory, plain)) return;  // zeros join plain lanes without changing them
+    // zeros join plain lanes without changing them (fresh lanes take them: that writes memory)
+    if (max_bits == 0 && !fresh && lanes_are_plain(memory, plain)) return;
     if (exact_sums_span_is_narrow(max_bits, smallest_bits(span), m)) [[likely]] {
       if (fresh) {
         Vec::store_lanes32(memory, sum);
@@ -373,7 +369,7 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
       }
       return;
     }
-    Vec::Lanes32 lanes = Vec::load_lanes32(memory);
+    Vec::Lanes32 lanes = fresh ? Vec::zero_lanes32() : Vec::load_lanes32(memory);
     for (int i = 0; i < m; ++i) add_row(lanes, memory, plain, t + V * i, label);
     Vec::store_lanes32(memory, lanes);
   };
@@ -399,10 +395,10 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
   };
   if (p.segment > 0) {
     const std::int64_t seg = p.segment, segments = a.n / seg;
-    // The spec's steps for segment s.
+    // The spec's steps for segment s. With whole blocks the first (fresh) block writes every lane.
     auto spec_segment = [&](std::int64_t s) {
       alignas(64) double memory[V];
-      Vec::store_lanes32(memory, Vec::zero_lanes32());
+      if (exact_sums_block_rows(seg) == 0) std::fill(memory, memory + V, 0.0);
       run_lanes(memory, 1, true, x + s * seg, seg, s);
       double folded;
       if (Vec::fold_lanes32(Vec::load_lanes32(memory), folded)) {
@@ -412,34 +408,28 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
       // a fold that would round: the spec's scalar steps
       exact_sums_join(acc, s, exact_sums_fold_lanes(memory, s, p), p);
     };
-    // Short segments of whole rows go in groups of kGroupTerms terms. Where the group's terms are
-    // narrow for a segment's length (exact_sums_span_is_narrow with seg terms: then so is each
-    // segment), every add of the spec's blocks, rows and fold in each segment is exact, so the spec
-    // spills nothing and joins acc[s] with the segment's exact sum, which plain float64 adds in any
-    // order give. So such a group sums each segment in plain vector adds and takes one scan and one
-    // test for the group, where the spec's steps pay a block test and a checked fold per segment
-    // (AIMET's blocks of 128: about half the sums' time). Any other group takes the spec's steps.
-    constexpr std::int64_t kGroupTerms = 1024;
-    const std::int64_t group = seg % V == 0 ? kGroupTerms / seg : 0;
+    // Short segments of whole rows (AIMET's blocks): where a segment's terms are narrow for its
+    // length (exact_sums_span_is_narrow with seg terms), every add of the spec's blocks, rows and
+    // fold in it is exact, so the spec spills nothing and joins acc[s] with the segment's exact
+    // sum, which plain float64 adds in any order give. Such a segment takes one pass (its span and
+    // lane sums) and one test, where the spec's steps pay a block test and a checked fold; any
+    // other segment takes the spec's steps. (The test used to be made per group of 1024 terms:
+    // with AIMET's blocks of 128, whose scale terms off the grid are up to qmax times the others,
+    // most groups failed it, and every segment of those took the spec's steps.)
+    constexpr std::int64_t kShortTerms = 512;
     std::int64_t s = 0;
-    if (group >= 2) {
+    if (seg % V == 0 && seg <= kShortTerms) {
       const std::int64_t rows = seg / V;
-      for (; s + group <= segments; s += group) {
-        const float* t = x + s * seg;
+      for (; s < segments; ++s) {
         Span span = no_span();
-        double sums[kGroupTerms / V];  // group <= kGroupTerms / V: seg is a multiple of V
-        for (std::int64_t i = 0; i < group; ++i) {
-          Vec::Lanes32 lanes = Vec::zero_lanes32();
-          for (std::int64_t r = 0; r < rows; ++r) {
-            const float* row = t + V * (i * rows + r);
-            if (scan_row(span, row)) Vec::add_lanes32(lanes, Vec::widen_lanes32(row));
-          }
-          Vec::fold_lanes32(lanes, sums[i]);  // the sum; its exactness follows from the test below
-        }
+        Vec::Lanes32 lanes = Vec::zero_lanes32();
+        span_and_sum(span, lanes, x + s * seg, rows);
+        double sum;
+        Vec::fold_lanes32(lanes, sum);  // the sum; its exactness follows from the test below
         if (exact_sums_span_is_narrow(largest_bits(span), smallest_bits(span), static_cast<int>(seg))) {
-          for (std::int64_t i = 0; i < group; ++i) exact_sums_join(acc, s + i, sums[i], p);
+          exact_sums_join(acc, s, sum, p);
         } else {
-          for (std::int64_t i = 0; i < group; ++i) spec_segment(s + i);
+          spec_segment(s);
         }
       }
     }
