@@ -338,6 +338,22 @@ POLYQUANT_ALWAYS_INLINE inline void for_each_vector(const RowArgs& a, Body&& bod
         local_policy.store(out + j, local_body(v));
       }
     }
+  } else if ((a.broadcast_mask & kAllMask) == 0 && a.repeated_row_mask == 0) {
+    // Every operand runs on (parameters with one value per element: AIMET's per-channel gradient
+    // on the last axis, whose scale and offset are rows of the sums' columns).
+    const Out local_policy = policy;  // local copies: see the two-operand loop above
+    auto local_body = body;
+    if (stream) {
+      for (; j + L <= n; j += L) {
+        for (int k = 0; k < kN; ++k) v[k] = Vec::loadu(src[k] + j);
+        local_policy.stream(out + j, local_body(v));
+      }
+    } else {
+      for (; j + L <= n; j += L) {
+        for (int k = 0; k < kN; ++k) v[k] = Vec::loadu(src[k] + j);
+        local_policy.store(out + j, local_body(v));
+      }
+    }
   } else if (a.repeated_row_mask == 0) {
     for (; j + L <= n; j += L) {
       for (int k = 0; k < kN; ++k) v[k] = a.is_broadcast(k) ? splats[k] : Vec::loadu(src[k] + j);
