@@ -110,7 +110,7 @@ inline constexpr int kMinMaxVirtualLanes = 16;
 // Spills are appended in that order, so every kernel set writes the same accumulators and the same
 // spill list. (A segment whose terms are narrow for its whole length spills nothing under these
 // steps and joins its exact sum, so a kernel set may sum such segments in any order: the vector
-// bodies do, for groups of short segments.) Runs in the caller's floating-point environment
+// bodies do, for short segments.) Runs in the caller's floating-point environment
 // (AIMET's never flushes).
 struct ExactSumsParams {
   bool per_element = false;
