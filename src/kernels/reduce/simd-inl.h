@@ -293,22 +293,22 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
     return plain == 1;
   };
   // The lanes (in `memory`) whose joins of value[l] were refused: spilled (index `label`, or the
-  // lane where label < 0) and restarted at value[l], in lane order. The lanes' plain state is then
+  // lane where label < 0) and restarted at value[l], in lane order; the lanes' plain state is then
   // not known.
-  auto spill_refused = [&](double* memory, const auto* value, std::uint32_t refused, std::int64_t label) {
+  auto spill_refused = [&](double* memory, const auto* value, std::uint32_t refused, std::int64_t label, int& plain) {
     for (int l = 0; l < V; ++l) {
       if (((refused >> l) & 1u) == 0) continue;
       exact_sums_spill(p, memory[l], label < 0 ? l : label);
       memory[l] = static_cast<double>(value[l]);
     }
-    return -1;
+    plain = -1;
   };
   // Row t[0 .. 32) term by term into the lanes.
   auto add_row = [&](Vec::Lanes32& lanes, double* memory, int& plain, const float* t, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
     const std::uint32_t refused = Vec::add_exact_lanes32(lanes, t);
     if (refused != 0) [[unlikely]] {
       Vec::store_lanes32(memory, lanes);
-      plain = spill_refused(memory, t, refused, label);
+      spill_refused(memory, t, refused, label, plain);
       lanes = Vec::load_lanes32(memory);
     }
   };
@@ -365,7 +365,7 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
       if (refused != 0) [[unlikely]] {
         alignas(64) double sums[V];
         Vec::store_lanes32(sums, sum);
-        plain = spill_refused(memory, sums, refused, label);
+        spill_refused(memory, sums, refused, label, plain);
       }
       return;
     }

@@ -208,10 +208,6 @@ struct Vec {
     for (int i = 0; i < 8; ++i) w.v[i] = _mm256_cvtps_pd(_mm_loadu_ps(t + 4 * i));
     return w;
   }
-  // acc += w lane by lane, rounded as float64 adds are (the caller knows they are exact).
-  static void add_lanes32(Lanes32& acc, const Lanes32& w) {
-    for (int i = 0; i < 8; ++i) acc.v[i] = _mm256_add_pd(acc.v[i], w.v[i]);
-  }
   // Lanes [16 h, 16 h + 16) of acc += double(t[0 .. 16)), rounded as float64 adds are: half a
   // row at a time, so a loop over rows keeps only that half of the sums in registers.
   template <int h>

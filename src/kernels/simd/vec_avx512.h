@@ -198,10 +198,6 @@ struct Vec {
   static void add_half_lanes32(Lanes32& acc, const float* t) {
     for (int i = 0; i < 2; ++i) acc.v[2 * h + i] = _mm512_add_pd(acc.v[2 * h + i], _mm512_cvtps_pd(_mm256_loadu_ps(t + 8 * i)));
   }
-  // acc += w lane by lane, rounded as float64 adds are (the caller knows they are exact).
-  static void add_lanes32(Lanes32& acc, const Lanes32& w) {
-    for (int i = 0; i < 4; ++i) acc.v[i] = _mm512_add_pd(acc.v[i], w.v[i]);
-  }
   // Lane l of acc takes w[l] where that add is exact (add_exact_f64's rule); the returned mask has
   // bit l set where it is not (that lane unchanged).
   static std::uint32_t join_exact_lanes32(Lanes32& acc, const Lanes32& w) {
