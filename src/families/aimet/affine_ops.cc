@@ -850,6 +850,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
       s.n = cn;
       s.out = acc;
       spill_count = 0;
+      sp.mostly_zeros = k == 1;  // the offset terms: zero at every element inside the grid
       sum_kernel(&sp, s);
       for (std::int64_t i = 0; i < spill_count; ++i) mine[k].emplace_back(target(b.spill_index[i]), b.spill_value[i]);
     };

@@ -117,6 +117,10 @@ struct ExactSumsParams {
   std::int64_t rows = 1;
   std::int64_t x_row_stride = 0;
   std::int64_t segment = 0;
+  // A hint, no change to the results: most terms are zeros (AIMET's offset gradient, zero at every
+  // element inside the grid), so a vector body may look for the nonzero ones first (whole-run
+  // blocks and short segments).
+  bool mostly_zeros = false;
   // The spill list: spill_value[i] left accumulator spill_index[i]; *spill_count entries so far.
   // Room past *spill_count for one spill per term (rows * n), and with segments 32 more per segment
   // (its fold's 31 pairs and the join): exact_sums_spill_room.

@@ -339,34 +339,88 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
     half.template operator()<0>();
     half.template operator()<1>();
   };
+  // Mostly zeros (ExactSumsParams::mostly_zeros): the positions of the nonzero terms (either sign
+  // of zero is a zero) among t[0 .. 32 m), at most kSparseTerms of them into `at`, in order; -1
+  // where there are more. One test per row of 32 terms; a row with a nonzero term is then read
+  // vector by vector.
+  constexpr int kSparseTerms = 16;
+  auto row_is_zeros = [&](const float* row) POLYQUANT_ALWAYS_INLINE {
+    Vec::I any = Vec::bits(Vec::loadu(row));
+    for (int k = L; k < V; k += L) any = Vec::or_i(any, Vec::bits(Vec::loadu(row + k)));
+    return Vec::mask_bits(Vec::gt_i(Vec::and_i(any, magnitude), zero_i)) == 0;
+  };
+  auto nonzero_terms = [&](const float* t, int m, int* at) {
+    int count = 0;
+    for (int i = 0; i < m; ++i) {
+      const float* row = t + V * i;
+      if (row_is_zeros(row)) [[likely]] continue;
+      for (int k = 0; k < V; k += L) {
+        unsigned bits = Vec::mask_bits(Vec::gt_i(Vec::and_i(Vec::bits(Vec::loadu(row + k)), magnitude), zero_i));
+        for (; bits != 0; bits &= bits - 1) {
+          if (count == kSparseTerms) return -1;
+          at[count++] = V * i + k + std::countr_zero(bits);
+        }
+      }
+    }
+    return count;
+  };
+  bool sparse = p.mostly_zeros;  // off for the rest of the call after a block with more nonzero terms
+  // A narrow block's lane sums `sum` join the lanes in `memory` (fresh lanes take them).
+  auto join_block = [&](double* memory, int& plain, bool fresh, const Vec::Lanes32& sum, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
+    if (fresh) {
+      Vec::store_lanes32(memory, sum);
+      return;
+    }
+    Vec::Lanes32 lanes = Vec::load_lanes32(memory);
+    const std::uint32_t refused = Vec::join_exact_lanes32(lanes, sum);  // refused lanes unchanged
+    Vec::store_lanes32(memory, lanes);
+    if (refused != 0) [[unlikely]] {
+      alignas(64) double sums[V];
+      Vec::store_lanes32(sums, sum);
+      spill_refused(memory, sums, refused, label, plain);
+    }
+  };
   // The block t[0 .. 32 m) into the lanes, whose home is `memory` (exact_sums_block): the block's
   // span, from which exact_sums_block_is_narrow's answer, and its lane sums (zeros leave a lane sum
   // as it is: +0 stays +0; a block that is not narrow drops them), joined with one check per lane.
   // Registers: the lanes wait in memory, and the block is summed in two halves of 16 lanes (every
   // row's first 16 terms, then its last 16). With 32 lanes, 32 sums and the span live at once, AVX2's
-  // 16 registers spilled in the summing loop. (A test per row to skip rows of zeros, the offset
-  // gradient's common case, cost the other rows more than it saved.) `fresh`: the lanes are a
-  // segment's +0 lanes, which take any finite lane sum exactly.
+  // 16 registers spilled in the summing loop. (A test per row to skip rows of zeros cost dense
+  // blocks more than it saved; the caller's hint, below, asks for it instead.) `fresh`: the lanes
+  // are a segment's +0 lanes, which take any finite lane sum exactly.
+  // Mostly zeros: the span and the lane sums of the block's few nonzero terms alone. They are the
+  // block's: zeros widen no span, and where the block is narrow every partial sum of a lane's terms
+  // is exact, so leaving out its zeros (and their order) changes no lane sum; a lane of zeros is
+  // +0 either way.
   auto add_block = [&](double* memory, int& plain, bool fresh, const float* t, int m, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
-    Span span = no_span();
-    Vec::Lanes32 sum = Vec::zero_lanes32();
-    span_and_sum(span, sum, t, m);
-    const std::uint32_t max_bits = largest_bits(span);
+    std::uint32_t max_bits, min_bits;
+    Vec::Lanes32 sum;
+    int at[kSparseTerms];
+    const int count = sparse ? nonzero_terms(t, m, at) : -1;
+    if (count >= 0) {
+      alignas(64) double sums[V] = {};
+      max_bits = 0;
+      min_bits = count == 0 ? 0u : 0xFFFFFFFFu;  // as smallest_bits gives it for a block of zeros
+      for (int c = 0; c < count; ++c) {
+        const float v = t[at[c]];
+        const std::uint32_t bits = std::bit_cast<std::uint32_t>(v) & 0x7FFFFFFFu;
+        max_bits = std::max(max_bits, bits);
+        min_bits = std::min(min_bits, bits);
+        sums[at[c] % V] += static_cast<double>(v);
+      }
+      sum = Vec::load_lanes32(sums);
+    } else {
+      sparse = false;
+      Span span = no_span();
+      sum = Vec::zero_lanes32();
+      span_and_sum(span, sum, t, m);
+      max_bits = largest_bits(span);
+      min_bits = smallest_bits(span);
+    }
     // zeros join plain lanes without changing them (fresh lanes take them: that writes memory)
     if (max_bits == 0 && !fresh && lanes_are_plain(memory, plain)) return;
-    if (exact_sums_span_is_narrow(max_bits, smallest_bits(span), m)) [[likely]] {
-      if (fresh) {
-        Vec::store_lanes32(memory, sum);
-        return;
-      }
-      Vec::Lanes32 lanes = Vec::load_lanes32(memory);
-      const std::uint32_t refused = Vec::join_exact_lanes32(lanes, sum);  // refused lanes unchanged
-      Vec::store_lanes32(memory, lanes);
-      if (refused != 0) [[unlikely]] {
-        alignas(64) double sums[V];
-        Vec::store_lanes32(sums, sum);
-        spill_refused(memory, sums, refused, label, plain);
-      }
+    if (exact_sums_span_is_narrow(max_bits, min_bits, m)) [[likely]] {
+      join_block(memory, plain, fresh, sum, label);
       return;
     }
     Vec::Lanes32 lanes = fresh ? Vec::zero_lanes32() : Vec::load_lanes32(memory);
@@ -421,6 +475,15 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
     if (seg % V == 0 && seg <= kShortTerms) {
       const std::int64_t rows = seg / V;
       for (; s < segments; ++s) {
+        if (p.mostly_zeros) {
+          // a segment of zeros: narrow, its lanes +0, folded to +0 (as below, without the sums)
+          bool zeros = true;
+          for (std::int64_t i = 0; i < rows && zeros; ++i) zeros = row_is_zeros(x + s * seg + V * i);
+          if (zeros) {
+            exact_sums_join(acc, s, 0.0, p);
+            continue;
+          }
+        }
         Span span = no_span();
         Vec::Lanes32 lanes = Vec::zero_lanes32();
         span_and_sum(span, lanes, x + s * seg, rows);

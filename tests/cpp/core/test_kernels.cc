@@ -306,7 +306,7 @@ class ReductionKernelTest : public ::testing::TestWithParam<KernelEntry> {};
 // included). The accumulators start from earlier rows' sums, some far above or below the terms
 // (their adds must spill) and some non-finite.
 void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std::vector<float>& x, std::int64_t n,
-                      std::int64_t offset, bool flush) {
+                      std::int64_t offset, bool flush, bool mostly_zeros_hint = false) {
   const std::int64_t full_n = n;
   for (int variant = 0; variant < 12; ++variant) {
     // whole run; per element; per element over 3 rows; segments of 1, 7, 32, 64, 96, 128, 544,
@@ -345,6 +345,7 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
       p.rows = rows;
       p.x_row_stride = n + 5;
       p.segment = segment;
+      p.mostly_zeros = mostly_zeros_hint;  // a path choice: the results must not change
       p.spill_value = run->spill_value.data();
       p.spill_index = run->spill_index.data();
       p.spill_count = &run->count;
@@ -354,7 +355,7 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
     const std::string where = std::string(e.name) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset) +
                               " per_element=" + std::to_string(per_element) + " rows=" + std::to_string(rows) +
                               " segment=" + std::to_string(segment) +
-                              " flush=" + std::to_string(flush);
+                              " flush=" + std::to_string(flush) + " mostly_zeros=" + std::to_string(mostly_zeros_hint);
     ASSERT_EQ(got.count, want.count) << where;
     ASSERT_EQ(0, std::memcmp(got.acc.data(), want.acc.data(), m * sizeof(double))) << where << " accumulators";
     ASSERT_EQ(0, std::memcmp(got.spill_value.data(), want.spill_value.data(), room * sizeof(double))) << where << " spills";
@@ -394,6 +395,10 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
   const std::vector<float> edge = segment_edge_values(kLen);
   std::vector<float> mostly_zeros(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) mostly_zeros[i] = i % 97 == 5 || i % 131 == 7 ? x[i] : (i % 2 ? -0.0f : 0.0f);
+  // Sparser: about one term in 300 nonzero (AIMET's offset terms at 8 bits), so most 512-term blocks
+  // hold under the sparse path's limit of nonzero terms, and some 128-term segments none at all.
+  std::vector<float> sparse_zeros(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) sparse_zeros[i] = (i * 2654435761u) % 300 < 1 ? x[i] : (i % 3 ? -0.0f : 0.0f);
   for (auto& v : z) v = std::isfinite(v) ? std::nearbyint(std::fmod(v, 200.0f)) : v;  // integer levels, some specials
   std::vector<std::int64_t> sizes;
   for (std::int64_t n = 0; n <= 70; ++n) sizes.push_back(n);
@@ -410,11 +415,20 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
         if (e.op == KernelOp::kExactSums) {
           check_exact_sums(e, ref, a, x, n, offset, flush);
           if (HasFailure()) return;
-          // Mostly zeros of both signs (AIMET's offset gradient): whole blocks of zeros are skipped.
-          RowArgs za = a;
-          za.in[0] = mostly_zeros.data() + offset;
-          check_exact_sums(e, ref, za, mostly_zeros, n, offset, flush);
+          // The mostly-zeros hint on dense terms: the first block leaves the sparse path.
+          check_exact_sums(e, ref, a, x, n, offset, flush, true);
           if (HasFailure()) return;
+          // Mostly zeros of both signs (AIMET's offset gradient): whole blocks of zeros are skipped;
+          // with the hint, blocks of a few nonzero terms take the sparse path, and blocks of more
+          // (the denser data) send the rest of the call to the dense one.
+          for (const std::vector<float>* zeros : {&mostly_zeros, &sparse_zeros}) {
+            RowArgs za = a;
+            za.in[0] = zeros->data() + offset;
+            for (const bool hint : {false, true}) {
+              check_exact_sums(e, ref, za, *zeros, n, offset, flush, hint);
+              if (HasFailure()) return;
+            }
+          }
           // Mostly narrow blocks (the lane sums' path), and blocks on both sides of the rule.
           RowArgs na = a;
           na.in[0] = narrow.data() + offset;
