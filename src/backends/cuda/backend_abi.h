@@ -21,7 +21,8 @@
 #include "polyquant/tensor.h"
 
 // Bumped whenever PolyquantCudaBackend, RowArgs' meaning or a launcher's contract changes.
-#define POLYQUANT_CUDA_ABI_VERSION 4u
+// v5: AffineGradParams (a launcher's params) gained scale_blocks, a host-only pointer (null on a device).
+#define POLYQUANT_CUDA_ABI_VERSION 5u
 #define POLYQUANT_CUDA_ENTRY_POINT "polyquant_cuda_backend_v1"
 
 // The function of row_kernels.cu's build for a flavour (ieee, flushing) and a working precision

@@ -98,6 +98,86 @@ void fake_quantize_f32(const void* params, const RowArgs& a) {
   else fake_quantize_rows<false>(p, a);
 }
 
+// quantize_dequantize's kAll with the forward, where the call asks for the scale terms' block sums
+// (AffineGradParams::scale_blocks) and the row is the fused backward's usual chunk: grad_output and
+// x run on, scale and offset are one value each, whole blocks of 512 terms (at most
+// PresummedBlocks::kMaxBlocks), outputs aligned where they stream. Each vector's outputs are
+// for_each_vector's, stored the same way; its scale terms also go into the block's span and 32
+// float64 lane sums in registers (term k of the block into lane k mod 32), so the exact sums need
+// not read the block again where it is narrow. The memory-bound loop has room for those 8 vector
+// operations per 16 terms; the sums' own pass ran after each chunk with the memory idle. Needs 32
+// vector registers (the lane sums, the span and the gradients' constants): false elsewhere, and
+// false (scale_blocks->blocks left 0) where the row is not such a chunk.
+template <class Grads, class ValueOf>
+bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads grads, ValueOf value_of) {
+  constexpr int L = Vec::kLanes;
+  constexpr std::int64_t kBlock = 16 * kExactSumVirtualLanes;
+  if constexpr (L < 16) {
+    return false;
+  } else {
+    PresummedBlocks* pre = g.scale_blocks;
+    if (pre == nullptr || a.per_row_mask != 0 || a.repeated_row_mask != 0 || (a.broadcast_mask & 0xFu) != 0b1100u ||
+        a.n % kBlock != 0 || a.n / kBlock > PresummedBlocks::kMaxBlocks) {
+      return false;
+    }
+    auto* out = static_cast<float*>(a.out);
+    auto* value_out = static_cast<float*>(g.value_out);
+    auto* terms_s = static_cast<float*>(g.scale_terms);
+    auto* terms_o = static_cast<float*>(g.offset_terms);
+    auto aligned = [](const float* q) { return reinterpret_cast<std::uintptr_t>(q) % (L * sizeof(float)) == 0; };
+    if (a.stream && !(aligned(out) && aligned(value_out))) return false;
+    const float* dy = a.input<float>(0);
+    const float* x = a.input<float>(1);
+    Vec::F v[4];
+    v[2] = Vec::splat(a.input<float>(2)[0]);
+    v[3] = Vec::splat(a.input<float>(3)[0]);
+    const Vec::I magnitude = Vec::splat_i(0x7FFFFFFF), one_i = Vec::splat_i(1);
+    auto block_pass = [&]<bool kStream>() POLYQUANT_ALWAYS_INLINE {
+      for (std::int64_t b = 0; b * kBlock < a.n; ++b) {
+        Vec::Lanes32 sum = Vec::zero_lanes32();
+        Vec::I largest = Vec::splat_i(0), smallest_less_one = Vec::splat_i(-1);
+        // (grads and value_of are copies: their captured constants then stay in registers, where
+        // a float store might otherwise change what a reference points to)
+        auto one = [&]<int q>(std::int64_t j) POLYQUANT_ALWAYS_INLINE {  // the vector at j: lanes [L q, L q + L)
+          v[0] = Vec::loadu(dy + j);
+          v[1] = Vec::loadu(x + j);
+          Vec::F level, d_scale, d_offset;
+          const Vec::F dx = grads(v, level, d_scale, d_offset);
+          const Vec::F value = value_of(v, level);
+          if constexpr (kStream) {
+            Vec::stream(out + j, dx);
+            Vec::stream(value_out + j, value);
+          } else {
+            Vec::storeu(out + j, dx);
+            Vec::storeu(value_out + j, value);
+          }
+          Vec::storeu(terms_s + j, d_scale);
+          Vec::storeu(terms_o + j, d_offset);
+          const Vec::I bits = Vec::and_i(Vec::bits(d_scale), magnitude);
+          largest = Vec::max_i(largest, bits);
+          smallest_less_one = Vec::min_u(smallest_less_one, Vec::sub_i(bits, one_i));
+          Vec::template add_vector_lanes32<q>(sum, d_scale);
+        };
+        for (std::int64_t j = b * kBlock; j < (b + 1) * kBlock; j += kExactSumVirtualLanes) {
+          one.template operator()<0>(j);
+          one.template operator()<1>(j + L);
+        }
+        Vec::store_lanes32(pre->lane_sums[b], sum);
+        pre->max_bits[b] = static_cast<std::uint32_t>(Vec::reduce_max_i(largest));
+        pre->min_bits[b] = Vec::reduce_min_u(smallest_less_one) + 1u;
+      }
+    };
+    if (a.stream) {
+      block_pass.template operator()<true>();
+      Vec::fence();
+    } else {
+      block_pass.template operator()<false>();
+    }
+    pre->blocks = a.n / kBlock;
+    return true;
+  }
+}
+
 // The training path's per-element gradients (affine_grad_element), float32 working precision,
 // operation for operation, with the spec's spelled-out NaN choices. Operands: grad_output, x,
 // scale, offset. The mask "v in [qmin, qmax]" is two ordered comparisons (false for NaN), and-ed.
@@ -224,14 +304,17 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
           }
           const Vec::F quiet_nan = Vec::splat(std::numeric_limits<float>::quiet_NaN());
           const bool canonical = p.canonical_nan;
+          auto value_of = [=](const Vec::F* v, Vec::F level) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F value = Vec::mul(Vec::add(torch_clamp_v(level, lo, hi), v[3]), v[2]);
+            return canonical ? Vec::select(Vec::isnan(value), quiet_nan, value) : value;
+          };
+          if (affine_grad_presummed(g, a, grads, value_of)) return;
           for_each_vector<4, FloatOuts<4>>(
               a,
               [=](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
                 Vec::F level, d_scale, d_offset;
                 const Vec::F dx = grads(v, level, d_scale, d_offset);
-                Vec::F value = Vec::mul(Vec::add(torch_clamp_v(level, lo, hi), v[3]), v[2]);
-                if (canonical) value = Vec::select(Vec::isnan(value), quiet_nan, value);
-                return Vectors<4>{{dx, value, d_scale, d_offset}};
+                return Vectors<4>{{dx, value_of(v, level), d_scale, d_offset}};
               },
               FloatOuts<4>{static_cast<const float*>(a.out), {static_cast<float*>(g.value_out), terms_s, terms_o}, {true, false, false}});
           return;

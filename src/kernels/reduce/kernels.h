@@ -112,6 +112,19 @@ inline constexpr int kMinMaxVirtualLanes = 16;
 // steps and joins its exact sum, so a kernel set may sum such segments in any order: the vector
 // bodies do, for short segments.) Runs in the caller's floating-point environment
 // (AIMET's never flushes).
+// The spans and lane sums of a whole run's blocks (16 rows of 32 terms each), computed by the
+// kernel that wrote the terms, as it wrote them (AIMET's gradient kernel): block b holds terms
+// [512 b, 512 b + 512); lane_sums[b][l] is the sum of its terms 32 i + l in float64 in any order
+// (used only where the block is narrow: there every order gives the exact sum), max_bits[b] and
+// min_bits[b] its largest and smallest nonzero magnitude as float32 bits (0 and 0 for a block of
+// zeros), as exact_sums_span_is_narrow takes them.
+struct PresummedBlocks {
+  static constexpr int kMaxBlocks = 4;
+  std::int64_t blocks = 0;  // 0: none
+  alignas(64) double lane_sums[kMaxBlocks][32];
+  std::uint32_t max_bits[kMaxBlocks], min_bits[kMaxBlocks];
+};
+
 struct ExactSumsParams {
   bool per_element = false;
   std::int64_t rows = 1;
@@ -121,6 +134,9 @@ struct ExactSumsParams {
   // element inside the grid), so a vector body may look for the nonzero ones first (whole-run
   // blocks and short segments).
   bool mostly_zeros = false;
+  // Another path choice: the whole run's blocks already summed (whole-run mode, n = 512 blocks;
+  // otherwise ignored). The vector bodies take their spans and lane sums from it.
+  const PresummedBlocks* presummed = nullptr;
   // The spill list: spill_value[i] left accumulator spill_index[i]; *spill_count entries so far.
   // Room past *spill_count for one spill per term (rows * n), and with segments 32 more per segment
   // (its fold's 31 pairs and the join): exact_sums_spill_room.

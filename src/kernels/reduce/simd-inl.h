@@ -392,12 +392,18 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
   // block's: zeros widen no span, and where the block is narrow every partial sum of a lane's terms
   // is exact, so leaving out its zeros (and their order) changes no lane sum; a lane of zeros is
   // +0 either way.
-  auto add_block = [&](double* memory, int& plain, bool fresh, const float* t, int m, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
+  // `pre`: the block's span and lane sums, already taken (ExactSumsParams::presummed), or null.
+  auto add_block = [&](double* memory, int& plain, bool fresh, const float* t, int m, std::int64_t label,
+                       const PresummedBlocks* pre, std::int64_t block) POLYQUANT_ALWAYS_INLINE {
     std::uint32_t max_bits, min_bits;
     Vec::Lanes32 sum;
     int at[kSparseTerms];
-    const int count = sparse ? nonzero_terms(t, m, at) : -1;
-    if (count >= 0) {
+    const int count = sparse && pre == nullptr ? nonzero_terms(t, m, at) : -1;
+    if (pre != nullptr) {
+      max_bits = pre->max_bits[block];
+      min_bits = pre->min_bits[block];
+      sum = Vec::load_lanes32(pre->lane_sums[block]);
+    } else if (count >= 0) {
       alignas(64) double sums[V] = {};
       max_bits = 0;
       min_bits = count == 0 ? 0u : 0xFFFFFFFFu;  // as smallest_bits gives it for a block of zeros
@@ -431,9 +437,12 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
   // rows left, then the last terms in scalar; `fresh`: the lanes start at +0.
   auto run_lanes = [&](double* memory, int plain, bool fresh, const float* t, std::int64_t n, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
     const int m = exact_sums_block_rows(n);
+    // the caller's blocks: a whole run (not a segment) of exactly that many blocks of 16 rows
+    const PresummedBlocks* pre = p.presummed;
+    if (pre != nullptr && !(label < 0 && !fresh && m == 16 && pre->blocks > 0 && n == V * m * pre->blocks)) pre = nullptr;
     std::int64_t k = 0;
     if (m > 0) {
-      for (; k + V * m <= n; k += V * m) add_block(memory, plain, fresh && k == 0, t + k, m, label);
+      for (; k + V * m <= n; k += V * m) add_block(memory, plain, fresh && k == 0, t + k, m, label, pre, k / (V * m));
     }
     if (k + V <= n) {
       Vec::Lanes32 lanes = Vec::load_lanes32(memory);

@@ -214,6 +214,13 @@ struct Vec {
   static void add_half_lanes32(Lanes32& acc, const float* t) {
     for (int i = 0; i < 4; ++i) acc.v[4 * h + i] = _mm256_add_pd(acc.v[4 * h + i], _mm256_cvtps_pd(_mm_loadu_ps(t + 4 * i)));
   }
+  // Lanes [8 q, 8 q + 8) of acc += double(t), rounded as float64 adds are (a vector of terms whose
+  // first term is lane 8 q).
+  template <int q>
+  static void add_vector_lanes32(Lanes32& acc, F t) {
+    acc.v[2 * q] = _mm256_add_pd(acc.v[2 * q], _mm256_cvtps_pd(_mm256_castps256_ps128(t)));
+    acc.v[2 * q + 1] = _mm256_add_pd(acc.v[2 * q + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1)));
+  }
   // Lane l of acc takes w[l] where that add is exact (add_exact_f64's rule); the returned mask has
   // bit l set where it is not (that lane unchanged).
   static std::uint32_t join_exact_lanes32(Lanes32& acc, const Lanes32& w) {

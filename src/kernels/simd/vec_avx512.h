@@ -198,6 +198,13 @@ struct Vec {
   static void add_half_lanes32(Lanes32& acc, const float* t) {
     for (int i = 0; i < 2; ++i) acc.v[2 * h + i] = _mm512_add_pd(acc.v[2 * h + i], _mm512_cvtps_pd(_mm256_loadu_ps(t + 8 * i)));
   }
+  // Lanes [16 q, 16 q + 16) of acc += double(t), rounded as float64 adds are (a vector of terms
+  // whose first term is lane 16 q).
+  template <int q>
+  static void add_vector_lanes32(Lanes32& acc, F t) {
+    acc.v[2 * q] = _mm512_add_pd(acc.v[2 * q], _mm512_cvtps_pd(_mm512_castps512_ps256(t)));
+    acc.v[2 * q + 1] = _mm512_add_pd(acc.v[2 * q + 1], _mm512_cvtps_pd(_mm512_extractf32x8_ps(t, 1)));
+  }
   // Lane l of acc takes w[l] where that add is exact (add_exact_f64's rule); the returned mask has
   // bit l set where it is not (that lane unchanged).
   static std::uint32_t join_exact_lanes32(Lanes32& acc, const Lanes32& w) {

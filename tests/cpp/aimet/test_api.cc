@@ -17,6 +17,7 @@
 #include "core/exact_sum.h"
 #include "core/parallel.h"
 #include "families/aimet/kernels.h"
+#include "kernels/reduce/kernels.h"
 #include "polyquant/aimet.h"
 #include "polyquant/error.h"
 #include "test_util.h"
@@ -225,13 +226,17 @@ TEST(Aimet, GradientSumsAreExactSumsRoundedOnce) {
   // of 64 (the vector fold of the exact-sums kernel's segments)
   constexpr std::int64_t R = 13, C = 4608, B = 72, B64 = 64;
   const std::int64_t n = R * C;
+  // Two sets of gradients: spanning many binades (most blocks of terms are not narrow: their adds
+  // are checked one by one), and ordinary ones (most blocks narrow: summed in plain adds, where the
+  // gradient kernel may already have summed them, ExactSumsParams::presummed).
+  for (const bool ordinary : {false, true}) {
   auto rng = test::make_rng(91);
   std::vector<float> x(static_cast<std::size_t>(n)), g(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
     const auto u = [&] { return static_cast<float>(static_cast<double>(rng() % 2000001) / 1000000.0 - 1.0); };
     x[static_cast<std::size_t>(i)] = 40.0f * u();
     const std::uint64_t pick = rng() % 100;
-    g[static_cast<std::size_t>(i)] = pick == 0 ? 1e-30f * u() : pick == 1 ? 1e30f * u() : pick < 10 ? std::ldexp(u(), -20) : u();
+    g[static_cast<std::size_t>(i)] = ordinary ? u() : pick == 0 ? 1e-30f * u() : pick == 1 ? 1e30f * u() : pick < 10 ? std::ldexp(u(), -20) : u();
   }
   // x transposed in memory: the same logical (R, C) tensor, strides (1, R), for the general path.
   std::vector<float> xt(static_cast<std::size_t>(n)), gt(static_cast<std::size_t>(n));
@@ -315,12 +320,14 @@ TEST(Aimet, GradientSumsAreExactSumsRoundedOnce) {
         for (std::int64_t k = 0; k < np; ++k) {
           const auto kk = static_cast<std::size_t>(k);
           ASSERT_EQ(std::bit_cast<std::uint32_t>(gs[kk]), std::bit_cast<std::uint32_t>(want_s[kk].to_float()))
-              << l.name << " " << run.how << " grad_scale[" << k << "] specials=" << specials << ": " << gs[kk] << " vs " << want_s[kk].to_float();
+              << l.name << " " << run.how << " grad_scale[" << k << "] specials=" << specials << " ordinary=" << ordinary << ": " << gs[kk]
+              << " vs " << want_s[kk].to_float();
           ASSERT_EQ(std::bit_cast<std::uint32_t>(go[kk]), std::bit_cast<std::uint32_t>(want_o[kk].to_float()))
-              << l.name << " " << run.how << " grad_offset[" << k << "] specials=" << specials;
+              << l.name << " " << run.how << " grad_offset[" << k << "] specials=" << specials << " ordinary=" << ordinary;
         }
       }
     }
+  }
   }
 }
 
@@ -552,6 +559,95 @@ TEST(Aimet, AllGradientsInOnePassEqualTheSingleCalls) {
         }
       }
     }
+  }
+}
+
+// AffineGradParams::scale_blocks (kAll with the forward, quantize_dequantize): the kernel that sums
+// the scale terms' blocks as it writes them writes the same outputs as the reference's calls, and
+// the blocks it fills are the terms' own: each block's span (largest and smallest nonzero
+// magnitude), and where the block is narrow each lane's exact sum. The AVX-512 set fills them for
+// whole chunks of 512-term blocks (broadcast parameters, outputs aligned where they stream); other
+// rows and kernel sets leave `blocks` at 0, which the exact sums then do without.
+TEST(Aimet, GradientKernelPresumsTheScaleTermsBlocks) {
+  constexpr std::int64_t kMax = 2560;
+  const std::vector<float> x = test::mixed_values(kMax + 16, 7, 30.0f), dy = test::mixed_values(kMax + 16, 8);
+  // scale and offset one value each; some rows see NaN / infinite terms (mixed_values' specials)
+  const float s = 0.07f, o = -128.0f;
+  int narrow_blocks = 0;  // blocks whose lane sums were compared
+  for (const detail::KernelEntry& e : detail::all_kernels()) {
+    if (e.op != detail::KernelOp::kAffineGrad || e.work != detail::WorkType::kF32 || !test::isa_available(e.isa)) continue;
+    const detail::RowKernel ref = detail::reference_kernel(e.op, e.work);
+    for (std::int64_t n : {512, 1024, 1536, 2048, 1000, 2560}) {
+      for (const bool stream : {false, true}) {
+        for (const bool dense_x : {false, true}) {  // dense_x: finite normal-range x, narrow blocks
+          std::vector<float> xs(x.begin(), x.begin() + n), dys(dy.begin(), dy.begin() + n);
+          if (dense_x) {
+            for (std::size_t i = 0; i < xs.size(); ++i) {
+              xs[i] = std::isfinite(xs[i]) ? std::fmod(xs[i], 12.0f) + 0.013f : 1.0f;
+              dys[i] = std::isfinite(dys[i]) && std::fabs(dys[i]) > 1e-3f && std::fabs(dys[i]) < 1e3f ? dys[i] : 0.5f;
+            }
+          }
+          alignas(64) static float got[4][kMax], want[4][kMax];
+          detail::RowArgs a;
+          a.in[0] = dys.data();
+          a.in[1] = xs.data();
+          a.in[2] = &s;
+          a.in[3] = &o;
+          a.broadcast_mask = (1u << 2) | (1u << 3);
+          a.n = n;
+          a.stream = stream;
+          detail::AffineGradParams p;
+          p.op.kind = detail::AffineKind::kQuantizeDequantize;
+          p.op.qmin = 0;
+          p.op.qmax = 255;
+          p.of = detail::AffineGradOf::kAll;
+          a.out = got[0];
+          p.value_out = got[1];
+          p.scale_terms = got[2];
+          p.offset_terms = got[3];
+          detail::PresummedBlocks blocks;
+          p.scale_blocks = &blocks;
+          e.fn(&p, a);
+          const std::string where = std::string(e.name) + " n=" + std::to_string(n) + " stream=" + std::to_string(stream) +
+                                    " dense_x=" + std::to_string(dense_x);
+          // the outputs: the reference's
+          a.stream = false;
+          p.scale_blocks = nullptr;
+          a.out = want[0];
+          p.value_out = want[1];
+          p.scale_terms = want[2];
+          p.offset_terms = want[3];
+          ref(&p, a);
+          for (int k = 0; k < 4; ++k) {
+            ASSERT_EQ(0, std::memcmp(got[k], want[k], static_cast<std::size_t>(n) * sizeof(float))) << where << " output " << k;
+          }
+          const bool fills = e.isa == detail::Isa::kAvx512 && n % 512 == 0 && n / 512 <= detail::PresummedBlocks::kMaxBlocks;
+          ASSERT_EQ(blocks.blocks, fills ? n / 512 : 0) << where;
+          for (std::int64_t b = 0; b < blocks.blocks; ++b) {
+            const float* t = want[2] + 512 * b;
+            std::uint32_t max_bits = 0, min_bits = 0xFFFFFFFFu;
+            for (int k = 0; k < 512; ++k) {
+              const std::uint32_t bits = std::bit_cast<std::uint32_t>(t[k]) & 0x7FFFFFFFu;
+              max_bits = std::max(max_bits, bits);
+              if (bits != 0) min_bits = std::min(min_bits, bits);
+            }
+            if (max_bits == 0) min_bits = 0;
+            ASSERT_EQ(blocks.max_bits[b], max_bits) << where << " block " << b;
+            ASSERT_EQ(blocks.min_bits[b], min_bits) << where << " block " << b;
+            if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, 16)) continue;
+            ++narrow_blocks;
+            for (int l = 0; l < 32; ++l) {
+              double sum = 0.0;  // exact: the block is narrow
+              for (int i = 0; i < 16; ++i) sum += static_cast<double>(t[32 * i + l]);
+              ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks.lane_sums[b][l]), std::bit_cast<std::uint64_t>(sum)) << where << " block " << b << " lane " << l;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (test::isa_available(detail::Isa::kAvx512)) {
+    EXPECT_GT(narrow_blocks, 0) << "no narrow block was compared";
   }
 }
 

@@ -306,7 +306,7 @@ class ReductionKernelTest : public ::testing::TestWithParam<KernelEntry> {};
 // included). The accumulators start from earlier rows' sums, some far above or below the terms
 // (their adds must spill) and some non-finite.
 void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std::vector<float>& x, std::int64_t n,
-                      std::int64_t offset, bool flush, bool mostly_zeros_hint = false) {
+                      std::int64_t offset, bool flush, bool mostly_zeros_hint = false, bool presum = false) {
   const std::int64_t full_n = n;
   for (int variant = 0; variant < 12; ++variant) {
     // whole run; per element; per element over 3 rows; segments of 1, 7, 32, 64, 96, 128, 544,
@@ -331,6 +331,31 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
       if (i % 31 == 6 && variant != 11) start[i] = NAN;
     }
     const std::size_t terms = static_cast<std::size_t>(rows * n);
+    // presum: a whole run of whole blocks with their spans and lane sums given (PresummedBlocks);
+    // a block that is not narrow gets NaN lane sums, which must go unused.
+    PresummedBlocks presummed;
+    const bool whole_run = !per_element && segment == 0;
+    if (presum && whole_run && n > 0 && n % 512 == 0 && n / 512 <= PresummedBlocks::kMaxBlocks) {
+      presummed.blocks = n / 512;
+      for (std::int64_t b = 0; b < presummed.blocks; ++b) {
+        const float* t = x.data() + offset + 512 * b;
+        std::uint32_t max_bits = 0, min_bits = 0xFFFFFFFFu;
+        for (int k = 0; k < 512; ++k) {
+          const std::uint32_t bits = std::bit_cast<std::uint32_t>(t[k]) & 0x7FFFFFFFu;
+          max_bits = std::max(max_bits, bits);
+          if (bits != 0) min_bits = std::min(min_bits, bits);
+        }
+        if (max_bits == 0) min_bits = 0;
+        presummed.max_bits[b] = max_bits;
+        presummed.min_bits[b] = min_bits;
+        const bool narrow = exact_sums_span_is_narrow(max_bits, min_bits, 16);
+        for (int l = 0; l < 32; ++l) {
+          double sum = 0.0;
+          for (int i = 0; i < 16; ++i) sum += static_cast<double>(t[32 * i + l]);
+          presummed.lane_sums[b][l] = narrow ? sum : NAN;
+        }
+      }
+    }
     struct Run {
       std::vector<double> acc, spill_value;
       std::vector<std::int32_t> spill_index;
@@ -346,6 +371,7 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
       p.x_row_stride = n + 5;
       p.segment = segment;
       p.mostly_zeros = mostly_zeros_hint;  // a path choice: the results must not change
+      if (presummed.blocks > 0) p.presummed = &presummed;  // another
       p.spill_value = run->spill_value.data();
       p.spill_index = run->spill_index.data();
       p.spill_count = &run->count;
@@ -355,7 +381,8 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
     const std::string where = std::string(e.name) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset) +
                               " per_element=" + std::to_string(per_element) + " rows=" + std::to_string(rows) +
                               " segment=" + std::to_string(segment) +
-                              " flush=" + std::to_string(flush) + " mostly_zeros=" + std::to_string(mostly_zeros_hint);
+                              " flush=" + std::to_string(flush) + " mostly_zeros=" + std::to_string(mostly_zeros_hint) +
+                              " presummed=" + std::to_string(presummed.blocks);
     ASSERT_EQ(got.count, want.count) << where;
     ASSERT_EQ(0, std::memcmp(got.acc.data(), want.acc.data(), m * sizeof(double))) << where << " accumulators";
     ASSERT_EQ(0, std::memcmp(got.spill_value.data(), want.spill_value.data(), room * sizeof(double))) << where << " spills";
@@ -418,6 +445,9 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
           // The mostly-zeros hint on dense terms: the first block leaves the sparse path.
           check_exact_sums(e, ref, a, x, n, offset, flush, true);
           if (HasFailure()) return;
+          // The blocks' spans and lane sums given (whole runs of 512 .. 2048 terms).
+          check_exact_sums(e, ref, a, x, n, offset, flush, false, true);
+          if (HasFailure()) return;
           // Mostly zeros of both signs (AIMET's offset gradient): whole blocks of zeros are skipped;
           // with the hint, blocks of a few nonzero terms take the sparse path, and blocks of more
           // (the denser data) send the rest of the call to the dense one.
@@ -433,6 +463,8 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
           RowArgs na = a;
           na.in[0] = narrow.data() + offset;
           check_exact_sums(e, ref, na, narrow, n, offset, flush);
+          if (HasFailure()) return;
+          check_exact_sums(e, ref, na, narrow, n, offset, flush, false, true);
           if (HasFailure()) return;
           // Groups of segments on both sides of their rule.
           RowArgs ea = a;
