@@ -21,7 +21,7 @@
 #include "polyquant/tensor.h"
 
 // Bumped whenever PolyquantCudaBackend, RowArgs' meaning or a launcher's contract changes.
-// v5: AffineGradParams (a launcher's params) gained scale_blocks, a host-only pointer (null on a device).
+// v5: AffineGradParams (a launcher's params) gained scale_blocks and offset_blocks, host-only pointers (null on a device).
 #define POLYQUANT_CUDA_ABI_VERSION 5u
 #define POLYQUANT_CUDA_ENTRY_POINT "polyquant_cuda_backend_v1"
 

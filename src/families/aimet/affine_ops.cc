@@ -702,8 +702,8 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     float row_param[2][kGradChunk];
     std::int64_t row_target[2][kGradChunk];
     double segment_acc[kGradChunk];
-    // the scale terms' blocks, summed by the gradient kernel as it writes them (whole-run sums)
-    detail::PresummedBlocks presummed;
+    // the scale and offset terms' blocks, summed by the gradient kernel as it writes them
+    detail::PresummedBlocks presummed[2];
   };
 
   // The kernel's operands for elements [e, e + cn) of the run whose parameter indices start at
@@ -765,9 +765,9 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   // Both parameters must be one value per run (the kernel reads them per row), wanted or not.
   const bool short_runs = !no_reduction && walk.run <= kGradChunk / 2 && walk.run_stride[0] == 0 && walk.run_stride[1] == 0;
   const std::int64_t batch = short_runs ? std::min(kGradChunk / walk.run, kMaxSegments) : 1;
-  // The scale terms sum along the run (32 lanes per run, not columns or segments): the kernel may
-  // sum their blocks as it writes them (ExactSumsParams::presummed).
-  const bool presum_scale = !no_reduction && batch == 1 && walk.run_stride[0] == 0;
+  // Both sums gather along the run (32 lanes per run, not columns or segments): the kernel may sum
+  // the terms' blocks as it writes them (ExactSumsParams::presummed).
+  const bool presum = !no_reduction && batch == 1 && walk.run_stride[0] == 0 && walk.run_stride[1] == 0;
   static_assert(kGradChunk <= 512 * detail::PresummedBlocks::kMaxBlocks, "a chunk's blocks fit PresummedBlocks");
 
   // Elements [c_begin, c_end) of runs [r_begin, r_end), in order, with a copy of the kernel's
@@ -815,12 +815,13 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
                                  grad_x.dtype, 1, cn);
         }
       };
-      b.presummed.blocks = 0;
+      b.presummed[0].blocks = b.presummed[1].blocks = 0;
       if (want_x && want[0] && want[1]) {  // the usual call: all three (and the forward) in one kernel pass
         gp.of = detail::AffineGradOf::kAll;
         gp.scale_terms = b.terms[0];
         gp.offset_terms = b.terms[1];
-        gp.scale_blocks = presum_scale ? &b.presummed : nullptr;
+        gp.scale_blocks = presum ? &b.presummed[0] : nullptr;
+        gp.offset_blocks = presum ? &b.presummed[1] : nullptr;
         if (want_value) {
           gp.value_out = convert_value ? static_cast<void*>(b.value) : static_cast<void*>(static_cast<float*>(output.data) + e);
         }
@@ -859,7 +860,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
       s.out = acc;
       spill_count = 0;
       sp.mostly_zeros = k == 1;  // the offset terms: zero at every element inside the grid
-      sp.presummed = k == 0 && b.presummed.blocks > 0 ? &b.presummed : nullptr;
+      sp.presummed = b.presummed[k].blocks > 0 ? &b.presummed[k] : nullptr;
       sum_kernel(&sp, s);
       for (std::int64_t i = 0; i < spill_count; ++i) mine[k].emplace_back(target(b.spill_index[i]), b.spill_value[i]);
     };

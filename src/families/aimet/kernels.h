@@ -59,9 +59,10 @@ struct FakeQuantizeParams {
 // gradient of x at the row's output, the scale and offset terms at element j of scale_terms and
 // offset_terms, and where value_out is set the op's forward value (affine_element) at element j
 // of it (W arrays of the row's length; host memory: the CPU backward's chunk buffers or output).
-// scale_blocks (kAll, optional; a path choice, no change to any output): a vector body may also
-// fill it with the scale terms' whole-run blocks (kernels/reduce: PresummedBlocks) as it writes
-// them, or leave its `blocks` at 0; the scalar rows leave it.
+// scale_blocks and offset_blocks (kAll, optional, both or neither; a path choice, no change to any
+// output): a vector body may also fill them with the scale and offset terms' whole-run blocks
+// (kernels/reduce: PresummedBlocks) as it writes the terms, or leave their `blocks` at 0; the
+// scalar rows leave them.
 enum class AffineGradOf : std::uint8_t { kX, kScale, kOffset, kAll };
 struct PresummedBlocks;
 struct AffineGradParams {
@@ -70,7 +71,8 @@ struct AffineGradParams {
   void* scale_terms = nullptr;   // kAll only
   void* offset_terms = nullptr;  // kAll only
   void* value_out = nullptr;     // kAll only, optional
-  PresummedBlocks* scale_blocks = nullptr;  // kAll only, optional
+  PresummedBlocks* scale_blocks = nullptr;   // kAll only, optional
+  PresummedBlocks* offset_blocks = nullptr;  // kAll only, optional
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {

@@ -98,16 +98,16 @@ void fake_quantize_f32(const void* params, const RowArgs& a) {
   else fake_quantize_rows<false>(p, a);
 }
 
-// quantize_dequantize's kAll with the forward, where the call asks for the scale terms' block sums
-// (AffineGradParams::scale_blocks) and the row is the fused backward's usual chunk: grad_output and
-// x run on, scale and offset are one value each, whole blocks of 512 terms (at most
+// quantize_dequantize's kAll with the forward, where the call asks for the terms' block sums
+// (AffineGradParams::scale_blocks, offset_blocks) and the row is the fused backward's usual chunk:
+// grad_output and x run on, scale and offset are one value each, whole blocks of 512 terms (at most
 // PresummedBlocks::kMaxBlocks), outputs aligned where they stream. Each vector's outputs are
-// for_each_vector's, stored the same way; its scale terms also go into the block's span and 32
-// float64 lane sums in registers (term k of the block into lane k mod 32), so the exact sums need
-// not read the block again where it is narrow. The memory-bound loop has room for those 8 vector
-// operations per 16 terms; the sums' own pass ran after each chunk with the memory idle. Needs 32
-// vector registers (the lane sums, the span and the gradients' constants): false elsewhere, and
-// false (scale_blocks->blocks left 0) where the row is not such a chunk.
+// for_each_vector's, stored the same way; its scale and offset terms also go into their block's
+// span and 32 float64 lane sums in registers (term k of the block into lane k mod 32), so the exact
+// sums need not read a narrow block again. The memory-bound loop has room for those 16 vector
+// operations per 16 elements; the sums' own pass ran after each chunk with the memory idle. Needs
+// 32 vector registers (two sets of lane sums and spans, and the gradients' constants): false
+// elsewhere, and false (`blocks` left 0) where the row is not such a chunk.
 template <class Grads, class ValueOf>
 bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads grads, ValueOf value_of) {
   constexpr int L = Vec::kLanes;
@@ -115,15 +115,14 @@ bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads gr
   if constexpr (L < 16) {
     return false;
   } else {
-    PresummedBlocks* pre = g.scale_blocks;
-    if (pre == nullptr || a.per_row_mask != 0 || a.repeated_row_mask != 0 || (a.broadcast_mask & 0xFu) != 0b1100u ||
-        a.n % kBlock != 0 || a.n / kBlock > PresummedBlocks::kMaxBlocks) {
+    PresummedBlocks* const pre[2] = {g.scale_blocks, g.offset_blocks};
+    if (pre[0] == nullptr || pre[1] == nullptr || a.per_row_mask != 0 || a.repeated_row_mask != 0 ||
+        (a.broadcast_mask & 0xFu) != 0b1100u || a.n % kBlock != 0 || a.n / kBlock > PresummedBlocks::kMaxBlocks) {
       return false;
     }
     auto* out = static_cast<float*>(a.out);
     auto* value_out = static_cast<float*>(g.value_out);
-    auto* terms_s = static_cast<float*>(g.scale_terms);
-    auto* terms_o = static_cast<float*>(g.offset_terms);
+    float* const terms[2] = {static_cast<float*>(g.scale_terms), static_cast<float*>(g.offset_terms)};
     auto aligned = [](const float* q) { return reinterpret_cast<std::uintptr_t>(q) % (L * sizeof(float)) == 0; };
     if (a.stream && !(aligned(out) && aligned(value_out))) return false;
     const float* dy = a.input<float>(0);
@@ -132,10 +131,21 @@ bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads gr
     v[2] = Vec::splat(a.input<float>(2)[0]);
     v[3] = Vec::splat(a.input<float>(3)[0]);
     const Vec::I magnitude = Vec::splat_i(0x7FFFFFFF), one_i = Vec::splat_i(1);
+    // One block's lane sums and span (exact_sums_f32's add_block takes them instead of its own).
+    struct BlockSums {
+      Vec::Lanes32 sum;
+      Vec::I largest, smallest_less_one;
+    };
     auto block_pass = [&]<bool kStream>() POLYQUANT_ALWAYS_INLINE {
       for (std::int64_t b = 0; b * kBlock < a.n; ++b) {
-        Vec::Lanes32 sum = Vec::zero_lanes32();
-        Vec::I largest = Vec::splat_i(0), smallest_less_one = Vec::splat_i(-1);
+        BlockSums sums[2];
+        for (BlockSums& bs : sums) bs = {Vec::zero_lanes32(), Vec::splat_i(0), Vec::splat_i(-1)};
+        auto take = [&]<int q>(BlockSums& bs, Vec::F t) POLYQUANT_ALWAYS_INLINE {
+          const Vec::I bits = Vec::and_i(Vec::bits(t), magnitude);
+          bs.largest = Vec::max_i(bs.largest, bits);
+          bs.smallest_less_one = Vec::min_u(bs.smallest_less_one, Vec::sub_i(bits, one_i));
+          Vec::template add_vector_lanes32<q>(bs.sum, t);
+        };
         // (grads and value_of are copies: their captured constants then stay in registers, where
         // a float store might otherwise change what a reference points to)
         auto one = [&]<int q>(std::int64_t j) POLYQUANT_ALWAYS_INLINE {  // the vector at j: lanes [L q, L q + L)
@@ -151,20 +161,20 @@ bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads gr
             Vec::storeu(out + j, dx);
             Vec::storeu(value_out + j, value);
           }
-          Vec::storeu(terms_s + j, d_scale);
-          Vec::storeu(terms_o + j, d_offset);
-          const Vec::I bits = Vec::and_i(Vec::bits(d_scale), magnitude);
-          largest = Vec::max_i(largest, bits);
-          smallest_less_one = Vec::min_u(smallest_less_one, Vec::sub_i(bits, one_i));
-          Vec::template add_vector_lanes32<q>(sum, d_scale);
+          Vec::storeu(terms[0] + j, d_scale);
+          Vec::storeu(terms[1] + j, d_offset);
+          take.template operator()<q>(sums[0], d_scale);
+          take.template operator()<q>(sums[1], d_offset);
         };
         for (std::int64_t j = b * kBlock; j < (b + 1) * kBlock; j += kExactSumVirtualLanes) {
           one.template operator()<0>(j);
           one.template operator()<1>(j + L);
         }
-        Vec::store_lanes32(pre->lane_sums[b], sum);
-        pre->max_bits[b] = static_cast<std::uint32_t>(Vec::reduce_max_i(largest));
-        pre->min_bits[b] = Vec::reduce_min_u(smallest_less_one) + 1u;
+        for (int k = 0; k < 2; ++k) {
+          Vec::store_lanes32(pre[k]->lane_sums[b], sums[k].sum);
+          pre[k]->max_bits[b] = static_cast<std::uint32_t>(Vec::reduce_max_i(sums[k].largest));
+          pre[k]->min_bits[b] = Vec::reduce_min_u(sums[k].smallest_less_one) + 1u;
+        }
       }
     };
     if (a.stream) {
@@ -173,7 +183,7 @@ bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads gr
     } else {
       block_pass.template operator()<false>();
     }
-    pre->blocks = a.n / kBlock;
+    pre[0]->blocks = pre[1]->blocks = a.n / kBlock;
     return true;
   }
 }

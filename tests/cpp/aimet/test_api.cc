@@ -562,13 +562,13 @@ TEST(Aimet, AllGradientsInOnePassEqualTheSingleCalls) {
   }
 }
 
-// AffineGradParams::scale_blocks (kAll with the forward, quantize_dequantize): the kernel that sums
-// the scale terms' blocks as it writes them writes the same outputs as the reference's calls, and
+// AffineGradParams::scale_blocks / offset_blocks (kAll with the forward, quantize_dequantize): the
+// kernel that sums the terms' blocks as it writes them writes the same outputs as the reference's, and
 // the blocks it fills are the terms' own: each block's span (largest and smallest nonzero
 // magnitude), and where the block is narrow each lane's exact sum. The AVX-512 set fills them for
 // whole chunks of 512-term blocks (broadcast parameters, outputs aligned where they stream); other
 // rows and kernel sets leave `blocks` at 0, which the exact sums then do without.
-TEST(Aimet, GradientKernelPresumsTheScaleTermsBlocks) {
+TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
   constexpr std::int64_t kMax = 2560;
   const std::vector<float> x = test::mixed_values(kMax + 16, 7, 30.0f), dy = test::mixed_values(kMax + 16, 8);
   // scale and offset one value each; some rows see NaN / infinite terms (mixed_values' specials)
@@ -605,14 +605,15 @@ TEST(Aimet, GradientKernelPresumsTheScaleTermsBlocks) {
           p.value_out = got[1];
           p.scale_terms = got[2];
           p.offset_terms = got[3];
-          detail::PresummedBlocks blocks;
-          p.scale_blocks = &blocks;
+          detail::PresummedBlocks blocks[2];
+          p.scale_blocks = &blocks[0];
+          p.offset_blocks = &blocks[1];
           e.fn(&p, a);
           const std::string where = std::string(e.name) + " n=" + std::to_string(n) + " stream=" + std::to_string(stream) +
                                     " dense_x=" + std::to_string(dense_x);
           // the outputs: the reference's
           a.stream = false;
-          p.scale_blocks = nullptr;
+          p.scale_blocks = p.offset_blocks = nullptr;
           a.out = want[0];
           p.value_out = want[1];
           p.scale_terms = want[2];
@@ -622,9 +623,10 @@ TEST(Aimet, GradientKernelPresumsTheScaleTermsBlocks) {
             ASSERT_EQ(0, std::memcmp(got[k], want[k], static_cast<std::size_t>(n) * sizeof(float))) << where << " output " << k;
           }
           const bool fills = e.isa == detail::Isa::kAvx512 && n % 512 == 0 && n / 512 <= detail::PresummedBlocks::kMaxBlocks;
-          ASSERT_EQ(blocks.blocks, fills ? n / 512 : 0) << where;
-          for (std::int64_t b = 0; b < blocks.blocks; ++b) {
-            const float* t = want[2] + 512 * b;
+          for (int k = 0; k < 2; ++k) {
+          ASSERT_EQ(blocks[k].blocks, fills ? n / 512 : 0) << where << " terms " << k;
+          for (std::int64_t b = 0; b < blocks[k].blocks; ++b) {
+            const float* t = want[2 + k] + 512 * b;
             std::uint32_t max_bits = 0, min_bits = 0xFFFFFFFFu;
             for (int k = 0; k < 512; ++k) {
               const std::uint32_t bits = std::bit_cast<std::uint32_t>(t[k]) & 0x7FFFFFFFu;
@@ -632,15 +634,17 @@ TEST(Aimet, GradientKernelPresumsTheScaleTermsBlocks) {
               if (bits != 0) min_bits = std::min(min_bits, bits);
             }
             if (max_bits == 0) min_bits = 0;
-            ASSERT_EQ(blocks.max_bits[b], max_bits) << where << " block " << b;
-            ASSERT_EQ(blocks.min_bits[b], min_bits) << where << " block " << b;
+            ASSERT_EQ(blocks[k].max_bits[b], max_bits) << where << " terms " << k << " block " << b;
+            ASSERT_EQ(blocks[k].min_bits[b], min_bits) << where << " terms " << k << " block " << b;
             if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, 16)) continue;
             ++narrow_blocks;
             for (int l = 0; l < 32; ++l) {
               double sum = 0.0;  // exact: the block is narrow
               for (int i = 0; i < 16; ++i) sum += static_cast<double>(t[32 * i + l]);
-              ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks.lane_sums[b][l]), std::bit_cast<std::uint64_t>(sum)) << where << " block " << b << " lane " << l;
+              ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].lane_sums[b][l]), std::bit_cast<std::uint64_t>(sum))
+                  << where << " terms " << k << " block " << b << " lane " << l;
             }
+          }
           }
         }
       }
