@@ -116,8 +116,7 @@ inline constexpr int kMinMaxVirtualLanes = 16;
 // kernel that wrote the terms, as it wrote them (AIMET's gradient kernel): block b holds terms
 // [512 b, 512 b + 512); lane_sums[b][l] is the sum of its terms 32 i + l in float64 in any order
 // (used only where the block is narrow: there every order gives the exact sum), max_bits[b] and
-// min_bits[b] its largest and smallest nonzero magnitude as float32 bits (0 and 0 for a block of
-// zeros), as exact_sums_span_is_narrow takes them.
+// min_bits[b] its span as exact_sums_span gives it.
 struct PresummedBlocks {
   static constexpr int kMaxBlocks = 4;
   std::int64_t blocks = 0;  // 0: none
@@ -213,14 +212,22 @@ POLYQUANT_HD inline bool exact_sums_span_is_narrow(std::uint32_t max_bits, std::
   const int min_field = static_cast<int>(min_bits >> 23) > 1 ? static_cast<int>(min_bits >> 23) : 1;
   return float32_block_sum_is_exact(min_field, static_cast<int>(max_bits >> 23), m);
 }
-// Whether the block t[0 .. 32 m) is narrow (exact_sums_span_is_narrow).
-POLYQUANT_HD inline bool exact_sums_block_is_narrow(const float* t, int m) {
-  std::uint32_t max_bits = 0, min_bits = 0xFFFFFFFFu;
-  for (int k = 0; k < kExactSumVirtualLanes * m; ++k) {
+// The span of t[0 .. n), exact_sums_span_is_narrow's operands: the largest magnitude and the
+// smallest nonzero one as float32 bits (both 0 where every term is a zero).
+POLYQUANT_HD inline void exact_sums_span(const float* t, std::int64_t n, std::uint32_t& max_bits, std::uint32_t& min_bits) {
+  max_bits = 0;
+  min_bits = 0xFFFFFFFFu;
+  for (std::int64_t k = 0; k < n; ++k) {
     const std::uint32_t magnitude = std::bit_cast<std::uint32_t>(t[k]) & 0x7FFFFFFFu;
     max_bits = magnitude > max_bits ? magnitude : max_bits;
     if (magnitude != 0) min_bits = magnitude < min_bits ? magnitude : min_bits;
   }
+  if (max_bits == 0) min_bits = 0;
+}
+// Whether the block t[0 .. 32 m) is narrow (exact_sums_span_is_narrow).
+POLYQUANT_HD inline bool exact_sums_block_is_narrow(const float* t, int m) {
+  std::uint32_t max_bits, min_bits;
+  exact_sums_span(t, kExactSumVirtualLanes * m, max_bits, min_bits);
   return exact_sums_span_is_narrow(max_bits, min_bits, m);
 }
 // A lane a zero joins without change: finite and not -0 (+0 + -0 is +0, and a non-finite lane

@@ -397,13 +397,12 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
                        const PresummedBlocks* pre, std::int64_t block) POLYQUANT_ALWAYS_INLINE {
     std::uint32_t max_bits, min_bits;
     Vec::Lanes32 sum;
-    int at[kSparseTerms];
-    const int count = sparse && pre == nullptr ? nonzero_terms(t, m, at) : -1;
+    int at[kSparseTerms], count = -1;
     if (pre != nullptr) {
       max_bits = pre->max_bits[block];
       min_bits = pre->min_bits[block];
       sum = Vec::load_lanes32(pre->lane_sums[block]);
-    } else if (count >= 0) {
+    } else if (sparse && (count = nonzero_terms(t, m, at)) >= 0) {
       alignas(64) double sums[V] = {};
       max_bits = 0;
       min_bits = count == 0 ? 0u : 0xFFFFFFFFu;  // as smallest_bits gives it for a block of zeros

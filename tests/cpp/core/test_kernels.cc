@@ -339,16 +339,8 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
       presummed.blocks = n / 512;
       for (std::int64_t b = 0; b < presummed.blocks; ++b) {
         const float* t = x.data() + offset + 512 * b;
-        std::uint32_t max_bits = 0, min_bits = 0xFFFFFFFFu;
-        for (int k = 0; k < 512; ++k) {
-          const std::uint32_t bits = std::bit_cast<std::uint32_t>(t[k]) & 0x7FFFFFFFu;
-          max_bits = std::max(max_bits, bits);
-          if (bits != 0) min_bits = std::min(min_bits, bits);
-        }
-        if (max_bits == 0) min_bits = 0;
-        presummed.max_bits[b] = max_bits;
-        presummed.min_bits[b] = min_bits;
-        const bool narrow = exact_sums_span_is_narrow(max_bits, min_bits, 16);
+        exact_sums_span(t, 512, presummed.max_bits[b], presummed.min_bits[b]);
+        const bool narrow = exact_sums_span_is_narrow(presummed.max_bits[b], presummed.min_bits[b], 16);
         for (int l = 0; l < 32; ++l) {
           double sum = 0.0;
           for (int i = 0; i < 16; ++i) sum += static_cast<double>(t[32 * i + l]);
