@@ -765,10 +765,11 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   // Both parameters must be one value per run (the kernel reads them per row), wanted or not.
   const bool short_runs = !no_reduction && walk.run <= kGradChunk / 2 && walk.run_stride[0] == 0 && walk.run_stride[1] == 0;
   const std::int64_t batch = short_runs ? std::min(kGradChunk / walk.run, kMaxSegments) : 1;
-  // Both sums gather along the run (32 lanes per run, not columns or segments): the kernel may sum
-  // the terms' blocks as it writes them (ExactSumsParams::presummed).
-  const bool presum = !no_reduction && batch == 1 && walk.run_stride[0] == 0 && walk.run_stride[1] == 0;
+  // Both sums gather along the run (32 lanes per run, or one segment per batched run; not columns):
+  // the kernel may sum the terms' blocks or segments as it writes them (ExactSumsParams::presummed).
+  const bool presum = !no_reduction && walk.run_stride[0] == 0 && walk.run_stride[1] == 0;
   static_assert(kGradChunk <= 512 * detail::PresummedBlocks::kMaxBlocks, "a chunk's blocks fit PresummedBlocks");
+  static_assert(kMaxSegments <= detail::PresummedBlocks::kMaxSegments, "a chunk's segments fit PresummedBlocks");
 
   // Elements [c_begin, c_end) of runs [r_begin, r_end), in order, with a copy of the kernel's
   // parameters (one per task). c_begin is a multiple of kGradChunk. A sum along the run (stride 0)
@@ -815,7 +816,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
                                  grad_x.dtype, 1, cn);
         }
       };
-      b.presummed[0].blocks = b.presummed[1].blocks = 0;
+      for (detail::PresummedBlocks& pre : b.presummed) pre.blocks = pre.segments = 0;
       if (want_x && want[0] && want[1]) {  // the usual call: all three (and the forward) in one kernel pass
         gp.of = detail::AffineGradOf::kAll;
         gp.scale_terms = b.terms[0];
@@ -860,7 +861,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
       s.out = acc;
       spill_count = 0;
       sp.mostly_zeros = k == 1;  // the offset terms: zero at every element inside the grid
-      sp.presummed = b.presummed[k].blocks > 0 ? &b.presummed[k] : nullptr;
+      sp.presummed = b.presummed[k].blocks > 0 || b.presummed[k].segments > 0 ? &b.presummed[k] : nullptr;
       sum_kernel(&sp, s);
       for (std::int64_t i = 0; i < spill_count; ++i) mine[k].emplace_back(target(b.spill_index[i]), b.spill_value[i]);
     };

@@ -98,26 +98,34 @@ void fake_quantize_f32(const void* params, const RowArgs& a) {
   else fake_quantize_rows<false>(p, a);
 }
 
-// quantize_dequantize's kAll with the forward, where the call asks for the terms' block sums
-// (AffineGradParams::scale_blocks, offset_blocks) and the row is the fused backward's usual chunk:
-// grad_output and x run on, scale and offset are one value each, whole blocks of 512 terms (at most
-// PresummedBlocks::kMaxBlocks), outputs aligned where they stream. Each vector's outputs are
-// for_each_vector's, stored the same way; its scale and offset terms also go into their block's
-// span and 32 float64 lane sums in registers (term k of the block into lane k mod 32), so the exact
-// sums need not read a narrow block again. The memory-bound loop has room for those 16 vector
+// quantize_dequantize's kAll with the forward, where the call asks for the terms' sums
+// (AffineGradParams::scale_blocks, offset_blocks) and the row is one of the fused backward's usual
+// chunks, outputs aligned where they stream, grad_output and x running on:
+//   whole-run blocks: scale and offset one value each, whole blocks of 512 terms (at most
+//     PresummedBlocks::kMaxBlocks);
+//   segments: scale and offset one value per row (AIMET's blocks, RowArgs::per_row_mask), rows of
+//     32 k <= 512 terms (at most PresummedBlocks::kMaxSegments), each row one segment.
+// Each vector's outputs are for_each_vector's, stored the same way; its scale and offset terms also
+// go into their block's span and 32 float64 lane sums in registers (term k of the block into lane
+// k mod 32), stored at the block's end (a segment's lanes added into one sum), so the exact sums
+// need not read a narrow block again. The memory-bound loop has room for those 16 vector
 // operations per 16 elements; the sums' own pass ran after each chunk with the memory idle. Needs
 // 32 vector registers (two sets of lane sums and spans, and the gradients' constants): false
-// elsewhere, and false (`blocks` left 0) where the row is not such a chunk.
+// elsewhere, and false (`blocks` and `segments` left 0) where the row is not such a chunk.
 template <class Grads, class ValueOf>
 bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads grads, ValueOf value_of) {
   constexpr int L = Vec::kLanes;
-  constexpr std::int64_t kBlock = 16 * kExactSumVirtualLanes;
+  constexpr std::int64_t kRunBlock = 16 * kExactSumVirtualLanes;
   if constexpr (L < 16) {
     return false;
   } else {
     PresummedBlocks* const pre[2] = {g.scale_blocks, g.offset_blocks};
-    if (pre[0] == nullptr || pre[1] == nullptr || a.per_row_mask != 0 || a.repeated_row_mask != 0 ||
-        (a.broadcast_mask & 0xFu) != 0b1100u || a.n % kBlock != 0 || a.n / kBlock > PresummedBlocks::kMaxBlocks) {
+    if (pre[0] == nullptr || pre[1] == nullptr || a.repeated_row_mask != 0) return false;
+    const bool segments = a.per_row_mask != 0;
+    const std::int64_t block = segments ? a.row_len : kRunBlock;
+    if (segments ? ((a.per_row_mask & 0xFu) != 0b1100u || (a.broadcast_mask & 0xFu) != 0 || block % kExactSumVirtualLanes != 0 ||
+                    block > kRunBlock || a.n % block != 0 || a.n / block > PresummedBlocks::kMaxSegments)
+                 : ((a.broadcast_mask & 0xFu) != 0b1100u || a.n % block != 0 || a.n / block > PresummedBlocks::kMaxBlocks)) {
       return false;
     }
     auto* out = static_cast<float*>(a.out);
@@ -127,17 +135,23 @@ bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads gr
     if (a.stream && !(aligned(out) && aligned(value_out))) return false;
     const float* dy = a.input<float>(0);
     const float* x = a.input<float>(1);
+    const float* scale = a.input<float>(2);
+    const float* offset = a.input<float>(3);
     Vec::F v[4];
-    v[2] = Vec::splat(a.input<float>(2)[0]);
-    v[3] = Vec::splat(a.input<float>(3)[0]);
+    v[2] = Vec::splat(scale[0]);
+    v[3] = Vec::splat(offset[0]);
     const Vec::I magnitude = Vec::splat_i(0x7FFFFFFF), one_i = Vec::splat_i(1);
-    // One block's lane sums and span (exact_sums_f32's add_block takes them instead of its own).
+    // One block's lane sums and span (exact_sums_f32 takes them instead of its own).
     struct BlockSums {
       Vec::Lanes32 sum;
       Vec::I largest, smallest_less_one;
     };
     auto block_pass = [&]<bool kStream>() POLYQUANT_ALWAYS_INLINE {
-      for (std::int64_t b = 0; b * kBlock < a.n; ++b) {
+      for (std::int64_t b = 0; b * block < a.n; ++b) {
+        if (segments) {  // the row's parameters
+          v[2] = Vec::splat(scale[b]);
+          v[3] = Vec::splat(offset[b]);
+        }
         BlockSums sums[2];
         for (BlockSums& bs : sums) bs = {Vec::zero_lanes32(), Vec::splat_i(0), Vec::splat_i(-1)};
         auto take = [&]<int q>(BlockSums& bs, Vec::F t) POLYQUANT_ALWAYS_INLINE {
@@ -166,14 +180,22 @@ bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads gr
           take.template operator()<q>(sums[0], d_scale);
           take.template operator()<q>(sums[1], d_offset);
         };
-        for (std::int64_t j = b * kBlock; j < (b + 1) * kBlock; j += kExactSumVirtualLanes) {
+        for (std::int64_t j = b * block; j < (b + 1) * block; j += kExactSumVirtualLanes) {
           one.template operator()<0>(j);
           one.template operator()<1>(j + L);
         }
         for (int k = 0; k < 2; ++k) {
-          Vec::store_lanes32(pre[k]->lane_sums[b], sums[k].sum);
-          pre[k]->max_bits[b] = static_cast<std::uint32_t>(Vec::reduce_max_i(sums[k].largest));
-          pre[k]->min_bits[b] = Vec::reduce_min_u(sums[k].smallest_less_one) + 1u;
+          const auto largest = static_cast<std::uint32_t>(Vec::reduce_max_i(sums[k].largest));
+          const std::uint32_t smallest = Vec::reduce_min_u(sums[k].smallest_less_one) + 1u;
+          if (segments) {
+            Vec::fold_lanes32(sums[k].sum, pre[k]->segment_sum[b]);  // the plain sum: exact where it is used
+            pre[k]->segment_max_bits[b] = largest;
+            pre[k]->segment_min_bits[b] = smallest;
+          } else {
+            Vec::store_lanes32(pre[k]->lane_sums[b], sums[k].sum);
+            pre[k]->max_bits[b] = largest;
+            pre[k]->min_bits[b] = smallest;
+          }
         }
       }
     };
@@ -183,7 +205,14 @@ bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads gr
     } else {
       block_pass.template operator()<false>();
     }
-    pre[0]->blocks = pre[1]->blocks = a.n / kBlock;
+    for (PresummedBlocks* p : pre) {
+      if (segments) {
+        p->segments = a.n / block;
+        p->segment_length = block;
+      } else {
+        p->blocks = a.n / block;
+      }
+    }
     return true;
   }
 }

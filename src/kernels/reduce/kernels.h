@@ -112,16 +112,26 @@ inline constexpr int kMinMaxVirtualLanes = 16;
 // steps and joins its exact sum, so a kernel set may sum such segments in any order: the vector
 // bodies do, for short segments.) Runs in the caller's floating-point environment
 // (AIMET's never flushes).
-// The spans and lane sums of a whole run's blocks (16 rows of 32 terms each), computed by the
-// kernel that wrote the terms, as it wrote them (AIMET's gradient kernel): block b holds terms
-// [512 b, 512 b + 512); lane_sums[b][l] is the sum of its terms 32 i + l in float64 in any order
-// (used only where the block is narrow: there every order gives the exact sum), max_bits[b] and
-// min_bits[b] its span as exact_sums_span gives it.
+// Terms already summed by the kernel that wrote them, as it wrote them (AIMET's gradient kernel),
+// in one of two forms:
+//   whole-run blocks (16 rows of 32 terms each): block b holds terms [512 b, 512 b + 512);
+//     lane_sums[b][l] is the sum of its terms 32 i + l in float64 in any order, max_bits[b] and
+//     min_bits[b] its span as exact_sums_span gives it;
+//   segments (ExactSumsParams::segment, AIMET's blocks of the parameter): segment s holds terms
+//     [segment_length s, segment_length (s + 1)); segment_sum[s] is the sum of all of them in
+//     float64 in any order, segment_max_bits[s] and segment_min_bits[s] its span.
+// A sum is used only where its terms are narrow (exact_sums_span_is_narrow: there every order
+// gives the exact sum), so a kernel need not order its adds, and a sum that is not narrow may hold
+// anything.
 struct PresummedBlocks {
   static constexpr int kMaxBlocks = 4;
-  std::int64_t blocks = 0;  // 0: none
+  static constexpr int kMaxSegments = 128;
+  std::int64_t blocks = 0;  // whole-run blocks (0: none)
   alignas(64) double lane_sums[kMaxBlocks][32];
   std::uint32_t max_bits[kMaxBlocks], min_bits[kMaxBlocks];
+  std::int64_t segments = 0, segment_length = 0;  // segments (0: none)
+  double segment_sum[kMaxSegments];
+  std::uint32_t segment_max_bits[kMaxSegments], segment_min_bits[kMaxSegments];
 };
 
 struct ExactSumsParams {
@@ -133,8 +143,9 @@ struct ExactSumsParams {
   // element inside the grid), so a vector body may look for the nonzero ones first (whole-run
   // blocks and short segments).
   bool mostly_zeros = false;
-  // Another path choice: the whole run's blocks already summed (whole-run mode, n = 512 blocks;
-  // otherwise ignored). The vector bodies take their spans and lane sums from it.
+  // Another path choice: the terms already summed (PresummedBlocks): the whole run's blocks
+  // (whole-run mode, n = 512 blocks), or the segments (segment mode, the same segment length and
+  // count); otherwise ignored. The vector bodies take their spans and sums from it.
   const PresummedBlocks* presummed = nullptr;
   // The spill list: spill_value[i] left accumulator spill_index[i]; *spill_count entries so far.
   // Room past *spill_count for one spill per term (rows * n), and with segments 32 more per segment

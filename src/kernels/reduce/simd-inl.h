@@ -478,8 +478,19 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
     // other segment takes the spec's steps. (The test used to be made per group of 1024 terms:
     // with AIMET's blocks of 128, whose scale terms off the grid are up to qmax times the others,
     // most groups failed it, and every segment of those took the spec's steps.)
+    // Segments the caller summed (ExactSumsParams::presummed) take their spans and sums from it.
     constexpr std::int64_t kShortTerms = 512;
     std::int64_t s = 0;
+    const PresummedBlocks* pre = p.presummed;
+    if (pre != nullptr && pre->segments == segments && pre->segment_length == seg && seg % V == 0 && seg <= kShortTerms) {
+      for (; s < segments; ++s) {
+        if (exact_sums_span_is_narrow(pre->segment_max_bits[s], pre->segment_min_bits[s], static_cast<int>(seg))) [[likely]] {
+          exact_sums_join(acc, s, pre->segment_sum[s], p);
+        } else {
+          spec_segment(s);
+        }
+      }
+    }
     if (seg % V == 0 && seg <= kShortTerms) {
       const std::int64_t rows = seg / V;
       for (; s < segments; ++s) {

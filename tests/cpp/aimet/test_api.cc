@@ -564,80 +564,117 @@ TEST(Aimet, AllGradientsInOnePassEqualTheSingleCalls) {
 
 // AffineGradParams::scale_blocks / offset_blocks (kAll with the forward, quantize_dequantize): the
 // kernel that sums the terms' blocks as it writes them writes the same outputs as the reference's, and
-// the blocks it fills are the terms' own: each block's span (largest and smallest nonzero
-// magnitude), and where the block is narrow each lane's exact sum. The AVX-512 set fills them for
-// whole chunks of 512-term blocks (broadcast parameters, outputs aligned where they stream); other
-// rows and kernel sets leave `blocks` at 0, which the exact sums then do without.
+// the sums it fills are the terms' own: each block's (segment's) span (largest and smallest nonzero
+// magnitude), and where the block is narrow each lane's exact sum (a segment's: its exact sum). The
+// AVX-512 set fills them for whole chunks of 512-term blocks (broadcast parameters) and for rows of
+// 32 k <= 512 terms with a scale and offset per row (AIMET's blocks, each row a segment), outputs
+// aligned where they stream; other rows and kernel sets leave `blocks` and `segments` at 0, which
+// the exact sums then do without.
 TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
-  constexpr std::int64_t kMax = 2560;
+  constexpr std::int64_t kMax = 4224;
   const std::vector<float> x = test::mixed_values(kMax + 16, 7, 30.0f), dy = test::mixed_values(kMax + 16, 8);
-  // scale and offset one value each; some rows see NaN / infinite terms (mixed_values' specials)
-  const float s = 0.07f, o = -128.0f;
-  int narrow_blocks = 0;  // blocks whose lane sums were compared
+  // some rows see NaN / infinite terms (mixed_values' specials)
+  std::vector<float> scales(kMax), offsets(kMax);
+  for (std::int64_t r = 0; r < kMax; ++r) {
+    scales[static_cast<std::size_t>(r)] = 0.07f * static_cast<float>(1 + r % 3);
+    offsets[static_cast<std::size_t>(r)] = -128.0f + static_cast<float>(r % 5);
+  }
+  int narrow_blocks = 0, narrow_segments = 0;  // blocks and segments whose sums were compared
   for (const detail::KernelEntry& e : detail::all_kernels()) {
     if (e.op != detail::KernelOp::kAffineGrad || e.work != detail::WorkType::kF32 || !test::isa_available(e.isa)) continue;
     const detail::RowKernel ref = detail::reference_kernel(e.op, e.work);
-    for (std::int64_t n : {512, 1024, 1536, 2048, 1000, 2560}) {
-      for (const bool stream : {false, true}) {
-        for (const bool dense_x : {false, true}) {  // dense_x: finite normal-range x, narrow blocks
-          std::vector<float> xs(x.begin(), x.begin() + n), dys(dy.begin(), dy.begin() + n);
-          if (dense_x) {
-            for (std::size_t i = 0; i < xs.size(); ++i) {
-              xs[i] = std::isfinite(xs[i]) ? std::fmod(xs[i], 12.0f) + 0.013f : 1.0f;
-              dys[i] = std::isfinite(dys[i]) && std::fabs(dys[i]) > 1e-3f && std::fabs(dys[i]) < 1e3f ? dys[i] : 0.5f;
+    // row_len 0: one scale and offset for the row (whole-run blocks); else one per row of row_len
+    for (std::int64_t row_len : {0, 32, 96, 128, 512, 48, 544}) {
+      std::vector<std::int64_t> sizes{512, 1024, 1536, 2048, 1000, 2560};
+      if (row_len > 0) sizes = {row_len, 2048 - 2048 % row_len, 129 * row_len <= kMax ? 129 * row_len : 3 * row_len};
+      for (std::int64_t n : sizes) {
+        for (const bool stream : {false, true}) {
+          for (const bool dense_x : {false, true}) {  // dense_x: finite normal-range x, narrow blocks
+            std::vector<float> xs(x.begin(), x.begin() + n), dys(dy.begin(), dy.begin() + n);
+            if (dense_x) {
+              for (std::size_t i = 0; i < xs.size(); ++i) {
+                xs[i] = std::isfinite(xs[i]) ? std::fmod(xs[i], 12.0f) + 0.013f : 1.0f;
+                dys[i] = std::isfinite(dys[i]) && std::fabs(dys[i]) > 1e-3f && std::fabs(dys[i]) < 1e3f ? dys[i] : 0.5f;
+              }
             }
-          }
-          alignas(64) static float got[4][kMax], want[4][kMax];
-          detail::RowArgs a;
-          a.in[0] = dys.data();
-          a.in[1] = xs.data();
-          a.in[2] = &s;
-          a.in[3] = &o;
-          a.broadcast_mask = (1u << 2) | (1u << 3);
-          a.n = n;
-          a.stream = stream;
-          detail::AffineGradParams p;
-          p.op.kind = detail::AffineKind::kQuantizeDequantize;
-          p.op.qmin = 0;
-          p.op.qmax = 255;
-          p.of = detail::AffineGradOf::kAll;
-          a.out = got[0];
-          p.value_out = got[1];
-          p.scale_terms = got[2];
-          p.offset_terms = got[3];
-          detail::PresummedBlocks blocks[2];
-          p.scale_blocks = &blocks[0];
-          p.offset_blocks = &blocks[1];
-          e.fn(&p, a);
-          const std::string where = std::string(e.name) + " n=" + std::to_string(n) + " stream=" + std::to_string(stream) +
-                                    " dense_x=" + std::to_string(dense_x);
-          // the outputs: the reference's
-          a.stream = false;
-          p.scale_blocks = p.offset_blocks = nullptr;
-          a.out = want[0];
-          p.value_out = want[1];
-          p.scale_terms = want[2];
-          p.offset_terms = want[3];
-          ref(&p, a);
-          for (int k = 0; k < 4; ++k) {
-            ASSERT_EQ(0, std::memcmp(got[k], want[k], static_cast<std::size_t>(n) * sizeof(float))) << where << " output " << k;
-          }
-          const bool fills = e.isa == detail::Isa::kAvx512 && n % 512 == 0 && n / 512 <= detail::PresummedBlocks::kMaxBlocks;
-          for (int k = 0; k < 2; ++k) {
-            ASSERT_EQ(blocks[k].blocks, fills ? n / 512 : 0) << where << " terms " << k;
-            for (std::int64_t b = 0; b < blocks[k].blocks; ++b) {
-              const float* t = want[2 + k] + 512 * b;
-              std::uint32_t max_bits, min_bits;
-              detail::exact_sums_span(t, 512, max_bits, min_bits);
-              ASSERT_EQ(blocks[k].max_bits[b], max_bits) << where << " terms " << k << " block " << b;
-              ASSERT_EQ(blocks[k].min_bits[b], min_bits) << where << " terms " << k << " block " << b;
-              if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, 16)) continue;
-              ++narrow_blocks;
-              for (int l = 0; l < 32; ++l) {
-                double sum = 0.0;  // exact: the block is narrow
-                for (int i = 0; i < 16; ++i) sum += static_cast<double>(t[32 * i + l]);
-                ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].lane_sums[b][l]), std::bit_cast<std::uint64_t>(sum))
-                    << where << " terms " << k << " block " << b << " lane " << l;
+            alignas(64) static float got[4][kMax], want[4][kMax];
+            detail::RowArgs a;
+            a.in[0] = dys.data();
+            a.in[1] = xs.data();
+            a.in[2] = scales.data();
+            a.in[3] = offsets.data();
+            if (row_len > 0) {
+              a.per_row_mask = (1u << 2) | (1u << 3);
+              a.row_len = row_len;
+            } else {
+              a.broadcast_mask = (1u << 2) | (1u << 3);
+            }
+            a.n = n;
+            a.stream = stream;
+            detail::AffineGradParams p;
+            p.op.kind = detail::AffineKind::kQuantizeDequantize;
+            p.op.qmin = 0;
+            p.op.qmax = 255;
+            p.of = detail::AffineGradOf::kAll;
+            a.out = got[0];
+            p.value_out = got[1];
+            p.scale_terms = got[2];
+            p.offset_terms = got[3];
+            detail::PresummedBlocks blocks[2];
+            p.scale_blocks = &blocks[0];
+            p.offset_blocks = &blocks[1];
+            e.fn(&p, a);
+            const std::string where = std::string(e.name) + " row_len=" + std::to_string(row_len) + " n=" + std::to_string(n) +
+                                      " stream=" + std::to_string(stream) + " dense_x=" + std::to_string(dense_x);
+            // the outputs: the reference's
+            a.stream = false;
+            p.scale_blocks = p.offset_blocks = nullptr;
+            a.out = want[0];
+            p.value_out = want[1];
+            p.scale_terms = want[2];
+            p.offset_terms = want[3];
+            ref(&p, a);
+            for (int k = 0; k < 4; ++k) {
+              ASSERT_EQ(0, std::memcmp(got[k], want[k], static_cast<std::size_t>(n) * sizeof(float))) << where << " output " << k;
+            }
+            const bool avx512 = e.isa == detail::Isa::kAvx512;
+            const bool fills_blocks = avx512 && row_len == 0 && n % 512 == 0 && n / 512 <= detail::PresummedBlocks::kMaxBlocks;
+            const bool fills_segments = avx512 && row_len > 0 && row_len % 32 == 0 && row_len <= 512 &&
+                                        n / row_len <= detail::PresummedBlocks::kMaxSegments;
+            for (int k = 0; k < 2; ++k) {
+              ASSERT_EQ(blocks[k].blocks, fills_blocks ? n / 512 : 0) << where << " terms " << k;
+              ASSERT_EQ(blocks[k].segments, fills_segments ? n / row_len : 0) << where << " terms " << k;
+              for (std::int64_t b = 0; b < blocks[k].blocks; ++b) {
+                const float* t = want[2 + k] + 512 * b;
+                std::uint32_t max_bits, min_bits;
+                detail::exact_sums_span(t, 512, max_bits, min_bits);
+                ASSERT_EQ(blocks[k].max_bits[b], max_bits) << where << " terms " << k << " block " << b;
+                ASSERT_EQ(blocks[k].min_bits[b], min_bits) << where << " terms " << k << " block " << b;
+                if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, 16)) continue;
+                ++narrow_blocks;
+                for (int l = 0; l < 32; ++l) {
+                  double sum = 0.0;  // exact: the block is narrow
+                  for (int i = 0; i < 16; ++i) sum += static_cast<double>(t[32 * i + l]);
+                  ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].lane_sums[b][l]), std::bit_cast<std::uint64_t>(sum))
+                      << where << " terms " << k << " block " << b << " lane " << l;
+                }
+              }
+              if (blocks[k].segments > 0) {
+                ASSERT_EQ(blocks[k].segment_length, row_len) << where;
+              }
+              for (std::int64_t s = 0; s < blocks[k].segments; ++s) {
+                const float* t = want[2 + k] + row_len * s;
+                const auto i = static_cast<std::size_t>(s);
+                std::uint32_t max_bits, min_bits;
+                detail::exact_sums_span(t, row_len, max_bits, min_bits);
+                ASSERT_EQ(blocks[k].segment_max_bits[i], max_bits) << where << " terms " << k << " segment " << s;
+                ASSERT_EQ(blocks[k].segment_min_bits[i], min_bits) << where << " terms " << k << " segment " << s;
+                if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, static_cast<int>(row_len))) continue;
+                ++narrow_segments;
+                double sum = 0.0;  // exact: the segment is narrow
+                for (std::int64_t j = 0; j < row_len; ++j) sum += static_cast<double>(t[j]);
+                ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].segment_sum[i]), std::bit_cast<std::uint64_t>(sum))
+                    << where << " terms " << k << " segment " << s;
               }
             }
           }
@@ -647,6 +684,7 @@ TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
   }
   if (test::isa_available(detail::Isa::kAvx512)) {
     EXPECT_GT(narrow_blocks, 0) << "no narrow block was compared";
+    EXPECT_GT(narrow_segments, 0) << "no narrow segment was compared";
   }
 }
 

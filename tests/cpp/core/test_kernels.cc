@@ -331,10 +331,24 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
       if (i % 31 == 6 && variant != 11) start[i] = NAN;
     }
     const std::size_t terms = static_cast<std::size_t>(rows * n);
-    // presum: a whole run of whole blocks with their spans and lane sums given (PresummedBlocks);
-    // a block that is not narrow gets NaN lane sums, which must go unused.
+    // presum: a whole run of whole blocks with their spans and lane sums given (PresummedBlocks),
+    // or the segments with their spans and sums; a block or segment that is not narrow gets NaN
+    // sums, which must go unused.
     PresummedBlocks presummed;
     const bool whole_run = !per_element && segment == 0;
+    if (presum && segment > 0 && n > 0 && n / segment <= PresummedBlocks::kMaxSegments) {
+      presummed.segments = n / segment;
+      presummed.segment_length = segment;
+      for (std::int64_t s = 0; s < presummed.segments; ++s) {
+        const float* t = x.data() + offset + segment * s;
+        const auto i = static_cast<std::size_t>(s);
+        exact_sums_span(t, segment, presummed.segment_max_bits[i], presummed.segment_min_bits[i]);
+        double sum = 0.0;
+        for (std::int64_t k = segment - 1; k >= 0; --k) sum += static_cast<double>(t[k]);  // any order
+        const bool narrow = exact_sums_span_is_narrow(presummed.segment_max_bits[i], presummed.segment_min_bits[i], static_cast<int>(segment));
+        presummed.segment_sum[i] = narrow ? sum : NAN;
+      }
+    }
     if (presum && whole_run && n > 0 && n % 512 == 0 && n / 512 <= PresummedBlocks::kMaxBlocks) {
       presummed.blocks = n / 512;
       for (std::int64_t b = 0; b < presummed.blocks; ++b) {
@@ -363,7 +377,7 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
       p.x_row_stride = n + 5;
       p.segment = segment;
       p.mostly_zeros = mostly_zeros_hint;  // a path choice: the results must not change
-      if (presummed.blocks > 0) p.presummed = &presummed;  // another
+      if (presummed.blocks > 0 || presummed.segments > 0) p.presummed = &presummed;  // another
       p.spill_value = run->spill_value.data();
       p.spill_index = run->spill_index.data();
       p.spill_count = &run->count;
@@ -374,7 +388,7 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
                               " per_element=" + std::to_string(per_element) + " rows=" + std::to_string(rows) +
                               " segment=" + std::to_string(segment) +
                               " flush=" + std::to_string(flush) + " mostly_zeros=" + std::to_string(mostly_zeros_hint) +
-                              " presummed=" + std::to_string(presummed.blocks);
+                              " presummed=" + std::to_string(presummed.blocks) + "/" + std::to_string(presummed.segments);
     ASSERT_EQ(got.count, want.count) << where;
     ASSERT_EQ(0, std::memcmp(got.acc.data(), want.acc.data(), m * sizeof(double))) << where << " accumulators";
     ASSERT_EQ(0, std::memcmp(got.spill_value.data(), want.spill_value.data(), room * sizeof(double))) << where << " spills";
@@ -437,7 +451,8 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
           // The mostly-zeros hint on dense terms: the first block leaves the sparse path.
           check_exact_sums(e, ref, a, x, n, offset, flush, true);
           if (HasFailure()) return;
-          // The blocks' spans and lane sums given (whole runs of 512 .. 2048 terms).
+          // The blocks' spans and lane sums given (whole runs of 512 .. 2048 terms), or the
+          // segments' spans and sums.
           check_exact_sums(e, ref, a, x, n, offset, flush, false, true);
           if (HasFailure()) return;
           // Mostly zeros of both signs (AIMET's offset gradient): whole blocks of zeros are skipped;
@@ -462,6 +477,8 @@ TEST_P(ReductionKernelTest, AccumulatorsMatchReferenceBitForBit) {
           RowArgs ea = a;
           ea.in[0] = edge.data() + offset;
           check_exact_sums(e, ref, ea, edge, n, offset, flush);
+          if (HasFailure()) return;
+          check_exact_sums(e, ref, ea, edge, n, offset, flush, false, true);
           if (HasFailure()) return;
         } else if (e.op == KernelOp::kGroupMinMax) {
           // AIMET's statistics never run in flush-to-zero mode (torch does not set it); under DAZ
