@@ -280,8 +280,7 @@ POLYQUANT_HD inline bool exact_float64_add(double a, double t, double& s) {
 // first below n 2^(max_field - 126): it needs max_field - min_field + 24 + ceil(log2 n) bits, which
 // float64 holds when that is at most 53.
 POLYQUANT_HD inline bool float32_block_sum_is_exact(int min_field, int max_field, std::int64_t n) {
-  int log2n = 0;
-  while ((std::int64_t{1} << log2n) < n) ++log2n;
+  const int log2n = n <= 1 ? 0 : static_cast<int>(std::bit_width(static_cast<std::uint64_t>(n - 1)));  // ceil(log2 n)
   return max_field - min_field + 24 + log2n <= 53;
 }
 

@@ -42,6 +42,14 @@ class ExactSums {
   float to_float(std::int64_t target) const { return round<float>(target); }
   double to_double(std::int64_t target) const { return round<double>(target); }
 
+  // What to_float / to_double give for a target whose values all joined its head: that exact
+  // value rounded once (an exact zero is +0). So a caller holding a target's whole exact sum in
+  // one float64 (every add exact) rounds it without the per-target storage.
+  template <class T>
+  static T rounded_single(double exact) {
+    return rounded_head<T>(exact);
+  }
+
   // The exact sum of n values (one target), rounded once: the same rule without the per-target
   // storage.
   template <class T, class V>

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <bitset>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -643,6 +644,27 @@ bool byte_ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std:
   return pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
+// Whether distinct runs of the walk feed distinct elements of parameter k: no dimension outside
+// the run broadcasts it (stride 0), and the strides, smallest first, each pass every element the
+// smaller ones reach (no two index combinations meet). AIMET's blocks along the last axis: each
+// run is one block, its own element.
+bool runs_own_elements(const GradWalk& w, std::size_t k) {
+  std::array<std::pair<std::int64_t, std::int64_t>, kMaxRank> dims{};  // (|stride|, extent)
+  const auto rank = static_cast<std::size_t>(w.outer_rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    const std::int64_t stride = w.outer_stride[k][d];
+    if (stride == 0) return false;
+    dims[d] = {stride < 0 ? -stride : stride, w.outer_shape[d]};
+  }
+  std::sort(dims.begin(), dims.begin() + static_cast<std::ptrdiff_t>(rank));
+  std::int64_t reach = 0;  // the largest index the smaller strides give
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (dims[d].first <= reach) return false;
+    reach += dims[d].first * (dims[d].second - 1);
+  }
+  return true;
+}
+
 // The gradients in one pass, or false (nothing written) where the layout or the dtypes are not
 // this walk's: the caller then runs the kernel per gradient and reduce_into.
 bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradParams p, const TensorView& grad_output,
@@ -669,18 +691,37 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   if (!make_walk(L, walk)) return false;
 
   // The parameters as float32 tensors of their own shapes (as the engine converts them), indexed
-  // by the sums' element indices.
-  std::array<std::vector<float>, 2> params;
+  // by the sums' element indices: read in place where they are already that, else converted.
+  std::array<std::vector<float>, 2> converted_params;
+  std::array<const float*, 2> params{};
+  std::array<std::int64_t, 2> param_count{};
   const std::array<const TensorView*, 2> views{&scale, &offset};
+  const std::array<const MutableTensorView*, 4> outputs{&grad_x, &output, &grad_scale, &grad_offset};
+  // Bytes from a view's first element to past its last as a contiguous tensor (the views checked
+  // here: the contiguous ones this walk reads or writes in place).
+  auto view_bytes = [](const auto& v) { return static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype); };
+  // Whether an output overlaps the bytes of `v` (a wanted output is written during the walk).
+  auto output_overlaps = [&](const TensorView& v) {
+    for (const MutableTensorView* o : outputs) {
+      if (o->data != nullptr && byte_ranges_overlap(o->data, view_bytes(*o), v.data, view_bytes(v))) return true;
+    }
+    return false;
+  };
   for (std::size_t k = 0; k < 2; ++k) {
-    params[k].resize(static_cast<std::size_t>(std::max<std::int64_t>(views[k]->numel(), 1)));
-    detail::convert_into(*views[k], MutableTensorView(params[k].data(), DType::kFloat32, views[k]->shape));
+    param_count[k] = std::max<std::int64_t>(views[k]->numel(), 1);
+    if (views[k]->dtype == DType::kFloat32 && views[k]->is_contiguous() && views[k]->numel() > 0 && !output_overlaps(*views[k])) {
+      params[k] = static_cast<const float*>(views[k]->data);
+      continue;
+    }
+    converted_params[k].resize(static_cast<std::size_t>(param_count[k]));
+    detail::convert_into(*views[k], MutableTensorView(converted_params[k].data(), DType::kFloat32, views[k]->shape));
+    params[k] = converted_params[k].data();
   }
   // no_reduction: each parameter element's one term, written during the walk (no sum, no task
   // shares an element).
   std::array<std::vector<double>, 2> terms_kept;
   for (std::size_t k = 0; k < 2; ++k) {
-    if (want[k] && no_reduction) terms_kept[k].assign(params[k].size(), 0.0);
+    if (want[k] && no_reduction) terms_kept[k].assign(static_cast<std::size_t>(param_count[k]), 0.0);
   }
   std::array<Contributions, 2> contributions;
   std::mutex contributions_mutex;
@@ -726,7 +767,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     a.in[1] = xs;
     for (std::size_t k = 0; k < 2; ++k) {
       at[k] = base[k] + walk.run_stride[k] * c0;
-      a.in[k + 2] = params[k].data() + at[k];
+      a.in[k + 2] = params[k] + at[k];
       if (walk.run_stride[k] == 0) a.broadcast_mask |= 1u << (k + 2);
     }
     a.n = cn;
@@ -770,6 +811,28 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   const bool presum = !no_reduction && walk.run_stride[0] == 0 && walk.run_stride[1] == 0;
   static_assert(kGradChunk <= 512 * detail::PresummedBlocks::kMaxBlocks, "a chunk's blocks fit PresummedBlocks");
   static_assert(kMaxSegments <= detail::PresummedBlocks::kMaxSegments, "a chunk's segments fit PresummedBlocks");
+  // Batched short runs that each own their parameter element (runs_own_elements): a segment whose
+  // exact sums spilled nothing holds its element's whole sum, which the task rounds and writes
+  // itself (owned_out[k], the float32 gradient), as the final step would; spilled segments go with
+  // their spills to the final step. That step then builds no per-element sums, and the walk keeps
+  // no contribution per run. Needs a float32 gradient of the parameter's shape clear of every
+  // input and other output.
+  std::array<float*, 2> owned_out{};
+  for (std::size_t k = 0; k < 2; ++k) {
+    const MutableTensorView& out = k == 0 ? grad_scale : grad_offset;
+    if (!want[k] || no_reduction || batch == 1 || !runs_own_elements(walk, k) || n / walk.run != param_count[k] || out.dtype != DType::kFloat32 ||
+        !out.is_contiguous() || out.numel() != param_count[k]) {
+      continue;
+    }
+    const std::size_t bytes = static_cast<std::size_t>(out.numel()) * sizeof(float);
+    bool clear = !byte_ranges_overlap(out.data, bytes, x.data, static_cast<std::size_t>(n) * dtype_size(x.dtype)) &&
+                 !byte_ranges_overlap(out.data, bytes, grad_output.data, static_cast<std::size_t>(n) * dtype_size(grad_output.dtype));
+    for (const TensorView* v : views) clear = clear && !byte_ranges_overlap(out.data, bytes, v->data, view_bytes(*v));
+    for (const MutableTensorView* o : outputs) {
+      if (o != &out && o->data != nullptr) clear = clear && !byte_ranges_overlap(out.data, bytes, o->data, view_bytes(*o));
+    }
+    if (clear) owned_out[k] = static_cast<float*>(out.data);
+  }
 
   // Elements [c_begin, c_end) of runs [r_begin, r_end), in order, with a copy of the kernel's
   // parameters (one per task). c_begin is a multiple of kGradChunk. A sum along the run (stride 0)
@@ -875,7 +938,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
         const std::int64_t rows = std::min(batch, r_end - r0), e = r0 * walk.run, cn = rows * walk.run;
         for (std::int64_t i = 0; i < rows; ++i, next_run(idx, base)) {
           for (std::size_t k = 0; k < 2; ++k) {
-            b.row_param[k][i] = params[k][static_cast<std::size_t>(base[k])];
+            b.row_param[k][i] = params[k][base[k]];
             b.row_target[k][i] = base[k];
           }
         }
@@ -890,6 +953,19 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
         gradients(a, e, cn, [&](std::size_t k) {
           std::fill(b.segment_acc, b.segment_acc + rows, 0.0);
           sum_terms(k, cn, b.segment_acc, [&](std::int32_t i) { return b.row_target[k][i]; });
+          if (owned_out[k] != nullptr) {
+            std::bitset<kMaxSegments> spilled;
+            for (std::int64_t c = 0; c < spill_count; ++c) spilled.set(static_cast<std::size_t>(b.spill_index[c]));
+            for (std::int64_t i = 0; i < rows; ++i) {
+              if (spilled.test(static_cast<std::size_t>(i))) {
+                mine[k].emplace_back(b.row_target[k][i], b.segment_acc[i]);
+              } else {
+                owned_out[k][b.row_target[k][i]] =
+                    detail::narrow_to<float>(detail::ExactSums<detail::ExactSumFloat32>::rounded_single<float>(b.segment_acc[i]), w.narrow);
+              }
+            }
+            return;
+          }
           for (std::int64_t i = 0; i < rows; ++i) {
             if (b.segment_acc[i] != 0.0) mine[k].emplace_back(b.row_target[k][i], b.segment_acc[i]);
           }
@@ -961,10 +1037,17 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     std::vector<double> sums;
     if (no_reduction) {
       sums = std::move(terms_kept[k]);
-    } else {
-      detail::ExactSums<detail::ExactSumFloat32> exact(static_cast<std::int64_t>(params[k].size()));
+    } else if (owned_out[k] != nullptr) {
+      // written by the walk, but for the elements whose segment spilled: theirs here
+      if (contributions[k].empty()) continue;
+      detail::ExactSums<detail::ExactSumFloat32> exact(param_count[k]);
       for (const auto& [target, value] : contributions[k]) exact.add(target, value);
-      if (out.dtype == DType::kFloat32 && out.is_contiguous() && out.numel() == static_cast<std::int64_t>(params[k].size())) {
+      for (const auto& [target, value] : contributions[k]) owned_out[k][target] = detail::narrow_to<float>(exact.to_float(target), w.narrow);
+      continue;
+    } else {
+      detail::ExactSums<detail::ExactSumFloat32> exact(param_count[k]);
+      for (const auto& [target, value] : contributions[k]) exact.add(target, value);
+      if (out.dtype == DType::kFloat32 && out.is_contiguous() && out.numel() == param_count[k]) {
         // write_sums' values without its float64 staging (per block: 131072 of them at 16 Mi),
         // rounded by every thread: each element's rounding reads only its own sum
         auto* o = static_cast<float*>(out.data);
@@ -973,7 +1056,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
         });
         continue;
       }
-      sums.resize(params[k].size());
+      sums.resize(static_cast<std::size_t>(param_count[k]));
       for (std::size_t t = 0; t < sums.size(); ++t) sums[t] = static_cast<double>(exact.to_float(static_cast<std::int64_t>(t)));
     }
     write_sums(sums, DType::kFloat32, w.narrow, k == 0 ? scale : offset, out);

@@ -688,6 +688,65 @@ TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
   }
 }
 
+// Blockwise gradients whose blocks each own a parameter element are rounded and written by the
+// walk itself (fused_backward's owned elements). The same bits where the gradients land on the
+// parameters they are taken against (in place: grad_scale into scale, grad_offset into offset, and
+// crossed), and where the blocks share elements (blocks two rows tall: every element gathers two
+// runs, and the final step writes it); each equal to the exact sums rounded once.
+TEST(Aimet, BlockwiseGradientsMatchWhereverTheyAreWritten) {
+  constexpr std::int64_t R = 8, C = 2048, B = 128;
+  const std::vector<float> x = test::mixed_values(R * C, 5, 20.0f), g = test::mixed_values(R * C, 6);
+  for (const std::int64_t tall : {1, 2}) {
+    const Dims pshape{R / tall, C / B};
+    const std::int64_t np = pshape.numel();
+    std::vector<float> s(static_cast<std::size_t>(np)), o(static_cast<std::size_t>(np));
+    for (std::int64_t k = 0; k < np; ++k) {
+      s[static_cast<std::size_t>(k)] = 0.05f + 0.01f * static_cast<float>(k % 7);
+      o[static_cast<std::size_t>(k)] = -128.0f + static_cast<float>(k % 5);
+    }
+    const std::vector<std::int64_t> block{tall, B};
+    const AffineArgs args{{0, 255}, block};
+    const TensorView xv(x.data(), DType::kFloat32, Dims{R, C}), gv(g.data(), DType::kFloat32, Dims{R, C});
+    std::vector<float> gx(static_cast<std::size_t>(R * C)), value(static_cast<std::size_t>(R * C));
+    auto backward = [&](const float* scale, const float* offset, const MutableTensorView& gs, const MutableTensorView& go) {
+      aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, gv, xv, TensorView(scale, DType::kFloat32, pshape),
+                             TensorView(offset, DType::kFloat32, pshape), args, MutableTensorView(gx.data(), DType::kFloat32, Dims{R, C}),
+                             gs, go, MutableTensorView(value.data(), DType::kFloat32, Dims{R, C}));
+    };
+    std::vector<float> want_s(static_cast<std::size_t>(np)), want_o(static_cast<std::size_t>(np));
+    backward(s.data(), o.data(), MutableTensorView(want_s.data(), DType::kFloat32, pshape),
+             MutableTensorView(want_o.data(), DType::kFloat32, pshape));
+    const std::string where = "blocks " + std::to_string(tall) + " x " + std::to_string(B);
+    // the spec: every term exactly, per element, rounded once
+    std::vector<detail::ExactSumFloat32> exact_s(static_cast<std::size_t>(np)), exact_o(static_cast<std::size_t>(np));
+    detail::AffineGradParams p;
+    p.op.qmax = 255;
+    for (std::int64_t i = 0; i < R; ++i) {
+      for (std::int64_t j = 0; j < C; ++j) {
+        const auto e = static_cast<std::size_t>(i * C + j);
+        const auto t = static_cast<std::size_t>((i / tall) * (C / B) + j / B);
+        p.of = detail::AffineGradOf::kScale;
+        exact_s[t].add(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
+        p.of = detail::AffineGradOf::kOffset;
+        exact_o[t].add(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
+      }
+    }
+    for (std::size_t t = 0; t < static_cast<std::size_t>(np); ++t) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(want_s[t]), std::bit_cast<std::uint32_t>(exact_s[t].to_float())) << where << " scale " << t;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(want_o[t]), std::bit_cast<std::uint32_t>(exact_o[t].to_float())) << where << " offset " << t;
+    }
+    // in place, and crossed
+    for (const bool crossed : {false, true}) {
+      std::vector<float> s2 = s, o2 = o;
+      float* into_s = crossed ? o2.data() : s2.data();
+      float* into_o = crossed ? s2.data() : o2.data();
+      backward(s2.data(), o2.data(), MutableTensorView(into_s, DType::kFloat32, pshape), MutableTensorView(into_o, DType::kFloat32, pshape));
+      ASSERT_EQ(0, std::memcmp(into_s, want_s.data(), want_s.size() * sizeof(float))) << where << " crossed=" << crossed;
+      ASSERT_EQ(0, std::memcmp(into_o, want_o.data(), want_o.size() * sizeof(float))) << where << " crossed=" << crossed;
+    }
+  }
+}
+
 // affine_backward's optional forward output equals each op's forward on every path: float32 and
 // bfloat16 / float64 tensors, per tensor and blockwise, quantize / dequantize / both quantize_dequantize
 // paths, x itself as the output (in place: computed after the gradients read x), and an output
