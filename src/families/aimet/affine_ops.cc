@@ -795,11 +795,6 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     }
   };
 
-  // Elements [c_begin, c_end) of runs [r_begin, r_end), in order, with a copy of the kernel's
-  // parameters (one per task). c_begin is a multiple of kGradChunk. A sum along the run (stride 0)
-  // gathers in 32 lane accumulators, contributed at the end of each run; sums across runs (stride
-  // 1: element j of the run feeds parameter element base + j) gather in one accumulator per
-  // element of [c_begin, c_end), contributed whenever the run's base moves and at the end.
   // Short runs whose sums gather along the run (AIMET's blocks: one parameter element per run) go
   // `batch` runs to a kernel call: the parameters per run (RowArgs' per-row operands), the sums one
   // segment per run (ExactSumsParams::segment).
@@ -834,13 +829,32 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     if (clear) owned_out[k] = static_cast<float*>(out.data);
   }
 
+  // Chunks that start aligned for streaming: where grad_x (else the forward output) is written in
+  // place and streamed, a run's chunks start where that output is 64-byte aligned, the run's first
+  // chunk shorter (its head, under 16 elements). Otherwise every chunk of a run misaligned so (a
+  // numpy array sits 16 bytes past such a boundary) would peel a partial vector and step aside
+  // from the kernel's block sums. The sums are exact, so the chunks' bounds do not change them.
+  const void* aligned_output = want_x && !convert_gx ? grad_x.data : want_value && !convert_value ? output.data : nullptr;
+  auto run_head = [&](std::int64_t r) -> std::int64_t {
+    if (!stream || aligned_output == nullptr || batch > 1) return 0;
+    const auto at = reinterpret_cast<std::uintptr_t>(static_cast<const float*>(aligned_output) + r * walk.run);
+    if (at % sizeof(float) != 0) return 0;
+    return static_cast<std::int64_t>((64 - at % 64) % 64 / sizeof(float));
+  };
+  // The chunk start after c in a run whose head is `head`: the run's chunks start at 0, then at
+  // head + kGradChunk i (i >= 0).
+  auto next_chunk_start = [](std::int64_t c, std::int64_t head) {
+    return c < head ? head : head + ((c - head) / kGradChunk + 1) * kGradChunk;
+  };
+
   // Elements [c_begin, c_end) of runs [r_begin, r_end), in order, with a copy of the kernel's
-  // parameters (one per task). c_begin is a multiple of kGradChunk. A sum along the run (stride 0)
-  // gathers in 32 lane accumulators, contributed at the end of each run (batched short runs: one
-  // segment each); sums across runs (stride 1: element j of the run feeds parameter element
-  // base + j) gather in one accumulator per element of [c_begin, c_end), contributed whenever the
-  // run's base moves and at the end.
-  auto walk_runs = [&](std::int64_t r_begin, std::int64_t r_end, std::int64_t c_begin, std::int64_t c_end,
+  // parameters (one per task), in chunks that start at the run's chunk starts (head < 0: each
+  // run's own, run_head; else `head` for every run). c_begin is a chunk start. A sum along the run
+  // (stride 0) gathers in 32 lane accumulators, contributed at the end of each run (batched short
+  // runs: one segment each); sums across runs (stride 1: element j of the run feeds parameter
+  // element base + j) gather in one accumulator per element of [c_begin, c_end), contributed
+  // whenever the run's base moves and at the end.
+  auto walk_runs = [&](std::int64_t r_begin, std::int64_t r_end, std::int64_t c_begin, std::int64_t c_end, std::int64_t head,
                        detail::AffineGradParams gp) {
     // Default-initialised (not make_unique's zeroing: ~190 KB per task, and a blockwise or
     // per-channel call has hundreds of tasks): every buffer is written before it is read, the
@@ -978,8 +992,10 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
           if (column_base[k] >= 0) contribute_columns(k);
           column_base[k] = base[k];
         }
-        for (std::int64_t c0 = c_begin; c0 < c_end; c0 += kGradChunk) {
-          const std::int64_t cn = std::min(kGradChunk, c_end - c0), e = r * walk.run + c0;
+        const std::int64_t run_chunks_head = head >= 0 ? head : run_head(r);
+        for (std::int64_t c0 = c_begin, c1; c0 < c_end; c0 = c1) {
+          c1 = std::min(c_end, next_chunk_start(c0, run_chunks_head));
+          const std::int64_t cn = c1 - c0, e = r * walk.run + c0;
           detail::RowArgs a;
           std::array<std::int64_t, 2> at{};
           operands(b, a, base, e, c0, cn, at);
@@ -1021,14 +1037,18 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   if (split && walk.run >= 2 * kGradChunk && runs < 4 * detail::num_threads()) split = false;
   if (split && runs * walk.run >= 2 * kGradChunk) {
     const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / walk.run);
-    detail::parallel_for(runs, grain, [&](std::int64_t b, std::int64_t e) { walk_runs(b, e, 0, walk.run, p); });
+    detail::parallel_for(runs, grain, [&](std::int64_t b, std::int64_t e) { walk_runs(b, e, 0, walk.run, -1, p); });
   } else if (walk.run >= 2 * kGradChunk) {
-    const std::int64_t chunks = (walk.run + kGradChunk - 1) / kGradChunk;
-    detail::parallel_for(chunks, 1, [&](std::int64_t b, std::int64_t e) {
-      walk_runs(0, runs, b * kGradChunk, std::min(e * kGradChunk, walk.run), p);
-    });
+    // every run's chunks start alike: one head for all (aligned where every run starts the same
+    // distance past a 64-byte boundary)
+    // (a thread's share begins at a chunk start: task i at head + kGradChunk i, the first at 0, so
+    // the head goes with the first full chunk)
+    const std::int64_t head = runs == 1 || (walk.run * static_cast<std::int64_t>(sizeof(float))) % 64 == 0 ? run_head(0) : 0;
+    const std::int64_t chunks = (walk.run - head + kGradChunk - 1) / kGradChunk;
+    auto share_start = [&](std::int64_t i) { return i == 0 ? 0 : i == chunks ? walk.run : head + i * kGradChunk; };
+    detail::parallel_for(chunks, 1, [&](std::int64_t b, std::int64_t e) { walk_runs(0, runs, share_start(b), share_start(e), head, p); });
   } else {
-    walk_runs(0, runs, 0, walk.run, p);
+    walk_runs(0, runs, 0, walk.run, -1, p);
   }
 
   for (std::size_t k = 0; k < 2; ++k) {

@@ -101,8 +101,8 @@ void fake_quantize_f32(const void* params, const RowArgs& a) {
 // quantize_dequantize's kAll with the forward, where the call asks for the terms' sums
 // (AffineGradParams::scale_blocks, offset_blocks) and the row is one of the fused backward's usual
 // chunks, outputs aligned where they stream, grad_output and x running on:
-//   whole-run blocks: scale and offset one value each, whole blocks of 512 terms (at most
-//     PresummedBlocks::kMaxBlocks);
+//   whole-run blocks: scale and offset one value each, the row's whole blocks of 512 terms (at
+//     least one, at most PresummedBlocks::kMaxBlocks; the rest of the row is the caller's);
 //   segments: scale and offset one value per row (AIMET's blocks, RowArgs::per_row_mask), rows of
 //     32 k <= 512 terms (at most PresummedBlocks::kMaxSegments), each row one segment.
 // Each vector's outputs are for_each_vector's, stored the same way; its scale and offset terms also
@@ -110,29 +110,31 @@ void fake_quantize_f32(const void* params, const RowArgs& a) {
 // k mod 32), stored at the block's end (a segment's lanes added into one sum), so the exact sums
 // need not read a narrow block again. The memory-bound loop has room for those 16 vector
 // operations per 16 elements; the sums' own pass ran after each chunk with the memory idle. Needs
-// 32 vector registers (two sets of lane sums and spans, and the gradients' constants): false
-// elsewhere, and false (`blocks` and `segments` left 0) where the row is not such a chunk.
+// 32 vector registers (two sets of lane sums and spans, and the gradients' constants). Returns the
+// elements done (the row's first ones): 0 elsewhere (AVX2), and where the row is not such a chunk
+// (`blocks` and `segments` left 0).
 template <class Grads, class ValueOf>
-bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads grads, ValueOf value_of) {
+std::int64_t affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads grads, ValueOf value_of) {
   constexpr int L = Vec::kLanes;
   constexpr std::int64_t kRunBlock = 16 * kExactSumVirtualLanes;
   if constexpr (L < 16) {
-    return false;
+    return 0;
   } else {
     PresummedBlocks* const pre[2] = {g.scale_blocks, g.offset_blocks};
-    if (pre[0] == nullptr || pre[1] == nullptr || a.repeated_row_mask != 0) return false;
+    if (pre[0] == nullptr || pre[1] == nullptr || a.repeated_row_mask != 0) return 0;
     const bool segments = a.per_row_mask != 0;
     const std::int64_t block = segments ? a.row_len : kRunBlock;
     if (segments ? ((a.per_row_mask & 0xFu) != 0b1100u || (a.broadcast_mask & 0xFu) != 0 || block % kExactSumVirtualLanes != 0 ||
                     block > kRunBlock || a.n % block != 0 || a.n / block > PresummedBlocks::kMaxSegments)
-                 : ((a.broadcast_mask & 0xFu) != 0b1100u || a.n % block != 0 || a.n / block > PresummedBlocks::kMaxBlocks)) {
-      return false;
+                 : ((a.broadcast_mask & 0xFu) != 0b1100u || a.n < block || a.n / block > PresummedBlocks::kMaxBlocks)) {
+      return 0;
     }
+    const std::int64_t blocks = a.n / block, done = blocks * block;
     auto* out = static_cast<float*>(a.out);
     auto* value_out = static_cast<float*>(g.value_out);
     float* const terms[2] = {static_cast<float*>(g.scale_terms), static_cast<float*>(g.offset_terms)};
     auto aligned = [](const float* q) { return reinterpret_cast<std::uintptr_t>(q) % (L * sizeof(float)) == 0; };
-    if (a.stream && !(aligned(out) && aligned(value_out))) return false;
+    if (a.stream && !(aligned(out) && aligned(value_out))) return 0;
     const float* dy = a.input<float>(0);
     const float* x = a.input<float>(1);
     const float* scale = a.input<float>(2);
@@ -147,7 +149,7 @@ bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads gr
       Vec::I largest, smallest_less_one;
     };
     auto block_pass = [&]<bool kStream>() POLYQUANT_ALWAYS_INLINE {
-      for (std::int64_t b = 0; b * block < a.n; ++b) {
+      for (std::int64_t b = 0; b < blocks; ++b) {
         if (segments) {  // the row's parameters
           v[2] = Vec::splat(scale[b]);
           v[3] = Vec::splat(offset[b]);
@@ -207,13 +209,13 @@ bool affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, Grads gr
     }
     for (PresummedBlocks* p : pre) {
       if (segments) {
-        p->segments = a.n / block;
+        p->segments = blocks;
         p->segment_length = block;
       } else {
-        p->blocks = a.n / block;
+        p->blocks = blocks;
       }
     }
-    return true;
+    return done;
   }
 }
 
@@ -347,15 +349,24 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
             const Vec::F value = Vec::mul(Vec::add(torch_clamp_v(level, lo, hi), v[3]), v[2]);
             return canonical ? Vec::select(Vec::isnan(value), quiet_nan, value) : value;
           };
-          if (affine_grad_presummed(g, a, grads, value_of)) return;
+          // the terms' blocks summed as they are written, where they may be; the rest below
+          const std::int64_t done = affine_grad_presummed(g, a, grads, value_of);
+          if (done == a.n) return;
+          RowArgs rest = a;
+          rest.in[0] = a.input<float>(0) + done;
+          rest.in[1] = a.input<float>(1) + done;  // (the parameters: one value each, where done > 0)
+          rest.out = static_cast<float*>(a.out) + done;
+          rest.n = a.n - done;
+          rest.index = a.index + done;
           for_each_vector<4, FloatOuts<4>>(
-              a,
+              rest,
               [=](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
                 Vec::F level, d_scale, d_offset;
                 const Vec::F dx = grads(v, level, d_scale, d_offset);
                 return Vectors<4>{{dx, value_of(v, level), d_scale, d_offset}};
               },
-              FloatOuts<4>{static_cast<const float*>(a.out), {static_cast<float*>(g.value_out), terms_s, terms_o}, {true, false, false}});
+              FloatOuts<4>{static_cast<const float*>(rest.out), {static_cast<float*>(g.value_out) + done, terms_s + done, terms_o + done},
+                           {true, false, false}});
           return;
         }
         default:

@@ -144,8 +144,9 @@ struct ExactSumsParams {
   // blocks and short segments).
   bool mostly_zeros = false;
   // Another path choice: the terms already summed (PresummedBlocks): the whole run's blocks
-  // (whole-run mode, n = 512 blocks), or the segments (segment mode, the same segment length and
-  // count); otherwise ignored. The vector bodies take their spans and sums from it.
+  // (whole-run mode, blocks = n / 512: every whole block), or the segments (segment mode, the same
+  // segment length and count); otherwise ignored. The vector bodies take their spans and sums
+  // from it.
   const PresummedBlocks* presummed = nullptr;
   // The spill list: spill_value[i] left accumulator spill_index[i]; *spill_count entries so far.
   // Room past *spill_count for one spill per term (rows * n), and with segments 32 more per segment

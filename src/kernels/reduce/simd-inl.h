@@ -436,9 +436,9 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
   // rows left, then the last terms in scalar; `fresh`: the lanes start at +0.
   auto run_lanes = [&](double* memory, int plain, bool fresh, const float* t, std::int64_t n, std::int64_t label) POLYQUANT_ALWAYS_INLINE {
     const int m = exact_sums_block_rows(n);
-    // the caller's blocks: a whole run (not a segment) of exactly that many blocks of 16 rows
+    // the caller's blocks: a whole run (not a segment), every whole block of 16 rows of it
     const PresummedBlocks* pre = p.presummed;
-    if (pre != nullptr && !(label < 0 && !fresh && m == 16 && pre->blocks > 0 && n == V * m * pre->blocks)) pre = nullptr;
+    if (pre != nullptr && !(label < 0 && !fresh && m == 16 && pre->blocks > 0 && n / (V * m) == pre->blocks)) pre = nullptr;
     std::int64_t k = 0;
     if (m > 0) {
       for (; k + V * m <= n; k += V * m) add_block(memory, plain, fresh && k == 0, t + k, m, label, pre, k / (V * m));

@@ -7,8 +7,10 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <thread>
@@ -566,10 +568,10 @@ TEST(Aimet, AllGradientsInOnePassEqualTheSingleCalls) {
 // kernel that sums the terms' blocks as it writes them writes the same outputs as the reference's, and
 // the sums it fills are the terms' own: each block's (segment's) span (largest and smallest nonzero
 // magnitude), and where the block is narrow each lane's exact sum (a segment's: its exact sum). The
-// AVX-512 set fills them for whole chunks of 512-term blocks (broadcast parameters) and for rows of
-// 32 k <= 512 terms with a scale and offset per row (AIMET's blocks, each row a segment), outputs
-// aligned where they stream; other rows and kernel sets leave `blocks` and `segments` at 0, which
-// the exact sums then do without.
+// AVX-512 set fills them for a row's whole blocks of 512 terms (broadcast parameters; the rest of
+// the row is written as the reference writes it) and for rows of 32 k <= 512 terms with a scale and
+// offset per row (AIMET's blocks, each row a segment), outputs aligned where they stream; other rows
+// and kernel sets leave `blocks` and `segments` at 0, which the exact sums then do without.
 TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
   constexpr std::int64_t kMax = 4224;
   const std::vector<float> x = test::mixed_values(kMax + 16, 7, 30.0f), dy = test::mixed_values(kMax + 16, 8);
@@ -585,7 +587,7 @@ TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
     const detail::RowKernel ref = detail::reference_kernel(e.op, e.work);
     // row_len 0: one scale and offset for the row (whole-run blocks); else one per row of row_len
     for (std::int64_t row_len : {0, 32, 96, 128, 512, 48, 544}) {
-      std::vector<std::int64_t> sizes{512, 1024, 1536, 2048, 1000, 2560};
+      std::vector<std::int64_t> sizes{512, 1024, 1536, 2048, 1000, 2560, 1100, 2047, 2100};
       if (row_len > 0) sizes = {row_len, 2048 - 2048 % row_len, 129 * row_len <= kMax ? 129 * row_len : 3 * row_len};
       for (std::int64_t n : sizes) {
         for (const bool stream : {false, true}) {
@@ -638,7 +640,7 @@ TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
               ASSERT_EQ(0, std::memcmp(got[k], want[k], static_cast<std::size_t>(n) * sizeof(float))) << where << " output " << k;
             }
             const bool avx512 = e.isa == detail::Isa::kAvx512;
-            const bool fills_blocks = avx512 && row_len == 0 && n % 512 == 0 && n / 512 <= detail::PresummedBlocks::kMaxBlocks;
+            const bool fills_blocks = avx512 && row_len == 0 && n >= 512 && n / 512 <= detail::PresummedBlocks::kMaxBlocks;
             const bool fills_segments = avx512 && row_len > 0 && row_len % 32 == 0 && row_len <= 512 &&
                                         n / row_len <= detail::PresummedBlocks::kMaxSegments;
             for (int k = 0; k < 2; ++k) {
@@ -743,6 +745,78 @@ TEST(Aimet, BlockwiseGradientsMatchWhereverTheyAreWritten) {
       backward(s2.data(), o2.data(), MutableTensorView(into_s, DType::kFloat32, pshape), MutableTensorView(into_o, DType::kFloat32, pshape));
       ASSERT_EQ(0, std::memcmp(into_s, want_s.data(), want_s.size() * sizeof(float))) << where << " crossed=" << crossed;
       ASSERT_EQ(0, std::memcmp(into_o, want_o.data(), want_o.size() * sizeof(float))) << where << " crossed=" << crossed;
+    }
+  }
+}
+
+// Outputs far beyond the caches are streamed, and the fused backward starts each run's chunks where
+// grad_x is 64-byte aligned (a numpy array sits 16 bytes past such a boundary). At every offset of
+// grad_x and the forward output (the same and different ones), on one long run (per tensor), on runs
+// that start at different offsets (rows of an odd length, a scale per row) and on channels-last rows
+// (a scale per column, threads taking chunks of every row): the gradients are the exact sums rounded
+// once, grad_x the spec's per element, and the forward output quantize_dequantize's.
+TEST(Aimet, StreamedGradientsMatchAtEveryOutputAlignment) {
+  struct Layout {
+    const char* name;
+    std::int64_t rows, cols;
+    bool per_row;  // a scale per row, else per column (channels last); rows == 1: per tensor
+  };
+  const Layout layouts[] = {{"per tensor", 1, (std::int64_t{1} << 21) + 1000, false},
+                            {"rows of an odd length", 64, 33001, true},
+                            {"channels last", 520, 4096, false}};
+  for (const Layout& l : layouts) {
+    const std::int64_t n = l.rows * l.cols;
+    ASSERT_GT(n * static_cast<std::int64_t>(sizeof(float)), std::int64_t{8} << 20) << "streamed sizes only";
+    const std::vector<float> x = test::mixed_values(n, 11, 20.0f), g = test::mixed_values(n, 12);
+    const Dims xshape{l.rows, l.cols};
+    const Dims pshape = l.rows == 1 ? Dims{} : l.per_row ? Dims{l.rows, 1} : Dims{1, l.cols};
+    const std::int64_t np = pshape.numel();
+    std::vector<float> s(static_cast<std::size_t>(np)), o(static_cast<std::size_t>(np));
+    for (std::int64_t k = 0; k < np; ++k) {
+      s[static_cast<std::size_t>(k)] = 0.05f + 0.01f * static_cast<float>(k % 7);
+      o[static_cast<std::size_t>(k)] = -128.0f + static_cast<float>(k % 5);
+    }
+    auto target = [&](std::int64_t e) { return l.rows == 1 ? 0 : l.per_row ? e / l.cols : e % l.cols; };
+    // the spec
+    std::vector<detail::ExactSumFloat32> exact_s(static_cast<std::size_t>(np)), exact_o(static_cast<std::size_t>(np));
+    std::vector<float> want_x(static_cast<std::size_t>(n));
+    detail::AffineGradParams p;
+    p.op.qmax = 255;
+    for (std::int64_t e = 0; e < n; ++e) {
+      const auto i = static_cast<std::size_t>(e), t = static_cast<std::size_t>(target(e));
+      p.of = detail::AffineGradOf::kScale;
+      exact_s[t].add(detail::affine_grad_element<float>(p, g[i], x[i], s[t], o[t]));
+      p.of = detail::AffineGradOf::kOffset;
+      exact_o[t].add(detail::affine_grad_element<float>(p, g[i], x[i], s[t], o[t]));
+      p.of = detail::AffineGradOf::kX;
+      want_x[i] = detail::affine_grad_element<float>(p, g[i], x[i], s[t], o[t]);
+    }
+    const TensorView xv(x.data(), DType::kFloat32, xshape), gv(g.data(), DType::kFloat32, xshape);
+    const TensorView sv(s.data(), DType::kFloat32, pshape), ov(o.data(), DType::kFloat32, pshape);
+    const AffineArgs args{{0, 255}, {}};
+    std::vector<float> forward(static_cast<std::size_t>(n));
+    aimet::quantize_dequantize(xv, sv, ov, args, aimet::QdqPath::kTraining, MutableTensorView(forward.data(), DType::kFloat32, xshape));
+    // 64-byte aligned storage with room for an offset of up to 15 elements
+    struct Buffer {
+      std::unique_ptr<float[], decltype(&std::free)> memory{nullptr, &std::free};
+      explicit Buffer(std::int64_t count)
+          : memory(static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>((count + 16 + 15) / 16 * 16) * sizeof(float))), &std::free) {}
+    };
+    Buffer gx_buffer(n), value_buffer(n);
+    for (const auto& [x_offset, value_offset] : {std::pair{0, 0}, std::pair{4, 4}, std::pair{1, 1}, std::pair{13, 13}, std::pair{4, 9}}) {
+      float* gx = gx_buffer.memory.get() + x_offset;
+      float* value = value_buffer.memory.get() + value_offset;
+      std::vector<float> gs(static_cast<std::size_t>(np)), go(static_cast<std::size_t>(np));
+      aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, gv, xv, sv, ov, args, MutableTensorView(gx, DType::kFloat32, xshape),
+                             MutableTensorView(gs.data(), DType::kFloat32, pshape), MutableTensorView(go.data(), DType::kFloat32, pshape),
+                             MutableTensorView(value, DType::kFloat32, xshape));
+      const std::string where = std::string(l.name) + " grad_x offset " + std::to_string(x_offset) + ", output offset " + std::to_string(value_offset);
+      ASSERT_EQ(0, std::memcmp(gx, want_x.data(), static_cast<std::size_t>(n) * sizeof(float))) << where << ": grad_x";
+      ASSERT_EQ(0, std::memcmp(value, forward.data(), static_cast<std::size_t>(n) * sizeof(float))) << where << ": output";
+      for (std::size_t t = 0; t < static_cast<std::size_t>(np); ++t) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(gs[t]), std::bit_cast<std::uint32_t>(exact_s[t].to_float())) << where << ": grad_scale " << t;
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(go[t]), std::bit_cast<std::uint32_t>(exact_o[t].to_float())) << where << ": grad_offset " << t;
+      }
     }
   }
 }

@@ -349,7 +349,7 @@ void check_exact_sums(const KernelEntry& e, RowKernel ref, RowArgs a, const std:
         presummed.segment_sum[i] = narrow ? sum : NAN;
       }
     }
-    if (presum && whole_run && n > 0 && n % 512 == 0 && n / 512 <= PresummedBlocks::kMaxBlocks) {
+    if (presum && whole_run && n >= 512 && n / 512 <= PresummedBlocks::kMaxBlocks) {  // its whole blocks, the rest not
       presummed.blocks = n / 512;
       for (std::int64_t b = 0; b < presummed.blocks; ++b) {
         const float* t = x.data() + offset + 512 * b;
