@@ -1,11 +1,13 @@
 // float32 SIMD kernels of AIMET's affine ops, written once against the `Vec` vocabulary and
 // compiled per kernel set inside that set's namespace. Each body is the vector form of the
-// per-element spec in families/aimet/kernels.h, operation for operation. float16 / bfloat16 working
-// precisions and grids whose integers float32 does not hold exactly run the scalar spec.
+// per-element spec in families/aimet/kernels.h, operation for operation, in float32 or in a
+// float16 / bfloat16 working precision (AffineParams::narrow: every step the spec rounds to it,
+// narrow_to, rounds the lanes to it and back).
 //
 // No include guard: meant to be included once per kernel-set translation unit.
 
 #include "kernels/simd/row_loop-inl.h"
+#include "kernels/simd/sixteen_bit-inl.h"
 
 // torch.clamp: v < lo ? lo : (v > hi ? hi : v), so NaN passes and a value equal to a bound (+-0
 // included) is kept. x86's max(a, b) is a > b ? a : b, so max(lo, v) is v < lo ? lo : v with every
@@ -13,9 +15,25 @@
 // lo <= hi (the grid's bounds, or o + qmin <= o + qmax, or both NaN). Two instructions, not four.
 inline Vec::F torch_clamp_v(Vec::F v, Vec::F lo, Vec::F hi) { return Vec::min(hi, Vec::max(lo, v)); }
 
-// The rows of affine_f32. kCanonicalNan (bfloat16 results, AffineParams::canonical_nan): every
-// NaN result becomes the default quiet NaN, as canonical_if does in the spec.
-template <bool kCanonicalNan>
+// narrow_to's vector form: the lanes rounded to the working precision kR and back (float16: the
+// hardware's round trip; bfloat16: torch's conversion, every NaN the default quiet NaN); float32
+// as they are.
+template <QuotientRounding kR>
+POLYQUANT_ALWAYS_INLINE inline Vec::F narrow_v(Vec::F v) {
+  if constexpr (kR == QuotientRounding::kFloat16) {
+    return Vec::round_to_half(v);
+  } else if constexpr (kR == QuotientRounding::kBFloat16) {
+    return Vec::select(Vec::isnan(v), Vec::splat(std::numeric_limits<float>::quiet_NaN()), sixteen_bit::round_to_bfloat16_unless_nan(v));
+  } else {
+    return v;
+  }
+}
+
+// The rows of affine_f32 in working precision kR. kCanonicalNan (bfloat16 results,
+// AffineParams::canonical_nan): every NaN result becomes the default quiet NaN, as canonical_if
+// does in the spec. Operands x, scale, offset; the parameters rounded to kR first (the spec's
+// scale.to(dtype), offset.to(dtype)).
+template <QuotientRounding kR, bool kCanonicalNan>
 void affine_rows(const AffineParams& p, const RowArgs& a) {
   const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
   const Vec::F quiet_nan = Vec::splat(std::numeric_limits<float>::quiet_NaN());
@@ -23,37 +41,51 @@ void affine_rows(const AffineParams& p, const RowArgs& a) {
     if constexpr (kCanonicalNan) return Vec::select(Vec::isnan(r), quiet_nan, r);
     else return r;
   };
+  constexpr auto N = narrow_v<kR>;
   // Blocked parameters (RowArgs::per_row_mask): for_each_vector walks the rows, each with its own
   // scale and offset splat.
   switch (p.kind) {
     case AffineKind::kDequantize:
-      for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return canonical(Vec::mul(Vec::add(v[0], v[2]), v[1])); });
+      for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+        const Vec::F s = N(v[1]), o = N(v[2]);
+        return canonical(N(Vec::mul(N(Vec::add(v[0], o)), s)));
+      });
       return;
     case AffineKind::kQuantize:
       for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-        return canonical(torch_clamp_v(Vec::sub(Vec::rint(Vec::div(v[0], v[1])), v[2]), lo, hi));
+        const Vec::F s = N(v[1]), o = N(v[2]);
+        return canonical(torch_clamp_v(N(Vec::sub(Vec::rint(N(Vec::div(v[0], s))), o)), lo, hi));
       });
       return;
     default:
       for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-        const Vec::F q = torch_clamp_v(Vec::sub(Vec::rint(Vec::div(v[0], v[1])), v[2]), lo, hi);
-        return canonical(Vec::mul(Vec::add(q, v[2]), v[1]));
+        const Vec::F s = N(v[1]), o = N(v[2]);
+        const Vec::F q = torch_clamp_v(N(Vec::sub(Vec::rint(N(Vec::div(v[0], s))), o)), lo, hi);
+        return canonical(N(Vec::mul(N(Vec::add(q, o)), s)));
       });
       return;
   }
 }
 
+template <QuotientRounding kR>
+void affine_rows_in(const AffineParams& p, const RowArgs& a) {
+  if (p.canonical_nan) affine_rows<kR, true>(p, a);
+  else affine_rows<kR, false>(p, a);
+}
+
 void affine_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const AffineParams*>(params);
   const bool blocks = a.per_row_mask != 0;
-  if (p.narrow != QuotientRounding::kNone ||
-      (blocks && (a.repeated_row_mask != 0 || a.is_per_row(0) || a.is_broadcast(0) || !(a.is_per_row(1) || a.is_broadcast(1)) ||
-                  !(a.is_per_row(2) || a.is_broadcast(2))))) {
+  if (blocks && (a.repeated_row_mask != 0 || a.is_per_row(0) || a.is_broadcast(0) || !(a.is_per_row(1) || a.is_broadcast(1)) ||
+                 !(a.is_per_row(2) || a.is_broadcast(2)))) {
     ref::affine_f32(params, a);
     return;
   }
-  if (p.canonical_nan) affine_rows<true>(p, a);
-  else affine_rows<false>(p, a);
+  switch (p.narrow) {
+    case QuotientRounding::kFloat16: affine_rows_in<QuotientRounding::kFloat16>(p, a); return;
+    case QuotientRounding::kBFloat16: affine_rows_in<QuotientRounding::kBFloat16>(p, a); return;
+    default: affine_rows_in<QuotientRounding::kNone>(p, a); return;
+  }
 }
 
 // Operands x, scale (float32) and the zero point as float32 (params.zero_point_f32; exact:
@@ -219,23 +251,154 @@ std::int64_t affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, 
   }
 }
 
-// The training path's per-element gradients (affine_grad_element), float32 working precision,
-// operation for operation, with the spec's spelled-out NaN choices. Operands: grad_output, x,
-// scale, offset. The mask "v in [qmin, qmax]" is two ordered comparisons (false for NaN), and-ed.
-// Products whose operands can both be NaN take the first one's (Vec::mul_first_nan). float16 /
-// bfloat16 working precisions run the scalar spec.
+// The training path's per-element gradients (affine_grad_element), operation for operation, in
+// working precision kR (narrow_v where the spec rounds: the parameters first, then each step it
+// rounds), with the spec's spelled-out NaN choices. Operands: grad_output, x, scale, offset. The
+// mask "v in [qmin, qmax]" is two ordered comparisons (false for NaN), and-ed. Products whose
+// operands can both be NaN take the first one's (Vec::mul_first_nan).
+template <QuotientRounding kR>
+void affine_grad_rows(const AffineGradParams& g, const RowArgs& a) {
+  const AffineParams& p = g.op;
+  constexpr auto N = narrow_v<kR>;
+  const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
+  const Vec::F zero = Vec::zero();
+  // v = rint(x / s) - o, the level before the clamp; `then` where lo <= v <= hi (both ordered
+  // comparisons: false for NaN), else `otherwise`.
+  auto if_in_range = [lo, hi](Vec::F v, Vec::F then, Vec::F otherwise) POLYQUANT_ALWAYS_INLINE {
+    return Vec::select(Vec::mask_and(Vec::ge(v, lo), Vec::le(v, hi)), then, otherwise);
+  };
+  switch (p.kind) {
+    case AffineKind::kDequantize:  // d/dx = d/do = s * g; d/ds = (x + o) * g
+      if (g.of == AffineGradOf::kScale) {
+        for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+          const Vec::F shifted = Vec::select(Vec::isnan(v[1]), Vec::add(v[1], v[1]), Vec::add(v[1], N(v[3])));  // x's NaN first
+          return N(Vec::mul_first_nan(N(shifted), v[0]));
+        });
+      } else {
+        for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return N(Vec::mul_first_nan(N(v[2]), v[0])); });
+      }
+      return;
+    case AffineKind::kQuantize:
+      // masked = g where in range, else g * 0; d/dx = masked / s; d/ds = (x / s) * -(masked / s);
+      // d/do = -masked
+      switch (g.of) {
+        case AffineGradOf::kOffset:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F level = N(Vec::sub(Vec::rint(N(Vec::div(v[1], N(v[2])))), N(v[3])));
+            return Vec::neg(N(if_in_range(level, v[0], Vec::mul(v[0], zero))));
+          });
+          return;
+        case AffineGradOf::kX:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F s = N(v[2]);
+            const Vec::F level = N(Vec::sub(Vec::rint(N(Vec::div(v[1], s))), N(v[3])));
+            return N(Vec::div(N(if_in_range(level, v[0], Vec::mul(v[0], zero))), s));
+          });
+          return;
+        default:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F s = N(v[2]);
+            const Vec::F scaled = N(Vec::div(v[1], s));
+            const Vec::F level = N(Vec::sub(Vec::rint(scaled), N(v[3])));
+            const Vec::F dx = N(Vec::div(N(if_in_range(level, v[0], Vec::mul(v[0], zero))), s));
+            return N(Vec::mul_first_nan(scaled, Vec::neg(dx)));
+          });
+          return;
+      }
+    default:
+      // d/dx = where(mask, g, 0); d/ds = g * where(mask, round(x/s) - x/s, clamp(round(x/s),
+      // o + qmin, o + qmax)); d/do = where(mask, 0, g * s)
+      switch (g.of) {
+        case AffineGradOf::kX:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F level = N(Vec::sub(Vec::rint(N(Vec::div(v[1], N(v[2])))), N(v[3])));
+            return if_in_range(level, v[0], zero);
+          });
+          return;
+        case AffineGradOf::kOffset:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F s = N(v[2]);
+            const Vec::F level = N(Vec::sub(Vec::rint(N(Vec::div(v[1], s))), N(v[3])));
+            return if_in_range(level, zero, N(Vec::mul_first_nan(v[0], s)));
+          });
+          return;
+        case AffineGradOf::kAll: {  // each as its own case (and the forward, affine_rows) computes it
+          auto grads = [=](const Vec::F* v, Vec::F& level, Vec::F& d_scale, Vec::F& d_offset) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F s = N(v[2]), o = N(v[3]);
+            const Vec::F scaled = N(Vec::div(v[1], s));
+            const Vec::F rounded = Vec::rint(scaled);
+            level = N(Vec::sub(rounded, o));
+            const Vec::F clamped = torch_clamp_v(rounded, N(Vec::add(o, lo)), N(Vec::add(o, hi)));
+            d_scale = N(Vec::mul_first_nan(v[0], if_in_range(level, N(Vec::sub(rounded, scaled)), clamped)));
+            d_offset = if_in_range(level, zero, N(Vec::mul_first_nan(v[0], s)));
+            return if_in_range(level, v[0], zero);
+          };
+          auto* terms_s = static_cast<float*>(g.scale_terms);
+          auto* terms_o = static_cast<float*>(g.offset_terms);
+          if (g.value_out == nullptr) {
+            for_each_vector<4, FloatOuts<3>>(
+                a,
+                [=](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+                  Vec::F level, d_scale, d_offset;
+                  const Vec::F dx = grads(v, level, d_scale, d_offset);
+                  return Vectors<3>{{dx, d_scale, d_offset}};
+                },
+                FloatOuts<3>{static_cast<const float*>(a.out), {terms_s, terms_o}});
+            return;
+          }
+          const Vec::F quiet_nan = Vec::splat(std::numeric_limits<float>::quiet_NaN());
+          const bool canonical = p.canonical_nan;
+          auto value_of = [=](const Vec::F* v, Vec::F level) POLYQUANT_ALWAYS_INLINE {  // affine_rows' quantize_dequantize
+            const Vec::F value = N(Vec::mul(N(Vec::add(torch_clamp_v(level, lo, hi), N(v[3]))), N(v[2])));
+            return canonical ? Vec::select(Vec::isnan(value), quiet_nan, value) : value;
+          };
+          // the terms' blocks summed as they are written, where they may be; the rest below
+          const std::int64_t done = affine_grad_presummed(g, a, grads, value_of);
+          if (done == a.n) return;
+          RowArgs rest = a;
+          rest.in[0] = a.input<float>(0) + done;
+          rest.in[1] = a.input<float>(1) + done;  // (the parameters: one value each, where done > 0)
+          rest.out = static_cast<float*>(a.out) + done;
+          rest.n = a.n - done;
+          rest.index = a.index + done;
+          for_each_vector<4, FloatOuts<4>>(
+              rest,
+              [=](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+                Vec::F level, d_scale, d_offset;
+                const Vec::F dx = grads(v, level, d_scale, d_offset);
+                return Vectors<4>{{dx, value_of(v, level), d_scale, d_offset}};
+              },
+              FloatOuts<4>{static_cast<const float*>(rest.out), {static_cast<float*>(g.value_out) + done, terms_s + done, terms_o + done},
+                           {true, false, false}});
+          return;
+        }
+        default:
+          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+            const Vec::F s = N(v[2]), o = N(v[3]);
+            const Vec::F scaled = N(Vec::div(v[1], s));
+            const Vec::F rounded = Vec::rint(scaled);
+            const Vec::F level = N(Vec::sub(rounded, o));
+            const Vec::F clamped = torch_clamp_v(rounded, N(Vec::add(o, lo)), N(Vec::add(o, hi)));
+            return N(Vec::mul_first_nan(v[0], if_in_range(level, N(Vec::sub(rounded, scaled)), clamped)));
+          });
+          return;
+      }
+  }
+}
+
+// affine_grad_rows in the call's working precision. Blocked parameters (many short runs in one
+// call, one scale and offset per run) go through its vector paths too: for_each_vector walks them
+// row by row with that row's parameters splat.
 void affine_grad_f32(const void* params, const RowArgs& a) {
   const auto& g = *static_cast<const AffineGradParams*>(params);
   const AffineParams& p = g.op;
-  // Blocked parameters (many short runs in one call, one scale and offset per run) go through the
-  // vector paths below: for_each_vector walks them row by row with that row's parameters splat.
-  if (p.narrow != QuotientRounding::kNone || (a.per_row_mask & 0b0011u) != 0) {
+  if ((a.per_row_mask & 0b0011u) != 0) {
     ref::affine_grad_f32(params, a);
     return;
   }
   if (g.of == AffineGradOf::kAll && p.kind != AffineKind::kQuantizeDequantize) {
     // quantize / dequantize: the forward and the three single-gradient passes (the training path's
-    // hot one, quantize_dequantize, has its own below).
+    // hot one, quantize_dequantize, has its own in affine_grad_rows).
     AffineGradParams one = g;
     RowArgs b = a;
     b.stream = false;
@@ -261,123 +424,9 @@ void affine_grad_f32(const void* params, const RowArgs& a) {
     affine_grad_f32(&one, a);
     return;
   }
-  const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
-  const Vec::F zero = Vec::zero();
-  // v = rint(x / s) - o, the level before the clamp; `then` where lo <= v <= hi (both ordered
-  // comparisons: false for NaN), else `otherwise`.
-  auto if_in_range = [lo, hi](Vec::F v, Vec::F then, Vec::F otherwise) POLYQUANT_ALWAYS_INLINE {
-    return Vec::select(Vec::mask_and(Vec::ge(v, lo), Vec::le(v, hi)), then, otherwise);
-  };
-  switch (p.kind) {
-    case AffineKind::kDequantize:  // d/dx = d/do = s * g; d/ds = (x + o) * g
-      if (g.of == AffineGradOf::kScale) {
-        for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-          const Vec::F shifted = Vec::select(Vec::isnan(v[1]), Vec::add(v[1], v[1]), Vec::add(v[1], v[3]));  // x's NaN first
-          return Vec::mul_first_nan(shifted, v[0]);
-        });
-      } else {
-        for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return Vec::mul_first_nan(v[2], v[0]); });
-      }
-      return;
-    case AffineKind::kQuantize:
-      // masked = g where in range, else g * 0; d/dx = masked / s; d/ds = (x / s) * -(masked / s);
-      // d/do = -masked
-      switch (g.of) {
-        case AffineGradOf::kOffset:
-          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-            const Vec::F level = Vec::sub(Vec::rint(Vec::div(v[1], v[2])), v[3]);
-            return Vec::neg(if_in_range(level, v[0], Vec::mul(v[0], zero)));
-          });
-          return;
-        case AffineGradOf::kX:
-          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-            const Vec::F level = Vec::sub(Vec::rint(Vec::div(v[1], v[2])), v[3]);
-            return Vec::div(if_in_range(level, v[0], Vec::mul(v[0], zero)), v[2]);
-          });
-          return;
-        default:
-          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-            const Vec::F scaled = Vec::div(v[1], v[2]);
-            const Vec::F level = Vec::sub(Vec::rint(scaled), v[3]);
-            const Vec::F dx = Vec::div(if_in_range(level, v[0], Vec::mul(v[0], zero)), v[2]);
-            return Vec::mul_first_nan(scaled, Vec::neg(dx));
-          });
-          return;
-      }
-    default:
-      // d/dx = where(mask, g, 0); d/ds = g * where(mask, round(x/s) - x/s, clamp(round(x/s),
-      // o + qmin, o + qmax)); d/do = where(mask, 0, g * s)
-      switch (g.of) {
-        case AffineGradOf::kX:
-          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-            const Vec::F level = Vec::sub(Vec::rint(Vec::div(v[1], v[2])), v[3]);
-            return if_in_range(level, v[0], zero);
-          });
-          return;
-        case AffineGradOf::kOffset:
-          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-            const Vec::F level = Vec::sub(Vec::rint(Vec::div(v[1], v[2])), v[3]);
-            return if_in_range(level, zero, Vec::mul_first_nan(v[0], v[2]));
-          });
-          return;
-        case AffineGradOf::kAll: {  // each as its own case (and the forward, affine_rows) computes it
-          auto grads = [=](const Vec::F* v, Vec::F& level, Vec::F& d_scale, Vec::F& d_offset) POLYQUANT_ALWAYS_INLINE {
-            const Vec::F scaled = Vec::div(v[1], v[2]);
-            const Vec::F rounded = Vec::rint(scaled);
-            level = Vec::sub(rounded, v[3]);
-            const Vec::F clamped = torch_clamp_v(rounded, Vec::add(v[3], lo), Vec::add(v[3], hi));
-            d_scale = Vec::mul_first_nan(v[0], if_in_range(level, Vec::sub(rounded, scaled), clamped));
-            d_offset = if_in_range(level, zero, Vec::mul_first_nan(v[0], v[2]));
-            return if_in_range(level, v[0], zero);
-          };
-          auto* terms_s = static_cast<float*>(g.scale_terms);
-          auto* terms_o = static_cast<float*>(g.offset_terms);
-          if (g.value_out == nullptr) {
-            for_each_vector<4, FloatOuts<3>>(
-                a,
-                [=](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-                  Vec::F level, d_scale, d_offset;
-                  const Vec::F dx = grads(v, level, d_scale, d_offset);
-                  return Vectors<3>{{dx, d_scale, d_offset}};
-                },
-                FloatOuts<3>{static_cast<const float*>(a.out), {terms_s, terms_o}});
-            return;
-          }
-          const Vec::F quiet_nan = Vec::splat(std::numeric_limits<float>::quiet_NaN());
-          const bool canonical = p.canonical_nan;
-          auto value_of = [=](const Vec::F* v, Vec::F level) POLYQUANT_ALWAYS_INLINE {
-            const Vec::F value = Vec::mul(Vec::add(torch_clamp_v(level, lo, hi), v[3]), v[2]);
-            return canonical ? Vec::select(Vec::isnan(value), quiet_nan, value) : value;
-          };
-          // the terms' blocks summed as they are written, where they may be; the rest below
-          const std::int64_t done = affine_grad_presummed(g, a, grads, value_of);
-          if (done == a.n) return;
-          RowArgs rest = a;
-          rest.in[0] = a.input<float>(0) + done;
-          rest.in[1] = a.input<float>(1) + done;  // (the parameters: one value each, where done > 0)
-          rest.out = static_cast<float*>(a.out) + done;
-          rest.n = a.n - done;
-          rest.index = a.index + done;
-          for_each_vector<4, FloatOuts<4>>(
-              rest,
-              [=](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-                Vec::F level, d_scale, d_offset;
-                const Vec::F dx = grads(v, level, d_scale, d_offset);
-                return Vectors<4>{{dx, value_of(v, level), d_scale, d_offset}};
-              },
-              FloatOuts<4>{static_cast<const float*>(rest.out), {static_cast<float*>(g.value_out) + done, terms_s + done, terms_o + done},
-                           {true, false, false}});
-          return;
-        }
-        default:
-          for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-            const Vec::F scaled = Vec::div(v[1], v[2]);
-            const Vec::F rounded = Vec::rint(scaled);
-            const Vec::F level = Vec::sub(rounded, v[3]);
-            const Vec::F clamped = torch_clamp_v(rounded, Vec::add(v[3], lo), Vec::add(v[3], hi));
-            return Vec::mul_first_nan(v[0], if_in_range(level, Vec::sub(rounded, scaled), clamped));
-          });
-          return;
-      }
+  switch (p.narrow) {
+    case QuotientRounding::kFloat16: affine_grad_rows<QuotientRounding::kFloat16>(g, a); return;
+    case QuotientRounding::kBFloat16: affine_grad_rows<QuotientRounding::kBFloat16>(g, a); return;
+    default: affine_grad_rows<QuotientRounding::kNone>(g, a); return;
   }
 }

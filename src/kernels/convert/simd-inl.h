@@ -7,6 +7,7 @@
 //
 // No include guard: meant to be included once per kernel-set translation unit.
 #include "kernels/convert/narrow_simd-inl.h"
+#include "kernels/simd/sixteen_bit-inl.h"
 
 namespace convert_detail {
 
@@ -16,15 +17,6 @@ namespace convert_detail {
 inline Vec::I half_nan_to_float_bits(Vec::I h) {
   const Vec::I moved = Vec::shl_i<13>(Vec::and_i(h, Vec::splat_i(0x7fff)));
   return Vec::or_i(Vec::add_i(moved, Vec::splat_i(224 << 23)), Vec::shl_i<16>(Vec::and_i(h, Vec::splat_i(0x8000))));
-}
-
-// float32 bits -> bfloat16 code: round to nearest even by adding 0x7FFF plus the kept part's last
-// bit (as bfloat16_round_bits, in wrapping 32-bit arithmetic); a NaN becomes 0x7FC0 with its sign.
-inline Vec::I float_to_bfloat16_bits(Vec::I u) {
-  const Vec::I rounded =
-      Vec::shr_i<16>(Vec::add_i(u, Vec::add_i(Vec::splat_i(0x7fff), Vec::and_i(Vec::shr_i<16>(u), Vec::splat_i(1)))));
-  const Vec::I nan = Vec::or_i(Vec::shr_i<16>(Vec::and_i(u, Vec::splat_i(INT32_MIN))), Vec::splat_i(0x7fc0));
-  return Vec::select_i(Vec::isnan(Vec::from_bits(u)), nan, rounded);
 }
 
 }  // namespace convert_detail
@@ -77,7 +69,7 @@ void convert_f32(const void* params, const RowArgs& a) {
     if (p.to == DType::kFloat16) {
       for (; j + L <= n; j += L) Vec::store_half(dst + j, Vec::loadu(src + j));  // the hardware's rounding is the spec's
     } else {
-      for (; j + L <= n; j += L) Vec::store_u16(dst + j, convert_detail::float_to_bfloat16_bits(Vec::bits(Vec::loadu(src + j))));
+      for (; j + L <= n; j += L) Vec::store_u16(dst + j, sixteen_bit::float_to_bfloat16_bits(Vec::bits(Vec::loadu(src + j))));
     }
   } else if (p.to == DType::kFloat32) {
     switch (p.from) {

@@ -1,7 +1,8 @@
 // Kernel cases of AIMET's affine ops (src/families/aimet): quantize, quantize_dequantize and
 // dequantize on grids from 1 to 22 bits, with tiny, zero and negative scales and integer and
-// non-integer offsets, per tensor and with blocked parameters; torch's fake quantization (AIMET's
-// no-grad shortcut) with float64 and float32 zero points. No rounding-mode parameter: run once.
+// non-integer offsets, per tensor and with blocked parameters, in float32 and in the float16 /
+// bfloat16 working precisions (AffineParams::narrow); torch's fake quantization (AIMET's no-grad
+// shortcut) with float64 and float32 zero points. No rounding-mode parameter: run once.
 #include <limits>
 
 #include "kernel_cases.h"
@@ -22,18 +23,22 @@ KernelCases kernel_cases_affine() {
   for (const auto& [lo, hi] : grids) {
     for (AffineKind kind : {AffineKind::kQuantize, AffineKind::kQuantizeDequantize, AffineKind::kDequantize}) {
       for (bool canonical : {false, true}) {
-        AffineParams p;
-        p.kind = kind;
-        p.qmin = lo;
-        p.qmax = hi;
-        p.canonical_nan = canonical;
-        const Params params = Params::of(p);
-        const std::string what = "affine kind " + std::to_string(static_cast<int>(kind));
-        c.checks.push_back({Kind::kRows, what + " grid [" + std::to_string(lo) + "," + std::to_string(hi) + "] canonical_nan=" +
-                                             std::to_string(canonical),
-                            params, ops});
-        c.checks.push_back({Kind::kPerRowParams, what, params, ops});
-        if (hi <= 255) c.checks.push_back({Kind::kRepeatedRows, what, params, ops});
+        for (QuotientRounding narrow : {QuotientRounding::kNone, QuotientRounding::kFloat16, QuotientRounding::kBFloat16}) {
+          if (narrow != QuotientRounding::kNone && hi > 255) continue;  // 16-bit working precisions hold the grid (require_grid_in)
+          AffineParams p;
+          p.kind = kind;
+          p.qmin = lo;
+          p.qmax = hi;
+          p.canonical_nan = canonical;
+          p.narrow = narrow;
+          const Params params = Params::of(p);
+          const std::string what = "affine kind " + std::to_string(static_cast<int>(kind)) + " narrow " + std::to_string(static_cast<int>(narrow));
+          c.checks.push_back({Kind::kRows, what + " grid [" + std::to_string(lo) + "," + std::to_string(hi) + "] canonical_nan=" +
+                                               std::to_string(canonical),
+                              params, ops});
+          c.checks.push_back({Kind::kPerRowParams, what, params, ops});
+          if (hi <= 255) c.checks.push_back({Kind::kRepeatedRows, what, params, ops});
+        }
       }
     }
   }
@@ -93,8 +98,9 @@ KernelCases kernel_cases_fake_quantize() {
 // scale and offset) on the grids of the affine cases. Operands grad_output, x, scale, offset: the
 // upstream gradient mixes specials (NaNs with payloads and both signs, +-0, +-inf, subnormals) with
 // ordinary values, x is around the grid with ties of x / s, and NaN / +-inf / +-0 offsets and
-// scales join the affine cases' tiny, zero and negative ones. tests/cpp/aimet/test_api.cc checks
-// the reduction to the parameters' shapes through the API.
+// scales join the affine cases' tiny, zero and negative ones; float32 and the float16 / bfloat16
+// working precisions. tests/cpp/aimet/test_api.cc checks the reduction to the parameters' shapes
+// through the API.
 KernelCases kernel_cases_affine_grad() {
   KernelCases c;
   std::vector<float> upstream = mixed_values(kOperandLength, 31, 1.0f);
@@ -110,17 +116,22 @@ KernelCases kernel_cases_affine_grad() {
   for (const auto& [lo, hi] : grids) {
     for (AffineKind kind : {AffineKind::kQuantize, AffineKind::kQuantizeDequantize, AffineKind::kDequantize}) {
       for (AffineGradOf of : {AffineGradOf::kX, AffineGradOf::kScale, AffineGradOf::kOffset}) {
-        AffineGradParams p;
-        p.op.kind = kind;
-        p.op.qmin = lo;
-        p.op.qmax = hi;
-        p.of = of;
-        const Params params = Params::of(p);
-        const std::string what = "affine_grad kind " + std::to_string(static_cast<int>(kind)) + " of " +
-                                 std::to_string(static_cast<int>(of)) + " grid [" + std::to_string(lo) + "," + std::to_string(hi) + "]";
-        c.checks.push_back({Kind::kRows, what, params, ops});
-        c.checks.push_back({Kind::kPerRowParams, what, params, ops});  // blocks (fused backward, engine)
-        if (hi <= 255) c.checks.push_back({Kind::kRepeatedRows, what, params, ops});
+        for (QuotientRounding narrow : {QuotientRounding::kNone, QuotientRounding::kFloat16, QuotientRounding::kBFloat16}) {
+          if (narrow != QuotientRounding::kNone && hi > 255) continue;  // 16-bit working precisions hold the grid (require_grid_in)
+          AffineGradParams p;
+          p.op.kind = kind;
+          p.op.qmin = lo;
+          p.op.qmax = hi;
+          p.op.narrow = narrow;
+          p.of = of;
+          const Params params = Params::of(p);
+          const std::string what = "affine_grad kind " + std::to_string(static_cast<int>(kind)) + " of " +
+                                   std::to_string(static_cast<int>(of)) + " narrow " + std::to_string(static_cast<int>(narrow)) +
+                                   " grid [" + std::to_string(lo) + "," + std::to_string(hi) + "]";
+          c.checks.push_back({Kind::kRows, what, params, ops});
+          c.checks.push_back({Kind::kPerRowParams, what, params, ops});  // blocks (fused backward, engine)
+          if (hi <= 255) c.checks.push_back({Kind::kRepeatedRows, what, params, ops});
+        }
       }
     }
   }

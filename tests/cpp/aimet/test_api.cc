@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/exact_sum.h"
+#include "core/half.h"
 #include "core/parallel.h"
 #include "families/aimet/kernels.h"
 #include "kernels/reduce/kernels.h"
@@ -564,6 +565,57 @@ TEST(Aimet, AllGradientsInOnePassEqualTheSingleCalls) {
   }
 }
 
+// The float16 / bfloat16 working precisions in the vector kernels (AffineParams::narrow): every
+// rounding step rounds like the spec's narrow_to at each rounding boundary. dequantize with scale 1
+// and offset +0 rounds x twice (x + o, then the product); x runs over every 16-bit code of the
+// format as float32 and, around each, the float32 neighbours and the ties to the next code +- 1 ulp
+// (bfloat16: every low half 0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF), NaN payloads and infinities
+// included.
+TEST(Aimet, SixteenBitWorkingPrecisionRoundsLikeTheSpec) {
+  for (const detail::QuotientRounding narrow : {detail::QuotientRounding::kFloat16, detail::QuotientRounding::kBFloat16}) {
+    std::vector<float> x;
+    for (std::uint32_t code = 0; code <= 0xFFFF; ++code) {
+      if (narrow == detail::QuotientRounding::kBFloat16) {
+        for (const std::uint32_t low : {0u, 1u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu}) x.push_back(std::bit_cast<float>((code << 16) | low));
+      } else {
+        const float v = detail::half_bits_to_float(static_cast<std::uint16_t>(code));
+        const float next = detail::half_bits_to_float(static_cast<std::uint16_t>(code + 1 <= 0xFFFF ? code + 1 : code));
+        const float tie = static_cast<float>((static_cast<double>(v) + static_cast<double>(next)) / 2);  // exact in float32
+        for (const float t : {v, std::nextafter(v, INFINITY), std::nextafter(v, -INFINITY), tie, std::nextafter(tie, INFINITY),
+                              std::nextafter(tie, -INFINITY)}) {
+          x.push_back(t);
+        }
+      }
+    }
+    const float one = 1.0f, zero = 0.0f;
+    for (const detail::KernelEntry& e : detail::all_kernels()) {
+      if (e.op != detail::KernelOp::kAffine || e.work != detail::WorkType::kF32 || !test::isa_available(e.isa)) continue;
+      for (const bool canonical : {false, true}) {
+        detail::AffineParams p;
+        p.kind = detail::AffineKind::kDequantize;
+        p.narrow = narrow;
+        p.canonical_nan = canonical;
+        std::vector<float> got(x.size()), want(x.size());
+        detail::RowArgs a;
+        a.in[0] = x.data();
+        a.in[1] = &one;
+        a.in[2] = &zero;
+        a.broadcast_mask = 0b110u;
+        a.n = static_cast<std::int64_t>(x.size());
+        a.out = got.data();
+        e.fn(&p, a);
+        a.out = want.data();
+        detail::reference_kernel(e.op, e.work)(&p, a);
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i]))
+              << e.name << " narrow=" << static_cast<int>(narrow) << " canonical=" << canonical << " x bits 0x" << std::hex
+              << std::bit_cast<std::uint32_t>(x[i]);
+        }
+      }
+    }
+  }
+}
+
 // AffineGradParams::scale_blocks / offset_blocks (kAll with the forward, quantize_dequantize): the
 // kernel that sums the terms' blocks as it writes them writes the same outputs as the reference's, and
 // the sums it fills are the terms' own: each block's (segment's) span (largest and smallest nonzero
@@ -571,7 +623,8 @@ TEST(Aimet, AllGradientsInOnePassEqualTheSingleCalls) {
 // AVX-512 set fills them for a row's whole blocks of 512 terms (broadcast parameters; the rest of
 // the row is written as the reference writes it) and for rows of 32 k <= 512 terms with a scale and
 // offset per row (AIMET's blocks, each row a segment), outputs aligned where they stream; other rows
-// and kernel sets leave `blocks` and `segments` at 0, which the exact sums then do without.
+// and kernel sets leave `blocks` and `segments` at 0, which the exact sums then do without. In
+// float32 and in the float16 / bfloat16 working precisions.
 TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
   constexpr std::int64_t kMax = 4224;
   const std::vector<float> x = test::mixed_values(kMax + 16, 7, 30.0f), dy = test::mixed_values(kMax + 16, 8);
@@ -587,96 +640,102 @@ TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
     const detail::RowKernel ref = detail::reference_kernel(e.op, e.work);
     // row_len 0: one scale and offset for the row (whole-run blocks); else one per row of row_len
     for (std::int64_t row_len : {0, 32, 96, 128, 512, 48, 544}) {
-      std::vector<std::int64_t> sizes{512, 1024, 1536, 2048, 1000, 2560, 1100, 2047, 2100};
-      if (row_len > 0) sizes = {row_len, 2048 - 2048 % row_len, 129 * row_len <= kMax ? 129 * row_len : 3 * row_len};
-      for (std::int64_t n : sizes) {
-        for (const bool stream : {false, true}) {
-          for (const bool dense_x : {false, true}) {  // dense_x: finite normal-range x, narrow blocks
-            std::vector<float> xs(x.begin(), x.begin() + n), dys(dy.begin(), dy.begin() + n);
-            if (dense_x) {
-              for (std::size_t i = 0; i < xs.size(); ++i) {
-                xs[i] = std::isfinite(xs[i]) ? std::fmod(xs[i], 12.0f) + 0.013f : 1.0f;
-                dys[i] = std::isfinite(dys[i]) && std::fabs(dys[i]) > 1e-3f && std::fabs(dys[i]) < 1e3f ? dys[i] : 0.5f;
-              }
-            }
-            alignas(64) static float got[4][kMax], want[4][kMax];
-            detail::RowArgs a;
-            a.in[0] = dys.data();
-            a.in[1] = xs.data();
-            a.in[2] = scales.data();
-            a.in[3] = offsets.data();
-            if (row_len > 0) {
-              a.per_row_mask = (1u << 2) | (1u << 3);
-              a.row_len = row_len;
-            } else {
-              a.broadcast_mask = (1u << 2) | (1u << 3);
-            }
-            a.n = n;
-            a.stream = stream;
-            detail::AffineGradParams p;
-            p.op.kind = detail::AffineKind::kQuantizeDequantize;
-            p.op.qmin = 0;
-            p.op.qmax = 255;
-            p.of = detail::AffineGradOf::kAll;
-            a.out = got[0];
-            p.value_out = got[1];
-            p.scale_terms = got[2];
-            p.offset_terms = got[3];
-            detail::PresummedBlocks blocks[2];
-            p.scale_blocks = &blocks[0];
-            p.offset_blocks = &blocks[1];
-            e.fn(&p, a);
-            const std::string where = std::string(e.name) + " row_len=" + std::to_string(row_len) + " n=" + std::to_string(n) +
-                                      " stream=" + std::to_string(stream) + " dense_x=" + std::to_string(dense_x);
-            // the outputs: the reference's
-            a.stream = false;
-            p.scale_blocks = p.offset_blocks = nullptr;
-            a.out = want[0];
-            p.value_out = want[1];
-            p.scale_terms = want[2];
-            p.offset_terms = want[3];
-            ref(&p, a);
-            for (int k = 0; k < 4; ++k) {
-              ASSERT_EQ(0, std::memcmp(got[k], want[k], static_cast<std::size_t>(n) * sizeof(float))) << where << " output " << k;
-            }
-            const bool avx512 = e.isa == detail::Isa::kAvx512;
-            const bool fills_blocks = avx512 && row_len == 0 && n >= 512 && n / 512 <= detail::PresummedBlocks::kMaxBlocks;
-            const bool fills_segments = avx512 && row_len > 0 && row_len % 32 == 0 && row_len <= 512 &&
-                                        n / row_len <= detail::PresummedBlocks::kMaxSegments;
-            for (int k = 0; k < 2; ++k) {
-              ASSERT_EQ(blocks[k].blocks, fills_blocks ? n / 512 : 0) << where << " terms " << k;
-              ASSERT_EQ(blocks[k].segments, fills_segments ? n / row_len : 0) << where << " terms " << k;
-              for (std::int64_t b = 0; b < blocks[k].blocks; ++b) {
-                const float* t = want[2 + k] + 512 * b;
-                std::uint32_t max_bits, min_bits;
-                detail::exact_sums_span(t, 512, max_bits, min_bits);
-                ASSERT_EQ(blocks[k].max_bits[b], max_bits) << where << " terms " << k << " block " << b;
-                ASSERT_EQ(blocks[k].min_bits[b], min_bits) << where << " terms " << k << " block " << b;
-                if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, 16)) continue;
-                ++narrow_blocks;
-                for (int l = 0; l < 32; ++l) {
-                  double sum = 0.0;  // exact: the block is narrow
-                  for (int i = 0; i < 16; ++i) sum += static_cast<double>(t[32 * i + l]);
-                  ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].lane_sums[b][l]), std::bit_cast<std::uint64_t>(sum))
-                      << where << " terms " << k << " block " << b << " lane " << l;
+      for (const detail::QuotientRounding narrow : {detail::QuotientRounding::kNone, detail::QuotientRounding::kFloat16,
+                                                     detail::QuotientRounding::kBFloat16}) {
+        std::vector<std::int64_t> sizes{512, 1024, 1536, 2048, 1000, 2560, 1100, 2047, 2100};
+        if (row_len > 0) sizes = {row_len, 2048 - 2048 % row_len, 129 * row_len <= kMax ? 129 * row_len : 3 * row_len};
+        for (std::int64_t n : sizes) {
+          for (const bool stream : {false, true}) {
+            for (const bool dense_x : {false, true}) {  // dense_x: finite normal-range x, narrow blocks
+              std::vector<float> xs(x.begin(), x.begin() + n), dys(dy.begin(), dy.begin() + n);
+              if (dense_x) {
+                for (std::size_t i = 0; i < xs.size(); ++i) {
+                  xs[i] = std::isfinite(xs[i]) ? std::fmod(xs[i], 12.0f) + 0.013f : 1.0f;
+                  dys[i] = std::isfinite(dys[i]) && std::fabs(dys[i]) > 1e-3f && std::fabs(dys[i]) < 1e3f ? dys[i] : 0.5f;
                 }
               }
-              if (blocks[k].segments > 0) {
-                ASSERT_EQ(blocks[k].segment_length, row_len) << where;
+              alignas(64) static float got[4][kMax], want[4][kMax];
+              detail::RowArgs a;
+              a.in[0] = dys.data();
+              a.in[1] = xs.data();
+              a.in[2] = scales.data();
+              a.in[3] = offsets.data();
+              if (row_len > 0) {
+                a.per_row_mask = (1u << 2) | (1u << 3);
+                a.row_len = row_len;
+              } else {
+                a.broadcast_mask = (1u << 2) | (1u << 3);
               }
-              for (std::int64_t s = 0; s < blocks[k].segments; ++s) {
-                const float* t = want[2 + k] + row_len * s;
-                const auto i = static_cast<std::size_t>(s);
-                std::uint32_t max_bits, min_bits;
-                detail::exact_sums_span(t, row_len, max_bits, min_bits);
-                ASSERT_EQ(blocks[k].segment_max_bits[i], max_bits) << where << " terms " << k << " segment " << s;
-                ASSERT_EQ(blocks[k].segment_min_bits[i], min_bits) << where << " terms " << k << " segment " << s;
-                if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, static_cast<int>(row_len))) continue;
-                ++narrow_segments;
-                double sum = 0.0;  // exact: the segment is narrow
-                for (std::int64_t j = 0; j < row_len; ++j) sum += static_cast<double>(t[j]);
-                ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].segment_sum[i]), std::bit_cast<std::uint64_t>(sum))
-                    << where << " terms " << k << " segment " << s;
+              a.n = n;
+              a.stream = stream;
+              detail::AffineGradParams p;
+              p.op.kind = detail::AffineKind::kQuantizeDequantize;
+              p.op.qmin = 0;
+              p.op.qmax = 255;
+              p.op.narrow = narrow;
+              p.op.canonical_nan = narrow == detail::QuotientRounding::kBFloat16;
+              p.of = detail::AffineGradOf::kAll;
+              a.out = got[0];
+              p.value_out = got[1];
+              p.scale_terms = got[2];
+              p.offset_terms = got[3];
+              detail::PresummedBlocks blocks[2];
+              p.scale_blocks = &blocks[0];
+              p.offset_blocks = &blocks[1];
+              e.fn(&p, a);
+              const std::string where = std::string(e.name) + " narrow=" + std::to_string(static_cast<int>(narrow)) +
+                                        " row_len=" + std::to_string(row_len) + " n=" + std::to_string(n) +
+                                        " stream=" + std::to_string(stream) + " dense_x=" + std::to_string(dense_x);
+              // the outputs: the reference's
+              a.stream = false;
+              p.scale_blocks = p.offset_blocks = nullptr;
+              a.out = want[0];
+              p.value_out = want[1];
+              p.scale_terms = want[2];
+              p.offset_terms = want[3];
+              ref(&p, a);
+              for (int k = 0; k < 4; ++k) {
+                ASSERT_EQ(0, std::memcmp(got[k], want[k], static_cast<std::size_t>(n) * sizeof(float))) << where << " output " << k;
+              }
+              const bool avx512 = e.isa == detail::Isa::kAvx512;
+              const bool fills_blocks = avx512 && row_len == 0 && n >= 512 && n / 512 <= detail::PresummedBlocks::kMaxBlocks;
+              const bool fills_segments = avx512 && row_len > 0 && row_len % 32 == 0 && row_len <= 512 &&
+                                          n / row_len <= detail::PresummedBlocks::kMaxSegments;
+              for (int k = 0; k < 2; ++k) {
+                ASSERT_EQ(blocks[k].blocks, fills_blocks ? n / 512 : 0) << where << " terms " << k;
+                ASSERT_EQ(blocks[k].segments, fills_segments ? n / row_len : 0) << where << " terms " << k;
+                for (std::int64_t b = 0; b < blocks[k].blocks; ++b) {
+                  const float* t = want[2 + k] + 512 * b;
+                  std::uint32_t max_bits, min_bits;
+                  detail::exact_sums_span(t, 512, max_bits, min_bits);
+                  ASSERT_EQ(blocks[k].max_bits[b], max_bits) << where << " terms " << k << " block " << b;
+                  ASSERT_EQ(blocks[k].min_bits[b], min_bits) << where << " terms " << k << " block " << b;
+                  if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, 16)) continue;
+                  ++narrow_blocks;
+                  for (int l = 0; l < 32; ++l) {
+                    double sum = 0.0;  // exact: the block is narrow
+                    for (int i = 0; i < 16; ++i) sum += static_cast<double>(t[32 * i + l]);
+                    ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].lane_sums[b][l]), std::bit_cast<std::uint64_t>(sum))
+                        << where << " terms " << k << " block " << b << " lane " << l;
+                  }
+                }
+                if (blocks[k].segments > 0) {
+                  ASSERT_EQ(blocks[k].segment_length, row_len) << where;
+                }
+                for (std::int64_t s = 0; s < blocks[k].segments; ++s) {
+                  const float* t = want[2 + k] + row_len * s;
+                  const auto i = static_cast<std::size_t>(s);
+                  std::uint32_t max_bits, min_bits;
+                  detail::exact_sums_span(t, row_len, max_bits, min_bits);
+                  ASSERT_EQ(blocks[k].segment_max_bits[i], max_bits) << where << " terms " << k << " segment " << s;
+                  ASSERT_EQ(blocks[k].segment_min_bits[i], min_bits) << where << " terms " << k << " segment " << s;
+                  if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, static_cast<int>(row_len))) continue;
+                  ++narrow_segments;
+                  double sum = 0.0;  // exact: the segment is narrow
+                  for (std::int64_t j = 0; j < row_len; ++j) sum += static_cast<double>(t[j]);
+                  ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].segment_sum[i]), std::bit_cast<std::uint64_t>(sum))
+                      << where << " terms " << k << " segment " << s;
+                }
               }
             }
           }
