@@ -38,7 +38,7 @@ constexpr std::size_t scratch_bytes(std::int64_t count) { return static_cast<std
 // Contiguous runs go to the conversion kernel of the kernel set in use (kernels/convert), which
 // vectorises float16 / bfloat16 <-> float32 and hands every other pair back to the spec below.
 void convert_values(const void* src, DType st, std::int64_t ss, void* dst, DType dt, std::int64_t ds,
-                    std::int64_t n) {
+                    std::int64_t n, bool stream) {
   if (ss == 1 && ds == 1 && st != dt && n >= kMinVectorConvert) {
     const RowKernel kernel = best_kernel(KernelOp::kConvert, WorkType::kF32);  // the set in use now
     const ConvertParams params{st, dt};
@@ -46,6 +46,7 @@ void convert_values(const void* src, DType st, std::int64_t ss, void* dst, DType
     a.in[0] = src;
     a.out = dst;
     a.n = n;
+    a.stream = stream;
     kernel(&params, a);
     return;
   }
@@ -366,7 +367,7 @@ class Runner {
       args.index = first + b;
       args.stream = false;
       call_.kernel(call_.params, args);
-      if (!out_direct_) convert_values(scratch.out.data(), call_.kernel_out_dtype, 1, op, call_.out.dtype, os, m);
+      if (!out_direct_) convert_values(scratch.out.data(), call_.kernel_out_dtype, 1, op, call_.out.dtype, os, m, stream_);
     }
   }
 
@@ -464,7 +465,7 @@ class Runner {
     args.out = scratch.out.data();
     args.stream = false;
     call_.kernel(call_.params, args);
-    convert_values(scratch.out.data(), call_.kernel_out_dtype, 1, out, call_.out.dtype, 1, rows * len);
+    convert_values(scratch.out.data(), call_.kernel_out_dtype, 1, out, call_.out.dtype, 1, rows * len, stream_);
   }
 
   const ElementwiseCall& call_;

@@ -38,9 +38,10 @@ void run_elementwise(const ElementwiseCall& call);
 // Converts n values between dtypes as numpy's astype does (float64 -> float32 -> float16 round
 // to nearest even; integer -> float round to nearest). Strides in elements. Contiguous runs go
 // through the conversion kernel of the kernel set in use; convert_values_scalar
-// (kernels/convert/kernels.h) is the spec every kernel equals.
+// (kernels/convert/kernels.h) is the spec every kernel equals. `stream`: dst is part of an output
+// far larger than the caches (RowArgs::stream: the kernel may store it non-temporally).
 void convert_values(const void* src, DType src_dtype, std::int64_t src_stride, void* dst, DType dst_dtype,
-                    std::int64_t dst_stride, std::int64_t n);
+                    std::int64_t dst_stride, std::int64_t n, bool stream = false);
 
 // Writes `from` (any dtype and layout, broadcast to out's shape) into `out` (any layout), values
 // converted as convert_values does.

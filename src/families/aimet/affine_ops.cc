@@ -890,7 +890,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
       auto x_done = [&] {
         if (convert_gx) {
           detail::convert_values(b.gx, DType::kFloat32, 1, static_cast<unsigned char*>(grad_x.data) + e * dtype_size(grad_x.dtype),
-                                 grad_x.dtype, 1, cn);
+                                 grad_x.dtype, 1, cn, stream);
         }
       };
       for (detail::PresummedBlocks& pre : b.presummed) pre.blocks = pre.segments = 0;
@@ -908,7 +908,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
         x_done();
         if (convert_value) {
           detail::convert_values(b.value, DType::kFloat32, 1, static_cast<unsigned char*>(output.data) + e * dtype_size(output.dtype),
-                                 output.dtype, 1, cn);
+                                 output.dtype, 1, cn, stream);
         }
         take(0);
         take(1);

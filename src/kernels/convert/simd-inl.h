@@ -66,11 +66,30 @@ void convert_f32(const void* params, const RowArgs& a) {
   } else if (p.from == DType::kFloat32 && (p.to == DType::kFloat16 || p.to == DType::kBFloat16)) {
     const auto* src = static_cast<const float*>(a.in[0]);
     auto* dst = static_cast<std::uint16_t*>(a.out);
-    if (p.to == DType::kFloat16) {
-      for (; j + L <= n; j += L) Vec::store_half(dst + j, Vec::loadu(src + j));  // the hardware's rounding is the spec's
-    } else {
-      for (; j + L <= n; j += L) Vec::store_u16(dst + j, sixteen_bit::float_to_bfloat16_bits(Vec::bits(Vec::loadu(src + j))));
+    // Far beyond the caches (RowArgs::stream): non-temporal stores from the first element where a
+    // vector's codes are aligned (the elements before it by the spec), so the output's lines are
+    // not read before they are written.
+    const bool stream = a.stream && reinterpret_cast<std::uintptr_t>(dst) % 2 == 0;
+    if (stream) {
+      const std::uintptr_t misalign = reinterpret_cast<std::uintptr_t>(dst) % (L * 2);
+      const std::int64_t head = std::min<std::int64_t>(n, misalign == 0 ? 0 : static_cast<std::int64_t>((L * 2 - misalign) / 2));
+      convert_values_scalar(src, p.from, 1, dst, p.to, 1, head);
+      j = head;
     }
+    if (p.to == DType::kFloat16) {  // the hardware's rounding is the spec's
+      if (stream) {
+        for (; j + L <= n; j += L) Vec::stream_half(dst + j, Vec::loadu(src + j));
+      } else {
+        for (; j + L <= n; j += L) Vec::store_half(dst + j, Vec::loadu(src + j));
+      }
+    } else {
+      if (stream) {
+        for (; j + L <= n; j += L) Vec::stream_u16(dst + j, sixteen_bit::float_to_bfloat16_bits(Vec::bits(Vec::loadu(src + j))));
+      } else {
+        for (; j + L <= n; j += L) Vec::store_u16(dst + j, sixteen_bit::float_to_bfloat16_bits(Vec::bits(Vec::loadu(src + j))));
+      }
+    }
+    if (stream) Vec::fence();
   } else if (p.to == DType::kFloat32) {
     switch (p.from) {
       // Lambdas, not function pointers: an always-inline function called through a pointer does

@@ -106,6 +106,13 @@ struct Vec {
   // Each lane rounded to float16 and widened back: half_bits_to_float(float_to_half_bits(a)), bit
   // for bit (the narrowing's NaN is quiet, so the widening keeps it).
   static F round_to_half(F a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+  // Non-temporal forms (p aligned to the bytes stored: 16): a far larger-than-cache output.
+  static void stream_u16(std::uint16_t* p, I a) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
+  }
+  static void stream_half(std::uint16_t* p, F a) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
   // 8-bit codes (float8/6/4, e8m0, sub-byte integers one per byte) zero-extended to 32-bit lanes,
   // and back (lanes <= 0xFF).
   static I load_u8(const std::uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }

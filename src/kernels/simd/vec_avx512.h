@@ -92,6 +92,11 @@ struct Vec {
   // Each lane rounded to float16 and widened back: half_bits_to_float(float_to_half_bits(a)), bit
   // for bit (the narrowing's NaN is quiet, so the widening keeps it).
   static F round_to_half(F a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+  // Non-temporal forms (p aligned to the bytes stored: 32): a far larger-than-cache output.
+  static void stream_u16(std::uint16_t* p, I a) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(a)); }
+  static void stream_half(std::uint16_t* p, F a) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
   // 8-bit codes (float8/6/4, e8m0, sub-byte integers one per byte) zero-extended to 32-bit lanes,
   // and back (lanes <= 0xFF).
   static I load_u8(const std::uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }

@@ -29,19 +29,25 @@ using test::isa_available;
 
 // Converts `n` elements with the kernel and with the spec (from a misaligned `offset`) and returns
 // the first differing element, or -1. Output bytes past the run must stay untouched.
-std::int64_t first_difference(RowKernel kernel, DType from, DType to, const void* src, std::int64_t n) {
+// stream: RowArgs::stream (non-temporal stores where the kernel has them), the output
+// `out_bytes` bytes past a 64-byte boundary (odd: a misaligned 16-bit output).
+std::int64_t first_difference(RowKernel kernel, DType from, DType to, const void* src, std::int64_t n, bool stream = false,
+                              std::size_t out_bytes = 0) {
   const std::size_t out_size = dtype_size(to);
-  std::vector<unsigned char> got(static_cast<std::size_t>(n) * out_size + 64, 0xA5), want(got.size(), 0xA5);
+  std::vector<unsigned char> got_memory(static_cast<std::size_t>(n) * out_size + 64 + 128, 0xA5), want(got_memory.size() - 128, 0xA5);
+  const auto base = reinterpret_cast<std::uintptr_t>(got_memory.data());
+  unsigned char* got = got_memory.data() + (64 - base % 64) % 64 + out_bytes;
   const ConvertParams p{from, to};
   RowArgs a;
   a.in[0] = src;
-  a.out = got.data();
+  a.out = got;
   a.n = n;
+  a.stream = stream;
   kernel(&p, a);
   convert_values_scalar(src, from, 1, want.data(), to, 1, n);
-  if (got == want) return -1;
+  if (std::memcmp(got, want.data(), want.size()) == 0) return -1;
   for (std::int64_t i = 0; i < n; ++i) {
-    if (std::memcmp(got.data() + i * out_size, want.data() + i * out_size, out_size) != 0) return i;
+    if (std::memcmp(got + i * out_size, want.data() + i * out_size, out_size) != 0) return i;
   }
   return n;  // wrote past the run
 }
@@ -122,6 +128,16 @@ TEST_P(ConvertKernelTest, Float32NarrowsLikeTheSpec) {
       const std::int64_t bad = first_difference(e.fn, DType::kFloat32, to, values.data() + offset, n);
       EXPECT_EQ(bad, -1) << dtype_name(to) << " float32 bits 0x" << std::hex
                          << (bad >= 0 && bad < n ? values[static_cast<std::size_t>(bad + offset)] : 0u);
+    }
+  }
+  // Streamed 16-bit outputs (non-temporal from the first aligned vector), at output addresses that
+  // peel no head, a head of 1 and 5 codes, and an odd address (no streaming); short runs too.
+  for (DType to : {DType::kFloat16, DType::kBFloat16}) {
+    for (std::size_t out_bytes : {0, 2, 10, 1}) {
+      for (std::int64_t n : {static_cast<std::int64_t>(values.size()) - 16, std::int64_t{3}, std::int64_t{37}}) {
+        const std::int64_t bad = first_difference(e.fn, DType::kFloat32, to, values.data() + 1, n, true, out_bytes);
+        EXPECT_EQ(bad, -1) << dtype_name(to) << " streamed, output at +" << out_bytes << " bytes, n " << n;
+      }
     }
   }
 }
