@@ -700,10 +700,11 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   // Bytes from a view's first element to past its last as a contiguous tensor (the views checked
   // here: the contiguous ones this walk reads or writes in place).
   auto view_bytes = [](const auto& v) { return static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype); };
-  // Whether an output overlaps the bytes of `v` (a wanted output is written during the walk).
-  auto output_overlaps = [&](const TensorView& v) {
+  // Whether an output other than `self` overlaps the bytes of `v` (an output is written during the
+  // walk).
+  auto output_overlaps = [&](const auto& v, const MutableTensorView* self = nullptr) {
     for (const MutableTensorView* o : outputs) {
-      if (o->data != nullptr && byte_ranges_overlap(o->data, view_bytes(*o), v.data, view_bytes(v))) return true;
+      if (o != self && o->data != nullptr && byte_ranges_overlap(o->data, view_bytes(*o), v.data, view_bytes(v))) return true;
     }
     return false;
   };
@@ -819,12 +820,9 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
         !out.is_contiguous() || out.numel() != param_count[k]) {
       continue;
     }
-    const std::size_t bytes = static_cast<std::size_t>(out.numel()) * sizeof(float);
-    bool clear = !byte_ranges_overlap(out.data, bytes, x.data, static_cast<std::size_t>(n) * dtype_size(x.dtype)) &&
-                 !byte_ranges_overlap(out.data, bytes, grad_output.data, static_cast<std::size_t>(n) * dtype_size(grad_output.dtype));
-    for (const TensorView* v : views) clear = clear && !byte_ranges_overlap(out.data, bytes, v->data, view_bytes(*v));
-    for (const MutableTensorView* o : outputs) {
-      if (o != &out && o->data != nullptr) clear = clear && !byte_ranges_overlap(out.data, bytes, o->data, view_bytes(*o));
+    bool clear = !output_overlaps(out, &out);
+    for (const TensorView* v : {&x, &grad_output, &scale, &offset}) {
+      clear = clear && !byte_ranges_overlap(out.data, view_bytes(out), v->data, view_bytes(*v));
     }
     if (clear) owned_out[k] = static_cast<float*>(out.data);
   }
@@ -856,9 +854,8 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   // whenever the run's base moves and at the end.
   auto walk_runs = [&](std::int64_t r_begin, std::int64_t r_end, std::int64_t c_begin, std::int64_t c_end, std::int64_t head,
                        detail::AffineGradParams gp) {
-    // Default-initialised (not make_unique's zeroing: ~190 KB per task, and a blockwise or
-    // per-channel call has hundreds of tasks): every buffer is written before it is read, the
-    // lanes just below.
+    // Default-initialised (not make_unique's zeroing of ~190 KB per task): every buffer is written
+    // before it is read, the lanes just below.
     const std::unique_ptr<TaskBuffers> buffers(new TaskBuffers);
     TaskBuffers& b = *buffers;
     std::array<Contributions, 2> mine;
@@ -1039,10 +1036,9 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / walk.run);
     detail::parallel_for(runs, grain, [&](std::int64_t b, std::int64_t e) { walk_runs(b, e, 0, walk.run, -1, p); });
   } else if (walk.run >= 2 * kGradChunk) {
-    // every run's chunks start alike: one head for all (aligned where every run starts the same
-    // distance past a 64-byte boundary)
-    // (a thread's share begins at a chunk start: task i at head + kGradChunk i, the first at 0, so
-    // the head goes with the first full chunk)
+    // Every run's chunks start alike: one head for all (aligned where every run starts the same
+    // distance past a 64-byte boundary). A thread's share begins at a chunk start (task i at
+    // head + kGradChunk i, the first at 0: the head goes with the first full chunk).
     const std::int64_t head = runs == 1 || (walk.run * static_cast<std::int64_t>(sizeof(float))) % 64 == 0 ? run_head(0) : 0;
     const std::int64_t chunks = (walk.run - head + kGradChunk - 1) / kGradChunk;
     auto share_start = [&](std::int64_t i) { return i == 0 ? 0 : i == chunks ? walk.run : head + i * kGradChunk; };

@@ -41,7 +41,7 @@ void affine_rows(const AffineParams& p, const RowArgs& a) {
     if constexpr (kCanonicalNan) return Vec::select(Vec::isnan(r), quiet_nan, r);
     else return r;
   };
-  constexpr auto N = narrow_v<kR>;
+  auto N = [](Vec::F v) POLYQUANT_ALWAYS_INLINE { return narrow_v<kR>(v); };
   // Blocked parameters (RowArgs::per_row_mask): for_each_vector walks the rows, each with its own
   // scale and offset splat.
   switch (p.kind) {
@@ -259,7 +259,7 @@ std::int64_t affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, 
 template <QuotientRounding kR>
 void affine_grad_rows(const AffineGradParams& g, const RowArgs& a) {
   const AffineParams& p = g.op;
-  constexpr auto N = narrow_v<kR>;
+  auto N = [](Vec::F v) POLYQUANT_ALWAYS_INLINE { return narrow_v<kR>(v); };
   const Vec::F lo = Vec::splat(static_cast<float>(p.qmin)), hi = Vec::splat(static_cast<float>(p.qmax));
   const Vec::F zero = Vec::zero();
   // v = rint(x / s) - o, the level before the clamp; `then` where lo <= v <= hi (both ordered
