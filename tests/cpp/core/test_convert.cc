@@ -30,7 +30,7 @@ using test::isa_available;
 // Converts `n` elements with the kernel and with the spec (from a misaligned `offset`) and returns
 // the first differing element, or -1. Output bytes past the run must stay untouched.
 // stream: RowArgs::stream (non-temporal stores where the kernel has them), the output
-// `out_bytes` bytes past a 64-byte boundary (odd: a misaligned 16-bit output).
+// `out_bytes` bytes past a 64-byte boundary (a multiple of the output's element size).
 std::int64_t first_difference(RowKernel kernel, DType from, DType to, const void* src, std::int64_t n, bool stream = false,
                               std::size_t out_bytes = 0) {
   const std::size_t out_size = dtype_size(to);
@@ -131,9 +131,9 @@ TEST_P(ConvertKernelTest, Float32NarrowsLikeTheSpec) {
     }
   }
   // Streamed 16-bit outputs (non-temporal from the first aligned vector), at output addresses that
-  // peel no head, a head of 1 and 5 codes, and an odd address (no streaming); short runs too.
+  // peel no head, and a head of 1, 5 and 15 codes; short runs too.
   for (DType to : {DType::kFloat16, DType::kBFloat16}) {
-    for (std::size_t out_bytes : {0, 2, 10, 1}) {
+    for (std::size_t out_bytes : {0, 2, 10, 34}) {
       for (std::int64_t n : {static_cast<std::int64_t>(values.size()) - 16, std::int64_t{3}, std::int64_t{37}}) {
         const std::int64_t bad = first_difference(e.fn, DType::kFloat32, to, values.data() + 1, n, true, out_bytes);
         EXPECT_EQ(bad, -1) << dtype_name(to) << " streamed, output at +" << out_bytes << " bytes, n " << n;
