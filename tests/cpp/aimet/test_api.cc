@@ -217,6 +217,32 @@ TEST(Aimet, GradientsSumOverSharedParameters) {
   EXPECT_EQ(gx[2], 0.0f);  // 100 / 0.1 - (-5) is far above 15: masked
 }
 
+// The spec of quantize_dequantize's training-path gradients on the 8-bit unsigned grid: the scale
+// and offset terms of every flat element e, exactly, into its parameter element target(e) (Acc:
+// ExactSumFloat32 / ExactSumFloat64, rounded once by the caller), and grad_x per element.
+template <class W, class Acc>
+struct SpecGradients {
+  std::vector<Acc> scale, offset;
+  std::vector<W> x;
+};
+template <class Acc, class W, class Target>
+SpecGradients<W, Acc> spec_gradients(const std::vector<W>& g, const std::vector<W>& x, const std::vector<W>& s,
+                                     const std::vector<W>& o, Target target) {
+  SpecGradients<W, Acc> r{std::vector<Acc>(s.size()), std::vector<Acc>(s.size()), std::vector<W>(x.size())};
+  detail::AffineGradParams p;
+  p.op.qmax = 255;
+  for (std::size_t e = 0; e < x.size(); ++e) {
+    const auto t = static_cast<std::size_t>(target(static_cast<std::int64_t>(e)));
+    p.of = detail::AffineGradOf::kScale;
+    r.scale[t].add(detail::affine_grad_element<W>(p, g[e], x[e], s[t], o[t]));
+    p.of = detail::AffineGradOf::kOffset;
+    r.offset[t].add(detail::affine_grad_element<W>(p, g[e], x[e], s[t], o[t]));
+    p.of = detail::AffineGradOf::kX;
+    r.x[e] = detail::affine_grad_element<W>(p, g[e], x[e], s[t], o[t]);
+  }
+  return r;
+}
+
 // The gradient sums are exact sums rounded once to float32: for every parameter element, the
 // terms of the spec (affine_grad_element) summed in an ExactSumFloat32 and rounded once. The fused
 // walk (contiguous x) on one thread and on two, and the general path (x a transposed view, whose
@@ -278,22 +304,10 @@ TEST(Aimet, GradientSumsAreExactSumsRoundedOnce) {
       }
       const AffineArgs args{{0, 255}, l.block};
       // The spec: every term, exactly, per parameter element.
-      std::vector<detail::ExactSumFloat32> want_s(static_cast<std::size_t>(np)), want_o(static_cast<std::size_t>(np));
-      std::vector<float> want_x(static_cast<std::size_t>(n));
-      detail::AffineGradParams p;
-      p.op.qmax = 255;
-      for (std::int64_t i = 0; i < R; ++i) {
-        for (std::int64_t j = 0; j < C; ++j) {
-          const auto e = static_cast<std::size_t>(i * C + j);
-          const auto t = static_cast<std::size_t>(l.target(i, j));
-          p.of = detail::AffineGradOf::kScale;
-          want_s[t].add(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
-          p.of = detail::AffineGradOf::kOffset;
-          want_o[t].add(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
-          p.of = detail::AffineGradOf::kX;
-          want_x[e] = detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]);
-        }
-      }
+      const auto spec = spec_gradients<detail::ExactSumFloat32>(g, x, s, o, [&](std::int64_t e) { return l.target(e / C, e % C); });
+      const std::vector<detail::ExactSumFloat32>& want_s = spec.scale;
+      const std::vector<detail::ExactSumFloat32>& want_o = spec.offset;
+      const std::vector<float>& want_x = spec.x;
       struct Run {
         const char* how;
         int threads;
@@ -353,17 +367,9 @@ TEST(Aimet, Float64GradientSumsAreExact) {
                            TensorView(x.data(), DType::kFloat64, Dims{R, C}), TensorView(s.data(), DType::kFloat64, pshape),
                            TensorView(o.data(), DType::kFloat64, pshape), AffineArgs{{0, 255}, {}}, MutableTensorView(),
                            MutableTensorView(gs.data(), DType::kFloat64, pshape), MutableTensorView(go.data(), DType::kFloat64, pshape));
-    std::vector<detail::ExactSumFloat64> want_s(static_cast<std::size_t>(np)), want_o(static_cast<std::size_t>(np));
-    detail::AffineGradParams p;
-    p.op.qmax = 255;
-    for (std::int64_t i = 0; i < R * C; ++i) {
-      const auto t = static_cast<std::size_t>(per_channel ? i / C : 0);
-      const auto e = static_cast<std::size_t>(i);
-      p.of = detail::AffineGradOf::kScale;
-      want_s[t].add(detail::affine_grad_element<double>(p, g[e], x[e], s[t], o[t]));
-      p.of = detail::AffineGradOf::kOffset;
-      want_o[t].add(detail::affine_grad_element<double>(p, g[e], x[e], s[t], o[t]));
-    }
+    const auto spec = spec_gradients<detail::ExactSumFloat64>(g, x, s, o, [&](std::int64_t e) { return per_channel ? e / C : 0; });
+    const std::vector<detail::ExactSumFloat64>& want_s = spec.scale;
+    const std::vector<detail::ExactSumFloat64>& want_o = spec.offset;
     for (std::size_t t = 0; t < static_cast<std::size_t>(np); ++t) {
       EXPECT_EQ(std::bit_cast<std::uint64_t>(gs[t]), std::bit_cast<std::uint64_t>(want_s[t].to_double())) << per_channel << " " << t;
       EXPECT_EQ(std::bit_cast<std::uint64_t>(go[t]), std::bit_cast<std::uint64_t>(want_o[t].to_double())) << per_channel << " " << t;
@@ -779,19 +785,10 @@ TEST(Aimet, BlockwiseGradientsMatchWhereverTheyAreWritten) {
              MutableTensorView(want_o.data(), DType::kFloat32, pshape));
     const std::string where = "blocks " + std::to_string(tall) + " x " + std::to_string(B);
     // the spec: every term exactly, per element, rounded once
-    std::vector<detail::ExactSumFloat32> exact_s(static_cast<std::size_t>(np)), exact_o(static_cast<std::size_t>(np));
-    detail::AffineGradParams p;
-    p.op.qmax = 255;
-    for (std::int64_t i = 0; i < R; ++i) {
-      for (std::int64_t j = 0; j < C; ++j) {
-        const auto e = static_cast<std::size_t>(i * C + j);
-        const auto t = static_cast<std::size_t>((i / tall) * (C / B) + j / B);
-        p.of = detail::AffineGradOf::kScale;
-        exact_s[t].add(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
-        p.of = detail::AffineGradOf::kOffset;
-        exact_o[t].add(detail::affine_grad_element<float>(p, g[e], x[e], s[t], o[t]));
-      }
-    }
+    const auto spec = spec_gradients<detail::ExactSumFloat32>(
+        g, x, s, o, [&](std::int64_t e) { return (e / C / tall) * (C / B) + e % C / B; });
+    const std::vector<detail::ExactSumFloat32>& exact_s = spec.scale;
+    const std::vector<detail::ExactSumFloat32>& exact_o = spec.offset;
     for (std::size_t t = 0; t < static_cast<std::size_t>(np); ++t) {
       ASSERT_EQ(std::bit_cast<std::uint32_t>(want_s[t]), std::bit_cast<std::uint32_t>(exact_s[t].to_float())) << where << " scale " << t;
       ASSERT_EQ(std::bit_cast<std::uint32_t>(want_o[t]), std::bit_cast<std::uint32_t>(exact_o[t].to_float())) << where << " offset " << t;
@@ -836,20 +833,10 @@ TEST(Aimet, StreamedGradientsMatchAtEveryOutputAlignment) {
       o[static_cast<std::size_t>(k)] = -128.0f + static_cast<float>(k % 5);
     }
     auto target = [&](std::int64_t e) { return l.rows == 1 ? 0 : l.per_row ? e / l.cols : e % l.cols; };
-    // the spec
-    std::vector<detail::ExactSumFloat32> exact_s(static_cast<std::size_t>(np)), exact_o(static_cast<std::size_t>(np));
-    std::vector<float> want_x(static_cast<std::size_t>(n));
-    detail::AffineGradParams p;
-    p.op.qmax = 255;
-    for (std::int64_t e = 0; e < n; ++e) {
-      const auto i = static_cast<std::size_t>(e), t = static_cast<std::size_t>(target(e));
-      p.of = detail::AffineGradOf::kScale;
-      exact_s[t].add(detail::affine_grad_element<float>(p, g[i], x[i], s[t], o[t]));
-      p.of = detail::AffineGradOf::kOffset;
-      exact_o[t].add(detail::affine_grad_element<float>(p, g[i], x[i], s[t], o[t]));
-      p.of = detail::AffineGradOf::kX;
-      want_x[i] = detail::affine_grad_element<float>(p, g[i], x[i], s[t], o[t]);
-    }
+    const auto spec = spec_gradients<detail::ExactSumFloat32>(g, x, s, o, target);
+    const std::vector<detail::ExactSumFloat32>& exact_s = spec.scale;
+    const std::vector<detail::ExactSumFloat32>& exact_o = spec.offset;
+    const std::vector<float>& want_x = spec.x;
     const TensorView xv(x.data(), DType::kFloat32, xshape), gv(g.data(), DType::kFloat32, xshape);
     const TensorView sv(s.data(), DType::kFloat32, pshape), ov(o.data(), DType::kFloat32, pshape);
     const AffineArgs args{{0, 255}, {}};
