@@ -130,7 +130,7 @@ void fake_quantize_f32(const void* params, const RowArgs& a) {
   else fake_quantize_rows<false>(p, a);
 }
 
-// quantize_dequantize's kAll with the forward, where the call asks for the terms' sums
+// quantize_dequantize's kAll, with the forward or without (autograd's backward), where the call asks for the terms' sums
 // (AffineGradParams::scale_blocks, offset_blocks) and the row is one of the fused backward's usual
 // chunks, outputs aligned where they stream, grad_output and x running on:
 //   whole-run blocks: scale and offset one value each, the row's whole blocks of 512 terms (at
@@ -180,7 +180,7 @@ std::int64_t affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, 
       Vec::Lanes32 sum;
       Vec::I largest, smallest_less_one;
     };
-    auto block_pass = [&]<bool kStream>() POLYQUANT_ALWAYS_INLINE {
+    auto block_pass = [&]<bool kStream, bool kValue>() POLYQUANT_ALWAYS_INLINE {
       for (std::int64_t b = 0; b < blocks; ++b) {
         if (segments) {  // the row's parameters
           v[2] = Vec::splat(scale[b]);
@@ -201,13 +201,12 @@ std::int64_t affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, 
           v[1] = Vec::loadu(x + j);
           Vec::F level, d_scale, d_offset;
           const Vec::F dx = grads(v, level, d_scale, d_offset);
-          const Vec::F value = value_of(v, level);
           if constexpr (kStream) {
             Vec::stream(out + j, dx);
-            Vec::stream(value_out + j, value);
+            if constexpr (kValue) Vec::stream(value_out + j, value_of(v, level));
           } else {
             Vec::storeu(out + j, dx);
-            Vec::storeu(value_out + j, value);
+            if constexpr (kValue) Vec::storeu(value_out + j, value_of(v, level));
           }
           Vec::storeu(terms[0] + j, d_scale);
           Vec::storeu(terms[1] + j, d_offset);
@@ -233,11 +232,18 @@ std::int64_t affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, 
         }
       }
     };
+    // (no forward output: autograd's backward, whose forward ran before)
     if (a.stream) {
-      block_pass.template operator()<true>();
+      if (value_out != nullptr) {
+        block_pass.template operator()<true, true>();
+      } else {
+        block_pass.template operator()<true, false>();
+      }
       Vec::fence();
+    } else if (value_out != nullptr) {
+      block_pass.template operator()<false, true>();
     } else {
-      block_pass.template operator()<false>();
+      block_pass.template operator()<false, false>();
     }
     for (PresummedBlocks* p : pre) {
       if (segments) {
@@ -335,17 +341,6 @@ void affine_grad_rows(const AffineGradParams& g, const RowArgs& a) {
           };
           auto* terms_s = static_cast<float*>(g.scale_terms);
           auto* terms_o = static_cast<float*>(g.offset_terms);
-          if (g.value_out == nullptr) {
-            for_each_vector<4, FloatOuts<3>>(
-                a,
-                [=](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-                  Vec::F level, d_scale, d_offset;
-                  const Vec::F dx = grads(v, level, d_scale, d_offset);
-                  return Vectors<3>{{dx, d_scale, d_offset}};
-                },
-                FloatOuts<3>{static_cast<const float*>(a.out), {terms_s, terms_o}});
-            return;
-          }
           const Vec::F quiet_nan = Vec::splat(std::numeric_limits<float>::quiet_NaN());
           const bool canonical = p.canonical_nan;
           auto value_of = [=](const Vec::F* v, Vec::F level) POLYQUANT_ALWAYS_INLINE {  // affine_rows' quantize_dequantize
@@ -361,6 +356,17 @@ void affine_grad_rows(const AffineGradParams& g, const RowArgs& a) {
           rest.out = static_cast<float*>(a.out) + done;
           rest.n = a.n - done;
           rest.index = a.index + done;
+          if (g.value_out == nullptr) {  // autograd's backward: the gradients alone
+            for_each_vector<4, FloatOuts<3>>(
+                rest,
+                [=](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+                  Vec::F level, d_scale, d_offset;
+                  const Vec::F dx = grads(v, level, d_scale, d_offset);
+                  return Vectors<3>{{dx, d_scale, d_offset}};
+                },
+                FloatOuts<3>{static_cast<const float*>(rest.out), {terms_s + done, terms_o + done}});
+            return;
+          }
           for_each_vector<4, FloatOuts<4>>(
               rest,
               [=](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {

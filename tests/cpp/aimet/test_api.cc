@@ -653,94 +653,98 @@ TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
         for (std::int64_t n : sizes) {
           for (const bool stream : {false, true}) {
             for (const bool dense_x : {false, true}) {  // dense_x: finite normal-range x, narrow blocks
-              std::vector<float> xs(x.begin(), x.begin() + n), dys(dy.begin(), dy.begin() + n);
-              if (dense_x) {
-                for (std::size_t i = 0; i < xs.size(); ++i) {
-                  xs[i] = std::isfinite(xs[i]) ? std::fmod(xs[i], 12.0f) + 0.013f : 1.0f;
-                  dys[i] = std::isfinite(dys[i]) && std::fabs(dys[i]) > 1e-3f && std::fabs(dys[i]) < 1e3f ? dys[i] : 0.5f;
-                }
-              }
-              alignas(64) static float got[4][kMax], want[4][kMax];
-              detail::RowArgs a;
-              a.in[0] = dys.data();
-              a.in[1] = xs.data();
-              a.in[2] = scales.data();
-              a.in[3] = offsets.data();
-              if (row_len > 0) {
-                a.per_row_mask = (1u << 2) | (1u << 3);
-                a.row_len = row_len;
-              } else {
-                a.broadcast_mask = (1u << 2) | (1u << 3);
-              }
-              a.n = n;
-              a.stream = stream;
-              detail::AffineGradParams p;
-              p.op.kind = detail::AffineKind::kQuantizeDequantize;
-              p.op.qmin = 0;
-              p.op.qmax = 255;
-              p.op.narrow = narrow;
-              p.op.canonical_nan = narrow == detail::QuotientRounding::kBFloat16;
-              p.of = detail::AffineGradOf::kAll;
-              a.out = got[0];
-              p.value_out = got[1];
-              p.scale_terms = got[2];
-              p.offset_terms = got[3];
-              detail::PresummedBlocks blocks[2];
-              p.scale_blocks = &blocks[0];
-              p.offset_blocks = &blocks[1];
-              e.fn(&p, a);
-              const std::string where = std::string(e.name) + " narrow=" + std::to_string(static_cast<int>(narrow)) +
-                                        " row_len=" + std::to_string(row_len) + " n=" + std::to_string(n) +
-                                        " stream=" + std::to_string(stream) + " dense_x=" + std::to_string(dense_x);
-              // the outputs: the reference's
-              a.stream = false;
-              p.scale_blocks = p.offset_blocks = nullptr;
-              a.out = want[0];
-              p.value_out = want[1];
-              p.scale_terms = want[2];
-              p.offset_terms = want[3];
-              ref(&p, a);
-              for (int k = 0; k < 4; ++k) {
-                ASSERT_EQ(0, std::memcmp(got[k], want[k], static_cast<std::size_t>(n) * sizeof(float))) << where << " output " << k;
-              }
-              const bool avx512 = e.isa == detail::Isa::kAvx512;
-              const bool fills_blocks = avx512 && row_len == 0 && n >= 512 && n / 512 <= detail::PresummedBlocks::kMaxBlocks;
-              const bool fills_segments = avx512 && row_len > 0 && row_len % 32 == 0 && row_len <= 512 &&
-                                          n / row_len <= detail::PresummedBlocks::kMaxSegments;
-              for (int k = 0; k < 2; ++k) {
-                ASSERT_EQ(blocks[k].blocks, fills_blocks ? n / 512 : 0) << where << " terms " << k;
-                ASSERT_EQ(blocks[k].segments, fills_segments ? n / row_len : 0) << where << " terms " << k;
-                for (std::int64_t b = 0; b < blocks[k].blocks; ++b) {
-                  const float* t = want[2 + k] + 512 * b;
-                  std::uint32_t max_bits, min_bits;
-                  detail::exact_sums_span(t, 512, max_bits, min_bits);
-                  ASSERT_EQ(blocks[k].max_bits[b], max_bits) << where << " terms " << k << " block " << b;
-                  ASSERT_EQ(blocks[k].min_bits[b], min_bits) << where << " terms " << k << " block " << b;
-                  if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, 16)) continue;
-                  ++narrow_blocks;
-                  for (int l = 0; l < 32; ++l) {
-                    double sum = 0.0;  // exact: the block is narrow
-                    for (int i = 0; i < 16; ++i) sum += static_cast<double>(t[32 * i + l]);
-                    ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].lane_sums[b][l]), std::bit_cast<std::uint64_t>(sum))
-                        << where << " terms " << k << " block " << b << " lane " << l;
+              for (const bool with_value : {true, false}) {  // without: autograd's backward (no forward output)
+                std::vector<float> xs(x.begin(), x.begin() + n), dys(dy.begin(), dy.begin() + n);
+                if (dense_x) {
+                  for (std::size_t i = 0; i < xs.size(); ++i) {
+                    xs[i] = std::isfinite(xs[i]) ? std::fmod(xs[i], 12.0f) + 0.013f : 1.0f;
+                    dys[i] = std::isfinite(dys[i]) && std::fabs(dys[i]) > 1e-3f && std::fabs(dys[i]) < 1e3f ? dys[i] : 0.5f;
                   }
                 }
-                if (blocks[k].segments > 0) {
-                  ASSERT_EQ(blocks[k].segment_length, row_len) << where;
+                alignas(64) static float got[4][kMax], want[4][kMax];
+                detail::RowArgs a;
+                a.in[0] = dys.data();
+                a.in[1] = xs.data();
+                a.in[2] = scales.data();
+                a.in[3] = offsets.data();
+                if (row_len > 0) {
+                  a.per_row_mask = (1u << 2) | (1u << 3);
+                  a.row_len = row_len;
+                } else {
+                  a.broadcast_mask = (1u << 2) | (1u << 3);
                 }
-                for (std::int64_t s = 0; s < blocks[k].segments; ++s) {
-                  const float* t = want[2 + k] + row_len * s;
-                  const auto i = static_cast<std::size_t>(s);
-                  std::uint32_t max_bits, min_bits;
-                  detail::exact_sums_span(t, row_len, max_bits, min_bits);
-                  ASSERT_EQ(blocks[k].segment_max_bits[i], max_bits) << where << " terms " << k << " segment " << s;
-                  ASSERT_EQ(blocks[k].segment_min_bits[i], min_bits) << where << " terms " << k << " segment " << s;
-                  if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, static_cast<int>(row_len))) continue;
-                  ++narrow_segments;
-                  double sum = 0.0;  // exact: the segment is narrow
-                  for (std::int64_t j = 0; j < row_len; ++j) sum += static_cast<double>(t[j]);
-                  ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].segment_sum[i]), std::bit_cast<std::uint64_t>(sum))
-                      << where << " terms " << k << " segment " << s;
+                a.n = n;
+                a.stream = stream;
+                detail::AffineGradParams p;
+                p.op.kind = detail::AffineKind::kQuantizeDequantize;
+                p.op.qmin = 0;
+                p.op.qmax = 255;
+                p.op.narrow = narrow;
+                p.op.canonical_nan = narrow == detail::QuotientRounding::kBFloat16;
+                p.of = detail::AffineGradOf::kAll;
+                a.out = got[0];
+                p.value_out = with_value ? got[1] : nullptr;
+                p.scale_terms = got[2];
+                p.offset_terms = got[3];
+                detail::PresummedBlocks blocks[2];
+                p.scale_blocks = &blocks[0];
+                p.offset_blocks = &blocks[1];
+                e.fn(&p, a);
+                const std::string where = std::string(e.name) + " narrow=" + std::to_string(static_cast<int>(narrow)) +
+                                          " row_len=" + std::to_string(row_len) + " n=" + std::to_string(n) +
+                                          " stream=" + std::to_string(stream) + " dense_x=" + std::to_string(dense_x) +
+                                          " with_value=" + std::to_string(with_value);
+                // the outputs: the reference's
+                a.stream = false;
+                p.scale_blocks = p.offset_blocks = nullptr;
+                a.out = want[0];
+                p.value_out = with_value ? want[1] : nullptr;
+                p.scale_terms = want[2];
+                p.offset_terms = want[3];
+                ref(&p, a);
+                for (int k = 0; k < 4; ++k) {
+                  if (k == 1 && !with_value) continue;
+                  ASSERT_EQ(0, std::memcmp(got[k], want[k], static_cast<std::size_t>(n) * sizeof(float))) << where << " output " << k;
+                }
+                const bool avx512 = e.isa == detail::Isa::kAvx512;
+                const bool fills_blocks = avx512 && row_len == 0 && n >= 512 && n / 512 <= detail::PresummedBlocks::kMaxBlocks;
+                const bool fills_segments = avx512 && row_len > 0 && row_len % 32 == 0 && row_len <= 512 &&
+                                            n / row_len <= detail::PresummedBlocks::kMaxSegments;
+                for (int k = 0; k < 2; ++k) {
+                  ASSERT_EQ(blocks[k].blocks, fills_blocks ? n / 512 : 0) << where << " terms " << k;
+                  ASSERT_EQ(blocks[k].segments, fills_segments ? n / row_len : 0) << where << " terms " << k;
+                  for (std::int64_t b = 0; b < blocks[k].blocks; ++b) {
+                    const float* t = want[2 + k] + 512 * b;
+                    std::uint32_t max_bits, min_bits;
+                    detail::exact_sums_span(t, 512, max_bits, min_bits);
+                    ASSERT_EQ(blocks[k].max_bits[b], max_bits) << where << " terms " << k << " block " << b;
+                    ASSERT_EQ(blocks[k].min_bits[b], min_bits) << where << " terms " << k << " block " << b;
+                    if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, 16)) continue;
+                    ++narrow_blocks;
+                    for (int l = 0; l < 32; ++l) {
+                      double sum = 0.0;  // exact: the block is narrow
+                      for (int i = 0; i < 16; ++i) sum += static_cast<double>(t[32 * i + l]);
+                      ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].lane_sums[b][l]), std::bit_cast<std::uint64_t>(sum))
+                          << where << " terms " << k << " block " << b << " lane " << l;
+                    }
+                  }
+                  if (blocks[k].segments > 0) {
+                    ASSERT_EQ(blocks[k].segment_length, row_len) << where;
+                  }
+                  for (std::int64_t s = 0; s < blocks[k].segments; ++s) {
+                    const float* t = want[2 + k] + row_len * s;
+                    const auto i = static_cast<std::size_t>(s);
+                    std::uint32_t max_bits, min_bits;
+                    detail::exact_sums_span(t, row_len, max_bits, min_bits);
+                    ASSERT_EQ(blocks[k].segment_max_bits[i], max_bits) << where << " terms " << k << " segment " << s;
+                    ASSERT_EQ(blocks[k].segment_min_bits[i], min_bits) << where << " terms " << k << " segment " << s;
+                    if (!detail::exact_sums_span_is_narrow(max_bits, min_bits, static_cast<int>(row_len))) continue;
+                    ++narrow_segments;
+                    double sum = 0.0;  // exact: the segment is narrow
+                    for (std::int64_t j = 0; j < row_len; ++j) sum += static_cast<double>(t[j]);
+                    ASSERT_EQ(std::bit_cast<std::uint64_t>(blocks[k].segment_sum[i]), std::bit_cast<std::uint64_t>(sum))
+                        << where << " terms " << k << " segment " << s;
+                  }
                 }
               }
             }
