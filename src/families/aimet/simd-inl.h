@@ -188,11 +188,11 @@ std::int64_t affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, 
         }
         BlockSums sums[2];
         for (BlockSums& bs : sums) bs = {Vec::zero_lanes32(), Vec::splat_i(0), Vec::splat_i(-1)};
-        auto take = [&]<int q>(BlockSums& bs, Vec::F t) POLYQUANT_ALWAYS_INLINE {
+        auto take = [&]<int q>(BlockSums& bs, Vec::F t, const float* stored) POLYQUANT_ALWAYS_INLINE {
           const Vec::I bits = Vec::and_i(Vec::bits(t), magnitude);
           bs.largest = Vec::max_i(bs.largest, bits);
           bs.smallest_less_one = Vec::min_u(bs.smallest_less_one, Vec::sub_i(bits, one_i));
-          Vec::template add_vector_lanes32<q>(bs.sum, t);
+          Vec::template add_half_lanes32<q>(bs.sum, stored);
         };
         // (grads and value_of are copies: their captured constants then stay in registers, where
         // a float store might otherwise change what a reference points to)
@@ -210,8 +210,8 @@ std::int64_t affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, 
           }
           Vec::storeu(terms[0] + j, d_scale);
           Vec::storeu(terms[1] + j, d_offset);
-          take.template operator()<q>(sums[0], d_scale);
-          take.template operator()<q>(sums[1], d_offset);
+          take.template operator()<q>(sums[0], d_scale, terms[0] + j);
+          take.template operator()<q>(sums[1], d_offset, terms[1] + j);
         };
         for (std::int64_t j = b * block; j < (b + 1) * block; j += kExactSumVirtualLanes) {
           one.template operator()<0>(j);
