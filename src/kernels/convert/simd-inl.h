@@ -27,100 +27,113 @@ void convert_f32(const void* params, const RowArgs& a) {
   if (a.broadcast_mask != 0 || a.per_row_mask != 0 || a.repeated_row_mask != 0) return ref::convert_f32(params, a);
   constexpr int L = Vec::kLanes;
   const std::int64_t n = a.n;
-  std::int64_t j = 0;
+  const auto from_size = static_cast<std::int64_t>(dtype_size(p.from)), to_size = static_cast<std::int64_t>(dtype_size(p.to));
+  const auto* src = static_cast<const unsigned char*>(a.in[0]);
+  auto* dst = static_cast<unsigned char*>(a.out);
+  // The run through `one(s, d)`, which converts the L elements at s into the L at d: whole vectors
+  // in place, and a partial vector (a tail, a head) on a zero-padded copy through the same body, so
+  // every element sees the same arithmetic. With `streamed` (one with non-temporal stores, its
+  // destination aligned to the vector's bytes) and RowArgs::stream, the vectors from the first
+  // aligned destination on are streamed, so the output's lines are not read before they are
+  // written (far beyond the caches); the head before it is a partial vector.
+  auto partial = [&](auto one, std::int64_t j, std::int64_t count) {
+    alignas(64) unsigned char in[Vec::kLanes * 8] = {}, out[Vec::kLanes * 8];  // the widest element: 8 bytes
+    std::memcpy(in, src + j * from_size, static_cast<std::size_t>(count * from_size));
+    one(in, out);
+    std::memcpy(dst + j * to_size, out, static_cast<std::size_t>(count * to_size));
+  };
+  auto drive = [&](auto one, auto streamed, std::int64_t prefetch_bytes = 0) {
+    std::int64_t j = 0;
+    bool stream = false;
+    if constexpr (!std::is_same_v<decltype(streamed), std::nullptr_t>) {
+      const auto at = reinterpret_cast<std::uintptr_t>(dst);
+      stream = a.stream && at % static_cast<std::uintptr_t>(to_size) == 0;
+      if (stream) {
+        const std::uintptr_t misalign = at % static_cast<std::uintptr_t>(L * to_size);
+        j = std::min<std::int64_t>(n, misalign == 0 ? 0 : static_cast<std::int64_t>((L * to_size - static_cast<std::int64_t>(misalign)) / to_size));
+        if (j > 0) partial(one, 0, j);
+        for (; j + L <= n; j += L) streamed(src + j * from_size, dst + j * to_size);
+        Vec::fence();
+      }
+    }
+    if (!stream) {
+      for (; j + L <= n; j += L) {
+        if (prefetch_bytes > 0) __builtin_prefetch(src + j * from_size + prefetch_bytes);  // (a prefetch past the end is harmless)
+        one(src + j * from_size, dst + j * to_size);
+      }
+    }
+    if (j < n) partial(one, j, n - j);
+  };
+  auto as_u16 = [](const unsigned char* q) { return reinterpret_cast<const std::uint16_t*>(q); };
+  auto as_f32 = [](const unsigned char* q) { return reinterpret_cast<const float*>(q); };
+  auto out_u16 = [](unsigned char* q) { return reinterpret_cast<std::uint16_t*>(q); };
+  auto out_f32 = [](unsigned char* q) { return reinterpret_cast<float*>(q); };
   auto widen = [&](auto code_to_float) {  // 8-bit codes -> float32
-    const auto* src = static_cast<const std::uint8_t*>(a.in[0]);
-    auto* dst = static_cast<float*>(a.out);
-    for (; j + L <= n; j += L) Vec::storeu(dst + j, code_to_float(Vec::load_u8(src + j)));
+    drive([=](const unsigned char* s, unsigned char* d) POLYQUANT_ALWAYS_INLINE { Vec::storeu(out_f32(d), code_to_float(Vec::load_u8(s))); },
+          nullptr);
   };
   auto narrow = [&](auto float_to_code) {  // float32 -> 8-bit codes
-    const auto* src = static_cast<const float*>(a.in[0]);
-    auto* dst = static_cast<std::uint8_t*>(a.out);
-    for (; j + L <= n; j += L) Vec::store_u8(dst + j, float_to_code(Vec::loadu(src + j)));
+    drive([=](const unsigned char* s, unsigned char* d) POLYQUANT_ALWAYS_INLINE { Vec::store_u8(d, float_to_code(Vec::loadu(as_f32(s)))); },
+          nullptr);
   };
   bool vector = true;
   if (p.to == DType::kFloat32 && (p.from == DType::kFloat16 || p.from == DType::kBFloat16)) {
     // The engine widens an operand a block at a time (2048 elements) and then computes on it in
     // the L1 cache, so its reads come in bursts with no load in flight in between: asking for the
     // next block's lines while widening this one overlaps them with that compute (5-10% on a
-    // 16 Mi float16 / bfloat16 quantize_dequantize on this VM). A prefetch past the end is harmless.
-    constexpr std::int64_t kWidenPrefetchAhead = 2048;
-    const auto* src = static_cast<const std::uint16_t*>(a.in[0]);
-    auto* dst = static_cast<float*>(a.out);
+    // 16 Mi float16 / bfloat16 quantize_dequantize on this VM).
+    constexpr std::int64_t kWidenPrefetchBytes = 2048 * 2;
     if (p.from == DType::kFloat16) {
-      for (; j + L <= n; j += L) {
-        // The hardware widens every code exactly but quiets a signaling NaN, whose bits the spec
-        // keeps: NaN lanes (rare) take the bit arithmetic.
-        __builtin_prefetch(src + j + kWidenPrefetchAhead);
-        Vec::F v = Vec::load_half(src + j);
-        const Vec::M nan = Vec::isnan(v);
-        if (Vec::mask_bits(nan) != 0) v = Vec::select(nan, Vec::from_bits(convert_detail::half_nan_to_float_bits(Vec::load_u16(src + j))), v);
-        Vec::storeu(dst + j, v);
-      }
+      drive(
+          [=](const unsigned char* s, unsigned char* d) POLYQUANT_ALWAYS_INLINE {
+            // The hardware widens every code exactly but quiets a signaling NaN, whose bits the spec
+            // keeps: NaN lanes (rare) take the bit arithmetic.
+            Vec::F v = Vec::load_half(as_u16(s));
+            const Vec::M nan = Vec::isnan(v);
+            if (Vec::mask_bits(nan) != 0) v = Vec::select(nan, Vec::from_bits(convert_detail::half_nan_to_float_bits(Vec::load_u16(as_u16(s)))), v);
+            Vec::storeu(out_f32(d), v);
+          },
+          nullptr, kWidenPrefetchBytes);
     } else {
-      for (; j + L <= n; j += L) {
-        __builtin_prefetch(src + j + kWidenPrefetchAhead);
-        Vec::storeu(dst + j, Vec::from_bits(Vec::shl_i<16>(Vec::load_u16(src + j))));
-      }
+      drive(
+          [=](const unsigned char* s, unsigned char* d) POLYQUANT_ALWAYS_INLINE {
+            Vec::storeu(out_f32(d), Vec::from_bits(Vec::shl_i<16>(Vec::load_u16(as_u16(s)))));
+          },
+          nullptr, kWidenPrefetchBytes);
     }
-  } else if (p.from == DType::kFloat32 && (p.to == DType::kFloat16 || p.to == DType::kBFloat16)) {
-    const auto* src = static_cast<const float*>(a.in[0]);
-    auto* dst = static_cast<std::uint16_t*>(a.out);
-    // Far beyond the caches (RowArgs::stream): non-temporal stores from the first element where a
-    // vector's codes are aligned (the elements before it by the spec), so the output's lines are
-    // not read before they are written.
-    const bool stream = a.stream && reinterpret_cast<std::uintptr_t>(dst) % 2 == 0;
-    if (stream) {
-      const std::uintptr_t misalign = reinterpret_cast<std::uintptr_t>(dst) % (L * 2);
-      const std::int64_t head = std::min<std::int64_t>(n, misalign == 0 ? 0 : static_cast<std::int64_t>((L * 2 - misalign) / 2));
-      convert_values_scalar(src, p.from, 1, dst, p.to, 1, head);
-      j = head;
-    }
-    if (p.to == DType::kFloat16) {  // the hardware's rounding is the spec's
-      if (stream) {
-        for (; j + L <= n; j += L) Vec::stream_half(dst + j, Vec::loadu(src + j));
-      } else {
-        for (; j + L <= n; j += L) Vec::store_half(dst + j, Vec::loadu(src + j));
-      }
-    } else {
-      if (stream) {
-        for (; j + L <= n; j += L) Vec::stream_u16(dst + j, sixteen_bit::float_to_bfloat16_bits(Vec::bits(Vec::loadu(src + j))));
-      } else {
-        for (; j + L <= n; j += L) Vec::store_u16(dst + j, sixteen_bit::float_to_bfloat16_bits(Vec::bits(Vec::loadu(src + j))));
-      }
-    }
-    if (stream) Vec::fence();
+  } else if (p.from == DType::kFloat32 && p.to == DType::kFloat16) {  // the hardware's rounding is the spec's
+    drive([=](const unsigned char* s, unsigned char* d) POLYQUANT_ALWAYS_INLINE { Vec::store_half(out_u16(d), Vec::loadu(as_f32(s))); },
+          [=](const unsigned char* s, unsigned char* d) POLYQUANT_ALWAYS_INLINE { Vec::stream_half(out_u16(d), Vec::loadu(as_f32(s))); });
+  } else if (p.from == DType::kFloat32 && p.to == DType::kBFloat16) {
+    auto code = [=](const unsigned char* s) POLYQUANT_ALWAYS_INLINE { return sixteen_bit::float_to_bfloat16_bits(Vec::bits(Vec::loadu(as_f32(s)))); };
+    drive([=](const unsigned char* s, unsigned char* d) POLYQUANT_ALWAYS_INLINE { Vec::store_u16(out_u16(d), code(s)); },
+          [=](const unsigned char* s, unsigned char* d) POLYQUANT_ALWAYS_INLINE { Vec::stream_u16(out_u16(d), code(s)); });
   } else if (p.to == DType::kFloat32) {
     switch (p.from) {
       // Lambdas, not function pointers: an always-inline function called through a pointer does
       // not inline at -O1 (the sanitized build), which is an error.
-      case DType::kInt4: widen([](Vec::I c) { return narrow_simd::sub_byte_to_float<4, true>(c); }); break;
-      case DType::kUInt4: widen([](Vec::I c) { return narrow_simd::sub_byte_to_float<4, false>(c); }); break;
-      case DType::kInt2: widen([](Vec::I c) { return narrow_simd::sub_byte_to_float<2, true>(c); }); break;
-      case DType::kUInt2: widen([](Vec::I c) { return narrow_simd::sub_byte_to_float<2, false>(c); }); break;
+      case DType::kInt4: widen([](Vec::I c) POLYQUANT_ALWAYS_INLINE { return narrow_simd::sub_byte_to_float<4, true>(c); }); break;
+      case DType::kUInt4: widen([](Vec::I c) POLYQUANT_ALWAYS_INLINE { return narrow_simd::sub_byte_to_float<4, false>(c); }); break;
+      case DType::kInt2: widen([](Vec::I c) POLYQUANT_ALWAYS_INLINE { return narrow_simd::sub_byte_to_float<2, true>(c); }); break;
+      case DType::kUInt2: widen([](Vec::I c) POLYQUANT_ALWAYS_INLINE { return narrow_simd::sub_byte_to_float<2, false>(c); }); break;
       default:
         vector = narrow_simd::with_minifloat(p.from, [&](auto t) {
-          widen([](Vec::I c) { return Vec::from_bits(narrow_simd::to_float_bits<decltype(t)::value>(c)); });
+          widen([](Vec::I c) POLYQUANT_ALWAYS_INLINE { return Vec::from_bits(narrow_simd::to_float_bits<decltype(t)::value>(c)); });
         });
     }
   } else if (p.from == DType::kFloat32) {
     switch (p.to) {
       case DType::kInt4:
-      case DType::kUInt4: narrow([](Vec::F v) { return narrow_simd::float_to_sub_byte<4>(v); }); break;
+      case DType::kUInt4: narrow([](Vec::F v) POLYQUANT_ALWAYS_INLINE { return narrow_simd::float_to_sub_byte<4>(v); }); break;
       case DType::kInt2:
-      case DType::kUInt2: narrow([](Vec::F v) { return narrow_simd::float_to_sub_byte<2>(v); }); break;
+      case DType::kUInt2: narrow([](Vec::F v) POLYQUANT_ALWAYS_INLINE { return narrow_simd::float_to_sub_byte<2>(v); }); break;
       default:
         vector = narrow_simd::with_minifloat(p.to, [&](auto t) {
-          narrow([](Vec::F v) { return narrow_simd::from_float_bits<decltype(t)::value>(Vec::bits(v)); });
+          narrow([](Vec::F v) POLYQUANT_ALWAYS_INLINE { return narrow_simd::from_float_bits<decltype(t)::value>(Vec::bits(v)); });
         });
     }
   } else {
     vector = false;
   }
-  if (!vector) return ref::convert_f32(params, a);
-  if (j < n) {
-    const auto from_size = static_cast<std::int64_t>(dtype_size(p.from)), to_size = static_cast<std::int64_t>(dtype_size(p.to));
-    convert_values_scalar(static_cast<const char*>(a.in[0]) + j * from_size, p.from, 1, static_cast<char*>(a.out) + j * to_size,
-                          p.to, 1, n - j);
-  }
+  if (!vector) ref::convert_f32(params, a);
 }
