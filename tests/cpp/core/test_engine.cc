@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 
 #include "kernels/convert/kernels.h"
 #include "families/qonnx/kernels.h"
@@ -332,6 +333,44 @@ TEST(Engine, FusedShortRowsOfNarrowTensorsEqualSegments) {
         aimet::quantize_dequantize(segments, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(narrow_b.data(), dtype, shape));
         EXPECT_EQ(narrow_a, narrow_b);
       }
+    }
+  }
+}
+
+// A converted output far beyond the caches (Runner::stream_: 32 MiB or more) is written a block at a
+// time through the conversion kernel's non-temporal stores, the first block shortened so that the
+// later ones start where the output is 64-byte aligned. At every output address (aligned, 2 bytes
+// past, numpy's 16, an odd number of elements past) the bytes must equal the same op on slices
+// small enough to take none of that, and the bytes around the output stay untouched.
+TEST(Engine, StreamedConvertedOutputsEqualSlicesAtEveryOutputAddress) {
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    const std::int64_t n = (std::int64_t{32} << 20) / 2 + 1037;  // 16-bit elements past the streaming size, an odd tail
+    const std::vector<float> values = test::mixed_values(static_cast<std::size_t>(n), 95, 3.0f);
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(n));
+    detail::convert_values_scalar(values.data(), DType::kFloat32, 1, x.data(), dtype, 1, n);
+    const float scale = 0.05f, offset = -128.0f;
+    const TensorView s(&scale, DType::kFloat32, Dims{}), o(&offset, DType::kFloat32, Dims{});
+    const aimet::AffineArgs args;
+    // the reference: slices of 1 Mi elements (2 MiB of output each: no streaming)
+    std::vector<std::uint16_t> want(static_cast<std::size_t>(n));
+    for (std::int64_t at = 0; at < n; at += std::int64_t{1} << 20) {
+      const std::int64_t m = std::min(std::int64_t{1} << 20, n - at);
+      aimet::quantize_dequantize(TensorView(x.data() + at, dtype, Dims{m}), s, o, args, aimet::QdqPath::kTraining,
+                                 MutableTensorView(want.data() + at, dtype, Dims{m}));
+    }
+    std::vector<std::uint16_t> memory(static_cast<std::size_t>(n) + 64);
+    const auto base = reinterpret_cast<std::uintptr_t>(memory.data());
+    const std::size_t aligned = (64 - base % 64) % 64 / sizeof(std::uint16_t);  // elements to a 64-byte boundary
+    for (const std::size_t past : {std::size_t{0}, std::size_t{1}, std::size_t{8}, std::size_t{13}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", output " + std::to_string(2 * past) + " bytes past a 64-byte boundary");
+      std::fill(memory.begin(), memory.end(), std::uint16_t{0xA5A5});
+      std::uint16_t* out = memory.data() + aligned + past;
+      aimet::quantize_dequantize(TensorView(x.data(), dtype, Dims{n}), s, o, args, aimet::QdqPath::kTraining,
+                                 MutableTensorView(out, dtype, Dims{n}));
+      EXPECT_EQ(0, std::memcmp(out, want.data(), static_cast<std::size_t>(n) * sizeof(std::uint16_t)));
+      EXPECT_TRUE(std::all_of(memory.data(), out, [](std::uint16_t v) { return v == 0xA5A5; })) << "written before the output";
+      EXPECT_TRUE(std::all_of(out + n, memory.data() + memory.size(), [](std::uint16_t v) { return v == 0xA5A5; }))
+          << "written past the output";
     }
   }
 }
