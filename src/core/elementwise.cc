@@ -21,7 +21,7 @@ namespace polyquant::detail {
 namespace {
 
 // Elements per packed block when an operand must be gathered or converted: small enough for L1.
-constexpr std::int64_t kBlock = 1024;
+constexpr std::int64_t kBlock = 2048;
 // Elements per thread below which threading does not pay.
 constexpr std::int64_t kParallelGrain = 1 << 16;
 // Contiguous conversions at least this long go to the conversion kernel (shorter: a scalar loop).
