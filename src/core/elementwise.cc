@@ -227,13 +227,13 @@ class Runner {
         converts_rows_ = converts_rows_ || !direct_[k];
         continue;
       }
-      if (si == 0 && so == 0 && !convert_scalar_[k]) continue;  // one value
+      if (si == 0 && so == 0) continue;                         // one value (converted per call)
       if (si == 1 && so == 0 && direct_[k]) {                   // the same row every row
         tiled_[k] = true;
         repeats = true;
         continue;
       }
-      if (si == 0 && so != 0 && !convert_scalar_[k]) {          // one value per row
+      if (si == 0 && so != 0) {                                 // one value per row (converted per call)
         expanded_[k] = true;
         repeats = true;
         continue;
@@ -389,38 +389,51 @@ class Runner {
     const int inner = plan_.rank - 1;
     const std::int64_t len = plan_.shape[inner];
     RowArgs args;
+    alignas(8) unsigned char scalars[kMaxOperands][8];
     for (int k = 0; k < nin; ++k) {
       const TensorView& v = call_.inputs[static_cast<std::size_t>(k)];
       std::int64_t off = 0;
       for (int d = 0; d < inner; ++d) off += idx[d] * plan_.in_strides[k][d];
       const std::int64_t size = static_cast<std::int64_t>(dtype_size(v.dtype));
       const char* base = static_cast<const char*>(v.data) + off * size;
+      // One value, or one per row, in another dtype than the kernel reads (convert_scalar_: a
+      // bfloat16 scale of a bfloat16 tensor): its values converted for this call.
+      const DType kernel_dtype = call_.kernel_dtypes[static_cast<std::size_t>(k)];
+      const bool converts = convert_scalar_[k];
       if (plan_.in_strides[k][inner] == 0 && !expanded_[k]) {
         args.broadcast_mask |= 1u << k;
         args.in[static_cast<std::size_t>(k)] = base;
+        if (converts) {
+          convert_values(base, v.dtype, 0, scalars[k], kernel_dtype, 1, 1);
+          args.in[static_cast<std::size_t>(k)] = scalars[k];
+        }
       } else if (expanded_[k] && call_.per_row_operands) {
-        // One value per row, compact: in place when the rows' values are adjacent, else gathered.
+        // One value per row, compact: in place when the rows' values are adjacent (in the kernel's
+        // dtype), else gathered (converted).
         const std::int64_t step = plan_.in_strides[k][inner - 1];
         args.per_row_mask |= 1u << k;
         args.row_len = len;
-        if (step == 1) {
+        if (step == 1 && !converts) {
           args.in[static_cast<std::size_t>(k)] = base;
         } else {
           std::vector<unsigned char>& t = scratch.tiled[k];
-          const auto esize = static_cast<std::size_t>(size);
-          t.resize(static_cast<std::size_t>(rows) * esize);
-          for (std::int64_t r = 0; r < rows; ++r) std::memcpy(t.data() + static_cast<std::size_t>(r) * esize, base + r * step * size, esize);
+          t.resize(static_cast<std::size_t>(rows) * dtype_size(kernel_dtype));
+          convert_values(base, v.dtype, step, t.data(), kernel_dtype, 1, rows);  // (a copy where the dtypes agree)
           scratch.tiled_from[k] = nullptr;
           args.in[static_cast<std::size_t>(k)] = t.data();
         }
       } else if (expanded_[k]) {
-        // Row r's value (at base + r * stride) repeated over its len elements.
+        // Row r's value (at base + r * stride, converted) repeated over its len elements.
         std::vector<unsigned char>& t = scratch.tiled[k];
-        const auto esize = static_cast<std::size_t>(size);
+        const auto esize = dtype_size(kernel_dtype);
         t.resize(static_cast<std::size_t>(rows * len) * esize);
         const std::int64_t step = plan_.in_strides[k][inner - 1] * size;
         for (std::int64_t r = 0; r < rows; ++r) {
           const char* v = base + r * step;
+          if (converts) {
+            convert_values(v, call_.inputs[static_cast<std::size_t>(k)].dtype, 0, scalars[k], kernel_dtype, 1, 1);
+            v = reinterpret_cast<const char*>(scalars[k]);
+          }
           unsigned char* dst = t.data() + static_cast<std::size_t>(r * len) * esize;
           switch (esize) {
             case 1: std::memset(dst, *v, static_cast<std::size_t>(len)); break;

@@ -320,20 +320,59 @@ TEST(Engine, FusedShortRowsOfNarrowTensorsEqualSegments) {
         }
         aimet::AffineArgs args;
         args.block_size = l.block;
-        const TensorView s(scale.data(), DType::kFloat32, l.shape), o(offset.data(), DType::kFloat32, l.shape);
-        const TensorSpec spec = aimet::quantize_dequantize_spec(fused, s, o, args, aimet::QdqPath::kTraining);
-        const std::size_t bytes = n * dtype_size(spec.dtype);
-        std::vector<unsigned char> a(bytes, 0xAB), b(bytes, 0xCD);
-        aimet::quantize_dequantize(fused, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(a.data(), spec.dtype, shape));
-        aimet::quantize_dequantize(segments, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(b.data(), spec.dtype, shape));
-        EXPECT_EQ(a, b);
-        // and a narrow output written through the fused rows' conversion
-        std::vector<std::uint16_t> narrow_a(n, 0xAAAA), narrow_b(n, 0xBBBB);
-        aimet::quantize_dequantize(fused, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(narrow_a.data(), dtype, shape));
-        aimet::quantize_dequantize(segments, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(narrow_b.data(), dtype, shape));
-        EXPECT_EQ(narrow_a, narrow_b);
+        // float32 parameters, and parameters of the tensor's dtype (converted by the engine: one
+        // value per row, or one value, in another dtype than the kernel reads)
+        std::vector<std::uint16_t> scale16(static_cast<std::size_t>(m)), offset16(static_cast<std::size_t>(m));
+        detail::convert_values_scalar(scale.data(), DType::kFloat32, 1, scale16.data(), dtype, 1, m);
+        detail::convert_values_scalar(offset.data(), DType::kFloat32, 1, offset16.data(), dtype, 1, m);
+        for (const bool narrow_params : {false, true}) {
+          SCOPED_TRACE(narrow_params ? "parameters of the tensor's dtype" : "float32 parameters");
+          const TensorView s = narrow_params ? TensorView(scale16.data(), dtype, l.shape) : TensorView(scale.data(), DType::kFloat32, l.shape);
+          const TensorView o = narrow_params ? TensorView(offset16.data(), dtype, l.shape) : TensorView(offset.data(), DType::kFloat32, l.shape);
+          const TensorSpec spec = aimet::quantize_dequantize_spec(fused, s, o, args, aimet::QdqPath::kTraining);
+          const std::size_t bytes = n * dtype_size(spec.dtype);
+          std::vector<unsigned char> a(bytes, 0xAB), b(bytes, 0xCD);
+          aimet::quantize_dequantize(fused, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(a.data(), spec.dtype, shape));
+          aimet::quantize_dequantize(segments, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(b.data(), spec.dtype, shape));
+          EXPECT_EQ(a, b);
+          // and a narrow output written through the fused rows' conversion
+          std::vector<std::uint16_t> narrow_a(n, 0xAAAA), narrow_b(n, 0xBBBB);
+          aimet::quantize_dequantize(fused, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(narrow_a.data(), dtype, shape));
+          aimet::quantize_dequantize(segments, s, o, args, aimet::QdqPath::kTraining, MutableTensorView(narrow_b.data(), dtype, shape));
+          EXPECT_EQ(narrow_a, narrow_b);
+          // the no-grad path's kernels read parameters repeated over their rows (not compact)
+          std::vector<std::uint16_t> no_grad_a(n, 0xAAAA), no_grad_b(n, 0xBBBB);
+          aimet::quantize_dequantize(fused, s, o, args, aimet::QdqPath::kNoGrad, MutableTensorView(no_grad_a.data(), dtype, shape));
+          aimet::quantize_dequantize(segments, s, o, args, aimet::QdqPath::kNoGrad, MutableTensorView(no_grad_b.data(), dtype, shape));
+          EXPECT_EQ(no_grad_a, no_grad_b);
+        }
       }
     }
+  }
+}
+
+// One value per short row in another dtype than the kernel reads, for a kernel that takes such
+// operands repeated over each row (QONNX: a float16 scale per row of a float32 x, which numpy
+// computes in float32): fused rows convert each row's value before repeating it; the same values
+// in a transposed view go segment by segment. Both must give the same bytes.
+TEST(Engine, FusedRowsConvertTheirRepeatedValues) {
+  for (const std::int64_t cols : {std::int64_t{8}, std::int64_t{24}, std::int64_t{200}}) {
+    const std::int64_t rows = 301;
+    const std::size_t n = static_cast<std::size_t>(rows * cols);
+    const std::vector<float> x = test::mixed_values(n, 97 + static_cast<std::uint64_t>(cols), 3.0f);
+    std::vector<float> xt(n);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) xt[static_cast<std::size_t>(c * rows + r)] = x[static_cast<std::size_t>(r * cols + c)];
+    std::vector<std::uint16_t> scale(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) scale[static_cast<std::size_t>(r)] = detail::Half(0.01f * static_cast<float>(1 + r % 7)).bits;
+    const Dims shape{rows, cols};
+    const TensorView fused(x.data(), DType::kFloat32, shape), segments(xt.data(), DType::kFloat32, shape, Dims{1, rows});
+    const TensorView s(scale.data(), DType::kFloat16, Dims{rows, 1});
+    const float z = 0.0f, b = 8.0f;
+    std::vector<float> a(n, 1.0f), c(n, 2.0f);
+    qonnx::int_quant(fused, s, test::scalar_view(z), test::scalar_view(b), {}, MutableTensorView(a.data(), DType::kFloat32, shape));
+    qonnx::int_quant(segments, s, test::scalar_view(z), test::scalar_view(b), {}, MutableTensorView(c.data(), DType::kFloat32, shape));
+    EXPECT_TRUE(test::all_same(a, c)) << cols << " columns";
   }
 }
 
