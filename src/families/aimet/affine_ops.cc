@@ -809,22 +809,23 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   static_assert(kMaxSegments <= detail::PresummedBlocks::kMaxSegments, "a chunk's segments fit PresummedBlocks");
   // Batched short runs that each own their parameter element (runs_own_elements): a segment whose
   // exact sums spilled nothing holds its element's whole sum, which the task rounds and writes
-  // itself (owned_out[k], the float32 gradient), as the final step would; spilled segments go with
-  // their spills to the final step. That step then builds no per-element sums, and the walk keeps
-  // no contribution per run. Needs a float32 gradient of the parameter's shape clear of every
-  // input and other output.
+  // itself (owned_out[k]: the float32 gradient, or a float32 copy of it), as the final step would;
+  // spilled segments go with their spills to the final step. That step then builds no per-element
+  // sums, and the walk keeps no contribution per run. The walk writes the gradient in place where
+  // it is a contiguous float32 array of the parameter's shape clear of every input and other
+  // output; any other gradient (bfloat16 parameters' bfloat16 gradient, a strided or overlapping
+  // view) through the copy, converted into it at the end as the final step writes its sums.
   std::array<float*, 2> owned_out{};
+  std::array<std::vector<float>, 2> owned_copy;
   for (std::size_t k = 0; k < 2; ++k) {
     const MutableTensorView& out = k == 0 ? grad_scale : grad_offset;
-    if (!want[k] || no_reduction || batch == 1 || !runs_own_elements(walk, k) || n / walk.run != param_count[k] || out.dtype != DType::kFloat32 ||
-        !out.is_contiguous() || out.numel() != param_count[k]) {
-      continue;
-    }
-    bool clear = !output_overlaps(out, &out);
+    if (!want[k] || no_reduction || batch == 1 || !runs_own_elements(walk, k) || n / walk.run != param_count[k]) continue;
+    bool in_place = out.dtype == DType::kFloat32 && out.is_contiguous() && out.numel() == param_count[k] && !output_overlaps(out, &out);
     for (const TensorView* v : {&x, &grad_output, &scale, &offset}) {
-      clear = clear && !byte_ranges_overlap(out.data, view_bytes(out), v->data, view_bytes(*v));
+      in_place = in_place && !byte_ranges_overlap(out.data, view_bytes(out), v->data, view_bytes(*v));
     }
-    if (clear) owned_out[k] = static_cast<float*>(out.data);
+    if (!in_place) owned_copy[k].resize(static_cast<std::size_t>(param_count[k]));
+    owned_out[k] = in_place ? static_cast<float*>(out.data) : owned_copy[k].data();
   }
 
   // Chunks that start aligned for streaming: where grad_x (else the forward output) is written in
@@ -1055,10 +1056,13 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
       sums = std::move(terms_kept[k]);
     } else if (owned_out[k] != nullptr) {
       // written by the walk, but for the elements whose segment spilled: theirs here
-      if (contributions[k].empty()) continue;
-      detail::ExactSums<detail::ExactSumFloat32> exact(param_count[k]);
-      for (const auto& [target, value] : contributions[k]) exact.add(target, value);
-      for (const auto& [target, value] : contributions[k]) owned_out[k][target] = detail::narrow_to<float>(exact.to_float(target), w.narrow);
+      if (!contributions[k].empty()) {
+        detail::ExactSums<detail::ExactSumFloat32> exact(param_count[k]);
+        for (const auto& [target, value] : contributions[k]) exact.add(target, value);
+        for (const auto& [target, value] : contributions[k]) owned_out[k][target] = detail::narrow_to<float>(exact.to_float(target), w.narrow);
+      }
+      // the copy into the gradient, as write_sums converts (the float32 values exactly)
+      if (!owned_copy[k].empty()) detail::convert_into(TensorView(owned_copy[k].data(), DType::kFloat32, (k == 0 ? scale : offset).shape), out);
       continue;
     } else {
       detail::ExactSums<detail::ExactSumFloat32> exact(param_count[k]);

@@ -806,6 +806,44 @@ TEST(Aimet, BlockwiseGradientsMatchWhereverTheyAreWritten) {
       ASSERT_EQ(0, std::memcmp(into_s, want_s.data(), want_s.size() * sizeof(float))) << where << " crossed=" << crossed;
       ASSERT_EQ(0, std::memcmp(into_o, want_o.data(), want_o.size() * sizeof(float))) << where << " crossed=" << crossed;
     }
+    // Parameters of other dtypes (a float32 tensor's working precision) have gradients of their
+    // dtype, which go through the walk's float32 copy, as do strided gradients: the exact sums
+    // rounded once to float32, then converted as the final step converts its sums (as float64,
+    // into the gradient's dtype).
+    for (const DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat64}) {
+      const std::size_t bytes = static_cast<std::size_t>(np) * dtype_size(dtype);
+      std::vector<unsigned char> s_d(bytes), o_d(bytes), gs(bytes, 0xA5), go(bytes, 0xA5), spec_s(bytes), spec_o(bytes);
+      detail::convert_values_scalar(s.data(), DType::kFloat32, 1, s_d.data(), dtype, 1, np);
+      detail::convert_values_scalar(o.data(), DType::kFloat32, 1, o_d.data(), dtype, 1, np);
+      std::vector<float> s_f(static_cast<std::size_t>(np)), o_f(static_cast<std::size_t>(np));  // their values
+      detail::convert_values_scalar(s_d.data(), dtype, 1, s_f.data(), DType::kFloat32, 1, np);
+      detail::convert_values_scalar(o_d.data(), dtype, 1, o_f.data(), DType::kFloat32, 1, np);
+      aimet::affine_backward(aimet::AffineOp::kQuantizeDequantize, gv, xv, TensorView(s_d.data(), dtype, pshape),
+                             TensorView(o_d.data(), dtype, pshape), args, MutableTensorView(gx.data(), DType::kFloat32, Dims{R, C}),
+                             MutableTensorView(gs.data(), dtype, pshape), MutableTensorView(go.data(), dtype, pshape),
+                             MutableTensorView(value.data(), DType::kFloat32, Dims{R, C}));
+      const auto spec_d = spec_gradients<detail::ExactSumFloat32>(
+          g, x, s_f, o_f, [&](std::int64_t e) { return (e / C / tall) * (C / B) + e % C / B; });
+      std::vector<double> sums_s(static_cast<std::size_t>(np)), sums_o(static_cast<std::size_t>(np));
+      for (std::size_t t = 0; t < sums_s.size(); ++t) {
+        sums_s[t] = static_cast<double>(spec_d.scale[t].to_float());
+        sums_o[t] = static_cast<double>(spec_d.offset[t].to_float());
+      }
+      detail::convert_values_scalar(sums_s.data(), DType::kFloat64, 1, spec_s.data(), dtype, 1, np);
+      detail::convert_values_scalar(sums_o.data(), DType::kFloat64, 1, spec_o.data(), dtype, 1, np);
+      ASSERT_EQ(gs, spec_s) << where << " " << dtype_name(dtype);
+      ASSERT_EQ(go, spec_o) << where << " " << dtype_name(dtype);
+    }
+    std::vector<float> every_other_s(static_cast<std::size_t>(2 * np), 7.0f), every_other_o(static_cast<std::size_t>(2 * np), 7.0f);
+    const Dims every_other{2 * pshape[1], 2};
+    backward(s.data(), o.data(), MutableTensorView(every_other_s.data(), DType::kFloat32, pshape, every_other),
+             MutableTensorView(every_other_o.data(), DType::kFloat32, pshape, every_other));
+    for (std::size_t t = 0; t < static_cast<std::size_t>(np); ++t) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(every_other_s[2 * t]), std::bit_cast<std::uint32_t>(want_s[t])) << where << " strided scale " << t;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(every_other_o[2 * t]), std::bit_cast<std::uint32_t>(want_o[t])) << where << " strided offset " << t;
+      ASSERT_EQ(every_other_s[2 * t + 1], 7.0f) << where << " written between the strided elements";
+      ASSERT_EQ(every_other_o[2 * t + 1], 7.0f) << where << " written between the strided elements";
+    }
   }
 }
 
