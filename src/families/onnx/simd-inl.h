@@ -5,6 +5,7 @@
 // the float16 / bfloat16 x the engine widens to float32 — and hand every other row to the scalar
 // reference, which they equal bit for bit.
 #include "kernels/simd/row_loop-inl.h"
+#include "kernels/simd/sixteen_bit-inl.h"
 #include "kernels/convert/narrow_simd-inl.h"
 
 namespace qdq_detail {
@@ -94,14 +95,31 @@ struct MinifloatFormula {
   }
 };
 
+// quotient_f32's vector form: x / s in float32, rounded to the division's dtype (a float16 or
+// bfloat16 x and scale: float32's 24 bits hold more than twice float16's 11 and bfloat16's 8, plus
+// two, so the quotient rounded twice is the quotient rounded once, as numpy's 16-bit division
+// gives it), the operands rounded to it first where `precision` asks.
+struct QuotientV {
+  QuotientRounding rounding;
+  bool round_operands;
+  POLYQUANT_ALWAYS_INLINE Vec::F operator()(Vec::F x, Vec::F s) const {
+    if (round_operands) {
+      x = sixteen_bit::round_to_quotient_dtype_v(x, rounding);
+      s = sixteen_bit::round_to_quotient_dtype_v(s, rounding);
+    }
+    return sixteen_bit::round_to_quotient_dtype_v(Vec::div(x, s), rounding);
+  }
+};
+
 // Per-tensor, per-channel and broadcast rows (for_each_vector); non-temporal stores for outputs
 // far larger than the caches where the output policy allows them (RowArgs::stream).
 template <class Out, class Formula>
 void quantize_rows(const QuantizeLinearParams& p, const RowArgs& a, const Formula& formula) {
+  const QuotientV quotient{p.quotient, p.round_operands};
   if (p.has_zero_point) {
-    for_each_vector<3, Out>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return formula(Vec::div(v[0], v[1]), v[2]); });
+    for_each_vector<3, Out>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return formula(quotient(v[0], v[1]), v[2]); });
   } else {
-    for_each_vector<2, Out>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return formula(Vec::div(v[0], v[1]), Vec::zero()); });
+    for_each_vector<2, Out>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return formula(quotient(v[0], v[1]), Vec::zero()); });
   }
 }
 
@@ -238,8 +256,9 @@ void dequantize_rows(const DequantizeLinearParams& p, const RowArgs& a) {
 
 void quantize_linear_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const QuantizeLinearParams*>(params);
-  // The vector loop divides in float32 once; rounded quotients and float64 zero points are the spec's.
-  if (p.quotient == QuotientRounding::kNone && !p.round_operands && !p.zero_point_f64) {
+  // The vector loop divides in float32 (the quotient rounded to a 16-bit division's dtype); float64
+  // zero points are the spec's.
+  if (!p.zero_point_f64) {
     if (p.target == QuantTarget::kInteger) {
       switch (p.out_dtype) {
         case DType::kInt8: return qdq_detail::quantize_integer<qdq_detail::NarrowOut<std::int8_t>>(p, a);

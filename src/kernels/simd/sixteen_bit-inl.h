@@ -3,8 +3,9 @@
 // for bit, the rounding by integer arithmetic or the hardware's immediate, so neither MXCSR's
 // rounding mode nor flush-to-zero changes a bit.
 //
-// Shared by the conversion kernels (kernels/convert) and the kernels whose working precision is a
-// 16-bit float computed in float32 (families/aimet); guarded per kernel set like row_loop-inl.h.
+// Shared by the conversion kernels (kernels/convert) and the kernels that compute a 16-bit float
+// precision in float32 (families/aimet's working precisions, families/onnx's 16-bit quotients);
+// guarded per kernel set like row_loop-inl.h.
 #ifndef POLYQUANT_SIXTEEN_BIT_SIMD_INCLUDED
 #define POLYQUANT_SIXTEEN_BIT_SIMD_INCLUDED
 
@@ -26,6 +27,19 @@ inline Vec::F round_to_bfloat16_unless_nan(Vec::F v) {
   const Vec::I u = Vec::bits(v);
   const Vec::I sum = Vec::add_i(u, Vec::add_i(Vec::splat_i(0x7fff), Vec::and_i(Vec::shr_i<16>(u), Vec::splat_i(1))));
   return Vec::from_bits(Vec::and_i(sum, Vec::splat_i(static_cast<std::int32_t>(0xFFFF0000u))));
+}
+
+// round_to_quotient_dtype's vector form (families/onnx/kernels.h): the lanes rounded to float16 and
+// back (the hardware's round trip: a NaN keeps its sign and its payload's top bits, quieted) or to
+// bfloat16 and back (a NaN becomes 0x7FC00000 with its sign), float32 as they are. `r` is one
+// choice for a whole row, a branch the predictor learns.
+POLYQUANT_ALWAYS_INLINE inline Vec::F round_to_quotient_dtype_v(Vec::F v, QuotientRounding r) {
+  if (r == QuotientRounding::kFloat16) return Vec::round_to_half(v);
+  if (r == QuotientRounding::kBFloat16) {
+    const Vec::F nan = Vec::from_bits(Vec::or_i(Vec::and_i(Vec::bits(v), Vec::splat_i(INT32_MIN)), Vec::splat_i(0x7FC00000)));
+    return Vec::select(Vec::isnan(v), nan, round_to_bfloat16_unless_nan(v));
+  }
+  return v;
 }
 
 }  // namespace sixteen_bit

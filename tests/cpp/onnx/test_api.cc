@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -216,10 +217,23 @@ TEST_P(QdqKernelTest, MatchesReferenceByteForByte) {
   if (!isa_available(e.isa)) GTEST_SKIP() << isa_name(e.isa) << " not supported by this CPU";
   if (e.isa == Isa::kScalar) GTEST_SKIP() << "the reference itself";
   if (e.op == KernelOp::kQuantizeLinear) {
-    // x: ties of the scales used (k + 0.5 and one ulp either side), specials, huge values.
+    // x: ties of the scales used (k + 0.5 and one ulp either side), specials, huge values; and
+    // quotients (by the power-of-two scales) halfway between two float16 or two bfloat16 values,
+    // and one ulp either side, for the quotients rounded to a 16-bit division's dtype.
     std::vector<float> x = mixed_values(kLen, 50, 0.1f);
     const auto ties = test::near_ties(0.5f, 300);
     for (std::size_t i = 2; i < x.size(); i += 5) x[i] = ties[i % ties.size()];
+    auto rng16 = test::make_rng(57);
+    for (std::size_t i = 1; i < x.size(); i += 5) {
+      const bool bf16 = (i / 5) % 2 == 1;
+      const int fraction_bits = bf16 ? 7 : 10;
+      // a 16-bit value's midpoint to the next one up: (1 + (2 m + 1) / 2^(fraction_bits + 1)) 2^e
+      const auto m = static_cast<int>(rng16() % (1u << fraction_bits));
+      const float mid = std::ldexp(1.0f + std::ldexp(static_cast<float>(2 * m + 1), -(fraction_bits + 1)),
+                                   static_cast<int>(rng16() % 20) - 10);
+      const int side = static_cast<int>(i / 10) % 3;  // the tie, one ulp below, one ulp above
+      x[i] = (side == 0 ? mid : std::nextafter(mid, side == 1 ? 0.0f : INFINITY)) * ((i & 4) ? -1.0f : 1.0f);
+    }
     const std::vector<float> scales = {0.5f, 0.1f, 1.0f / 255.0f, 3.0f, 1e-30f, 0.0f, -0.25f, INFINITY, 1e-45f};
     struct Target {
       DType out;
@@ -234,14 +248,15 @@ TEST_P(QdqKernelTest, MatchesReferenceByteForByte) {
                                               : std::vector<float>{0.0f, 128.0f, 3.0f, static_cast<float>(t.hi)};
       for (bool with_zp : {true, false}) {
         for (int policy = 0; policy < 2; ++policy) {
-          for (int quotient = 0; quotient < 3; ++quotient) {
+          for (int quotient = 0; quotient < 5; ++quotient) {  // 3, 4: float16, bfloat16 with the operands rounded
             QuantizeLinearParams p;
             p.out_dtype = t.out;
             p.qmin = t.lo;
             p.qmax = t.hi;
             p.has_zero_point = with_zp;
             p.non_finite = policy ? NonFinitePolicy::kInt64Cast : NonFinitePolicy::kSaturate;
-            p.quotient = static_cast<QuotientRounding>(quotient);
+            p.quotient = static_cast<QuotientRounding>(quotient < 3 ? quotient : quotient - 2);
+            p.round_operands = quotient >= 3;
             p.zero_point_f64 = t.size == 4;
             std::vector<Bytes> ops = {bytes_of(x, false), bytes_of(pick(51, scales), true)};
             if (with_zp) {
@@ -276,17 +291,22 @@ TEST_P(QdqKernelTest, MatchesReferenceByteForByte) {
                     DType::kFloat8E8M0, DType::kFloat6E2M3, DType::kFloat6E3M2, DType::kFloat4E2M1}) {
       for (bool saturate : {true, false}) {
         for (int zp_mode = 0; zp_mode < 3; ++zp_mode) {  // none, present, added
-          QuantizeLinearParams p;
-          p.target = QuantTarget::kMinifloat;
-          p.out_dtype = t;
-          p.format = minifloat_format(t);
-          p.saturate = saturate;
-          p.has_zero_point = zp_mode > 0;
-          p.add_zero_point = zp_mode == 2;
-          std::vector<Bytes> ops = {bytes_of(xm, false), bytes_of(pick(53, {0.5f, 0.25f, 1.0f, 2.0f, 0.1f, 3.0f, 1e-30f, 0.0f, -0.25f, INFINITY}), true)};
-          if (p.has_zero_point) ops.push_back(bytes_of(pick(54, {0.0f, 0.5f, -6.0f, -0.0f, NAN}), true));
-          check(e, &p, ops, 1, false,
-                std::string("minifloat ") + dtype_name(t) + " saturate=" + std::to_string(saturate) + " zp=" + std::to_string(zp_mode));
+          for (int quotient = 0; quotient < 3; ++quotient) {  // float32, float16, bfloat16 division
+            QuantizeLinearParams p;
+            p.target = QuantTarget::kMinifloat;
+            p.out_dtype = t;
+            p.format = minifloat_format(t);
+            p.saturate = saturate;
+            p.has_zero_point = zp_mode > 0;
+            p.add_zero_point = zp_mode == 2;
+            p.quotient = static_cast<QuotientRounding>(quotient);
+            std::vector<Bytes> ops = {bytes_of(quotient == 0 ? xm : x, false),
+                                      bytes_of(pick(53, {0.5f, 0.25f, 1.0f, 2.0f, 0.1f, 3.0f, 1e-30f, 0.0f, -0.25f, INFINITY}), true)};
+            if (p.has_zero_point) ops.push_back(bytes_of(pick(54, {0.0f, 0.5f, -6.0f, -0.0f, NAN}), true));
+            check(e, &p, ops, 1, false,
+                  std::string("minifloat ") + dtype_name(t) + " saturate=" + std::to_string(saturate) + " zp=" + std::to_string(zp_mode) +
+                      " quotient=" + std::to_string(quotient));
+          }
         }
       }
     }
