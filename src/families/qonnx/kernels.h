@@ -54,6 +54,11 @@ struct IntQuantParams {
   double lo = 0, hi = 0; // clamp bounds, already rounded to the working type
   WorkType divide_as = WorkType::kF32;  // precision of x / scale
   WorkType add_as = WorkType::kF32;     // precision of (x / scale) + zeropt
+  // float16 work on float32 operands and output (the engine widens float16 tensors exactly and
+  // rounds the results, which are float16 values, back exactly): the float32 kernels compute the
+  // float16 spec, every operand and step rounded to float16 as numpy's float16 loops round them
+  // (Half's arithmetic: the float32 operation, rounded once).
+  bool half_steps = false;
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
@@ -72,7 +77,9 @@ POLYQUANT_HD inline T int_quant_element(T x, T s, T z, bool bipolar, T lo, T hi,
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
 // ---- BipolarQuant: operands x, scale; output in the working type ----------------------------
-struct BipolarQuantParams {};
+struct BipolarQuantParams {
+  bool half_steps = false;  // float16 work on float32 operands (IntQuantParams::half_steps)
+};
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
 template <class T>
@@ -229,13 +236,28 @@ POLYQUANT_HD inline void store_work(const RowArgs& a, std::int64_t j, T v) {
 
 template <class T, RoundingMode kMode>
 POLYQUANT_HD inline void int_quant_row_element(const IntQuantParams& p, const RowArgs& a, std::int64_t j) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.half_steps) {  // the float16 spec on float32 operands (each rounded to float16: exact for the engine's)
+      const Half lo = from_double<Half>(p.lo), hi = from_double<Half>(p.hi);
+      const Half y = int_quant_element<kMode>(Half(a.at<float>(0, j)), Half(a.at<float>(1, j)), Half(a.at<float>(2, j)), p.bipolar, lo,
+                                              hi, WorkType::kF16, WorkType::kF16);
+      store_work<float>(a, j, static_cast<float>(y));
+      return;
+    }
+  }
   const T lo = from_double<T>(p.lo), hi = from_double<T>(p.hi);
   store_work<T>(a, j, int_quant_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), p.bipolar, lo, hi,
                                                p.divide_as, p.add_as));
 }
 
 template <class T>
-POLYQUANT_HD inline void bipolar_quant_row_element(const BipolarQuantParams&, const RowArgs& a, std::int64_t j) {
+POLYQUANT_HD inline void bipolar_quant_row_element(const BipolarQuantParams& p, const RowArgs& a, std::int64_t j) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.half_steps) {
+      store_work<float>(a, j, static_cast<float>(bipolar_quant_element(Half(a.at<float>(0, j)), Half(a.at<float>(1, j)))));
+      return;
+    }
+  }
   store_work<T>(a, j, bipolar_quant_element(load_work<T>(a, 0, j), load_work<T>(a, 1, j)));
 }
 

@@ -369,12 +369,16 @@ TensorSpec int_quant_spec(const TensorView& x, const TensorView& scale, const Te
 
 PlannedCall int_quant_plan(const TensorView& x, const TensorView& scale, const TensorView& zeropt,
                            const TensorView& bitwidth, const IntQuantAttrs& attrs) {
-  const IntQuantSetup s = setup_int_quant(x, scale, zeropt, bitwidth, attrs);
+  IntQuantSetup s = setup_int_quant(x, scale, zeropt, bitwidth, attrs);
+  // float16 work on float32 operands, in the float32 kernels (IntQuantParams::half_steps)
+  s.params.half_steps = s.work == DType::kFloat16 && s.params.divide_as == detail::WorkType::kF16 &&
+                        s.params.add_as == detail::WorkType::kF16;
   return PlannedCall(s.spec, [s, inputs = std::array<TensorView, 3>{x, scale, zeropt}](const MutableTensorView& out) {
     detail::require_output(out, s.spec, "IntQuant");
-    const std::array<DType, 3> kd{s.work, s.work, s.work};
+    const DType kernel_dtype = s.params.half_steps ? DType::kFloat32 : s.work;
+    const std::array<DType, 3> kd{kernel_dtype, kernel_dtype, kernel_dtype};
     static constexpr const char* kNames[] = {"x", "scale", "zeropt"};
-    run("IntQuant", KernelOp::kIntQuant, detail::work_type_of(s.work), inputs, kNames, kd, s.work, out, &s.params);
+    run("IntQuant", KernelOp::kIntQuant, detail::work_type_of(kernel_dtype), inputs, kNames, kd, kernel_dtype, out, &s.params);
   });
 }
 
@@ -398,10 +402,12 @@ PlannedCall bipolar_quant_plan(const TensorView& x, const TensorView& scale) {
   const TensorSpec spec = bipolar_quant_spec(x, scale);
   return PlannedCall(spec, [spec, inputs = std::array<TensorView, 2>{x, scale}](const MutableTensorView& out) {
     detail::require_output(out, spec, "BipolarQuant");
-    const std::array<DType, 2> kd{spec.dtype, spec.dtype};
-    const detail::BipolarQuantParams params;
+    detail::BipolarQuantParams params;
+    params.half_steps = spec.dtype == DType::kFloat16;  // float16 work in the float32 kernels
+    const DType kernel_dtype = params.half_steps ? DType::kFloat32 : spec.dtype;
+    const std::array<DType, 2> kd{kernel_dtype, kernel_dtype};
     static constexpr const char* kNames[] = {"x", "scale"};
-    run("BipolarQuant", KernelOp::kBipolarQuant, detail::work_type_of(spec.dtype), inputs, kNames, kd, spec.dtype, out, &params);
+    run("BipolarQuant", KernelOp::kBipolarQuant, detail::work_type_of(kernel_dtype), inputs, kNames, kd, kernel_dtype, out, &params);
   });
 }
 

@@ -6,40 +6,73 @@
 
 #include "kernels/simd/row_loop-inl.h"
 
+// The float16 working precision inside the float32 kernels (IntQuantParams::half_steps): H rounds
+// the lanes to float16 and back (the hardware's round trip, as Half rounds every result of its
+// float32 arithmetic); without it, the lanes as they are.
+template <bool kHalf>
+POLYQUANT_ALWAYS_INLINE inline Vec::F half_step(Vec::F v) {
+  if constexpr (kHalf) return Vec::round_to_half(v);
+  else return v;
+}
+
 // ---- IntQuant --------------------------------------------------------------------------------
-void int_quant_f32(const void* params, const RowArgs& a) {
-  const auto& p = *static_cast<const IntQuantParams*>(params);
-  if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {  // mixed precisions: rare
-    ref::int_quant_f32(params, a);
-    return;
-  }
+// kHalf: the float16 spec (int_quant_element<Half>): the operands rounded to float16, then every
+// operation's result. Rounding to an integer and the clamp need none (their results are float16
+// values already: integers of a float16 value, the bounds).
+template <bool kHalf, class Round>
+void int_quant_rows(const IntQuantParams& p, const RowArgs& a, const Round& round) {
+  auto H = [](Vec::F v) POLYQUANT_ALWAYS_INLINE { return half_step<kHalf>(v); };
   const Vec::F lo = Vec::splat(static_cast<float>(p.lo)), hi = Vec::splat(static_cast<float>(p.hi));
   const Vec::F one = Vec::splat(1.0f), minus_one = Vec::splat(-1.0f), zero = Vec::zero();
   if (p.bipolar) {
     for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      const Vec::F y = Vec::add(Vec::div(v[0], v[1]), v[2]);
+      const Vec::F x = H(v[0]), s = H(v[1]), z = H(v[2]);
+      const Vec::F y = H(Vec::add(H(Vec::div(x, s)), z));
       const Vec::F b = Vec::select(Vec::ge(y, zero), one, minus_one);
-      return Vec::mul(Vec::sub(b, v[2]), v[1]);
+      return H(Vec::mul(H(Vec::sub(b, z)), s));
     });
     return;
   }
-  with_vector_rounding(p.mode, [&](const auto& round) POLYQUANT_ALWAYS_INLINE {
-    for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      Vec::F y = Vec::add(Vec::div(v[0], v[1]), v[2]);
-      y = Vec::select(Vec::gt(y, hi), hi, y);
-      y = Vec::select(Vec::lt(y, lo), lo, y);
-      y = round(y);
-      return Vec::mul(Vec::sub(y, v[2]), v[1]);
-    });
+  for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+    const Vec::F x = H(v[0]), s = H(v[1]), z = H(v[2]);
+    Vec::F y = H(Vec::add(H(Vec::div(x, s)), z));
+    y = Vec::select(Vec::gt(y, hi), hi, y);
+    y = Vec::select(Vec::lt(y, lo), lo, y);
+    y = round(y);
+    return H(Vec::mul(H(Vec::sub(y, z)), s));
   });
 }
 
+void int_quant_f32(const void* params, const RowArgs& a) {
+  const auto& p = *static_cast<const IntQuantParams*>(params);
+  if (p.half_steps) {
+    // float16 work: half-even and floor (round() and floor() of a float16 value are float16
+    // values); the sign-magnitude modes, whose |y| +- 0.5 rounds and whose NaN sign follows
+    // numpy's float16 loop, are the spec's
+    if (p.mode == RoundingMode::kHalfEven) return int_quant_rows<true>(p, a, FixedRoundingV<RoundingMode::kHalfEven>{});
+    if (p.mode == RoundingMode::kFloor) return int_quant_rows<true>(p, a, FixedRoundingV<RoundingMode::kFloor>{});
+    ref::int_quant_f32(params, a);
+    return;
+  }
+  if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {  // mixed precisions: rare
+    ref::int_quant_f32(params, a);
+    return;
+  }
+  with_vector_rounding(p.mode, [&](const auto& round) POLYQUANT_ALWAYS_INLINE { int_quant_rows<false>(p, a, round); });
+}
+
 // ---- BipolarQuant ----------------------------------------------------------------------------
-void bipolar_quant_f32(const void*, const RowArgs& a) {
+template <bool kHalf>
+void bipolar_quant_rows(const RowArgs& a) {
   const Vec::F one = Vec::splat(1.0f), minus_one = Vec::splat(-1.0f), zero = Vec::zero();
   for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-    return Vec::mul(Vec::select(Vec::ge(v[0], zero), one, minus_one), v[1]);
+    return half_step<kHalf>(Vec::mul(Vec::select(Vec::ge(half_step<kHalf>(v[0]), zero), one, minus_one), half_step<kHalf>(v[1])));
   });
+}
+
+void bipolar_quant_f32(const void* params, const RowArgs& a) {
+  if (static_cast<const BipolarQuantParams*>(params)->half_steps) bipolar_quant_rows<true>(a);
+  else bipolar_quant_rows<false>(a);
 }
 
 // ---- Trunc v1 / v2 ---------------------------------------------------------------------------

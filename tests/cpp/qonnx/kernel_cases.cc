@@ -3,6 +3,7 @@
 // from OCP FP8 to degenerate ones; the benchmark's calls are the ops' typical per-tensor ones.
 #include <cstdlib>
 
+#include "core/half.h"
 #include "kernel_cases.h"
 
 namespace polyquant::test {
@@ -29,6 +30,32 @@ KernelCases kernel_cases_int_quant() {
       }
     }
   }
+  // float16 work inside the float32 kernels (IntQuantParams::half_steps): the bounds float16 values
+  // (as the op rounds them), x float16 values near the sums' float16 ties and any float32 values
+  // (which the kernels round to float16 first, as the spec does)
+  std::vector<float> x16 = mixed_values(kOperandLength, 10, 0.5f);
+  for (std::size_t i = 0; i < x16.size(); ++i) {
+    x16[i] = static_cast<float>(Half(x16[i]));
+    if (i % 4 == 1) x16[i] = static_cast<float>(Half(static_cast<float>(static_cast<int>(i % 4096)) - 0.5f));  // k - 0.5 (+ 0.5, + 1.25: ties)
+  }
+  const auto ops16 = operands({{x16, {}, false},
+                               {random_params(2, {0.5f, 0.1f, 3.0f, -0.25f, 1.0f, 0.0f}), {}, true},
+                               {random_params(3, {0.0f, 0.5f, -3.0f, 1.25f}), {}, true}});
+  for (int m = 0; m < kNumRoundingModes; ++m) {
+    const auto mode = static_cast<RoundingMode>(m);
+    for (const auto& [lo, hi] : ranges) {
+      for (bool bipolar : {false, true}) {
+        IntQuantParams params{mode, bipolar, static_cast<double>(Half(static_cast<float>(lo))), static_cast<double>(Half(static_cast<float>(hi)))};
+        params.divide_as = params.add_as = WorkType::kF16;
+        params.half_steps = true;
+        for (const auto* o : {&ops16, &ops}) {
+          c.checks.push_back({Kind::kRows, std::string("float16 work, ") + rounding_mode_name(mode) + " range [" + std::to_string(lo) + "," +
+                                               std::to_string(hi) + "] bipolar=" + std::to_string(bipolar) + (o == &ops ? " float32 x" : ""),
+                              Params::of(params), *o});
+        }
+      }
+    }
+  }
   c.bench = [p = std::make_shared<IntQuantParams>(IntQuantParams{RoundingMode::kHalfEven, false, -128, 127})](BenchRow& r) {
     r.call(p.get(), {r.x(), r.value(0.5f), r.value(0.0f)});
   };
@@ -41,6 +68,8 @@ KernelCases kernel_cases_bipolar_quant() {
   const Params p = Params::of(BipolarQuantParams{});
   c.checks.push_back({Kind::kRows, "bipolar", p, ops});
   c.checks.push_back({Kind::kRepeatedRows, "bipolar", p, ops});
+  const Params half = Params::of(BipolarQuantParams{true});  // float16 work inside the float32 kernels
+  c.checks.push_back({Kind::kRows, "bipolar, float16 work", half, ops});
   c.bench = [p = std::make_shared<BipolarQuantParams>()](BenchRow& r) { r.call(p.get(), {r.x(), r.value(0.5f)}); };
   return c;
 }
