@@ -89,7 +89,7 @@ struct MinifloatFormula {
   explicit MinifloatFormula(const QuantizeLinearParams& p)
       : max_value(Vec::splat(p.format.max_value)), add_zero_point(p.add_zero_point && p.has_zero_point), saturate(p.saturate) {}
   POLYQUANT_ALWAYS_INLINE Vec::F operator()(Vec::F q, Vec::F zp) const {
-    Vec::F v = add_zero_point ? Vec::add(q, zp) : q;
+    Vec::F v = add_zero_point ? Vec::add_first_nan(q, zp) : q;
     if (saturate) v = Vec::select(Vec::isnan(v), v, Vec::min(Vec::max(v, Vec::neg(max_value)), max_value));
     return v;
   }
@@ -111,15 +111,48 @@ struct QuotientV {
   }
 };
 
+// 16-bit float targets (Quark's float16 and bfloat16 outputs): v = q (+ zp where there is one; a
+// NaN q and a NaN zp give q's NaN, x86's first operand, as the spec adds them).
+struct FloatTargetFormula {
+  bool add_zero_point;
+  explicit FloatTargetFormula(const QuantizeLinearParams& p) : add_zero_point(p.has_zero_point) {}
+  POLYQUANT_ALWAYS_INLINE Vec::F operator()(Vec::F q, Vec::F zp) const { return add_zero_point ? Vec::add_first_nan(q, zp) : q; }
+};
+
+// float16 outputs: float_to_half_bits (the hardware's round to nearest even; a NaN keeps its sign
+// and its payload's top bits, quieted).
+struct HalfOut {
+  using T = std::uint16_t;
+  using Result = Vec::F;
+  static constexpr bool kCanStream = true;
+  POLYQUANT_ALWAYS_INLINE static void store(T* p, const Result& r) { Vec::store_half(p, r); }
+  POLYQUANT_ALWAYS_INLINE static void stream(T* p, const Result& r) { Vec::stream_half(p, r); }
+};
+
+// bfloat16 outputs: bfloat16_round_bits, a NaN written as `nan_code` (QuantizeLinearParams::bf16_nan;
+// 0: ml_dtypes' 0x7FC0 with the NaN's sign).
+struct BFloat16Out {
+  using T = std::uint16_t;
+  using Result = Vec::F;
+  static constexpr bool kCanStream = true;
+  std::uint16_t nan_code = 0;
+  POLYQUANT_ALWAYS_INLINE Vec::I code(const Result& r) const {
+    const Vec::I bits = sixteen_bit::float_to_bfloat16_bits(Vec::bits(r));
+    return nan_code == 0 ? bits : Vec::select_i(Vec::isnan(r), Vec::splat_i(nan_code), bits);
+  }
+  POLYQUANT_ALWAYS_INLINE void store(T* p, const Result& r) const { Vec::store_u16(p, code(r)); }
+  POLYQUANT_ALWAYS_INLINE void stream(T* p, const Result& r) const { Vec::stream_u16(p, code(r)); }
+};
+
 // Per-tensor, per-channel and broadcast rows (for_each_vector); non-temporal stores for outputs
 // far larger than the caches where the output policy allows them (RowArgs::stream).
 template <class Out, class Formula>
-void quantize_rows(const QuantizeLinearParams& p, const RowArgs& a, const Formula& formula) {
+void quantize_rows(const QuantizeLinearParams& p, const RowArgs& a, const Formula& formula, const Out& out) {
   const QuotientV quotient{p.quotient, p.round_operands};
   if (p.has_zero_point) {
-    for_each_vector<3, Out>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return formula(quotient(v[0], v[1]), v[2]); });
+    for_each_vector<3, Out>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return formula(quotient(v[0], v[1]), v[2]); }, out);
   } else {
-    for_each_vector<2, Out>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return formula(quotient(v[0], v[1]), Vec::zero()); });
+    for_each_vector<2, Out>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE { return formula(quotient(v[0], v[1]), Vec::zero()); }, out);
   }
 }
 
@@ -132,12 +165,12 @@ inline bool blocked_parameters(const RowArgs& a, bool has_zero_point) {
 }
 
 template <class Out, class Formula>
-void quantize_with(const QuantizeLinearParams& p, const RowArgs& a, const Formula& formula) {
+void quantize_with(const QuantizeLinearParams& p, const RowArgs& a, const Formula& formula, const Out& out = Out{}) {
   if (a.per_row_mask != 0) {
     // Blocked parameters: for_each_vector walks the rows, each with its own scale and zero point.
     if (!blocked_parameters(a, p.has_zero_point)) return ref::quantize_linear_f32(&p, a);
   }
-  quantize_rows<Out>(p, a, formula);
+  quantize_rows<Out>(p, a, formula, out);
 }
 
 template <class Out>
@@ -271,6 +304,17 @@ void quantize_linear_f32(const void* params, const RowArgs& a) {
         case DType::kUInt16: return qdq_detail::quantize_integer<qdq_detail::NarrowOut<std::uint16_t>>(p, a);
         default: break;
       }
+    } else if (p.target == QuantTarget::kFloat16) {
+      return qdq_detail::quantize_with<qdq_detail::HalfOut>(p, a, qdq_detail::FloatTargetFormula(p));
+    } else if (p.target == QuantTarget::kBFloat16) {
+      return qdq_detail::quantize_with(p, a, qdq_detail::FloatTargetFormula(p), qdq_detail::BFloat16Out{p.bf16_nan});
+    } else if (p.target == QuantTarget::kFloat16Clamp) {
+      // Quark's float16 output: x itself, clamped to +-65504 (a NaN passes), as float16
+      const Vec::F limit = Vec::splat(65504.0f);
+      for_each_vector<1, qdq_detail::HalfOut>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
+        return Vec::select(Vec::isnan(v[0]), v[0], Vec::min(Vec::max(v[0], Vec::neg(limit)), limit));
+      });
+      return;
     } else if (p.target == QuantTarget::kMinifloat && qdq_detail::standard_format(p)) {
       const bool done = narrow_simd::with_minifloat(p.out_dtype, [&](auto t) {
         qdq_detail::quantize_with<qdq_detail::MinifloatOut<decltype(t)::value>>(p, a, qdq_detail::MinifloatFormula(p));

@@ -38,9 +38,11 @@ POLYQUANT_HD inline double add_in(WorkType w, double a, double b) {
 
 // x / s + z as numpy evaluates it: the division in promote(x, s), the addition in
 // promote(x, s, z), each possibly narrower than the op's working type T.
+// A NaN quotient and a NaN z give the quotient's NaN, numpy's first operand (spelled out: the
+// compiler may swap the operands of `+`).
 template <class T>
 POLYQUANT_HD inline T scaled_offset(T x, T s, T z, WorkType divide_as, WorkType add_as) {
-  if (divide_as == work_type_v<T> && add_as == work_type_v<T>) return x86_add(x86_div(x, s), z);
+  if (divide_as == work_type_v<T> && add_as == work_type_v<T>) return add_first_nan(x86_div(x, s), z);
   const double q = divide_in(divide_as, to_double(x), to_double(s));
   return from_double<T>(add_in(add_as, q, to_double(z)));
 }

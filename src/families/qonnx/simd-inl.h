@@ -27,19 +27,19 @@ void int_quant_rows(const IntQuantParams& p, const RowArgs& a, const Round& roun
   if (p.bipolar) {
     for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       const Vec::F x = H(v[0]), s = H(v[1]), z = H(v[2]);
-      const Vec::F y = H(Vec::add(H(Vec::div(x, s)), z));
+      const Vec::F y = H(Vec::add_first_nan(H(Vec::div(x, s)), z));
       const Vec::F b = Vec::select(Vec::ge(y, zero), one, minus_one);
-      return H(Vec::mul(H(Vec::sub(b, z)), s));
+      return H(Vec::mul_first_nan(H(Vec::sub(b, z)), s));
     });
     return;
   }
   for_each_vector<3>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
     const Vec::F x = H(v[0]), s = H(v[1]), z = H(v[2]);
-    Vec::F y = H(Vec::add(H(Vec::div(x, s)), z));
+    Vec::F y = H(Vec::add_first_nan(H(Vec::div(x, s)), z));
     y = Vec::select(Vec::gt(y, hi), hi, y);
     y = Vec::select(Vec::lt(y, lo), lo, y);
     y = round(y);
-    return H(Vec::mul(H(Vec::sub(y, z)), s));
+    return H(Vec::mul_first_nan(H(Vec::sub(y, z)), s));
   });
 }
 
@@ -92,9 +92,9 @@ template <bool kInverse, class Round>
 inline void trunc_v1_row(const RowArgs& a, float inverse, const Round& round) {
   const Vec::F inv = Vec::splat(inverse);
   for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-    Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
+    Vec::F y = Vec::rint(Vec::add_first_nan(Vec::div(v[0], v[1]), v[2]));
     y = round(kInverse ? Vec::mul(y, inv) : Vec::div(y, v[3]));
-    return Vec::mul(Vec::sub(y, v[2]), v[1]);
+    return Vec::mul_first_nan(Vec::sub(y, v[2]), v[1]);
   });
 }
 
@@ -124,12 +124,12 @@ template <bool kInverse, class Round>
 inline void trunc_v2_row(const RowArgs& a, float inverse, const Round& round) {
   const Vec::F inv = Vec::splat(inverse);
   for_each_vector<8>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-    Vec::F y = Vec::rint(Vec::add(Vec::div(v[0], v[1]), v[2]));
+    Vec::F y = Vec::rint(Vec::add_first_nan(Vec::div(v[0], v[1]), v[2]));
     y = kInverse ? Vec::mul(y, inv) : Vec::div(y, v[3]);
     y = Vec::select(Vec::gt(y, v[6]), v[6], y);
     y = Vec::select(Vec::lt(y, v[5]), v[5], y);
     y = round(y);
-    return Vec::mul(Vec::sub(y, v[7]), v[4]);
+    return Vec::mul_first_nan(Vec::sub(y, v[7]), v[4]);
   });
 }
 

@@ -33,6 +33,12 @@ struct Vec {
     asm("vmulps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
     return r;
   }
+  // a + b with the same rule (add_first_nan, x86_add in core/scalar_math.h).
+  static F add_first_nan(F a, F b) {
+    F r;
+    asm("vaddps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
+    return r;
+  }
 
   // min/max return the second operand when either is NaN (and for two zeros).
   static F min(F a, F b) { return _mm256_min_ps(a, b); }

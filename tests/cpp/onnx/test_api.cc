@@ -302,7 +302,7 @@ TEST_P(QdqKernelTest, MatchesReferenceByteForByte) {
             p.quotient = static_cast<QuotientRounding>(quotient);
             std::vector<Bytes> ops = {bytes_of(quotient == 0 ? xm : x, false),
                                       bytes_of(pick(53, {0.5f, 0.25f, 1.0f, 2.0f, 0.1f, 3.0f, 1e-30f, 0.0f, -0.25f, INFINITY}), true)};
-            if (p.has_zero_point) ops.push_back(bytes_of(pick(54, {0.0f, 0.5f, -6.0f, -0.0f, NAN}), true));
+            if (p.has_zero_point) ops.push_back(bytes_of(pick(54, {0.0f, 0.5f, -6.0f, -0.0f, NAN, -NAN}), true));
             check(e, &p, ops, 1, false,
                   std::string("minifloat ") + dtype_name(t) + " saturate=" + std::to_string(saturate) + " zp=" + std::to_string(zp_mode) +
                       " quotient=" + std::to_string(quotient));
@@ -310,14 +310,27 @@ TEST_P(QdqKernelTest, MatchesReferenceByteForByte) {
         }
       }
     }
+    // 16-bit float targets (Quark), with and without a zero point, every division dtype, both
+    // bfloat16 NaN rules (Quark's 0x7FC1, ml_dtypes'); x includes values beyond float16's range
+    // and NaNs of either sign (mixed_values' specials).
     for (QuantTarget t : {QuantTarget::kBFloat16, QuantTarget::kFloat16, QuantTarget::kFloat16Clamp}) {
-      QuantizeLinearParams p;
-      p.target = t;
-      p.out_dtype = t == QuantTarget::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
-      p.has_zero_point = true;
-      const std::vector<Bytes> ops = {bytes_of(x, false), bytes_of(pick(55, scales), true),
-                                      bytes_of(pick(56, {0.0f, 1.5f, -3.0f, NAN}), true)};
-      check(e, &p, ops, 2, false, "float target " + std::to_string(static_cast<int>(t)));
+      for (bool with_zp : {true, false}) {
+        for (int quotient = 0; quotient < 3; ++quotient) {
+          for (std::uint16_t nan : {std::uint16_t{0x7FC1}, std::uint16_t{0}}) {
+            QuantizeLinearParams p;
+            p.target = t;
+            p.out_dtype = t == QuantTarget::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
+            p.has_zero_point = with_zp;
+            p.quotient = static_cast<QuotientRounding>(quotient);
+            p.bf16_nan = nan;
+            std::vector<Bytes> ops = {bytes_of(x, false), bytes_of(pick(55, scales), true)};
+            if (with_zp) ops.push_back(bytes_of(pick(56, {0.0f, 1.5f, -3.0f, NAN, -NAN}), true));
+            check(e, &p, ops, 2, false,
+                  "float target " + std::to_string(static_cast<int>(t)) + " zp=" + std::to_string(with_zp) + " quotient=" +
+                      std::to_string(quotient) + " bf16_nan=" + std::to_string(nan));
+          }
+        }
+      }
     }
   } else {
     const std::vector<float> scales = {0.5f, 0.1f, 1.0f / 255.0f, 3.0f, 1e-30f, 0.0f, -0.25f, INFINITY, NAN, 1e-45f};

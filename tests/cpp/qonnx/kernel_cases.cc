@@ -1,6 +1,7 @@
 // Kernel cases of the QONNX ops (src/families/qonnx): every rounding mode, ranges narrow, wide,
 // fractional and empty, truncation scales at the float32 exponent limits, and FloatQuant's formats
 // from OCP FP8 to degenerate ones; the benchmark's calls are the ops' typical per-tensor ones.
+#include <cmath>
 #include <cstdlib>
 
 #include "core/half.h"
@@ -14,8 +15,8 @@ using Kind = KernelCheck::Kind;
 KernelCases kernel_cases_int_quant() {
   KernelCases c;
   const auto ops = operands({{mixed_values(kOperandLength, 1, 0.5f), {}, false},
-                             {random_params(2, {0.5f, 0.1f, 3.0f, -0.25f, 1.0f, 0.0f}), {}, true},
-                             {random_params(3, {0.0f, 0.5f, -3.0f, 1.25f}), {}, true}});
+                             {random_params(2, {0.5f, 0.1f, 3.0f, -0.25f, 1.0f, 0.0f, NAN, -NAN}), {}, true},
+                             {random_params(3, {0.0f, 0.5f, -3.0f, 1.25f, NAN, -NAN}), {}, true}});
   const std::pair<double, double> ranges[] = {{-8, 7}, {-7, 7}, {0, 255}, {0, 2}, {-2.828427, 1.828427},
                                               {-2147483648.0, 2147483648.0}, {-0.5, -0.5}};
   for (int m = 0; m < kNumRoundingModes; ++m) {
@@ -39,8 +40,8 @@ KernelCases kernel_cases_int_quant() {
     if (i % 4 == 1) x16[i] = static_cast<float>(Half(static_cast<float>(static_cast<int>(i % 4096)) - 0.5f));  // k - 0.5 (+ 0.5, + 1.25: ties)
   }
   const auto ops16 = operands({{x16, {}, false},
-                               {random_params(2, {0.5f, 0.1f, 3.0f, -0.25f, 1.0f, 0.0f}), {}, true},
-                               {random_params(3, {0.0f, 0.5f, -3.0f, 1.25f}), {}, true}});
+                               {random_params(2, {0.5f, 0.1f, 3.0f, -0.25f, 1.0f, 0.0f, NAN, -NAN}), {}, true},
+                               {random_params(3, {0.0f, 0.5f, -3.0f, 1.25f, NAN, -NAN}), {}, true}});
   for (int m = 0; m < kNumRoundingModes; ++m) {
     const auto mode = static_cast<RoundingMode>(m);
     for (const auto& [lo, hi] : ranges) {
@@ -77,8 +78,8 @@ KernelCases kernel_cases_bipolar_quant() {
 KernelCases kernel_cases_trunc_v1() {
   KernelCases c;
   const auto ops = operands({{mixed_values(kOperandLength, 6, 16.0f), {}, false},
-                             {random_params(7, {1.0f, 0.5f, 0.375f}), {}, true},
-                             {random_params(8, {0.0f, 4.0f, 0.5f}), {}, true},
+                             {random_params(7, {1.0f, 0.5f, 0.375f, NAN, -NAN}), {}, true},
+                             {random_params(8, {0.0f, 4.0f, 0.5f, NAN, -NAN}), {}, true},
                              {random_params(9, {16.0f, 1.0f, 0.5f, 256.0f, 0x1p127f, 0x1p-127f, 0x1p-126f}), {}, true}});
   for (int m = 0; m < kNumRoundingModes; ++m) {
     const auto mode = static_cast<RoundingMode>(m);
@@ -93,13 +94,13 @@ KernelCases kernel_cases_trunc_v1() {
 KernelCases kernel_cases_trunc_v2() {
   KernelCases c;
   const auto ops = operands({{mixed_values(kOperandLength, 10, 16.0f), {}, false},
-                             {random_params(11, {1.0f, 0.5f}), {}, true},
-                             {random_params(12, {0.0f, 4.0f, 0.5f}), {}, true},
+                             {random_params(11, {1.0f, 0.5f, NAN}), {}, true},
+                             {random_params(12, {0.0f, 4.0f, 0.5f, -NAN}), {}, true},
                              {random_params(13, {16.0f, 4.0f, 1.0f, 0x1p127f, 0x1p-127f}), {}, true},
-                             {random_params(14, {16.0f, 12.0f, 2.0f}), {}, true},
+                             {random_params(14, {16.0f, 12.0f, 2.0f, NAN}), {}, true},
                              {random_params(15, {-8.0f, -7.0f, 0.0f}), {}, true},
                              {random_params(16, {7.0f, 15.0f, 14.0f}), {}, true},
-                             {random_params(17, {0.0f, 0.25f, 0.03125f}), {}, true}});
+                             {random_params(17, {0.0f, 0.25f, 0.03125f, -NAN}), {}, true}});
   for (int m = 0; m < kNumRoundingModes; ++m) {
     const auto mode = static_cast<RoundingMode>(m);
     c.checks.push_back({Kind::kRows, rounding_mode_name(mode), Params::of(TruncParams{mode}), ops});
