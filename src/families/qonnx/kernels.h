@@ -95,6 +95,7 @@ struct TruncParams {
   RoundingMode mode = RoundingMode::kFloor;
   WorkType divide_as = WorkType::kF32;  // precision of x / scale
   WorkType add_as = WorkType::kF32;     // precision of (x / scale) + zeropt and its rint
+  bool half_steps = false;              // float16 work on float32 operands (IntQuantParams::half_steps)
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
@@ -265,12 +266,27 @@ POLYQUANT_HD inline void bipolar_quant_row_element(const BipolarQuantParams& p, 
 
 template <class T, RoundingMode kMode>
 POLYQUANT_HD inline void trunc_v1_row_element(const TruncParams& p, const RowArgs& a, std::int64_t j) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.half_steps) {  // the float16 spec on float32 operands
+      auto h = [&](int i) { return Half(a.at<float>(i, j)); };
+      store_work<float>(a, j, static_cast<float>(trunc_v1_element<kMode>(h(0), h(1), h(2), h(3), WorkType::kF16, WorkType::kF16)));
+      return;
+    }
+  }
   store_work<T>(a, j, trunc_v1_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), load_work<T>(a, 3, j),
                                               p.divide_as, p.add_as));
 }
 
 template <class T, RoundingMode kMode>
 POLYQUANT_HD inline void trunc_v2_row_element(const TruncParams& p, const RowArgs& a, std::int64_t j) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.half_steps) {  // the float16 spec on float32 operands
+      auto h = [&](int i) { return Half(a.at<float>(i, j)); };
+      store_work<float>(a, j, static_cast<float>(trunc_v2_element<kMode>(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7), WorkType::kF16,
+                                                                         WorkType::kF16)));
+      return;
+    }
+  }
   store_work<T>(a, j, trunc_v2_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), load_work<T>(a, 3, j),
                                               load_work<T>(a, 4, j), load_work<T>(a, 5, j), load_work<T>(a, 6, j), load_work<T>(a, 7, j),
                                               p.divide_as, p.add_as));

@@ -679,18 +679,22 @@ PlannedCall trunc_plan(const TensorView& x, const TensorView& scale, const Tenso
   const TruncV1Types t = trunc_v1_types(x, scale, zeropt, in_bitwidth, out_bitwidth);
   return PlannedCall(t.spec, [t, x, scale, zeropt, in_bitwidth, out_bitwidth, rounding_mode](const MutableTensorView& out) {
     detail::require_output(out, t.spec, "Trunc");
-    const DType w = t.spec.dtype;
     using detail::ParamValue;
     const auto trunc_scale = detail::derivation<2>(
         [&t](const ParamValue& ib, const ParamValue& ob) { return trunc_v1_scale(t, ib, ob); },
         [&t](const detail::SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
           return trunc_v1_scale_dense(t, src, m, out, fix);
         });
+    detail::TruncParams params{rounding_mode, detail::work_type_of(t.divide_dtype), detail::work_type_of(t.add_dtype)};
+    // float16 work in the float32 kernels (TruncParams::half_steps; the truncation scale, 2 to an
+    // integer power, is a float32 value the kernel rounds to float16 as the spec's conversion would)
+    params.half_steps = t.spec.dtype == DType::kFloat16 && params.divide_as == detail::WorkType::kF16 &&
+                        params.add_as == detail::WorkType::kF16;
+    const DType w = params.half_steps ? DType::kFloat32 : t.spec.dtype;
     detail::FusedOperands ops;
     const std::array<int, 4> kernel_operands{
         ops.input(x, w), ops.input(scale, w), ops.input(zeropt, w),
         ops.derive<2>({ops.source(in_bitwidth), ops.source(out_bitwidth)}, w, trunc_scale)};
-    const detail::TruncParams params{rounding_mode, detail::work_type_of(t.divide_dtype), detail::work_type_of(t.add_dtype)};
     run_fused(KernelOp::kTruncV1, detail::work_type_of(w), ops, kernel_operands, w, out, &params);
   });
 }
@@ -745,17 +749,22 @@ PlannedCall trunc_v2_plan(const TensorView& x, const TensorView& scale, const Te
           });
     };
     const auto lo = bound(false), hi = bound(true);
+    detail::TruncParams params{attrs.rounding_mode, detail::work_type_of(t.divide_dtype), detail::work_type_of(t.add_dtype)};
+    // float16 work in the float32 kernels (TruncParams::half_steps): the derived operands (bounds,
+    // zeropt / trunc_scale) are then float16 values, computed in float16, and the truncation scale
+    // a power of two; handed over as float32 they are the same values
+    params.half_steps = w == DType::kFloat16 && params.divide_as == detail::WorkType::kF16 &&
+                        params.add_as == detail::WorkType::kF16 && zt_work == detail::WorkType::kF16;
+    const DType kw = params.half_steps ? DType::kFloat32 : w;
     detail::FusedOperands ops;
-    const int x_op = ops.input(x, w), scale_op = ops.input(scale, w), zeropt_op = ops.input(zeropt, w);
-    const int out_scale_op = ops.input(out_scale, w);
-    const int ts = ops.derive<2>({ops.source(out_scale), ops.source(scale)}, w, trunc_scale);
+    const int x_op = ops.input(x, kw), scale_op = ops.input(scale, kw), zeropt_op = ops.input(zeropt, kw);
+    const int out_scale_op = ops.input(out_scale, kw);
+    const int ts = ops.derive<2>({ops.source(out_scale), ops.source(scale)}, kw, trunc_scale);
     const int bits = ops.source(out_bitwidth);
     const std::array<int, 8> kernel_operands{
-        x_op, scale_op, zeropt_op, ts, out_scale_op, ops.derive<1>({bits}, w, lo), ops.derive<1>({bits}, w, hi),
-        ops.derive<2>({ops.source(zeropt), ts}, w, zeropt_over_trunc_scale)};
-    const detail::TruncParams params{attrs.rounding_mode, detail::work_type_of(t.divide_dtype),
-                                     detail::work_type_of(t.add_dtype)};
-    run_fused(KernelOp::kTruncV2, detail::work_type_of(w), ops, kernel_operands, w, out, &params);
+        x_op, scale_op, zeropt_op, ts, out_scale_op, ops.derive<1>({bits}, kw, lo), ops.derive<1>({bits}, kw, hi),
+        ops.derive<2>({ops.source(zeropt), ts}, kw, zeropt_over_trunc_scale)};
+    run_fused(KernelOp::kTruncV2, detail::work_type_of(kw), ops, kernel_operands, kw, out, &params);
   });
 }
 

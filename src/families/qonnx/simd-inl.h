@@ -88,21 +88,33 @@ inline bool exact_inverse_power_of_two(const RowArgs& a, int operand, float* inv
   return true;
 }
 
-template <bool kInverse, class Round>
+// kHalf: the float16 spec (trunc_v1_element<Half>), every operand and step rounded to float16
+// (rint and the rounding of an integer-valued or float16 value are float16 values already).
+template <bool kInverse, bool kHalf, class Round>
 inline void trunc_v1_row(const RowArgs& a, float inverse, const Round& round) {
+  auto H = [](Vec::F v) POLYQUANT_ALWAYS_INLINE { return half_step<kHalf>(v); };
   const Vec::F inv = Vec::splat(inverse);
   for_each_vector<4>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-    Vec::F y = Vec::rint(Vec::add_first_nan(Vec::div(v[0], v[1]), v[2]));
-    y = round(kInverse ? Vec::mul(y, inv) : Vec::div(y, v[3]));
-    return Vec::mul_first_nan(Vec::sub(y, v[2]), v[1]);
+    const Vec::F x = H(v[0]), s = H(v[1]), z = H(v[2]);
+    Vec::F y = Vec::rint(H(Vec::add_first_nan(H(Vec::div(x, s)), z)));
+    y = round(H(kInverse ? Vec::mul(y, inv) : Vec::div(y, H(v[3]))));
+    return H(Vec::mul_first_nan(H(Vec::sub(y, z)), s));
   });
 }
 
 // Shared entry of the Trunc kernels: mixed working precisions go to the spec; a power-of-two
-// truncation scale with an exact inverse multiplies.
+// truncation scale with an exact inverse multiplies. float16 work (TruncParams::half_steps):
+// half-even and floor in the vector loop, dividing (a float32 scale need not be a float16 value:
+// the spec rounds it first), the other modes the spec's (IntQuant's reasons).
 template <class Row>
 inline void trunc_dispatch(const void* params, const RowArgs& a, RowKernel reference, Row&& row) {
   const auto& p = *static_cast<const TruncParams*>(params);
+  if (p.half_steps) {
+    if (p.mode == RoundingMode::kHalfEven) row.template operator()<false, true>(0.0f, FixedRoundingV<RoundingMode::kHalfEven>{});
+    else if (p.mode == RoundingMode::kFloor) row.template operator()<false, true>(0.0f, FixedRoundingV<RoundingMode::kFloor>{});
+    else reference(params, a);
+    return;
+  }
   if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {
     reference(params, a);
     return;
@@ -110,32 +122,36 @@ inline void trunc_dispatch(const void* params, const RowArgs& a, RowKernel refer
   float inverse = 0.0f;
   const bool use_inverse = exact_inverse_power_of_two(a, 3, &inverse);
   with_vector_rounding(p.mode, [&](const auto& round) POLYQUANT_ALWAYS_INLINE {
-    if (use_inverse) row.template operator()<true>(inverse, round);
-    else row.template operator()<false>(inverse, round);
+    if (use_inverse) row.template operator()<true, false>(inverse, round);
+    else row.template operator()<false, false>(inverse, round);
   });
 }
 
 void trunc_v1_f32(const void* params, const RowArgs& a) {
-  trunc_dispatch(params, a, ref::trunc_v1_f32,
-                 [&]<bool kInverse>(float inverse, const auto& round) { trunc_v1_row<kInverse>(a, inverse, round); });
+  trunc_dispatch(params, a, ref::trunc_v1_f32, [&]<bool kInverse, bool kHalf>(float inverse, const auto& round) {
+    trunc_v1_row<kInverse, kHalf>(a, inverse, round);
+  });
 }
 
-template <bool kInverse, class Round>
+template <bool kInverse, bool kHalf, class Round>
 inline void trunc_v2_row(const RowArgs& a, float inverse, const Round& round) {
+  auto H = [](Vec::F v) POLYQUANT_ALWAYS_INLINE { return half_step<kHalf>(v); };
   const Vec::F inv = Vec::splat(inverse);
   for_each_vector<8>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-    Vec::F y = Vec::rint(Vec::add_first_nan(Vec::div(v[0], v[1]), v[2]));
-    y = kInverse ? Vec::mul(y, inv) : Vec::div(y, v[3]);
-    y = Vec::select(Vec::gt(y, v[6]), v[6], y);
-    y = Vec::select(Vec::lt(y, v[5]), v[5], y);
+    const Vec::F lo = H(v[5]), hi = H(v[6]);
+    Vec::F y = Vec::rint(H(Vec::add_first_nan(H(Vec::div(H(v[0]), H(v[1]))), H(v[2]))));
+    y = H(kInverse ? Vec::mul(y, inv) : Vec::div(y, H(v[3])));
+    y = Vec::select(Vec::gt(y, hi), hi, y);
+    y = Vec::select(Vec::lt(y, lo), lo, y);
     y = round(y);
-    return Vec::mul_first_nan(Vec::sub(y, v[7]), v[4]);
+    return H(Vec::mul_first_nan(H(Vec::sub(y, H(v[7]))), H(v[4])));
   });
 }
 
 void trunc_v2_f32(const void* params, const RowArgs& a) {
-  trunc_dispatch(params, a, ref::trunc_v2_f32,
-                 [&]<bool kInverse>(float inverse, const auto& round) { trunc_v2_row<kInverse>(a, inverse, round); });
+  trunc_dispatch(params, a, ref::trunc_v2_f32, [&]<bool kInverse, bool kHalf>(float inverse, const auto& round) {
+    trunc_v2_row<kInverse, kHalf>(a, inverse, round);
+  });
 }
 
 // ---- FloatQuant ------------------------------------------------------------------------------

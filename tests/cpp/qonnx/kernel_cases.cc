@@ -84,6 +84,9 @@ KernelCases kernel_cases_trunc_v1() {
   for (int m = 0; m < kNumRoundingModes; ++m) {
     const auto mode = static_cast<RoundingMode>(m);
     c.checks.push_back({Kind::kRows, rounding_mode_name(mode), Params::of(TruncParams{mode}), ops});
+    // float16 work inside the float32 kernels (any float32 operands: the kernels round them first)
+    c.checks.push_back({Kind::kRows, std::string("float16 work, ") + rounding_mode_name(mode),
+                        Params::of(TruncParams{mode, WorkType::kF16, WorkType::kF16, true}), ops});
   }
   c.bench = [p = std::make_shared<TruncParams>(TruncParams{RoundingMode::kFloor})](BenchRow& r) {
     r.call(p.get(), {r.x(), r.value(0.5f), r.value(0.0f), r.value(16.0f)});
@@ -104,6 +107,8 @@ KernelCases kernel_cases_trunc_v2() {
   for (int m = 0; m < kNumRoundingModes; ++m) {
     const auto mode = static_cast<RoundingMode>(m);
     c.checks.push_back({Kind::kRows, rounding_mode_name(mode), Params::of(TruncParams{mode}), ops});
+    c.checks.push_back({Kind::kRows, std::string("float16 work, ") + rounding_mode_name(mode),
+                        Params::of(TruncParams{mode, WorkType::kF16, WorkType::kF16, true}), ops});
   }
   c.bench = [p = std::make_shared<TruncParams>(TruncParams{RoundingMode::kFloor})](BenchRow& r) {
     r.call(p.get(), {r.x(), r.value(0.5f), r.value(0.0f), r.value(16.0f), r.value(16.0f), r.value(-8.0f), r.value(7.0f),
