@@ -215,6 +215,8 @@ def bench_qdq_case(case, x_flat, repeat, bar, peers=True):
     zp = p["zero_point"]
     if case.op == "q":
         x = xf if case.x_dtype is None else xf.astype(case.x_dtype)
+        if case.x_dtype is not None:  # a 16-bit float x has a scale of its type (opset 21), as in the onnxruntime model
+            p["scale"] = np.asarray(p["scale"]).astype(case.x_dtype)
         if case.quark:
             fn = lambda out=None: pqq.extended_quantize_linear(x, p["scale"], zp, axis=p["axis"], out=out)
         else:
