@@ -237,16 +237,27 @@ POLYQUANT_HD inline void store_work(const RowArgs& a, std::int64_t j, T v) {
   else static_cast<T*>(a.out)[j] = v;
 }
 
+// Element j of a float32 row with float16 work (the ops' half_steps): the float16 spec, `f(h)`
+// with h(i) operand i rounded to float16 (exact for the float16 tensors the engine widened),
+// stored as float32. False (nothing done) for any other row.
+template <class T, class Params, class F>
+POLYQUANT_HD inline bool half_work_element(const Params& p, const RowArgs& a, std::int64_t j, F&& f) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.half_steps) {
+      store_work<float>(a, j, static_cast<float>(f([&](int i) { return Half(a.at<float>(i, j)); })));
+      return true;
+    }
+  }
+  return false;
+}
+
 template <class T, RoundingMode kMode>
 POLYQUANT_HD inline void int_quant_row_element(const IntQuantParams& p, const RowArgs& a, std::int64_t j) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (p.half_steps) {  // the float16 spec on float32 operands (each rounded to float16: exact for the engine's)
-      const Half lo = from_double<Half>(p.lo), hi = from_double<Half>(p.hi);
-      const Half y = int_quant_element<kMode>(Half(a.at<float>(0, j)), Half(a.at<float>(1, j)), Half(a.at<float>(2, j)), p.bipolar, lo,
-                                              hi, WorkType::kF16, WorkType::kF16);
-      store_work<float>(a, j, static_cast<float>(y));
-      return;
-    }
+  if (half_work_element<T>(p, a, j, [&](auto h) {
+        return int_quant_element<kMode>(h(0), h(1), h(2), p.bipolar, from_double<Half>(p.lo), from_double<Half>(p.hi), WorkType::kF16,
+                                        WorkType::kF16);
+      })) {
+    return;
   }
   const T lo = from_double<T>(p.lo), hi = from_double<T>(p.hi);
   store_work<T>(a, j, int_quant_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), p.bipolar, lo, hi,
@@ -255,23 +266,14 @@ POLYQUANT_HD inline void int_quant_row_element(const IntQuantParams& p, const Ro
 
 template <class T>
 POLYQUANT_HD inline void bipolar_quant_row_element(const BipolarQuantParams& p, const RowArgs& a, std::int64_t j) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (p.half_steps) {
-      store_work<float>(a, j, static_cast<float>(bipolar_quant_element(Half(a.at<float>(0, j)), Half(a.at<float>(1, j)))));
-      return;
-    }
-  }
+  if (half_work_element<T>(p, a, j, [](auto h) { return bipolar_quant_element(h(0), h(1)); })) return;
   store_work<T>(a, j, bipolar_quant_element(load_work<T>(a, 0, j), load_work<T>(a, 1, j)));
 }
 
 template <class T, RoundingMode kMode>
 POLYQUANT_HD inline void trunc_v1_row_element(const TruncParams& p, const RowArgs& a, std::int64_t j) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (p.half_steps) {  // the float16 spec on float32 operands
-      auto h = [&](int i) { return Half(a.at<float>(i, j)); };
-      store_work<float>(a, j, static_cast<float>(trunc_v1_element<kMode>(h(0), h(1), h(2), h(3), WorkType::kF16, WorkType::kF16)));
-      return;
-    }
+  if (half_work_element<T>(p, a, j, [](auto h) { return trunc_v1_element<kMode>(h(0), h(1), h(2), h(3), WorkType::kF16, WorkType::kF16); })) {
+    return;
   }
   store_work<T>(a, j, trunc_v1_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), load_work<T>(a, 3, j),
                                               p.divide_as, p.add_as));
@@ -279,13 +281,10 @@ POLYQUANT_HD inline void trunc_v1_row_element(const TruncParams& p, const RowArg
 
 template <class T, RoundingMode kMode>
 POLYQUANT_HD inline void trunc_v2_row_element(const TruncParams& p, const RowArgs& a, std::int64_t j) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (p.half_steps) {  // the float16 spec on float32 operands
-      auto h = [&](int i) { return Half(a.at<float>(i, j)); };
-      store_work<float>(a, j, static_cast<float>(trunc_v2_element<kMode>(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7), WorkType::kF16,
-                                                                         WorkType::kF16)));
-      return;
-    }
+  if (half_work_element<T>(p, a, j, [](auto h) {
+        return trunc_v2_element<kMode>(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7), WorkType::kF16, WorkType::kF16);
+      })) {
+    return;
   }
   store_work<T>(a, j, trunc_v2_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), load_work<T>(a, 3, j),
                                               load_work<T>(a, 4, j), load_work<T>(a, 5, j), load_work<T>(a, 6, j), load_work<T>(a, 7, j),
