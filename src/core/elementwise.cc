@@ -319,8 +319,7 @@ class Runner {
       for (int k = 0; k < nin; ++k) {
         args.in[static_cast<std::size_t>(k)] = in_base[k];
         if (convert_scalar_[k]) {
-          convert_values(in_base[k], call_.inputs[static_cast<std::size_t>(k)].dtype, 0, scalars[k],
-                         call_.kernel_dtypes[static_cast<std::size_t>(k)], 1, 1);
+          convert_one(k, in_base[k], scalars[k]);
           args.in[static_cast<std::size_t>(k)] = scalars[k];
         }
       }
@@ -337,8 +336,7 @@ class Runner {
       const std::int64_t count = args.is_broadcast(k) ? 1 : std::min(n, kBlock);
       scratch.in[k].resize(scratch_bytes(count));
       if (args.is_broadcast(k)) {  // one value for the whole segment: convert it once
-        convert_values(in_base[k], call_.inputs[static_cast<std::size_t>(k)].dtype, 0, scratch.in[k].data(),
-                       call_.kernel_dtypes[static_cast<std::size_t>(k)], 1, 1);
+        convert_one(k, in_base[k], scratch.in[k].data());
         args.in[static_cast<std::size_t>(k)] = scratch.in[k].data();
       }
     }
@@ -373,7 +371,7 @@ class Runner {
           args.in[static_cast<std::size_t>(k)] = scratch.in[k].data();
         }
       }
-      char* op = out_base + b * os * static_cast<std::int64_t>(dtype_size(call_.out.dtype));
+      char* op = out_base + b * os * out_size;
       args.out = out_direct_ ? static_cast<void*>(op) : static_cast<void*>(scratch.out.data());
       args.n = m;
       args.index = first + b;
@@ -381,6 +379,11 @@ class Runner {
       call_.kernel(call_.params, args);
       if (!out_direct_) convert_values(scratch.out.data(), call_.kernel_out_dtype, 1, op, call_.out.dtype, os, m, stream_);
     }
+  }
+
+  // Operand k's element at `at`, converted to the kernel's dtype into `into` (8 bytes: any dtype).
+  void convert_one(int k, const void* at, void* into) const {
+    convert_values(at, call_.inputs[static_cast<std::size_t>(k)].dtype, 0, into, call_.kernel_dtypes[static_cast<std::size_t>(k)], 1, 1);
   }
 
   // `rows` whole rows starting at row `idx` (the kernel sees rows * len elements; see fuse_rows_).
@@ -404,7 +407,7 @@ class Runner {
         args.broadcast_mask |= 1u << k;
         args.in[static_cast<std::size_t>(k)] = base;
         if (converts) {
-          convert_values(base, v.dtype, 0, scalars[k], kernel_dtype, 1, 1);
+          convert_one(k, base, scalars[k]);
           args.in[static_cast<std::size_t>(k)] = scalars[k];
         }
       } else if (expanded_[k] && call_.per_row_operands) {
@@ -431,7 +434,7 @@ class Runner {
         for (std::int64_t r = 0; r < rows; ++r) {
           const char* v = base + r * step;
           if (converts) {
-            convert_values(v, call_.inputs[static_cast<std::size_t>(k)].dtype, 0, scalars[k], kernel_dtype, 1, 1);
+            convert_one(k, v, scalars[k]);
             v = reinterpret_cast<const char*>(scalars[k]);
           }
           unsigned char* dst = t.data() + static_cast<std::size_t>(r * len) * esize;
