@@ -120,20 +120,37 @@ POLYQUANT_HD inline T floor_log2_t(T v) {
 #endif
 }
 
+// The first significand in [lo, end) for which rounds_up holds (end: none), by binary search: the
+// significands that round up are a run at the top of the binade.
+template <class Bits, class RoundsUp>
+inline Bits first_rounding_up(Bits lo, Bits end, RoundsUp&& rounds_up) {
+  Bits hi = end;  // answer in [lo, end]
+  while (lo < hi) {
+    const Bits mid = lo + (hi - lo) / 2;
+    if (rounds_up(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return hi;
+}
+
+// The float16 row of the table (FloorLog2RoundUp::f16), measured as below; the CPU's float16 work
+// in the float32 vector kernels reads it too (QONNX FloatQuant).
+inline void measure_floor_log2_round_up_f16(std::uint16_t (&f16)[32]) {
+  for (unsigned b = 0; b < 32; ++b) {
+    f16[b] = 1u << 10;
+    if (b == 0 || b == 31) continue;
+    const float next = static_cast<float>(static_cast<int>(b) - 14);
+    f16[b] = static_cast<std::uint16_t>(first_rounding_up(unsigned{kFloorLog2SearchF16}, 1u << 10, [&](unsigned m) {
+      return static_cast<float>(floor_t(log2_t(Half::from_bits(static_cast<std::uint16_t>((b << 10) | m))))) == next;
+    }));
+  }
+}
+
 // Measures the table from floor_t(log2_t(v)) on the host: per binade, a binary search over the
 // significands from kFloorLog2Search* for the first whose floor is the exponent + 1 (the run is
 // contiguous: test_floor_log2.cc checks every significand searched).
 inline FloorLog2RoundUp measure_floor_log2_round_up() {
   FloorLog2RoundUp t{};
-  const auto first_rounding_up = [](auto lo, auto end, auto rounds_up) {
-    auto hi = end;  // answer in [lo, end]; end: none
-    while (lo < hi) {
-      const auto mid = lo + (hi - lo) / 2;
-      if (rounds_up(mid)) hi = mid;
-      else lo = mid + 1;
-    }
-    return hi;
-  };
   for (std::uint32_t b = 0; b < 256; ++b) {
     t.f32[b] = 1u << 23;
     if (b == 0 || b == 255) continue;
@@ -150,14 +167,7 @@ inline FloorLog2RoundUp measure_floor_log2_round_up() {
       return floor_t(log2_t(std::bit_cast<double>((b << 52) | m))) == next;
     });
   }
-  for (unsigned b = 0; b < 32; ++b) {
-    t.f16[b] = 1u << 10;
-    if (b == 0 || b == 31) continue;
-    const float next = static_cast<float>(static_cast<int>(b) - 14);
-    t.f16[b] = static_cast<std::uint16_t>(first_rounding_up(unsigned{kFloorLog2SearchF16}, 1u << 10, [&](unsigned m) {
-      return static_cast<float>(floor_t(log2_t(Half::from_bits(static_cast<std::uint16_t>((b << 10) | m))))) == next;
-    }));
-  }
+  measure_floor_log2_round_up_f16(t.f16);
   return t;
 }
 

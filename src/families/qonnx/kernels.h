@@ -150,6 +150,9 @@ struct FloatQuantParams {
   // that too. setup_float_quant decides from R's size and dtype (qonnx calls the function on the
   // whole tensor, so its FloatQuant node's NaN signs depend on the tensor's size).
   bool nan_product_from_rounded = false;
+  // float16 work on float32 operands (IntQuantParams::half_steps): x, scale and min_exp arrive as
+  // float32 and the kernels compute float_quant_element<Half> of them rounded to float16.
+  bool half_steps = false;
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
@@ -293,7 +296,12 @@ POLYQUANT_HD inline void trunc_v2_row_element(const TruncParams& p, const RowArg
 
 template <class T, RoundingMode kMode>
 POLYQUANT_HD inline void float_quant_row_element(const FloatQuantParams& p, const RowArgs& a, std::int64_t j) {
-  const double v = float_quant_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), a.at<double>(3, j), p);
+  double v;
+  if (std::is_same_v<T, float> && p.half_steps) {  // the float16 spec (half_work_element's, with M as it is)
+    v = float_quant_element<kMode>(Half(a.at<float>(0, j)), Half(a.at<float>(1, j)), Half(a.at<float>(2, j)), a.at<double>(3, j), p);
+  } else {
+    v = float_quant_element<kMode>(load_work<T>(a, 0, j), load_work<T>(a, 1, j), load_work<T>(a, 2, j), a.at<double>(3, j), p);
+  }
   if (p.double_output) static_cast<double*>(a.out)[j] = v;
   else static_cast<float*>(a.out)[j] = x86_to_float(v);
 }

@@ -804,16 +804,21 @@ PlannedCall float_quant_plan(const TensorView& x, const TensorView& scale, const
         [&s](const SourceRun* src, std::int64_t m, double* out, std::uint8_t* fix) {
           return float_quant_max_value_dense(s.exp_dtype, s.max_mantissa, src, m, out, fix);
         });
+    // float16 work in the float32 kernels (FloatQuantParams::half_steps): x, the scale and min_exp
+    // in float32, which the kernels round to float16 (a float64 value rounded to float32 and then
+    // to float16 is rounded to float16 once: 24 >= 2 x 11 + 2).
+    detail::FloatQuantParams params = s.params;
+    params.half_steps = w == DType::kFloat16;
+    const DType kw = params.half_steps ? DType::kFloat32 : w;
     detail::FusedOperands ops;
     const int bias = ops.source(exponent_bias);
     const std::array<int, 4> kernel_operands{
-        ops.input(x, w), ops.input(scale, w), ops.derive<2>({bias, ops.source(mantissa_bitwidth)}, w, min_exp),
+        ops.input(x, kw), ops.input(scale, kw), ops.derive<2>({bias, ops.source(mantissa_bitwidth)}, kw, min_exp),
         ops.derive<3>({ops.source(exponent_bitwidth), bias, ops.source(max_val)}, DType::kFloat64, max_value)};
     // A float32 out (the ONNX node) is written directly as float32(c * s); any other dtype gets the
     // function's float64 value, rounded once by the engine when out is float16.
-    detail::FloatQuantParams params = s.params;
     params.double_output = out.dtype != DType::kFloat32;
-    run_fused(KernelOp::kFloatQuant, detail::work_type_of(w), ops, kernel_operands,
+    run_fused(KernelOp::kFloatQuant, detail::work_type_of(kw), ops, kernel_operands,
               params.double_output ? DType::kFloat64 : DType::kFloat32, out, &params, &float_quant_row_params);
   });
 }

@@ -6,19 +6,10 @@
 
 #include "kernels/simd/row_loop-inl.h"
 
-// The float16 working precision inside the float32 kernels (IntQuantParams::half_steps): H rounds
-// the lanes to float16 and back (the hardware's round trip, as Half rounds every result of its
-// float32 arithmetic); without it, the lanes as they are.
-template <bool kHalf>
-POLYQUANT_ALWAYS_INLINE inline Vec::F half_step(Vec::F v) {
-  if constexpr (kHalf) return Vec::round_to_half(v);
-  else return v;
-}
-
 // ---- IntQuant --------------------------------------------------------------------------------
 // kHalf: the float16 spec (int_quant_element<Half>): the operands rounded to float16, then every
-// operation's result. Rounding to an integer and the clamp need none (their results are float16
-// values already: integers of a float16 value, the bounds).
+// operation's result. The clamp needs none (its results are float16 values already: the value or
+// a bound), nor does the rounding, whose float16 form (with_vector_rounding<true>) rounds inside.
 template <bool kHalf, class Round>
 void int_quant_rows(const IntQuantParams& p, const RowArgs& a, const Round& round) {
   auto H = [](Vec::F v) POLYQUANT_ALWAYS_INLINE { return half_step<kHalf>(v); };
@@ -45,13 +36,8 @@ void int_quant_rows(const IntQuantParams& p, const RowArgs& a, const Round& roun
 
 void int_quant_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const IntQuantParams*>(params);
-  if (p.half_steps) {
-    // float16 work: half-even and floor (round() and floor() of a float16 value are float16
-    // values); the sign-magnitude modes, whose |y| +- 0.5 rounds and whose NaN sign follows
-    // numpy's float16 loop, are the spec's
-    if (p.mode == RoundingMode::kHalfEven) return int_quant_rows<true>(p, a, FixedRoundingV<RoundingMode::kHalfEven>{});
-    if (p.mode == RoundingMode::kFloor) return int_quant_rows<true>(p, a, FixedRoundingV<RoundingMode::kFloor>{});
-    ref::int_quant_f32(params, a);
+  if (p.half_steps) {  // float16 work, every rounding mode in its float16 form
+    with_vector_rounding<true>(p.mode, [&](const auto& round) POLYQUANT_ALWAYS_INLINE { int_quant_rows<true>(p, a, round); });
     return;
   }
   if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {  // mixed precisions: rare
@@ -103,16 +89,16 @@ inline void trunc_v1_row(const RowArgs& a, float inverse, const Round& round) {
 }
 
 // Shared entry of the Trunc kernels: mixed working precisions go to the spec; a power-of-two
-// truncation scale with an exact inverse multiplies. float16 work (TruncParams::half_steps):
-// half-even and floor in the vector loop, dividing (a float32 scale need not be a float16 value:
-// the spec rounds it first), the other modes the spec's (IntQuant's reasons).
+// truncation scale with an exact inverse multiplies. float16 work (TruncParams::half_steps)
+// divides (a float32 scale need not be a float16 value: the spec rounds it first), with every
+// rounding mode in its float16 form.
 template <class Row>
 inline void trunc_dispatch(const void* params, const RowArgs& a, RowKernel reference, Row&& row) {
   const auto& p = *static_cast<const TruncParams*>(params);
   if (p.half_steps) {
-    if (p.mode == RoundingMode::kHalfEven) row.template operator()<false, true>(0.0f, FixedRoundingV<RoundingMode::kHalfEven>{});
-    else if (p.mode == RoundingMode::kFloor) row.template operator()<false, true>(0.0f, FixedRoundingV<RoundingMode::kFloor>{});
-    else reference(params, a);
+    with_vector_rounding<true>(p.mode, [&](const auto& round) POLYQUANT_ALWAYS_INLINE {
+      row.template operator()<false, true>(0.0f, round);
+    });
     return;
   }
   if (p.divide_as != WorkType::kF32 || p.add_as != WorkType::kF32) {
@@ -163,9 +149,27 @@ void trunc_v2_f32(const void* params, const RowArgs& a) {
 // (floor(log2) - m, the maximum with the subnormal floor, 2^e and 2^-e) is exact integer work.
 inline constexpr std::int32_t kLog2ExactMantissaLimit = (1 << 23) - (1 << 11);
 
+// float16 work (FloatQuantParams::half_steps): numpy's float16 log2 is float16(log2f(v)), which
+// rounds up to the next integer from a significand that depends on the binade (a few of the top
+// codes of the outer binades: measure_floor_log2_round_up_f16). The row looks the binade's last
+// significand with floor(log2) = exponent up in this table, indexed by the float16 biased exponent.
+inline const std::int32_t* half_floor_log2_last_kept() {
+  static const std::array<std::int32_t, 32> table = [] {
+    std::uint16_t first_up[32];
+    measure_floor_log2_round_up_f16(first_up);
+    std::array<std::int32_t, 32> t{};
+    for (int b = 0; b < 32; ++b) t[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(first_up[b]) - 1;
+    return t;
+  }();
+  return table.data();
+}
+
 // The scalar spec's clipped value for the lanes in `lanes_mask`, written into `c` (the vector
 // row's rare lanes: see kLog2ExactMantissaLimit). Out of line: the row has hundreds of
 // instantiations (modes x outputs x overflow x layouts), and each carries a call, not a copy.
+// kHalf: the float16 spec, on the operands rounded to float16 (its clipped value is a float16 value,
+// +-M, +-inf or NaN: a float32).
+template <bool kHalf>
 __attribute__((noinline)) inline void float_quant_scalar_lanes(RoundingMode mode, unsigned lanes_mask, const float* x, const float* s,
                                                         const float* min_exp, const float* max_value, bool per_element,
                                                         double max_d, const FloatQuantParams& p, float* c) {
@@ -173,7 +177,11 @@ __attribute__((noinline)) inline void float_quant_scalar_lanes(RoundingMode mode
     for (int l = 0; l < Vec::kLanes; ++l) {
       if ((lanes_mask >> l) & 1u) {
         const double lane_max = per_element ? static_cast<double>(max_value[l]) : max_d;
-        c[l] = static_cast<float>(float_quant_clipped<kMode, float>(x[l], s[l], min_exp[l], lane_max, p));
+        if constexpr (kHalf) {
+          c[l] = static_cast<float>(float_quant_clipped<kMode, Half>(Half(x[l]), Half(s[l]), Half(min_exp[l]), lane_max, p));
+        } else {
+          c[l] = static_cast<float>(float_quant_clipped<kMode, float>(x[l], s[l], min_exp[l], lane_max, p));
+        }
       }
     }
   });
@@ -181,6 +189,12 @@ __attribute__((noinline)) inline void float_quant_scalar_lanes(RoundingMode mode
 
 // kCheckRange: the exponent e may leave [-126, 126] (a very small subnormal floor, a floor above
 // 126, or m = 0).
+// kHalf: float16 work (FloatQuantParams::half_steps), the float16 spec on float32 lanes: x and the
+// scale rounded to float16, and every float16 operation's result (x / s, |xs| + tiny, the quotient
+// by 2^e, the product) rounded to float16 (half_step); floor(log2) by the table above. 2^e is a
+// float16 value for e in [-24, 15] (subnormal below -14), which the range check keeps; there the
+// float32 quotient xs * 2^-e is exact, so rounding it to float16 is float16's division. The other
+// steps are exact integer work as in float32.
 // kScaleInverse: the scale is one power of two, so x / scale is x * (1 / scale) bit for bit.
 // kOverflow: saturate (the common case, its own instantiation), or go beyond the range: to +-inf
 // in a format with infinities, else to NaN (one instantiation for both, the choice per row in
@@ -191,16 +205,21 @@ enum class Overflow { kSaturate, kBeyondRange };
 // kPerElement: min_exp and M are vector operands 2 and 3 (float32, M exact in float32, min_exp
 // integral in [-1000, 1000]: float_quant_per_element checks) instead of the row's broadcast
 // min_exp and max_value; the math is the same.
-template <bool kCheckRange, bool kScaleInverse, Overflow kOverflow, class Out, bool kPerElement = false, class Round>
+template <bool kCheckRange, bool kScaleInverse, Overflow kOverflow, class Out, bool kPerElement = false, bool kHalf = false,
+          class Round>
 inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::int32_t m, std::int32_t min_exp,
                             float max_value, float scale_inverse, const Out& policy, const Round& round) {
   static_assert(!kPerElement || kCheckRange);
+  static_assert(!kHalf || (kCheckRange && !kScaleInverse && !kPerElement));
+  auto H = [](Vec::F v) POLYQUANT_ALWAYS_INLINE { return half_step<kHalf>(v); };
   const Vec::F inv_s = Vec::splat(scale_inverse);
-  const Vec::F tiny = Vec::splat(1.17549435e-38f);
+  const Vec::F tiny = Vec::splat(kHalf ? 6.103515625e-05f : 1.17549435e-38f);  // finfo.tiny: 2^-14, 2^-126
+  const std::int32_t* last_kept = kHalf ? half_floor_log2_last_kept() : nullptr;
+  const Vec::I half_bias_shift = Vec::splat_i(127 - 15), five_bits = Vec::splat_i(31), ten_bits = Vec::splat_i(0x3ff);
   const Vec::I exponent_offset = Vec::splat_i(127 + m), min_e_splat = Vec::splat_i(min_exp);
   const Vec::I mantissa_mask = Vec::splat_i(0x7fffff), bias = Vec::splat_i(127);
   const Vec::I last_exact = Vec::splat_i(kLog2ExactMantissaLimit - 1), finite_limit = Vec::splat_i(0x7f7fffff);
-  const Vec::I e_hi = Vec::splat_i(126), e_lo = Vec::splat_i(-126);
+  const Vec::I e_hi = Vec::splat_i(kHalf ? 15 : 126), e_lo = Vec::splat_i(kHalf ? -24 : -126);
   // The clip range [lo, M]: lo = -M (a -0.0 for M = +0.0 keeps numpy's sign), or +0.0 unsigned.
   const Vec::F max_splat = Vec::splat(max_value);
   const Vec::F minus_one = Vec::splat(-1.0f);
@@ -216,17 +235,31 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
     const Vec::I min_e = kPerElement ? Vec::to_int(v[2]) : min_e_splat;
     const Vec::F max_v = kPerElement ? v[3] : max_splat;
     const Vec::F min_v = is_signed ? Vec::mul(max_v, minus_one) : Vec::zero();
-    const Vec::F xs = kScaleInverse ? Vec::mul(v[0], inv_s) : Vec::div(v[0], v[1]);
-    const Vec::I mag = Vec::bits(Vec::add(Vec::abs(xs), tiny));
-    Vec::M scalar_lanes = Vec::mask_or(Vec::gt_i(mag, finite_limit), Vec::gt_i(Vec::and_i(mag, mantissa_mask), last_exact));
-    const Vec::I e = Vec::max_i(Vec::sub_i(Vec::shr_i<23>(mag), exponent_offset), min_e);
+    const Vec::F s = H(v[1]);
+    const Vec::F xs = kScaleInverse ? Vec::mul(v[0], inv_s) : H(Vec::div(H(v[0]), s));
+    const Vec::I mag = Vec::bits(H(Vec::add(Vec::abs(xs), tiny)));
+    Vec::M scalar_lanes;
+    Vec::I biased_floor;  // floor(log2(mag)) + 127
+    if constexpr (kHalf) {
+      // A float16 value's biased exponent is the float32 one less 112 (its index in the table,
+      // masked: inf and NaN lanes go to the spec), its significand the float32 one's top 10 bits.
+      scalar_lanes = Vec::gt_i(mag, finite_limit);
+      const Vec::I exponent = Vec::shr_i<23>(mag);
+      const Vec::I index = Vec::and_i(Vec::sub_i(exponent, half_bias_shift), five_bits);
+      const Vec::M rounds_up = Vec::gt_i(Vec::and_i(Vec::shr_i<13>(mag), ten_bits), Vec::lookup32_i(last_kept, index));
+      biased_floor = Vec::select_i(rounds_up, Vec::add_i(exponent, Vec::splat_i(1)), exponent);
+    } else {
+      scalar_lanes = Vec::mask_or(Vec::gt_i(mag, finite_limit), Vec::gt_i(Vec::and_i(mag, mantissa_mask), last_exact));
+      biased_floor = Vec::shr_i<23>(mag);
+    }
+    const Vec::I e = Vec::max_i(Vec::sub_i(biased_floor, exponent_offset), min_e);
     if constexpr (kCheckRange) {
       scalar_lanes = Vec::mask_or(scalar_lanes, Vec::mask_or(Vec::gt_i(e, e_hi), Vec::gt_i(e_lo, e)));
     }
     // xs / 2^e == xs * 2^-e bit for bit: both round the same real number once, and 2^-e is exact.
     const Vec::F internal_scale = Vec::from_bits(Vec::shl_i<23>(Vec::add_i(e, bias)));
     const Vec::F inverse_scale = Vec::from_bits(Vec::shl_i<23>(Vec::sub_i(bias, e)));
-    const Vec::F q = Vec::mul(internal_scale, round(Vec::mul(xs, inverse_scale)));
+    const Vec::F q = H(Vec::mul(internal_scale, round(H(Vec::mul(xs, inverse_scale)))));
     // np.clip(q, lo, M) = min(max(q, lo), M), keeping q on ties: max/min return their second
     // operand when the first is not strictly greater/less, and for NaN, so a NaN q passes through.
     // (NaN bounds never reach this path.)
@@ -242,17 +275,17 @@ inline void float_quant_row(const RowArgs& a, const FloatQuantParams& p, std::in
       // spec's lanes fit the vector and share the product below.
       alignas(64) float xv[Vec::kLanes], sv[Vec::kLanes], cv[Vec::kLanes], ev[Vec::kLanes], mv[Vec::kLanes];
       Vec::storeu(xv, v[0]);
-      Vec::storeu(sv, v[1]);
+      Vec::storeu(sv, s);
       Vec::storeu(cv, c);
       Vec::storeu(ev, kPerElement ? v[2] : Vec::splat(min_exp_f));
       Vec::storeu(mv, max_v);
-      float_quant_scalar_lanes(round.mode, lanes_mask, xv, sv, ev, mv, kPerElement, max_d, p, cv);
+      float_quant_scalar_lanes<kHalf>(round.mode, lanes_mask, xv, sv, ev, mv, kPerElement, max_d, p, cv);
       c = Vec::loadu(cv);
     }
     if constexpr (std::is_same_v<Out, WideProductOut>) {
-      return WideProduct{c, v[1]};
+      return WideProduct{c, s};
     } else if constexpr (std::is_same_v<Out, FloatOut>) {
-      return Vec::mul(c, v[1]);
+      return Vec::mul_first_nan(c, s);  // the spec's clipped * s (both can be NaN)
     } else {
       return c;  // ScaledOut multiplies by the float64 factor
     }
@@ -310,8 +343,9 @@ inline void float_quant_per_element(const RowArgs& a, const FloatQuantParams& p,
 
 void float_quant_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const FloatQuantParams*>(params);
-  if (!(a.is_broadcast(2) && a.is_broadcast(3)) && p.xs_as == WorkType::kF32 && p.mantissa_bits >= 0 &&
-      p.mantissa_bits <= 64 && p.mantissa_bits == static_cast<double>(static_cast<int>(p.mantissa_bits))) {
+  const bool integral_m = p.mantissa_bits >= 0 && p.mantissa_bits <= 64 &&
+                          p.mantissa_bits == static_cast<double>(static_cast<int>(p.mantissa_bits));
+  if (!(a.is_broadcast(2) && a.is_broadcast(3)) && !p.half_steps && p.xs_as == WorkType::kF32 && integral_m) {
     if (p.has_product_scale && p.double_output) float_quant_per_element(a, p, ScaledOut<double>{p.product_scale});
     else if (p.has_product_scale) float_quant_per_element(a, p, ScaledOut<float>{p.product_scale});
     else if (p.double_output) float_quant_per_element(a, p, WideProductOut{});
@@ -320,10 +354,10 @@ void float_quant_f32(const void* params, const RowArgs& a) {
   }
   // The integer exponent path needs one broadcast format per row with integral m and subnormal
   // floor, a limit M that float32 holds (and is not NaN: np.clip's NaN bound is the spec's job),
-  // and X / scale in float32; anything else is rare and goes to the spec.
-  const bool fast = p.max_fits_float32 && p.xs_as == WorkType::kF32 && a.is_broadcast(2) && a.is_broadcast(3) &&
-                    p.mantissa_bits >= 0 && p.mantissa_bits <= 64 &&
-                    p.mantissa_bits == static_cast<double>(static_cast<int>(p.mantissa_bits));
+  // and X / scale in float32 (or all of it float16 work); anything else is rare and goes to the
+  // spec.
+  const bool fast = p.max_fits_float32 && (p.half_steps || p.xs_as == WorkType::kF32) && a.is_broadcast(2) &&
+                    a.is_broadcast(3) && integral_m;
   const float min_exp = fast ? a.input<float>(2)[0] : 0.0f;
   const double max_d = fast ? a.input<double>(3)[0] : 0.0;
   if (!fast || !(min_exp >= -1000.0f && min_exp <= 1000.0f) || min_exp != static_cast<float>(static_cast<int>(min_exp)) ||
@@ -332,28 +366,38 @@ void float_quant_f32(const void* params, const RowArgs& a) {
     return;
   }
   const auto m = static_cast<std::int32_t>(p.mantissa_bits);
-  const auto min_e = static_cast<std::int32_t>(min_exp);
+  const auto min_e = static_cast<std::int32_t>(min_exp);  // an integer of [-1000, 1000]: a float16 value too
   const auto max_value = static_cast<float>(max_d);
   // e = max(exponent - m, min_e) leaves the normal range when the floor does or when m < 1.
   const bool check_range = min_e < -126 || min_e > 126 || m < 1;
   float scale_inverse = 0.0f;
-  const bool use_inverse = exact_inverse_power_of_two(a, 1, &scale_inverse);
+  const bool use_inverse = !p.half_steps && exact_inverse_power_of_two(a, 1, &scale_inverse);
   auto run_out = [&]<class Out>(const Out& policy) {
-    with_vector_rounding(p.mode, [&](const auto& round) POLYQUANT_ALWAYS_INLINE {
-      auto run = [&]<bool kCheckRange, bool kInverse>() {
-        if (p.saturation) {
-          float_quant_row<kCheckRange, kInverse, Overflow::kSaturate, Out>(a, p, m, min_e, max_value, scale_inverse, policy, round);
+    auto rows = [&]<bool kHalf>() {
+      with_vector_rounding<kHalf>(p.mode, [&](const auto& round) POLYQUANT_ALWAYS_INLINE {
+        auto run = [&]<bool kCheckRange, bool kInverse>() {
+          if (p.saturation) {
+            float_quant_row<kCheckRange, kInverse, Overflow::kSaturate, Out, false, kHalf>(a, p, m, min_e, max_value,
+                                                                                          scale_inverse, policy, round);
+          } else {
+            float_quant_row<kCheckRange, kInverse, Overflow::kBeyondRange, Out, false, kHalf>(a, p, m, min_e, max_value,
+                                                                                             scale_inverse, policy, round);
+          }
+        };
+        // An out-of-range exponent floor is rare: that row divides by the scale even where it could
+        // multiply by its inverse (the same bits), which spares an instantiation. float16 work
+        // always checks its narrower range, and divides.
+        if constexpr (kHalf) {
+          run.template operator()<true, false>();
         } else {
-          float_quant_row<kCheckRange, kInverse, Overflow::kBeyondRange, Out>(a, p, m, min_e, max_value, scale_inverse, policy,
-                                                                            round);
+          if (check_range) run.template operator()<true, false>();
+          else if (use_inverse) run.template operator()<false, true>();
+          else run.template operator()<false, false>();
         }
-      };
-      // An out-of-range exponent floor is rare: that row divides by the scale even where it could
-      // multiply by its inverse (the same bits), which spares an instantiation.
-      if (check_range) run.template operator()<true, false>();
-      else if (use_inverse) run.template operator()<false, true>();
-      else run.template operator()<false, false>();
-    });
+      });
+    };
+    if (p.half_steps) rows.template operator()<true>();
+    else rows.template operator()<false>();
   };
   // A weak Python-float scale that float32 does not hold multiplies as a float64 factor.
   if (p.has_product_scale && p.double_output) run_out(ScaledOut<double>{p.product_scale});

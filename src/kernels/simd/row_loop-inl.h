@@ -24,6 +24,15 @@ inline Vec::M all_lanes(bool set) {
   return set ? Vec::le(zero, zero) : Vec::lt(zero, zero);
 }
 
+// The float16 working precision inside the float32 kernels (QONNX's half_steps: numpy's float16
+// arithmetic, which rounds every float32 result to float16): the lanes rounded to float16 and back
+// (the hardware's round trip); without it, the lanes as they are.
+template <bool kHalf>
+POLYQUANT_ALWAYS_INLINE inline Vec::F half_step(Vec::F v) {
+  if constexpr (kHalf) return Vec::round_to_half(v);
+  else return v;
+}
+
 // The rounding modes in vector form, as rounding functors. The two modes QONNX models use by
 // default have their own type, one instruction in their loops: half-even (Quant's ROUND, numpy's
 // round) and floor (Trunc's FLOOR). The five others share one type whose choice is in lane masks
@@ -33,6 +42,10 @@ inline Vec::M all_lanes(bool set) {
 // so a kernel compiles three loops per rounding site instead of seven, for a few selects per vector
 // on the rarer modes. |x| - 0.5 and |x| + (-0.5) are the same IEEE operation, so the results equal
 // the per-mode forms bit for bit, the sign of zero and NaN's payload (taken from x) included.
+// Every mode's F of a float16 value is a float16 value, so float16 work (kHalf) changes only the
+// sign-magnitude modes: |x| +- 0.5 rounds to float16 (above 1024 it is a tie, which goes to even),
+// and numpy's float16 product sign * magnitude returns the second operand's NaN (round_t's
+// numpy_sign_times_magnitude<Half>): a NaN x comes back as |x|, quieted.
 template <RoundingMode kMode>
 struct FixedRoundingV {
   static_assert(kMode == RoundingMode::kHalfEven || kMode == RoundingMode::kFloor);
@@ -42,6 +55,7 @@ struct FixedRoundingV {
     else return Vec::floor(x);
   }
 };
+template <bool kHalf = false>
 struct AnyRoundingV {
   RoundingMode mode;
   Vec::M by_magnitude, with_offset, by_ceil, by_floor;  // neither ceil nor floor: trunc
@@ -55,23 +69,28 @@ struct AnyRoundingV {
         offset(Vec::splat(m == RoundingMode::kHalfDown ? -0.5f : 0.5f)) {}
   POLYQUANT_ALWAYS_INLINE Vec::F operator()(Vec::F x) const {
     const Vec::F magnitude = Vec::abs(x);
-    const Vec::F y = Vec::select(by_magnitude, Vec::select(with_offset, Vec::add(magnitude, offset), magnitude), x);
+    const Vec::F shifted = half_step<kHalf>(Vec::add(magnitude, offset));
+    const Vec::F y = Vec::select(by_magnitude, Vec::select(with_offset, shifted, magnitude), x);
     const Vec::F r = Vec::select(by_ceil, Vec::ceil(y), Vec::select(by_floor, Vec::floor(y), Vec::trunc(y)));
-    // numpy_sign_times_magnitude of scalar_math.h: a NaN sign (NaN x) comes back as itself, quieted.
-    return Vec::select(by_magnitude, Vec::mul_first_nan(sign_v(x), r), r);
+    // numpy_sign_times_magnitude of scalar_math.h: a NaN sign (NaN x) comes back as itself,
+    // quieted; in float16, the magnitude's NaN (r is NaN exactly where x is, so the first NaN of
+    // r * sign is r's)
+    const Vec::F signed_r = kHalf ? Vec::mul_first_nan(r, sign_v(x)) : Vec::mul_first_nan(sign_v(x), r);
+    return Vec::select(by_magnitude, signed_r, r);
   }
 };
-// f(rounding): the row's mode as one of the three functor types.
-template <class F>
+// f(rounding): the row's mode as one of the three functor types (kHalf: for float16 work).
+template <bool kHalf = false, class F>
 POLYQUANT_ALWAYS_INLINE inline void with_vector_rounding(RoundingMode mode, F&& f) {
   if (mode == RoundingMode::kHalfEven) f(FixedRoundingV<RoundingMode::kHalfEven>{});
   else if (mode == RoundingMode::kFloor) f(FixedRoundingV<RoundingMode::kFloor>{});
-  else f(AnyRoundingV(mode));
+  else f(AnyRoundingV<kHalf>(mode));
 }
 
 // How a row's results are stored. FloatOut: the body returns the float32 result vector.
 // WideProductOut: the body returns two float32 vectors whose product is the result, stored as
-// float64 (the product of two floats is exact in double: the reference's float64 outputs).
+// float64 (the product of two floats is exact in double: the reference's float64 outputs; of two
+// NaNs, the first's, as mul_first_nan). ScaledOut's float64 product keeps the same rule.
 struct FloatOut {
   using T = float;
   using Result = Vec::F;

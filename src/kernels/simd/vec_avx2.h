@@ -33,6 +33,13 @@ struct Vec {
     asm("vmulps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
     return r;
   }
+  // mul_first_nan of float64 lanes (the products stored as float64 below: a float32 result times
+  // its scale, whose NaN may differ from the result's).
+  static __m256d mul_first_nan_f64(__m256d a, __m256d b) {
+    __m256d r;
+    asm("vmulpd %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
+    return r;
+  }
   // a + b with the same rule (add_first_nan, x86_add in core/scalar_math.h).
   static F add_first_nan(F a, F b) {
     F r;
@@ -95,6 +102,8 @@ struct Vec {
   static I or_i(I a, I b) { return _mm256_or_si256(a, b); }
   static I select_i(M m, I if_true, I if_false) { return _mm256_blendv_epi8(if_false, if_true, _mm256_castps_si256(m)); }
   static I shr_var_i(I a, I count) { return _mm256_srlv_epi32(a, count); }  // logical; counts 0..31
+  // table[index] per lane, for a table of 32 int32 (lanes 0..31; the caller masks them).
+  static I lookup32_i(const std::int32_t* table, I index) { return _mm256_i32gather_epi32(table, index, 4); }
   static F to_float(I a) { return _mm256_cvtepi32_ps(a); }                 // int32 lanes, rounded once
   // 16-bit codes (float16, bfloat16) zero-extended to 32-bit lanes, and back (lanes <= 0xFFFF).
   static I load_u16(const std::uint16_t* p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
@@ -133,8 +142,8 @@ struct Vec {
 
   // p[0..7] = double(a) * double(b): the exact product of two float32 vectors, as float64.
   static void store_product_f64(double* p, F a, F b) {
-    const __m256d lo = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), _mm256_cvtps_pd(_mm256_castps256_ps128(b)));
-    const __m256d hi = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)));
+    const __m256d lo = mul_first_nan_f64(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), _mm256_cvtps_pd(_mm256_castps256_ps128(b)));
+    const __m256d hi = mul_first_nan_f64(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)));
     _mm256_storeu_pd(p, lo);
     _mm256_storeu_pd(p + 4, hi);
   }
@@ -257,12 +266,12 @@ struct Vec {
   // a float64 array by a Python float (and casts the product into a float32 output).
   static void store_scaled_f64(double* p, F a, double b) {
     const auto f = _mm256_set1_pd(b);
-    _mm256_storeu_pd(p, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), f));
-    _mm256_storeu_pd(p + 4, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), f));
+    _mm256_storeu_pd(p, mul_first_nan_f64(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), f));
+    _mm256_storeu_pd(p + 4, mul_first_nan_f64(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), f));
   }
   static void store_scaled_f32(float* p, F a, double b) {
     const auto f = _mm256_set1_pd(b);
-    const auto lo = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), f), hi = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), f);
+    const auto lo = mul_first_nan_f64(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), f), hi = mul_first_nan_f64(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), f);
     const __m128 lo_f = _mm256_cvtpd_ps(lo), hi_f = _mm256_cvtpd_ps(hi);
     _mm256_storeu_ps(p, _mm256_set_m128(hi_f, lo_f));
   }

@@ -33,6 +33,13 @@ struct Vec {
     asm("vmulps %2, %1, %0" : "=v"(r) : "v"(a), "vm"(b));
     return r;
   }
+  // mul_first_nan of float64 lanes (the products stored as float64 below: a float32 result times
+  // its scale, whose NaN may differ from the result's).
+  static __m512d mul_first_nan_f64(__m512d a, __m512d b) {
+    __m512d r;
+    asm("vmulpd %2, %1, %0" : "=v"(r) : "v"(a), "vm"(b));
+    return r;
+  }
   // a + b with the same rule (add_first_nan, x86_add in core/scalar_math.h).
   static F add_first_nan(F a, F b) {
     F r;
@@ -83,6 +90,11 @@ struct Vec {
   static I or_i(I a, I b) { return _mm512_or_si512(a, b); }
   static I select_i(M m, I if_true, I if_false) { return _mm512_mask_blend_epi32(m, if_false, if_true); }
   static I shr_var_i(I a, I count) { return _mm512_srlv_epi32(a, count); }  // logical; counts 0..31
+  // table[index] per lane, for a table of 32 int32 (lanes 0..31; the caller masks them): two
+  // registers' permute, which reads only the index's low five bits.
+  static I lookup32_i(const std::int32_t* table, I index) {
+    return _mm512_permutex2var_epi32(_mm512_loadu_si512(table), index, _mm512_loadu_si512(table + 16));
+  }
   static F to_float(I a) { return _mm512_cvtepi32_ps(a); }                 // int32 lanes, rounded once
   // 16-bit codes (float16, bfloat16) zero-extended to 32-bit lanes, and back (lanes <= 0xFFFF).
   static I load_u16(const std::uint16_t* p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
@@ -111,8 +123,8 @@ struct Vec {
 
   // p[0..15] = double(a) * double(b): the exact product of two float32 vectors, as float64.
   static void store_product_f64(double* p, F a, F b) {
-    const __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), _mm512_cvtps_pd(_mm512_castps512_ps256(b)));
-    const __m512d hi = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1)));
+    const __m512d lo = mul_first_nan_f64(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), _mm512_cvtps_pd(_mm512_castps512_ps256(b)));
+    const __m512d hi = mul_first_nan_f64(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1)));
     _mm512_storeu_pd(p, lo);
     _mm512_storeu_pd(p + 8, hi);
   }
@@ -122,12 +134,12 @@ struct Vec {
   // a float64 array by a Python float (and casts the product into a float32 output).
   static void store_scaled_f64(double* p, F a, double b) {
     const auto f = _mm512_set1_pd(b);
-    _mm512_storeu_pd(p, _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), f));
-    _mm512_storeu_pd(p + 8, _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)), f));
+    _mm512_storeu_pd(p, mul_first_nan_f64(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), f));
+    _mm512_storeu_pd(p + 8, mul_first_nan_f64(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)), f));
   }
   static void store_scaled_f32(float* p, F a, double b) {
     const auto f = _mm512_set1_pd(b);
-    const auto lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), f), hi = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)), f);
+    const auto lo = mul_first_nan_f64(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), f), hi = mul_first_nan_f64(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1)), f);
     const __m256 lo_f = _mm512_cvtpd_ps(lo), hi_f = _mm512_cvtpd_ps(hi);
     _mm512_storeu_ps(p, _mm512_insertf32x8(_mm512_castps256_ps512(lo_f), hi_f, 1));
   }

@@ -152,7 +152,8 @@ KernelCases kernel_cases_float_quant() {
       {3, -9, nan, true, false, false, true},                     // max_val NaN: np.clip gives NaN
       {0, -5, 0.0, true, false, false, true},                     // M = 0: clip to [-0, +0]
   };
-  const auto scales = random_params(18, {1.0f, 0.5f, 3.0f, 1e-3f, 0.0f, -2.0f});
+  // NaN scales of both signs: the result's NaN (from x / s) meets the scale's in the product
+  const auto scales = random_params(18, {1.0f, 0.5f, 3.0f, 1e-3f, 0.0f, -2.0f, NAN, -NAN});
   // Under POLYQUANT_SKIP_EXHAUSTIVE (the sanitized CI run, where this case was ~7 of its 14 CPU
   // minutes) three rounding modes are checked, half-even (also with float64 outputs), UP (the
   // sign-magnitude path) and FLOOR; the Release run checks all seven.
@@ -180,6 +181,59 @@ KernelCases kernel_cases_float_quant() {
             c.checks.push_back({Kind::kRows, what, Params::of(p), ops, double_output});
           }
         }
+      }
+    }
+  }
+  // float16 work inside the float32 kernels (FloatQuantParams::half_steps): x float16 values of
+  // every binade, subnormals included, the top significands of each (where float16's log2 rounds
+  // up to the next integer) and specials, and any float32 x (which the kernels round first);
+  // scales float16 values and not; formats whose 2^e leaves float16 (subnormal floors below -24,
+  // floors above 15, m = 0) take the spec's lanes.
+  std::vector<float> x16 = mixed_values(kOperandLength, 19, 4.0f);
+  for (std::size_t i = 0; i < x16.size(); ++i) {
+    const float sign = (i % 2) ? -1.0f : 1.0f;
+    const int k = static_cast<int>(i / 4 % 41) - 25;  // binades 2^-25 .. 2^15
+    if (i % 4 == 1) x16[i] = sign * std::ldexp(1.0f + static_cast<float>(i % 1024) / 1024.0f, k);
+    if (i % 4 == 2) x16[i] = sign * std::ldexp(2.0f - static_cast<float>(1 + i % 12) / 1024.0f, k);
+    x16[i] = static_cast<float>(Half(x16[i]));
+  }
+  const auto scales16 = random_params(20, {1.0f, 0.5f, 3.0f, 0.0999755859375f, 0.0f, -2.0f, 0.1f, 1e-5f, NAN, -NAN});
+  const Format formats16[] = {
+      {3, -9, 448, true, false, true, true},     // OCP E4M3
+      {3, -9, 448, false, false, true, true},    // E4M3, overflow -> NaN
+      {2, -16, 57344, false, true, false, true}, // E5M2, overflow -> inf
+      {1, -1, 6, true, false, false, true},      // E2M1
+      {10, -24, 65504, true, false, false, true}, // binary16
+      {3, -40, 1e6, true, false, false, true},   // 2^e below float16's subnormals
+      {3, 14, 448, true, false, false, true},    // 2^e above float16's range
+      {0, -5, 3.0, true, false, false, true},    // m = 0
+  };
+  // Every mode on float16 x with a float32 output; half-even also with a float64 output, a
+  // product scale and float32 x (lean: half-even and HALF_UP, a float16 sum, only).
+  struct Variant {
+    const std::vector<float>* x;
+    bool double_output, product_scale;
+  };
+  for (const auto& f : formats16) {
+    for (int m = 0; m < kNumRoundingModes; ++m) {
+      const auto mode = static_cast<RoundingMode>(m);
+      if (lean && mode != RoundingMode::kHalfEven && mode != RoundingMode::kHalfUp) continue;
+      std::vector<Variant> variants{{&x16, false, false}};
+      if (mode == RoundingMode::kHalfEven) variants.insert(variants.end(), {{&x16, true, false}, {&x16, false, true}, {&x, true, false}});
+      for (const auto& v : variants) {
+        const auto ops = operands({{*v.x, {}, false}, {scales16, {}, true}, {fill(static_cast<float>(f.min_exp)), {}, true},
+                                   {{}, std::vector<double>(kOperandLength, f.max), true}});
+        FloatQuantParams p{mode, f.m, f.sat, f.inf, f.nan, true, f.fits, v.double_output};
+        p.xs_as = WorkType::kF16;
+        p.half_steps = true;
+        p.has_product_scale = v.product_scale;
+        p.product_scale = 0.1;
+        p.nan_product_from_rounded = (m % 2) == 1;
+        const std::string what = std::string("float16 work, ") + rounding_mode_name(mode) + " m=" + std::to_string(f.m) +
+                                 " min_exp=" + std::to_string(f.min_exp) + " M=" + std::to_string(f.max) +
+                                 (v.x == &x ? " float32 x" : "") + (p.has_product_scale ? " product_scale=0.1" : "") +
+                                 (v.double_output ? " float64 out" : " float32 out");
+        c.checks.push_back({Kind::kRows, what, Params::of(p), ops, v.double_output});
       }
     }
   }

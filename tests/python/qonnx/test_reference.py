@@ -624,6 +624,40 @@ def test_float_quant_float16(params, mode, rng, same):
     same(out, ref_float_quant(x, *args), x)
 
 
+# float16 work (x and every parameter float16: numpy's float16 arithmetic, which the vector kernels
+# run on float32 lanes rounded to float16 at every step) on every float16 value, on every kernel
+# set, in every rounding mode: the float16 forms of |y| + 0.5, of the NaN sign and of float16's
+# log2 near powers of two (FloatQuant's formats include floors whose 2^e leaves float16).
+ALL_FLOAT16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+
+
+@pytest.mark.parametrize("isa", polyquant.runtime_info()["supported"])
+@pytest.mark.parametrize("mode", MODES)
+def test_float16_work_on_every_float16_value(isa, mode, same):
+    h = np.float16
+    x = ALL_FLOAT16
+    for args in [(h(0.3), h(0.5), h(4), 1, 0, mode), (h(2.0), h(-1.0), h(8), 0, 1, mode), (h(1.0), h(0.0), h(16), 1, 0, mode)]:
+        with kernel_set(isa):
+            got = pq.int_quant(x, *args)
+        same(got, ref_int_quant(x, *args), x)
+    args = (h(0.25), h(0.5), h(8), h(5), mode)
+    with kernel_set(isa):
+        got = pq.trunc(x, *args)
+    same(got, ref_trunc(x, *args), x)
+    # (exponent bits, mantissa bits, bias, max_val, has_inf, has_nan, saturation, scale)
+    for e_bw, m_bw, bias, max_val, has_inf, has_nan, sat, scale in [
+        (4, 3, 7, 448, 0, 0, 1, 0.5),     # OCP E4M3
+        (5, 2, 15, 57344, 1, 0, 0, 1.0),  # E5M2, overflow to inf
+        (2, 1, 1, 6, 0, 1, 0, 0.1),       # E2M1, overflow to NaN, a scale float16 does not hold exactly
+        (4, 3, 30, 448, 0, 0, 1, 3.0),    # floor 1 - bias - m = -32: 2^e below float16's subnormals
+        (4, 0, -20, 448, 0, 0, 1, 1.0),   # floor 21: 2^e above float16's range; m = 0
+    ]:
+        args = (h(scale), h(e_bw), h(m_bw), h(bias), h(max_val), has_inf, has_nan, 1, sat, mode)
+        with kernel_set(isa):
+            got = pq_float_quant(x, *args)
+        same(got, ref_float_quant(x, *args), x)
+
+
 def test_float_quant_float64(rng, same):
     x = np.concatenate([rng.standard_normal(500) * 100, below_powers_of_two(np.float64, range(-5, 6), 8)])
     args = tuple(np.float64(v) for v in (0.5, 4, 3, 7, 448)) + (0, 0, 1, 1, "FLOOR")

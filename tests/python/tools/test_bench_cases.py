@@ -113,11 +113,13 @@ def test_allocating_cases_json_and_table():
 def test_16bit_input_cases_json_and_table():
     report = bench_json("--size", SIZE, "--repeat", 2, "--ops", "from_16bit")
     rows = {r["name"]: r for r in report["input_dtypes"]}
-    assert list(rows) == ["qonnx_quant_from_float16", "qonnx_quant_float16_work", "qk_bits_from_float16",
-                          "qk_bits_from_bfloat16", "aimet_qdq_from_float16", "aimet_qdq_from_bfloat16"]
+    assert list(rows) == ["qonnx_quant_from_float16", "qonnx_quant_float16_work", "qonnx_float_quant_float16_work",
+                          "qk_bits_from_float16", "qk_bits_from_bfloat16", "aimet_qdq_from_float16", "aimet_qdq_from_bfloat16"]
     assert [r["name"] for r in report["qdq"]] == ["q_int8_from_bfloat16", "q_int8_from_float16"]
-    assert [rows[n]["x_dtype"] for n in rows] == ["float16", "float16", "float16", "bfloat16", "float16", "bfloat16"]
-    assert [rows[n]["out_dtype"] for n in rows] == ["float32", "float16", "float32", "float32", "float16", "bfloat16"]
+    assert [rows[n]["x_dtype"] for n in rows] == ["float16", "float16", "float16", "float16", "bfloat16", "float16",
+                                                  "bfloat16"]
+    assert [rows[n]["out_dtype"] for n in rows] == ["float32", "float16", "float64", "float32", "float32", "float16",
+                                                    "bfloat16"]
     for r in rows.values():
         assert positive(r["polyquant_out_ms"]) and positive(r["copyto_f32_ms"]) and positive(r["copyto_x_ms"])
         assert r["of_copyto_f32"] == pytest.approx(r["copyto_f32_ms"] / r["polyquant_out_ms"])

@@ -5,8 +5,9 @@ qonnx's numpy functions (the peers) take seconds at the default size, so they ar
 
 ``alloc_qonnx_quant`` (``ALLOC_CASE_NAMES``) times Quant (IntQuant 8-bit) allocating against ``out=``, and
 ``qonnx_quant_from_float16`` (``INPUT_CASE_NAMES``) Quant on a float16 x (float32 out, what polyquant.qonnx.quant
-returns for it), and ``qonnx_quant_float16_work`` on a float16 x with float16 parameters (numpy's float16
-arithmetic, a float16 result), in the harnesses of bench/common.py. There is no bfloat16 case: polyquant.qonnx takes
+returns for it), ``qonnx_quant_float16_work`` on a float16 x with float16 parameters (numpy's float16
+arithmetic, a float16 result), and ``qonnx_float_quant_float16_work`` FloatQuant (OCP E4M3) the same way (a float64
+result, as qonnx's function returns), in the harnesses of bench/common.py. There is no bfloat16 case: polyquant.qonnx takes
 the input types qonnx's numpy functions take (float16/32/64, integers, bool), and raises TypeError on
 bfloat16.
 """
@@ -115,15 +116,24 @@ def make_input_cases():
         f16 = np.float16
         return (lambda out: pq.quant(x, f16(0.05), f16(0), f16(8), 1, 0, "ROUND", out=out)), np.zeros(x.shape, np.float16)
 
+    def make_float_quant_float16_work(x):
+        # OCP E4M3 with every operand float16: float16 work, the function's float64 result
+        f16 = np.float16
+        args = (f16(0.05), f16(4), f16(3), f16(7), True, f16(448), 0, 0, 1, "ROUND", 1)
+        return (lambda out: pq.float_quant(x, *args, out=out)), np.zeros(x.shape, np.float64)
+
     return [InputCase("qonnx_quant_from_float16", "qonnx", "polyquant.qonnx.quant (IntQuant 8-bit) float16 x -> float32",
                       np.float16, make),
             InputCase("qonnx_quant_float16_work", "qonnx",
                       "polyquant.qonnx.quant (IntQuant 8-bit) float16 x, scale, zeropt -> float16 (float16 work)", np.float16,
-                      make_float16_work)]
+                      make_float16_work),
+            InputCase("qonnx_float_quant_float16_work", "qonnx",
+                      "polyquant.qonnx.float_quant (E4M3) float16 x and parameters -> float64 (float16 work)", np.float16,
+                      make_float_quant_float16_work)]
 
 
 ALLOC_CASE_NAMES = ["alloc_qonnx_quant"]
-INPUT_CASE_NAMES = ["qonnx_quant_from_float16", "qonnx_quant_float16_work"]
+INPUT_CASE_NAMES = ["qonnx_quant_from_float16", "qonnx_quant_float16_work", "qonnx_float_quant_float16_work"]
 
 
 def _accepts_out(fn, x):
