@@ -205,10 +205,11 @@ def format_input_report(rows):
         "(ONNX's 16-bit x cases are q_int8_from_* in the Q/DQ table.)",
         "",
     ]
-    header = f"{'case':<24} {'shape':<12} {'x':<9} {'out':<9} {'out=':>9} {'of f32 copy':>11} {'of x copy':>9}"
+    width = max([24] + [len(r["name"]) for r in rows])  # the case column fits the longest name
+    header = f"{'case':<{width}} {'shape':<12} {'x':<9} {'out':<9} {'out=':>9} {'of f32 copy':>11} {'of x copy':>9}"
     lines += [header, "-" * len(header)]
     for r in rows:
         shape = "x".join(map(str, r["shape"]))
-        lines.append(f"{r['name']:<24} {shape:<12} {r['x_dtype']:<9} {r['out_dtype']:<9} {ms(r['polyquant_out_ms']):>9} "
+        lines.append(f"{r['name']:<{width}} {shape:<12} {r['x_dtype']:<9} {r['out_dtype']:<9} {ms(r['polyquant_out_ms']):>9} "
                      f"{r['of_copyto_f32']:>11.2f} {r['of_copyto_x']:>9.2f}")
     return "\n".join(lines)
