@@ -746,6 +746,9 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     double segment_acc[kGradChunk];
     // the scale and offset terms' blocks, summed by the gradient kernel as it writes them
     detail::PresummedBlocks presummed[2];
+    // the spills of the terms the gradient kernel adds into their columns itself (ColumnSums)
+    double column_spill_value[2][kGradChunk];
+    std::int32_t column_spill_index[2][kGradChunk];
   };
 
   // The kernel's operands for elements [e, e + cn) of the run whose parameter indices start at
@@ -805,6 +808,9 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
   // Both sums gather along the run (32 lanes per run, or one segment per batched run; not columns):
   // the kernel may sum the terms' blocks or segments as it writes them (ExactSumsParams::presummed).
   const bool presum = !no_reduction && walk.run_stride[0] == 0 && walk.run_stride[1] == 0;
+  // Both sums per element of the run (channels last: every run adds into the same row of sums): the
+  // kernel may add the terms into those sums as it writes them (ColumnSums).
+  const bool sum_columns = !no_reduction && walk.run_stride[0] == 1 && walk.run_stride[1] == 1;
   static_assert(kGradChunk <= 512 * detail::PresummedBlocks::kMaxBlocks, "a chunk's blocks fit PresummedBlocks");
   static_assert(kMaxSegments <= detail::PresummedBlocks::kMaxSegments, "a chunk's segments fit PresummedBlocks");
   // Batched short runs that each own their parameter element (runs_own_elements): a segment whose
@@ -877,6 +883,18 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
     sp.spill_value = b.spill_value;
     sp.spill_index = b.spill_index;
     sp.spill_count = &spill_count;
+    // The chunk's columns for the kernel (sum_columns): set before each chunk, each sum's spills in
+    // its own list.
+    std::array<detail::ColumnSums, 2> column_sums;
+    std::array<detail::ExactSumsParams, 2> column_params;
+    std::array<std::int64_t, 2> column_spill_count{};
+    for (std::size_t k = 0; k < 2; ++k) {
+      column_params[k].per_element = true;
+      column_params[k].spill_value = b.column_spill_value[k];
+      column_params[k].spill_index = b.column_spill_index[k];
+      column_params[k].spill_count = &column_spill_count[k];
+      column_sums[k].sums = &column_params[k];
+    }
 
     // The gradients of the chunk `a` (elements [e, e + cn)): grad_x written, then take(k) for each
     // wanted sum with its terms in b.terms[k].
@@ -898,6 +916,8 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
         gp.offset_terms = b.terms[1];
         gp.scale_blocks = presum ? &b.presummed[0] : nullptr;
         gp.offset_blocks = presum ? &b.presummed[1] : nullptr;
+        gp.scale_columns = sum_columns ? &column_sums[0] : nullptr;
+        gp.offset_columns = sum_columns ? &column_sums[1] : nullptr;
         if (want_value) {
           gp.value_out = convert_value ? static_cast<void*>(b.value) : static_cast<void*>(static_cast<float*>(output.data) + e);
         }
@@ -927,12 +947,12 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
         x_done();
       }
     };
-    // The exact-sums kernel over cn terms of b.terms[k] into `acc` (32 lanes, columns, or one per
-    // segment), its spills owed to target(index).
-    auto sum_terms = [&](std::size_t k, std::int64_t cn, void* acc, auto&& target) {
+    // The exact-sums kernel over terms [first, cn) of b.terms[k] into `acc` (32 lanes, columns from
+    // term `first` on, or one per segment), its spills owed to target(index from `first`).
+    auto sum_terms = [&](std::size_t k, std::int64_t first, std::int64_t cn, void* acc, auto&& target) {
       detail::RowArgs s;
-      s.in[0] = b.terms[k];
-      s.n = cn;
+      s.in[0] = b.terms[k] + first;
+      s.n = cn - first;
       s.out = acc;
       spill_count = 0;
       sp.mostly_zeros = k == 1;  // the offset terms: zero at every element inside the grid
@@ -964,7 +984,7 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
         a.row_len = walk.run;
         gradients(a, e, cn, [&](std::size_t k) {
           std::fill(b.segment_acc, b.segment_acc + rows, 0.0);
-          sum_terms(k, cn, b.segment_acc, [&](std::int32_t i) { return b.row_target[k][i]; });
+          sum_terms(k, 0, cn, b.segment_acc, [&](std::int32_t i) { return b.row_target[k][i]; });
           if (owned_out[k] != nullptr) {
             std::bitset<kMaxSegments> spilled;
             for (std::int64_t c = 0; c < spill_count; ++c) spilled.set(static_cast<std::size_t>(b.spill_index[c]));
@@ -997,6 +1017,11 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
           detail::RowArgs a;
           std::array<std::int64_t, 2> at{};
           operands(b, a, base, e, c0, cn, at);
+          for (std::size_t k = 0; k < 2 && sum_columns; ++k) {
+            column_sums[k].acc = columns[k].data() + (c0 - c_begin);
+            column_sums[k].done = 0;
+            column_spill_count[k] = 0;
+          }
           gradients(a, e, cn, [&](std::size_t k) {
             if (no_reduction) {  // each term is its parameter element's value
               for (std::int64_t j = 0; j < cn; ++j) terms_kept[k][static_cast<std::size_t>(at[k] + walk.run_stride[k] * j)] = b.terms[k][j];
@@ -1004,9 +1029,17 @@ bool fused_backward(const AffineLayout& L, const Work& w, detail::AffineGradPara
             }
             sp.per_element = walk.run_stride[k] == 1;
             if (sp.per_element) {
-              sum_terms(k, cn, columns[k].data() + (c0 - c_begin), [&](std::int32_t j) { return at[k] + j; });
+              // the terms the kernel added into the columns itself (none on the scalar rows, or
+              // where only one sum is wanted), their spills; the rest here
+              const std::int64_t first = sum_columns ? column_sums[k].done : 0;
+              for (std::int64_t i = 0; i < (sum_columns ? column_spill_count[k] : 0); ++i) {
+                mine[k].emplace_back(at[k] + b.column_spill_index[k][i], b.column_spill_value[k][i]);
+              }
+              if (first < cn) {
+                sum_terms(k, first, cn, columns[k].data() + (c0 - c_begin) + first, [&](std::int32_t j) { return at[k] + first + j; });
+              }
             } else {
-              sum_terms(k, cn, b.lanes[k], [&](std::int32_t) { return base[k]; });
+              sum_terms(k, 0, cn, b.lanes[k], [&](std::int32_t) { return base[k]; });
             }
           });
         }

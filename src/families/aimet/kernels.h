@@ -63,8 +63,13 @@ struct FakeQuantizeParams {
 // output): a vector body may also fill them with the scale and offset terms' whole-run blocks
 // (kernels/reduce: PresummedBlocks) as it writes the terms, or leave their `blocks` at 0; the
 // scalar rows leave them.
+// scale_columns and offset_columns (kAll, optional, both or neither; a path choice too): where both
+// parameters are one value per element of the row, a vector body may instead add the row's first
+// terms straight into those per-element sums (kernels/reduce: ColumnSums, which says how many),
+// storing none of them; the scalar rows leave them.
 enum class AffineGradOf : std::uint8_t { kX, kScale, kOffset, kAll };
 struct PresummedBlocks;
+struct ColumnSums;
 struct AffineGradParams {
   AffineParams op;
   AffineGradOf of = AffineGradOf::kX;
@@ -73,6 +78,8 @@ struct AffineGradParams {
   void* value_out = nullptr;     // kAll only, optional
   PresummedBlocks* scale_blocks = nullptr;   // kAll only, optional
   PresummedBlocks* offset_blocks = nullptr;  // kAll only, optional
+  ColumnSums* scale_columns = nullptr;       // kAll only, optional
+  ColumnSums* offset_columns = nullptr;      // kAll only, optional
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {

@@ -7,6 +7,7 @@
 // No include guard: meant to be included once per kernel-set translation unit.
 
 #include "kernels/simd/row_loop-inl.h"
+#include "kernels/simd/exact_sums-inl.h"
 #include "kernels/simd/sixteen_bit-inl.h"
 
 // torch.clamp: v < lo ? lo : (v > hi ? hi : v), so NaN passes and a value equal to a bound (+-0
@@ -257,6 +258,71 @@ std::int64_t affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, 
   }
 }
 
+// quantize_dequantize's kAll where both parameters are one value per element of the row (channels
+// last: every row adds into the same per-element sums) and the call asks for those sums
+// (AffineGradParams::scale_columns, offset_columns): each whole vector's outputs as for_each_vector
+// writes them, its scale and offset terms added straight into their columns' exact sums
+// (exact_sums_add_v, the exact-sums kernel's per-element step) and never stored. The sums then need
+// no pass of their own after the chunk, which on two cores was about 40% of the call. Returns the
+// elements done (the row's whole vectors; the rest is the caller's), 0 where the row is not such a
+// chunk.
+template <class Grads, class ValueOf>
+std::int64_t affine_grad_into_columns(const AffineGradParams& g, const RowArgs& a, Grads grads, ValueOf value_of) {
+  constexpr int L = Vec::kLanes;
+  ColumnSums* const columns[2] = {g.scale_columns, g.offset_columns};
+  if (columns[0] == nullptr || columns[1] == nullptr || a.per_row_mask != 0 || a.repeated_row_mask != 0 ||
+      (a.broadcast_mask & 0xFu) != 0) {
+    return 0;
+  }
+  const std::int64_t done = a.n / L * L;
+  auto* out = static_cast<float*>(a.out);
+  auto* value_out = static_cast<float*>(g.value_out);
+  auto aligned = [](const float* q) { return reinterpret_cast<std::uintptr_t>(q) % (L * sizeof(float)) == 0; };
+  if (done == 0 || (a.stream && !(aligned(out) && aligned(value_out)))) return 0;
+  const float* dy = a.input<float>(0);
+  const float* x = a.input<float>(1);
+  const float* scale = a.input<float>(2);
+  const float* offset = a.input<float>(3);
+  double* const acc[2] = {columns[0]->acc, columns[1]->acc};
+  const ExactSumsParams* const sums[2] = {columns[0]->sums, columns[1]->sums};
+  const Vec::I magnitude = Vec::splat_i(0x7FFFFFFF), zero_i = Vec::splat_i(0);
+  constexpr unsigned kEveryLane = (1u << L) - 1u;
+  auto pass = [&]<bool kStream, bool kValue>() POLYQUANT_ALWAYS_INLINE {
+    for (std::int64_t j = 0; j < done; j += L) {
+      const Vec::F v[4] = {Vec::loadu(dy + j), Vec::loadu(x + j), Vec::loadu(scale + j), Vec::loadu(offset + j)};
+      Vec::F level, d_scale, d_offset;
+      const Vec::F dx = grads(v, level, d_scale, d_offset);
+      if constexpr (kStream) {
+        Vec::stream(out + j, dx);
+        if constexpr (kValue) Vec::stream(value_out + j, value_of(v, level));
+      } else {
+        Vec::storeu(out + j, dx);
+        if constexpr (kValue) Vec::storeu(value_out + j, value_of(v, level));
+      }
+      exact_sums_add_v(acc[0], j, d_scale, *sums[0]);
+      // The offset terms are zeros wherever the level lies in the grid (most elements); a zero
+      // changes no exact sum (at most the sign of a zero accumulator), so such vectors are skipped.
+      if (Vec::mask_bits(Vec::eq_i(Vec::and_i(Vec::bits(d_offset), magnitude), zero_i)) != kEveryLane) {
+        exact_sums_add_v(acc[1], j, d_offset, *sums[1]);
+      }
+    }
+  };
+  if (a.stream) {
+    if (value_out != nullptr) {
+      pass.template operator()<true, true>();
+    } else {
+      pass.template operator()<true, false>();
+    }
+    Vec::fence();
+  } else if (value_out != nullptr) {
+    pass.template operator()<false, true>();
+  } else {
+    pass.template operator()<false, false>();
+  }
+  columns[0]->done = columns[1]->done = done;
+  return done;
+}
+
 // The training path's per-element gradients (affine_grad_element), operation for operation, in
 // working precision kR (narrow_v where the spec rounds: the parameters first, then each step it
 // rounds), with the spec's spelled-out NaN choices. Operands: grad_output, x, scale, offset. The
@@ -347,12 +413,18 @@ void affine_grad_rows(const AffineGradParams& g, const RowArgs& a) {
             const Vec::F value = N(Vec::mul(N(Vec::add(torch_clamp_v(level, lo, hi), N(v[3]))), N(v[2])));
             return canonical ? Vec::select(Vec::isnan(value), quiet_nan, value) : value;
           };
-          // the terms' blocks summed as they are written, where they may be; the rest below
-          const std::int64_t done = affine_grad_presummed(g, a, grads, value_of);
+          // the terms summed as they are written, where they may be (their blocks along the run,
+          // or their columns); the rest below
+          std::int64_t done = affine_grad_presummed(g, a, grads, value_of);
+          const bool columns = done == 0 && (done = affine_grad_into_columns(g, a, grads, value_of)) > 0;
           if (done == a.n) return;
           RowArgs rest = a;
           rest.in[0] = a.input<float>(0) + done;
-          rest.in[1] = a.input<float>(1) + done;  // (the parameters: one value each, where done > 0)
+          rest.in[1] = a.input<float>(1) + done;
+          if (columns) {  // (the presummed blocks' parameters: one value each)
+            rest.in[2] = a.input<float>(2) + done;
+            rest.in[3] = a.input<float>(3) + done;
+          }
           rest.out = static_cast<float*>(a.out) + done;
           rest.n = a.n - done;
           rest.index = a.index + done;

@@ -156,6 +156,18 @@ struct ExactSumsParams {
   std::int64_t* spill_count = nullptr;
 };
 inline constexpr int kExactSumVirtualLanes = 32;
+
+// Terms summed per element by the kernel that wrote them, as it wrote them (AIMET's gradient kernel
+// when the parameters run along x's rows, channels last): the row's first `done` terms (set by the
+// kernel; 0 where it summed none) joined acc[j] by the per_element rule above (one row, column
+// order), their spills through `sums` with index j. That leaves the accumulators and the spill list
+// the exact-sums kernel would have left over those terms, and the kernel need not store them; the
+// caller sums the rest (terms done .. n) with that kernel.
+struct ColumnSums {
+  double* acc = nullptr;
+  const ExactSumsParams* sums = nullptr;
+  std::int64_t done = 0;
+};
 // The most spills one exact-sums call can append (terms: rows * n; segments: n / segment or 0).
 constexpr std::int64_t exact_sums_spill_room(std::int64_t terms, std::int64_t segments) {
   return terms + static_cast<std::int64_t>(kExactSumVirtualLanes) * segments;

@@ -6,6 +6,7 @@
 // No include guard: meant to be included once per kernel-set translation unit.
 
 #include "kernels/simd/row_loop-inl.h"
+#include "kernels/simd/exact_sums-inl.h"
 
 void group_max_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const GroupMaxParams*>(params);
@@ -256,25 +257,11 @@ void exact_sums_f32(const void* params, const RowArgs& a) {
   static_assert(V % L == 0, "the virtual lanes are whole vectors");
   const float* x = a.input<float>(0);
   auto* acc = static_cast<double*>(a.out);
-  // The lanes of t (accumulators acc[first + l]) that add_exact_f64 refused: spilled, restarted.
-  auto spill = [&](std::int64_t first, Vec::F t, unsigned rounded) {
-    alignas(64) float terms[L];
-    Vec::storeu(terms, t);
-    for (int l = 0; l < L; ++l) {
-      if (((rounded >> l) & 1u) == 0) continue;
-      exact_sums_spill(p, acc[first + l], first + l);
-      acc[first + l] = static_cast<double>(terms[l]);
-    }
-  };
-  auto add = [&](std::int64_t first, Vec::F t) POLYQUANT_ALWAYS_INLINE {
-    const unsigned rounded = Vec::add_exact_f64(acc + first, t);
-    if (rounded != 0) [[unlikely]] spill(first, t, rounded);
-  };
   if (p.per_element) {
     for (std::int64_t r = 0; r < p.rows; ++r) {
       const float* row = x + r * p.x_row_stride;
       std::int64_t j = 0;
-      for (; j + L <= a.n; j += L) add(j, Vec::loadu(row + j));
+      for (; j + L <= a.n; j += L) exact_sums_add_v(acc, j, Vec::loadu(row + j), p);
       for (; j < a.n; ++j) exact_sums_add(acc, j, row[j], p);
     }
     return;

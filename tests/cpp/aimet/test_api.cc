@@ -759,6 +759,134 @@ TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
   }
 }
 
+// The gradient kernel adds the scale and offset terms into per-element sums as it writes them where
+// both parameters are one value per element of the row (ColumnSums: channels last). On every kernel
+// set, over rows called one after another into the same accumulators (started at values that make
+// some adds round): the outputs and the terms it stores equal the reference kernel's, it sums a
+// prefix of whole vectors (ColumnSums::done, and none on the scalar rows), and for every column the
+// accumulator plus its spills is exactly the start value plus every term of that column.
+TEST(Aimet, GradientKernelSumsTheTermsIntoColumns) {
+  constexpr std::int64_t kRows = 7, kMax = 2100, kStride = 2112;
+  const std::vector<float> x = test::mixed_values(kRows * kMax, 17, 30.0f), dy = test::mixed_values(kRows * kMax, 18);
+  std::vector<float> scales(kMax), offsets(kMax);
+  for (std::int64_t j = 0; j < kMax; ++j) {
+    scales[static_cast<std::size_t>(j)] = 0.07f * static_cast<float>(1 + j % 3);
+    offsets[static_cast<std::size_t>(j)] = -128.0f + static_cast<float>(j % 5);
+  }
+  int fused_calls = 0, spills = 0;
+  for (const detail::KernelEntry& e : detail::all_kernels()) {
+    if (e.op != detail::KernelOp::kAffineGrad || e.work != detail::WorkType::kF32 || !test::isa_available(e.isa)) continue;
+    const detail::RowKernel ref = detail::reference_kernel(e.op, e.work);
+    for (const detail::QuotientRounding narrow : {detail::QuotientRounding::kNone, detail::QuotientRounding::kBFloat16}) {
+      for (const std::int64_t n : {std::int64_t{5}, std::int64_t{16}, std::int64_t{1000}, std::int64_t{2048}, kMax}) {
+        for (const bool stream : {false, true}) {
+          for (const bool with_value : {true, false}) {
+            const std::string where = std::string(e.name) + " narrow=" + std::to_string(static_cast<int>(narrow)) + " n=" + std::to_string(n) +
+                                      " stream=" + std::to_string(stream) + " with_value=" + std::to_string(with_value);
+            // start values: zeros, ordinary sums, huge and tiny ones (an add of a term rounds)
+            std::vector<double> acc[2], start[2];
+            for (int k = 0; k < 2; ++k) {
+              acc[k].resize(static_cast<std::size_t>(n));
+              for (std::int64_t j = 0; j < n; ++j) {
+                const int pick = static_cast<int>((j * 7 + k) % 4);
+                // (float32 values: an accumulator holds exact sums of float32 terms)
+                acc[k][static_cast<std::size_t>(j)] = pick == 0 ? 0.0 : pick == 1 ? 0.375 * static_cast<double>(j % 11) : pick == 2 ? double{3e18f} : double{1e-30f};
+              }
+              start[k] = acc[k];
+            }
+            std::vector<double> spill_value[2];
+            std::vector<std::int32_t> spill_index[2];
+            std::vector<std::vector<float>> terms[2];
+            for (std::int64_t r = 0; r < kRows; ++r) {
+              alignas(64) static float got[4][kStride], want[4][kStride];  // each row 64-byte aligned (streamed outputs)
+              detail::RowArgs a;
+              a.in[0] = dy.data() + r * kMax;
+              a.in[1] = x.data() + r * kMax;
+              a.in[2] = scales.data();
+              a.in[3] = offsets.data();
+              a.n = n;
+              a.stream = stream;
+              detail::AffineGradParams p;
+              p.op.kind = detail::AffineKind::kQuantizeDequantize;
+              p.op.qmin = 0;
+              p.op.qmax = 255;
+              p.op.narrow = narrow;
+              p.op.canonical_nan = narrow == detail::QuotientRounding::kBFloat16;
+              p.of = detail::AffineGradOf::kAll;
+              // every element's terms written (the reference), then the kernel with its columns
+              a.out = want[0];
+              p.value_out = with_value ? want[1] : nullptr;
+              p.scale_terms = want[2];
+              p.offset_terms = want[3];
+              ref(&p, a);
+              std::int64_t spill_count[2] = {0, 0};
+              std::vector<double> spill_room_value[2];
+              std::vector<std::int32_t> spill_room_index[2];
+              detail::ExactSumsParams sp[2];
+              detail::ColumnSums columns[2];
+              for (int k = 0; k < 2; ++k) {
+                spill_room_value[k].resize(static_cast<std::size_t>(n));
+                spill_room_index[k].resize(static_cast<std::size_t>(n));
+                sp[k].per_element = true;
+                sp[k].spill_value = spill_room_value[k].data();
+                sp[k].spill_index = spill_room_index[k].data();
+                sp[k].spill_count = &spill_count[k];
+                columns[k].acc = acc[k].data();
+                columns[k].sums = &sp[k];
+                columns[k].done = 0;  // as the caller starts it: the kernel sets it where it sums
+              }
+              for (float* q : got) std::fill(q, q + kStride, -7.0f);
+              a.out = got[0];
+              p.value_out = with_value ? got[1] : nullptr;
+              p.scale_terms = got[2];
+              p.offset_terms = got[3];
+              p.scale_columns = &columns[0];
+              p.offset_columns = &columns[1];
+              e.fn(&p, a);
+              const std::int64_t done = columns[0].done;
+              ASSERT_EQ(columns[1].done, done) << where;
+              const std::int64_t lanes = e.isa == detail::Isa::kAvx512 ? 16 : e.isa == detail::Isa::kAvx2 ? 8 : 0;
+              ASSERT_EQ(done, lanes == 0 ? 0 : n / lanes * lanes) << where;
+              if (done > 0) ++fused_calls;
+              ASSERT_EQ(0, std::memcmp(got[0], want[0], static_cast<std::size_t>(n) * sizeof(float))) << where << " grad_x row " << r;
+              if (with_value) ASSERT_EQ(0, std::memcmp(got[1], want[1], static_cast<std::size_t>(n) * sizeof(float))) << where << " value row " << r;
+              for (int k = 0; k < 2; ++k) {
+                // the terms past the summed prefix are stored for the caller
+                ASSERT_EQ(0, std::memcmp(got[2 + k] + done, want[2 + k] + done, static_cast<std::size_t>(n - done) * sizeof(float)))
+                    << where << " terms " << k << " row " << r;
+                terms[k].emplace_back(want[2 + k], want[2 + k] + n);
+                // the caller's share: the rest of the row's terms, by the spec's per-element rule
+                for (std::int64_t j = done; j < n; ++j) detail::exact_sums_add(acc[k].data(), j, want[2 + k][j], sp[k]);
+                spills += static_cast<int>(spill_count[k]);
+                for (std::int64_t i = 0; i < spill_count[k]; ++i) {
+                  spill_value[k].push_back(spill_room_value[k][static_cast<std::size_t>(i)]);
+                  spill_index[k].push_back(spill_room_index[k][static_cast<std::size_t>(i)]);
+                }
+              }
+            }
+            for (int k = 0; k < 2; ++k) {
+              for (std::int64_t j = 0; j < n; ++j) {
+                const auto jj = static_cast<std::size_t>(j);
+                detail::ExactSumFloat32 got_sum, want_sum;
+                got_sum.add(acc[k][jj]);
+                for (std::size_t i = 0; i < spill_index[k].size(); ++i) {
+                  if (spill_index[k][i] == j) got_sum.add(spill_value[k][i]);
+                }
+                want_sum.add(start[k][jj]);
+                for (const std::vector<float>& row : terms[k]) want_sum.add(row[jj]);
+                ASSERT_EQ(std::bit_cast<std::uint64_t>(got_sum.to_double()), std::bit_cast<std::uint64_t>(want_sum.to_double()))
+                    << where << " sum " << k << " column " << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(fused_calls, 0) << "no kernel summed into the columns";
+  EXPECT_GT(spills, 0) << "no add was refused";
+}
+
 // Blockwise gradients whose blocks each own a parameter element are rounded and written by the
 // walk itself (fused_backward's owned elements). The same bits where the gradients land on the
 // parameters they are taken against (in place: grad_scale into scale, grad_offset into offset, and
