@@ -4,6 +4,8 @@
 
 #include <immintrin.h>
 
+#include <array>
+#include <bit>
 #include <cstdint>
 
 namespace polyquant::detail::avx2 {
@@ -104,6 +106,28 @@ struct Vec {
   static I shr_var_i(I a, I count) { return _mm256_srlv_epi32(a, count); }  // logical; counts 0..31
   // table[index] per lane, for a table of 32 int32 (lanes 0..31; the caller masks them).
   static I lookup32_i(const std::int32_t* table, I index) { return _mm256_i32gather_epi32(table, index, 4); }
+  // The lanes of v where m is true, in lane order, stored at p, and their indices first + l at
+  // index (each with room for 8: the entries past the count hold anything); returns the count.
+  // A permutation per mask: lane k of the result takes lane (kSelected[bits] >> 4k) & 7 of v, so
+  // that nibble is also the lane's index.
+  static int store_selected(float* p, std::int32_t* index, M m, F v, std::int32_t first) {
+    static constexpr auto kSelected = [] {
+      std::array<std::uint32_t, 256> t{};
+      for (unsigned bits = 0; bits < 256; ++bits) {
+        for (unsigned l = 0, k = 0; l < 8; ++l) {
+          if ((bits >> l) & 1u) t[bits] |= l << (4 * k++);
+        }
+      }
+      return t;
+    }();
+    const auto bits = static_cast<unsigned>(_mm256_movemask_ps(m));
+    const __m256i lane = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<std::int32_t>(kSelected[bits])),
+                                                            _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                          _mm256_set1_epi32(7));
+    _mm256_storeu_ps(p, _mm256_permutevar8x32_ps(v, lane));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(index), _mm256_add_epi32(_mm256_set1_epi32(first), lane));
+    return std::popcount(bits);
+  }
   static F to_float(I a) { return _mm256_cvtepi32_ps(a); }                 // int32 lanes, rounded once
   // 16-bit codes (float16, bfloat16) zero-extended to 32-bit lanes, and back (lanes <= 0xFFFF).
   static I load_u16(const std::uint16_t* p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }

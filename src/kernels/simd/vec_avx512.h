@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include <bit>
 #include <cstdint>
 
 namespace polyquant::detail::avx512 {
@@ -94,6 +95,14 @@ struct Vec {
   // registers' permute, which reads only the index's low five bits.
   static I lookup32_i(const std::int32_t* table, I index) {
     return _mm512_permutex2var_epi32(_mm512_loadu_si512(table), index, _mm512_loadu_si512(table + 16));
+  }
+  // The lanes of v where m is set, in lane order, stored at p, and their indices first + l at
+  // index (each with room for 16: the entries past the count hold anything); returns the count.
+  static int store_selected(float* p, std::int32_t* index, M m, F v, std::int32_t first) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    _mm512_storeu_ps(p, _mm512_maskz_compress_ps(m, v));
+    _mm512_storeu_si512(index, _mm512_add_epi32(_mm512_set1_epi32(first), _mm512_maskz_compress_epi32(m, lane)));
+    return std::popcount(static_cast<unsigned>(m));
   }
   static F to_float(I a) { return _mm512_cvtepi32_ps(a); }                 // int32 lanes, rounded once
   // 16-bit codes (float16, bfloat16) zero-extended to 32-bit lanes, and back (lanes <= 0xFFFF).
