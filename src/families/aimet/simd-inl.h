@@ -263,7 +263,8 @@ std::int64_t affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, 
 // (AffineGradParams::scale_columns, offset_columns): each whole vector's outputs as for_each_vector
 // writes them, its scale and offset terms added straight into their columns' exact sums
 // (exact_sums_add_v, the exact-sums kernel's per-element step) and never stored. The sums then need
-// no pass of their own after the chunk, which on two cores was about 40% of the call. Returns the
+// no pass of their own after the chunk (in a profile of one thread, 43% of the call's time went to
+// that pass on AVX-512, most of it with the memory idle). Returns the
 // elements done (the row's whole vectors; the rest is the caller's), 0 where the row is not such a
 // chunk.
 template <class Grads, class ValueOf>

@@ -160,9 +160,11 @@ inline constexpr int kExactSumVirtualLanes = 32;
 // Terms summed per element by the kernel that wrote them, as it wrote them (AIMET's gradient kernel
 // when the parameters run along x's rows, channels last): the row's first `done` terms (set by the
 // kernel; 0 where it summed none) joined acc[j] by the per_element rule above (one row, column
-// order), their spills through `sums` with index j. That leaves the accumulators and the spill list
-// the exact-sums kernel would have left over those terms, and the kernel need not store them; the
-// caller sums the rest (terms done .. n) with that kernel.
+// order), their spills through `sums` with index j. The kernel may leave out zero terms (a zero
+// changes no exact sum; at most the sign of a zero accumulator, or whether a non-finite one spills
+// now or later), so the accumulators plus the spills hold the exact sums the exact-sums kernel
+// would have left over those terms, and the kernel need not store them. The caller sums the rest
+// (terms done .. n) with that kernel.
 struct ColumnSums {
   double* acc = nullptr;
   const ExactSumsParams* sums = nullptr;
