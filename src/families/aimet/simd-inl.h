@@ -131,6 +131,26 @@ void fake_quantize_f32(const void* params, const RowArgs& a) {
   else fake_quantize_rows<false>(p, a);
 }
 
+// The store modes of the kernels below that write the gradient of x and, optionally, the forward's
+// output beside sums of their own: pass.template operator()<kStream, kValue>() for the call's mode
+// (streamed or plain stores; with the forward's output or without it, autograd's backward, whose
+// forward ran before), fenced after streamed stores.
+template <class Pass>
+POLYQUANT_ALWAYS_INLINE inline void with_gradient_store_mode(bool stream, bool with_value, Pass&& pass) {
+  if (stream) {
+    if (with_value) {
+      pass.template operator()<true, true>();
+    } else {
+      pass.template operator()<true, false>();
+    }
+    Vec::fence();
+  } else if (with_value) {
+    pass.template operator()<false, true>();
+  } else {
+    pass.template operator()<false, false>();
+  }
+}
+
 // quantize_dequantize's kAll, with the forward or without (autograd's backward), where the call asks for the terms' sums
 // (AffineGradParams::scale_blocks, offset_blocks) and the row is one of the fused backward's usual
 // chunks, outputs aligned where they stream, grad_output and x running on:
@@ -233,19 +253,7 @@ std::int64_t affine_grad_presummed(const AffineGradParams& g, const RowArgs& a, 
         }
       }
     };
-    // (no forward output: autograd's backward, whose forward ran before)
-    if (a.stream) {
-      if (value_out != nullptr) {
-        block_pass.template operator()<true, true>();
-      } else {
-        block_pass.template operator()<true, false>();
-      }
-      Vec::fence();
-    } else if (value_out != nullptr) {
-      block_pass.template operator()<false, true>();
-    } else {
-      block_pass.template operator()<false, false>();
-    }
+    with_gradient_store_mode(a.stream, value_out != nullptr, block_pass);
     for (PresummedBlocks* p : pre) {
       if (segments) {
         p->segments = blocks;
@@ -319,18 +327,7 @@ std::int64_t affine_grad_into_columns(const AffineGradParams& g, const RowArgs& 
       if (queued > kQueue) [[unlikely]] join_queue();
     }
   };
-  if (a.stream) {
-    if (value_out != nullptr) {
-      pass.template operator()<true, true>();
-    } else {
-      pass.template operator()<true, false>();
-    }
-    Vec::fence();
-  } else if (value_out != nullptr) {
-    pass.template operator()<false, true>();
-  } else {
-    pass.template operator()<false, false>();
-  }
+  with_gradient_store_mode(a.stream, value_out != nullptr, pass);
   join_queue();
   columns[0]->done = columns[1]->done = done;
   return done;

@@ -622,6 +622,39 @@ TEST(Aimet, SixteenBitWorkingPrecisionRoundsLikeTheSpec) {
   }
 }
 
+// The gradient kernel's call of every output (kAll) of quantize_dequantize over [0, 255] in working
+// precision `narrow`, on rows of grad_output `dy`, x, scale and offset (their masks the caller's).
+struct AllGradientsCall {
+  detail::RowArgs a;
+  detail::AffineGradParams p;
+};
+AllGradientsCall all_gradients_call(detail::QuotientRounding narrow, const float* dy, const float* x, const float* scale, const float* offset,
+                                    std::int64_t n, bool stream) {
+  AllGradientsCall c;
+  c.a.in[0] = dy;
+  c.a.in[1] = x;
+  c.a.in[2] = scale;
+  c.a.in[3] = offset;
+  c.a.n = n;
+  c.a.stream = stream;
+  c.p.op.kind = detail::AffineKind::kQuantizeDequantize;
+  c.p.op.qmin = 0;
+  c.p.op.qmax = 255;
+  c.p.op.narrow = narrow;
+  c.p.op.canonical_nan = narrow == detail::QuotientRounding::kBFloat16;
+  c.p.of = detail::AffineGradOf::kAll;
+  return c;
+}
+// The call's outputs into out[0] (grad_x), out[1] (the forward's output, or none), out[2] and out[3]
+// (the scale and offset terms).
+template <std::size_t N>
+void point_gradient_outputs(AllGradientsCall& c, float (&out)[4][N], bool with_value) {
+  c.a.out = out[0];
+  c.p.value_out = with_value ? out[1] : nullptr;
+  c.p.scale_terms = out[2];
+  c.p.offset_terms = out[3];
+}
+
 // AffineGradParams::scale_blocks / offset_blocks (kAll with the forward, quantize_dequantize): the
 // kernel that sums the terms' blocks as it writes them writes the same outputs as the reference's, and
 // the sums it fills are the terms' own: each block's (segment's) span (largest and smallest nonzero
@@ -662,30 +695,16 @@ TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
                   }
                 }
                 alignas(64) static float got[4][kMax], want[4][kMax];
-                detail::RowArgs a;
-                a.in[0] = dys.data();
-                a.in[1] = xs.data();
-                a.in[2] = scales.data();
-                a.in[3] = offsets.data();
+                AllGradientsCall c = all_gradients_call(narrow, dys.data(), xs.data(), scales.data(), offsets.data(), n, stream);
+                detail::RowArgs& a = c.a;
+                detail::AffineGradParams& p = c.p;
                 if (row_len > 0) {
                   a.per_row_mask = (1u << 2) | (1u << 3);
                   a.row_len = row_len;
                 } else {
                   a.broadcast_mask = (1u << 2) | (1u << 3);
                 }
-                a.n = n;
-                a.stream = stream;
-                detail::AffineGradParams p;
-                p.op.kind = detail::AffineKind::kQuantizeDequantize;
-                p.op.qmin = 0;
-                p.op.qmax = 255;
-                p.op.narrow = narrow;
-                p.op.canonical_nan = narrow == detail::QuotientRounding::kBFloat16;
-                p.of = detail::AffineGradOf::kAll;
-                a.out = got[0];
-                p.value_out = with_value ? got[1] : nullptr;
-                p.scale_terms = got[2];
-                p.offset_terms = got[3];
+                point_gradient_outputs(c, got, with_value);
                 detail::PresummedBlocks blocks[2];
                 p.scale_blocks = &blocks[0];
                 p.offset_blocks = &blocks[1];
@@ -697,10 +716,7 @@ TEST(Aimet, GradientKernelPresumsTheTermsBlocks) {
                 // the outputs: the reference's
                 a.stream = false;
                 p.scale_blocks = p.offset_blocks = nullptr;
-                a.out = want[0];
-                p.value_out = with_value ? want[1] : nullptr;
-                p.scale_terms = want[2];
-                p.offset_terms = want[3];
+                point_gradient_outputs(c, want, with_value);
                 ref(&p, a);
                 for (int k = 0; k < 4; ++k) {
                   if (k == 1 && !with_value) continue;
@@ -799,25 +815,11 @@ TEST(Aimet, GradientKernelSumsTheTermsIntoColumns) {
             std::vector<std::vector<float>> terms[2];
             for (std::int64_t r = 0; r < kRows; ++r) {
               alignas(64) static float got[4][kStride], want[4][kStride];  // each row 64-byte aligned (streamed outputs)
-              detail::RowArgs a;
-              a.in[0] = dy.data() + r * kMax;
-              a.in[1] = x.data() + r * kMax;
-              a.in[2] = scales.data();
-              a.in[3] = offsets.data();
-              a.n = n;
-              a.stream = stream;
-              detail::AffineGradParams p;
-              p.op.kind = detail::AffineKind::kQuantizeDequantize;
-              p.op.qmin = 0;
-              p.op.qmax = 255;
-              p.op.narrow = narrow;
-              p.op.canonical_nan = narrow == detail::QuotientRounding::kBFloat16;
-              p.of = detail::AffineGradOf::kAll;
+              AllGradientsCall c = all_gradients_call(narrow, dy.data() + r * kMax, x.data() + r * kMax, scales.data(), offsets.data(), n, stream);
+              detail::RowArgs& a = c.a;
+              detail::AffineGradParams& p = c.p;
               // every element's terms written (the reference), then the kernel with its columns
-              a.out = want[0];
-              p.value_out = with_value ? want[1] : nullptr;
-              p.scale_terms = want[2];
-              p.offset_terms = want[3];
+              point_gradient_outputs(c, want, with_value);
               ref(&p, a);
               std::int64_t spill_count[2] = {0, 0};
               std::vector<double> spill_room_value[2];
@@ -836,10 +838,7 @@ TEST(Aimet, GradientKernelSumsTheTermsIntoColumns) {
                 columns[k].done = 0;  // as the caller starts it: the kernel sets it where it sums
               }
               for (float* q : got) std::fill(q, q + kStride, -7.0f);
-              a.out = got[0];
-              p.value_out = with_value ? got[1] : nullptr;
-              p.scale_terms = got[2];
-              p.offset_terms = got[3];
+              point_gradient_outputs(c, got, with_value);
               p.scale_columns = &columns[0];
               p.offset_columns = &columns[1];
               e.fn(&p, a);
@@ -849,7 +848,9 @@ TEST(Aimet, GradientKernelSumsTheTermsIntoColumns) {
               ASSERT_EQ(done, lanes == 0 ? 0 : n / lanes * lanes) << where;
               if (done > 0) ++fused_calls;
               ASSERT_EQ(0, std::memcmp(got[0], want[0], static_cast<std::size_t>(n) * sizeof(float))) << where << " grad_x row " << r;
-              if (with_value) ASSERT_EQ(0, std::memcmp(got[1], want[1], static_cast<std::size_t>(n) * sizeof(float))) << where << " value row " << r;
+              if (with_value) {
+                ASSERT_EQ(0, std::memcmp(got[1], want[1], static_cast<std::size_t>(n) * sizeof(float))) << where << " value row " << r;
+              }
               for (int k = 0; k < 2; ++k) {
                 // the terms past the summed prefix are stored for the caller
                 ASSERT_EQ(0, std::memcmp(got[2 + k] + done, want[2 + k] + done, static_cast<std::size_t>(n - done) * sizeof(float)))
