@@ -10,6 +10,7 @@
 #include "kernels/convert/kernels.h"
 #include "families/qonnx/kernels.h"
 #include "polyquant/aimet.h"
+#include "polyquant/qkeras.h"
 #include "qonnx_call.h"
 #include "test_util.h"
 
@@ -376,13 +377,42 @@ TEST(Engine, FusedRowsConvertTheirRepeatedValues) {
   }
 }
 
-// A converted output far beyond the caches (Runner::stream_: 32 MiB or more) is written a block at a
-// time through the conversion kernel's non-temporal stores, the first block shortened so that the
-// later ones start where the output is 64-byte aligned. At every output address (aligned, 2 bytes
-// past, numpy's 16, an odd number of elements past) the bytes must equal the same op on slices
-// small enough to take none of that, and the bytes around the output stay untouched.
+// An output far beyond the caches (Runner::stream_: 32 MiB or more) of a call that converts an
+// operand or its output takes the engine's blocks; each block's stores are non-temporal (the
+// conversion kernel's, or the op's kernel writing the output in place) and the first block is
+// shortened so that the later ones start where the output is 64-byte aligned. `run(first, count,
+// out)` runs the op on elements [first, first + count) of its input into `out` (count elements of
+// OutT). At every output address (aligned, 2 or 4 bytes past, numpy's 16, an odd number of
+// elements past) the whole call's bytes must equal the same op on slices small enough to take none
+// of that (1 Mi elements), and the bytes around the output stay untouched.
+template <class OutT, class Run>
+void expect_streamed_output_equals_slices(std::int64_t n, Run&& run) {
+  std::vector<OutT> want(static_cast<std::size_t>(n));
+  for (std::int64_t at = 0; at < n; at += std::int64_t{1} << 20) run(at, std::min(std::int64_t{1} << 20, n - at), want.data() + at);
+  constexpr std::size_t kGuard = 64;
+  std::vector<OutT> memory(static_cast<std::size_t>(n) + kGuard);
+  OutT guard;
+  std::memset(&guard, 0xA5, sizeof guard);
+  const auto base = reinterpret_cast<std::uintptr_t>(memory.data());
+  const std::size_t aligned = (64 - base % 64) % 64 / sizeof(OutT);  // elements to a 64-byte boundary
+  for (const std::size_t bytes_past : {std::size_t{0}, std::size_t{4}, std::size_t{16}, std::size_t{26}, std::size_t{52}}) {
+    const std::size_t past = bytes_past / sizeof(OutT);
+    SCOPED_TRACE("output " + std::to_string(past * sizeof(OutT)) + " bytes past a 64-byte boundary");
+    std::fill(memory.begin(), memory.end(), guard);
+    OutT* out = memory.data() + aligned + past;
+    run(0, n, out);
+    EXPECT_EQ(0, std::memcmp(out, want.data(), static_cast<std::size_t>(n) * sizeof(OutT)));
+    auto is_guard = [](const OutT& v) { return std::memcmp(&v, "\xA5\xA5\xA5\xA5", sizeof(OutT)) == 0; };
+    EXPECT_TRUE(std::all_of(memory.data(), out, is_guard)) << "written before the output";
+    EXPECT_TRUE(std::all_of(out + n, memory.data() + memory.size(), is_guard)) << "written past the output";
+  }
+}
+
+// Converted outputs: AIMET's quantize_dequantize of a 16-bit x, computed in float32 and converted
+// back, a block at a time, by the conversion kernel.
 TEST(Engine, StreamedConvertedOutputsEqualSlicesAtEveryOutputAddress) {
   for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
     const std::int64_t n = (std::int64_t{32} << 20) / 2 + 1037;  // 16-bit elements past the streaming size, an odd tail
     const std::vector<float> values = test::mixed_values(static_cast<std::size_t>(n), 95, 3.0f);
     std::vector<std::uint16_t> x(static_cast<std::size_t>(n));
@@ -390,27 +420,29 @@ TEST(Engine, StreamedConvertedOutputsEqualSlicesAtEveryOutputAddress) {
     const float scale = 0.05f, offset = -128.0f;
     const TensorView s(&scale, DType::kFloat32, Dims{}), o(&offset, DType::kFloat32, Dims{});
     const aimet::AffineArgs args;
-    // the reference: slices of 1 Mi elements (2 MiB of output each: no streaming)
-    std::vector<std::uint16_t> want(static_cast<std::size_t>(n));
-    for (std::int64_t at = 0; at < n; at += std::int64_t{1} << 20) {
-      const std::int64_t m = std::min(std::int64_t{1} << 20, n - at);
-      aimet::quantize_dequantize(TensorView(x.data() + at, dtype, Dims{m}), s, o, args, aimet::QdqPath::kTraining,
-                                 MutableTensorView(want.data() + at, dtype, Dims{m}));
-    }
-    std::vector<std::uint16_t> memory(static_cast<std::size_t>(n) + 64);
-    const auto base = reinterpret_cast<std::uintptr_t>(memory.data());
-    const std::size_t aligned = (64 - base % 64) % 64 / sizeof(std::uint16_t);  // elements to a 64-byte boundary
-    for (const std::size_t past : {std::size_t{0}, std::size_t{1}, std::size_t{8}, std::size_t{13}}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", output " + std::to_string(2 * past) + " bytes past a 64-byte boundary");
-      std::fill(memory.begin(), memory.end(), std::uint16_t{0xA5A5});
-      std::uint16_t* out = memory.data() + aligned + past;
-      aimet::quantize_dequantize(TensorView(x.data(), dtype, Dims{n}), s, o, args, aimet::QdqPath::kTraining,
-                                 MutableTensorView(out, dtype, Dims{n}));
-      EXPECT_EQ(0, std::memcmp(out, want.data(), static_cast<std::size_t>(n) * sizeof(std::uint16_t)));
-      EXPECT_TRUE(std::all_of(memory.data(), out, [](std::uint16_t v) { return v == 0xA5A5; })) << "written before the output";
-      EXPECT_TRUE(std::all_of(out + n, memory.data() + memory.size(), [](std::uint16_t v) { return v == 0xA5A5; }))
-          << "written past the output";
-    }
+    expect_streamed_output_equals_slices<std::uint16_t>(n, [&](std::int64_t first, std::int64_t count, std::uint16_t* out) {
+      aimet::quantize_dequantize(TensorView(x.data() + first, dtype, Dims{count}), s, o, args, aimet::QdqPath::kTraining,
+                                 MutableTensorView(out, dtype, Dims{count}));
+    });
+  }
+}
+
+// Outputs the kernel writes in place from converted inputs: QKeras' quantized_bits of a 16-bit x
+// into its float32 output (the input converted a block at a time, the kernel's own stores).
+TEST(Engine, StreamedInPlaceOutputsOfConvertedInputsEqualSlicesAtEveryOutputAddress) {
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const std::int64_t n = (std::int64_t{32} << 20) / 4 + 1037;  // float32 outputs past the streaming size, an odd tail
+    const std::vector<float> values = test::mixed_values(static_cast<std::size_t>(n), 96, 3.0f);
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(n));
+    detail::convert_values_scalar(values.data(), DType::kFloat32, 1, x.data(), dtype, 1, n);
+    qkeras::QuantizedBitsAttrs attrs;
+    attrs.bits = 6;
+    attrs.integer = 2;
+    expect_streamed_output_equals_slices<float>(n, [&](std::int64_t first, std::int64_t count, float* out) {
+      qkeras::quantized_bits(TensorView(x.data() + first, dtype, Dims{count}), TensorView(), attrs, {}, {},
+                             MutableTensorView(out, DType::kFloat32, Dims{count}));
+    });
   }
 }
 
