@@ -31,6 +31,7 @@
 #include "core/histogram.h"
 #include "kernel_cases.h"
 #include "kernels/registry.h"
+#include "library_under_test.h"
 
 namespace polyquant::detail {
 namespace {
@@ -297,9 +298,7 @@ int main_(int argc, char** argv) {
     std::fprintf(stderr, "polyquant_cuda_bench: --elements must be a positive multiple of 8192 and --reps positive\n");
     return 2;
   }
-  // The library built beside this program, unless $POLYQUANT_CUDA_LIBRARY names another.
-  const char* chosen = std::getenv("POLYQUANT_CUDA_LIBRARY");
-  const CudaBackendStatus status = load_cuda_backend(chosen != nullptr && *chosen != '\0' ? chosen : POLYQUANT_CUDA_LIBRARY_FILE);
+  const CudaBackendStatus status = load_cuda_backend(cuda_library_under_test());
   if (!status.available()) {
     std::fprintf(stderr, "polyquant_cuda_bench: CUDA unavailable: %s\n", status.reason.c_str());
     return 1;

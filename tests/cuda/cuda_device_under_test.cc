@@ -10,6 +10,7 @@
 #include "core/cuda_backend.h"
 #include "core/device_elementwise.h"
 #include "core/device_under_test.h"
+#include "library_under_test.h"
 
 namespace polyquant::test {
 
@@ -20,7 +21,7 @@ struct DeviceUnderTest::Impl {
 };
 
 DeviceUnderTest::DeviceUnderTest() : impl_(new Impl) {
-  impl_->status = detail::load_cuda_backend(POLYQUANT_CUDA_LIBRARY_FILE);
+  impl_->status = detail::load_cuda_backend(cuda_library_under_test());
   if (impl_->status.available()) detail::set_device_backend_for_testing(impl_->status.table);
 }
 

@@ -1,5 +1,5 @@
 // The CUDA backend's loading and table, checked without a GPU (and without a driver): the built
-// libpolyquant_cuda.so (path: POLYQUANT_CUDA_LIBRARY_FILE, set by tests/cuda/CMakeLists.txt)
+// libpolyquant_cuda.so (path: cuda_library_under_test(): $POLYQUANT_CUDA_LIBRARY or the built one)
 // exports its entry point and has a launcher for every per-element op of the op list in every
 // working precision ops.inc lists, and nothing else; the core loads it, reports why it is
 // unavailable on a machine without a GPU, and turns a bad POLYQUANT_CUDA_LIBRARY into a reason
@@ -17,6 +17,7 @@
 #include "core/cuda_backend.h"
 #include "core/nvml_devices.h"
 #include "kernels/registry.h"
+#include "library_under_test.h"
 #include "polyquant/runtime.h"
 
 namespace polyquant::detail {
@@ -45,14 +46,14 @@ bool has_row_element(KernelOp op) {
 }
 
 const PolyquantCudaBackend* built_library_table() {
-  void* handle = ::dlopen(POLYQUANT_CUDA_LIBRARY_FILE, RTLD_NOW | RTLD_LOCAL);
+  void* handle = ::dlopen(cuda_library_under_test(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    ADD_FAILURE() << "dlopen " << POLYQUANT_CUDA_LIBRARY_FILE << ": " << ::dlerror();
+    ADD_FAILURE() << "dlopen " << cuda_library_under_test() << ": " << ::dlerror();
     return nullptr;
   }
   const auto entry = reinterpret_cast<PolyquantCudaEntryPoint>(::dlsym(handle, POLYQUANT_CUDA_ENTRY_POINT));
   if (entry == nullptr) {
-    ADD_FAILURE() << POLYQUANT_CUDA_LIBRARY_FILE << " does not export " << POLYQUANT_CUDA_ENTRY_POINT;
+    ADD_FAILURE() << cuda_library_under_test() << " does not export " << POLYQUANT_CUDA_ENTRY_POINT;
     return nullptr;
   }
   return entry();
@@ -135,8 +136,8 @@ TEST(CudaBackendLibrary, NvmlListsTheDevicesTheCudaRuntimeLists) {
 }
 
 TEST(CudaBackendLoading, TheBuiltLibraryLoadsAndReportsItsDevicesOrWhyNot) {
-  const CudaBackendStatus s = load_cuda_backend(POLYQUANT_CUDA_LIBRARY_FILE);
-  EXPECT_EQ(s.library, POLYQUANT_CUDA_LIBRARY_FILE);
+  const CudaBackendStatus s = load_cuda_backend(cuda_library_under_test());
+  EXPECT_EQ(s.library, cuda_library_under_test());
   ASSERT_NE(s.table, nullptr) << s.reason;
   if (s.available()) {
     EXPECT_EQ(s.reason, "");

@@ -27,6 +27,7 @@
 #include "kernel_cases.h"
 #include "kernels/registry.h"
 #include "test_values.h"
+#include "library_under_test.h"
 
 namespace polyquant::detail {
 namespace {
@@ -93,7 +94,7 @@ class DeviceBuffer {
 class RowsOnDevice : public ::testing::Test {
  protected:
   void SetUp() override {
-    status_ = load_cuda_backend(POLYQUANT_CUDA_LIBRARY_FILE);
+    status_ = load_cuda_backend(cuda_library_under_test());
     if (status_.table == nullptr) FAIL() << "the built CUDA library does not load: " << status_.reason;
     if (!status_.available()) GTEST_SKIP() << "CUDA unavailable: " << status_.reason;
   }

@@ -19,6 +19,7 @@
 
 #include "core/cuda_backend.h"
 #include "core/scalar_math.h"
+#include "library_under_test.h"
 #include "x86_nans_on_device.h"
 
 namespace polyquant::detail {
@@ -128,7 +129,7 @@ void check_pairs(const std::vector<T>& values) {
 class X86NansOnDevice : public ::testing::Test {
  protected:
   void SetUp() override {
-    const CudaBackendStatus status = load_cuda_backend(POLYQUANT_CUDA_LIBRARY_FILE);
+    const CudaBackendStatus status = load_cuda_backend(cuda_library_under_test());
     if (!status.available()) GTEST_SKIP() << "CUDA unavailable: " << status.reason;
   }
 };
