@@ -70,5 +70,11 @@ POLYQUANT_API void* current_stream();
 // run on any thread at any time (a DLPack deleter), and never throws.
 POLYQUANT_API void* allocate_device_memory(Device device, std::size_t bytes);
 POLYQUANT_API void free_device_memory(Device device, void* pointer) noexcept;
+// Orders CUDA stream `waiting` on `device` after the work queued on stream `producer` so far (an
+// event recorded on one, waited for on the other; the host does not wait): for a consumer of
+// memory from allocate_device_memory whose stream is not the one polyquant's work on it was
+// queued on (DLPack's stream protocol). Streams as cudaStream_t values (nullptr or 1: the legacy
+// default stream, 2: the per-thread one). Throws Error when the backend or the device is unavailable.
+POLYQUANT_API void order_stream_after(Device device, void* waiting, void* producer);
 
 }  // namespace polyquant

@@ -161,6 +161,10 @@ nb::object device_empty(const std::vector<std::int64_t>& shape, const std::strin
 void bind_device_calls(nb::module_& m) {
   m.def("_device_empty", &device_empty, nb::arg("shape"), nb::arg("dtype"), nb::arg("device"),
         "Internal (polyquant._common.device): an output array in device memory polyquant owns (for JAX).");
+  m.def("_device_order_after", [](int device, std::uintptr_t waiting, std::uintptr_t producer) {
+    pq::order_stream_after(pq::cuda_device(device), reinterpret_cast<void*>(waiting), reinterpret_cast<void*>(producer));
+  }, nb::arg("device"), nb::arg("waiting"), nb::arg("producer"),
+        "Internal (polyquant._common.device): CUDA stream `waiting` runs after the work queued on `producer` so far.");
   m.def("_device_call_enter", [](std::uintptr_t stream) {
     t_device_calls.push_back(std::make_unique<pq::ScopedStream>(reinterpret_cast<void*>(stream)));
   }, nb::arg("stream"), "Internal (polyquant._common.device): this thread's ops run on CUDA stream `stream` (0: the legacy default).");

@@ -26,6 +26,7 @@ void* current_stream() { return g_current_stream; }
 
 void* allocate_device_memory(Device device, std::size_t bytes) { return detail::allocate_device_memory(device, bytes); }
 void free_device_memory(Device device, void* pointer) noexcept { detail::release_device_memory(device, pointer); }
+void order_stream_after(Device device, void* waiting, void* producer) { detail::order_stream_after(device, waiting, producer); }
 
 namespace detail {
 namespace {
@@ -572,6 +573,12 @@ void* allocate_device_memory(const Device& device, std::size_t bytes) {
   return p;
 }
 
+void order_stream_after(const Device& device, void* waiting, void* producer) {
+  const PolyquantCudaBackend& b = device_backend(device);
+  const DeviceSelection selection(b, device.index);
+  check(b, b.order_after(waiting, producer), "ordering a stream after another (cudaStreamWaitEvent)");
+}
+
 void release_device_memory(const Device& device, void* pointer) noexcept {
   try {
     const PolyquantCudaBackend& b = device_backend(device);
@@ -594,8 +601,17 @@ TensorView host_readable(const TensorView& view, std::vector<unsigned char>& sto
     const DeviceSelection selection(b, view.device.index);
     check(b, b.copy(storage.data(), view.data, static_cast<std::size_t>(n) * size, current_stream(), 1),
           "reading device values (cudaMemcpyAsync)");
-  } else {
-    for (std::int64_t i = 0; i < n; ++i) copy_device_element_to_host(view, i, storage.data() + static_cast<std::size_t>(i) * size);
+  } else if (n > 0) {
+    // Gathered on the device first (the conversion kernel, the dtype kept) into a contiguous
+    // temporary, then one copy: element by element, every read would be a copy and a wait.
+    const DeviceScratch gathered(view.device, static_cast<std::size_t>(n) * size);
+    MutableTensorView contiguous(gathered.data(), view.dtype, view.shape);
+    contiguous.device = view.device;
+    convert_into_on_device(view, contiguous);
+    const PolyquantCudaBackend& b = device_backend(view.device);
+    const DeviceSelection selection(b, view.device.index);
+    check(b, b.copy(storage.data(), gathered.data(), static_cast<std::size_t>(n) * size, current_stream(), 1),
+          "reading device values (cudaMemcpyAsync)");
   }
   return TensorView(storage.data(), view.dtype, view.shape);
 }

@@ -70,6 +70,8 @@ void convert_into_on_device(const TensorView& from, const MutableTensorView& out
 // release_device_memory after all work on the device (it may run from any thread, any time).
 void* allocate_device_memory(const Device& device, std::size_t bytes);
 void release_device_memory(const Device& device, void* pointer) noexcept;
+// Stream `waiting` on `device` ordered after the work queued on `producer` so far (no host wait).
+void order_stream_after(const Device& device, void* waiting, void* producer);
 
 // Stream-ordered device memory for a call's intermediate values (a family's per-element terms):
 // `bytes` on `device`, released on the calling thread's current stream when the object goes, so

@@ -127,9 +127,11 @@ class FakeImmutableTensor(FakeCudaTensor):
     """A producer that cannot allocate (as JAX): its outputs are memory polyquant owns, taken over
     through DLPack (from_dlpack keeps the capsule, and so the memory, alive)."""
 
+    CONSUMER_STREAM = 0xC0DE  # the stream it reads its inputs on (JAX's are its own, non-blocking)
+
     @classmethod
     def from_dlpack(cls, producer) -> "FakeImmutableTensor":
-        capsule = producer.__dlpack__()
+        capsule = producer.__dlpack__(stream=cls.CONSUMER_STREAM)
         ctypes.pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
         ctypes.pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
         managed = DLManagedTensor.from_address(ctypes.pythonapi.PyCapsule_GetPointer(capsule, b"dltensor"))
@@ -295,9 +297,15 @@ def main() -> None:
     import gc
 
     ix = FakeImmutableTensor(x)
-    got = pq.int_quant(ix, dscale if False else 0.5, 0.0, 8, 1, 0, "ROUND")
+    lib.polyquant_fake_cuda_reset_stats()
+    got = pq.int_quant(ix, 0.5, 0.0, 8, 1, 0, "ROUND")
     assert isinstance(got, FakeImmutableTensor) and same_bits(got.numpy(), pq.int_quant(x, 0.5, 0.0, 8, 1, 0, "ROUND"))
     assert lib.polyquant_fake_cuda_outstanding_temporaries() == 1, "the output is alive"
+    # DLPack's stream protocol on the hand-over: the stream the consumer named waits for the
+    # call's (the framework's current stream, 0: the legacy default), once.
+    waiting, producer = ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.polyquant_fake_cuda_orderings(ctypes.byref(waiting), ctypes.byref(producer)) == 1
+    assert (waiting.value, producer.value or 0) == (FakeImmutableTensor.CONSUMER_STREAM, 0), (waiting.value, producer.value)
     del got
     gc.collect()
     assert lib.polyquant_fake_cuda_outstanding_temporaries() == 0, "the output was freed with its last holder"

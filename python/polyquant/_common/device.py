@@ -235,11 +235,42 @@ class DeviceTensor:
 
     def to_user(self) -> Any:
         """The tensor as the caller's framework holds it (an output polyquant allocated: converted)."""
-        return self._call.framework.finish(self.obj)
+        framework = self._call.framework
+        if framework.empty is polyquant_empty:  # memory polyquant owns: its consumer's stream is ordered
+            return framework.finish(_HandedOver(self.obj, self._call))
+        return framework.finish(self.obj)
 
     def view(self, dtype: str, name: str) -> "DeviceTensor":
         """The same memory as dtype `dtype` (ml_dtypes' names; same item size)."""
         return DeviceTensor(self._call.framework.view(self.obj, dtype, name), self._call)
+
+
+class _HandedOver:
+    """An output in memory polyquant owns, as its framework's ``from_dlpack`` takes it over: the
+    producer's side of DLPack's stream protocol. The consumer names the stream it will read on
+    (``stream=``: None or 1 the legacy default stream, 2 the per-thread one, else a cudaStream_t;
+    -1 asks for no ordering), and that stream is ordered after the work the call queued on its own
+    stream (an event, so the host does not wait): a framework reading on a stream of its own (JAX's
+    are non-blocking) would otherwise see the output before the kernel wrote it."""
+
+    __slots__ = ("_array", "_call")
+
+    def __init__(self, array: Any, call: "DeviceCall"):
+        self._array, self._call = array, call
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, **kwargs: Any) -> Any:
+        consumer = 1 if stream is None else int(stream)
+        if consumer != -1:
+            _ext._device_order_after(self._call.index, consumer, self._call.stream)
+        if max_version is not None:
+            try:
+                return self._array.__dlpack__(max_version=max_version, **kwargs)
+            except TypeError:  # a producer without versioned capsules: the plain one
+                pass
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._array.__dlpack_device__()
 
 
 class DeviceCall:

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backends/cuda/backend_abi.h"
+#include "backends/cuda/launch_status.cuh"
 #include "kernels/convert/element.h"
 
 namespace polyquant::detail::cuda {
@@ -71,7 +72,23 @@ int allocate(void** pointer, std::size_t bytes, void* stream) {
   return static_cast<int>(cudaMallocAsync(pointer, bytes, static_cast<cudaStream_t>(stream)));
 }
 int release(void* pointer, void* stream) { return static_cast<int>(cudaFreeAsync(pointer, static_cast<cudaStream_t>(stream))); }
-int release_now(void* pointer) { return static_cast<int>(cudaFree(pointer)); }
+int release_now(void* pointer) {
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e == cudaSuccess) e = cudaFree(pointer);
+  return static_cast<int>(e);
+}
+int order_after(void* waiting, void* producer) {
+  const auto w = static_cast<cudaStream_t>(waiting), p = static_cast<cudaStream_t>(producer);
+  if (w == p) return 0;
+  cudaEvent_t done;
+  cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  e = cudaEventRecord(done, p);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(w, done, 0);
+  // (the wait keeps what it needs: an event may be destroyed while a stream still waits for it)
+  const cudaError_t destroyed = cudaEventDestroy(done);
+  return static_cast<int>(e != cudaSuccess ? e : destroyed);
+}
 
 int copy(void* dst, const void* src, std::size_t bytes, void* stream, int wait) {
   const auto s = static_cast<cudaStream_t>(stream);
@@ -104,8 +121,7 @@ int convert(const PolyquantCudaConvert* c, void* stream) {
   constexpr std::int64_t kMaxBlocks = 65536;
   const std::int64_t wanted = (n + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks));
-  convert_kernel<<<grid, kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(*c, n);
-  return static_cast<int>(cudaGetLastError());
+  return launch_status([&] { convert_kernel<<<grid, kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(*c, n); });
 }
 
 // ---- grouped reductions -------------------------------------------------------------------------
@@ -281,9 +297,10 @@ int launch_grouped_walk(const R& r, int rank, const std::int64_t* shape, const s
     const char* v = std::getenv("POLYQUANT_CUDA_LANE_FLUSHES");
     return v != nullptr && v[0] == '1';
   }();
-  if (lane_flushes) grouped_walk_kernel<R, true><<<w.blocks, GroupedWalk::kThreadsPerBlock, 0, stream>>>(r, w);
-  else grouped_walk_kernel<R, false><<<w.blocks, GroupedWalk::kThreadsPerBlock, 0, stream>>>(r, w);
-  return static_cast<int>(cudaGetLastError());
+  return launch_status([&] {
+    if (lane_flushes) grouped_walk_kernel<R, true><<<w.blocks, GroupedWalk::kThreadsPerBlock, 0, stream>>>(r, w);
+    else grouped_walk_kernel<R, false><<<w.blocks, GroupedWalk::kThreadsPerBlock, 0, stream>>>(r, w);
+  });
 }
 
 // ---- exact group sums ---------------------------------------------------------------------------
@@ -443,8 +460,7 @@ int group_histogram(const PolyquantCudaGroupHistogram* h, void* stream) {
   const dim3 grid(static_cast<unsigned>(wanted < most ? wanted : most));
   const bool privatized = slots <= kHistogramSharedSlots;
   const std::size_t shared = privatized ? static_cast<std::size_t>(slots) * sizeof(unsigned int) : 0;
-  group_histogram_kernel<<<grid, kHistogramThreads, shared, st>>>(*h, n, privatized);
-  return static_cast<int>(cudaGetLastError());
+  return launch_status([&] { group_histogram_kernel<<<grid, kHistogramThreads, shared, st>>>(*h, n, privatized); });
 }
 
 PolyquantCudaBackend make_backend() {
@@ -464,6 +480,7 @@ PolyquantCudaBackend make_backend() {
   b.allocate = &allocate;
   b.release = &release;
   b.release_now = &release_now;
+  b.order_after = &order_after;
   b.copy = &copy;
   b.convert = &convert;
   b.exact_sums = &exact_sums;

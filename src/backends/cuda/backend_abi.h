@@ -22,7 +22,9 @@
 
 // Bumped whenever PolyquantCudaBackend, RowArgs' meaning or a launcher's contract changes.
 // v5: AffineGradParams (a launcher's params) gained scale_blocks and offset_blocks, host-only pointers (null on a device).
-#define POLYQUANT_CUDA_ABI_VERSION 5u
+// v6: AffineGradParams gained scale_columns and offset_columns (host-only, null on a device);
+//     release_now waits for the device's work; order_after.
+#define POLYQUANT_CUDA_ABI_VERSION 6u
 #define POLYQUANT_CUDA_ENTRY_POINT "polyquant_cuda_backend_v1"
 
 // The function of row_kernels.cu's build for a flavour (ieee, flushing) and a working precision
@@ -178,9 +180,16 @@ struct PolyquantCudaBackend {
   // engine's temporaries, freed on the stream after the launches that use them.
   int (*allocate)(void** pointer, std::size_t bytes, void* stream);
   int (*release)(void* pointer, void* stream);
-  // cudaFree: after all work on the device (memory handed to another owner, freed by its deleter
-  // at a time no stream orders).
+  // Memory handed to another owner, freed by its deleter at a time no stream orders:
+  // cudaDeviceSynchronize (the current device), then cudaFree. cudaFree alone does not wait for
+  // work still queued on memory from cudaMallocAsync, which could then be handed out again while
+  // a kernel still writes it.
   int (*release_now)(void* pointer);
+  // Work queued on stream `waiting` from now on runs after the work queued on `producer` so far
+  // (an event recorded on `producer`, waited for on `waiting`), the host not waiting: DLPack's
+  // stream protocol for an output polyquant owns, whose consumer names its stream. Streams as
+  // cudaStream_t values; 1 and 2 are the legacy and per-thread default streams, as in DLPack.
+  int (*order_after)(void* waiting, void* producer);
   // cudaMemcpyAsync with cudaMemcpyDefault (unified addressing: any direction), then, when
   // `wait` is set, cudaStreamSynchronize: a host reading device values (a bit width that decides
   // the kernel) waits for the copy.

@@ -23,6 +23,7 @@
 #include <mutex>
 
 #include "backends/cuda/backend_abi.h"
+#include "backends/cuda/launch_status.cuh"
 #include "backends/cuda/row_elements.cuh"
 #include "backends/cuda/row_layout.h"
 #include "core/floor_log2.h"
@@ -59,11 +60,13 @@ namespace {
 
 // Output elements [0, a.n) of one row; `p` and `a` arrive by value in the kernel's parameter space.
 // Element j is independent of every other, so any thread order gives the CPU's bits.
-// Operands passed by value (PolyquantCudaHostScalars) are read from the kernel's own copy of the
-// launch parameters.
+// Operands passed by value (PolyquantCudaHostScalars) are read where the launch parameters lie:
+// __grid_constant__ lets a thread take their address without a copy of its own (a plain parameter
+// whose address is taken is copied to every thread's local memory at entry, 72 bytes, on every
+// launch, whether or not any operand is passed that way).
 // kLayout (row_layout.h) fixes the masks the launch's layout makes constant.
 template <class Row, class T, RoundingMode kMode, class P, RowLayout kLayout>
-__global__ void row_kernel(P p, RowArgs a, PolyquantCudaHostScalars scalars) {
+__global__ void row_kernel(P p, RowArgs a, const __grid_constant__ PolyquantCudaHostScalars scalars) {
   if (scalars.mask != 0) {
     for (int i = 0; i < kMaxOperands; ++i) {
       if ((scalars.mask >> i) & 1u) a.in[static_cast<std::size_t>(i)] = &scalars.value[i];
@@ -106,18 +109,19 @@ int launch_row(const void* params, const RowArgs* args, const PolyquantCudaHostS
     return v != nullptr && v[0] == '1';
   }();
   const RowLayout layout = general_only ? RowLayout::kGeneral : row_layout_of(a, by_value.mask);
-  with_mode_of(p, [&]<RoundingMode kMode>() {
-    switch (layout) {
-      case RowLayout::kFirstStreams:
-        row_kernel<Row, T, kMode, P, RowLayout::kFirstStreams><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
-        break;
-      case RowLayout::kNoRowOperands:  // not instantiated: rare layouts, and it would add a third of the build
-      case RowLayout::kGeneral:
-        row_kernel<Row, T, kMode, P, RowLayout::kGeneral><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
-        break;
-    }
+  return launch_status([&] {
+    with_mode_of(p, [&]<RoundingMode kMode>() {
+      switch (layout) {
+        case RowLayout::kFirstStreams:
+          row_kernel<Row, T, kMode, P, RowLayout::kFirstStreams><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
+          break;
+        case RowLayout::kNoRowOperands:  // not instantiated: rare layouts, and it would add a third of the build
+        case RowLayout::kGeneral:
+          row_kernel<Row, T, kMode, P, RowLayout::kGeneral><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
+          break;
+      }
+    });
   });
-  return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace

@@ -33,3 +33,12 @@ POLYQUANT_FAKE_EXPORT int polyquant_fake_cuda_faults() { return static_cast<int>
 POLYQUANT_FAKE_EXPORT void* polyquant_fake_cuda_last_stream() { return fake().stats().last_stream; }
 POLYQUANT_FAKE_EXPORT int polyquant_fake_cuda_outstanding_temporaries() { return fake().outstanding_temporaries(); }
 POLYQUANT_FAKE_EXPORT void polyquant_fake_cuda_reset_stats() { fake().reset_stats(); }
+// order_after's calls since the last reset; the last one's streams in *waiting and *producer.
+POLYQUANT_FAKE_EXPORT int polyquant_fake_cuda_orderings(void** waiting, void** producer) {
+  const auto& o = fake().stats().orderings;
+  if (!o.empty()) {
+    *waiting = o.back().first;
+    *producer = o.back().second;
+  }
+  return static_cast<int>(o.size());
+}

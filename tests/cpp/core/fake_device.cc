@@ -100,6 +100,12 @@ int release(void* p, void*) {
   return 0;
 }
 int release_now(void* p) { return release(p, nullptr); }
+int order_after(void* waiting, void* producer) {  // the stand-in runs everything at once: recorded only
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  s.stats.orderings.emplace_back(waiting, producer);
+  return 0;
+}
 int copy(void* dst, const void* src, std::size_t bytes, void* stream, int wait) {
   State& s = state();
   const std::lock_guard<std::mutex> lock(s.mutex);
@@ -314,6 +320,7 @@ PolyquantCudaBackend make_table() {
   b.allocate = &allocate;
   b.release = &release;
   b.release_now = &release_now;
+  b.order_after = &order_after;
   b.copy = &copy;
   b.convert = &convert;
   b.exact_sums = &exact_sums;

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "polyquant/tensor.h"
@@ -27,6 +28,7 @@ struct FakeDeviceStats {
   int host_reads = 0;  // device -> host copies that waited for the stream
   int device_queries = 0;  // device_count calls (cudaGetDeviceCount: the query that initialises CUDA)
   void* last_stream = nullptr;
+  std::vector<std::pair<void*, void*>> orderings;  // order_after's (waiting, producer) streams
   std::vector<std::string> faults;  // pointers outside the current device's memory
 };
 

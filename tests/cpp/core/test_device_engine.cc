@@ -1162,6 +1162,38 @@ TEST_F(DeviceEngine, ExactGroupSumsEqualTheHostsExactSums) {
   }
 }
 
+// A device tensor the host must read (a bit width, a search's copy of x) arrives whole whatever its
+// layout: transposed, reversed, with a zero stride, at an offset. A view that is not contiguous is
+// gathered on the device first and read back in one copy (on the stand-in: one conversion and one
+// waiting read, not one per element).
+TEST_F(DeviceEngine, HostReadsOfAnyLayoutAreOneGatherAndOneCopy) {
+  const std::vector<float> v = x_values(6 * 10, 41);
+  Array a = Array::of(fake_, v, DType::kFloat32);
+  struct Layout {
+    const char* name;
+    Dims shape, strides;
+    std::int64_t offset;
+  };
+  const Layout layouts[] = {{"contiguous", {6, 10}, {10, 1}, 0},     {"transposed", {10, 6}, {1, 10}, 0},
+                            {"reversed rows", {6, 10}, {-10, 1}, 50}, {"broadcast", {4, 6, 10}, {0, 10, 1}, 0},
+                            {"strided slice", {3, 4}, {20, 2}, 3}};
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(l.name);
+    if (stand_in() != nullptr) stand_in()->reset_stats();
+    std::vector<unsigned char> storage;
+    const TensorView got = detail::host_readable(a.device_view(l.shape, l.strides, l.offset), storage);
+    std::vector<float> want(static_cast<std::size_t>(l.shape.numel()));
+    detail::convert_into(a.host_view(l.shape, l.strides, l.offset), MutableTensorView(want.data(), DType::kFloat32, l.shape));
+    ASSERT_EQ(got.numel(), l.shape.numel());
+    ASSERT_EQ(0, std::memcmp(got.data, want.data(), want.size() * sizeof(float)));
+    if (stand_in() != nullptr) {
+      const bool contiguous = std::string(l.name) == "contiguous";
+      EXPECT_EQ(stand_in()->stats().host_reads, 1);
+      EXPECT_EQ(stand_in()->stats().conversions, contiguous ? 0 : 1);
+    }
+  }
+}
+
 // The device's group minimum and maximum (order keys folded with atomics, NaN and -0.0 as flags)
 // against the host's over every grouping above, with NaN, both infinities, +-0 and subnormals among
 // the values; all values and the finite ones only.
