@@ -25,6 +25,11 @@ def _device_empty(shape: Sequence[int], dtype: str, device: int) -> object:
     Internal (polyquant._common.device): an output array in device memory polyquant owns (for JAX).
     """
 
+def _device_order_after(device: int, waiting: int, producer: int) -> None:
+    """
+    Internal (polyquant._common.device): CUDA stream `waiting` runs after the work queued on `producer` so far.
+    """
+
 def _device_call_enter(stream: int) -> None:
     """
     Internal (polyquant._common.device): this thread's ops run on CUDA stream `stream` (0: the legacy default).
