@@ -13,6 +13,11 @@
 inline Vec::F tf_min_v(Vec::F a, Vec::F b) { return Vec::select(Vec::isnan(a), a, Vec::select(Vec::lt(a, b), a, b)); }
 inline Vec::F tf_max_v(Vec::F a, Vec::F b) { return Vec::select(Vec::isnan(a), a, Vec::select(Vec::gt(a, b), a, b)); }
 inline Vec::F tf_clip_v(Vec::F t, Vec::F lo, Vec::F hi) { return tf_max_v(tf_min_v(t, hi), lo); }
+// tf_clip_v where neither bound is NaN or zero, in two instructions: x86's min(hi, t) is
+// hi < t ? hi : t and max(lo, r) is lo > r ? lo : r, so a NaN t passes through both as tf's
+// does, and they differ from tf's choice only on ties (tf keeps the bound, x86 the value), which
+// give the same bits unless the tie is between +0 and -0: excluded by the nonzero bounds.
+inline Vec::F tf_clip_nonzero_bounds_v(Vec::F t, Vec::F lo, Vec::F hi) { return Vec::max(lo, Vec::min(hi, t)); }
 // XLA's clamp: the bound wins on NaN and on equality.
 inline Vec::F xla_clip_v(Vec::F t, Vec::F lo, Vec::F hi) {
   t = Vec::select(Vec::gt(t, lo), t, lo);
@@ -85,10 +90,13 @@ void qk_bits_f32(const void* params, const RowArgs& a) {
   const Vec::F inv_m = Vec::splat(p.inv_m), inv_m_i = Vec::splat(p.inv_m_i);
   const Vec::F one = Vec::splat(1.0f), two = Vec::splat(2.0f);
   if (!p.binary) {
-    with_flags(p.inv_m != 0.0f, p.inv_m_i != 0.0f, [&](auto has_inv_m, auto has_inv_m_i) POLYQUANT_ALWAYS_INLINE {
+    // (lo = 0 where keep_negative is off: then the +-0 ties need tf's own choice)
+    const bool nonzero_bounds = p.lo != 0.0f && p.hi != 0.0f && !std::isnan(p.lo) && !std::isnan(p.hi);
+    with_flags(p.inv_m != 0.0f, p.inv_m_i != 0.0f, nonzero_bounds, [&](auto has_inv_m, auto has_inv_m_i, auto plain_clip) POLYQUANT_ALWAYS_INLINE {
       for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
         const Vec::F scaled = div_by(Vec::mul(v[0], m), m_i, has_inv_m_i, inv_m_i);
-        const Vec::F c = tf_clip_v(round_through_v(scaled), lo, hi);
+        const Vec::F rounded = round_through_v(scaled);
+        const Vec::F c = plain_clip ? tf_clip_nonzero_bounds_v(rounded, lo, hi) : tf_clip_v(rounded, lo, hi);
         const Vec::F xq = div_by(Vec::mul(m_i, c), m, has_inv_m, inv_m);
         return nan_result_v(blend(v[0], Vec::mul(v[1], xq)), v[0]);
       });
