@@ -255,9 +255,15 @@ void qk_linear_f32(const void* params, const RowArgs& a) {
   const ScopedFlushDenormals flush;
   const Vec::F clip_min = Vec::splat(p.clip_min), clip_max = Vec::splat(p.clip_max), shift = Vec::splat(p.shift);
   const Vec::F q = Vec::splat(p.blend.q);
-  with_flags(p.level_only, p.pow2_scales, [&](auto level_only, auto pow2_scales) POLYQUANT_ALWAYS_INLINE {
+  // The two-instruction clip even where a bound is 0 (keep_negative off): the one difference it
+  // can make, -0 against +0 on a tie, never reaches an output, since the clipped value c only
+  // enters as c - shift (for c = +-0 that is -shift either way, or +0 when shift is 0 too) and
+  // then round_through, which gives +0 for both zeros. NaN bounds (never made) would differ.
+  const bool plain_clip_exact = !std::isnan(p.clip_min) && !std::isnan(p.clip_max);
+  with_flags(p.level_only, p.pow2_scales, plain_clip_exact, [&](auto level_only, auto pow2_scales, auto plain_clip) POLYQUANT_ALWAYS_INLINE {
     for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
-      const Vec::F c = tf_clip_v(div_by_scale(v[0], v[1], pow2_scales), clip_min, clip_max);
+      const Vec::F t = div_by_scale(v[0], v[1], pow2_scales);
+      const Vec::F c = plain_clip ? tf_clip_nonzero_bounds_v(t, clip_min, clip_max) : tf_clip_v(t, clip_min, clip_max);
       const Vec::F level = Vec::add(round_through_v(Vec::sub(c, shift)), shift);
       if constexpr (decltype(level_only)::value) return nan_result_v(level, v[0]);
       const Vec::F xq = Vec::mul(level, v[1]);
