@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <optional>
 #include <vector>
 
 #include "backends/cuda/backend_abi.h"
@@ -596,23 +597,23 @@ TensorView host_readable(const TensorView& view, std::vector<unsigned char>& sto
   const std::int64_t n = view.numel();
   const std::size_t size = dtype_size(view.dtype);
   storage.assign(static_cast<std::size_t>(n > 0 ? n : 1) * size, 0);
-  if (view.is_contiguous() && n > 0) {
-    const PolyquantCudaBackend& b = device_backend(view.device);
-    const DeviceSelection selection(b, view.device.index);
-    check(b, b.copy(storage.data(), view.data, static_cast<std::size_t>(n) * size, current_stream(), 1),
-          "reading device values (cudaMemcpyAsync)");
-  } else if (n > 0) {
-    // Gathered on the device first (the conversion kernel, the dtype kept) into a contiguous
-    // temporary, then one copy: element by element, every read would be a copy and a wait.
-    const DeviceScratch gathered(view.device, static_cast<std::size_t>(n) * size);
-    MutableTensorView contiguous(gathered.data(), view.dtype, view.shape);
+  if (n == 0) return TensorView(storage.data(), view.dtype, view.shape);
+  // A view that is not contiguous is gathered on the device first (the conversion kernel, the
+  // dtype kept) into a contiguous temporary, then read in one copy: element by element, every
+  // read would be a copy and a wait.
+  std::optional<DeviceScratch> gathered;
+  const void* from = view.data;
+  if (!view.is_contiguous()) {
+    gathered.emplace(view.device, static_cast<std::size_t>(n) * size);
+    MutableTensorView contiguous(gathered->data(), view.dtype, view.shape);
     contiguous.device = view.device;
     convert_into_on_device(view, contiguous);
-    const PolyquantCudaBackend& b = device_backend(view.device);
-    const DeviceSelection selection(b, view.device.index);
-    check(b, b.copy(storage.data(), gathered.data(), static_cast<std::size_t>(n) * size, current_stream(), 1),
-          "reading device values (cudaMemcpyAsync)");
+    from = gathered->data();
   }
+  const PolyquantCudaBackend& b = device_backend(view.device);
+  const DeviceSelection selection(b, view.device.index);
+  check(b, b.copy(storage.data(), from, static_cast<std::size_t>(n) * size, current_stream(), 1),
+        "reading device values (cudaMemcpyAsync)");
   return TensorView(storage.data(), view.dtype, view.shape);
 }
 

@@ -262,12 +262,7 @@ class _HandedOver:
         consumer = 1 if stream is None else int(stream)
         if consumer != -1:
             _ext._device_order_after(self._call.index, consumer, self._call.stream)
-        if max_version is not None:
-            try:
-                return self._array.__dlpack__(max_version=max_version, **kwargs)
-            except TypeError:  # a producer without versioned capsules: the plain one
-                pass
-        return self._array.__dlpack__(**kwargs)
+        return self._array.__dlpack__(max_version=max_version, **kwargs)  # nanobind's: takes every key
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self._array.__dlpack_device__()

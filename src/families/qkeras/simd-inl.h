@@ -13,11 +13,12 @@
 inline Vec::F tf_min_v(Vec::F a, Vec::F b) { return Vec::select(Vec::isnan(a), a, Vec::select(Vec::lt(a, b), a, b)); }
 inline Vec::F tf_max_v(Vec::F a, Vec::F b) { return Vec::select(Vec::isnan(a), a, Vec::select(Vec::gt(a, b), a, b)); }
 inline Vec::F tf_clip_v(Vec::F t, Vec::F lo, Vec::F hi) { return tf_max_v(tf_min_v(t, hi), lo); }
-// tf_clip_v where neither bound is NaN or zero, in two instructions: x86's min(hi, t) is
-// hi < t ? hi : t and max(lo, r) is lo > r ? lo : r, so a NaN t passes through both as tf's
-// does, and they differ from tf's choice only on ties (tf keeps the bound, x86 the value), which
-// give the same bits unless the tie is between +0 and -0: excluded by the nonzero bounds.
-inline Vec::F tf_clip_nonzero_bounds_v(Vec::F t, Vec::F lo, Vec::F hi) { return Vec::max(lo, Vec::min(hi, t)); }
+// The clip in two instructions: x86's min(hi, t) is hi < t ? hi : t and max(lo, r) is
+// lo > r ? lo : r, so a NaN t passes through both as through tf_clip_v. It differs from tf_clip_v
+// only with a NaN bound, and on a tie (tf keeps the bound, x86 the value), which gives the same
+// bits unless the tie is +0 against -0: so it equals tf_clip_v where neither bound is NaN or
+// zero, or where the caller's use of the result erases the sign of a zero.
+inline Vec::F min_max_clip_v(Vec::F t, Vec::F lo, Vec::F hi) { return Vec::max(lo, Vec::min(hi, t)); }
 // XLA's clamp: the bound wins on NaN and on equality.
 inline Vec::F xla_clip_v(Vec::F t, Vec::F lo, Vec::F hi) {
   t = Vec::select(Vec::gt(t, lo), t, lo);
@@ -96,7 +97,7 @@ void qk_bits_f32(const void* params, const RowArgs& a) {
       for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
         const Vec::F scaled = div_by(Vec::mul(v[0], m), m_i, has_inv_m_i, inv_m_i);
         const Vec::F rounded = round_through_v(scaled);
-        const Vec::F c = plain_clip ? tf_clip_nonzero_bounds_v(rounded, lo, hi) : tf_clip_v(rounded, lo, hi);
+        const Vec::F c = plain_clip ? min_max_clip_v(rounded, lo, hi) : tf_clip_v(rounded, lo, hi);
         const Vec::F xq = div_by(Vec::mul(m_i, c), m, has_inv_m, inv_m);
         return nan_result_v(blend(v[0], Vec::mul(v[1], xq)), v[0]);
       });
@@ -257,13 +258,14 @@ void qk_linear_f32(const void* params, const RowArgs& a) {
   const Vec::F q = Vec::splat(p.blend.q);
   // The two-instruction clip even where a bound is 0 (keep_negative off): the one difference it
   // can make, -0 against +0 on a tie, never reaches an output, since the clipped value c only
-  // enters as c - shift (for c = +-0 that is -shift either way, or +0 when shift is 0 too) and
-  // then round_through, which gives +0 for both zeros. NaN bounds (never made) would differ.
+  // enters as c - shift (-shift for either zero when shift is not 0, else a zero of c's sign)
+  // and then round_through, which gives +0 for both zeros. NaN bounds (0 * inf for a huge bit
+  // width) keep tf's clip.
   const bool plain_clip_exact = !std::isnan(p.clip_min) && !std::isnan(p.clip_max);
   with_flags(p.level_only, p.pow2_scales, plain_clip_exact, [&](auto level_only, auto pow2_scales, auto plain_clip) POLYQUANT_ALWAYS_INLINE {
     for_each_vector<2>(a, [&](const Vec::F* v) POLYQUANT_ALWAYS_INLINE {
       const Vec::F t = div_by_scale(v[0], v[1], pow2_scales);
-      const Vec::F c = plain_clip ? tf_clip_nonzero_bounds_v(t, clip_min, clip_max) : tf_clip_v(t, clip_min, clip_max);
+      const Vec::F c = plain_clip ? min_max_clip_v(t, clip_min, clip_max) : tf_clip_v(t, clip_min, clip_max);
       const Vec::F level = Vec::add(round_through_v(Vec::sub(c, shift)), shift);
       if constexpr (decltype(level_only)::value) return nan_result_v(level, v[0]);
       const Vec::F xq = Vec::mul(level, v[1]);
