@@ -78,6 +78,9 @@ struct ElementsPerScale {
 struct SearchInfo {
   int max_passes = 0;            // 1 when the max-based starting scale was computed from x
   int least_squares_rounds = 0;  // auto_po2 rounds run (at most 5; 1 for the sign function)
+  // Of those, the rounds whose sums a CUDA device computed (x there): the others read a host copy
+  // of x (docs/cuda.md, "QKeras' least-squares rounds on the device").
+  int least_squares_rounds_on_device = 0;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ void report_search(const qk::SearchInfo& s, nb::object info) {
   nb::dict d = nb::cast<nb::dict>(info);
   d["max_passes"] = s.max_passes;
   d["least_squares_rounds"] = s.least_squares_rounds;
+  d["least_squares_rounds_on_device"] = s.least_squares_rounds_on_device;
 }
 
 // The optional upstream gradient of a gradient call (None: the derivative alone).

@@ -451,8 +451,12 @@ DeviceScratch::~DeviceScratch() {
   if (previous != device_.index) b.set_device(previous);
 }
 
-std::vector<float> exact_group_sums_on_device(const Device& device, const float* terms, const Dims& shape,
-                                              const Dims& group_strides, std::int64_t groups) {
+namespace {
+// The exact sums' parts per group, summed on the device and read back, then each rounded once by
+// `round` (ExactSumFloat32's to_float or to_double).
+template <class T, class Round>
+std::vector<T> exact_group_sums(const Device& device, const float* terms, const Dims& shape, const Dims& group_strides,
+                                std::int64_t groups, Round&& round) {
   const PolyquantCudaBackend& b = device_backend(device);
   if (b.exact_sums == nullptr) throw Error(ErrorKind::kRuntime, "CUDA backend: the library has no exact sums");
   const DeviceSelection selection(b, device.index);
@@ -474,11 +478,20 @@ std::vector<float> exact_group_sums_on_device(const Device& device, const float*
   std::vector<std::uint32_t> flags(static_cast<std::size_t>(groups));
   check(b, b.copy(limbs.data(), e.limbs, limbs.size() * sizeof(std::int64_t), stream, 0), "cudaMemcpyAsync");
   check(b, b.copy(flags.data(), e.flags, flags.size() * sizeof(std::uint32_t), stream, 1), "cudaMemcpyAsync");
-  std::vector<float> sums(static_cast<std::size_t>(groups));
-  for (std::size_t g = 0; g < sums.size(); ++g) {
-    sums[g] = ExactSumFloat32::from_parts(limbs.data() + g * K, flags[g]).to_float();
-  }
+  std::vector<T> sums(static_cast<std::size_t>(groups));
+  for (std::size_t g = 0; g < sums.size(); ++g) sums[g] = round(ExactSumFloat32::from_parts(limbs.data() + g * K, flags[g]));
   return sums;
+}
+}  // namespace
+
+std::vector<float> exact_group_sums_on_device(const Device& device, const float* terms, const Dims& shape,
+                                              const Dims& group_strides, std::int64_t groups) {
+  return exact_group_sums<float>(device, terms, shape, group_strides, groups, [](const ExactSumFloat32& s) { return s.to_float(); });
+}
+
+std::vector<double> exact_group_sums_on_device_as_double(const Device& device, const float* terms, const Dims& shape,
+                                                         const Dims& group_strides, std::int64_t groups) {
+  return exact_group_sums<double>(device, terms, shape, group_strides, groups, [](const ExactSumFloat32& s) { return s.to_double(); });
 }
 
 namespace {

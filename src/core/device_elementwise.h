@@ -97,6 +97,10 @@ class DeviceScratch {
 // (backend_abi.h, PolyquantCudaExactSums); this waits for the stream to read them back.
 std::vector<float> exact_group_sums_on_device(const Device& device, const float* terms, const Dims& shape,
                                               const Dims& group_strides, std::int64_t groups);
+// The same exact sums, each rounded once to float64 instead (a caller that bounds what other
+// summation orders would give: QKeras' least-squares rounds, scale_search.h).
+std::vector<double> exact_group_sums_on_device_as_double(const Device& device, const float* terms, const Dims& shape,
+                                                         const Dims& group_strides, std::int64_t groups);
 
 // Per-group minimum and maximum of a float16 / bfloat16 / float32 / float64 tensor on a device (any
 // strides: a non-contiguous one is gathered first), by order-key atomics (backend_abi.h,

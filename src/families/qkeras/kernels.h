@@ -64,6 +64,15 @@ struct QkBitsParams {
   bool upstream = false;       // with gradient: times grad_output, operand 2 (qk_chain)
 };
 
+// ---- the least-squares terms of a scale search ---------------------------------------------------
+// With level_only, a quantizer may write one of the terms of a least-squares sum instead of its
+// level z: v * z, |v * z| or z * z, each rounded to float32 as the product-sums kernel rounds them
+// (v = x / m_i for quantized_bits, x for quantized_linear), or the unit of such a term (its lowest
+// set bit's value; +inf for a zero or non-finite term). A device's search sums the terms exactly
+// per group and takes the units' minimum (scale_search.h, least_squares_sums_on_device). Only the
+// device runs these modes; the vector kernels hand them to the scalar rows.
+enum class LsTerm : std::uint8_t { kLevel, kXz, kAbsXz, kZz, kXzUnit, kZzUnit };
+
 // ---- quantized_bits, alpha "auto"/"auto_po2" final pass: operands x, s (internal scale) -------
 struct QkBitsAutoParams {
   float m = 0, m_i = 0;
@@ -73,6 +82,7 @@ struct QkBitsAutoParams {
   QkBlend blend;
   bool gradient = false;
   bool level_only = false;     // write the integer level z (the least-squares rounds' input)
+  LsTerm ls_term = LsTerm::kLevel;  // with level_only: write that term of xs and z instead
   // With level_only: write instead the least-squares quotient of a group of one element,
   // qk_bits_ls_quotient(xs, z, eps) (the rounds of a rank-1 search, scale_search.h).
   bool ls_quotient = false;
@@ -119,6 +129,7 @@ struct QkLinearParams {
   bool gradient = false;
   bool upstream = false;       // with gradient: times grad_output, operand 2 (qk_chain)
   bool level_only = false;     // write the level round_through(c - shift) + shift
+  LsTerm ls_term = LsTerm::kLevel;  // with level_only: write that term of x and the level instead
 };
 
 inline namespace POLYQUANT_TARGET_NAMESPACE {
@@ -210,6 +221,33 @@ POLYQUANT_HD inline float qk_bits_auto_level(float xs, float s, float half_level
   return tf_sign(xs) * (v < half_levels ? v : half_levels);
 }
 
+// The least-squares term `t` of v and level z (LsTerm), float32 products as the product-sums kernel
+// forms them (its z is the level as written, NaN made qk_nan_result's NaN: a NaN either way).
+// The value of t's lowest set bit (a power of two from 2^-149, built from bits: no arithmetic to
+// flush), +inf for a zero or non-finite t: every float64 sum of terms whose units are at least u
+// and whose magnitudes sum below 2^53 u is exact.
+POLYQUANT_HD inline float float32_unit(float t) {
+  const std::uint32_t b = std::bit_cast<std::uint32_t>(t) & 0x7FFFFFFFu;
+  if (b == 0 || b >= 0x7F800000u) return std::numeric_limits<float>::infinity();
+  const std::uint32_t field = b >> 23;
+  const std::uint32_t significand = (b & 0x7FFFFFu) | (field != 0 ? 0x800000u : 0u);
+  // t = significand * 2^(max(field, 1) - 150); its lowest set bit weighs 2^(that + trailing zeros).
+  const int e = static_cast<int>(field != 0 ? field : 1u) - 150 + std::countr_zero(significand);
+  return e >= -126 ? std::bit_cast<float>(static_cast<std::uint32_t>(e + 127) << 23)
+                   : std::bit_cast<float>(std::uint32_t{1} << (e + 149));  // a subnormal power of two
+}
+POLYQUANT_HD inline float ls_term_of(float v, float z, LsTerm t) {
+  const float zz = z * z;
+  const float xz = v * z;
+  switch (t) {
+    case LsTerm::kZz: return zz;
+    case LsTerm::kZzUnit: return float32_unit(zz);
+    case LsTerm::kAbsXz: return std::fabs(xz);
+    case LsTerm::kXzUnit: return float32_unit(xz);
+    default: return xz;
+  }
+}
+
 // The mantissa fields (y = 2^k * (1 + f / 2^23)) between which po2_round defers to the reference:
 // sqrt(2) * (1 -+ 2^-9.5), about 1.4E-3 around the rounding boundary log2(y) = k + 1/2.
 inline constexpr std::uint32_t kPo2SlowLo = 3462675;  // floor((sqrt(2) - 1) * 2^23) - 12000
@@ -256,6 +294,7 @@ POLYQUANT_HD inline float qk_bits_auto_element(float x, float s, const QkBitsAut
     const float q = qk_bits_ls_quotient(xs, z, p.eps);
     return p.ls_po2 ? std::bit_cast<float>(po2_round_fast_bits(q + p.eps)) : q;
   }
+  if (p.level_only && p.ls_term != LsTerm::kLevel) return ls_term_of(xs, z, p.ls_term);
   if (p.level_only) return qk_nan_result(z, x);
   const float scale = s * p.m;
   const float full = p.m_i * xs;
@@ -325,6 +364,7 @@ POLYQUANT_HD inline float qk_linear_element(float x, float s, const QkLinearPara
     const float inside = (xs >= p.clip_min && xs <= p.clip_max) ? 1.0f : 0.0f;
     return p.blend.one_minus_q + p.blend.q * inside;
   }
+  if (p.level_only && p.ls_term != LsTerm::kLevel) return ls_term_of(x, qk_linear_level(x, s, p, index), p.ls_term);
   if (p.level_only) return qk_nan_result(qk_linear_level(x, s, p, index), x);
   const float xq = qk_linear_level(x, s, p, index) * s;
   return qk_nan_result(x + p.blend.q * (xq - x), x);

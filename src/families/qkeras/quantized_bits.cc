@@ -120,8 +120,9 @@ std::vector<bool> bits_max_keep(const Dims& shape, const QuantizedBitsAttrs& a, 
 // The internal scale s of an auto/auto_po2 call (units of x / 2^integer).
 // `speculative_out` (may be null): see LeastSquaresReducer::out_kernel; `*output_written` tells
 // whether the final output is already there.
-// `x_device`: x when it is on a CUDA device and the search reads it there (then `x` is null: alpha
-// "auto"; auto_po2 reads a host copy).
+// `x_device`: x when it is on a CUDA device (then `x` is null): the maximum pass and the
+// least-squares rounds run there, but for the rounds that read a host copy of x, made on first
+// need (least_squares_sums_on_device says when; and every round of one-element groups).
 ScaleArray bits_auto_scale(const float* x, const TensorView* x_device, const Dims& shape, const TensorView& frozen,
                            const QuantizedBitsAttrs& a,
                            const BitsConstants& c, const Settings& settings, SearchInfo& info,
@@ -159,6 +160,14 @@ ScaleArray bits_auto_scale(const float* x, const TensorView* x_device, const Dim
   if (hi) clip.hi = static_cast<float>(*hi);
   const float m_i = c.m_i;
   const float half_levels_f = static_cast<float>(half_levels);
+  ContiguousF32 host_copy;
+  auto host_x = [&]() {
+    if (x == nullptr) {
+      host_copy = contiguous_f32(*x_device);
+      x = host_copy.data;
+    }
+    return x;
+  };
   // Five rounds (QKeras has no convergence test); a round that returns its input bit for bit is a
   // fixed point, so the remaining rounds would repeat it.
   bool one_element_groups = shape.rank >= 1 && shape.numel() > 0 && (s.values.size() == 1 || s.shape == shape);
@@ -180,13 +189,14 @@ ScaleArray bits_auto_scale(const float* x, const TensorView* x_device, const Dim
     rounds.clip = clip;
     ScaleArray next;
     next.shape = shape;
-    const auto result = rounds.run(x, shape.numel(), s.values, s.shape == shape, next.values, speculative_out, scale_report);
+    const auto result = rounds.run(host_x(), shape.numel(), s.values, s.shape == shape, next.values, speculative_out, scale_report);
     info.least_squares_rounds += result.rounds;
     output_written = speculative_out != nullptr;
     if (scale_reported != nullptr) *scale_reported = speculative_out != nullptr && scale_report != nullptr;
     return next;
   }
   LeastSquaresSums sums;
+  std::vector<LeastSquaresAcc> device_sums;
   for (int round = 0; round < 5; ++round) {
     const detail::GroupedLayout L = detail::make_grouped_layout(shape, ls.keep, ls.block, s.shape);
     detail::QkBitsAutoParams level_params;
@@ -197,12 +207,21 @@ ScaleArray bits_auto_scale(const float* x, const TensorView* x_device, const Dim
     level_params.pow2_scales = exact_reciprocals(s);
     level_params.half_levels = half_levels_f;
     level_params.level_only = true;
+    ++info.least_squares_rounds;
+    if (x_device != nullptr && least_squares_sums_on_device(*x_device, KernelOp::kQkBitsAuto, level_params, s, L, device_sums)) {
+      ++info.least_squares_rounds_on_device;
+      ScaleArray next = least_squares_po2(device_sums, L, shape, ls.keep, ls.block, eps, clip);
+      const bool converged = next.same_bits(s);
+      s = std::move(next);
+      if (converged) break;
+      continue;
+    }
     LeastSquaresReducer reducer;
     reducer.level_kernel = detail::best_kernel(KernelOp::kQkBitsAuto, WorkType::kF32);
     reducer.level_params = &level_params;
     reducer.divide = true;
     reducer.divisor = m_i;
-    reducer.base = x;
+    reducer.base = host_x();
     detail::QkBitsAutoParams round_output = final_params;
     round_output.pow2_scales = level_params.pow2_scales;
     if (speculative_out != nullptr) {
@@ -211,7 +230,6 @@ ScaleArray bits_auto_scale(const float* x, const TensorView* x_device, const Dim
       reducer.out_base = speculative_out;
     }
     detail::grouped_reduce(x, s.values.data(), L, reducer, sums.zeroed(L.num_groups));
-    ++info.least_squares_rounds;
     ScaleArray next = least_squares_po2(sums.view(), L, shape, ls.keep, ls.block, eps, clip);
     const bool converged = next.same_bits(s);
     s = std::move(next);
@@ -297,16 +315,14 @@ void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha
     if (info != nullptr) *info = search;
     return;
   }
-  // On a device x stays there for alpha="auto" (its maximum pass there, the scale derived on the
-  // host) and for a post_training_scale (read on the host; x is not); auto_po2's least-squares
-  // rounds read a host copy of x (fixed-order float64 sums, scale_search.h), and the quantizing
-  // pass runs on the device with the scale they found.
+  // On a device x stays there: alpha="auto" runs its maximum pass there (the scale derived on the
+  // host), auto_po2 its least-squares rounds too, but for those that read a host copy of x
+  // (bits_auto_scale), and a post_training_scale is read on the host (x is not). The quantizing
+  // pass runs on the device with the scale found.
   const bool on_device = !x.device.is_cpu();
-  const bool search_reads_host_copy = on_device && attrs.alpha == Alpha::kAutoPo2 && !attrs.frozen_scale;
-  std::vector<unsigned char> x_copy, alpha_copy;
+  std::vector<unsigned char> alpha_copy;
   ContiguousF32 xf;
   if (!on_device) xf = contiguous_f32(x);
-  if (search_reads_host_copy) xf = contiguous_f32(detail::host_readable(x, x_copy));
   const TensorView frozen = attrs.frozen_scale ? detail::host_readable(alpha, alpha_copy) : alpha;
   detail::QkBitsAutoParams p = plan.automatic;
   bool output_written = false;
@@ -321,7 +337,7 @@ void run_bits(const BitsPlan& plan, const TensorView& x, const TensorView& alpha
     if (report != nullptr && r0 < o0 + bytes && o0 < r0 + bytes) report = nullptr;
   }
   bool scale_reported = false;
-  ScaleArray s = bits_auto_scale(xf.data, on_device && !search_reads_host_copy ? &x : nullptr, x.shape, frozen, attrs, c, settings, search,
+  ScaleArray s = bits_auto_scale(xf.data, on_device ? &x : nullptr, x.shape, frozen, attrs, c, settings, search,
                                  p, speculative,
                                  output_written, report,
                                  &scale_reported);

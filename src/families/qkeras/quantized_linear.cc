@@ -112,6 +112,17 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
   last.shape = s.shape;
   last.values.assign(s.values.size(), -1.0f);
   LeastSquaresSums sums;
+  std::vector<LeastSquaresAcc> device_sums;
+  // x on a device: the rounds run there, but for those that read a host copy of x, made on first
+  // need (least_squares_sums_on_device says when).
+  ContiguousF32 host_copy;
+  auto host_x = [&]() {
+    if (xf == nullptr) {
+      host_copy = contiguous_f32(x);
+      xf = host_copy.data;
+    }
+    return xf;
+  };
   for (int round = 0; round < max_rounds; ++round) {
     bool any_differs = last.shape != s.shape;
     for (std::size_t i = 0; !any_differs && i < s.values.size(); ++i) any_differs = last.values[i] != s.values[i];
@@ -120,11 +131,19 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
     level_params.stochastic = make_stochastic(a.use_stochastic_rounding, training, 1.0f);
     level_params.stochastic.stream = static_cast<std::uint32_t>(round + 1);
     const detail::GroupedLayout L = detail::make_grouped_layout(x.shape, ls.keep, ls.block, s.shape);
+    ++info.least_squares_rounds;
+    if (!x.device.is_cpu() && least_squares_sums_on_device(x, KernelOp::kQkLinear, level_params, s, L, device_sums)) {
+      ++info.least_squares_rounds_on_device;
+      ScaleArray next = least_squares_po2(device_sums, L, x.shape, ls.keep, ls.block, eps, Po2Clip{});
+      last = std::move(s);
+      s = std::move(next);
+      continue;
+    }
     // Stochastic levels (training) are keyed by the element's flat index and the round.
     LeastSquaresReducer reducer;
     reducer.level_kernel = detail::best_kernel(KernelOp::kQkLinear, WorkType::kF32);
     reducer.level_params = &level_params;
-    reducer.base = xf;
+    reducer.base = host_x();
     // The quantizing pass draws its own noise in training: no speculative output then.
     const bool speculate = speculative_out != nullptr && final_params != nullptr && !final_params->stochastic.enabled;
     detail::QkLinearParams round_output;
@@ -136,7 +155,6 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
       reducer.out_base = speculative_out;
     }
     detail::grouped_reduce(xf, s.values.data(), L, reducer, sums.zeroed(L.num_groups));
-    ++info.least_squares_rounds;
     ScaleArray next = least_squares_po2(sums.view(), L, x.shape, ls.keep, ls.block, eps, Po2Clip{});
     last = std::move(s);
     s = std::move(next);
@@ -199,19 +217,18 @@ LinearPlan plan_linear_gradient(const TensorView& x, const TensorView& alpha, co
 }
 
 // x as the scale search reads it. On the CPU with a searched alpha: x as contiguous float32, which
-// the quantizing pass then reads too (host_copy). On a device x stays there for alpha="auto" (its
-// maximum pass there, the scale derived on the host); auto_po2's least-squares rounds read a host
-// copy of it, and the quantizing pass runs on the device with the scale they found.
+// the quantizing pass then reads too (host_copy). On a device x stays there: alpha="auto" runs its
+// maximum pass there (the scale derived on the host), auto_po2 its least-squares rounds too (but
+// for those that read a host copy, linear_scale), and the quantizing pass runs there with the
+// scale found.
 struct SearchInput {
   bool host_copy = false;
-  std::vector<unsigned char> device_copy;  // a device x's bytes on the host (auto_po2)
-  ContiguousF32 xf;                        // may point into device_copy, whose buffer moves with it
+  ContiguousF32 xf;
 };
-SearchInput search_input(const TensorView& x, const LinearConstants& c, const QuantizedLinearAttrs& attrs) {
+SearchInput search_input(const TensorView& x, const LinearConstants& c) {
   SearchInput in;
   in.host_copy = c.auto_alpha && x.device.is_cpu();
   if (in.host_copy) in.xf = contiguous_f32(x);
-  if (!x.device.is_cpu() && attrs.alpha == Alpha::kAutoPo2) in.xf = contiguous_f32(detail::host_readable(x, in.device_copy));
   return in;
 }
 
@@ -221,7 +238,7 @@ void run_linear(const LinearPlan& plan, const TensorView& x, const TensorView& a
                 const MutableTensorView* quantization_scale_out, SearchInfo* info) {
   detail::require_output(out, plan.spec, "quantized_linear");
   const LinearConstants& c = plan.c;
-  const SearchInput in = search_input(x, c, attrs);
+  const SearchInput in = search_input(x, c);
   const bool host_copy = in.host_copy;
   const ContiguousF32& xf = in.xf;
   SearchInfo search;
@@ -242,7 +259,7 @@ void run_linear_gradient(const LinearPlan& plan, const TensorView& x, const Tens
                          const Settings& settings, const TensorView* grad_output, const MutableTensorView& out) {
   detail::require_output(out, plan.spec, "quantized_linear gradient");
   const LinearConstants& c = plan.c;
-  const SearchInput in = search_input(x, c, attrs);
+  const SearchInput in = search_input(x, c);
   const bool host_copy = in.host_copy;
   const ContiguousF32& xf = in.xf;
   SearchInfo search;

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/device_elementwise.h"
+#include "core/exact_sum.h"
 #include "core/elementwise.h"
 #include "core/numpy_semantics.h"
 #include "core/parallel.h"
@@ -218,6 +219,131 @@ ScaleArray least_squares_po2(std::span<const LeastSquaresAcc> sums, const detail
     out.values[static_cast<std::size_t>(i)] = per_group[static_cast<std::size_t>(grp)];
   }
   return out;
+}
+
+bool float32_of_every_float64_sum(double exact, double magnitude, std::int64_t n, double unit, float& value) {
+  if (!std::isfinite(exact)) {  // a NaN term, or infinities: every order's sum is that NaN / infinity
+    value = static_cast<float>(exact);
+    return true;
+  }
+  if (magnitude == 0.0) {  // every term a zero: every sum from +0 is +0
+    value = 0.0f;
+    return true;
+  }
+  // Every term a multiple of `unit`, and every partial sum (at most the magnitudes' sum, which
+  // `magnitude` holds within 2^-53 relative) below 2^53 units: every order adds exactly, to exact
+  // (exact too: its rounding to float64 rounded nothing), and an exact zero is +0.
+  if (unit <= std::numeric_limits<double>::max() && magnitude <= std::ldexp(unit, 53) * (1.0 - 0x1p-50)) {
+    value = static_cast<float>(exact);
+    return true;
+  }
+  // The bound gamma(n - 1) * sum |t_i| from above: magnitude is within 2^-53 relative of that sum,
+  // 1 / (1 - k u) < 1 + 2^-12 for k < 2^40, and the slack of 2^-10 covers both and the roundings
+  // of these few products; |exact| * 2^-51 covers exact's own rounding to float64. Each end is
+  // then moved one float64 step outwards, past the rounding of the add that formed it.
+  const double k = static_cast<double>(std::max<std::int64_t>(n - 1, 0));
+  const double bound = k * 0x1p-53 * magnitude * (1.0 + 0x1p-10) + std::fabs(exact) * 0x1p-51;
+  const double lo = std::nextafter(exact - bound, -std::numeric_limits<double>::infinity());
+  const double hi = std::nextafter(exact + bound, std::numeric_limits<double>::infinity());
+  const float lo32 = static_cast<float>(lo), hi32 = static_cast<float>(hi);
+  // (Both ends rounding to a zero leave its sign open: an exact zero sum is +0, a tiny one flushes
+  // to a zero of its own sign.)
+  if (std::bit_cast<std::uint32_t>(lo32) != std::bit_cast<std::uint32_t>(hi32) || lo32 == 0.0f) return false;
+  value = lo32;
+  return true;
+}
+
+namespace {
+// L's dimensions with adjacent ones merged where the group index runs on across them (and extents
+// of 1 dropped), into `shape` / `strides`; false when more than the exact sums kernel takes remain.
+bool merged_group_layout(const detail::GroupedLayout& L, Dims& shape, Dims& strides) {
+  std::array<std::int64_t, detail::kMaxGroupedRank> sh{}, st{};
+  int r = 0;
+  for (int d = 0; d < L.rank; ++d) {
+    const std::int64_t len = L.shape[static_cast<std::size_t>(d)], g = L.group_stride[static_cast<std::size_t>(d)];
+    if (len == 1) continue;
+    // Dimension r - 1 followed by this one: one dimension when stepping r - 1 once steps the group
+    // index as len steps of this one do (both reduced: strides 0).
+    if (r > 0 && st[static_cast<std::size_t>(r - 1)] == g * len) {
+      sh[static_cast<std::size_t>(r - 1)] *= len;
+      st[static_cast<std::size_t>(r - 1)] = g;
+      continue;
+    }
+    sh[static_cast<std::size_t>(r)] = len;
+    st[static_cast<std::size_t>(r)] = g;
+    ++r;
+  }
+  if (r == 0) sh[0] = 1, st[0] = 0, r = 1;
+  if (r > kMaxRank) return false;
+  shape = Dims{};
+  strides = Dims{};
+  shape.rank = strides.rank = r;
+  for (int d = 0; d < r; ++d) {
+    shape[d] = sh[static_cast<std::size_t>(d)];
+    strides[d] = st[static_cast<std::size_t>(d)];
+  }
+  return true;
+}
+}  // namespace
+
+bool least_squares_sums_on_device(const TensorView& x, KernelOp op, const LsTermParams& term_params, const ScaleArray& s,
+                                  const detail::GroupedLayout& L, std::vector<LeastSquaresAcc>& sums) {
+  Dims shape, strides;
+  if (x.numel() <= 0 || !merged_group_layout(L, shape, strides)) return false;
+  // Each group's exact parts take about 100 bytes of device memory: many tiny groups (a long
+  // rank-1 x, one scale per element) go to the host instead.
+  constexpr std::int64_t kPartsBytes = detail::ExactSumFloat32::kLimbCount * sizeof(std::int64_t) + sizeof(std::uint32_t);
+  if (L.num_groups > (std::int64_t{256} << 20) / kPartsBytes) return false;
+  const detail::DeviceScratch scratch(x.device, static_cast<std::size_t>(x.numel()) * sizeof(float));
+  const auto* terms = static_cast<const float*>(scratch.data());
+  MutableTensorView terms_out(scratch.data(), DType::kFloat32, x.shape);
+  terms_out.device = x.device;
+  const std::array<TensorView, 2> inputs{x, s.view()};
+  // Each kind of term written over the last one's, once its sums are read back.
+  auto write_terms = [&](detail::LsTerm t) { run_kernel(op, inputs.data(), 2, terms_out, term_params[static_cast<std::size_t>(t)]); };
+  std::array<std::vector<double>, 3> exact;  // v z, |v z|, z z
+  const detail::LsTerm summed[] = {detail::LsTerm::kXz, detail::LsTerm::kAbsXz, detail::LsTerm::kZz};
+  for (std::size_t k = 0; k < 3; ++k) {
+    write_terms(summed[k]);
+    exact[k] = detail::exact_group_sums_on_device_as_double(x.device, terms, shape, strides, L.num_groups);
+  }
+  const std::int64_t groups = L.num_groups;
+  sums.resize(static_cast<std::size_t>(groups));
+  // z * z is never negative (a NaN aside), so its sum is its magnitudes' sum.
+  auto settle = [&](std::size_t g, double xz_unit, double zz_unit) {
+    float xz, zz;
+    if (!float32_of_every_float64_sum(exact[0][g], exact[1][g], L.group_size, xz_unit, xz) ||
+        !float32_of_every_float64_sum(exact[2][g], exact[2][g], L.group_size, zz_unit, zz)) {
+      return false;
+    }
+    sums[g] = LeastSquaresAcc{static_cast<double>(xz), static_cast<double>(zz)};
+    return true;
+  };
+  constexpr double kUnknown = std::numeric_limits<double>::infinity();
+  std::vector<std::size_t> open;
+  {
+    const detail::ScopedFlushDenormals flush;  // least_squares_quotient's conversion, under the flush rule
+    for (std::size_t g = 0; g < sums.size(); ++g) {
+      if (!settle(g, kUnknown, kUnknown)) open.push_back(g);
+    }
+  }
+  if (open.empty()) return true;
+  // Sums near a float32 rounding boundary: settled where every order adds exactly (short groups
+  // of terms with few significant bits, as tests make them; integer z * z below 2^53), from the
+  // smallest unit of each group's terms.
+  std::array<std::vector<double>, 2> unit;
+  const detail::LsTerm units[] = {detail::LsTerm::kXzUnit, detail::LsTerm::kZzUnit};
+  TensorView terms_in(terms, DType::kFloat32, x.shape);
+  terms_in.device = x.device;
+  for (std::size_t k = 0; k < 2; ++k) {
+    write_terms(units[k]);
+    unit[k] = detail::group_min_max_on_device(terms_in, shape.rank, shape.v.data(), strides.v.data(), groups).min;
+  }
+  const detail::ScopedFlushDenormals flush;
+  for (const std::size_t g : open) {
+    if (!settle(g, unit[0][g], unit[1][g])) return false;
+  }
+  return true;
 }
 
 namespace {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -415,6 +416,50 @@ inline float least_squares_finish(float s, const Po2Clip& clip) {
 
 ScaleArray least_squares_po2(std::span<const LeastSquaresAcc> sums, const detail::GroupedLayout& L, const Dims& x_shape,
                              const std::vector<bool>& keep, const std::vector<std::int64_t>& block, float eps, const Po2Clip& clip);
+
+// ---- least-squares sums on a device ----------------------------------------------------------
+// The host's sums are float64 sums in an order fixed by the shape (grouped_reduce's chunks, the
+// reducer's tiles and lanes), which a device cannot replay. It need not: every float64 summation
+// order of n terms t_i starting from +0 lies within gamma(n - 1) * sum |t_i| of the exact sum S
+// (gamma(k) = k u / (1 - k u), u = 2^-53: each term passes through at most n - 1 rounded adds;
+// adds of +0 and of float32 values below float64's subnormals never occur or are exact), and
+// rounding to float32 is monotone. So where the float32 roundings of both ends of that interval
+// around S are the same nonzero value, the host's fixed-order sum rounds to it too, and the device,
+// which sums exactly (any order, integer atomics), has the host's float32 sum without knowing its
+// order. Elsewhere (S within about n 2^-53 relative of a float32 rounding boundary, or a sum that
+// may be zero) the round runs on a host copy of x, which gives the same bits by construction.
+//
+// float32_of_every_float64_sum: `exact` is the exact sum of n float32 terms rounded once to
+// float64 (NaN / +-inf where a term is non-finite: then every order gives that too), `magnitude`
+// the exact sum of their magnitudes rounded likewise, `unit` the smallest lowest-set-bit value of
+// the terms (LsTerm's units; +inf when unknown). True, with `value`, when every float64 summation
+// order from +0, converted to float32 in the caller's floating-point environment (the flush
+// rule's, as least_squares_quotient converts), gives `value`: where the bound leaves a single
+// float32, or where the terms' units show that every order adds exactly.
+bool float32_of_every_float64_sum(double exact, double magnitude, std::int64_t n, double unit, float& value);
+
+// One least-squares round's sums over x on its CUDA device with scale s, as the host's reducer
+// would give them after least_squares_quotient's float32 conversion: the quantizer `op` writes each
+// kind of term (its level-mode parameters with that LsTerm, indexed by it) into device memory, the
+// device sums each group exactly, and float32_of_every_float64_sum settles each group's float32
+// sums (with the terms' units for the few the bound leaves open). False (sums unspecified) where
+// some group is not settled, or the grouped layout has more dimensions than the exact sums kernel
+// takes or too many groups for its parts; the caller then runs the round on the host.
+using LsTermParams = std::array<const void*, 6>;
+bool least_squares_sums_on_device(const TensorView& x, KernelOp op, const LsTermParams& term_params, const ScaleArray& s,
+                                  const detail::GroupedLayout& L, std::vector<LeastSquaresAcc>& sums);
+template <class P>
+bool least_squares_sums_on_device(const TensorView& x, KernelOp op, const P& level_params, const ScaleArray& s,
+                                  const detail::GroupedLayout& L, std::vector<LeastSquaresAcc>& sums) {
+  std::array<P, 6> params;
+  LsTermParams pointers{};
+  for (std::size_t t = 0; t < params.size(); ++t) {
+    params[t] = level_params;
+    params[t].ls_term = static_cast<detail::LsTerm>(t);
+    pointers[t] = &params[t];
+  }
+  return least_squares_sums_on_device(x, op, pointers, s, L, sums);
+}
 
 // ---- the least-squares rounds when every group is one element -------------------------------
 // Every dimension kept and no blocks (rank-1 inputs: one least-squares scale per element): a

@@ -116,7 +116,7 @@ void qk_bits_f32(const void* params, const RowArgs& a) {
 // ---- quantized_bits, auto / auto_po2 final pass -----------------------------------------------
 void qk_bits_auto_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const QkBitsAutoParams*>(params);
-  if (p.gradient) {
+  if (p.gradient || (p.level_only && p.ls_term != LsTerm::kLevel)) {  // (terms: a device's search only)
     ref::qk_bits_auto_f32(params, a);
     return;
   }
@@ -249,7 +249,7 @@ void qk_relu_f32(const void* params, const RowArgs& a) {
 // ---- quantized_linear ------------------------------------------------------------------------
 void qk_linear_f32(const void* params, const RowArgs& a) {
   const auto& p = *static_cast<const QkLinearParams*>(params);
-  if (p.stochastic.enabled || p.gradient) {
+  if (p.stochastic.enabled || p.gradient || (p.level_only && p.ls_term != LsTerm::kLevel)) {
     ref::qk_linear_f32(params, a);
     return;
   }

@@ -12,6 +12,7 @@
 #include <limits>
 #include <functional>
 #include <string>
+#include <random>
 #include <vector>
 
 #include "backends/cuda/backend_abi.h"
@@ -663,7 +664,8 @@ TEST_F(DeviceEngine, QKerasQuantizersWithoutASearchEqualTheHost) {
 
 // alpha="auto" on a device: the maximum pass there (per-group min / max, scale_search.h's
 // group_max_on_device), the scale derived on the host, the quantizing pass there; alpha="auto_po2":
-// the least-squares rounds on a host copy of x, the quantizing pass on the device; a
+// the least-squares rounds' sums there too (rank 1 quantized_bits: on a host copy), the quantizing
+// pass on the device; a
 // post_training_scale (frozen), on the host or the device: quantized_bits (every scale_axis, rank 1,
 // the reported scale into a device array) and quantized_linear (signed and unsigned: the maximum of
 // x rather than of |x|), float32, float16 and float64 x, transposed x, a NaN in a channel,
@@ -710,15 +712,28 @@ TEST_F(DeviceEngine, QKerasAutoScaleEqualsTheHost) {
         Array got_s = Array::zeros(fake_, static_cast<std::size_t>(ns) * 4, DType::kFloat32);
         const Dims cs = contiguous_strides(c.shape), ss = contiguous_strides(scale_shape);
         MutableTensorView hs = want_s.host_out(scale_shape, ss), ds = got_s.device_out(scale_shape, ss);
+        qkeras::SearchInfo host_search, device_search;
+        qkeras::quantized_bits(hx, TensorView{}, bits, {}, {}, want.host_out(c.shape, cs), &hs, &host_search);
         if (FakeDevice* f = stand_in()) f->reset_stats();
-        qkeras::quantized_bits(hx, TensorView{}, bits, {}, {}, want.host_out(c.shape, cs), &hs);
-        qkeras::quantized_bits(dx, TensorView{}, bits, {}, {}, got.device_out(c.shape, cs), &ds);
+        qkeras::quantized_bits(dx, TensorView{}, bits, {}, {}, got.device_out(c.shape, cs), &ds, &device_search);
         EXPECT_EQ(got.download(fake_), want.host) << "quantized_bits output";
         EXPECT_EQ(got_s.download(fake_), want_s.host) << "quantized_bits scale";
+        EXPECT_EQ(device_search.least_squares_rounds, host_search.least_squares_rounds);
+        EXPECT_EQ(host_search.least_squares_rounds_on_device, 0);
+        // auto_po2: every round's sums on the device (none near a float32 rounding boundary here),
+        // but for one-element groups (rank 1), whose rounds run on a host copy.
+        const int rounds_on_device = searched == qkeras::Alpha::kAutoPo2 && c.shape.rank > 1 ? device_search.least_squares_rounds : 0;
+        EXPECT_EQ(device_search.least_squares_rounds_on_device, rounds_on_device);
+        if (searched == qkeras::Alpha::kAutoPo2) {
+          EXPECT_GE(device_search.least_squares_rounds, 1);
+        }
         if (FakeDevice* f = stand_in()) {
-          // auto: the maximum pass on the device; auto_po2: its search on a host copy
-          EXPECT_EQ(f->stats().reductions, searched == qkeras::Alpha::kAuto ? 1 : 0);
-          EXPECT_EQ(f->stats().launches, 1) << "the quantizing pass";
+          // The maximum pass on the device; auto_po2's rounds there: three terms (v z, |v z|, z z),
+          // each written by a launch and summed by a reduction, and where a sum lies on a float32
+          // rounding boundary (this data's short significands make ties), two more (the units).
+          EXPECT_EQ(f->stats().reductions, f->stats().launches);
+          EXPECT_GE(f->stats().launches, 1 + 3 * rounds_on_device) << "the quantizing pass and the rounds' terms";
+          EXPECT_LE(f->stats().launches, 1 + 5 * rounds_on_device) << "the quantizing pass and the rounds' terms";
           EXPECT_TRUE(f->stats().faults.empty()) << f->stats().faults.front();
           EXPECT_EQ(f->outstanding_temporaries(), 0);
         }
@@ -729,9 +744,14 @@ TEST_F(DeviceEngine, QKerasAutoScaleEqualsTheHost) {
           linear.keep_negative = keep_negative;
           linear.scale_axis = c.axis;
           Array lw = Array::zeros(fake_, 384 * 4, DType::kFloat32), lg = Array::zeros(fake_, 384 * 4, DType::kFloat32);
-          qkeras::quantized_linear(hx, TensorView{}, linear, {}, {}, lw.host_out(c.shape, cs));
-          qkeras::quantized_linear(dx, TensorView{}, linear, {}, {}, lg.device_out(c.shape, cs));
+          qkeras::SearchInfo host_linear, device_linear;
+          qkeras::quantized_linear(hx, TensorView{}, linear, {}, {}, lw.host_out(c.shape, cs), nullptr, &host_linear);
+          qkeras::quantized_linear(dx, TensorView{}, linear, {}, {}, lg.device_out(c.shape, cs), nullptr, &device_linear);
           EXPECT_EQ(lg.download(fake_), lw.host) << "quantized_linear, keep_negative " << keep_negative;
+          EXPECT_EQ(device_linear.least_squares_rounds, host_linear.least_squares_rounds);
+          // (rank 1: one group per element, whose exact sums fit the device too)
+          EXPECT_EQ(device_linear.least_squares_rounds_on_device,
+                    searched == qkeras::Alpha::kAutoPo2 ? device_linear.least_squares_rounds : 0);
           qkeras::quantized_linear_gradient(hx, TensorView{}, linear, {}, lw.host_out(c.shape, cs));
           qkeras::quantized_linear_gradient(dx, TensorView{}, linear, {}, lg.device_out(c.shape, cs));
           EXPECT_EQ(lg.download(fake_), lw.host) << "quantized_linear gradient, keep_negative " << keep_negative;
@@ -751,6 +771,102 @@ TEST_F(DeviceEngine, QKerasAutoScaleEqualsTheHost) {
         EXPECT_EQ(got2.download(fake_), want.host) << "quantized_bits, post_training_scale on the device";
        }
       }
+    }
+  }
+}
+
+// auto_po2's least-squares rounds with their sums on the device (scale_search.h,
+// least_squares_sums_on_device), over layouts that reach each grouped-layout shape: channels last
+// and first, rank 4, blocks (elements_per_scale), a clipped exponent range, and quantized_linear
+// with stochastic levels (training); data with full significands, so no sum lies on a float32
+// rounding boundary and each round is three term launches and three exact sums. A layout whose
+// groups need more dimensions than the exact sums kernel takes (nine, from blocks on alternate
+// axes of a rank-8 x) runs its rounds on a host copy. The host's bits throughout.
+TEST_F(DeviceEngine, QKerasLeastSquaresRoundsOnTheDevice) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  auto list_axis = [](std::vector<int> axes) {
+    qkeras::ScaleAxis a;
+    a.kind = qkeras::ScaleAxis::Kind::kList;
+    a.axes = std::move(axes);
+    return a;
+  };
+  struct Case {
+    const char* name;
+    Dims shape;
+    qkeras::ScaleAxis axis;
+    qkeras::ElementsPerScale per;
+    bool clipped;
+    bool on_device;
+  };
+  qkeras::ElementsPerScale four;
+  four.kind = qkeras::ElementsPerScale::Kind::kInt;
+  four.values = {4};
+  qkeras::ElementsPerScale two = four;
+  two.values = {2};
+  const Case cases[] = {
+      {"channels last", Dims{64, 48}, qkeras::ScaleAxis{}, {}, false, true},
+      {"scale_axis 0", Dims{64, 48}, list_axis({0}), {}, false, true},
+      {"rank 4", Dims{4, 6, 8, 10}, qkeras::ScaleAxis{}, {}, true, true},
+      {"blocks of 4", Dims{8, 16, 12}, list_axis({1}), four, false, true},
+      {"blocks on axes 0 and 2", Dims{8, 6, 12}, list_axis({0, 2}), four, true, true},
+      {"nine grouped dimensions", Dims{2, 4, 2, 4, 2, 4, 2, 4}, list_axis({1, 3, 5, 7}), two, false, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::int64_t n = c.shape.numel();
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& e : v) e = normal(rng);
+    Array x = Array::of(fake_, v, DType::kFloat32);
+    const Dims cs = contiguous_strides(c.shape);
+    const TensorView hx = x.host_view(c.shape, cs), dx = x.device_view(c.shape, cs);
+    const std::size_t bytes = static_cast<std::size_t>(n) * 4;
+    qkeras::QuantizedBitsAttrs bits;
+    bits.bits = 8;
+    bits.integer = 2;
+    bits.alpha = qkeras::Alpha::kAutoPo2;
+    bits.scale_axis = c.axis;
+    bits.elements_per_scale = c.per;
+    if (c.clipped) {
+      bits.min_po2_exponent = -3.0;
+      bits.max_po2_exponent = -1.0;
+    }
+    const Dims scale_shape = qkeras::quantized_bits_scale_shape(hx, bits);
+    const Dims ss = contiguous_strides(scale_shape);
+    const auto scales = static_cast<std::size_t>(scale_shape.numel()) * 4;
+    Array want = Array::zeros(fake_, bytes, DType::kFloat32), got = Array::zeros(fake_, bytes, DType::kFloat32);
+    Array want_s = Array::zeros(fake_, scales, DType::kFloat32), got_s = Array::zeros(fake_, scales, DType::kFloat32);
+    MutableTensorView hs = want_s.host_out(scale_shape, ss), ds = got_s.device_out(scale_shape, ss);
+    qkeras::SearchInfo host_search, device_search;
+    qkeras::quantized_bits(hx, TensorView{}, bits, {}, {}, want.host_out(c.shape, cs), &hs, &host_search);
+    if (FakeDevice* f = stand_in()) f->reset_stats();
+    qkeras::quantized_bits(dx, TensorView{}, bits, {}, {}, got.device_out(c.shape, cs), &ds, &device_search);
+    EXPECT_EQ(got.download(fake_), want.host) << "quantized_bits output";
+    EXPECT_EQ(got_s.download(fake_), want_s.host) << "quantized_bits scale";
+    EXPECT_EQ(device_search.least_squares_rounds, host_search.least_squares_rounds);
+    EXPECT_GE(device_search.least_squares_rounds, 1);
+    const int on_device = c.on_device ? device_search.least_squares_rounds : 0;
+    EXPECT_EQ(device_search.least_squares_rounds_on_device, on_device);
+    if (FakeDevice* f = stand_in()) {
+      EXPECT_EQ(f->stats().launches, 1 + 3 * on_device) << "the quantizing pass and three terms per round";
+      EXPECT_EQ(f->stats().reductions, 1 + 3 * on_device) << "the maximum pass and three sums per round";
+      EXPECT_TRUE(f->stats().faults.empty()) << f->stats().faults.front();
+      EXPECT_EQ(f->outstanding_temporaries(), 0);
+    }
+    if (!c.per.values.empty() || c.clipped) continue;  // (quantized_linear has neither)
+    for (const bool training : {false, true}) {
+      qkeras::QuantizedLinearAttrs linear;
+      linear.bits = 6;
+      linear.alpha = qkeras::Alpha::kAutoPo2;
+      linear.scale_axis = c.axis;
+      linear.use_stochastic_rounding = training;
+      const qkeras::Training t{training, 99};
+      qkeras::SearchInfo host_linear, device_linear;
+      qkeras::quantized_linear(hx, TensorView{}, linear, {}, t, want.host_out(c.shape, cs), nullptr, &host_linear);
+      qkeras::quantized_linear(dx, TensorView{}, linear, {}, t, got.device_out(c.shape, cs), nullptr, &device_linear);
+      EXPECT_EQ(got.download(fake_), want.host) << "quantized_linear, training " << training;
+      EXPECT_EQ(device_linear.least_squares_rounds, host_linear.least_squares_rounds);
+      EXPECT_EQ(device_linear.least_squares_rounds_on_device, device_linear.least_squares_rounds);
     }
   }
 }

@@ -108,6 +108,15 @@ KernelCases kernel_cases_qk_bits_auto() {
             q.inv_m_i = p.inv_m_i;
             c.checks.push_back({Kind::kRows, wq + " ls_po2 pow2_scales", Params::of(q), pow2_ops});
           }
+          // The least-squares terms and their units a device's search sums (LsTerm).
+          for (const LsTerm t : {LsTerm::kXz, LsTerm::kAbsXz, LsTerm::kZz, LsTerm::kXzUnit, LsTerm::kZzUnit}) {
+            QkBitsAutoParams q = p;
+            q.ls_term = t;
+            const std::string wt = what + " ls_term=" + std::to_string(static_cast<int>(t));
+            c.checks.push_back({Kind::kRows, wt + " pow2_scales", Params::of(q), pow2_ops});
+            q.pow2_scales = false;
+            c.checks.push_back({Kind::kRows, wt, Params::of(q), ops});
+          }
         }
       }
     }
@@ -204,6 +213,17 @@ KernelCases kernel_cases_qk_linear() {
       const Params pow2 = Params::of(p);
       c.checks.push_back({Kind::kRows, "linear pow2 " + std::string(range) + " level_only=" + std::to_string(level_only), pow2, pow2_ops});
       if (lo == -127) c.checks.push_back({Kind::kRepeatedRows, "linear pow2", pow2, pow2_ops});
+    }
+    // The least-squares terms and their units a device's search sums (LsTerm).
+    for (const LsTerm t : {LsTerm::kXz, LsTerm::kAbsXz, LsTerm::kZz, LsTerm::kXzUnit, LsTerm::kZzUnit}) {
+      QkLinearParams q = p;
+      q.level_only = true;
+      q.ls_term = t;
+      const std::string wt = "linear " + std::string(range) + " ls_term=" + std::to_string(static_cast<int>(t));
+      q.pow2_scales = true;
+      c.checks.push_back({Kind::kRows, wt + " pow2_scales", Params::of(q), pow2_ops});
+      q.pow2_scales = false;
+      c.checks.push_back({Kind::kRows, wt, Params::of(q), ops});
     }
   }
   // quantized_linear(8, 1.0, symmetric) with a scale of 0.5.
