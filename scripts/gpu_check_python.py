@@ -168,7 +168,10 @@ def main() -> int:
                         failures.append(f"aimet {name} {shape} {part}{' (NaN batch)' if batch is x else ''}")
     for make in (lambda: qk.quantized_bits(6, 1, alpha="auto"), lambda: qk.quantized_bits(6, 1, alpha="auto", scale_axis=0),
                  lambda: qk.quantized_linear(5, alpha="auto"), lambda: qk.quantized_linear(4, alpha="auto", keep_negative=False),
-                 lambda: qk.quantized_bits(4, 0, alpha="auto_po2"), lambda: qk.quantized_linear(6, alpha="auto_po2")):
+                 lambda: qk.quantized_bits(4, 0, alpha="auto_po2"), lambda: qk.quantized_linear(6, alpha="auto_po2"),
+                 # (auto_po2's least-squares sums on the device, settled to the host's: docs/cuda.md)
+                 lambda: qk.quantized_bits(8, 2, alpha="auto_po2", scale_axis=0),
+                 lambda: qk.quantized_bits(6, 0, alpha="auto_po2", min_po2_exponent=-4, max_po2_exponent=0)):
         check(f"qkeras {make()}", make()(torch.from_numpy(finite).cuda()), make()(finite))
     # QKeras' quantizers through torch autograd on CUDA: the output and x.grad (the upstream gradient
     # times the straight-through derivative, one core pass) equal the CPU's autograd.

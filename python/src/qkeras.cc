@@ -21,7 +21,8 @@ std::pair<nb::object, pq::MutableTensorView> scale_array(const pq::Dims& shape) 
 const pq::TensorView kNoTensor{};
 
 // `info` (a dict, or None): receives the scale search's passes ("max_passes",
-// "least_squares_rounds"; see polyquant::qkeras::SearchInfo), for benchmarks.
+// "least_squares_rounds", "least_squares_rounds_on_device"; see polyquant::qkeras::SearchInfo), for
+// benchmarks and the device checks.
 void report_search(const qk::SearchInfo& s, nb::object info) {
   if (info.is_none()) return;
   nb::dict d = nb::cast<nb::dict>(info);

@@ -162,7 +162,7 @@ ScaleArray bits_auto_scale(const float* x, const TensorView* x_device, const Dim
   const float half_levels_f = static_cast<float>(half_levels);
   ContiguousF32 host_copy;
   auto host_x = [&]() {
-    if (x == nullptr) {
+    if (x == nullptr && x_device != nullptr) {
       host_copy = contiguous_f32(*x_device);
       x = host_copy.data;
     }

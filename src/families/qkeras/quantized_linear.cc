@@ -117,7 +117,7 @@ ScaleArray linear_scale(const TensorView& x, const float* xf, const TensorView& 
   // need (least_squares_sums_on_device says when).
   ContiguousF32 host_copy;
   auto host_x = [&]() {
-    if (xf == nullptr) {
+    if (xf == nullptr && !x.device.is_cpu()) {
       host_copy = contiguous_f32(x);
       xf = host_copy.data;
     }
