@@ -290,10 +290,15 @@ bool least_squares_sums_on_device(const TensorView& x, KernelOp op, const LsTerm
                                   const detail::GroupedLayout& L, std::vector<LeastSquaresAcc>& sums) {
   Dims shape, strides;
   if (x.numel() <= 0 || !merged_group_layout(L, shape, strides)) return false;
-  // Each group's exact parts take about 100 bytes of device memory: many tiny groups (a long
-  // rank-1 x, one scale per element) go to the host instead.
+  // Each group's exact parts take 92 bytes of device memory, read back after each sum: where they
+  // outweigh x itself (groups of fewer than 23 elements: a long rank-1 x, one scale per element)
+  // past 1 MiB, or pass 256 MiB, copying x to the host once is the cheaper way.
   constexpr std::int64_t kPartsBytes = detail::ExactSumFloat32::kLimbCount * sizeof(std::int64_t) + sizeof(std::uint32_t);
-  if (L.num_groups > (std::int64_t{256} << 20) / kPartsBytes) return false;
+  const std::int64_t parts_bytes = L.num_groups * kPartsBytes;
+  if (parts_bytes > (std::int64_t{256} << 20) ||
+      parts_bytes > std::max<std::int64_t>(x.numel() * static_cast<std::int64_t>(sizeof(float)), std::int64_t{1} << 20)) {
+    return false;
+  }
   const detail::DeviceScratch scratch(x.device, static_cast<std::size_t>(x.numel()) * sizeof(float));
   const auto* terms = static_cast<const float*>(scratch.data());
   MutableTensorView terms_out(scratch.data(), DType::kFloat32, x.shape);
@@ -309,40 +314,44 @@ bool least_squares_sums_on_device(const TensorView& x, KernelOp op, const LsTerm
   }
   const std::int64_t groups = L.num_groups;
   sums.resize(static_cast<std::size_t>(groups));
-  // z * z is never negative (a NaN aside), so its sum is its magnitudes' sum.
-  auto settle = [&](std::size_t g, double xz_unit, double zz_unit) {
-    float xz, zz;
-    if (!float32_of_every_float64_sum(exact[0][g], exact[1][g], L.group_size, xz_unit, xz) ||
-        !float32_of_every_float64_sum(exact[2][g], exact[2][g], L.group_size, zz_unit, zz)) {
-      return false;
-    }
-    sums[g] = LeastSquaresAcc{static_cast<double>(xz), static_cast<double>(zz)};
-    return true;
+  // Each group's two float32 sums, settled by the bound alone (unit +inf) or with the smallest
+  // unit of its terms. z * z is never negative (a NaN aside), so its sum is its magnitudes' sum.
+  auto settle_xz = [&](std::size_t g, double unit, float& v) {
+    return float32_of_every_float64_sum(exact[0][g], exact[1][g], L.group_size, unit, v);
+  };
+  auto settle_zz = [&](std::size_t g, double unit, float& v) {
+    return float32_of_every_float64_sum(exact[2][g], exact[2][g], L.group_size, unit, v);
   };
   constexpr double kUnknown = std::numeric_limits<double>::infinity();
-  std::vector<std::size_t> open;
+  std::vector<float> xz(sums.size()), zz(sums.size());
+  std::vector<std::size_t> open_xz, open_zz;
   {
     const detail::ScopedFlushDenormals flush;  // least_squares_quotient's conversion, under the flush rule
     for (std::size_t g = 0; g < sums.size(); ++g) {
-      if (!settle(g, kUnknown, kUnknown)) open.push_back(g);
+      if (!settle_xz(g, kUnknown, xz[g])) open_xz.push_back(g);
+      if (!settle_zz(g, kUnknown, zz[g])) open_zz.push_back(g);
     }
   }
-  if (open.empty()) return true;
-  // Sums near a float32 rounding boundary: settled where every order adds exactly (short groups
-  // of terms with few significant bits, as tests make them; integer z * z below 2^53), from the
-  // smallest unit of each group's terms.
-  std::array<std::vector<double>, 2> unit;
-  const detail::LsTerm units[] = {detail::LsTerm::kXzUnit, detail::LsTerm::kZzUnit};
+  // Sums on or near a float32 rounding boundary: settled where every order adds exactly (short
+  // groups of terms with few significant bits, as tests make them; an integer z * z sum exactly
+  // between two float32s), from the smallest unit of each group's terms, found only for the kind
+  // of sum that needs it.
   TensorView terms_in(terms, DType::kFloat32, x.shape);
   terms_in.device = x.device;
-  for (std::size_t k = 0; k < 2; ++k) {
-    write_terms(units[k]);
-    unit[k] = detail::group_min_max_on_device(terms_in, shape.rank, shape.v.data(), strides.v.data(), groups).min;
+  auto settle_open = [&](const std::vector<std::size_t>& open, detail::LsTerm unit_term, auto&& settle, std::vector<float>& v) {
+    if (open.empty()) return true;
+    write_terms(unit_term);
+    const std::vector<double> unit = detail::group_min_max_on_device(terms_in, shape.rank, shape.v.data(), strides.v.data(), groups).min;
+    const detail::ScopedFlushDenormals flush;
+    for (const std::size_t g : open) {
+      if (!settle(g, unit[g], v[g])) return false;
+    }
+    return true;
+  };
+  if (!settle_open(open_xz, detail::LsTerm::kXzUnit, settle_xz, xz) || !settle_open(open_zz, detail::LsTerm::kZzUnit, settle_zz, zz)) {
+    return false;
   }
-  const detail::ScopedFlushDenormals flush;
-  for (const std::size_t g : open) {
-    if (!settle(g, unit[0][g], unit[1][g])) return false;
-  }
+  for (std::size_t g = 0; g < sums.size(); ++g) sums[g] = LeastSquaresAcc{static_cast<double>(xz[g]), static_cast<double>(zz[g])};
   return true;
 }
 
