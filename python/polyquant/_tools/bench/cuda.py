@@ -139,6 +139,20 @@ def run_device_bench(device: str, size: int, repeat: int) -> dict:
     case("aimet quantize_dequantize", "blockwise 32",
          lambda: pa.quantize_dequantize(x, blocks, torch.zeros_like(blocks), 4, True, block_size=(1, 32)), None, 4 * n,
          ("AIMET's formula in torch ops", torch_blockwise))
+    # QKeras' auto_po2: a maximum pass, up to five least-squares rounds with their sums on the
+    # device (each three term writes and three exact sums over x), the quantizing pass; the fraction
+    # counts x and the output once. The peer is the path before the rounds ran on the device: x
+    # copied to the host and searched there (the CPU's threads), the output written on the host.
+    import polyquant.qkeras as qk
+
+    for layout, make in (("per channel, last axis", lambda: qk.quantized_bits(8, 0, alpha="auto_po2")),
+                         ("per channel, axis 0", lambda: qk.quantized_bits(8, 0, alpha="auto_po2", scale_axis=0))):
+        on_device, on_host = make(), make()
+        try:
+            case("qkeras quantized_bits auto_po2", layout, lambda: on_device(x), lambda: make()(hx), 4 * n,
+                 ("x.cpu() and the host's search", lambda: on_host(x.cpu())))
+        except Exception as e:  # a row that fails says so; the table's other rows stand
+            cases.append({"op": "qkeras quantized_bits auto_po2", "layout": layout, "error": f"{type(e).__name__}: {e}"})
     return {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "elements": n, "repeat": repeat,
             "copy_ms": copy_ms, "copy_bandwidth_gb_s": copy_bytes / copy_ms / 1e6, "cases": cases}
 
@@ -149,6 +163,9 @@ def format_device_report(report: dict) -> str:
              f"{report['copy_bandwidth_gb_s']:.0f} GB/s (bytes read + written)",
              f"{'op':<32} {'layout':<24} {'ms':>8} {'of copy':>8} {'bits':>6}  peer"]
     for r in report["cases"]:
+        if "error" in r:
+            lines.append(f"{r['op']:<32} {r['layout']:<24} failed: {r['error']}")
+            continue
         bits = {True: "same", False: "DIFF", None: "-"}[r.get("bit_exact_vs_host")]
         peer = f"{r['peer']}: {r['peer_ms']:.3f} ms ({r['speedup_vs_peer']:.2f}x)" if "peer" in r else ""
         lines.append(f"{r['op']:<32} {r['layout']:<24} {r['ms']:>8.3f} {100 * r['fraction_of_copy']:>7.0f}% {bits:>6}  {peer}")
