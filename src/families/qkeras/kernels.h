@@ -221,8 +221,6 @@ POLYQUANT_HD inline float qk_bits_auto_level(float xs, float s, float half_level
   return tf_sign(xs) * (v < half_levels ? v : half_levels);
 }
 
-// The least-squares term `t` of v and level z (LsTerm), float32 products as the product-sums kernel
-// forms them (its z is the level as written, NaN made qk_nan_result's NaN: a NaN either way).
 // The value of t's lowest set bit (a power of two from 2^-149, built from bits: no arithmetic to
 // flush), +inf for a zero or non-finite t: every float64 sum of terms whose units are at least u
 // and whose magnitudes sum below 2^53 u is exact.
@@ -236,6 +234,8 @@ POLYQUANT_HD inline float float32_unit(float t) {
   return e >= -126 ? std::bit_cast<float>(static_cast<std::uint32_t>(e + 127) << 23)
                    : std::bit_cast<float>(std::uint32_t{1} << (e + 149));  // a subnormal power of two
 }
+// The least-squares term `t` of v and level z (LsTerm), float32 products as the product-sums kernel
+// forms them (its z is the level as written, NaN made qk_nan_result's NaN: a NaN either way).
 POLYQUANT_HD inline float ls_term_of(float v, float z, LsTerm t) {
   const float zz = z * z;
   const float xz = v * z;

@@ -422,12 +422,14 @@ ScaleArray least_squares_po2(std::span<const LeastSquaresAcc> sums, const detail
 // reducer's tiles and lanes), which a device cannot replay. It need not: every float64 summation
 // order of n terms t_i starting from +0 lies within gamma(n - 1) * sum |t_i| of the exact sum S
 // (gamma(k) = k u / (1 - k u), u = 2^-53: each term passes through at most n - 1 rounded adds;
-// adds of +0 and of float32 values below float64's subnormals never occur or are exact), and
-// rounding to float32 is monotone. So where the float32 roundings of both ends of that interval
-// around S are the same nonzero value, the host's fixed-order sum rounds to it too, and the device,
-// which sums exactly (any order, integer atomics), has the host's float32 sum without knowing its
-// order. Elsewhere (S within about n 2^-53 relative of a float32 rounding boundary, or a sum that
-// may be zero) the round runs on a host copy of x, which gives the same bits by construction.
+// an add with a +0 operand is exact, and no partial sum of float32 terms is a float64 subnormal,
+// so the flush rule never touches them), and rounding to float32 is monotone. So where the float32
+// roundings of both ends of that interval around S are the same nonzero value, the host's
+// fixed-order sum rounds to it too, and the device, which sums exactly (any order, integer
+// atomics), has the host's float32 sum without knowing its order. Where S lies within about
+// n 2^-53 relative of a float32 rounding boundary, the terms' units may still show that every
+// order adds exactly; elsewhere the round runs on a host copy of x, which gives the same bits by
+// construction.
 //
 // float32_of_every_float64_sum: `exact` is the exact sum of n float32 terms rounded once to
 // float64 (NaN / +-inf where a term is non-finite: then every order gives that too), `magnitude`
@@ -445,6 +447,7 @@ bool float32_of_every_float64_sum(double exact, double magnitude, std::int64_t n
 // sums (with the terms' units for the few the bound leaves open). False (sums unspecified) where
 // some group is not settled, or the grouped layout has more dimensions than the exact sums kernel
 // takes or too many groups for its parts; the caller then runs the round on the host.
+// `term_params` is indexed by LsTerm (kLevel's entry unused).
 using LsTermParams = std::array<const void*, 6>;
 bool least_squares_sums_on_device(const TensorView& x, KernelOp op, const LsTermParams& term_params, const ScaleArray& s,
                                   const detail::GroupedLayout& L, std::vector<LeastSquaresAcc>& sums);
