@@ -169,6 +169,49 @@ TEST(LeastSquaresOnDevice, NearTiesInManyOrders) {
   EXPECT_GT(settled, 100) << "and some near ties are still settled";
 }
 
+// Channels of normal data quantized as quantized_bits(8) quantizes them (levels up to 127, the
+// max-based po2 scale): every v z and z z sum is settled on the device, none goes to the host;
+// for 65536-element channels some z z sums (integers) fall exactly on a float32 tie, which only
+// the units settle.
+TEST(LeastSquaresOnDevice, RealisticChannelsAreAllSettled) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float half_levels = 127.0f;
+  for (const int n : {4096, 65536}) {
+    int by_units = 0;
+    const int groups = n == 4096 ? 300 : 60;
+    std::vector<float> x(static_cast<std::size_t>(n)), xz(x.size()), zz(x.size());
+    for (int g = 0; g < groups; ++g) {
+      const float sigma = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 4);
+      float largest = 0.0f;
+      for (float& v : x) {
+        v = normal(rng) * sigma;
+        largest = std::max(largest, std::fabs(v));
+      }
+      const float s = std::exp2(std::nearbyint(std::log2(largest / half_levels)));
+      {
+        const detail::ScopedFlushDenormals flush;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          const float z = detail::qk_bits_auto_level(x[i], s, half_levels);
+          xz[i] = detail::ls_term_of(x[i], z, detail::LsTerm::kXz);
+          zz[i] = detail::ls_term_of(x[i], z, detail::LsTerm::kZz);
+        }
+      }
+      for (const std::vector<float>* t : {&xz, &zz}) {
+        const Sums sums = sums_of(*t);
+        const detail::ScopedFlushDenormals flush;
+        float value;
+        if (float32_of_every_float64_sum(sums.exact, sums.magnitude, n, kUnknown, value)) continue;
+        ++by_units;
+        EXPECT_TRUE(float32_of_every_float64_sum(sums.exact, sums.magnitude, n, sums.unit, value)) << "n=" << n << " group " << g;
+      }
+    }
+    if (n == 65536) {
+      EXPECT_GT(by_units, 0) << "integer z z sums on a tie";
+    }
+  }
+}
+
 TEST(LeastSquaresOnDevice, ConstructedTiesAndSpecials) {
   float v;
   // (The sums outside the flush: a unit below 2^-126 is a float32 subnormal.)
