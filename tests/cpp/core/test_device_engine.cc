@@ -13,6 +13,7 @@
 #include <functional>
 #include <string>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/backend_abi.h"
@@ -117,6 +118,31 @@ class DeviceEngine : public ::testing::Test {
   }
   // The stand-in's bookkeeping, or nullptr on a GPU (whose tests check the bytes only).
   FakeDevice* stand_in() { return fake_.fake(); }
+
+  // quantized_bits with `bits` on hx (host memory) and then dx (the same values on the device), both
+  // of `shape`, each into a C-contiguous output and reported scale (the stand-in's counts reset
+  // between the calls, so they count the device call's work): the device's output, scale and round
+  // count equal the host's. Returns {host, device} search info.
+  std::pair<qkeras::SearchInfo, qkeras::SearchInfo> expect_bits_search_equals_the_host(const TensorView& hx, const TensorView& dx,
+                                                                                     const Dims& shape,
+                                                                                     const qkeras::QuantizedBitsAttrs& bits) {
+    const Dims scale_shape = qkeras::quantized_bits_scale_shape(hx, bits);
+    const auto bytes = static_cast<std::size_t>(shape.numel()) * 4, scale_bytes = static_cast<std::size_t>(scale_shape.numel()) * 4;
+    Array want = Array::zeros(fake_, bytes, DType::kFloat32), got = Array::zeros(fake_, bytes, DType::kFloat32);
+    Array want_s = Array::zeros(fake_, scale_bytes, DType::kFloat32), got_s = Array::zeros(fake_, scale_bytes, DType::kFloat32);
+    const Dims cs = contiguous_strides(shape), ss = contiguous_strides(scale_shape);
+    MutableTensorView hs = want_s.host_out(scale_shape, ss), ds = got_s.device_out(scale_shape, ss);
+    qkeras::SearchInfo host_search, device_search;
+    qkeras::quantized_bits(hx, TensorView{}, bits, {}, {}, want.host_out(shape, cs), &hs, &host_search);
+    if (FakeDevice* f = stand_in()) f->reset_stats();
+    qkeras::quantized_bits(dx, TensorView{}, bits, {}, {}, got.device_out(shape, cs), &ds, &device_search);
+    EXPECT_EQ(got.download(fake_), want.host) << "quantized_bits output";
+    EXPECT_EQ(got_s.download(fake_), want_s.host) << "quantized_bits scale";
+    EXPECT_EQ(device_search.least_squares_rounds, host_search.least_squares_rounds);
+    EXPECT_EQ(host_search.least_squares_rounds_on_device, 0);
+    return {host_search, device_search};
+  }
+
   DeviceUnderTest fake_;
 };
 
@@ -707,19 +733,8 @@ TEST_F(DeviceEngine, QKerasAutoScaleEqualsTheHost) {
         bits.scale_axis = c.axis;
         const Dims scale_shape = qkeras::quantized_bits_scale_shape(hx, bits);
         const std::int64_t ns = scale_shape.numel();
-        Array want = Array::zeros(fake_, 384 * 4, DType::kFloat32), got = Array::zeros(fake_, 384 * 4, DType::kFloat32);
-        Array want_s = Array::zeros(fake_, static_cast<std::size_t>(ns) * 4, DType::kFloat32);
-        Array got_s = Array::zeros(fake_, static_cast<std::size_t>(ns) * 4, DType::kFloat32);
         const Dims cs = contiguous_strides(c.shape), ss = contiguous_strides(scale_shape);
-        MutableTensorView hs = want_s.host_out(scale_shape, ss), ds = got_s.device_out(scale_shape, ss);
-        qkeras::SearchInfo host_search, device_search;
-        qkeras::quantized_bits(hx, TensorView{}, bits, {}, {}, want.host_out(c.shape, cs), &hs, &host_search);
-        if (FakeDevice* f = stand_in()) f->reset_stats();
-        qkeras::quantized_bits(dx, TensorView{}, bits, {}, {}, got.device_out(c.shape, cs), &ds, &device_search);
-        EXPECT_EQ(got.download(fake_), want.host) << "quantized_bits output";
-        EXPECT_EQ(got_s.download(fake_), want_s.host) << "quantized_bits scale";
-        EXPECT_EQ(device_search.least_squares_rounds, host_search.least_squares_rounds);
-        EXPECT_EQ(host_search.least_squares_rounds_on_device, 0);
+        const qkeras::SearchInfo device_search = expect_bits_search_equals_the_host(hx, dx, c.shape, bits).second;
         // auto_po2: every round's sums on the device (none near a float32 rounding boundary here),
         // but for one-element groups (rank 1), whose rounds run on a host copy.
         const int rounds_on_device = searched == qkeras::Alpha::kAutoPo2 && c.shape.rank > 1 ? device_search.least_squares_rounds : 0;
@@ -757,6 +772,7 @@ TEST_F(DeviceEngine, QKerasAutoScaleEqualsTheHost) {
           EXPECT_EQ(lg.download(fake_), lw.host) << "quantized_linear gradient, keep_negative " << keep_negative;
         }
         // A post_training_scale (frozen) in host memory and on the device: x is not read.
+        Array want = Array::zeros(fake_, 384 * 4, DType::kFloat32), got = Array::zeros(fake_, 384 * 4, DType::kFloat32);
         std::vector<float> frozen(static_cast<std::size_t>(ns));
         for (std::size_t i = 0; i < frozen.size(); ++i) frozen[i] = 0.125f * static_cast<float>(1 + i % 5);
         Array frozen_dev = Array::of(fake_, frozen, DType::kFloat32);
@@ -831,19 +847,7 @@ TEST_F(DeviceEngine, QKerasLeastSquaresRoundsOnTheDevice) {
       bits.min_po2_exponent = -3.0;
       bits.max_po2_exponent = -1.0;
     }
-    const Dims scale_shape = qkeras::quantized_bits_scale_shape(hx, bits);
-    const Dims ss = contiguous_strides(scale_shape);
-    const auto scales = static_cast<std::size_t>(scale_shape.numel()) * 4;
-    Array want = Array::zeros(fake_, bytes, DType::kFloat32), got = Array::zeros(fake_, bytes, DType::kFloat32);
-    Array want_s = Array::zeros(fake_, scales, DType::kFloat32), got_s = Array::zeros(fake_, scales, DType::kFloat32);
-    MutableTensorView hs = want_s.host_out(scale_shape, ss), ds = got_s.device_out(scale_shape, ss);
-    qkeras::SearchInfo host_search, device_search;
-    qkeras::quantized_bits(hx, TensorView{}, bits, {}, {}, want.host_out(c.shape, cs), &hs, &host_search);
-    if (FakeDevice* f = stand_in()) f->reset_stats();
-    qkeras::quantized_bits(dx, TensorView{}, bits, {}, {}, got.device_out(c.shape, cs), &ds, &device_search);
-    EXPECT_EQ(got.download(fake_), want.host) << "quantized_bits output";
-    EXPECT_EQ(got_s.download(fake_), want_s.host) << "quantized_bits scale";
-    EXPECT_EQ(device_search.least_squares_rounds, host_search.least_squares_rounds);
+    const qkeras::SearchInfo device_search = expect_bits_search_equals_the_host(hx, dx, c.shape, bits).second;
     EXPECT_GE(device_search.least_squares_rounds, 1);
     const int on_device = c.on_device ? device_search.least_squares_rounds : 0;
     EXPECT_EQ(device_search.least_squares_rounds_on_device, on_device);
@@ -854,6 +858,7 @@ TEST_F(DeviceEngine, QKerasLeastSquaresRoundsOnTheDevice) {
       EXPECT_EQ(f->outstanding_temporaries(), 0);
     }
     if (!c.per.values.empty() || c.clipped) continue;  // (quantized_linear has neither)
+    Array want = Array::zeros(fake_, bytes, DType::kFloat32), got = Array::zeros(fake_, bytes, DType::kFloat32);
     for (const bool training : {false, true}) {
       qkeras::QuantizedLinearAttrs linear;
       linear.bits = 6;
