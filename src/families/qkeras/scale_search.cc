@@ -303,7 +303,14 @@ bool least_squares_sums_on_device(const TensorView& x, KernelOp op, const LsTerm
   const auto* terms = static_cast<const float*>(scratch.data());
   MutableTensorView terms_out(scratch.data(), DType::kFloat32, x.shape);
   terms_out.device = x.device;
-  const std::array<TensorView, 2> inputs{x, s.view()};
+  // The round's scale, copied to the device once for the three to five launches that read it.
+  const detail::DeviceScratch scale(x.device, s.values.size() * sizeof(float));
+  MutableTensorView scale_out(scale.data(), DType::kFloat32, s.shape);
+  scale_out.device = x.device;
+  detail::convert_into_on_device(s.view(), scale_out);
+  TensorView scale_in(scale.data(), DType::kFloat32, s.shape);
+  scale_in.device = x.device;
+  const std::array<TensorView, 2> inputs{x, scale_in};
   // Each kind of term written over the last one's, once its sums are read back.
   auto write_terms = [&](detail::LsTerm t) { run_kernel(op, inputs.data(), 2, terms_out, term_params[static_cast<std::size_t>(t)]); };
   std::array<std::vector<double>, 3> exact;  // v z, |v z|, z z
@@ -313,7 +320,6 @@ bool least_squares_sums_on_device(const TensorView& x, KernelOp op, const LsTerm
     exact[k] = detail::exact_group_sums_on_device_as_double(x.device, terms, shape, strides, L.num_groups);
   }
   const std::int64_t groups = L.num_groups;
-  sums.resize(static_cast<std::size_t>(groups));
   // Each group's two float32 sums, settled by the bound alone (unit +inf) or with the smallest
   // unit of its terms. z * z is never negative (a NaN aside), so its sum is its magnitudes' sum.
   auto settle_xz = [&](std::size_t g, double unit, float& v) {
@@ -323,11 +329,11 @@ bool least_squares_sums_on_device(const TensorView& x, KernelOp op, const LsTerm
     return float32_of_every_float64_sum(exact[2][g], exact[2][g], L.group_size, unit, v);
   };
   constexpr double kUnknown = std::numeric_limits<double>::infinity();
-  std::vector<float> xz(sums.size()), zz(sums.size());
+  std::vector<float> xz(static_cast<std::size_t>(groups)), zz(xz.size());
   std::vector<std::size_t> open_xz, open_zz;
   {
     const detail::ScopedFlushDenormals flush;  // least_squares_quotient's conversion, under the flush rule
-    for (std::size_t g = 0; g < sums.size(); ++g) {
+    for (std::size_t g = 0; g < xz.size(); ++g) {
       if (!settle_xz(g, kUnknown, xz[g])) open_xz.push_back(g);
       if (!settle_zz(g, kUnknown, zz[g])) open_zz.push_back(g);
     }
@@ -351,6 +357,7 @@ bool least_squares_sums_on_device(const TensorView& x, KernelOp op, const LsTerm
   if (!settle_open(open_xz, detail::LsTerm::kXzUnit, settle_xz, xz) || !settle_open(open_zz, detail::LsTerm::kZzUnit, settle_zz, zz)) {
     return false;
   }
+  sums.resize(xz.size());
   for (std::size_t g = 0; g < sums.size(); ++g) sums[g] = LeastSquaresAcc{static_cast<double>(xz[g]), static_cast<double>(zz[g])};
   return true;
 }
