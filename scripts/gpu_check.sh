@@ -23,8 +23,8 @@
 #
 # Environment: POLYQUANT_CUDA_ARCHITECTURES (default 90: H100 / H200 machine code only, the fastest
 # build; CI and wheels build 80;90), OUT, JOBS (default: every core), GPU_CHECK_AB=1 (the device
-# benchmark once more on the general kernels only, for the A/B of the per-tensor kernels, and
-# torch's peers), GPU_CHECK_CPU_BENCH=1 (issue 19's CPU training row on this machine's cores).
+# benchmark once more on the general kernels only, for the A/B of the per-tensor kernels and of
+# the per-channel / blockwise ones resolved per thread, and torch's peers), GPU_CHECK_CPU_BENCH=1 (issue 19's CPU training row on this machine's cores).
 #
 # Time: a device slot allows 600 s per command, so the script keeps to GPU_CHECK_BUDGET seconds
 # (default 540) in all: every step runs under `timeout` with its own cap and what is left of the
@@ -177,11 +177,12 @@ if wanted bench && limit bench 120; then
   if [ $rc -eq 0 ] && [ "${GPU_CHECK_AB:-0}" = 1 ] && limit bench_general 120; then
     # GPU_CHECK_AB=1: the same benchmark with every launch on the general kernel (row_layout.h) and
     # the exact sums flushed lane by lane (backend.cu), for the A/B of the per-tensor kernels whose
-    # masks are constants and of the warp flushes (about a minute more).
+    # masks are constants, of the per-channel and blockwise kernels whose row operands are resolved
+    # per thread, and of the warp flushes (about a minute more).
     step "device benchmark, general kernels and lane flushes (POLYQUANT_CUDA_GENERAL_ROWS=1 POLYQUANT_CUDA_LANE_FLUSHES=1)"
     POLYQUANT_CUDA_GENERAL_ROWS=1 POLYQUANT_CUDA_LANE_FLUSHES=1 timeout "$limit" "$build_tree/bench/cuda/polyquant_cuda_bench" \
       --json "$OUT/bench_polyquant_general.json" >"$LOG/bench_polyquant_general.txt" 2>&1 || result "polyquant_cuda_bench (general kernels): failed"
-    grep -iE "per.tensor|int_quant|float_quant|quantize_linear|exact sums|min / max" "$LOG/bench_polyquant_general.txt" | head -24 >>"$OUT/summary.txt"
+    grep -iE "per.tensor|int_quant|float_quant|quantize_linear|affine|exact sums|min / max" "$LOG/bench_polyquant_general.txt" | head -40 >>"$OUT/summary.txt"
     if limit torch_peers 120; then
       step "torch's peers (scripts/gpu_bench_torch.py)"
       timeout "$limit" python3 scripts/gpu_bench_torch.py --polyquant "$OUT/bench_polyquant.json" --json "$OUT/bench_torch.json" \

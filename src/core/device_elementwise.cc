@@ -364,6 +364,7 @@ void run_launches(const PolyquantCudaBackend& b, const ElementwiseCall& call, Po
         break;
     }
     a.in[static_cast<std::size_t>(k)] = in;
+    a.in_bytes[static_cast<std::size_t>(k)] = static_cast<std::uint8_t>(dtype_size(kd));
   }
 
   // The output: in place when the kernel can write it as it is and it overlaps no input other than

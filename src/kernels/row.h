@@ -37,6 +37,11 @@ struct RowArgs {
   // row_len + kRepeatedRowPad values, the row continued cyclically, so a vector of up to
   // kRepeatedRowPad lanes loads from any offset within the row without wrapping.
   std::uint32_t repeated_row_mask = 0;
+  // Bytes per element of operand i, where the launcher knows them (the device engine, for every
+  // operand): 0, unknown. A CUDA launch whose per-row and repeated-row operands all have theirs
+  // resolves each of those operands to a pointer once per thread instead of dividing j by row_len
+  // at every read (backends/cuda/row_layout.h, RowCursor). The CPU kernels ignore them.
+  std::array<std::uint8_t, kMaxOperands> in_bytes{};
 
   // The accessors are host and device code: a CUDA kernel reads its operands through the same
   // RowArgs (holding device pointers) as the CPU row does.

@@ -106,6 +106,7 @@ class BenchRow {
       args_.in[static_cast<std::size_t>(k)] = in.data;
       if (in.broadcast) args_.broadcast_mask |= 1u << k;
       element_sizes_[static_cast<std::size_t>(k)] = in.element_size;
+      args_.in_bytes[static_cast<std::size_t>(k)] = static_cast<std::uint8_t>(in.element_size);
       ++k;
     }
     operand_count_ = k;

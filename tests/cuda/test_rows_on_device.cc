@@ -42,6 +42,7 @@ constexpr unsigned char kUntouched = 0xA5;      // fills both outputs: bytes a k
 // One operand's bytes on the host (as the kernel reads them) and its copy on the device.
 struct HostOperand {
   std::vector<unsigned char> bytes;
+  std::uint8_t element_size = 4;
 };
 
 HostOperand host_bytes(const Operand& o) {
@@ -52,8 +53,16 @@ HostOperand host_bytes(const Operand& o) {
   } else {
     h.bytes.resize(o.f64.size() * sizeof(double));
     std::memcpy(h.bytes.data(), o.f64.data(), h.bytes.size());
+    h.element_size = 8;
   }
   return h;
+}
+
+// `a` with its operands' element sizes (RowArgs::in_bytes): a launch with per-row or repeated-row
+// operands then resolves them per thread (RowLayout::kRowsResolved) instead of per read.
+RowArgs with_sizes(RowArgs a, const std::vector<HostOperand>& operands) {
+  for (std::size_t k = 0; k < operands.size(); ++k) a.in_bytes[k] = operands[k].element_size;
+  return a;
 }
 
 // x for the stratified runs: kRowLength + 16 float32 values.
@@ -185,7 +194,8 @@ class RowsOnDevice : public ::testing::Test {
     check_both_layouts(op, check, stratified, kRowLength, WorkType::kF32, "(stratified x)");
   }
 
-  // Blocked parameters: operands 1 and 2 one value per row.
+  // Blocked parameters: operands 1 and 2 one value per row; read per element (no element sizes: the
+  // general kernel) and resolved per thread (the kRowsResolved kernel).
   void check_per_row(KernelOp op, const KernelCheck& check) const {
     std::vector<HostOperand> operands;
     for (const Operand& o : *check.operands) operands.push_back(host_bytes(o));
@@ -195,6 +205,40 @@ class RowsOnDevice : public ::testing::Test {
       a.n = (kRowLength / row_len) * row_len;
       a.per_row_mask = 6u;
       EXPECT_TRUE(same_on_device(op, check.params.get(), operands, a)) << op_name(op) << " per-row row_len=" << row_len;
+      EXPECT_TRUE(same_on_device(op, check.params.get(), operands, with_sizes(a, operands)))
+          << op_name(op) << " per-row row_len=" << row_len << " resolved per thread";
+    }
+  }
+
+  // Repeated-row operands (a per-channel parameter on channels-last rows), every mask of them, x
+  // included, the others contiguous; general and resolved per thread. Rows of 1, 17 and 1024
+  // elements: shorter and longer than the launch's stride per thread's step, so the column's carry
+  // is taken on some steps and not on others.
+  void check_repeated_rows(KernelOp op, const KernelCheck& check) const {
+    const std::vector<Operand>& ops = *check.operands;
+    const std::size_t nops = ops.size();
+    for (std::int64_t row_len : {1, 17, 1024}) {
+      const std::int64_t n = (kRowLength / row_len) * row_len;
+      std::vector<HostOperand> repeated(nops), expanded(nops);
+      for (std::size_t k = 0; k < nops; ++k) {
+        const HostOperand whole = host_bytes(ops[k]);
+        const unsigned char* row = whole.bytes.data() + k * 37 * whole.element_size;  // rows of different operands differ
+        repeated[k].bytes = test::cyclic_copy(row, whole.element_size, row_len, row_len + kRepeatedRowPad);
+        expanded[k].bytes = test::cyclic_copy(row, whole.element_size, row_len, n);
+        repeated[k].element_size = expanded[k].element_size = whole.element_size;
+      }
+      for (std::uint32_t repeat = 1; repeat < (1u << nops); ++repeat) {
+        std::vector<HostOperand> operands(nops);
+        for (std::size_t k = 0; k < nops; ++k) operands[k] = ((repeat >> k) & 1u) != 0 ? repeated[k] : expanded[k];
+        RowArgs a;
+        a.row_len = row_len;
+        a.n = n;
+        a.repeated_row_mask = repeat;
+        EXPECT_TRUE(same_on_device(op, check.params.get(), operands, a))
+            << op_name(op) << " " << check.what << " repeated rows " << repeat << " row_len=" << row_len;
+        EXPECT_TRUE(same_on_device(op, check.params.get(), operands, with_sizes(a, operands)))
+            << op_name(op) << " " << check.what << " repeated rows " << repeat << " row_len=" << row_len << " resolved per thread";
+      }
     }
   }
 
@@ -220,7 +264,7 @@ TEST_F(RowsOnDevice, EveryKernelCaseEqualsTheCpuReferenceBitForBit) {
       switch (check.kind) {
         case KernelCheck::Kind::kRows: check_rows(op, check); break;
         case KernelCheck::Kind::kPerRowParams: check_per_row(op, check); break;
-        case KernelCheck::Kind::kRepeatedRows: break;  // the layout is the engine's; per-element it is index_of
+        case KernelCheck::Kind::kRepeatedRows: check_repeated_rows(op, check); break;
       }
     }
     ops_checked += !cases.checks.empty();

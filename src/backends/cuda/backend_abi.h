@@ -24,7 +24,8 @@
 // v5: AffineGradParams (a launcher's params) gained scale_blocks and offset_blocks, host-only pointers (null on a device).
 // v6: AffineGradParams gained scale_columns and offset_columns (host-only, null on a device);
 //     release_now waits for the device's work; order_after.
-#define POLYQUANT_CUDA_ABI_VERSION 6u
+// v7: RowArgs gained in_bytes (operand element sizes: per-row and repeated-row operands resolved per thread).
+#define POLYQUANT_CUDA_ABI_VERSION 7u
 #define POLYQUANT_CUDA_ENTRY_POINT "polyquant_cuda_backend_v1"
 
 // The function of row_kernels.cu's build for a flavour (ieee, flushing) and a working precision

@@ -1,8 +1,9 @@
-// Device-side access to every op's per-element row (kernels/row.h), generated from the op list:
+// Typed access to every op's per-element row (kernels/row.h), generated from the op list:
 // <name>_row::element<T, kMode>(params, args, j) calls <name>_row_element<T, kMode> for ops whose
 // parameters carry a RoundingMode `mode`, and <name>_row_element<T> for the others. Defined for
 // every op of ops.inc; only ops with a per-element row (kHasRowElement) may be instantiated.
-// Included by backends/cuda/row_kernels.cu and tests/cuda/formulas_on_device.cu.
+// Host and device code: included by backends/cuda/row_kernels.cu, tests/cuda/formulas_on_device.cu
+// and the host stand-in (tests/cpp/core/fake_device.cc), which runs the kernels' thread loops.
 #pragma once
 
 #include <concepts>
@@ -23,13 +24,21 @@ concept RoundsByMode = requires(const P& p) {
   { p.mode } -> std::convertible_to<RoundingMode>;
 };
 
-#define POLYQUANT_OP(Enum, name, works, vector)                                    \
-  struct name##_row {                                                              \
-    template <class T, RoundingMode kMode, class P>                                \
-    __device__ static void element(const P& p, const RowArgs& a, std::int64_t j) { \
-      if constexpr (RoundsByMode<P>) name##_row_element<T, kMode>(p, a, j);        \
-      else name##_row_element<T>(p, a, j);                                         \
-    }                                                                              \
+// f.template operator()<kMode>() with the op's rounding mode (ops whose parameters carry one: a
+// kernel per mode), or with kHalfEven, unused, for the others (one kernel).
+template <class P, class F>
+void with_mode_of(const P& p, F&& f) {
+  if constexpr (RoundsByMode<P>) with_rounding_mode(p.mode, f);
+  else f.template operator()<RoundingMode::kHalfEven>();
+}
+
+#define POLYQUANT_OP(Enum, name, works, vector)                                      \
+  struct name##_row {                                                                \
+    template <class T, RoundingMode kMode, class P>                                  \
+    POLYQUANT_HD static void element(const P& p, const RowArgs& a, std::int64_t j) { \
+      if constexpr (RoundsByMode<P>) name##_row_element<T, kMode>(p, a, j);          \
+      else name##_row_element<T>(p, a, j);                                           \
+    }                                                                                \
   };
 #include "kernels/ops.inc"
 #undef POLYQUANT_OP

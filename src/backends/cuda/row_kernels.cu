@@ -64,7 +64,8 @@ namespace {
 // __grid_constant__ lets a thread take their address without a copy of its own (a plain parameter
 // whose address is taken is copied to every thread's local memory at entry, 72 bytes, on every
 // launch, whether or not any operand is passed that way).
-// kLayout (row_layout.h) fixes the masks the launch's layout makes constant.
+// kLayout (row_layout.h) fixes the masks the launch's layout makes constant, or resolves its per-row
+// and repeated-row operands once per thread (run_row_thread, which the host stand-in runs too).
 template <class Row, class T, RoundingMode kMode, class P, RowLayout kLayout>
 __global__ void row_kernel(P p, RowArgs a, const __grid_constant__ PolyquantCudaHostScalars scalars) {
   if (scalars.mask != 0) {
@@ -72,19 +73,8 @@ __global__ void row_kernel(P p, RowArgs a, const __grid_constant__ PolyquantCuda
       if ((scalars.mask >> i) & 1u) a.in[static_cast<std::size_t>(i)] = &scalars.value[i];
     }
   }
-  fix_row_layout<kLayout>(a);
-  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
-  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < a.n; j += stride) {
-    Row::template element<T, kMode>(p, a, j);
-  }
-}
-
-// f.template operator()<kMode>() with the op's rounding mode (ops whose parameters carry one: a
-// kernel per mode), or with kHalfEven, unused, for the others (one kernel).
-template <class P, class F>
-void with_mode_of(const P& p, F&& f) {
-  if constexpr (RoundsByMode<P>) with_rounding_mode(p.mode, f);
-  else f.template operator()<RoundingMode::kHalfEven>();
+  run_row_thread<Row, T, kMode, kLayout>(p, a, static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                                         static_cast<std::int64_t>(blockDim.x) * gridDim.x);
 }
 
 template <KernelOp kOp, class Row, WorkType kWork>
@@ -114,6 +104,9 @@ int launch_row(const void* params, const RowArgs* args, const PolyquantCudaHostS
       switch (layout) {
         case RowLayout::kFirstStreams:
           row_kernel<Row, T, kMode, P, RowLayout::kFirstStreams><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
+          break;
+        case RowLayout::kRowsResolved:
+          row_kernel<Row, T, kMode, P, RowLayout::kRowsResolved><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
           break;
         case RowLayout::kNoRowOperands:  // not instantiated: rare layouts, and it would add a third of the build
         case RowLayout::kGeneral:

@@ -11,7 +11,10 @@
 #include <utility>
 
 #include "backends/cuda/backend_abi.h"
+#include "backends/cuda/row_elements.cuh"
+#include "backends/cuda/row_layout.h"
 #include "core/device_elementwise.h"
+#include "core/fpenv.h"
 #include "kernels/convert/element.h"
 #include "kernels/registry.h"
 
@@ -254,7 +257,58 @@ int group_histogram(const PolyquantCudaGroupHistogram* h, void* stream) {
   return 0;
 }
 
-// Runs the registry's scalar reference row of (op, work): the spec the CUDA kernel equals.
+// Launches with per-row or repeated-row operands run as the CUDA library runs them resolved per
+// thread, with this many threads (a stride that leaves a carry on some steps of most rows).
+constexpr std::int64_t kResolvedThreads = 13;
+
+template <KernelOp kOp, class Row, WorkType kWork>
+void run_rows_resolved(const void* params, const detail::RowArgs& a, std::int64_t threads_in_launch) {
+  using P = typename detail::RowElementTraits<kOp>::Params;
+  const P& p = *static_cast<const P*>(params);
+  const auto threads = [&] {
+    detail::cuda::with_mode_of(p, [&]<RoundingMode kMode>() {
+      for (std::int64_t t = 0; t < threads_in_launch; ++t) {
+        detail::cuda::run_row_thread<Row, detail::WorkT<kWork>, kMode, detail::cuda::RowLayout::kRowsResolved>(
+            p, a, t, threads_in_launch);
+      }
+    });
+  };
+  if constexpr (detail::kRowElementFlushesDenormals<kOp>) {
+    const detail::ScopedFlushDenormals flush;  // as the reference row and the -ftz=true build
+    threads();
+  } else {
+    threads();
+  }
+}
+
+}  // namespace
+
+bool run_rows_resolved_on_host(KernelOp op, WorkType work, const void* params, const detail::RowArgs& a,
+                               std::int64_t threads) {
+#define POLYQUANT_RESOLVED_WORK(Enum, name, work_name, W)                                            \
+  if constexpr (detail::kHasRowElement<KernelOp::Enum>) {                                            \
+    if (work == WorkType::W) {                                                                       \
+      run_rows_resolved<KernelOp::Enum, detail::cuda::name##_row, WorkType::W>(params, a, threads); \
+      return true;                                                                                   \
+    }                                                                                                \
+  }
+#define POLYQUANT_OP(Enum, name, works, vector)                      \
+  case KernelOp::Enum: {                                             \
+    POLYQUANT_WORKS_##works(POLYQUANT_RESOLVED_WORK, Enum, name);    \
+    return false;                                                    \
+  }
+  switch (op) {
+#include "kernels/ops.inc"
+  }
+#undef POLYQUANT_OP
+#undef POLYQUANT_RESOLVED_WORK
+  return false;
+}
+
+namespace {
+
+// Runs the registry's scalar reference row of (op, work), the spec the CUDA kernel equals, or, for
+// a launch the CUDA library runs resolved per thread, that kernel's own loop.
 int launch(KernelOp op, WorkType work, const void* params, const detail::RowArgs* args,
            const PolyquantCudaHostScalars* scalars, void* stream) {
   State& s = state();
@@ -269,11 +323,17 @@ int launch(KernelOp op, WorkType work, const void* params, const detail::RowArgs
       a.in[static_cast<std::size_t>(i)] = &values.value[i];
     } else if (a.in[static_cast<std::size_t>(i)] != nullptr) {
       const std::int64_t count = a.is_broadcast(i) ? 1 : a.is_per_row(i) ? a.n / a.row_len : a.is_repeated_row(i) ? a.row_len : a.n;
-      require_on_current_device(a.in[static_cast<std::size_t>(i)], static_cast<std::size_t>(count), "a launch operand");
+      const std::size_t size = a.in_bytes[static_cast<std::size_t>(i)];  // 0: unknown, bytes counted as elements
+      require_on_current_device(a.in[static_cast<std::size_t>(i)], static_cast<std::size_t>(count) * (size > 0 ? size : 1),
+                                "a launch operand");
     }
   }
   require_on_current_device(a.out, static_cast<std::size_t>(a.n), "a launch output");
   if (!s.stats.faults.empty()) return 700;  // cudaErrorIllegalAddress: do not touch the memory
+  if (detail::cuda::row_layout_of(a, values.mask) == detail::cuda::RowLayout::kRowsResolved) {
+    ++s.stats.resolved_launches;
+    if (run_rows_resolved_on_host(op, work, params, a, kResolvedThreads)) return 0;
+  }
   detail::reference_kernel(op, work)(params, a);
   return 0;
 }

@@ -1,7 +1,9 @@
 // A stand-in for the CUDA library that runs on the host, so the engine's device path (core/
 // device_elementwise.cc) is tested on every machine: its table has the real ABI, its "device
 // memory" is host memory registered per device, its launchers run the registry's scalar reference
-// row of the op (the spec the CUDA kernels equal), and its conversion kernel the same
+// row of the op (the spec the CUDA kernels equal), or, where the CUDA kernel resolves per-row and
+// repeated-row operands per thread, that kernel's own thread loop (backends/cuda/row_layout.h),
+// and its conversion kernel the same
 // convert_element the CUDA one calls. It checks what a GPU would fault on: every pointer a launch
 // or conversion dereferences must lie inside memory of the current device. It counts what the
 // engine asked for (launches, conversions, allocations, the stream), so tests can check the plan.
@@ -13,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/row.h"
 #include "polyquant/tensor.h"
 
 struct PolyquantCudaBackend;
@@ -25,6 +28,7 @@ struct FakeDeviceStats {
   int reductions = 0;  // exact group sums
   int allocations = 0;  // by the engine (stream-ordered temporaries)
   int host_scalar_launches = 0;
+  int resolved_launches = 0;  // launches with per-row / repeated-row operands run as the kRowsResolved kernel
   int host_reads = 0;  // device -> host copies that waited for the stream
   int device_queries = 0;  // device_count calls (cudaGetDeviceCount: the query that initialises CUDA)
   void* last_stream = nullptr;
@@ -58,5 +62,12 @@ class FakeDevice {
   int current_device() const;
   const PolyquantCudaBackend& table() const;
 };
+
+// The CUDA kernels' thread loop for a launch whose per-row and repeated-row operands are resolved
+// per thread (backends/cuda/row_layout.h: run_row_thread, RowLayout::kRowsResolved), run on the
+// host for `threads` threads in turn (the stride of the grid-stride loop). False, with nothing
+// written, where (op, work) has no per-element row.
+bool run_rows_resolved_on_host(detail::KernelOp op, detail::WorkType work, const void* params,
+                               const detail::RowArgs& a, std::int64_t threads);
 
 }  // namespace polyquant::test

@@ -1,12 +1,18 @@
 // The CUDA launches' compile-time layouts (backends/cuda/row_layout.h), on the CPU: a launch is
 // given the most specific layout its masks allow, and fixing that layout's masks leaves the index
 // every operand in use reads at every element unchanged (so the specialised kernels compute the
-// same elements from the same operands as the general one).
+// same elements from the same operands as the general one); a thread's RowCursor reads every
+// operand where index_of does, and the resolved kernels' thread loops equal the reference rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <vector>
 
 #include "backends/cuda/row_layout.h"
+#include "core/fake_device.h"
+#include "kernel_cases.h"
+#include "kernels/registry.h"
 #include "test_values.h"
 
 namespace polyquant::detail::cuda {
@@ -42,6 +48,7 @@ RowArgs fixed(RowArgs a, RowLayout layout) {
     case RowLayout::kFirstStreams: fix_row_layout<RowLayout::kFirstStreams>(a); break;
     case RowLayout::kNoRowOperands: fix_row_layout<RowLayout::kNoRowOperands>(a); break;
     case RowLayout::kGeneral: fix_row_layout<RowLayout::kGeneral>(a); break;
+    case RowLayout::kRowsResolved: ADD_FAILURE() << "no element sizes here: never resolved"; break;
   }
   return a;
 }
@@ -78,6 +85,162 @@ TEST(RowLayout, FixingTheLayoutKeepsEveryOperandsIndex) {
     }
   }
   EXPECT_GT(specialised, 5000) << "the specialised layouts were exercised";
+}
+
+}  // namespace
+}  // namespace polyquant::detail::cuda
+
+namespace polyquant::detail::cuda {
+namespace {
+
+// The address operand i of `a` reads for element j (index_of, in elements of `size` bytes).
+const unsigned char* read_address(const RowArgs& a, int i, std::int64_t j, std::size_t size) {
+  return static_cast<const unsigned char*>(a.in[static_cast<std::size_t>(i)]) + a.index_of(i, j) * static_cast<std::int64_t>(size);
+}
+
+// A launch with per-row and repeated-row operands whose element sizes are known gets the
+// resolved layout; without a size, or without a row length, the general one.
+TEST(RowLayout, RowOperandsWithTheirSizesAreResolvedPerThread) {
+  static const float value = 1.0f;
+  RowArgs a;
+  a.n = 64;
+  a.row_len = 8;
+  a.in[0] = &value;
+  a.in[1] = &value;
+  a.per_row_mask = 0b10;
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kGeneral) << "no element size";
+  a.in_bytes[1] = 4;
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kRowsResolved);
+  a.in[2] = &value;
+  a.repeated_row_mask = 0b100;
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kGeneral) << "a repeated-row operand without its size";
+  a.in_bytes[2] = 8;
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kRowsResolved);
+  a.row_len = 0;
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kGeneral) << "no row length";
+}
+
+// Each thread's cursor, stepped over its elements, reads every operand at the address index_of
+// gives for that element: per-row, repeated-row, broadcast and contiguous operands of every
+// element size, rows of 1 to 40 elements, and strides below, at and above the row length and the
+// row count (a thread with one element, with steps of less than a row, of several rows).
+TEST(RowLayout, TheCursorReadsTheAddressesIndexOfGives) {
+  static const std::uint64_t storage[64] = {};
+  auto rng = test::make_rng(92);
+  std::int64_t steps = 0, carries = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    RowArgs a;
+    a.row_len = 1 + static_cast<std::int64_t>(rng() % 40);
+    a.n = a.row_len * (1 + static_cast<std::int64_t>(rng() % 12));
+    const int operands = 1 + static_cast<int>(rng() % kMaxOperands);
+    std::size_t sizes[kMaxOperands] = {};
+    for (int i = 0; i < operands; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      a.in[k] = &storage[rng() % 8];
+      sizes[k] = std::size_t{1} << (rng() % 4);
+      a.in_bytes[k] = static_cast<std::uint8_t>(sizes[k]);
+      switch (rng() % 4) {
+        case 0: a.per_row_mask |= 1u << i; break;
+        case 1: a.repeated_row_mask |= 1u << i; break;
+        case 2: a.broadcast_mask |= 1u << i; break;
+        default: break;  // contiguous
+      }
+    }
+    if (row_layout_of(a, 0) != RowLayout::kRowsResolved) continue;
+    const std::int64_t strides[] = {1, 2, 3, a.row_len - 1, a.row_len, a.row_len + 1, 2 * a.row_len + 3, a.n - 1, a.n, a.n + 7};
+    for (std::int64_t stride : strides) {
+      if (stride < 1) continue;
+      for (std::int64_t first = 0; first < std::min(stride, a.n); ++first) {
+        RowCursor cursor(a, first, stride);
+        for (std::int64_t j = first;;) {
+          const RowArgs& view = cursor.args();
+          ASSERT_EQ(view.per_row_mask | view.repeated_row_mask, 0u);
+          for (int i = 0; i < operands; ++i) {
+            ASSERT_EQ(read_address(view, i, j, sizes[i]), read_address(a, i, j, sizes[i]))
+                << "trial " << trial << " stride " << stride << " operand " << i << " element " << j << " row_len " << a.row_len;
+          }
+          const std::int64_t column = j % a.row_len;
+          j += stride;
+          if (j >= a.n) break;
+          carries += j % a.row_len < column;
+          ++steps;
+          cursor.advance();
+        }
+      }
+    }
+  }
+  EXPECT_GT(steps, 100000);
+  EXPECT_GT(carries, 10000) << "steps whose column wraps into the next row";
+}
+
+// The kernel cases of every per-element op with blocked (per-row) or repeated-row operands, run
+// through the CUDA kernels' resolved thread loop (run_row_thread, on the host) with 1, 5, 13, 64 and
+// 1000 threads, equal the scalar reference row byte for byte: the same elements, in the kernel's
+// order of reads, as the GPU runs them (RowsOnDevice.* repeats this on a GPU).
+TEST(RowLayout, ResolvedThreadLoopsEqualTheReferenceRows) {
+  constexpr std::int64_t kLength = 4099;
+  constexpr unsigned char kUntouched = 0xA5;
+  int ops_checked = 0, launches = 0;
+  for (int k = 0; k < kNumKernelOps; ++k) {
+    const auto op = static_cast<KernelOp>(k);
+    const RowKernel ref = reference_kernel(op, WorkType::kF32);
+    if (ref == nullptr) continue;
+    const test::KernelCases cases = test::kernel_cases(op);
+    bool checked = false;
+    for (const test::KernelCheck& check : cases.checks) {
+      if (check.kind == test::KernelCheck::Kind::kRows) continue;
+      const std::vector<test::Operand>& ops = *check.operands;
+      const std::size_t nops = ops.size();
+      for (std::int64_t row_len : {1, 17, 100, 1024}) {
+        const std::int64_t n = (kLength / row_len) * row_len;
+        std::vector<std::vector<unsigned char>> compact(nops), whole(nops);
+        std::vector<std::uint8_t> sizes(nops);
+        for (std::size_t i = 0; i < nops; ++i) {
+          const bool wide = !ops[i].f64.empty();
+          sizes[i] = wide ? 8 : 4;
+          const auto* bytes = wide ? static_cast<const unsigned char*>(static_cast<const void*>(ops[i].f64.data()))
+                                   : static_cast<const unsigned char*>(static_cast<const void*>(ops[i].f32.data()));
+          whole[i].assign(bytes, bytes + kLength * sizes[i]);
+          compact[i] = test::cyclic_copy(bytes + i * 37 * sizes[i], sizes[i], row_len, row_len + kRepeatedRowPad);
+        }
+        const bool per_row = check.kind == test::KernelCheck::Kind::kPerRowParams;
+        std::vector<std::uint32_t> masks;
+        if (per_row) {
+          std::uint32_t params = 0;
+          for (std::size_t i = 1; i < nops; ++i) params |= ops[i].param ? 1u << i : 0u;
+          masks.push_back(params);
+        } else {
+          for (std::uint32_t m = 1; m < (1u << nops); ++m) masks.push_back(m);
+        }
+        for (std::uint32_t mask : masks) {
+          RowArgs a;
+          a.n = n;
+          a.row_len = row_len;
+          (per_row ? a.per_row_mask : a.repeated_row_mask) = mask;
+          for (std::size_t i = 0; i < nops && i < a.in.size(); ++i) {
+            a.in[i] = (!per_row && ((mask >> i) & 1u) != 0) ? compact[i].data() : whole[i].data();
+            a.in_bytes[i] = sizes[i];
+          }
+          ASSERT_EQ(row_layout_of(a, 0), RowLayout::kRowsResolved);
+          std::vector<unsigned char> want(static_cast<std::size_t>(n) * 8, kUntouched);
+          a.out = want.data();
+          ref(check.params.get(), a);
+          for (std::int64_t threads : {1, 5, 13, 64, 1000}) {
+            std::vector<unsigned char> got(want.size(), kUntouched);
+            a.out = got.data();
+            ASSERT_TRUE(test::run_rows_resolved_on_host(op, WorkType::kF32, check.params.get(), a, threads));
+            ++launches;
+            ASSERT_EQ(got, want) << op_name(op) << " " << check.what << (per_row ? " per-row" : " repeated rows") << " mask " << mask
+                                 << " row_len " << row_len << " threads " << threads;
+          }
+          checked = true;
+        }
+      }
+    }
+    ops_checked += checked;
+  }
+  EXPECT_GE(ops_checked, 8);
+  EXPECT_GT(launches, 1000);
 }
 
 }  // namespace
