@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 
 #include "backends/cuda/backend_abi.h"
 #include "backends/cuda/launch_status.cuh"
@@ -41,20 +42,61 @@ namespace polyquant::detail::cuda {
 inline namespace POLYQUANT_TARGET_NAMESPACE {
 namespace {
 
-// Fills this unit's device copy of the floor(log2) table on the current device, once per device:
-// measured on the host from the C library the CPU reference calls, in this process.
+// The unique id of the calling thread's current CUDA context (the driver's cuCtxGetId, driver 12.0
+// and later, reached through the runtime's entry-point query so the library links no driver
+// symbol), or 0 where there is none yet or the driver cannot say. A device reset destroys the
+// device's primary context and, with it, every __constant__ the module filled; the context that
+// follows has a new id.
+unsigned long long current_context_id() {
+  using GetCurrent = int (*)(void** context);                         // CUresult cuCtxGetCurrent(CUcontext*)
+  using GetId = int (*)(void* context, unsigned long long* id);       // CUresult cuCtxGetId(CUcontext, unsigned long long*)
+  static const std::pair<GetCurrent, GetId> driver = [] {
+    void* get_current = nullptr;
+    void* get_id = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get_current, 4000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      get_current = nullptr;
+    }
+    found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetId", &get_id, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      get_id = nullptr;
+    }
+    return std::pair{reinterpret_cast<GetCurrent>(get_current), reinterpret_cast<GetId>(get_id)};
+  }();
+  if (driver.first == nullptr || driver.second == nullptr) return 0;
+  void* context = nullptr;
+  unsigned long long id = 0;
+  if (driver.first(&context) != 0 || context == nullptr || driver.second(context, &id) != 0) return 0;
+  return id;
+}
+
+// Fills this unit's device copy of the floor(log2) table on the current device, measured on the
+// host from the C library the CPU reference calls, in this process. Once per context: each device
+// remembers the id of the context it was filled in (current_context_id), so a device reset, which
+// empties the table, fills it again on the next launch. Where the driver gives no id, once per
+// device, as before the ids (a reset then leaves the table empty: docs/cuda.md).
 [[maybe_unused]] int upload_floor_log2_table() {
   static const FloorLog2RoundUp measured = measure_floor_log2_round_up();
+  constexpr unsigned long long kNoContextId = ~0ull;  // filled where the driver gave no id
   static std::mutex mutex;
-  static bool uploaded[256] = {};
+  static unsigned long long filled_in[256] = {};  // 0: not filled
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return static_cast<int>(e);
+  const bool tracked = device >= 0 && device < 256;
   const std::lock_guard<std::mutex> lock(mutex);
-  if (device >= 0 && device < 256 && uploaded[device]) return 0;
+  if (tracked && filled_in[device] != 0) {
+    const unsigned long long id = current_context_id();
+    if (filled_in[device] == (id != 0 ? id : kNoContextId)) return 0;
+  }
   e = cudaMemcpyToSymbol(floor_log2_round_up_on_device, &measured, sizeof measured);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();  // once: the copy is complete before any launch reads it
-  if (e == cudaSuccess && device >= 0 && device < 256) uploaded[device] = true;
+  if (e == cudaSuccess && tracked) {
+    const unsigned long long id = current_context_id();  // the copy made the primary context current
+    filled_in[device] = id != 0 ? id : kNoContextId;
+  }
   return static_cast<int>(e);
 }
 
