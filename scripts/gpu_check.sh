@@ -132,7 +132,7 @@ export POLYQUANT_CUDA_LIBRARY
 
 if wanted tests && limit tests 150; then
 step "polyquant_cuda_tests (every per-element op on the GPU against the CPU reference; at most ${limit}s)"
-timeout "$limit" "$tests" --gtest_output="xml:$LOG/cuda_tests.xml" >"$LOG/cuda_tests.log" 2>&1
+timeout "$limit" "$tests" --gtest_filter='-*DeviceReset*' --gtest_output="xml:$LOG/cuda_tests.xml" >"$LOG/cuda_tests.log" 2>&1
 rc=$?
 [ $rc -eq 124 ] && result "polyquant_cuda_tests: timed out after ${limit}s"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\] .* ran|rows, .* elements compared|differs from x86|^NVML " "$LOG/cuda_tests.log" |
@@ -146,6 +146,11 @@ fi
 if grep -q "SKIPPED" "$LOG/cuda_tests.log"; then
   result "some tests SKIPPED: on a GPU machine that means no usable device (see $LOG/cuda_tests.log)"; status=1
 fi
+# FloatQuant after cudaDeviceReset, alone (it resets the device under the rest of the suite).
+POLYQUANT_CUDA_DEVICE_RESET_TEST=1 timeout 60 "$tests" --gtest_filter='*DeviceReset*' >"$LOG/cuda_reset_test.log" 2>&1
+rc=$?
+grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$LOG/cuda_reset_test.log" | sed 's/^/   device reset: /' | tee -a "$OUT/summary.txt"
+[ $rc -eq 0 ] || { result "FloatQuant after a device reset: $(exited $rc) (logs/cuda_reset_test.log)"; grep -A6 "Failure" "$LOG/cuda_reset_test.log" | head -20 >>"$OUT/summary.txt"; status=1; }
 fi
 
 # The package as the Python steps import it: the sources, the built extension and the CUDA library.

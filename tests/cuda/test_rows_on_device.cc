@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -370,6 +371,27 @@ TEST_F(RowsOnDevice, DequantizeLinearEqualsTheCpuReferenceBitForBit) {
     RowArgs a;
     a.n = kRowLength;
     EXPECT_TRUE(same_on_device(KernelOp::kDequantizeLinear, &p, {codes, scale, zero_point}, a)) << dtype_name(t);
+  }
+}
+
+// FloatQuant after cudaDeviceReset: the reset (here from this program's CUDA runtime, as a framework
+// beside polyquant would make it) empties the library's floor(log2) table with the context; the
+// next FloatQuant launch must fill it again in the new context (row_kernels.cu,
+// upload_floor_log2_table) and equal the CPU. It resets the device, so it runs only when asked,
+// alone: POLYQUANT_CUDA_DEVICE_RESET_TEST=1 polyquant_cuda_tests --gtest_filter='*DeviceReset*'
+// (scripts/gpu_check.sh does, after the suite).
+TEST_F(RowsOnDevice, FloatQuantAfterADeviceResetEqualsTheCpu) {
+  const char* asked = std::getenv("POLYQUANT_CUDA_DEVICE_RESET_TEST");
+  if (asked == nullptr || std::string(asked) != "1") GTEST_SKIP() << "resets the device: set POLYQUANT_CUDA_DEVICE_RESET_TEST=1 and run it alone";
+  const test::KernelCases cases = test::kernel_cases(KernelOp::kFloatQuant);
+  ASSERT_FALSE(cases.checks.empty());
+  const KernelCheck& check = cases.checks.front();
+  std::vector<HostOperand> operands;
+  for (const Operand& o : *check.operands) operands.push_back(host_bytes(o));
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("after " + std::to_string(round) + " device resets");
+    check_both_layouts(KernelOp::kFloatQuant, check, operands, kRowLength, WorkType::kF32, "(case x)");
+    ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
   }
 }
 
