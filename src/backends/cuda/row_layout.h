@@ -65,19 +65,31 @@ POLYQUANT_HD inline void fix_row_layout(RowArgs& a) {
 // index_of gives it: a per-row operand to in[i] + j / row_len elements, a repeated-row one to
 // in[i] + j % row_len elements, both then read as broadcast (so no read tests or divides). The
 // element's row j / row_len and column j % row_len are divided once, here; each step adds the
-// stride's quotient and remainder, with one carry.
+// stride's quotient and remainder, with one carry. The rebased RowArgs is rebuilt at each element
+// rather than carried: carrying eight pointers from step to step took 46 to 57 registers in sm_90
+// code where rebuilding takes 28 to 48 (docs/cuda.md).
 class RowCursor {
  public:
-  POLYQUANT_HD RowCursor(const RowArgs& a, std::int64_t first, std::int64_t stride) : launch_(a), view_(a) {
+  POLYQUANT_HD RowCursor(const RowArgs& a, std::int64_t first, std::int64_t stride) : launch_(a) {
     row_ = first / a.row_len;
     column_ = first - row_ * a.row_len;
     row_step_ = stride / a.row_len;
     column_step_ = stride - row_step_ * a.row_len;
-    view_.broadcast_mask |= a.per_row_mask | a.repeated_row_mask;
-    fix_row_layout<RowLayout::kRowsResolved>(view_);
-    resolve();
   }
-  POLYQUANT_HD const RowArgs& args() const { return view_; }
+  // The launch's RowArgs for the current element: built afresh at each element from the launch's
+  // own (so the only state a thread carries from element to element is its row and column).
+  POLYQUANT_HD RowArgs args() const {
+    RowArgs view = launch_;
+    view.broadcast_mask |= launch_.per_row_mask | launch_.repeated_row_mask;
+    fix_row_layout<RowLayout::kRowsResolved>(view);
+    for (int i = 0; i < kMaxOperands; ++i) {
+      const std::uint32_t bit = 1u << i;
+      const auto k = static_cast<std::size_t>(i);
+      const std::int64_t at = (launch_.per_row_mask & bit) != 0 ? row_ : (launch_.repeated_row_mask & bit) != 0 ? column_ : 0;
+      view.in[k] = static_cast<const unsigned char*>(launch_.in[k]) + at * launch_.in_bytes[k];
+    }
+    return view;
+  }
   // To the element `stride` further on.
   POLYQUANT_HD void advance() {
     row_ += row_step_;
@@ -86,22 +98,10 @@ class RowCursor {
       column_ -= launch_.row_len;
       ++row_;
     }
-    resolve();
   }
 
  private:
-  POLYQUANT_HD void resolve() {
-    for (int i = 0; i < kMaxOperands; ++i) {
-      const std::uint32_t bit = 1u << i;
-      if (((launch_.per_row_mask | launch_.repeated_row_mask) & bit) == 0) continue;
-      const std::int64_t at = (launch_.per_row_mask & bit) != 0 ? row_ : column_;
-      const auto k = static_cast<std::size_t>(i);
-      view_.in[k] = static_cast<const unsigned char*>(launch_.in[k]) + at * launch_.in_bytes[k];
-    }
-  }
-
   const RowArgs& launch_;
-  RowArgs view_;
   std::int64_t row_ = 0, column_ = 0, row_step_ = 0, column_step_ = 0;
 };
 
@@ -114,7 +114,8 @@ POLYQUANT_HD inline void run_row_thread(const P& p, const RowArgs& a, std::int64
     if (first >= a.n) return;
     RowCursor cursor(a, first, stride);
     for (std::int64_t j = first;;) {
-      Row::template element<T, kMode>(p, cursor.args(), j);
+      const RowArgs view = cursor.args();
+      Row::template element<T, kMode>(p, view, j);
       j += stride;
       if (j >= a.n) break;
       cursor.advance();
