@@ -24,7 +24,8 @@
 # Environment: POLYQUANT_CUDA_ARCHITECTURES (default 90: H100 / H200 machine code only, the fastest
 # build; CI and wheels build 80;90), OUT, JOBS (default: every core), GPU_CHECK_AB=1 (the device
 # benchmark once more on the general kernels only, for the A/B of the per-tensor kernels and of
-# the per-channel / blockwise ones resolved per thread, and torch's peers), GPU_CHECK_CPU_BENCH=1 (issue 19's CPU training row on this machine's cores).
+# the per-channel / blockwise ones resolved per thread, and torch's peers), GPU_CHECK_CPU_BENCH=1
+# (issue 19's CPU training row on this machine's cores).
 #
 # Time: a device slot allows 600 s per command, so the script keeps to GPU_CHECK_BUDGET seconds
 # (default 540) in all: every step runs under `timeout` with its own cap and what is left of the
