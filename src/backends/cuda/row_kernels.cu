@@ -18,6 +18,7 @@
 // and square root) and never fast math.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -119,6 +120,27 @@ __global__ void row_kernel(P p, RowArgs a, const __grid_constant__ PolyquantCuda
                                          static_cast<std::int64_t>(blockDim.x) * gridDim.x);
 }
 
+// The blocks of kKernel, launched with `threads` threads each, that the current device holds at once
+// (its multiprocessors times the kernel's occupancy on one), measured once per device; 0 where the
+// runtime cannot say.
+template <auto kKernel>
+std::int64_t resident_blocks(int threads) {
+  static std::atomic<int> per_device[256] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 256) return 0;
+  int blocks = per_device[device].load(std::memory_order_relaxed);
+  if (blocks == 0) {
+    int multiprocessors = 0, per_multiprocessor = 0;
+    if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kKernel, threads, 0) != cudaSuccess) {
+      return 0;
+    }
+    blocks = multiprocessors * per_multiprocessor;
+    per_device[device].store(blocks, std::memory_order_relaxed);
+  }
+  return blocks;
+}
+
 template <KernelOp kOp, class Row, WorkType kWork>
 int launch_row(const void* params, const RowArgs* args, const PolyquantCudaHostScalars* scalars, void* stream) {
   constexpr int kThreadsPerBlock = 256;
@@ -132,8 +154,6 @@ int launch_row(const void* params, const RowArgs* args, const PolyquantCudaHostS
   if constexpr (kOp == KernelOp::kFloatQuant) {
     if (const int e = upload_floor_log2_table(); e != 0) return e;
   }
-  const std::int64_t wanted = (a.n + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks));
   const PolyquantCudaHostScalars by_value = scalars != nullptr ? *scalars : PolyquantCudaHostScalars{};
   // POLYQUANT_CUDA_GENERAL_ROWS=1 keeps every launch on the general kernel (A/B benchmarks).
   static const bool general_only = [] {
@@ -141,15 +161,24 @@ int launch_row(const void* params, const RowArgs* args, const PolyquantCudaHostS
     return v != nullptr && v[0] == '1';
   }();
   const RowLayout layout = general_only ? RowLayout::kGeneral : row_layout_of(a, by_value.mask);
+  const std::int64_t wanted = (a.n + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks));
   return launch_status([&] {
     with_mode_of(p, [&]<RoundingMode kMode>() {
       switch (layout) {
         case RowLayout::kFirstStreams:
           row_kernel<Row, T, kMode, P, RowLayout::kFirstStreams><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
           break;
-        case RowLayout::kRowsResolved:
-          row_kernel<Row, T, kMode, P, RowLayout::kRowsResolved><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
+        case RowLayout::kRowsResolved: {
+          // These threads divide once before their loop: as many blocks as the device holds at
+          // once (each thread then loops over the most elements, and no block waits for a slot),
+          // or kMaxBlocks where the runtime cannot say.
+          constexpr auto kernel = &row_kernel<Row, T, kMode, P, RowLayout::kRowsResolved>;
+          const std::int64_t resident = resident_blocks<kernel>(kThreadsPerBlock);
+          const std::int64_t most = resident > 0 ? resident : kMaxBlocks;
+          kernel<<<dim3(static_cast<unsigned>(wanted < most ? wanted : most)), kThreadsPerBlock, 0, s>>>(p, a, by_value);
           break;
+        }
         case RowLayout::kNoRowOperands:  // not instantiated: rare layouts, and it would add a third of the build
         case RowLayout::kGeneral:
           row_kernel<Row, T, kMode, P, RowLayout::kGeneral><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
