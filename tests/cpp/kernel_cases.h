@@ -21,6 +21,7 @@
 
 #include "kernels/registry.h"
 #include "test_values.h"
+#include "test_values.h"
 
 namespace polyquant::test {
 
@@ -34,6 +35,18 @@ struct Operand {
   std::vector<float> f32;
   std::vector<double> f64;  // used instead of f32 when non-empty
   bool param = true;
+
+  std::size_t element_size() const { return f64.empty() ? sizeof(float) : sizeof(double); }
+  // Its values' bytes, in its own type.
+  const unsigned char* bytes() const {
+    return f64.empty() ? static_cast<const unsigned char*>(static_cast<const void*>(f32.data()))
+                       : static_cast<const unsigned char*>(static_cast<const void*>(f64.data()));
+  }
+  // Operand k's repeated row (RowArgs::repeated_row_mask): row_len of its values from element 37 k
+  // on (so the rows of different operands differ), continued cyclically to `count` values.
+  std::vector<unsigned char> repeated_row(std::size_t k, std::int64_t row_len, std::int64_t count) const {
+    return cyclic_copy(bytes() + k * 37 * element_size(), element_size(), row_len, count);
+  }
 };
 
 // The longest row a check runs (4099 elements) plus room for misaligned starts.

@@ -48,14 +48,8 @@ struct HostOperand {
 
 HostOperand host_bytes(const Operand& o) {
   HostOperand h;
-  if (o.f64.empty()) {
-    h.bytes.resize(o.f32.size() * sizeof(float));
-    std::memcpy(h.bytes.data(), o.f32.data(), h.bytes.size());
-  } else {
-    h.bytes.resize(o.f64.size() * sizeof(double));
-    std::memcpy(h.bytes.data(), o.f64.data(), h.bytes.size());
-    h.element_size = 8;
-  }
+  h.element_size = static_cast<std::uint8_t>(o.element_size());
+  h.bytes.assign(o.bytes(), o.bytes() + (o.f64.empty() ? o.f32.size() : o.f64.size()) * o.element_size());
   return h;
 }
 
@@ -222,11 +216,9 @@ class RowsOnDevice : public ::testing::Test {
       const std::int64_t n = (kRowLength / row_len) * row_len;
       std::vector<HostOperand> repeated(nops), expanded(nops);
       for (std::size_t k = 0; k < nops; ++k) {
-        const HostOperand whole = host_bytes(ops[k]);
-        const unsigned char* row = whole.bytes.data() + k * 37 * whole.element_size;  // rows of different operands differ
-        repeated[k].bytes = test::cyclic_copy(row, whole.element_size, row_len, row_len + kRepeatedRowPad);
-        expanded[k].bytes = test::cyclic_copy(row, whole.element_size, row_len, n);
-        repeated[k].element_size = expanded[k].element_size = whole.element_size;
+        repeated[k].bytes = ops[k].repeated_row(k, row_len, row_len + kRepeatedRowPad);
+        expanded[k].bytes = ops[k].repeated_row(k, row_len, n);
+        repeated[k].element_size = expanded[k].element_size = static_cast<std::uint8_t>(ops[k].element_size());
       }
       std::vector<std::uint32_t> masks;
       for (std::size_t k = 0; k < nops; ++k) masks.push_back(1u << k);

@@ -146,13 +146,8 @@ void check_repeated_rows(const KernelEntry& e, const void* params, const std::ve
       // Operand k's repeated row (padded cyclically) and its rows written out, in its own type.
       std::vector<std::vector<unsigned char>> repeated(nops), expanded(nops);
       for (std::size_t k = 0; k < nops; ++k) {
-        const bool wide = !ops[k].f64.empty();
-        const std::size_t esize = wide ? 8 : 4;
-        const auto* src = wide ? static_cast<const unsigned char*>(static_cast<const void*>(ops[k].f64.data()))
-                               : static_cast<const unsigned char*>(static_cast<const void*>(ops[k].f32.data()));
-        const unsigned char* row = src + k * 37 * esize;  // rows of different operands differ
-        repeated[k] = test::cyclic_copy(row, esize, row_len, row_len + kRepeatedRowPad);
-        expanded[k] = test::cyclic_copy(row, esize, row_len, n);
+        repeated[k] = ops[k].repeated_row(k, row_len, row_len + kRepeatedRowPad);
+        expanded[k] = ops[k].repeated_row(k, row_len, n);
       }
       for (std::uint32_t repeat = 1; repeat < (1u << nops); ++repeat) {
         for (bool broadcast_others : {false, true}) {

@@ -196,12 +196,9 @@ TEST(RowLayout, ResolvedThreadLoopsEqualTheReferenceRows) {
         std::vector<std::vector<unsigned char>> compact(nops), whole(nops);
         std::vector<std::uint8_t> sizes(nops);
         for (std::size_t i = 0; i < nops; ++i) {
-          const bool wide = !ops[i].f64.empty();
-          sizes[i] = wide ? 8 : 4;
-          const auto* bytes = wide ? static_cast<const unsigned char*>(static_cast<const void*>(ops[i].f64.data()))
-                                   : static_cast<const unsigned char*>(static_cast<const void*>(ops[i].f32.data()));
-          whole[i].assign(bytes, bytes + kLength * sizes[i]);
-          compact[i] = test::cyclic_copy(bytes + i * 37 * sizes[i], sizes[i], row_len, row_len + kRepeatedRowPad);
+          sizes[i] = static_cast<std::uint8_t>(ops[i].element_size());
+          whole[i].assign(ops[i].bytes(), ops[i].bytes() + kLength * sizes[i]);
+          compact[i] = ops[i].repeated_row(i, row_len, row_len + kRepeatedRowPad);
         }
         const bool per_row = check.kind == test::KernelCheck::Kind::kPerRowParams;
         std::vector<std::uint32_t> masks;
