@@ -54,7 +54,9 @@ HostOperand host_bytes(const Operand& o) {
 }
 
 // `a` with its operands' element sizes (RowArgs::in_bytes): a launch with per-row or repeated-row
-// operands then resolves them per thread (RowLayout::kRowsResolved) instead of per read.
+// operands then resolves them per thread (RowLayout::kRowsResolved) instead of per read, and a
+// launch whose operands after x are one value each holds them once per thread
+// (RowLayout::kFirstStreams); both read x ahead.
 RowArgs with_sizes(RowArgs a, const std::vector<HostOperand>& operands) {
   for (std::size_t k = 0; k < operands.size(); ++k) a.in_bytes[k] = operands[k].element_size;
   return a;
@@ -158,8 +160,9 @@ class RowsOnDevice : public ::testing::Test {
     return ::testing::AssertionSuccess();
   }
 
-  // One row of n elements of a kernel case on the given operands, twice: parameters contiguous, and
-  // every parameter operand broadcast (one value).
+  // One row of n elements of a kernel case on the given operands: parameters contiguous, every
+  // parameter operand broadcast (one value), and every operand after x broadcast with the element
+  // sizes (the kernel that reads x ahead and holds the parameters, RowLayout::kFirstStreams).
   void check_both_layouts(KernelOp op, const KernelCheck& check, const std::vector<HostOperand>& operands,
                           std::int64_t n, WorkType work, const char* what) const {
     std::uint32_t params_mask = 0;
@@ -173,6 +176,11 @@ class RowsOnDevice : public ::testing::Test {
       EXPECT_TRUE(same_on_device(op, check.params.get(), operands, a, work))
           << op_name(op) << " " << check.what << " " << what << " mask=" << mask;
     }
+    RowArgs a;
+    a.n = n;
+    a.broadcast_mask = ((1u << check.operands->size()) - 1) & ~1u;
+    EXPECT_TRUE(same_on_device(op, check.params.get(), operands, with_sizes(a, operands), work))
+        << op_name(op) << " " << check.what << " " << what << " per-tensor operands, x read ahead";
   }
 
   // The row checks of one kernel case: as given and with x stratified.
@@ -290,6 +298,7 @@ TEST_F(RowsOnDevice, EveryFloat16XInTheFloat16WorkingPrecision) {
             std::memcpy(h.bytes.data() + j * 8, o.f64.data() + j % o.f64.size(), 8);
           }
         } else {
+          h.element_size = 2;
           h.bytes.resize(kAllHalves * 2);
           for (std::int64_t j = 0; j < kAllHalves; ++j) {
             const std::uint16_t v = i == 0 ? static_cast<std::uint16_t>(j) : float_to_half_bits(o.f32[j % o.f32.size()]);
@@ -347,12 +356,19 @@ TEST_F(RowsOnDevice, QuantizeLinearEqualsTheCpuReferenceBitForBit) {
       a.broadcast_mask = mask;
       EXPECT_TRUE(same_on_device(KernelOp::kQuantizeLinear, &params, operands, a)) << what << " mask=" << mask;
     }
+    RowArgs a;
+    a.n = kRowLength;
+    a.broadcast_mask = 6u;
+    EXPECT_TRUE(same_on_device(KernelOp::kQuantizeLinear, &params, operands, with_sizes(a, operands)))
+        << what << " per tensor, x read ahead";
   }
 }
 
-// DequantizeLinear of every byte of 8-bit integer and minifloat inputs, against the CPU reference.
+// DequantizeLinear of every byte of 8-bit integer and minifloat inputs, against the CPU reference;
+// the parameters contiguous, and one value each with the element sizes (1-byte x read ahead).
 TEST_F(RowsOnDevice, DequantizeLinearEqualsTheCpuReferenceBitForBit) {
   HostOperand codes, scale, zero_point;
+  codes.element_size = zero_point.element_size = 1;
   codes.bytes.resize(kRowLength);
   for (std::size_t i = 0; i < codes.bytes.size(); ++i) codes.bytes[i] = static_cast<unsigned char>(i * 37);
   Operand s;
@@ -366,6 +382,9 @@ TEST_F(RowsOnDevice, DequantizeLinearEqualsTheCpuReferenceBitForBit) {
     RowArgs a;
     a.n = kRowLength;
     EXPECT_TRUE(same_on_device(KernelOp::kDequantizeLinear, &p, {codes, scale, zero_point}, a)) << dtype_name(t);
+    a.broadcast_mask = 6u;
+    EXPECT_TRUE(same_on_device(KernelOp::kDequantizeLinear, &p, {codes, scale, zero_point}, with_sizes(a, {codes, scale, zero_point})))
+        << dtype_name(t) << " per tensor, x read ahead";
   }
 }
 

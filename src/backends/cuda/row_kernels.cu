@@ -107,8 +107,9 @@ unsigned long long current_context_id() {
 // __grid_constant__ lets a thread take their address without a copy of its own (a plain parameter
 // whose address is taken is copied to every thread's local memory at entry, 72 bytes, on every
 // launch, whether or not any operand is passed that way).
-// kLayout (row_layout.h) fixes the masks the launch's layout makes constant, or resolves its per-row
-// and repeated-row operands once per thread (run_row_thread, which the host stand-in runs too).
+// kLayout (row_layout.h) fixes the masks the launch's layout makes constant, resolves its per-row
+// and repeated-row operands once per thread, and reads x ahead (run_row_thread, which the host
+// stand-in runs too).
 template <class Row, class T, RoundingMode kMode, class P, RowLayout kLayout>
 __global__ void row_kernel(P p, RowArgs a, const __grid_constant__ PolyquantCudaHostScalars scalars) {
   if (scalars.mask != 0) {
@@ -160,25 +161,28 @@ int launch_row(const void* params, const RowArgs* args, const PolyquantCudaHostS
     const char* v = std::getenv("POLYQUANT_CUDA_GENERAL_ROWS");
     return v != nullptr && v[0] == '1';
   }();
-  const RowLayout layout = general_only ? RowLayout::kGeneral : row_layout_of(a, by_value.mask);
+  const RowLayout layout = general_only ? RowLayout::kGeneral : row_layout_of(a, by_value.mask, sizeof(HeldBits<T>));
   const std::int64_t wanted = (a.n + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks));
   return launch_status([&] {
     with_mode_of(p, [&]<RoundingMode kMode>() {
+      // The kernels that read ahead (kFirstStreams, kRowsResolved) get as many blocks as the device
+      // holds at once, or kMaxBlocks where the runtime cannot say: each thread then loops over the
+      // most elements, so its work before the loop (the reads ahead, the parameters, the cursor's
+      // two divisions) is spread over hundreds of elements, and no block waits for a slot.
+      const auto launch_resident = [&]<RowLayout kLayout>() {
+        constexpr auto kernel = &row_kernel<Row, T, kMode, P, kLayout>;
+        const std::int64_t resident = resident_blocks<kernel>(kThreadsPerBlock);
+        const std::int64_t most = resident > 0 ? resident : kMaxBlocks;
+        kernel<<<dim3(static_cast<unsigned>(wanted < most ? wanted : most)), kThreadsPerBlock, 0, s>>>(p, a, by_value);
+      };
       switch (layout) {
         case RowLayout::kFirstStreams:
-          row_kernel<Row, T, kMode, P, RowLayout::kFirstStreams><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);
+          launch_resident.template operator()<RowLayout::kFirstStreams>();
           break;
-        case RowLayout::kRowsResolved: {
-          // These threads divide once before their loop: as many blocks as the device holds at
-          // once (each thread then loops over the most elements, and no block waits for a slot),
-          // or kMaxBlocks where the runtime cannot say.
-          constexpr auto kernel = &row_kernel<Row, T, kMode, P, RowLayout::kRowsResolved>;
-          const std::int64_t resident = resident_blocks<kernel>(kThreadsPerBlock);
-          const std::int64_t most = resident > 0 ? resident : kMaxBlocks;
-          kernel<<<dim3(static_cast<unsigned>(wanted < most ? wanted : most)), kThreadsPerBlock, 0, s>>>(p, a, by_value);
+        case RowLayout::kRowsResolved:
+          launch_resident.template operator()<RowLayout::kRowsResolved>();
           break;
-        }
         case RowLayout::kNoRowOperands:  // not instantiated: rare layouts, and it would add a third of the build
         case RowLayout::kGeneral:
           row_kernel<Row, T, kMode, P, RowLayout::kGeneral><<<grid, kThreadsPerBlock, 0, s>>>(p, a, by_value);

@@ -4,14 +4,27 @@
 // division of a per-row operand) are a large part of the work. Most launches need none of them:
 // a launch whose masks are known when it starts runs a kernel in which they are constants, so the
 // compiler drops the tests; a launch with per-row or repeated-row operands (per channel, blockwise)
-// resolves them once per thread and steps them by additions (RowCursor). The element code, its
-// arithmetic and the address each read resolves to are unchanged (row_layout_test checks the
-// addresses on the CPU and runs rows through every layout against the reference rows), so every
-// layout gives the same bits.
+// resolves them once per thread and steps them by additions (RowCursor).
+//
+// Those two kernels also keep loads in flight (run_row_thread): each thread reads x (operand 0)
+// kLoadsAhead elements ahead of the one it computes, into registers, and a per-tensor launch reads
+// its parameters once per thread. A grid-stride loop that reads x[j] where element j needs it has
+// one load in flight per thread (the store of element j may overwrite what the next element reads,
+// so neither the compiler nor the hardware may start that read earlier); at full occupancy that is
+// 2048 loads of 4 bytes per multiprocessor, too few to cover the memory's latency at an H100's
+// bandwidth. The element then reads its x from the register (the operand rebased to the held value,
+// marked broadcast, as RowCursor rebases row operands).
+//
+// The element code, its arithmetic and the value each read returns are unchanged (row_layout_test
+// checks the addresses on the CPU and runs rows through every layout against the reference rows),
+// so every layout gives the same bits.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "core/target.h"
 #include "kernels/row.h"
@@ -23,28 +36,47 @@ inline namespace POLYQUANT_TARGET_NAMESPACE {  // one copy per build flavour (co
 enum class RowLayout : std::uint8_t {
   kGeneral,         // any masks (read at run time)
   kNoRowOperands,   // no per-row or repeated-row operand: each operand is contiguous or one value
-  kFirstStreams,    // operand 0 contiguous, every other operand in use one value (per-tensor parameters)
-  kRowsResolved,    // per-row or repeated-row operands, each with its element size (RowArgs::in_bytes):
-                    // resolved once per thread (RowCursor)
+  kFirstStreams,    // operand 0 contiguous, every other operand in use one value (per-tensor
+                    // parameters), each with its element size (RowArgs::in_bytes): x read ahead,
+                    // the parameters once per thread
+  kRowsResolved,    // operand 0 contiguous, per-row or repeated-row operands, each with its element
+                    // size: x read ahead, the row operands resolved once per thread (RowCursor)
 };
+
+// The bits of x (operand 0) a thread holds in a register while it reads ahead (run_row_thread):
+// 4 bytes in the float16 and float32 kernels (whose x is at most a float32), 8 in the float64 ones.
+template <class T>
+using HeldBits = std::conditional_t<(sizeof(T) > 4), std::uint64_t, std::uint32_t>;
+// sizeof(HeldBits<WorkT<work>>), for launchers that know the working precision at run time.
+inline constexpr std::size_t held_bytes(WorkType work) {
+  return work == WorkType::kF64 ? sizeof(HeldBits<WorkT<WorkType::kF64>>)
+                                : work == WorkType::kF32 ? sizeof(HeldBits<WorkT<WorkType::kF32>>)
+                                                         : sizeof(HeldBits<WorkT<WorkType::kF16>>);
+}
 
 // The most specific layout of a launch's RowArgs (host code). `host_scalars`: the operands passed by
 // value (PolyquantCudaHostScalars::mask; the engine marks them broadcast). An operand is in use when
-// its pointer is set or it is passed by value.
-inline RowLayout row_layout_of(const RowArgs& a, std::uint32_t host_scalars) {
+// its pointer is set or it is passed by value. `held_bytes`: the most bytes an element of x may
+// have for the layouts that read it ahead (sizeof(HeldBits<T>) of the kernel's working type).
+inline RowLayout row_layout_of(const RowArgs& a, std::uint32_t host_scalars, std::size_t held_bytes = 8) {
+  const auto size_of = [&](int i) { return static_cast<std::size_t>(a.in_bytes[static_cast<std::size_t>(i)]); };
+  const bool x_streams = !a.is_broadcast(0) && !a.is_per_row(0) && !a.is_repeated_row(0) && size_of(0) > 0 &&
+                         size_of(0) <= held_bytes && std::has_single_bit(size_of(0));
   if (const std::uint32_t row_operands = a.per_row_mask | a.repeated_row_mask; row_operands != 0) {
-    if (a.row_len <= 0) return RowLayout::kGeneral;
+    if (a.row_len <= 0 || !x_streams) return RowLayout::kGeneral;
     for (int i = 0; i < kMaxOperands; ++i) {
-      if (((row_operands >> i) & 1u) != 0 && a.in_bytes[static_cast<std::size_t>(i)] == 0) return RowLayout::kGeneral;
+      if (((row_operands >> i) & 1u) != 0 && size_of(i) == 0) return RowLayout::kGeneral;
     }
     return RowLayout::kRowsResolved;
   }
   if (a.is_broadcast(0)) return RowLayout::kNoRowOperands;
+  bool sizes_known = x_streams;
   for (int i = 1; i < kMaxOperands; ++i) {
     const bool in_use = a.in[static_cast<std::size_t>(i)] != nullptr || ((host_scalars >> i) & 1u) != 0;
     if (in_use && !a.is_broadcast(i)) return RowLayout::kNoRowOperands;
+    sizes_known = sizes_known && (!in_use || (size_of(i) > 0 && size_of(i) <= 8 && std::has_single_bit(size_of(i))));
   }
-  return RowLayout::kFirstStreams;
+  return sizes_known ? RowLayout::kFirstStreams : RowLayout::kNoRowOperands;
 }
 
 // `a` with the masks `kLayout` fixes set to their constant values (host and device code; applied to
@@ -105,20 +137,131 @@ class RowCursor {
   std::int64_t row_ = 0, column_ = 0, row_step_ = 0, column_step_ = 0;
 };
 
+// The RowArgs of every element of a thread whose launch has no row operands (RowCursor's interface).
+struct SameRowArgs {
+  const RowArgs& launch;
+  POLYQUANT_HD const RowArgs& args() const { return launch; }
+  POLYQUANT_HD void advance() {}
+};
+
+// One operand value held in a register: the bytes of element j of an operand whose elements have
+// `size` bytes (1, 2, 4 or 8; at most sizeof(Bits)), which an element reads through a pointer to
+// `bytes` as the type it reads that operand as (the bytes are the object's representation, copied
+// whole; little-endian, as x86-64 and every CUDA device are). The read is an integer of the
+// element's size, which may alias the operand's own type.
+template <class Bits>
+struct HeldOperand {
+  alignas(Bits) unsigned char bytes[sizeof(Bits)];
+
+  POLYQUANT_HD static HeldOperand read(const void* operand, std::int64_t j, std::uint8_t size) {
+    using U8 [[gnu::may_alias]] = std::uint8_t;
+    using U16 [[gnu::may_alias]] = std::uint16_t;
+    using U32 [[gnu::may_alias]] = std::uint32_t;
+    using U64 [[gnu::may_alias]] = std::uint64_t;
+    Bits bits = 0;
+    if (size == 4) bits = static_cast<Bits>(static_cast<const U32*>(operand)[j]);
+    else if (size == 1) bits = static_cast<const U8*>(operand)[j];
+    else if (size == 2) bits = static_cast<const U16*>(operand)[j];
+    else if (sizeof(Bits) == 8 && size == 8) bits = static_cast<Bits>(static_cast<const U64*>(operand)[j]);
+    HeldOperand held;
+    std::memcpy(held.bytes, &bits, sizeof bits);
+    return held;
+  }
+  // The same read of an operand the caller knows lies in device (global) memory, x of the layouts
+  // that read ahead: in device code a global load. Through a generic pointer (read) the compiler
+  // must allow for the kernel's parameter space, where a host scalar lies, and emits generic loads.
+  POLYQUANT_HD static HeldOperand read_global(const void* operand, std::int64_t j, std::uint8_t size) {
+#if defined(__CUDA_ARCH__)
+    Bits bits = 0;
+    if (size == 4) {
+      std::uint32_t v;
+      asm("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint32_t*>(operand) + j));
+      bits = v;
+    } else if (size == 1) {
+      std::uint32_t v;
+      asm("ld.global.u8 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint8_t*>(operand) + j));
+      bits = v;
+    } else if (size == 2) {
+      std::uint32_t v;
+      asm("ld.global.u16 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint16_t*>(operand) + j));
+      bits = v;
+    } else if (sizeof(Bits) == 8 && size == 8) {
+      std::uint64_t v;
+      asm("ld.global.u64 %0, [%1];" : "=l"(v) : "l"(static_cast<const std::uint64_t*>(operand) + j));
+      bits = static_cast<Bits>(v);
+    }
+    HeldOperand held;
+    std::memcpy(held.bytes, &bits, sizeof bits);
+    return held;
+#else
+    return read(operand, j, size);
+#endif
+  }
+  POLYQUANT_HD static HeldOperand zero() {
+    HeldOperand held;
+    std::memset(held.bytes, 0, sizeof held.bytes);
+    return held;
+  }
+};
+
+// Elements of x a thread has asked for beyond the one it computes (run_row_thread): with its own
+// element, five loads in flight per thread.
+inline constexpr int kLoadsAhead = 4;
+
 // The work of one thread of a row launch in layout kLayout: elements first, first + stride, ...
 // (a grid-stride loop; the CUDA kernel runs it per thread, the host stand-in for every thread in
 // turn). Row::element<T, kMode>(p, args, j) is the op's per-element row (backends/cuda/row_elements.cuh).
+//
+// kFirstStreams and kRowsResolved read ahead: x (operand 0, contiguous in those layouts) of the
+// elements kLoadsAhead strides on is read into registers before the current element runs, so each
+// thread has that many loads in flight while it computes; the element reads its x from the held
+// value. kFirstStreams also reads each parameter (every other operand in use, one value) once, into
+// registers. The values are the bytes the element would have read where it reads them (x[j] is read
+// once, before element j stores anything: an output may be x itself, element for element, and only
+// element j writes out[j]).
 template <class Row, class T, RoundingMode kMode, RowLayout kLayout, class P>
 POLYQUANT_HD inline void run_row_thread(const P& p, const RowArgs& a, std::int64_t first, std::int64_t stride) {
-  if constexpr (kLayout == RowLayout::kRowsResolved) {
+  if constexpr (kLayout == RowLayout::kFirstStreams || kLayout == RowLayout::kRowsResolved) {
     if (first >= a.n) return;
-    RowCursor cursor(a, first, stride);
-    for (std::int64_t j = first;;) {
-      const RowArgs view = cursor.args();
-      Row::template element<T, kMode>(p, view, j);
-      j += stride;
-      if (j >= a.n) break;
-      cursor.advance();
+    using X = HeldOperand<HeldBits<T>>;
+    const void* const x = a.in[0];
+    const std::uint8_t x_size = a.in_bytes[0];
+    const auto read_x = [&](std::int64_t j) { return j < a.n ? X::read_global(x, j, x_size) : X::zero(); };
+    RowArgs launch = a;
+    HeldOperand<std::uint64_t> parameters[kMaxOperands];
+    if constexpr (kLayout == RowLayout::kFirstStreams) {
+      fix_row_layout<RowLayout::kFirstStreams>(launch);
+      for (int i = 1; i < kMaxOperands; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        parameters[k] = a.in[k] != nullptr ? HeldOperand<std::uint64_t>::read(a.in[k], 0, a.in_bytes[k])
+                                           : HeldOperand<std::uint64_t>::zero();
+        launch.in[k] = parameters[k].bytes;  // unused operands too: a constant pointer the compiler can follow
+      }
+    }
+    // Each element's RowArgs: the launch's (kFirstStreams), or the cursor's with the row operands
+    // resolved for that element (kRowsResolved).
+    const auto loop = [&](auto& source) {
+      X ahead[kLoadsAhead];
+      for (int k = 0; k < kLoadsAhead; ++k) ahead[k] = read_x(first + k * stride);
+      for (std::int64_t j = first;;) {
+        const X current = ahead[0];
+        for (int k = 0; k + 1 < kLoadsAhead; ++k) ahead[k] = ahead[k + 1];
+        ahead[kLoadsAhead - 1] = read_x(j + kLoadsAhead * stride);
+        RowArgs view = source.args();
+        view.in[0] = current.bytes;
+        view.broadcast_mask |= 1u;
+        Row::template element<T, kMode>(p, view, j);
+        j += stride;
+        if (j >= a.n) break;
+        source.advance();
+      }
+    };
+    if constexpr (kLayout == RowLayout::kRowsResolved) {
+      RowCursor cursor(launch, first, stride);
+      loop(cursor);
+    } else {
+      SameRowArgs same{launch};
+      loop(same);
     }
   } else {
     RowArgs fixed = a;

@@ -257,19 +257,19 @@ int group_histogram(const PolyquantCudaGroupHistogram* h, void* stream) {
   return 0;
 }
 
-// Launches with per-row or repeated-row operands run as the CUDA library runs them resolved per
-// thread, with this many threads (a stride that leaves a carry on some steps of most rows).
-constexpr std::int64_t kResolvedThreads = 13;
+// Launches the CUDA library runs in a layout that reads ahead (per-tensor parameters beside a
+// contiguous x, per-row or repeated-row operands resolved per thread) run through that kernel's
+// thread loop, with this many threads (a stride that leaves a carry on some steps of most rows).
+constexpr std::int64_t kLayoutThreads = 13;
 
-template <KernelOp kOp, class Row, WorkType kWork>
-void run_rows_resolved(const void* params, const detail::RowArgs& a, std::int64_t threads_in_launch) {
+template <KernelOp kOp, class Row, WorkType kWork, detail::cuda::RowLayout kLayout>
+void run_row_threads(const void* params, const detail::RowArgs& a, std::int64_t threads_in_launch) {
   using P = typename detail::RowElementTraits<kOp>::Params;
   const P& p = *static_cast<const P*>(params);
   const auto threads = [&] {
     detail::cuda::with_mode_of(p, [&]<RoundingMode kMode>() {
       for (std::int64_t t = 0; t < threads_in_launch; ++t) {
-        detail::cuda::run_row_thread<Row, detail::WorkT<kWork>, kMode, detail::cuda::RowLayout::kRowsResolved>(
-            p, a, t, threads_in_launch);
+        detail::cuda::run_row_thread<Row, detail::WorkT<kWork>, kMode, kLayout>(p, a, t, threads_in_launch);
       }
     });
   };
@@ -283,14 +283,20 @@ void run_rows_resolved(const void* params, const detail::RowArgs& a, std::int64_
 
 }  // namespace
 
-bool run_rows_resolved_on_host(KernelOp op, WorkType work, const void* params, const detail::RowArgs& a,
-                               std::int64_t threads) {
-#define POLYQUANT_RESOLVED_WORK(Enum, name, work_name, W)                                            \
-  if constexpr (detail::kHasRowElement<KernelOp::Enum>) {                                            \
-    if (work == WorkType::W) {                                                                       \
-      run_rows_resolved<KernelOp::Enum, detail::cuda::name##_row, WorkType::W>(params, a, threads); \
-      return true;                                                                                   \
-    }                                                                                                \
+bool run_row_threads_on_host(KernelOp op, WorkType work, const void* params, const detail::RowArgs& a,
+                             std::int64_t threads, detail::cuda::RowLayout layout) {
+  using detail::cuda::RowLayout;
+  if (layout != RowLayout::kFirstStreams && layout != RowLayout::kRowsResolved) return false;
+#define POLYQUANT_RESOLVED_WORK(Enum, name, work_name, W)                                                                     \
+  if constexpr (detail::kHasRowElement<KernelOp::Enum>) {                                                                     \
+    if (work == WorkType::W) {                                                                                                \
+      if (layout == RowLayout::kFirstStreams) {                                                                               \
+        run_row_threads<KernelOp::Enum, detail::cuda::name##_row, WorkType::W, RowLayout::kFirstStreams>(params, a, threads); \
+      } else {                                                                                                                \
+        run_row_threads<KernelOp::Enum, detail::cuda::name##_row, WorkType::W, RowLayout::kRowsResolved>(params, a, threads); \
+      }                                                                                                                       \
+      return true;                                                                                                            \
+    }                                                                                                                         \
   }
 #define POLYQUANT_OP(Enum, name, works, vector)                      \
   case KernelOp::Enum: {                                             \
@@ -308,7 +314,7 @@ bool run_rows_resolved_on_host(KernelOp op, WorkType work, const void* params, c
 namespace {
 
 // Runs the registry's scalar reference row of (op, work), the spec the CUDA kernel equals, or, for
-// a launch the CUDA library runs resolved per thread, that kernel's own loop.
+// a launch the CUDA library runs in a layout that reads ahead, that kernel's own loop.
 int launch(KernelOp op, WorkType work, const void* params, const detail::RowArgs* args,
            const PolyquantCudaHostScalars* scalars, void* stream) {
   State& s = state();
@@ -330,10 +336,10 @@ int launch(KernelOp op, WorkType work, const void* params, const detail::RowArgs
   }
   require_on_current_device(a.out, static_cast<std::size_t>(a.n), "a launch output");
   if (!s.stats.faults.empty()) return 700;  // cudaErrorIllegalAddress: do not touch the memory
-  if (detail::cuda::row_layout_of(a, values.mask) == detail::cuda::RowLayout::kRowsResolved) {
-    ++s.stats.resolved_launches;
-    if (run_rows_resolved_on_host(op, work, params, a, kResolvedThreads)) return 0;
-  }
+  const detail::cuda::RowLayout layout = detail::cuda::row_layout_of(a, values.mask, detail::cuda::held_bytes(work));
+  if (layout == detail::cuda::RowLayout::kRowsResolved) ++s.stats.resolved_launches;
+  if (layout == detail::cuda::RowLayout::kFirstStreams) ++s.stats.read_ahead_launches;
+  if (run_row_threads_on_host(op, work, params, a, kLayoutThreads, layout)) return 0;
   detail::reference_kernel(op, work)(params, a);
   return 0;
 }

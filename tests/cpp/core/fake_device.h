@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/row_layout.h"
 #include "kernels/row.h"
 #include "polyquant/tensor.h"
 
@@ -29,6 +30,7 @@ struct FakeDeviceStats {
   int allocations = 0;  // by the engine (stream-ordered temporaries)
   int host_scalar_launches = 0;
   int resolved_launches = 0;  // launches with per-row / repeated-row operands run as the kRowsResolved kernel
+  int read_ahead_launches = 0;  // per-tensor launches run as the kFirstStreams kernel
   int host_reads = 0;  // device -> host copies that waited for the stream
   int device_queries = 0;  // device_count calls (cudaGetDeviceCount: the query that initialises CUDA)
   void* last_stream = nullptr;
@@ -63,11 +65,12 @@ class FakeDevice {
   const PolyquantCudaBackend& table() const;
 };
 
-// The CUDA kernels' thread loop for a launch whose per-row and repeated-row operands are resolved
-// per thread (backends/cuda/row_layout.h: run_row_thread, RowLayout::kRowsResolved), run on the
-// host for `threads` threads in turn (the stride of the grid-stride loop). False, with nothing
-// written, where (op, work) has no per-element row.
-bool run_rows_resolved_on_host(detail::KernelOp op, detail::WorkType work, const void* params,
-                               const detail::RowArgs& a, std::int64_t threads);
+// The CUDA kernels' thread loop in `layout` (backends/cuda/row_layout.h: run_row_thread;
+// kFirstStreams, per-tensor parameters beside a contiguous x, or kRowsResolved, per-row and
+// repeated-row operands resolved per thread; both read x ahead), run on the host for `threads`
+// threads in turn (the stride of the grid-stride loop). False, with nothing written, where (op,
+// work) has no per-element row or the layout is another.
+bool run_row_threads_on_host(detail::KernelOp op, detail::WorkType work, const void* params,
+                             const detail::RowArgs& a, std::int64_t threads, detail::cuda::RowLayout layout);
 
 }  // namespace polyquant::test

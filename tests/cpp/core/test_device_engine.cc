@@ -153,19 +153,20 @@ struct IntQuantCase {
   DType scale_dtype;
   int launches, conversions, allocations;  // what the device plan costs
   int resolved;  // launches with per-row / repeated-row operands, run resolved per thread (RowCursor)
+  int read_ahead;  // per-tensor launches, run reading x ahead with the parameters held (kFirstStreams)
 };
 
 TEST_F(DeviceEngine, IntQuantEqualsTheHostForEveryParameterLayout) {
   const Dims shape{4, 6, 10};
   const std::vector<float> xv = x_values(240, 1);
   const IntQuantCase cases[] = {
-      {"per tensor", Dims{}, DType::kFloat32, 1, 0, 0, 0},
-      {"per channel, last axis", Dims{10}, DType::kFloat32, 1, 0, 0, 1},          // one repeated row, in place
-      {"per channel, axis 0", Dims{4, 1, 1}, DType::kFloat32, 1, 0, 0, 1},        // one value per row, in place
-      {"per channel, middle axis", Dims{6, 1}, DType::kFloat32, 2, 1, 1, 1},      // gathered: 24 per-row values
-      {"blockwise", Dims{4, 6, 1}, DType::kFloat32, 1, 0, 0, 1},                  // one value per row of 10
-      {"full", Dims{4, 6, 10}, DType::kFloat32, 1, 0, 0, 0},
-      {"per channel, float64 scale", Dims{10}, DType::kFloat64, 3, 2, 2, 1},  // x and zeropt converted to float64
+      {"per tensor", Dims{}, DType::kFloat32, 1, 0, 0, 0, 1},
+      {"per channel, last axis", Dims{10}, DType::kFloat32, 1, 0, 0, 1, 0},          // one repeated row, in place
+      {"per channel, axis 0", Dims{4, 1, 1}, DType::kFloat32, 1, 0, 0, 1, 0},        // one value per row, in place
+      {"per channel, middle axis", Dims{6, 1}, DType::kFloat32, 2, 1, 1, 1, 0},      // gathered: 24 per-row values
+      {"blockwise", Dims{4, 6, 1}, DType::kFloat32, 1, 0, 0, 1, 0},                  // one value per row of 10
+      {"full", Dims{4, 6, 10}, DType::kFloat32, 1, 0, 0, 0, 0},                      // two contiguous operands
+      {"per channel, float64 scale", Dims{10}, DType::kFloat64, 3, 2, 2, 1, 0},  // x and zeropt converted to float64
   };
   for (const IntQuantCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -195,6 +196,7 @@ TEST_F(DeviceEngine, IntQuantEqualsTheHostForEveryParameterLayout) {
       EXPECT_EQ(f->stats().conversions, c.conversions);
       EXPECT_EQ(f->stats().allocations, c.allocations);
       EXPECT_EQ(f->stats().resolved_launches, c.resolved) << "launches run resolved per thread";
+      EXPECT_EQ(f->stats().read_ahead_launches, c.read_ahead) << "per-tensor launches run reading x ahead";
       EXPECT_EQ(f->outstanding_temporaries(), 0);
     }
   }

@@ -1,11 +1,14 @@
 // The CUDA launches' compile-time layouts (backends/cuda/row_layout.h), on the CPU: a launch is
-// given the most specific layout its masks allow, and fixing that layout's masks leaves the index
-// every operand in use reads at every element unchanged (so the specialised kernels compute the
-// same elements from the same operands as the general one); a thread's RowCursor reads every
-// operand where index_of does, and the resolved kernels' thread loops equal the reference rows.
+// given the most specific layout its masks and element sizes allow, and fixing that layout's masks
+// leaves the index every operand in use reads at every element unchanged (so the specialised
+// kernels compute the same elements from the same operands as the general one); a thread's
+// RowCursor reads every operand where index_of does, a held operand gives back the bytes it was
+// read from, and the thread loops of the kernels that read ahead equal the reference rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -25,11 +28,22 @@ TEST(RowLayout, EachLaunchGetsTheMostSpecificLayoutItsMasksAllow) {
   a.in[0] = &value;
   a.in[1] = &value;
   a.broadcast_mask = 0b10;
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kNoRowOperands) << "no element sizes: x cannot be read ahead";
+  a.in_bytes = {4, 4, 8, 4};
   EXPECT_EQ(row_layout_of(a, 0), RowLayout::kFirstStreams);  // x and a per-tensor scale
+  EXPECT_EQ(row_layout_of(a, 0, 2), RowLayout::kNoRowOperands) << "x wider than a thread holds";
+  a.in_bytes[0] = 1;
+  EXPECT_EQ(row_layout_of(a, 0, 2), RowLayout::kFirstStreams) << "int8 x";
+  a.in_bytes[0] = 3;
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kNoRowOperands) << "not a size a thread reads";
+  a.in_bytes[0] = 4;
   a.in[2] = nullptr;
   EXPECT_EQ(row_layout_of(a, 0b100), RowLayout::kNoRowOperands) << "a host scalar not marked broadcast";
   a.broadcast_mask |= 0b100;
   EXPECT_EQ(row_layout_of(a, 0b100), RowLayout::kFirstStreams) << "a host scalar (broadcast) beside x";
+  a.in_bytes[2] = 0;
+  EXPECT_EQ(row_layout_of(a, 0b100), RowLayout::kNoRowOperands) << "a host scalar without its size";
+  a.in_bytes[2] = 8;
   a.in[3] = &value;
   EXPECT_EQ(row_layout_of(a, 0b100), RowLayout::kNoRowOperands) << "a contiguous third operand";
   a.broadcast_mask = 0b1111;
@@ -37,10 +51,15 @@ TEST(RowLayout, EachLaunchGetsTheMostSpecificLayoutItsMasksAllow) {
   a.broadcast_mask = 0b10;
   a.per_row_mask = 0b1000;
   a.row_len = 8;
-  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kGeneral);
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kRowsResolved);
   a.per_row_mask = 0;
   a.repeated_row_mask = 0b1000;
-  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kGeneral);
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kRowsResolved);
+  a.in_bytes = {};
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kGeneral) << "row operands without their sizes";
+  a.repeated_row_mask = 0;
+  a.per_row_mask = 0b1000;
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kGeneral) << "row operands without their sizes";
 }
 
 RowArgs fixed(RowArgs a, RowLayout layout) {
@@ -48,7 +67,7 @@ RowArgs fixed(RowArgs a, RowLayout layout) {
     case RowLayout::kFirstStreams: fix_row_layout<RowLayout::kFirstStreams>(a); break;
     case RowLayout::kNoRowOperands: fix_row_layout<RowLayout::kNoRowOperands>(a); break;
     case RowLayout::kGeneral: fix_row_layout<RowLayout::kGeneral>(a); break;
-    case RowLayout::kRowsResolved: ADD_FAILURE() << "no element sizes here: never resolved"; break;
+    case RowLayout::kRowsResolved: ADD_FAILURE() << "resolved launches: TheCursorReadsTheAddressesIndexOfGives"; break;
   }
   return a;
 }
@@ -56,7 +75,7 @@ RowArgs fixed(RowArgs a, RowLayout layout) {
 TEST(RowLayout, FixingTheLayoutKeepsEveryOperandsIndex) {
   static const float value = 1.0f;
   auto rng = test::make_rng(91);
-  int specialised = 0;
+  int specialised = 0, first_streams = 0;
   for (int trial = 0; trial < 20000; ++trial) {
     RowArgs a;
     a.row_len = 1 + static_cast<std::int64_t>(rng() % 16);
@@ -71,12 +90,18 @@ TEST(RowLayout, FixingTheLayoutKeepsEveryOperandsIndex) {
         continue;
       }
       a.in[static_cast<std::size_t>(i)] = &value;
+      a.in_bytes[static_cast<std::size_t>(i)] = trial % 5 == 0 ? 0 : 4;
       if (kind < 3) a.broadcast_mask |= 1u << i;
       else if (kind == 5 && trial % 3 == 0) a.per_row_mask |= 1u << i;
       else if (kind == 6 && trial % 3 == 0) a.repeated_row_mask |= 1u << i;
     }
+    for (int i = 0; i < kMaxOperands; ++i) {
+      if ((scalars >> i) & 1u) a.in_bytes[static_cast<std::size_t>(i)] = 8;
+    }
     const RowLayout layout = row_layout_of(a, scalars);
+    if (layout == RowLayout::kRowsResolved) continue;
     specialised += layout != RowLayout::kGeneral;
+    first_streams += layout == RowLayout::kFirstStreams;
     const RowArgs f = fixed(a, layout);
     for (int i = 0; i < operands; ++i) {
       for (std::int64_t j = 0; j < a.n; ++j) {
@@ -85,6 +110,7 @@ TEST(RowLayout, FixingTheLayoutKeepsEveryOperandsIndex) {
     }
   }
   EXPECT_GT(specialised, 5000) << "the specialised layouts were exercised";
+  EXPECT_GT(first_streams, 1000);
 }
 
 }  // namespace
@@ -108,9 +134,19 @@ TEST(RowLayout, RowOperandsWithTheirSizesAreResolvedPerThread) {
   a.in[0] = &value;
   a.in[1] = &value;
   a.per_row_mask = 0b10;
+  a.in_bytes[0] = 4;
   EXPECT_EQ(row_layout_of(a, 0), RowLayout::kGeneral) << "no element size";
   a.in_bytes[1] = 4;
   EXPECT_EQ(row_layout_of(a, 0), RowLayout::kRowsResolved);
+  a.in_bytes[0] = 0;
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kGeneral) << "x without its size: not read ahead";
+  a.in_bytes[0] = 8;
+  EXPECT_EQ(row_layout_of(a, 0, 4), RowLayout::kGeneral) << "x wider than a thread holds";
+  a.in_bytes[0] = 4;
+  a.per_row_mask = 0b11;
+  a.in_bytes[1] = 4;
+  EXPECT_EQ(row_layout_of(a, 0), RowLayout::kGeneral) << "x itself a row operand";
+  a.per_row_mask = 0b10;
   a.in[2] = &value;
   a.repeated_row_mask = 0b100;
   EXPECT_EQ(row_layout_of(a, 0), RowLayout::kGeneral) << "a repeated-row operand without its size";
@@ -139,6 +175,7 @@ TEST(RowLayout, TheCursorReadsTheAddressesIndexOfGives) {
       a.in[k] = &storage[rng() % 8];
       sizes[k] = std::size_t{1} << (rng() % 4);
       a.in_bytes[k] = static_cast<std::uint8_t>(sizes[k]);
+      if (i == 0 && trial % 8 != 0) continue;  // x contiguous (else a general launch, skipped)
       switch (rng() % 4) {
         case 0: a.per_row_mask |= 1u << i; break;
         case 1: a.repeated_row_mask |= 1u << i; break;
@@ -218,6 +255,10 @@ TEST(RowLayout, ResolvedThreadLoopsEqualTheReferenceRows) {
             a.in[i] = (!per_row && ((mask >> i) & 1u) != 0) ? compact[i].data() : whole[i].data();
             a.in_bytes[i] = sizes[i];
           }
+          if (!per_row && (mask & 1u) != 0) {  // x a repeated row: not read ahead
+            ASSERT_EQ(row_layout_of(a, 0), RowLayout::kGeneral);
+            continue;
+          }
           ASSERT_EQ(row_layout_of(a, 0), RowLayout::kRowsResolved);
           std::vector<unsigned char> want(static_cast<std::size_t>(n) * 8, kUntouched);
           a.out = want.data();
@@ -225,7 +266,7 @@ TEST(RowLayout, ResolvedThreadLoopsEqualTheReferenceRows) {
           for (std::int64_t threads : {1, 5, 13, 64, 1000}) {
             std::vector<unsigned char> got(want.size(), kUntouched);
             a.out = got.data();
-            ASSERT_TRUE(test::run_rows_resolved_on_host(op, WorkType::kF32, check.params.get(), a, threads));
+            ASSERT_TRUE(test::run_row_threads_on_host(op, WorkType::kF32, check.params.get(), a, threads, RowLayout::kRowsResolved));
             ++launches;
             ASSERT_EQ(got, want) << op_name(op) << " " << check.what << (per_row ? " per-row" : " repeated rows") << " mask " << mask
                                  << " row_len " << row_len << " threads " << threads;
@@ -237,6 +278,94 @@ TEST(RowLayout, ResolvedThreadLoopsEqualTheReferenceRows) {
     ops_checked += checked;
   }
   EXPECT_GE(ops_checked, 8);
+  EXPECT_GT(launches, 1000);
+}
+
+}  // namespace
+}  // namespace polyquant::detail::cuda
+
+namespace polyquant::detail::cuda {
+namespace {
+
+// A held operand is the bytes it was read from: every element size a thread reads, at several
+// elements, read back as the types an element reads them as, NaN payloads and signalling NaNs
+// included (the value travels as an integer, never through a float register).
+TEST(RowLayout, AHeldOperandIsTheBytesItWasReadFrom) {
+  const std::vector<float> floats = test::special_values();
+  const std::vector<double> doubles = {0.0, -0.0, std::bit_cast<double>(0x7FF0000000000001ull), std::bit_cast<double>(0xFFF8DEADBEEF0001ull),
+                                       4.9e-324, -1.5, 1e308};
+  const std::vector<std::int8_t> int8s = {0, 1, -1, 127, -128, 42};
+  const std::vector<std::uint16_t> halves = {0x0000, 0x8000, 0x7C01, 0xFE00, 0x0001, 0x3C00};
+  for (std::size_t j = 0; j < floats.size(); ++j) {
+    const auto held = HeldOperand<std::uint32_t>::read(floats.data(), static_cast<std::int64_t>(j), 4);
+    float back = 0;
+    std::memcpy(&back, held.bytes, sizeof back);
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(back), std::bit_cast<std::uint32_t>(floats[j])) << j;
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(*reinterpret_cast<const float*>(held.bytes)), std::bit_cast<std::uint32_t>(floats[j]));
+    const auto wide = HeldOperand<std::uint64_t>::read(floats.data(), static_cast<std::int64_t>(j), 4);
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(*reinterpret_cast<const float*>(wide.bytes)), std::bit_cast<std::uint32_t>(floats[j]));
+  }
+  for (std::size_t j = 0; j < doubles.size(); ++j) {
+    const auto held = HeldOperand<std::uint64_t>::read(doubles.data(), static_cast<std::int64_t>(j), 8);
+    ASSERT_EQ(std::bit_cast<std::uint64_t>(*reinterpret_cast<const double*>(held.bytes)), std::bit_cast<std::uint64_t>(doubles[j])) << j;
+  }
+  for (std::size_t j = 0; j < int8s.size(); ++j) {
+    const auto held = HeldOperand<std::uint32_t>::read(int8s.data(), static_cast<std::int64_t>(j), 1);
+    ASSERT_EQ(*reinterpret_cast<const std::int8_t*>(held.bytes), int8s[j]) << j;
+  }
+  for (std::size_t j = 0; j < halves.size(); ++j) {
+    const auto held = HeldOperand<std::uint32_t>::read(halves.data(), static_cast<std::int64_t>(j), 2);
+    ASSERT_EQ(*reinterpret_cast<const std::uint16_t*>(held.bytes), halves[j]) << j;
+  }
+}
+
+// The kernel cases of every per-element op with per-tensor parameters (every operand after x one
+// value: elements 0, 1, 37 and 1000 of each, so special parameter values are among them), run
+// through the thread loop of the kernel that reads x ahead and its parameters once per thread
+// (RowLayout::kFirstStreams, on the host) with 1, 5, 13, 64 and 1000 threads over rows of 1 to 4099
+// elements, equal the scalar reference row byte for byte.
+TEST(RowLayout, ReadAheadThreadLoopsEqualTheReferenceRows) {
+  constexpr unsigned char kUntouched = 0xA5;
+  int ops_checked = 0, launches = 0;
+  for (int k = 0; k < kNumKernelOps; ++k) {
+    const auto op = static_cast<KernelOp>(k);
+    const RowKernel ref = reference_kernel(op, WorkType::kF32);
+    if (ref == nullptr) continue;
+    const test::KernelCases cases = test::kernel_cases(op);
+    bool checked = false;
+    for (const test::KernelCheck& check : cases.checks) {
+      const std::vector<test::Operand>& ops = *check.operands;
+      const std::size_t nops = ops.size();
+      if (nops > static_cast<std::size_t>(kMaxOperands)) continue;
+      for (std::int64_t parameter_at : {0, 1, 37, 1000}) {
+        for (std::int64_t n : {1, 2, 5, 100, 4099}) {
+          RowArgs a;
+          a.n = n;
+          for (std::size_t i = 0; i < nops; ++i) {
+            const std::size_t size = ops[i].element_size();
+            a.in[i] = ops[i].bytes() + (i == 0 ? 0 : parameter_at * static_cast<std::int64_t>(size));
+            a.in_bytes[i] = static_cast<std::uint8_t>(size);
+            if (i > 0) a.broadcast_mask |= 1u << i;
+          }
+          ASSERT_EQ(row_layout_of(a, 0), RowLayout::kFirstStreams);
+          std::vector<unsigned char> want(static_cast<std::size_t>(n) * 8, kUntouched);
+          a.out = want.data();
+          ref(check.params.get(), a);
+          for (std::int64_t threads : {1, 5, 13, 64, 1000}) {
+            std::vector<unsigned char> got(want.size(), kUntouched);
+            a.out = got.data();
+            ASSERT_TRUE(test::run_row_threads_on_host(op, WorkType::kF32, check.params.get(), a, threads, RowLayout::kFirstStreams));
+            ++launches;
+            ASSERT_EQ(got, want) << op_name(op) << " " << check.what << " parameters at " << parameter_at << " n " << n
+                                 << " threads " << threads;
+          }
+          checked = true;
+        }
+      }
+    }
+    ops_checked += checked;
+  }
+  EXPECT_GE(ops_checked, 10);
   EXPECT_GT(launches, 1000);
 }
 
