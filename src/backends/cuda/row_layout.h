@@ -144,64 +144,57 @@ struct SameRowArgs {
   POLYQUANT_HD void advance() {}
 };
 
-// One operand value held in a register: the bytes of element j of an operand whose elements have
-// `size` bytes (1, 2, 4 or 8; at most sizeof(Bits)), which an element reads through a pointer to
-// `bytes` as the type it reads that operand as (the bytes are the object's representation, copied
-// whole; little-endian, as x86-64 and every CUDA device are). The read is an integer of the
-// element's size, which may alias the operand's own type.
+// One operand value held in a register, as an integer: the bytes of element j of an operand whose
+// elements have `size` bytes (1, 2, 4 or 8; at most sizeof(Bits)), zero-extended. The read is an
+// integer of the element's size, which may alias the operand's own type; the bytes travel as an
+// integer (never through a float register, so NaN payloads and signalling NaNs are kept).
+template <class Bits>
+POLYQUANT_HD inline Bits read_operand_bits(const void* operand, std::int64_t j, std::uint8_t size) {
+  using U8 [[gnu::may_alias]] = std::uint8_t;
+  using U16 [[gnu::may_alias]] = std::uint16_t;
+  using U32 [[gnu::may_alias]] = std::uint32_t;
+  using U64 [[gnu::may_alias]] = std::uint64_t;
+  if (size == 4) return static_cast<Bits>(static_cast<const U32*>(operand)[j]);
+  if (size == 1) return static_cast<const U8*>(operand)[j];
+  if (size == 2) return static_cast<const U16*>(operand)[j];
+  if (sizeof(Bits) == 8 && size == 8) return static_cast<Bits>(static_cast<const U64*>(operand)[j]);
+  return 0;
+}
+
+// The same read of an operand the caller knows lies in device (global) memory (x of the layouts
+// that read ahead): in device code a global load. Through a generic pointer the compiler must allow
+// for the kernel's parameter space, where a host scalar lies, and emits generic loads.
+template <class Bits>
+POLYQUANT_HD inline Bits read_global_operand_bits(const void* operand, std::int64_t j, std::uint8_t size) {
+#if defined(__CUDA_ARCH__)
+  std::uint32_t v = 0;
+  if (size == 4) {
+    asm("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint32_t*>(operand) + j));
+  } else if (size == 1) {
+    asm("ld.global.u8 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint8_t*>(operand) + j));
+  } else if (size == 2) {
+    asm("ld.global.u16 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint16_t*>(operand) + j));
+  } else if (sizeof(Bits) == 8 && size == 8) {
+    std::uint64_t wide;
+    asm("ld.global.u64 %0, [%1];" : "=l"(wide) : "l"(static_cast<const std::uint64_t*>(operand) + j));
+    return static_cast<Bits>(wide);
+  }
+  return v;
+#else
+  return read_operand_bits<Bits>(operand, j, size);
+#endif
+}
+
+// A held value as an element reads it: its bytes (the object representation, copied whole;
+// little-endian, as x86-64 and every CUDA device are), read through a pointer to `bytes` as the
+// type the element reads that operand as. Made where the element runs, from the integer the thread
+// carried, so the compiler keeps it in the integer's register.
 template <class Bits>
 struct HeldOperand {
   alignas(Bits) unsigned char bytes[sizeof(Bits)];
 
-  POLYQUANT_HD static HeldOperand read(const void* operand, std::int64_t j, std::uint8_t size) {
-    using U8 [[gnu::may_alias]] = std::uint8_t;
-    using U16 [[gnu::may_alias]] = std::uint16_t;
-    using U32 [[gnu::may_alias]] = std::uint32_t;
-    using U64 [[gnu::may_alias]] = std::uint64_t;
-    Bits bits = 0;
-    if (size == 4) bits = static_cast<Bits>(static_cast<const U32*>(operand)[j]);
-    else if (size == 1) bits = static_cast<const U8*>(operand)[j];
-    else if (size == 2) bits = static_cast<const U16*>(operand)[j];
-    else if (sizeof(Bits) == 8 && size == 8) bits = static_cast<Bits>(static_cast<const U64*>(operand)[j]);
-    HeldOperand held;
-    std::memcpy(held.bytes, &bits, sizeof bits);
-    return held;
-  }
-  // The same read of an operand the caller knows lies in device (global) memory, x of the layouts
-  // that read ahead: in device code a global load. Through a generic pointer (read) the compiler
-  // must allow for the kernel's parameter space, where a host scalar lies, and emits generic loads.
-  POLYQUANT_HD static HeldOperand read_global(const void* operand, std::int64_t j, std::uint8_t size) {
-#if defined(__CUDA_ARCH__)
-    Bits bits = 0;
-    if (size == 4) {
-      std::uint32_t v;
-      asm("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint32_t*>(operand) + j));
-      bits = v;
-    } else if (size == 1) {
-      std::uint32_t v;
-      asm("ld.global.u8 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint8_t*>(operand) + j));
-      bits = v;
-    } else if (size == 2) {
-      std::uint32_t v;
-      asm("ld.global.u16 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint16_t*>(operand) + j));
-      bits = v;
-    } else if (sizeof(Bits) == 8 && size == 8) {
-      std::uint64_t v;
-      asm("ld.global.u64 %0, [%1];" : "=l"(v) : "l"(static_cast<const std::uint64_t*>(operand) + j));
-      bits = static_cast<Bits>(v);
-    }
-    HeldOperand held;
-    std::memcpy(held.bytes, &bits, sizeof bits);
-    return held;
-#else
-    return read(operand, j, size);
-#endif
-  }
-  POLYQUANT_HD static HeldOperand zero() {
-    HeldOperand held;
-    std::memset(held.bytes, 0, sizeof held.bytes);
-    return held;
-  }
+  POLYQUANT_HD explicit HeldOperand(Bits bits) { std::memcpy(bytes, &bits, sizeof bits); }
+  POLYQUANT_HD HeldOperand() : HeldOperand(Bits{0}) {}
 };
 
 // Elements of x a thread has asked for beyond the one it computes (run_row_thread): with its own
@@ -223,18 +216,17 @@ template <class Row, class T, RoundingMode kMode, RowLayout kLayout, class P>
 POLYQUANT_HD inline void run_row_thread(const P& p, const RowArgs& a, std::int64_t first, std::int64_t stride) {
   if constexpr (kLayout == RowLayout::kFirstStreams || kLayout == RowLayout::kRowsResolved) {
     if (first >= a.n) return;
-    using X = HeldOperand<HeldBits<T>>;
+    using X = HeldBits<T>;
     const void* const x = a.in[0];
     const std::uint8_t x_size = a.in_bytes[0];
-    const auto read_x = [&](std::int64_t j) { return j < a.n ? X::read_global(x, j, x_size) : X::zero(); };
+    const auto read_x = [&](std::int64_t j) { return j < a.n ? read_global_operand_bits<X>(x, j, x_size) : X{0}; };
     RowArgs launch = a;
     HeldOperand<std::uint64_t> parameters[kMaxOperands];
     if constexpr (kLayout == RowLayout::kFirstStreams) {
       fix_row_layout<RowLayout::kFirstStreams>(launch);
       for (int i = 1; i < kMaxOperands; ++i) {
         const auto k = static_cast<std::size_t>(i);
-        parameters[k] = a.in[k] != nullptr ? HeldOperand<std::uint64_t>::read(a.in[k], 0, a.in_bytes[k])
-                                           : HeldOperand<std::uint64_t>::zero();
+        if (a.in[k] != nullptr) parameters[k] = HeldOperand<std::uint64_t>(read_operand_bits<std::uint64_t>(a.in[k], 0, a.in_bytes[k]));
         launch.in[k] = parameters[k].bytes;  // unused operands too: a constant pointer the compiler can follow
       }
     }
@@ -244,7 +236,7 @@ POLYQUANT_HD inline void run_row_thread(const P& p, const RowArgs& a, std::int64
       X ahead[kLoadsAhead];
       for (int k = 0; k < kLoadsAhead; ++k) ahead[k] = read_x(first + k * stride);
       for (std::int64_t j = first;;) {
-        const X current = ahead[0];
+        const HeldOperand<X> current(ahead[0]);
         for (int k = 0; k + 1 < kLoadsAhead; ++k) ahead[k] = ahead[k + 1];
         ahead[kLoadsAhead - 1] = read_x(j + kLoadsAhead * stride);
         RowArgs view = source.args();

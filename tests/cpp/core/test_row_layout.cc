@@ -297,24 +297,24 @@ TEST(RowLayout, AHeldOperandIsTheBytesItWasReadFrom) {
   const std::vector<std::int8_t> int8s = {0, 1, -1, 127, -128, 42};
   const std::vector<std::uint16_t> halves = {0x0000, 0x8000, 0x7C01, 0xFE00, 0x0001, 0x3C00};
   for (std::size_t j = 0; j < floats.size(); ++j) {
-    const auto held = HeldOperand<std::uint32_t>::read(floats.data(), static_cast<std::int64_t>(j), 4);
+    const auto held = HeldOperand<std::uint32_t>(read_operand_bits<std::uint32_t>(floats.data(), static_cast<std::int64_t>(j), 4));
     float back = 0;
     std::memcpy(&back, held.bytes, sizeof back);
     ASSERT_EQ(std::bit_cast<std::uint32_t>(back), std::bit_cast<std::uint32_t>(floats[j])) << j;
     ASSERT_EQ(std::bit_cast<std::uint32_t>(*reinterpret_cast<const float*>(held.bytes)), std::bit_cast<std::uint32_t>(floats[j]));
-    const auto wide = HeldOperand<std::uint64_t>::read(floats.data(), static_cast<std::int64_t>(j), 4);
+    const auto wide = HeldOperand<std::uint64_t>(read_operand_bits<std::uint64_t>(floats.data(), static_cast<std::int64_t>(j), 4));
     ASSERT_EQ(std::bit_cast<std::uint32_t>(*reinterpret_cast<const float*>(wide.bytes)), std::bit_cast<std::uint32_t>(floats[j]));
   }
   for (std::size_t j = 0; j < doubles.size(); ++j) {
-    const auto held = HeldOperand<std::uint64_t>::read(doubles.data(), static_cast<std::int64_t>(j), 8);
+    const auto held = HeldOperand<std::uint64_t>(read_global_operand_bits<std::uint64_t>(doubles.data(), static_cast<std::int64_t>(j), 8));
     ASSERT_EQ(std::bit_cast<std::uint64_t>(*reinterpret_cast<const double*>(held.bytes)), std::bit_cast<std::uint64_t>(doubles[j])) << j;
   }
   for (std::size_t j = 0; j < int8s.size(); ++j) {
-    const auto held = HeldOperand<std::uint32_t>::read(int8s.data(), static_cast<std::int64_t>(j), 1);
+    const auto held = HeldOperand<std::uint32_t>(read_global_operand_bits<std::uint32_t>(int8s.data(), static_cast<std::int64_t>(j), 1));
     ASSERT_EQ(*reinterpret_cast<const std::int8_t*>(held.bytes), int8s[j]) << j;
   }
   for (std::size_t j = 0; j < halves.size(); ++j) {
-    const auto held = HeldOperand<std::uint32_t>::read(halves.data(), static_cast<std::int64_t>(j), 2);
+    const auto held = HeldOperand<std::uint32_t>(read_operand_bits<std::uint32_t>(halves.data(), static_cast<std::int64_t>(j), 2));
     ASSERT_EQ(*reinterpret_cast<const std::uint16_t*>(held.bytes), halves[j]) << j;
   }
 }
