@@ -11,9 +11,10 @@
 // its parameters once per thread. A grid-stride loop that reads x[j] where element j needs it has
 // one load in flight per thread (the store of element j may overwrite what the next element reads,
 // so neither the compiler nor the hardware may start that read earlier); at full occupancy that is
-// 2048 loads of 4 bytes per multiprocessor, too few to cover the memory's latency at an H100's
-// bandwidth. The element then reads its x from the register (the operand rebased to the held value,
-// marked broadcast, as RowCursor rebases row operands).
+// 2048 loads of 4 bytes per multiprocessor, no more than an H100's bandwidth at its latency needs,
+// and these kernels run below full occupancy (docs/cuda.md, "Reading x ahead"). The element then
+// reads its x from the register (the operand rebased to the held value, marked broadcast, as
+// RowCursor rebases row operands).
 //
 // The element code, its arithmetic and the value each read returns are unchanged (row_layout_test
 // checks the addresses on the CPU and runs rows through every layout against the reference rows),
