@@ -73,7 +73,10 @@ struct RowArgs {
 // grid-stride loop, so both compile one spec. Next to it the family describes the row by
 // specialising RowElementTraits: `Params`, the op's parameter struct, and kFlushDenormals, true
 // where the reference row runs under ScopedFlushDenormals (QKeras: TensorFlow's FTZ / DAZ), which
-// device code must reproduce at compile time (nvcc -ftz=true). An op that does not specialise it
+// device code must reproduce at compile time (nvcc -ftz=true), and kSecondStream, where the op reads
+// a second operand per element besides x in its common use (a gradient's grad_output or x): its
+// index, so a CUDA kernel may read it ahead as it reads x (backends/cuda/row_layout.h; -1, the
+// default: none). An op that does not specialise it
 // (the grouped reductions, whose rows fold many elements into one accumulator, and convert, whose
 // row is the engine's conversion routine) has no per-element row and stays host-only.
 template <KernelOp>
@@ -84,6 +87,12 @@ template <KernelOp kOp>
 inline constexpr bool kRowElementFlushesDenormals = [] {
   if constexpr (requires { RowElementTraits<kOp>::kFlushDenormals; }) return RowElementTraits<kOp>::kFlushDenormals;
   else return false;
+}();
+
+template <KernelOp kOp>
+inline constexpr int kRowElementSecondStream = [] {
+  if constexpr (requires { RowElementTraits<kOp>::kSecondStream; }) return RowElementTraits<kOp>::kSecondStream;
+  else return -1;
 }();
 
 // The C++ type of each working precision.

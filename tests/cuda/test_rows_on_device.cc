@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backends/cuda/backend_abi.h"
+#include "backends/cuda/row_elements.cuh"
 #include "core/cuda_backend.h"
 #include "kernel_cases.h"
 #include "kernels/registry.h"
@@ -181,6 +182,12 @@ class RowsOnDevice : public ::testing::Test {
     a.broadcast_mask = ((1u << check.operands->size()) - 1) & ~1u;
     EXPECT_TRUE(same_on_device(op, check.params.get(), operands, with_sizes(a, operands), work))
         << op_name(op) << " " << check.what << " " << what << " per-tensor operands, x read ahead";
+    // The op's second stream (a gradient's other operand) contiguous beside x, read ahead too.
+    if (const int second = cuda::second_stream_of(op); second > 0 && static_cast<std::size_t>(second) < check.operands->size()) {
+      a.broadcast_mask &= ~(1u << second);
+      EXPECT_TRUE(same_on_device(op, check.params.get(), operands, with_sizes(a, operands), work))
+          << op_name(op) << " " << check.what << " " << what << " per-tensor operands, x and operand " << second << " read ahead";
+    }
   }
 
   // The row checks of one kernel case: as given and with x stratified.

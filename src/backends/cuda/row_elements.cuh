@@ -32,8 +32,11 @@ void with_mode_of(const P& p, F&& f) {
   else f.template operator()<RoundingMode::kHalfEven>();
 }
 
+// kSecondStream: the operand the op reads per element besides x in its common use, or -1
+// (RowElementTraits::kSecondStream; the layouts that read ahead read it ahead too).
 #define POLYQUANT_OP(Enum, name, works, vector)                                      \
   struct name##_row {                                                                \
+    static constexpr int kSecondStream = kRowElementSecondStream<KernelOp::Enum>;    \
     template <class T, RoundingMode kMode, class P>                                  \
     POLYQUANT_HD static void element(const P& p, const RowArgs& a, std::int64_t j) { \
       if constexpr (RoundsByMode<P>) name##_row_element<T, kMode>(p, a, j);          \
@@ -42,6 +45,17 @@ void with_mode_of(const P& p, F&& f) {
   };
 #include "kernels/ops.inc"
 #undef POLYQUANT_OP
+
+// name##_row::kSecondStream of an op known at run time (host code: the host stand-in's launches).
+inline int second_stream_of(KernelOp op) {
+  switch (op) {
+#define POLYQUANT_OP(Enum, name, works, vector) \
+  case KernelOp::Enum: return name##_row::kSecondStream;
+#include "kernels/ops.inc"
+#undef POLYQUANT_OP
+  }
+  return -1;
+}
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 }  // namespace polyquant::detail::cuda

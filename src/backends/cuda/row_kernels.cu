@@ -161,7 +161,7 @@ int launch_row(const void* params, const RowArgs* args, const PolyquantCudaHostS
     const char* v = std::getenv("POLYQUANT_CUDA_GENERAL_ROWS");
     return v != nullptr && v[0] == '1';
   }();
-  const RowLayout layout = general_only ? RowLayout::kGeneral : row_layout_of(a, by_value.mask, sizeof(HeldBits<T>));
+  const RowLayout layout = general_only ? RowLayout::kGeneral : row_layout_of(a, by_value.mask, sizeof(HeldBits<T>), Row::kSecondStream);
   const std::int64_t wanted = (a.n + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks));
   return launch_status([&] {

@@ -38,10 +38,12 @@ enum class RowLayout : std::uint8_t {
   kGeneral,         // any masks (read at run time)
   kNoRowOperands,   // no per-row or repeated-row operand: each operand is contiguous or one value
   kFirstStreams,    // operand 0 contiguous, every other operand in use one value (per-tensor
-                    // parameters), each with its element size (RowArgs::in_bytes): x read ahead,
-                    // the parameters once per thread
+                    // parameters; the op's second stream may be contiguous), each with its element
+                    // size (RowArgs::in_bytes): x (and the second stream) read ahead, the
+                    // parameters once per thread
   kRowsResolved,    // operand 0 contiguous, per-row or repeated-row operands, each with its element
-                    // size: x read ahead, the row operands resolved once per thread (RowCursor)
+                    // size: x (and the second stream, not a row operand) read ahead, the row
+                    // operands resolved once per thread (RowCursor)
 };
 
 // The bits of x (operand 0) a thread holds in a register while it reads ahead (run_row_thread):
@@ -59,23 +61,29 @@ inline constexpr std::size_t held_bytes(WorkType work) {
 // value (PolyquantCudaHostScalars::mask; the engine marks them broadcast). An operand is in use when
 // its pointer is set or it is passed by value. `held_bytes`: the most bytes an element of x may
 // have for the layouts that read it ahead (sizeof(HeldBits<T>) of the kernel's working type).
-inline RowLayout row_layout_of(const RowArgs& a, std::uint32_t host_scalars, std::size_t held_bytes = 8) {
+// `second_stream`: the op's second operand read ahead (<name>_row::kSecondStream, -1: none), which
+// in those layouts may be contiguous or one value but not a row operand.
+inline RowLayout row_layout_of(const RowArgs& a, std::uint32_t host_scalars, std::size_t held_bytes = 8,
+                               int second_stream = -1) {
   const auto size_of = [&](int i) { return static_cast<std::size_t>(a.in_bytes[static_cast<std::size_t>(i)]); };
-  const bool x_streams = !a.is_broadcast(0) && !a.is_per_row(0) && !a.is_repeated_row(0) && size_of(0) > 0 &&
-                         size_of(0) <= held_bytes && std::has_single_bit(size_of(0));
+  const auto in_use = [&](int i) { return a.in[static_cast<std::size_t>(i)] != nullptr || ((host_scalars >> i) & 1u) != 0; };
+  const auto fits = [&](int i, std::size_t most) { return size_of(i) > 0 && size_of(i) <= most && std::has_single_bit(size_of(i)); };
+  const bool x_streams = !a.is_broadcast(0) && !a.is_per_row(0) && !a.is_repeated_row(0) && fits(0, held_bytes);
+  const bool second_streams = second_stream <= 0 || !in_use(second_stream) ||
+                              (!a.is_per_row(second_stream) && !a.is_repeated_row(second_stream) && fits(second_stream, held_bytes));
   if (const std::uint32_t row_operands = a.per_row_mask | a.repeated_row_mask; row_operands != 0) {
-    if (a.row_len <= 0 || !x_streams) return RowLayout::kGeneral;
+    if (a.row_len <= 0 || !x_streams || !second_streams) return RowLayout::kGeneral;
     for (int i = 0; i < kMaxOperands; ++i) {
       if (((row_operands >> i) & 1u) != 0 && size_of(i) == 0) return RowLayout::kGeneral;
     }
     return RowLayout::kRowsResolved;
   }
   if (a.is_broadcast(0)) return RowLayout::kNoRowOperands;
-  bool sizes_known = x_streams;
+  bool sizes_known = x_streams && second_streams;
   for (int i = 1; i < kMaxOperands; ++i) {
-    const bool in_use = a.in[static_cast<std::size_t>(i)] != nullptr || ((host_scalars >> i) & 1u) != 0;
-    if (in_use && !a.is_broadcast(i)) return RowLayout::kNoRowOperands;
-    sizes_known = sizes_known && (!in_use || (size_of(i) > 0 && size_of(i) <= 8 && std::has_single_bit(size_of(i))));
+    if (i == second_stream || !in_use(i)) continue;
+    if (!a.is_broadcast(i)) return RowLayout::kNoRowOperands;
+    sizes_known = sizes_known && fits(i, 8);
   }
   return sizes_known ? RowLayout::kFirstStreams : RowLayout::kNoRowOperands;
 }
@@ -209,8 +217,9 @@ inline constexpr int kLoadsAhead = 4;
 // kFirstStreams and kRowsResolved read ahead: x (operand 0, contiguous in those layouts) of the
 // elements kLoadsAhead strides on is read into registers before the current element runs, so each
 // thread has that many loads in flight while it computes; the element reads its x from the held
-// value. kFirstStreams also reads each parameter (every other operand in use, one value) once, into
-// registers. The values are the bytes the element would have read where it reads them (x[j] is read
+// value; so for the op's second operand read per element (Row::kSecondStream: a gradient's
+// grad_output or x; contiguous or one value). kFirstStreams also reads each parameter (every other
+// operand in use, one value) once, into registers. The values are the bytes the element would have read where it reads them (x[j] is read
 // once, before element j stores anything: an output may be x itself, element for element, and only
 // element j writes out[j]).
 template <class Row, class T, RoundingMode kMode, RowLayout kLayout, class P>
@@ -218,14 +227,24 @@ POLYQUANT_HD inline void run_row_thread(const P& p, const RowArgs& a, std::int64
   if constexpr (kLayout == RowLayout::kFirstStreams || kLayout == RowLayout::kRowsResolved) {
     if (first >= a.n) return;
     using X = HeldBits<T>;
+    constexpr int kSecond = Row::kSecondStream;
     const void* const x = a.in[0];
     const std::uint8_t x_size = a.in_bytes[0];
     const auto read_x = [&](std::int64_t j) { return j < a.n ? read_global_operand_bits<X>(x, j, x_size) : X{0}; };
+    // The second operand read ahead (kSecond >= 0): contiguous, or one value (read at 0), or unused;
+    // read through a generic pointer (a host scalar lies in the kernel's parameter space).
+    const void* const second = kSecond >= 0 ? a.in[static_cast<std::size_t>(kSecond)] : nullptr;
+    const std::uint8_t second_size = kSecond >= 0 ? a.in_bytes[static_cast<std::size_t>(kSecond)] : 0;
+    const std::int64_t second_step = kSecond >= 0 && !a.is_broadcast(kSecond) ? 1 : 0;
+    const auto read_second = [&](std::int64_t j) {
+      return j < a.n && second != nullptr ? read_operand_bits<X>(second, j * second_step, second_size) : X{0};
+    };
     RowArgs launch = a;
     HeldOperand<std::uint64_t> parameters[kMaxOperands];
     if constexpr (kLayout == RowLayout::kFirstStreams) {
       fix_row_layout<RowLayout::kFirstStreams>(launch);
       for (int i = 1; i < kMaxOperands; ++i) {
+        if (i == kSecond) continue;
         const auto k = static_cast<std::size_t>(i);
         if (a.in[k] != nullptr) parameters[k] = HeldOperand<std::uint64_t>(read_operand_bits<std::uint64_t>(a.in[k], 0, a.in_bytes[k]));
         launch.in[k] = parameters[k].bytes;  // unused operands too: a constant pointer the compiler can follow
@@ -234,15 +253,26 @@ POLYQUANT_HD inline void run_row_thread(const P& p, const RowArgs& a, std::int64
     // Each element's RowArgs: the launch's (kFirstStreams), or the cursor's with the row operands
     // resolved for that element (kRowsResolved).
     const auto loop = [&](auto& source) {
-      X ahead[kLoadsAhead];
-      for (int k = 0; k < kLoadsAhead; ++k) ahead[k] = read_x(first + k * stride);
+      X ahead[kLoadsAhead] = {}, second_ahead[kLoadsAhead] = {};
+      for (int k = 0; k < kLoadsAhead; ++k) {
+        ahead[k] = read_x(first + k * stride);
+        if constexpr (kSecond >= 0) second_ahead[k] = read_second(first + k * stride);
+      }
       for (std::int64_t j = first;;) {
-        const HeldOperand<X> current(ahead[0]);
+        const HeldOperand<X> current(ahead[0]), second_current(second_ahead[0]);
         for (int k = 0; k + 1 < kLoadsAhead; ++k) ahead[k] = ahead[k + 1];
         ahead[kLoadsAhead - 1] = read_x(j + kLoadsAhead * stride);
+        if constexpr (kSecond >= 0) {
+          for (int k = 0; k + 1 < kLoadsAhead; ++k) second_ahead[k] = second_ahead[k + 1];
+          second_ahead[kLoadsAhead - 1] = read_second(j + kLoadsAhead * stride);
+        }
         RowArgs view = source.args();
         view.in[0] = current.bytes;
         view.broadcast_mask |= 1u;
+        if constexpr (kSecond >= 0) {
+          view.in[static_cast<std::size_t>(kSecond)] = second_current.bytes;
+          view.broadcast_mask |= 1u << kSecond;
+        }
         Row::template element<T, kMode>(p, view, j);
         j += stride;
         if (j >= a.n) break;

@@ -294,7 +294,13 @@ inline void affine_grad_reference_row(const void* params, const RowArgs& a) {
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
 template <> struct RowElementTraits<KernelOp::kAffine> { using Params = AffineParams; };
-template <> struct RowElementTraits<KernelOp::kFakeQuantize> { using Params = FakeQuantizeParams; };
-template <> struct RowElementTraits<KernelOp::kAffineGrad> { using Params = AffineGradParams; };
+template <> struct RowElementTraits<KernelOp::kFakeQuantize> {
+  using Params = FakeQuantizeParams;
+  static constexpr int kSecondStream = 3;  // grad_output (gradient)
+};
+template <> struct RowElementTraits<KernelOp::kAffineGrad> {
+  using Params = AffineGradParams;
+  static constexpr int kSecondStream = 1;  // x, beside grad_output (operand 0)
+};
 
 }  // namespace polyquant::detail

@@ -446,9 +446,22 @@ inline void qk_linear_reference_row(const void* params, const RowArgs& a) {
 
 }  // namespace POLYQUANT_TARGET_NAMESPACE
 
-template <> struct RowElementTraits<KernelOp::kQkBits> { using Params = QkBitsParams; static constexpr bool kFlushDenormals = true; };
+// kSecondStream: grad_output, with `upstream` (qk_chain).
+template <> struct RowElementTraits<KernelOp::kQkBits> {
+  using Params = QkBitsParams;
+  static constexpr bool kFlushDenormals = true;
+  static constexpr int kSecondStream = 2;
+};
 template <> struct RowElementTraits<KernelOp::kQkBitsAuto> { using Params = QkBitsAutoParams; static constexpr bool kFlushDenormals = true; };
-template <> struct RowElementTraits<KernelOp::kQkRelu> { using Params = QkReluParams; static constexpr bool kFlushDenormals = true; };
-template <> struct RowElementTraits<KernelOp::kQkLinear> { using Params = QkLinearParams; static constexpr bool kFlushDenormals = true; };
+template <> struct RowElementTraits<KernelOp::kQkRelu> {
+  using Params = QkReluParams;
+  static constexpr bool kFlushDenormals = true;
+  static constexpr int kSecondStream = 1;
+};
+template <> struct RowElementTraits<KernelOp::kQkLinear> {
+  using Params = QkLinearParams;
+  static constexpr bool kFlushDenormals = true;
+  static constexpr int kSecondStream = 2;
+};
 
 }  // namespace polyquant::detail

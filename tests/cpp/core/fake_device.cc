@@ -336,7 +336,8 @@ int launch(KernelOp op, WorkType work, const void* params, const detail::RowArgs
   }
   require_on_current_device(a.out, static_cast<std::size_t>(a.n), "a launch output");
   if (!s.stats.faults.empty()) return 700;  // cudaErrorIllegalAddress: do not touch the memory
-  const detail::cuda::RowLayout layout = detail::cuda::row_layout_of(a, values.mask, detail::cuda::held_bytes(work));
+  const detail::cuda::RowLayout layout = detail::cuda::row_layout_of(a, values.mask, detail::cuda::held_bytes(work),
+                                                                           detail::cuda::second_stream_of(op));
   if (layout == detail::cuda::RowLayout::kRowsResolved) ++s.stats.resolved_launches;
   if (layout == detail::cuda::RowLayout::kFirstStreams) ++s.stats.read_ahead_launches;
   if (run_row_threads_on_host(op, work, params, a, kLayoutThreads, layout)) return 0;

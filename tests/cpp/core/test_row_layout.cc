@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cuda/row_elements.cuh"
 #include "backends/cuda/row_layout.h"
 #include "core/fake_device.h"
 #include "kernel_cases.h"
@@ -46,12 +47,18 @@ TEST(RowLayout, EachLaunchGetsTheMostSpecificLayoutItsMasksAllow) {
   a.in_bytes[2] = 8;
   a.in[3] = &value;
   EXPECT_EQ(row_layout_of(a, 0b100), RowLayout::kNoRowOperands) << "a contiguous third operand";
+  EXPECT_EQ(row_layout_of(a, 0b100, 8, 3), RowLayout::kFirstStreams) << "the op's second stream, contiguous";
+  EXPECT_EQ(row_layout_of(a, 0b100, 2, 3), RowLayout::kNoRowOperands) << "a second stream wider than a thread holds";
+  a.broadcast_mask |= 0b1000;
+  EXPECT_EQ(row_layout_of(a, 0b100, 8, 3), RowLayout::kFirstStreams) << "the op's second stream, one value";
+  a.broadcast_mask &= ~0b1000u;
   a.broadcast_mask = 0b1111;
   EXPECT_EQ(row_layout_of(a, 0), RowLayout::kNoRowOperands) << "x broadcast too";
   a.broadcast_mask = 0b10;
   a.per_row_mask = 0b1000;
   a.row_len = 8;
   EXPECT_EQ(row_layout_of(a, 0), RowLayout::kRowsResolved);
+  EXPECT_EQ(row_layout_of(a, 0, 8, 3), RowLayout::kGeneral) << "the second stream a row operand";
   a.per_row_mask = 0;
   a.repeated_row_mask = 0b1000;
   EXPECT_EQ(row_layout_of(a, 0), RowLayout::kRowsResolved);
@@ -255,11 +262,12 @@ TEST(RowLayout, ResolvedThreadLoopsEqualTheReferenceRows) {
             a.in[i] = (!per_row && ((mask >> i) & 1u) != 0) ? compact[i].data() : whole[i].data();
             a.in_bytes[i] = sizes[i];
           }
-          if (!per_row && (mask & 1u) != 0) {  // x a repeated row: not read ahead
-            ASSERT_EQ(row_layout_of(a, 0), RowLayout::kGeneral);
+          const int second = second_stream_of(op);
+          if ((mask & 1u) != 0 || (second > 0 && ((mask >> second) & 1u) != 0)) {  // x or the second stream a row operand
+            ASSERT_EQ(row_layout_of(a, 0, 8, second), RowLayout::kGeneral);
             continue;
           }
-          ASSERT_EQ(row_layout_of(a, 0), RowLayout::kRowsResolved);
+          ASSERT_EQ(row_layout_of(a, 0, 8, second), RowLayout::kRowsResolved);
           std::vector<unsigned char> want(static_cast<std::size_t>(n) * 8, kUntouched);
           a.out = want.data();
           ref(check.params.get(), a);
@@ -320,13 +328,14 @@ TEST(RowLayout, AHeldOperandIsTheBytesItWasReadFrom) {
 }
 
 // The kernel cases of every per-element op with per-tensor parameters (every operand after x one
-// value: elements 0, 1, 37 and 1000 of each, so special parameter values are among them), run
+// value: elements 0, 1, 37 and 1000 of each, so special parameter values are among them; and with
+// the op's second stream, a gradient's other operand, contiguous beside x), run
 // through the thread loop of the kernel that reads x ahead and its parameters once per thread
 // (RowLayout::kFirstStreams, on the host) with 1, 5, 13, 64 and 1000 threads over rows of 1 to 4099
 // elements, equal the scalar reference row byte for byte.
 TEST(RowLayout, ReadAheadThreadLoopsEqualTheReferenceRows) {
   constexpr unsigned char kUntouched = 0xA5;
-  int ops_checked = 0, launches = 0;
+  int ops_checked = 0, launches = 0, second_streams = 0;
   for (int k = 0; k < kNumKernelOps; ++k) {
     const auto op = static_cast<KernelOp>(k);
     const RowKernel ref = reference_kernel(op, WorkType::kF32);
@@ -337,29 +346,37 @@ TEST(RowLayout, ReadAheadThreadLoopsEqualTheReferenceRows) {
       const std::vector<test::Operand>& ops = *check.operands;
       const std::size_t nops = ops.size();
       if (nops > static_cast<std::size_t>(kMaxOperands)) continue;
+      const int second = second_stream_of(op);
+      const bool has_second = second > 0 && static_cast<std::size_t>(second) < nops;
       for (std::int64_t parameter_at : {0, 1, 37, 1000}) {
         for (std::int64_t n : {1, 2, 5, 100, 4099}) {
-          RowArgs a;
-          a.n = n;
-          for (std::size_t i = 0; i < nops; ++i) {
-            const std::size_t size = ops[i].element_size();
-            a.in[i] = ops[i].bytes() + (i == 0 ? 0 : parameter_at * static_cast<std::int64_t>(size));
-            a.in_bytes[i] = static_cast<std::uint8_t>(size);
-            if (i > 0) a.broadcast_mask |= 1u << i;
+          // The op's second stream one value, then (where the case has it) contiguous.
+          for (const bool second_contiguous : {false, true}) {
+            if (second_contiguous && !has_second) continue;
+            RowArgs a;
+            a.n = n;
+            for (std::size_t i = 0; i < nops; ++i) {
+              const std::size_t size = ops[i].element_size();
+              const bool contiguous = i == 0 || (second_contiguous && static_cast<int>(i) == second);
+              a.in[i] = ops[i].bytes() + (contiguous ? 0 : parameter_at * static_cast<std::int64_t>(size));
+              a.in_bytes[i] = static_cast<std::uint8_t>(size);
+              if (!contiguous) a.broadcast_mask |= 1u << i;
+            }
+            ASSERT_EQ(row_layout_of(a, 0, 8, second), RowLayout::kFirstStreams);
+            second_streams += second_contiguous;
+            std::vector<unsigned char> want(static_cast<std::size_t>(n) * 8, kUntouched);
+            a.out = want.data();
+            ref(check.params.get(), a);
+            for (std::int64_t threads : {1, 5, 13, 64, 1000}) {
+              std::vector<unsigned char> got(want.size(), kUntouched);
+              a.out = got.data();
+              ASSERT_TRUE(test::run_row_threads_on_host(op, WorkType::kF32, check.params.get(), a, threads, RowLayout::kFirstStreams));
+              ++launches;
+              ASSERT_EQ(got, want) << op_name(op) << " " << check.what << " parameters at " << parameter_at << " n " << n
+                                   << " threads " << threads << (second_contiguous ? " second stream contiguous" : "");
+            }
+            checked = true;
           }
-          ASSERT_EQ(row_layout_of(a, 0), RowLayout::kFirstStreams);
-          std::vector<unsigned char> want(static_cast<std::size_t>(n) * 8, kUntouched);
-          a.out = want.data();
-          ref(check.params.get(), a);
-          for (std::int64_t threads : {1, 5, 13, 64, 1000}) {
-            std::vector<unsigned char> got(want.size(), kUntouched);
-            a.out = got.data();
-            ASSERT_TRUE(test::run_row_threads_on_host(op, WorkType::kF32, check.params.get(), a, threads, RowLayout::kFirstStreams));
-            ++launches;
-            ASSERT_EQ(got, want) << op_name(op) << " " << check.what << " parameters at " << parameter_at << " n " << n
-                                 << " threads " << threads;
-          }
-          checked = true;
         }
       }
     }
@@ -367,6 +384,7 @@ TEST(RowLayout, ReadAheadThreadLoopsEqualTheReferenceRows) {
   }
   EXPECT_GE(ops_checked, 10);
   EXPECT_GT(launches, 1000);
+  EXPECT_GT(second_streams, 100) << "launches whose second stream (a gradient's other operand) is contiguous";
 }
 
 }  // namespace
