@@ -10,6 +10,7 @@
 
 #include "backends/cuda/backend_abi.h"
 #include "backends/cuda/launch_status.cuh"
+#include "backends/cuda/row_layout.h"
 #include "kernels/convert/element.h"
 
 namespace polyquant::detail::cuda {
@@ -403,15 +404,18 @@ int group_min_max(const PolyquantCudaGroupMinMax* m, void* stream) {
 // Counts are integers, so the order of the adds is free. Where every group's slots fit in shared
 // memory (the common case: one histogram, or a few channels of a few hundred bins), each block
 // counts into its own copy with shared-memory atomics and adds it into the global counts once;
-// otherwise every element's count is a global atomic add. Blocks walk the elements grid-stride.
+// otherwise every element's count is a global atomic add. Blocks walk the elements grid-stride,
+// each thread reading kLoadsAhead elements ahead of the one it counts (row_layout.h).
 constexpr int kHistogramThreads = 256;
 constexpr std::int64_t kHistogramSharedSlots = 8192;  // 32 KiB of 32-bit counters
 
-__device__ void histogram_element(const PolyquantCudaGroupHistogram& h, std::int64_t j, std::int64_t n, unsigned int* shared,
-                                  std::uint64_t* global) {
+// Element j, whose bytes `bits` the thread read ahead (as load_as_double would read them).
+__device__ void histogram_element(const PolyquantCudaGroupHistogram& h, std::int64_t j, std::int64_t n, std::uint64_t bits,
+                                  unsigned int* shared, std::uint64_t* global) {
   const std::int64_t g = group_of_element(j, n, h.rank, h.shape, h.group_strides, h.groups);
   const PolyquantCudaHistogramBinning& b = h.binning[g];
-  const double v = load_as_double(h.x, h.dtype, j);
+  const HeldOperand<std::uint64_t> held(bits);
+  const double v = load_as_double(held.bytes, h.dtype, 0);
   const std::int64_t base = g * (h.bins + 2);
   const std::int64_t slot = polyquant_histogram_slot(v, b);
   auto count = [&](std::int64_t i) {
@@ -430,10 +434,13 @@ __global__ void group_histogram_kernel(PolyquantCudaGroupHistogram h, std::int64
     for (std::int64_t i = threadIdx.x; i < slots; i += blockDim.x) block_counts[i] = 0;
     __syncthreads();
   }
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += stride) {
-    histogram_element(h, j, n, privatized ? block_counts : nullptr, h.counts);
-  }
+  // x read kLoadsAhead elements ahead (row_layout.h): its bytes, then counted as load_as_double
+  // reads them.
+  const auto size = static_cast<std::uint8_t>(element_size(h.dtype));
+  grid_stride_reading_ahead<std::uint64_t>(
+      static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, static_cast<std::int64_t>(gridDim.x) * blockDim.x, n,
+      [&](std::int64_t j) { return read_global_operand_bits<std::uint64_t>(h.x, j, size); },
+      [&](std::int64_t j, std::uint64_t bits) { histogram_element(h, j, n, bits, privatized ? block_counts : nullptr, h.counts); });
   if (privatized) {
     __syncthreads();
     for (std::int64_t i = threadIdx.x; i < slots; i += blockDim.x) {

@@ -206,9 +206,34 @@ struct HeldOperand {
   POLYQUANT_HD HeldOperand() : HeldOperand(Bits{0}) {}
 };
 
-// Elements of x a thread has asked for beyond the one it computes (run_row_thread): with its own
-// element, five loads in flight per thread.
+// Elements of input a thread has asked for beyond the one it computes (grid_stride_reading_ahead):
+// with its own element, five loads in flight per thread.
 inline constexpr int kLoadsAhead = 4;
+
+// One thread's grid-stride loop over elements first, first + stride, ... (< n), each element's input
+// read kLoadsAhead strides before it is used: read(j) returns element j's input as a Value held in
+// registers (an integer of its bytes, or a struct of them), called once for every element, in
+// order; body(j, value) then computes element j. Between them the thread has kLoadsAhead reads in
+// flight, which a loop that reads where it computes cannot have when its stores may alias its
+// inputs (the compiler must keep each read after the previous element's store). Used by the row
+// kernels (run_row_thread) and the histogram kernel (backend.cu).
+template <class Value, class Read, class Body>
+POLYQUANT_HD inline void grid_stride_reading_ahead(std::int64_t first, std::int64_t stride, std::int64_t n, Read&& read,
+                                                   Body&& body) {
+  if (first >= n) return;
+  Value ahead[kLoadsAhead] = {};
+  for (int k = 0; k < kLoadsAhead; ++k) {
+    const std::int64_t j = first + k * stride;
+    if (j < n) ahead[k] = read(j);
+  }
+  for (std::int64_t j = first; j < n; j += stride) {
+    const Value current = ahead[0];
+    for (int k = 0; k + 1 < kLoadsAhead; ++k) ahead[k] = ahead[k + 1];
+    const std::int64_t next = j + kLoadsAhead * stride;
+    ahead[kLoadsAhead - 1] = next < n ? read(next) : Value{};
+    body(j, current);
+  }
+}
 
 // The work of one thread of a row launch in layout kLayout: elements first, first + stride, ...
 // (a grid-stride loop; the CUDA kernel runs it per thread, the host stand-in for every thread in
@@ -230,14 +255,21 @@ POLYQUANT_HD inline void run_row_thread(const P& p, const RowArgs& a, std::int64
     constexpr int kSecond = Row::kSecondStream;
     const void* const x = a.in[0];
     const std::uint8_t x_size = a.in_bytes[0];
-    const auto read_x = [&](std::int64_t j) { return j < a.n ? read_global_operand_bits<X>(x, j, x_size) : X{0}; };
     // The second operand read ahead (kSecond >= 0): contiguous, or one value (read at 0), or unused;
     // read through a generic pointer (a host scalar lies in the kernel's parameter space).
     const void* const second = kSecond >= 0 ? a.in[static_cast<std::size_t>(kSecond)] : nullptr;
     const std::uint8_t second_size = kSecond >= 0 ? a.in_bytes[static_cast<std::size_t>(kSecond)] : 0;
     const std::int64_t second_step = kSecond >= 0 && !a.is_broadcast(kSecond) ? 1 : 0;
-    const auto read_second = [&](std::int64_t j) {
-      return j < a.n && second != nullptr ? read_operand_bits<X>(second, j * second_step, second_size) : X{0};
+    struct Inputs {
+      X x = 0, second = 0;
+    };
+    const auto read = [&](std::int64_t j) {
+      Inputs in;
+      in.x = read_global_operand_bits<X>(x, j, x_size);
+      if constexpr (kSecond >= 0) {
+        if (second != nullptr) in.second = read_operand_bits<X>(second, j * second_step, second_size);
+      }
+      return in;
     };
     RowArgs launch = a;
     HeldOperand<std::uint64_t> parameters[kMaxOperands];
@@ -251,33 +283,20 @@ POLYQUANT_HD inline void run_row_thread(const P& p, const RowArgs& a, std::int64
       }
     }
     // Each element's RowArgs: the launch's (kFirstStreams), or the cursor's with the row operands
-    // resolved for that element (kRowsResolved).
+    // resolved for that element (kRowsResolved), with x (and the second stream) the held values.
     const auto loop = [&](auto& source) {
-      X ahead[kLoadsAhead] = {}, second_ahead[kLoadsAhead] = {};
-      for (int k = 0; k < kLoadsAhead; ++k) {
-        ahead[k] = read_x(first + k * stride);
-        if constexpr (kSecond >= 0) second_ahead[k] = read_second(first + k * stride);
-      }
-      for (std::int64_t j = first;;) {
-        const HeldOperand<X> current(ahead[0]), second_current(second_ahead[0]);
-        for (int k = 0; k + 1 < kLoadsAhead; ++k) ahead[k] = ahead[k + 1];
-        ahead[kLoadsAhead - 1] = read_x(j + kLoadsAhead * stride);
-        if constexpr (kSecond >= 0) {
-          for (int k = 0; k + 1 < kLoadsAhead; ++k) second_ahead[k] = second_ahead[k + 1];
-          second_ahead[kLoadsAhead - 1] = read_second(j + kLoadsAhead * stride);
-        }
+      grid_stride_reading_ahead<Inputs>(first, stride, a.n, read, [&](std::int64_t j, const Inputs& in) {
+        const HeldOperand<X> held_x(in.x), held_second(in.second);
         RowArgs view = source.args();
-        view.in[0] = current.bytes;
+        view.in[0] = held_x.bytes;
         view.broadcast_mask |= 1u;
         if constexpr (kSecond >= 0) {
-          view.in[static_cast<std::size_t>(kSecond)] = second_current.bytes;
+          view.in[static_cast<std::size_t>(kSecond)] = held_second.bytes;
           view.broadcast_mask |= 1u << kSecond;
         }
         Row::template element<T, kMode>(p, view, j);
-        j += stride;
-        if (j >= a.n) break;
-        source.advance();
-      }
+        source.advance();  // after the last element too: integer steps, no memory
+      });
     };
     if constexpr (kLayout == RowLayout::kRowsResolved) {
       RowCursor cursor(launch, first, stride);
