@@ -1029,6 +1029,13 @@ TEST_F(DeviceEngine, AimetGradientsEqualTheHost) {
           if (!float32_terms || std::string(l.name) == "per element") {
             EXPECT_EQ(f->stats().reductions, 0);
           }
+          // Every launch reads ahead, the gradient's grad_output and x (its second stream) both:
+          // per tensor in the per-tensor kernel, per channel and blockwise in the resolved one;
+          // per element (scale and offset contiguous too) in the general kernel.
+          const std::string name = l.name;
+          const int launches = f->stats().launches;
+          EXPECT_EQ(f->stats().read_ahead_launches, name == "per tensor" ? launches : 0) << "launches reading ahead";
+          EXPECT_EQ(f->stats().resolved_launches, name != "per tensor" && name != "per element" ? launches : 0) << "resolved launches";
         }
       }
     }
