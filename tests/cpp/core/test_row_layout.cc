@@ -217,13 +217,39 @@ TEST(RowLayout, TheCursorReadsTheAddressesIndexOfGives) {
   EXPECT_GT(carries, 10000) << "steps whose column wraps into the next row";
 }
 
+// Runs the launch `a` (its output set here) through the scalar reference row and through the CUDA
+// kernels' thread loop in `layout` on the host with 1, 5, 13, 64 and 1000 threads; every output
+// byte, skipped ones included, must be equal. Counts the thread-loop launches in `launches`.
+::testing::AssertionResult thread_loops_equal_reference(KernelOp op, RowKernel ref, const void* params, RowArgs a,
+                                                        RowLayout layout, int& launches) {
+  constexpr unsigned char kUntouched = 0xA5;
+  std::vector<unsigned char> want(static_cast<std::size_t>(a.n) * 8, kUntouched);
+  a.out = want.data();
+  ref(params, a);
+  for (std::int64_t threads : {1, 5, 13, 64, 1000}) {
+    std::vector<unsigned char> got(want.size(), kUntouched);
+    a.out = got.data();
+    if (!test::run_row_threads_on_host(op, WorkType::kF32, params, a, threads, layout)) {
+      return ::testing::AssertionFailure() << "no thread loop for this op";
+    }
+    ++launches;
+    const auto [at, _] = std::mismatch(got.begin(), got.end(), want.begin());
+    if (at != got.end()) {
+      const auto byte = at - got.begin();
+      return ::testing::AssertionFailure() << "threads " << threads << ": output byte " << byte << " is "
+                                           << int(got[static_cast<std::size_t>(byte)]) << ", the reference row's "
+                                           << int(want[static_cast<std::size_t>(byte)]);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // The kernel cases of every per-element op with blocked (per-row) or repeated-row operands, run
 // through the CUDA kernels' resolved thread loop (run_row_thread, on the host) with 1, 5, 13, 64 and
 // 1000 threads, equal the scalar reference row byte for byte: the same elements, in the kernel's
 // order of reads, as the GPU runs them (RowsOnDevice.* repeats this on a GPU).
 TEST(RowLayout, ResolvedThreadLoopsEqualTheReferenceRows) {
   constexpr std::int64_t kLength = 4099;
-  constexpr unsigned char kUntouched = 0xA5;
   int ops_checked = 0, launches = 0;
   for (int k = 0; k < kNumKernelOps; ++k) {
     const auto op = static_cast<KernelOp>(k);
@@ -268,17 +294,9 @@ TEST(RowLayout, ResolvedThreadLoopsEqualTheReferenceRows) {
             continue;
           }
           ASSERT_EQ(row_layout_of(a, 0, 8, second), RowLayout::kRowsResolved);
-          std::vector<unsigned char> want(static_cast<std::size_t>(n) * 8, kUntouched);
-          a.out = want.data();
-          ref(check.params.get(), a);
-          for (std::int64_t threads : {1, 5, 13, 64, 1000}) {
-            std::vector<unsigned char> got(want.size(), kUntouched);
-            a.out = got.data();
-            ASSERT_TRUE(test::run_row_threads_on_host(op, WorkType::kF32, check.params.get(), a, threads, RowLayout::kRowsResolved));
-            ++launches;
-            ASSERT_EQ(got, want) << op_name(op) << " " << check.what << (per_row ? " per-row" : " repeated rows") << " mask " << mask
-                                 << " row_len " << row_len << " threads " << threads;
-          }
+          ASSERT_TRUE(thread_loops_equal_reference(op, ref, check.params.get(), a, RowLayout::kRowsResolved, launches))
+              << op_name(op) << " " << check.what << (per_row ? " per-row" : " repeated rows") << " mask " << mask << " row_len "
+              << row_len;
           checked = true;
         }
       }
@@ -334,7 +352,6 @@ TEST(RowLayout, AHeldOperandIsTheBytesItWasReadFrom) {
 // (RowLayout::kFirstStreams, on the host) with 1, 5, 13, 64 and 1000 threads over rows of 1 to 4099
 // elements, equal the scalar reference row byte for byte.
 TEST(RowLayout, ReadAheadThreadLoopsEqualTheReferenceRows) {
-  constexpr unsigned char kUntouched = 0xA5;
   int ops_checked = 0, launches = 0, second_streams = 0;
   for (int k = 0; k < kNumKernelOps; ++k) {
     const auto op = static_cast<KernelOp>(k);
@@ -364,17 +381,9 @@ TEST(RowLayout, ReadAheadThreadLoopsEqualTheReferenceRows) {
             }
             ASSERT_EQ(row_layout_of(a, 0, 8, second), RowLayout::kFirstStreams);
             second_streams += second_contiguous;
-            std::vector<unsigned char> want(static_cast<std::size_t>(n) * 8, kUntouched);
-            a.out = want.data();
-            ref(check.params.get(), a);
-            for (std::int64_t threads : {1, 5, 13, 64, 1000}) {
-              std::vector<unsigned char> got(want.size(), kUntouched);
-              a.out = got.data();
-              ASSERT_TRUE(test::run_row_threads_on_host(op, WorkType::kF32, check.params.get(), a, threads, RowLayout::kFirstStreams));
-              ++launches;
-              ASSERT_EQ(got, want) << op_name(op) << " " << check.what << " parameters at " << parameter_at << " n " << n
-                                   << " threads " << threads << (second_contiguous ? " second stream contiguous" : "");
-            }
+            ASSERT_TRUE(thread_loops_equal_reference(op, ref, check.params.get(), a, RowLayout::kFirstStreams, launches))
+                << op_name(op) << " " << check.what << " parameters at " << parameter_at << " n " << n
+                << (second_contiguous ? " second stream contiguous" : "");
             checked = true;
           }
         }
